@@ -1,0 +1,280 @@
+/*
+ * dstrain.h — the one public header of libdstrain.
+ *
+ * dstrain is a distributed training engine configured by a DeepSpeed-style
+ * ds_config.json. This header is plain C99 and is the stable ABI: every call
+ * returns a dst_status_t (DST_OK == 0), results come back through out
+ * parameters, options structs begin with `size_t struct_size` and grow only at
+ * the end, and C++ exceptions never cross this boundary.
+ *
+ * Errors: when a call returns anything but DST_OK, dst_last_error() returns a
+ * thread-local message that names what failed, where, and what to do.
+ *
+ * Thread safety: functions that take no handle are safe from any thread. Calls
+ * on one dst_engine_t or dst_dataset_t must not run concurrently; different
+ * handles may be used from different threads, but the BLAS thread pool is
+ * process-wide, so two engines training at once share the cores.
+ *
+ * Strings returned by the library are owned by the library and stay valid as
+ * stated per function.
+ */
+#ifndef DSTRAIN_DSTRAIN_H
+#define DSTRAIN_DSTRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define DST_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define DST_API __attribute__((visibility("default")))
+#else
+#define DST_API
+#endif
+
+#define DST_VERSION_MAJOR 0
+#define DST_VERSION_MINOR 1
+#define DST_VERSION_PATCH 0
+#define DST_VERSION_NUMBER (DST_VERSION_MAJOR * 10000 + DST_VERSION_MINOR * 100 + DST_VERSION_PATCH)
+#define DST_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------------- */
+/* Status codes                                                               */
+/* ------------------------------------------------------------------------- */
+
+typedef enum dst_status {
+  DST_OK = 0,
+  DST_ERR_INVALID_ARGUMENT = 1, /* NULL handle or buffer, wrong size, bad value */
+  DST_ERR_CONFIG = 2,           /* ds_config or model spec is malformed or inconsistent */
+  DST_ERR_NOT_SUPPORTED = 3,    /* recognised but not built yet */
+  DST_ERR_IO = 4,               /* file could not be read or written */
+  DST_ERR_CHECKPOINT = 5,       /* checkpoint missing, corrupt or not matching the model */
+  DST_ERR_STATE = 6,            /* call in the wrong order */
+  DST_ERR_OUT_OF_MEMORY = 7,    /* an allocation failed */
+  DST_ERR_COMM = 8,             /* a collective failed or timed out */
+  DST_ERR_NUMERIC = 9,          /* non-finite loss or gradients */
+  DST_ERR_INTERNAL = 10         /* a bug in dstrain: please report it */
+} dst_status_t;
+
+/* Static, never NULL: "ok", "invalid argument", ... */
+DST_API const char *dst_status_string(dst_status_t status);
+
+/* The message of the last failed call on this thread ("" if none). Valid
+ * until the next failing call on the same thread. */
+DST_API const char *dst_last_error(void);
+
+/* Run-time version: "0.1.0" and DST_VERSION_NUMBER of the loaded library. */
+DST_API const char *dst_version(void);
+DST_API int dst_version_number(void);
+
+/* A JSON object describing the build: version, compiler, build type, BLAS and
+ * its thread count, CPU features used, whether CUDA / NCCL are compiled in,
+ * devices seen. Static storage, valid for the life of the process. */
+DST_API dst_status_t dst_build_info_json(const char **out_json);
+
+/* ------------------------------------------------------------------------- */
+/* Engine                                                                     */
+/* ------------------------------------------------------------------------- */
+
+typedef struct dst_engine dst_engine_t;
+
+typedef struct dst_engine_options {
+  size_t struct_size;      /* sizeof(dst_engine_options_t), set by _default */
+  const char *config_json; /* ds_config as a JSON string, or NULL */
+  const char *config_path; /* ... or a path to ds_config.json (exactly one of the two) */
+  const char *model_json;  /* model spec as a JSON string, or NULL */
+  const char *model_path;  /* ... or a path to it (exactly one of the two) */
+  int64_t total_steps;     /* resolves "auto" in scheduler.params.total_num_steps; 0 = unknown */
+} dst_engine_options_t;
+
+/* Fills *options with defaults (all NULL / 0) and the struct size. */
+DST_API void dst_engine_options_default(dst_engine_options_t *options);
+
+/* Builds the model, allocates parameters, gradients, optimizer state and
+ * activation buffers, and initialises weights from the model spec's seed.
+ * On failure *out is set to NULL. */
+DST_API dst_status_t dst_engine_create(dst_engine_t **out, const dst_engine_options_t *options);
+
+/* Frees everything the engine owns. NULL is a no-op. */
+DST_API void dst_engine_destroy(dst_engine_t *engine);
+
+typedef enum dst_model_type { DST_MODEL_GPT = 1, DST_MODEL_SEQUENTIAL = 2 } dst_model_type_t;
+
+typedef enum dst_loss_type { DST_LOSS_CROSS_ENTROPY = 1, DST_LOSS_MSE = 2 } dst_loss_type_t;
+
+/* What a caller needs to shape its batches. */
+typedef struct dst_engine_info {
+  size_t struct_size;
+  dst_model_type_t model_type;
+  dst_loss_type_t loss_type;
+  int64_t num_parameters;    /* trainable scalars (tied weights counted once) */
+  int64_t train_batch_size;  /* global samples per optimizer step */
+  int64_t micro_batch_size;  /* samples per micro-step per rank */
+  int64_t grad_accum_steps;  /* micro-steps per optimizer step */
+  int64_t dp_size;           /* data-parallel ranks */
+  int64_t rank;              /* this process's global rank */
+  int64_t world_size;        /* processes in the job */
+  int64_t seq_len;           /* GPT: maximum context (n_ctx); sequential: 0 */
+  int64_t vocab_size;        /* GPT: vocabulary; sequential: 0 */
+  int64_t input_dim;         /* sequential: features per sample; GPT: 0 */
+  int64_t output_dim;        /* sequential: outputs (classes) per sample; GPT: vocab */
+} dst_engine_info_t;
+
+/* Fills *info (set info->struct_size first, or use sizeof). */
+DST_API dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *info);
+
+/* One call's samples. For train_batch, n_samples must equal
+ * micro_batch_size * grad_accum_steps (the rank's share of the global batch);
+ * for eval_batch and forward_backward any multiple of micro_batch_size is
+ * accepted. Every *_count is the element count of its buffer and is checked.
+ *
+ *   GPT:                      tokens  [n_samples, seq_len] int32 in [0, vocab)
+ *                             targets [n_samples, seq_len] int32 in [0, vocab), or -1 to ignore
+ *   sequential, MSE:          inputs  [n_samples, input_dim] float
+ *                             labels  [n_samples, output_dim] float
+ *   sequential, cross-entropy: inputs [n_samples, input_dim] float
+ *                             targets [n_samples] int32 class ids
+ */
+typedef struct dst_batch {
+  size_t struct_size;
+  size_t n_samples;
+  size_t seq_len; /* GPT: tokens per sample, 1..n_ctx; sequential: 0 */
+  const int32_t *tokens;
+  size_t tokens_count;
+  const int32_t *targets;
+  size_t targets_count;
+  const float *inputs;
+  size_t inputs_count;
+  const float *labels;
+  size_t labels_count;
+} dst_batch_t;
+
+/* Zeroes *batch and sets its struct size. */
+DST_API void dst_batch_default(dst_batch_t *batch);
+
+/* One optimizer step: forward and backward over grad_accum_steps micro-batches
+ * (gradients averaged), clipping, optimizer update, LR schedule step.
+ * *out_loss (may be NULL) receives the mean loss over the micro-batches. */
+DST_API dst_status_t dst_engine_train_batch(dst_engine_t *engine, const dst_batch_t *batch,
+                                            float *out_loss);
+
+/* Forward only, no state change. *out_loss receives the mean loss. */
+DST_API dst_status_t dst_engine_eval_batch(dst_engine_t *engine, const dst_batch_t *batch,
+                                           float *out_loss);
+
+/* Forward and backward without an optimizer step: leaves the gradients (mean
+ * over the batch's micro-batches, before clipping) readable with
+ * dst_engine_get_grad. Does not advance the step count. */
+DST_API dst_status_t dst_engine_forward_backward(dst_engine_t *engine, const dst_batch_t *batch,
+                                                 float *out_loss);
+
+/* Optimizer steps taken so far. */
+DST_API dst_status_t dst_engine_step_count(const dst_engine_t *engine, int64_t *out_steps);
+
+/* The learning rate the next optimizer step will use. */
+DST_API dst_status_t dst_engine_learning_rate(const dst_engine_t *engine, double *out_lr);
+
+/* ------------------------------------------------------------------------- */
+/* Parameters                                                                 */
+/* ------------------------------------------------------------------------- */
+
+#define DST_MAX_DIMS 4
+
+typedef struct dst_tensor_info {
+  size_t struct_size;
+  const char *name; /* e.g. "transformer.h.0.attn.c_attn.weight"; owned by the engine */
+  int32_t ndim;
+  int64_t shape[DST_MAX_DIMS];
+  int64_t numel;
+} dst_tensor_info_t;
+
+/* Number of named parameter tensors (a tied weight is listed once). */
+DST_API dst_status_t dst_engine_param_count(const dst_engine_t *engine, size_t *out_count);
+
+/* Describes parameter tensor `index` (0 <= index < count). */
+DST_API dst_status_t dst_engine_param_info(const dst_engine_t *engine, size_t index,
+                                           dst_tensor_info_t *info);
+
+/* Copies a parameter (or its gradient) out of / into the engine. `count` is
+ * the element count of `data` and must equal the tensor's numel. */
+DST_API dst_status_t dst_engine_get_param(const dst_engine_t *engine, const char *name,
+                                          float *data, size_t count);
+DST_API dst_status_t dst_engine_set_param(dst_engine_t *engine, const char *name,
+                                          const float *data, size_t count);
+DST_API dst_status_t dst_engine_get_grad(const dst_engine_t *engine, const char *name,
+                                         float *data, size_t count);
+
+/* ------------------------------------------------------------------------- */
+/* Checkpoints                                                                */
+/* ------------------------------------------------------------------------- */
+
+/* Writes DIR/TAG/ (model.safetensors with the weights, optimizer.safetensors
+ * with the optimizer state, meta.json with step, LR schedule, RNG state,
+ * config and model spec) and DIR/latest. The directory is written under a
+ * temporary name and renamed, so an interrupted save leaves the previous
+ * checkpoint intact. `tag` NULL means "global_stepN". `client_state_json`
+ * (may be NULL) is stored verbatim and returned by load (DeepSpeed's
+ * client_state). */
+DST_API dst_status_t dst_engine_save_checkpoint(dst_engine_t *engine, const char *dir,
+                                                const char *tag, const char *client_state_json);
+
+/* Restores weights, optimizer state, step and schedule from DIR/TAG (tag NULL:
+ * the tag named in DIR/latest). *out_client_state (may be NULL) receives the
+ * saved client state ("null" if none), valid until the next call on the engine.
+ * Training continued after a load is bit-identical to the uninterrupted run. */
+DST_API dst_status_t dst_engine_load_checkpoint(dst_engine_t *engine, const char *dir,
+                                                const char *tag, const char **out_client_state);
+
+/* ------------------------------------------------------------------------- */
+/* Metrics and configuration                                                  */
+/* ------------------------------------------------------------------------- */
+
+/* A JSON snapshot: step, loss, lr, grad_norm, tokens/s, samples/s, seconds per
+ * phase (forward, backward, step) for the last step and in total, and bytes
+ * per memory category (parameters, gradients, optimizer_state, activations,
+ * communication, offload) current and peak. Valid until the next call on the
+ * engine. */
+DST_API dst_status_t dst_engine_metrics_json(dst_engine_t *engine, const char **out_json);
+
+/* The resolved configuration ("auto" filled in) as JSON. Valid for the life of
+ * the engine. */
+DST_API dst_status_t dst_engine_config_json(const dst_engine_t *engine, const char **out_json);
+
+/* ------------------------------------------------------------------------- */
+/* Token datasets                                                             */
+/* ------------------------------------------------------------------------- */
+
+typedef struct dst_dataset dst_dataset_t;
+
+typedef enum dst_split { DST_SPLIT_TRAIN = 0, DST_SPLIT_VAL = 1 } dst_split_t;
+
+/* Opens a text file as a byte-level token stream (vocab 256). The last
+ * `val_fraction` of the bytes is the validation split. `path` NULL opens the
+ * default corpus (the fortunes shipped by Debian's fortunes-min package). */
+DST_API dst_status_t dst_dataset_open_text(dst_dataset_t **out, const char *path,
+                                           double val_fraction, uint64_t seed);
+DST_API void dst_dataset_destroy(dst_dataset_t *dataset);
+
+/* Tokens in a split. */
+DST_API dst_status_t dst_dataset_num_tokens(const dst_dataset_t *dataset, dst_split_t split,
+                                            size_t *out_tokens);
+
+/* The path the dataset was read from (owned by the dataset). */
+DST_API dst_status_t dst_dataset_path(const dst_dataset_t *dataset, const char **out_path);
+
+/* Fills tokens/targets [n_samples, seq_len] with random windows of the split
+ * (targets are the tokens shifted by one). Deterministic in (seed, split,
+ * batch_index, rank share): the data position is just batch_index. */
+DST_API dst_status_t dst_dataset_batch(const dst_dataset_t *dataset, dst_split_t split,
+                                       uint64_t batch_index, size_t n_samples, size_t seq_len,
+                                       int32_t *tokens, int32_t *targets, size_t count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DSTRAIN_DSTRAIN_H */

@@ -1,0 +1,124 @@
+// Config: the typed, validated, immutable form of a DeepSpeed-style
+// ds_config.json, with every "auto" resolved. Nothing below core/engine sees
+// JSON; they receive these structs.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/common/status.h"
+
+namespace dst {
+
+enum class OptimizerType { kAdamW, kAdam, kSGD };
+enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+enum class WarmupType { kLog, kLinear };
+enum class DType { kFloat32, kFloat16, kBFloat16 };
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdamW;
+  double lr = 1e-3;
+  std::array<double, 2> betas = {0.9, 0.999};  // Adam / AdamW
+  double eps = 1e-8;                           // Adam / AdamW
+  double weight_decay = 0.0;
+  bool adam_w_mode = true;   // "Adam": DeepSpeed default true = decoupled decay
+  double momentum = 0.0;     // SGD
+  double dampening = 0.0;    // SGD
+  bool nesterov = false;     // SGD
+};
+
+// DeepSpeed's lr_schedules.py parameter names.
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::kNone;
+  double warmup_min_lr = 0.0;      // WarmupLR, WarmupDecayLR
+  double warmup_max_lr = 0.001;    // WarmupLR, WarmupDecayLR
+  int64_t warmup_num_steps = 1000; // all three
+  WarmupType warmup_type = WarmupType::kLog;
+  int64_t total_num_steps = 0;     // WarmupDecayLR, WarmupCosineLR
+  double warmup_min_ratio = 0.0;   // WarmupCosineLR
+  double cos_min_ratio = 0.0001;   // WarmupCosineLR
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  bool overlap_comm = false;
+  bool contiguous_gradients = true;
+  int64_t reduce_bucket_size = 500000000;
+  int64_t allgather_bucket_size = 500000000;
+  int64_t stage3_prefetch_bucket_size = 50000000;
+  int64_t stage3_param_persistence_threshold = 100000;
+  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t stage3_max_reuse_distance = 1000000000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+  std::string offload_optimizer_device = "none";  // none | cpu | nvme
+  std::string offload_param_device = "none";
+};
+
+struct Fp16Config {
+  bool enabled = false;
+  double loss_scale = 0.0;  // 0 = dynamic
+  int initial_scale_power = 16;
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+  double min_loss_scale = 1.0;
+};
+
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  int64_t number_checkpoints = 0;  // 0 = unset
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+};
+
+// dstrain's own keys live under "dstrain": {...} so that a DeepSpeed config
+// stays a DeepSpeed config.
+struct RuntimeConfig {
+  int num_threads = 0;       // 0: DSTRAIN_NUM_THREADS, else OMP_NUM_THREADS, else all cores
+  uint64_t seed = 1234;      // data order and any runtime randomness
+};
+
+struct Config {
+  // Batch identity: train_batch_size = micro_batch * grad_accum * dp_size.
+  int64_t train_batch_size = 0;
+  int64_t train_micro_batch_size_per_gpu = 0;
+  int64_t gradient_accumulation_steps = 0;
+  int64_t dp_size = 1;
+  int64_t tp_size = 1;
+  int64_t pp_size = 1;
+  int64_t pipeline_micro_batches = 0;  // pipeline_parallel.micro_batches; 0 = unset
+
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  ZeroConfig zero;
+  Fp16Config fp16;
+  bool bf16_enabled = false;
+  DType communication_data_type = DType::kFloat32;
+  double gradient_clipping = 0.0;  // 0 = off
+  int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  ActivationCheckpointingConfig activation_checkpointing;
+  RuntimeConfig runtime;
+
+  std::string resolved_json;  // the config with "auto" filled in, for reports
+};
+
+// What the parser needs to know about the job to resolve "auto" and check
+// the batch identity.
+struct ConfigContext {
+  int64_t world_size = 1;   // processes in the job
+  int64_t total_steps = 0;  // optimizer steps the caller plans; 0 = unknown
+};
+
+// Parses, resolves "auto" and validates. Errors name the JSON path, the
+// expected and the found value; unknown keys name the nearest known key;
+// recognised keys of features not built yet are kNotSupported errors.
+Result<Config> ParseConfig(std::string_view json_text, const ConfigContext &context);
+
+// Reads the file and parses it; I/O errors name the path.
+Result<Config> LoadConfigFile(const std::string &path, const ConfigContext &context);
+
+}  // namespace dst
