@@ -1,0 +1,56 @@
+// Safetensors: the Hugging Face tensor file format (8-byte little-endian header
+// length, a JSON header of {name: {dtype, shape, data_offsets}} plus an optional
+// "__metadata__" string map, then the raw little-endian bytes). Files written
+// here load with the `safetensors` Python package and torch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/common/status.h"
+
+namespace dst {
+
+enum class TensorDType { kF32, kF16, kBF16, kI32, kI64, kU8 };
+
+// Bytes per element of a dtype.
+size_t DTypeSize(TensorDType dtype);
+// "F32", "F16", "BF16", "I32", "I64", "U8".
+const char *DTypeName(TensorDType dtype);
+
+// A tensor to write: borrowed bytes, not owned.
+struct TensorRef {
+  std::string name;
+  TensorDType dtype = TensorDType::kF32;
+  std::vector<int64_t> shape;  // empty = scalar
+  const void *data = nullptr;  // numel(shape) * DTypeSize(dtype) bytes
+};
+
+// A tensor read back: owns its bytes.
+struct LoadedTensor {
+  TensorDType dtype = TensorDType::kF32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+  int64_t numel() const;
+  const float *f32() const { return reinterpret_cast<const float *>(bytes.data()); }
+};
+
+struct SafetensorsFile {
+  std::map<std::string, LoadedTensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+// Writes `path` (tensors in the given order) and fsyncs it. Duplicate names,
+// null data or a bad shape are kInvalidArgument; I/O failures kIo naming path.
+Status WriteSafetensors(const std::string &path, const std::vector<TensorRef> &tensors,
+                        const std::map<std::string, std::string> &metadata = {});
+
+// Reads and validates the whole file: header length within the file, JSON
+// well formed, every dtype known, offsets contiguous and inside the data,
+// sizes equal numel * dtype size. Errors are kCheckpoint naming the path and
+// the offending tensor; a missing file is kIo.
+Result<SafetensorsFile> ReadSafetensors(const std::string &path);
+
+}  // namespace dst
