@@ -266,12 +266,16 @@ DST_API dst_status_t dst_dataset_num_tokens(const dst_dataset_t *dataset, dst_sp
 /* The path the dataset was read from (owned by the dataset). */
 DST_API dst_status_t dst_dataset_path(const dst_dataset_t *dataset, const char **out_path);
 
-/* Fills tokens/targets [n_samples, seq_len] with random windows of the split
- * (targets are the tokens shifted by one). Deterministic in (seed, split,
- * batch_index, rank share): the data position is just batch_index. */
+/* Fills tokens/targets [n_samples, seq_len] (count = n_samples * seq_len
+ * elements each) with random windows of the split; targets are the tokens
+ * shifted by one. Sample j's window depends only on (seed, split, batch_index,
+ * first_sample + j), so the data position is just batch_index, and a
+ * data-parallel rank r that asks for first_sample = r * n_samples gets its
+ * slice of exactly the batch a single rank would see. */
 DST_API dst_status_t dst_dataset_batch(const dst_dataset_t *dataset, dst_split_t split,
-                                       uint64_t batch_index, size_t n_samples, size_t seq_len,
-                                       int32_t *tokens, int32_t *targets, size_t count);
+                                       uint64_t batch_index, uint64_t first_sample,
+                                       size_t n_samples, size_t seq_len, int32_t *tokens,
+                                       int32_t *targets, size_t count);
 
 #ifdef __cplusplus
 }
