@@ -1,0 +1,276 @@
+// dst_engine_*: the C ABI over dst::Engine.
+#include <memory>
+#include <string>
+
+#include "capi/src/capi_util.h"
+#include "core/engine/engine.h"
+
+struct dst_engine {
+  std::unique_ptr<dst::Engine> engine;
+  std::string metrics_json;  // returned by dst_engine_metrics_json
+  std::string client_state;  // returned by dst_engine_load_checkpoint
+};
+
+namespace {
+
+using dst::capi::Fail;
+using dst::capi::FromStatus;
+
+// Checks the struct_size of an options-style struct supplied by the caller.
+template <typename S>
+bool StructSizeOk(const S *s, size_t minimum) {
+  return s->struct_size >= minimum && s->struct_size <= (size_t(1) << 20);
+}
+
+dst_status_t ToBatchView(const dst_batch_t *batch, const char *call, dst::BatchView *out) {
+  if (!StructSizeOk(batch, sizeof(dst_batch_t)))
+    return Fail(DST_ERR_INVALID_ARGUMENT,
+                std::string(call) + ": batch->struct_size is " +
+                    std::to_string(batch->struct_size) +
+                    "; initialise the batch with dst_batch_default()");
+  out->n_samples = batch->n_samples;
+  out->seq_len = batch->seq_len;
+  out->tokens = batch->tokens;
+  out->tokens_count = batch->tokens_count;
+  out->targets = batch->targets;
+  out->targets_count = batch->targets_count;
+  out->inputs = batch->inputs;
+  out->inputs_count = batch->inputs_count;
+  out->labels = batch->labels;
+  out->labels_count = batch->labels_count;
+  return DST_OK;
+}
+
+std::string OrEmpty(const char *s) { return s ? std::string(s) : std::string(); }
+
+}  // namespace
+
+extern "C" {
+
+void dst_engine_options_default(dst_engine_options_t *options) {
+  if (!options) return;
+  *options = dst_engine_options_t{};
+  options->struct_size = sizeof(dst_engine_options_t);
+}
+
+void dst_batch_default(dst_batch_t *batch) {
+  if (!batch) return;
+  *batch = dst_batch_t{};
+  batch->struct_size = sizeof(dst_batch_t);
+}
+
+dst_status_t dst_engine_create(dst_engine_t **out, const dst_engine_options_t *options) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(out);
+  *out = nullptr;
+  DST_CAPI_REQUIRE_NONNULL(options);
+  if (!StructSizeOk(options, sizeof(dst_engine_options_t)))
+    return Fail(DST_ERR_INVALID_ARGUMENT,
+                "dst_engine_create: options->struct_size is " +
+                    std::to_string(options->struct_size) +
+                    "; initialise the options with dst_engine_options_default()");
+  if (options->total_steps < 0)
+    return Fail(DST_ERR_INVALID_ARGUMENT, "dst_engine_create: options->total_steps is " +
+                                              std::to_string(options->total_steps) +
+                                              "; pass 0 (unknown) or the planned step count");
+  dst::EngineOptions opts;
+  opts.config_text = OrEmpty(options->config_json);
+  opts.config_path = OrEmpty(options->config_path);
+  opts.model_text = OrEmpty(options->model_json);
+  opts.model_path = OrEmpty(options->model_path);
+  opts.total_steps = options->total_steps;
+  dst::Result<std::unique_ptr<dst::Engine>> engine = dst::Engine::Create(opts);
+  if (!engine.ok()) return FromStatus(engine.status());
+  auto handle = std::make_unique<dst_engine>();
+  handle->engine = std::move(engine).value();
+  *out = handle.release();
+  return DST_OK;
+  DST_CAPI_END
+}
+
+void dst_engine_destroy(dst_engine_t *engine) { delete engine; }
+
+dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *info) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_CAPI_REQUIRE_NONNULL(info);
+  if (!StructSizeOk(info, sizeof(dst_engine_info_t)))
+    return Fail(DST_ERR_INVALID_ARGUMENT,
+                "dst_engine_get_info: info->struct_size is " + std::to_string(info->struct_size) +
+                    "; set it to sizeof(dst_engine_info_t)");
+  const dst::EngineInfo in = engine->engine->Info();
+  const size_t size = info->struct_size;
+  *info = dst_engine_info_t{};
+  info->struct_size = size;
+  info->model_type =
+      in.model_type == dst::ModelSpec::Type::kGpt ? DST_MODEL_GPT : DST_MODEL_SEQUENTIAL;
+  info->loss_type = in.loss == dst::ModelSpec::Loss::kMse ? DST_LOSS_MSE : DST_LOSS_CROSS_ENTROPY;
+  info->num_parameters = in.num_parameters;
+  info->train_batch_size = in.train_batch_size;
+  info->micro_batch_size = in.micro_batch_size;
+  info->grad_accum_steps = in.grad_accum_steps;
+  info->dp_size = in.dp_size;
+  info->rank = in.rank;
+  info->world_size = in.world_size;
+  info->seq_len = in.seq_len;
+  info->vocab_size = in.vocab_size;
+  info->input_dim = in.input_dim;
+  info->output_dim = in.output_dim;
+  return DST_OK;
+  DST_CAPI_END
+}
+
+#define DST_BATCH_CALL(method, call_name)                                  \
+  DST_CAPI_BEGIN                                                           \
+  DST_CAPI_REQUIRE_NONNULL(engine);                                        \
+  DST_CAPI_REQUIRE_NONNULL(batch);                                         \
+  dst::BatchView view;                                                     \
+  if (dst_status_t s = ToBatchView(batch, call_name, &view); s != DST_OK) \
+    return s;                                                              \
+  return FromStatus(engine->engine->method(view, out_loss));               \
+  DST_CAPI_END
+
+dst_status_t dst_engine_train_batch(dst_engine_t *engine, const dst_batch_t *batch,
+                                    float *out_loss) {
+  DST_BATCH_CALL(TrainBatch, "dst_engine_train_batch")
+}
+
+dst_status_t dst_engine_eval_batch(dst_engine_t *engine, const dst_batch_t *batch,
+                                   float *out_loss) {
+  DST_BATCH_CALL(EvalBatch, "dst_engine_eval_batch")
+}
+
+dst_status_t dst_engine_forward_backward(dst_engine_t *engine, const dst_batch_t *batch,
+                                         float *out_loss) {
+  DST_BATCH_CALL(ForwardBackward, "dst_engine_forward_backward")
+}
+
+dst_status_t dst_engine_step_count(const dst_engine_t *engine, int64_t *out_steps) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_CAPI_REQUIRE_NONNULL(out_steps);
+  *out_steps = engine->engine->steps();
+  return DST_OK;
+  DST_CAPI_END
+}
+
+dst_status_t dst_engine_learning_rate(const dst_engine_t *engine, double *out_lr) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_CAPI_REQUIRE_NONNULL(out_lr);
+  *out_lr = engine->engine->NextLearningRate();
+  return DST_OK;
+  DST_CAPI_END
+}
+
+dst_status_t dst_engine_param_count(const dst_engine_t *engine, size_t *out_count) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_CAPI_REQUIRE_NONNULL(out_count);
+  *out_count = engine->engine->ParamDecls().size();
+  return DST_OK;
+  DST_CAPI_END
+}
+
+dst_status_t dst_engine_param_info(const dst_engine_t *engine, size_t index,
+                                   dst_tensor_info_t *info) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_CAPI_REQUIRE_NONNULL(info);
+  const auto &decls = engine->engine->ParamDecls();
+  if (index >= decls.size())
+    return Fail(DST_ERR_INVALID_ARGUMENT, "dst_engine_param_info: index " +
+                                              std::to_string(index) + " is out of range; there are " +
+                                              std::to_string(decls.size()) + " parameter tensors");
+  if (!StructSizeOk(info, sizeof(dst_tensor_info_t)))
+    return Fail(DST_ERR_INVALID_ARGUMENT,
+                "dst_engine_param_info: info->struct_size is " + std::to_string(info->struct_size) +
+                    "; set it to sizeof(dst_tensor_info_t)");
+  const dst::ParamDecl &d = decls[index];
+  const size_t size = info->struct_size;
+  *info = dst_tensor_info_t{};
+  info->struct_size = size;
+  info->name = d.name.c_str();
+  info->ndim = int32_t(d.shape.size());
+  for (size_t i = 0; i < d.shape.size() && i < DST_MAX_DIMS; ++i) info->shape[i] = d.shape[i];
+  info->numel = d.numel;
+  return DST_OK;
+  DST_CAPI_END
+}
+
+dst_status_t dst_engine_get_param(const dst_engine_t *engine, const char *name, float *data,
+                                  size_t count) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_CAPI_REQUIRE_NONNULL(name);
+  DST_CAPI_REQUIRE_NONNULL(data);
+  return FromStatus(engine->engine->GetParam(name, data, count));
+  DST_CAPI_END
+}
+
+dst_status_t dst_engine_set_param(dst_engine_t *engine, const char *name, const float *data,
+                                  size_t count) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_CAPI_REQUIRE_NONNULL(name);
+  DST_CAPI_REQUIRE_NONNULL(data);
+  return FromStatus(engine->engine->SetParam(name, data, count));
+  DST_CAPI_END
+}
+
+dst_status_t dst_engine_get_grad(const dst_engine_t *engine, const char *name, float *data,
+                                 size_t count) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_CAPI_REQUIRE_NONNULL(name);
+  DST_CAPI_REQUIRE_NONNULL(data);
+  return FromStatus(engine->engine->GetGrad(name, data, count));
+  DST_CAPI_END
+}
+
+dst_status_t dst_engine_save_checkpoint(dst_engine_t *engine, const char *dir, const char *tag,
+                                        const char *client_state_json) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_CAPI_REQUIRE_NONNULL(dir);
+  const std::string resolved_tag =
+      tag ? std::string(tag) : "global_step" + std::to_string(engine->engine->steps());
+  return FromStatus(
+      engine->engine->SaveCheckpoint(dir, resolved_tag, OrEmpty(client_state_json)));
+  DST_CAPI_END
+}
+
+dst_status_t dst_engine_load_checkpoint(dst_engine_t *engine, const char *dir, const char *tag,
+                                        const char **out_client_state) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_CAPI_REQUIRE_NONNULL(dir);
+  std::string client;
+  dst::Status st = engine->engine->LoadCheckpoint(dir, OrEmpty(tag), &client);
+  if (!st.ok()) return FromStatus(st);
+  engine->client_state = std::move(client);
+  if (out_client_state) *out_client_state = engine->client_state.c_str();
+  return DST_OK;
+  DST_CAPI_END
+}
+
+dst_status_t dst_engine_metrics_json(dst_engine_t *engine, const char **out_json) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_CAPI_REQUIRE_NONNULL(out_json);
+  engine->metrics_json = engine->engine->MetricsJson();
+  *out_json = engine->metrics_json.c_str();
+  return DST_OK;
+  DST_CAPI_END
+}
+
+dst_status_t dst_engine_config_json(const dst_engine_t *engine, const char **out_json) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_CAPI_REQUIRE_NONNULL(out_json);
+  *out_json = engine->engine->ConfigJson().c_str();
+  return DST_OK;
+  DST_CAPI_END
+}
+
+}  // extern "C"

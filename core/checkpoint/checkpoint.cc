@@ -1,0 +1,236 @@
+#include "core/checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace dst {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char *kMetaFile = "meta.json";
+constexpr const char *kLatestFile = "latest";
+constexpr const char *kFormat = "dstrain-checkpoint";
+constexpr int kFormatVersion = 1;
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+Status FsyncPath(const std::string &path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) return IoError("cannot open " + path + " to sync it: " + ErrnoText());
+  const int rc = ::fsync(fd);
+  const std::string err = rc != 0 ? ErrnoText() : "";
+  ::close(fd);
+  if (rc != 0) return IoError("fsync of " + path + " failed: " + err);
+  return Status::Ok();
+}
+
+Status WriteTextFile(const std::string &path, const std::string &text) {
+  std::FILE *f = std::fopen(path.c_str(), "wb");
+  if (!f) return IoError("cannot create " + path + ": " + ErrnoText());
+  const size_t written = std::fwrite(text.data(), 1, text.size(), f);
+  const bool flushed = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const std::string err = ErrnoText();
+  std::fclose(f);
+  if (written != text.size() || !flushed)
+    return IoError("cannot write " + path + ": " + err + " (is the disk full?)");
+  return Status::Ok();
+}
+
+Result<std::string> ReadTextFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return IoError("cannot read " + path + ": " + ErrnoText());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Replaces `target` by the directory `staged`: the old one (if any) is moved
+// aside first and removed only after the new one is in place.
+Status SwapDirectoryIntoPlace(const std::string &staged, const std::string &target) {
+  std::error_code ec;
+  const std::string old = target + ".old";
+  fs::remove_all(old, ec);
+  const bool had_old = fs::exists(target);
+  if (had_old) {
+    fs::rename(target, old, ec);
+    if (ec) return IoError("cannot move " + target + " aside: " + ec.message());
+  }
+  fs::rename(staged, target, ec);
+  if (ec) {
+    if (had_old) fs::rename(old, target, ec);
+    return IoError("cannot rename " + staged + " to " + target + ": " + ec.message());
+  }
+  fs::remove_all(old, ec);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateTag(const std::string &tag) {
+  if (tag.empty() || tag == "." || tag == ".." || tag.size() > 200)
+    return InvalidArgument("checkpoint tag \"" + tag +
+                           "\" is not a valid directory name; use e.g. \"global_step100\"");
+  for (char c : tag) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+    if (!ok)
+      return InvalidArgument("checkpoint tag \"" + tag + "\" contains '" + std::string(1, c) +
+                             "'; use letters, digits, '.', '_' and '-' only");
+  }
+  return Status::Ok();
+}
+
+Result<std::string> FileChecksum(const std::string &path, uint64_t *size_out) {
+  std::FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f) return IoError("cannot read " + path + ": " + ErrnoText());
+  // 64-bit multiply-rotate hash over 8-byte words; the tail is zero-padded.
+  uint64_t h = 0x9e3779b97f4a7c15ULL, size = 0;
+  std::vector<unsigned char> block(1 << 20);
+  size_t got;
+  while ((got = std::fread(block.data(), 1, block.size(), f)) > 0) {
+    size += got;
+    const size_t padded = (got + 7) / 8 * 8;
+    std::memset(block.data() + got, 0, padded - got);
+    for (size_t i = 0; i < padded; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, block.data() + i, 8);
+      h = (h ^ w) * 0xff51afd7ed558ccdULL;
+      h = (h << 29) | (h >> 35);
+    }
+  }
+  const bool failed = std::ferror(f);
+  std::fclose(f);
+  if (failed) return IoError("read error in " + path);
+  h ^= size;
+  h *= 0xc4ceb9fe1a85ec53ULL;
+  h ^= h >> 33;
+  if (size_out) *size_out = size;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string(hex);
+}
+
+Status WriteCheckpoint(const std::string &dir, const std::string &tag,
+                       const std::vector<CheckpointFile> &files, nlohmann::json meta) {
+  DST_RETURN_IF_ERROR(ValidateTag(tag));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return IoError("cannot create checkpoint directory " + dir + ": " + ec.message());
+  const std::string staged = (fs::path(dir) / ("." + tag + ".tmp")).string();
+  fs::remove_all(staged, ec);
+  fs::create_directory(staged, ec);
+  if (ec) return IoError("cannot create " + staged + ": " + ec.message());
+
+  meta["format"] = kFormat;
+  meta["format_version"] = kFormatVersion;
+  meta["tag"] = tag;
+  nlohmann::json listed = nlohmann::json::object();
+  for (const CheckpointFile &file : files) {
+    const std::string path = (fs::path(staged) / file.name).string();
+    Status st = WriteSafetensors(path, file.tensors, file.metadata);
+    if (!st.ok()) {
+      fs::remove_all(staged, ec);
+      return st.context("saving checkpoint " + tag);
+    }
+    uint64_t size = 0;
+    Result<std::string> sum = FileChecksum(path, &size);
+    if (!sum.ok()) return sum.status();
+    listed[file.name] = {{"bytes", size}, {"checksum", sum.value()}};
+  }
+  meta["files"] = listed;
+  Status st = WriteTextFile((fs::path(staged) / kMetaFile).string(), meta.dump(2));
+  if (st.ok()) st = FsyncPath(staged, true);
+  if (st.ok()) st = SwapDirectoryIntoPlace(staged, (fs::path(dir) / tag).string());
+  if (!st.ok()) {
+    fs::remove_all(staged, ec);
+    return st.context("saving checkpoint " + tag);
+  }
+  const std::string latest_tmp = (fs::path(dir) / ".latest.tmp").string();
+  DST_RETURN_IF_ERROR(WriteTextFile(latest_tmp, tag));
+  fs::rename(latest_tmp, fs::path(dir) / kLatestFile, ec);
+  if (ec) return IoError("cannot update " + dir + "/latest: " + ec.message());
+  return FsyncPath(dir, true);
+}
+
+namespace {
+
+Result<std::string> ResolveTag(const std::string &dir, const std::string &tag) {
+  if (!tag.empty()) return tag;
+  const std::string latest = (fs::path(dir) / kLatestFile).string();
+  if (!fs::exists(latest)) {
+    if (!fs::exists(dir)) return IoError("checkpoint directory " + dir + " does not exist");
+    return CheckpointError("no '" + std::string(kLatestFile) + "' file in " + dir +
+                           "; pass the tag to load, or check the directory");
+  }
+  Result<std::string> text = ReadTextFile(latest);
+  if (!text.ok()) return text.status();
+  std::string name = text.value();
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  return name;
+}
+
+Status VerifyListedFile(const std::string &path, const nlohmann::json &entry) {
+  uint64_t size = 0;
+  Result<std::string> sum = FileChecksum(path, &size);
+  if (!sum.ok()) return CheckpointError(sum.status().message());
+  if (!entry.is_object() || !entry.contains("bytes") || !entry.contains("checksum"))
+    return CheckpointError("meta.json has no size/checksum for " + path);
+  if (entry["bytes"].get<uint64_t>() != size)
+    return CheckpointError(path + " is " + std::to_string(size) + " bytes but was saved with " +
+                           entry["bytes"].dump() + ": the file is truncated or was replaced");
+  if (entry["checksum"].get<std::string>() != sum.value())
+    return CheckpointError(path + " fails its checksum (saved " +
+                           entry["checksum"].get<std::string>() + ", now " + sum.value() +
+                           "): the file is corrupt; restore it or load another tag");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<LoadedCheckpoint> ReadCheckpoint(const std::string &dir, const std::string &tag) {
+  Result<std::string> resolved = ResolveTag(dir, tag);
+  if (!resolved.ok()) return resolved.status();
+  DST_RETURN_IF_ERROR(ValidateTag(resolved.value()).context("loading checkpoint from " + dir));
+  LoadedCheckpoint ckpt;
+  ckpt.tag = resolved.value();
+  ckpt.path = (fs::path(dir) / ckpt.tag).string();
+  if (!fs::is_directory(ckpt.path))
+    return CheckpointError("checkpoint " + ckpt.path + " does not exist");
+  const std::string meta_path = (fs::path(ckpt.path) / kMetaFile).string();
+  Result<std::string> meta_text = ReadTextFile(meta_path);
+  if (!meta_text.ok()) return CheckpointError(meta_text.status().message());
+  try {
+    ckpt.meta = nlohmann::json::parse(meta_text.value());
+  } catch (const nlohmann::json::exception &e) {
+    return CheckpointError(meta_path + " is not valid JSON (" + e.what() + "): the file is corrupt");
+  }
+  try {
+    if (ckpt.meta.value("format", "") != kFormat)
+      return CheckpointError(meta_path + " is not a dstrain checkpoint (format \"" +
+                             ckpt.meta.value("format", "") + "\")");
+    if (ckpt.meta.value("format_version", 0) != kFormatVersion)
+      return CheckpointError(meta_path + " has format_version " +
+                             ckpt.meta["format_version"].dump() + "; this build reads version " +
+                             std::to_string(kFormatVersion));
+    for (const auto &[name, entry] : ckpt.meta.at("files").items()) {
+      const std::string path = (fs::path(ckpt.path) / name).string();
+      DST_RETURN_IF_ERROR(VerifyListedFile(path, entry));
+      Result<SafetensorsFile> file = ReadSafetensors(path);
+      if (!file.ok()) return CheckpointError(file.status().message());
+      ckpt.files.emplace(name, std::move(file).value());
+    }
+  } catch (const nlohmann::json::exception &e) {
+    return CheckpointError(meta_path + " is missing fields or has wrong types (" + e.what() + ")");
+  }
+  return ckpt;
+}
+
+}  // namespace dst

@@ -1,0 +1,364 @@
+#include "core/engine/engine.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/optim/clip.h"
+#include "core/optim/lr_schedule.h"
+#include "core/runtime/threads.h"
+
+namespace dst {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Result<std::string> ReadWholeFile(const std::string &path, const char *what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return IoError(std::string("cannot read the ") + what + " file " + path + ": " +
+                          std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Exactly one of text/path must be given; returns the text.
+Result<std::string> TextOrFile(const std::string &text, const std::string &path,
+                               const char *what) {
+  if (!text.empty() && !path.empty())
+    return InvalidArgument(std::string("both a ") + what + " JSON string and a " + what +
+                           " path were given; pass exactly one");
+  if (text.empty() && path.empty())
+    return InvalidArgument(std::string("no ") + what + " given; pass a " + what +
+                           " JSON string or a path to one");
+  if (!text.empty()) return text;
+  return ReadWholeFile(path, what);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- creation
+
+Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
+  Result<std::string> config_text = TextOrFile(options.config_text, options.config_path, "config");
+  if (!config_text.ok()) return config_text.status();
+  Result<std::string> model_text = TextOrFile(options.model_text, options.model_path, "model");
+  if (!model_text.ok()) return model_text.status();
+
+  ConfigContext context;
+  context.world_size = 1;
+  context.total_steps = options.total_steps;
+  Result<Config> config = ParseConfig(config_text.value(), context);
+  if (!config.ok()) return config.status();
+  Result<ModelSpec> spec = ParseModelSpec(model_text.value());
+  if (!spec.ok()) return spec.status();
+  return std::unique_ptr<Engine>(new Engine(std::move(config).value(), std::move(spec).value()));
+}
+
+Engine::Engine(Config config, ModelSpec spec) : config_(std::move(config)) {
+  SetNumThreads(ResolveNumThreads(config_.runtime.num_threads));
+  ActivationLimits limits;
+  limits.max_B = config_.train_micro_batch_size_per_gpu;
+  limits.max_T = spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
+  limits.max_threads = MaxThreads();
+  model_ = std::make_unique<Model<float>>(spec, limits, &memory_);
+  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->params().size(), &memory_);
+  const int64_t T = limits.max_T;
+  flops_per_sample_token_ = 3.0 * model_->ForwardFlops(1, T) / double(T);
+}
+
+EngineInfo Engine::Info() const {
+  const ModelSpec &spec = model_->spec();
+  const bool gpt = spec.type == ModelSpec::Type::kGpt;
+  EngineInfo info{};
+  info.model_type = spec.type;
+  info.loss = spec.loss;
+  info.num_parameters = model_->params().size();
+  info.train_batch_size = config_.train_batch_size;
+  info.micro_batch_size = config_.train_micro_batch_size_per_gpu;
+  info.grad_accum_steps = config_.gradient_accumulation_steps;
+  info.dp_size = config_.dp_size;
+  info.rank = 0;
+  info.world_size = 1;
+  info.seq_len = gpt ? spec.gpt.n_ctx : 0;
+  info.vocab_size = gpt ? spec.gpt.vocab : 0;
+  info.input_dim = gpt ? 0 : spec.input_dim;
+  info.output_dim = gpt ? spec.gpt.vocab : spec.SequentialOutputDim();
+  return info;
+}
+
+double Engine::NextLearningRate() const {
+  return LearningRateAt(config_.scheduler, config_.optimizer.lr, steps_);
+}
+
+// ---------------------------------------------------------------- batches
+
+Status Engine::CheckTokenRange(const int32_t *ids, size_t count, int64_t limit, bool allow_ignore,
+                               const char *what, const char *call) const {
+  for (size_t i = 0; i < count; ++i) {
+    const int32_t id = ids[i];
+    if ((id >= 0 && id < limit) || (allow_ignore && id == -1)) continue;
+    return InvalidArgument(std::string(call) + ": " + what + "[" + std::to_string(i) + "] = " +
+                           std::to_string(id) + " is outside [0, " + std::to_string(limit) + ")" +
+                           (allow_ignore ? " (or -1 to ignore)" : ""));
+  }
+  return Status::Ok();
+}
+
+namespace {
+Status CheckCount(const char *call, const char *name, const void *ptr, size_t given,
+                  size_t expected, const std::string &formula) {
+  if (!ptr)
+    return InvalidArgument(std::string(call) + ": batch." + name + " is NULL; this model needs " +
+                           formula + " = " + std::to_string(expected) + " values");
+  if (given != expected)
+    return InvalidArgument(std::string(call) + ": batch." + name + "_count is " +
+                           std::to_string(given) + " but " + formula + " = " +
+                           std::to_string(expected));
+  return Status::Ok();
+}
+}  // namespace
+
+Result<int64_t> Engine::CheckBatch(const BatchView &b, const char *call, bool exact_train) const {
+  const int64_t micro = config_.train_micro_batch_size_per_gpu;
+  const int64_t accum = config_.gradient_accumulation_steps;
+  const int64_t n = int64_t(b.n_samples);
+  if (exact_train && n != micro * accum)
+    return InvalidArgument(std::string(call) + ": n_samples is " + std::to_string(n) +
+                           " but one optimizer step on this rank takes train_micro_batch_size_per_gpu " +
+                           std::to_string(micro) + " x gradient_accumulation_steps " +
+                           std::to_string(accum) + " = " + std::to_string(micro * accum));
+  if (!exact_train && (n <= 0 || n % micro != 0))
+    return InvalidArgument(std::string(call) + ": n_samples is " + std::to_string(n) +
+                           "; it must be a positive multiple of train_micro_batch_size_per_gpu " +
+                           std::to_string(micro));
+  const ModelSpec &spec = model_->spec();
+  if (spec.type == ModelSpec::Type::kGpt) {
+    const int64_t T = int64_t(b.seq_len);
+    if (T < 1 || T > spec.gpt.n_ctx)
+      return InvalidArgument(std::string(call) + ": seq_len is " + std::to_string(T) +
+                             "; it must be in [1, n_ctx = " + std::to_string(spec.gpt.n_ctx) + "]");
+    const size_t want = size_t(n * T);
+    const std::string formula = "n_samples x seq_len";
+    DST_RETURN_IF_ERROR(CheckCount(call, "tokens", b.tokens, b.tokens_count, want, formula));
+    DST_RETURN_IF_ERROR(CheckCount(call, "targets", b.targets, b.targets_count, want, formula));
+    DST_RETURN_IF_ERROR(CheckTokenRange(b.tokens, want, spec.gpt.vocab, false, "tokens", call));
+    DST_RETURN_IF_ERROR(CheckTokenRange(b.targets, want, spec.gpt.vocab, true, "targets", call));
+  } else {
+    DST_RETURN_IF_ERROR(CheckCount(call, "inputs", b.inputs, b.inputs_count,
+                                   size_t(n * spec.input_dim), "n_samples x input_dim"));
+    const int64_t out = spec.SequentialOutputDim();
+    if (spec.loss == ModelSpec::Loss::kMse) {
+      DST_RETURN_IF_ERROR(CheckCount(call, "labels", b.labels, b.labels_count, size_t(n * out),
+                                     "n_samples x output_dim"));
+    } else {
+      DST_RETURN_IF_ERROR(
+          CheckCount(call, "targets", b.targets, b.targets_count, size_t(n), "n_samples"));
+      DST_RETURN_IF_ERROR(CheckTokenRange(b.targets, size_t(n), out, true, "targets", call));
+    }
+  }
+  return n / micro;
+}
+
+MicroBatch<float> Engine::MicroBatchAt(const BatchView &b, int64_t index) const {
+  const ModelSpec &spec = model_->spec();
+  MicroBatch<float> mb;
+  mb.B = config_.train_micro_batch_size_per_gpu;
+  const int64_t first = index * mb.B;
+  if (spec.type == ModelSpec::Type::kGpt) {
+    mb.seq = int64_t(b.seq_len);
+    mb.tokens = b.tokens + first * mb.seq;
+    mb.targets = b.targets + first * mb.seq;
+  } else {
+    mb.seq = 1;
+    mb.inputs = b.inputs + first * spec.input_dim;
+    if (b.labels) mb.labels = b.labels + first * spec.SequentialOutputDim();
+    if (b.targets) mb.targets = b.targets + first;
+  }
+  return mb;
+}
+
+// ---------------------------------------------------------------- execution
+
+Status Engine::Run(const std::vector<Instruction> &program, const BatchView &batch,
+                   double *mean_loss) {
+  int64_t micro_batches = 0;
+  for (const Instruction &ins : program) micro_batches += ins.op == Op::kForward;
+  const float grad_scale = 1.0f / float(micro_batches);
+  StepRecord rec;
+  const auto step_start = Clock::now();
+  double loss_sum = 0;
+  MicroBatch<float> mb;
+  for (const Instruction &ins : program) {
+    const auto t0 = Clock::now();
+    switch (ins.op) {
+      case Op::kZeroGradients:
+        std::memset(model_->params().grads(), 0, size_t(model_->params().size()) * sizeof(float));
+        break;
+      case Op::kForward:
+        mb = MicroBatchAt(batch, ins.micro_batch);
+        mb.grad_scale = grad_scale;
+        loss_sum += model_->Forward(mb);
+        rec.phases.forward += SecondsSince(t0);
+        break;
+      case Op::kBackward:
+        model_->Backward(mb);
+        rec.phases.backward += SecondsSince(t0);
+        break;
+      case Op::kReduceGradients:
+        break;  // one data-parallel rank: nothing to reduce
+      case Op::kClipGradients: {
+        rec.grad_norm = ClipGradNorm(model_->params().grads(), model_->params().size(),
+                                     config_.gradient_clipping);
+        if (!std::isfinite(rec.grad_norm) || !std::isfinite(loss_sum))
+          return Status(Code::kNumeric,
+                        "train_batch: the loss or the gradients are not finite at step " +
+                            std::to_string(steps_) + " (loss " + std::to_string(loss_sum) +
+                            ", gradient norm " + std::to_string(rec.grad_norm) +
+                            "); the step was skipped and the weights are unchanged. Lower the "
+                            "learning rate or set gradient_clipping");
+        rec.phases.step += SecondsSince(t0);
+        break;
+      }
+      case Op::kOptimizerStep:
+        rec.lr = NextLearningRate();
+        optimizer_->Step(model_->params().values(), model_->params().grads(), rec.lr);
+        ++steps_;
+        rec.phases.step += SecondsSince(t0);
+        break;
+    }
+  }
+  *mean_loss = loss_sum / double(micro_batches);
+  rec.loss = *mean_loss;
+  rec.seconds = SecondsSince(step_start);
+  rec.phases.total = rec.seconds;
+  rec.samples = int64_t(batch.n_samples);
+  rec.tokens = rec.samples * (model_->spec().type == ModelSpec::Type::kGpt ? int64_t(batch.seq_len) : 1);
+  if (program.back().op == Op::kOptimizerStep) {
+    last_ = rec;
+    total_times_.forward += rec.phases.forward;
+    total_times_.backward += rec.phases.backward;
+    total_times_.step += rec.phases.step;
+    total_times_.total += rec.phases.total;
+    total_samples_ += rec.samples;
+    total_tokens_ += rec.tokens;
+  }
+  return Status::Ok();
+}
+
+Status Engine::TrainBatch(const BatchView &batch, float *loss) {
+  Result<int64_t> micro = CheckBatch(batch, "train_batch", true);
+  if (!micro.ok()) return micro.status();
+  double mean = 0;
+  DST_RETURN_IF_ERROR(Run(TrainSchedule(micro.value()), batch, &mean));
+  if (loss) *loss = float(mean);
+  return Status::Ok();
+}
+
+Status Engine::EvalBatch(const BatchView &batch, float *loss) {
+  Result<int64_t> micro = CheckBatch(batch, "eval_batch", false);
+  if (!micro.ok()) return micro.status();
+  double mean = 0;
+  DST_RETURN_IF_ERROR(Run(EvalSchedule(micro.value()), batch, &mean));
+  if (loss) *loss = float(mean);
+  return Status::Ok();
+}
+
+Status Engine::ForwardBackward(const BatchView &batch, float *loss) {
+  Result<int64_t> micro = CheckBatch(batch, "forward_backward", false);
+  if (!micro.ok()) return micro.status();
+  double mean = 0;
+  DST_RETURN_IF_ERROR(Run(ForwardBackwardSchedule(micro.value()), batch, &mean));
+  if (loss) *loss = float(mean);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- parameters
+
+Status Engine::FindParam(const std::string &name, const char *call, size_t count, int *id) const {
+  const int k = model_->params().Find(name);
+  if (k < 0)
+    return InvalidArgument(std::string(call) + ": no parameter named \"" + name +
+                           "\"; list them with dst_engine_param_info");
+  const int64_t numel = model_->params().decls()[k].numel;
+  if (int64_t(count) != numel)
+    return InvalidArgument(std::string(call) + ": \"" + name + "\" has " + std::to_string(numel) +
+                           " elements but the buffer holds " + std::to_string(count));
+  *id = k;
+  return Status::Ok();
+}
+
+Status Engine::GetParam(const std::string &name, float *data, size_t count) const {
+  int id = 0;
+  DST_RETURN_IF_ERROR(FindParam(name, "get_param", count, &id));
+  const ParamDecl &d = model_->params().decls()[id];
+  std::memcpy(data, model_->params().values() + d.offset, count * sizeof(float));
+  return Status::Ok();
+}
+
+Status Engine::SetParam(const std::string &name, const float *data, size_t count) {
+  int id = 0;
+  DST_RETURN_IF_ERROR(FindParam(name, "set_param", count, &id));
+  std::memcpy(model_->params().param(id), data, count * sizeof(float));
+  return Status::Ok();
+}
+
+Status Engine::GetGrad(const std::string &name, float *data, size_t count) const {
+  int id = 0;
+  DST_RETURN_IF_ERROR(FindParam(name, "get_grad", count, &id));
+  const ParamDecl &d = model_->params().decls()[id];
+  std::memcpy(data, model_->params().grads() + d.offset, count * sizeof(float));
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- metrics
+
+std::string Engine::MetricsJson() const {
+  using Json = nlohmann::json;
+  auto phases = [](const PhaseTimes &p) {
+    return Json{{"forward", p.forward}, {"backward", p.backward}, {"step", p.step},
+                {"total", p.total}};
+  };
+  Json memory = Json::object();
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    const auto cat = static_cast<MemoryCategory>(c);
+    memory[std::string(MemoryCategoryName(cat))] = {{"bytes", memory_.Current(cat)},
+                                                    {"peak_bytes", memory_.Peak(cat)}};
+  }
+  memory["total"] = {{"bytes", memory_.TotalCurrent()}, {"peak_bytes", memory_.TotalPeak()}};
+  const double seconds = last_.seconds > 0 ? last_.seconds : 0;
+  const double tokens_per_sec = seconds > 0 ? double(last_.tokens) / seconds : 0;
+  const bool gpt = model_->spec().type == ModelSpec::Type::kGpt;
+  const double step_flops =
+      flops_per_sample_token_ * double(gpt ? last_.tokens : last_.samples);
+  Json j = {
+      {"step", steps_},
+      {"samples", total_samples_},
+      {"tokens", total_tokens_},
+      {"loss", last_.loss},
+      {"lr", last_.lr},
+      {"next_lr", NextLearningRate()},
+      {"grad_norm", last_.grad_norm},
+      {"step_seconds", last_.seconds},
+      {"tokens_per_sec", tokens_per_sec},
+      {"samples_per_sec", seconds > 0 ? double(last_.samples) / seconds : 0},
+      {"flops_per_step", step_flops},
+      {"achieved_flops_per_sec", seconds > 0 ? step_flops / seconds : 0},
+      {"time_seconds", {{"last_step", phases(last_.phases)}, {"total", phases(total_times_)}}},
+      {"memory", memory},
+      {"num_parameters", model_->params().size()},
+      {"threads", MaxThreads()},
+  };
+  metrics_json_ = j.dump();
+  return metrics_json_;
+}
+
+}  // namespace dst

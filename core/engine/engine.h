@@ -1,0 +1,96 @@
+// Engine: one rank's training state — model, optimizer, schedule, timers —
+// and the instruction executor that runs train/eval steps over it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/common/status.h"
+#include "core/config/config.h"
+#include "core/engine/batch.h"
+#include "core/engine/schedule.h"
+#include "core/model/model.h"
+#include "core/optim/optimizer.h"
+#include "core/runtime/memory.h"
+
+namespace dst {
+
+struct EngineOptions {
+  std::string config_text, config_path;  // exactly one
+  std::string model_text, model_path;    // exactly one
+  int64_t total_steps = 0;
+};
+
+struct EngineInfo {
+  ModelSpec::Type model_type;
+  ModelSpec::Loss loss;
+  int64_t num_parameters, train_batch_size, micro_batch_size, grad_accum_steps, dp_size, rank,
+      world_size, seq_len, vocab_size, input_dim, output_dim;
+};
+
+// Seconds spent per phase.
+struct PhaseTimes {
+  double forward = 0, backward = 0, reduce = 0, step = 0, total = 0;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> Create(const EngineOptions &options);
+
+  Status TrainBatch(const BatchView &batch, float *loss);
+  Status EvalBatch(const BatchView &batch, float *loss);
+  Status ForwardBackward(const BatchView &batch, float *loss);
+
+  int64_t steps() const { return steps_; }
+  double NextLearningRate() const;
+  EngineInfo Info() const;
+
+  const std::vector<ParamDecl> &ParamDecls() const { return model_->params().decls(); }
+  Status GetParam(const std::string &name, float *data, size_t count) const;
+  Status SetParam(const std::string &name, const float *data, size_t count);
+  Status GetGrad(const std::string &name, float *data, size_t count) const;
+
+  Status SaveCheckpoint(const std::string &dir, const std::string &tag,
+                        const std::string &client_state_json);
+  Status LoadCheckpoint(const std::string &dir, const std::string &tag,
+                        std::string *client_state_json);
+
+  std::string MetricsJson() const;
+  const std::string &ConfigJson() const { return config_.resolved_json; }
+  const Config &config() const { return config_; }
+  MemoryTracker &memory() { return memory_; }
+
+ private:
+  Engine(Config config, ModelSpec spec);
+
+  // Checks buffers and sizes; returns the number of micro-batches in `batch`.
+  Result<int64_t> CheckBatch(const BatchView &batch, const char *call, bool exact_train) const;
+  Status CheckTokenRange(const int32_t *ids, size_t count, int64_t limit, bool allow_ignore,
+                         const char *what, const char *call) const;
+  MicroBatch<float> MicroBatchAt(const BatchView &batch, int64_t index) const;
+  // Runs `program` over `batch`; *mean_loss = mean of the micro-batch losses.
+  Status Run(const std::vector<Instruction> &program, const BatchView &batch, double *mean_loss);
+  Status FindParam(const std::string &name, const char *call, size_t count, int *id) const;
+
+  Config config_;
+  MemoryTracker memory_;  // declared before everything it accounts
+  std::unique_ptr<Model<float>> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  int64_t steps_ = 0;
+
+  // Last step's figures, for metrics.
+  struct StepRecord {
+    double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+    int64_t samples = 0, tokens = 0;
+    PhaseTimes phases;
+  };
+  StepRecord last_;
+  PhaseTimes total_times_;
+  int64_t total_samples_ = 0, total_tokens_ = 0;
+  double flops_per_sample_token_ = 0;  // training FLOPs per token (GPT) or sample
+  mutable std::string metrics_json_;
+};
+
+}  // namespace dst

@@ -1,0 +1,147 @@
+// Engine <-> checkpoint files: what a dstrain checkpoint holds and how a load
+// is validated before anything in the engine changes.
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/engine/engine.h"
+
+namespace dst {
+
+namespace {
+
+constexpr const char *kModelFile = "model.safetensors";
+constexpr const char *kOptimizerFile = "optimizer.safetensors";
+
+std::string StateTensorName(const std::string &state, const std::string &param) {
+  return state + "/" + param;
+}
+
+std::string ShapeText(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Checks that `file` holds exactly the engine's tensors with the same shapes.
+Status MatchTensors(const SafetensorsFile &file, const std::vector<ParamDecl> &decls,
+                    const std::string &prefix, const std::string &where) {
+  for (const ParamDecl &d : decls) {
+    const std::string name = prefix.empty() ? d.name : StateTensorName(prefix, d.name);
+    auto it = file.tensors.find(name);
+    if (it == file.tensors.end())
+      return CheckpointError(where + " has no tensor \"" + name +
+                             "\" that this model needs: the checkpoint was saved from a different "
+                             "model spec");
+    if (it->second.shape != d.shape || it->second.dtype != TensorDType::kF32)
+      return CheckpointError(where + ": tensor \"" + name + "\" has shape " +
+                             ShapeText(it->second.shape) + " but this model's is " +
+                             ShapeText(d.shape) +
+                             ": the checkpoint was saved from a different model spec");
+  }
+  if (file.tensors.size() != decls.size())
+    for (const auto &[name, tensor] : file.tensors) {
+      bool known = false;
+      for (const ParamDecl &d : decls)
+        known |= (prefix.empty() ? d.name : StateTensorName(prefix, d.name)) == name;
+      if (!known)
+        return CheckpointError(where + " has a tensor \"" + name +
+                               "\" that this model does not: the checkpoint was saved from a "
+                               "different model spec");
+    }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
+                              const std::string &client_state_json) {
+  using Json = nlohmann::json;
+  Json client = nullptr;
+  if (!client_state_json.empty()) {
+    try {
+      client = Json::parse(client_state_json);
+    } catch (const Json::exception &e) {
+      return InvalidArgument(std::string("save_checkpoint: client_state is not valid JSON: ") +
+                             e.what());
+    }
+  }
+  const std::vector<ParamDecl> &decls = model_->params().decls();
+  CheckpointFile weights{kModelFile, {}, {{"format", "pt"}}};
+  for (const ParamDecl &d : decls)
+    weights.tensors.push_back(
+        {d.name, TensorDType::kF32, d.shape, model_->params().values() + d.offset});
+  CheckpointFile optim{kOptimizerFile, {}, {}};
+  std::vector<OptimizerStateBuffer> states = optimizer_->StateBuffers();
+  for (const OptimizerStateBuffer &s : states)
+    for (const ParamDecl &d : decls)
+      optim.tensors.push_back(
+          {StateTensorName(s.name, d.name), TensorDType::kF32, d.shape, s.data + d.offset});
+
+  Json meta = {
+      {"dstrain_version", DSTRAIN_VERSION_STRING},
+      {"step", steps_},
+      {"optimizer", {{"type", optimizer_->Name()}, {"steps_taken", optimizer_->steps_taken()}}},
+      {"lr_scheduler", {{"iteration", steps_}, {"next_lr", NextLearningRate()}}},
+      {"rng", {{"model_seed", model_->spec().seed}, {"runtime_seed", config_.runtime.seed}}},
+      {"model_spec", Json::parse(model_->spec().canonical_json)},
+      {"config", Json::parse(config_.resolved_json)},
+      {"topology", {{"world_size", 1}, {"dp_size", 1}, {"tp_size", 1}, {"pp_size", 1}}},
+      {"client_state", client},
+  };
+  return WriteCheckpoint(dir, tag, {weights, optim}, meta);
+}
+
+Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
+                              std::string *client_state_json) {
+  Result<LoadedCheckpoint> loaded = ReadCheckpoint(dir, tag);
+  if (!loaded.ok()) return loaded.status();
+  const LoadedCheckpoint &ckpt = loaded.value();
+  const std::vector<ParamDecl> &decls = model_->params().decls();
+  const std::string where = ckpt.path;
+
+  // Validate everything before changing anything.
+  auto weights = ckpt.files.find(kModelFile);
+  auto optim = ckpt.files.find(kOptimizerFile);
+  if (weights == ckpt.files.end() || optim == ckpt.files.end())
+    return CheckpointError(where + " lacks " + kModelFile + " or " + kOptimizerFile);
+  DST_RETURN_IF_ERROR(MatchTensors(weights->second, decls, "", where + "/" + kModelFile));
+  const std::string saved_optimizer = ckpt.meta.at("optimizer").value("type", "");
+  if (saved_optimizer != optimizer_->Name())
+    return CheckpointError(where + " holds " + saved_optimizer +
+                           " optimizer state but this config uses " + optimizer_->Name() +
+                           "; load it with the same optimizer type");
+  std::vector<OptimizerStateBuffer> states = optimizer_->StateBuffers();
+  size_t expected_tensors = 0;
+  for (const OptimizerStateBuffer &s : states) {
+    SafetensorsFile subset;
+    for (const auto &[name, t] : optim->second.tensors)
+      if (name.rfind(s.name + "/", 0) == 0) subset.tensors.emplace(name, t);
+    DST_RETURN_IF_ERROR(MatchTensors(subset, decls, s.name, where + "/" + kOptimizerFile));
+    expected_tensors += subset.tensors.size();
+  }
+  if (expected_tensors != optim->second.tensors.size())
+    return CheckpointError(where + "/" + kOptimizerFile +
+                           " holds optimizer state this config does not use (e.g. momentum "
+                           "buffers with momentum 0); load it with the same optimizer settings");
+  const int64_t step = ckpt.meta.value("step", int64_t(-1));
+  const int64_t optimizer_steps = ckpt.meta.at("optimizer").value("steps_taken", int64_t(-1));
+  if (step < 0 || optimizer_steps < 0)
+    return CheckpointError(where + "/meta.json has no valid step count");
+
+  // Commit.
+  for (const ParamDecl &d : decls)
+    std::memcpy(model_->params().values() + d.offset, weights->second.tensors.at(d.name).f32(),
+                size_t(d.numel) * sizeof(float));
+  for (const OptimizerStateBuffer &s : states)
+    for (const ParamDecl &d : decls)
+      std::memcpy(s.data + d.offset,
+                  optim->second.tensors.at(StateTensorName(s.name, d.name)).f32(),
+                  size_t(d.numel) * sizeof(float));
+  steps_ = step;
+  optimizer_->set_steps_taken(optimizer_steps);
+  if (client_state_json) *client_state_json = ckpt.meta.value("client_state", nlohmann::json()).dump();
+  return Status::Ok();
+}
+
+}  // namespace dst

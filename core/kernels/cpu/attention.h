@@ -1,0 +1,102 @@
+// Causal multi-head self-attention core (after the QKV projection):
+//   qkv  [B, T, 3C]  with q = [..., 0:C], k = [..., C:2C], v = [..., 2C:3C],
+//        heads of size hs = C / H laid out contiguously inside each of q, k, v;
+//   att  [B, H, T, T] softmax(q k^T / sqrt(hs)) with the causal mask (saved);
+//   y    [B, T, C]    att v, heads merged.
+// Each (b, h) pair is one task; tasks run in parallel, their GEMMs single-threaded
+// (the OpenMP build of OpenBLAS does not nest).
+#pragma once
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/kernels/cpu/gemm.h"
+#include "core/kernels/elementwise_math.h"
+
+namespace dst::cpu {
+
+struct AttentionShape {
+  int64_t B, T, C, H;
+  int64_t head_size() const { return C / H; }
+};
+
+// Row t of a causal score matrix: softmax over columns 0..t, zeros after.
+template <typename T>
+inline void CausalSoftmaxRow(T *row, int64_t t, int64_t width) {
+  T maxv = row[0];
+#pragma omp simd reduction(max : maxv)
+  for (int64_t j = 1; j <= t; ++j) maxv = row[j] > maxv ? row[j] : maxv;
+  T sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j <= t; ++j) {
+    row[j] = math::FastExp(row[j] - maxv);
+    sum += row[j];
+  }
+  const T inv = T(1) / sum;
+  for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
+  for (int64_t j = t + 1; j < width; ++j) row[j] = T(0);
+}
+
+template <typename T>
+void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y) {
+  const int64_t hs = s.head_size(), C3 = 3 * s.C;
+  const T scale = T(1) / std::sqrt(T(hs));
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+    const int64_t b = bh / s.H, h = bh % s.H;
+    const T *q = qkv + b * s.T * C3 + h * hs;
+    const T *k = q + s.C;
+    const T *v = q + 2 * s.C;
+    T *a = att + bh * s.T * s.T;
+    Gemm(false, true, int(s.T), int(s.T), int(hs), scale, q, int(C3), k, int(C3), T(0), a,
+         int(s.T));
+    for (int64_t t = 0; t < s.T; ++t) CausalSoftmaxRow(a + t * s.T, t, s.T);
+    Gemm(false, false, int(s.T), int(hs), int(s.T), T(1), a, int(s.T), v, int(C3), T(0),
+         y + b * s.T * s.C + h * hs, int(s.C));
+  }
+}
+
+// dqkv (assigns): [B, T, 3C]. scratch: [max_threads, T, T].
+template <typename T>
+void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionShape &s, T *dqkv,
+                       T *scratch) {
+  const int64_t hs = s.head_size(), C3 = 3 * s.C;
+  const T scale = T(1) / std::sqrt(T(hs));
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+    const int64_t b = bh / s.H, h = bh % s.H;
+    const T *q = qkv + b * s.T * C3 + h * hs;
+    const T *k = q + s.C;
+    const T *v = q + 2 * s.C;
+    T *dq = dqkv + b * s.T * C3 + h * hs;
+    T *dk = dq + s.C;
+    T *dv = dq + 2 * s.C;
+    const T *a = att + bh * s.T * s.T;
+    const T *g = dy + b * s.T * s.C + h * hs;
+    T *dscore = scratch + int64_t(omp_get_thread_num()) * s.T * s.T;
+    // d att = dy v^T ; dv = att^T dy
+    Gemm(false, true, int(s.T), int(s.T), int(hs), T(1), g, int(s.C), v, int(C3), T(0), dscore,
+         int(s.T));
+    Gemm(true, false, int(s.T), int(hs), int(s.T), T(1), a, int(s.T), g, int(s.C), T(0), dv,
+         int(C3));
+    // softmax backward per row, masked entries stay zero: ds = a (da - <a, da>)
+    for (int64_t t = 0; t < s.T; ++t) {
+      const T *ar = a + t * s.T;
+      T *dr = dscore + t * s.T;
+      T dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t j = 0; j <= t; ++j) dot += ar[j] * dr[j];
+      for (int64_t j = 0; j <= t; ++j) dr[j] = ar[j] * (dr[j] - dot);
+      for (int64_t j = t + 1; j < s.T; ++j) dr[j] = T(0);
+    }
+    // dq = scale ds k ; dk = scale ds^T q
+    Gemm(false, false, int(s.T), int(hs), int(s.T), scale, dscore, int(s.T), k, int(C3), T(0), dq,
+         int(C3));
+    Gemm(true, false, int(s.T), int(hs), int(s.T), scale, dscore, int(s.T), q, int(C3), T(0), dk,
+         int(C3));
+  }
+}
+
+}  // namespace dst::cpu

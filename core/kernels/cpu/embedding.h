@@ -1,0 +1,43 @@
+// Token + learned position embeddings (GPT-2).
+#pragma once
+
+#include <cstdint>
+
+namespace dst::cpu {
+
+// tokens: [B, T] in [0, V); wte: [V, C]; wpe: [maxT, C]; out: [B, T, C].
+template <typename T>
+void EmbeddingForward(const int32_t *tokens, const T *wte, const T *wpe, int64_t B, int64_t Tn,
+                      int64_t C, T *out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t bt = 0; bt < B * Tn; ++bt) {
+    const T *te = wte + int64_t(tokens[bt]) * C;
+    const T *pe = wpe + (bt % Tn) * C;
+    T *o = out + bt * C;
+    for (int64_t i = 0; i < C; ++i) o[i] = te[i] + pe[i];
+  }
+}
+
+// dwte, dwpe (+=). Serial over rows: tokens repeat, and the scatter is cheap
+// next to the GEMMs; parallel over feature blocks keeps it race-free.
+template <typename T>
+void EmbeddingBackward(const T *dout, const int32_t *tokens, int64_t B, int64_t Tn, int64_t C,
+                       T *dwte, T *dwpe) {
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t i0 = blk * kBlock, i1 = (i0 + kBlock < C) ? i0 + kBlock : C;
+    for (int64_t bt = 0; bt < B * Tn; ++bt) {
+      const T *g = dout + bt * C;
+      T *te = dwte + int64_t(tokens[bt]) * C;
+      T *pe = dwpe + (bt % Tn) * C;
+      for (int64_t i = i0; i < i1; ++i) {
+        te[i] += g[i];
+        pe[i] += g[i];
+      }
+    }
+  }
+}
+
+}  // namespace dst::cpu

@@ -1,0 +1,86 @@
+// LayerNorm over the last dimension: out = (x - mean) * rstd * weight + bias.
+#pragma once
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace dst::cpu {
+
+inline constexpr double kLayerNormEps = 1e-5;
+
+// x, out: [rows, C]; mean, rstd: [rows] (saved for backward).
+template <typename T>
+void LayerNormForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t C, T *out,
+                      T *mean, T *rstd) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *xr = x + r * C;
+    T sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < C; ++i) sum += xr[i];
+    const T m = sum / T(C);
+    T var = 0;
+#pragma omp simd reduction(+ : var)
+    for (int64_t i = 0; i < C; ++i) var += (xr[i] - m) * (xr[i] - m);
+    const T s = T(1) / std::sqrt(var / T(C) + T(kLayerNormEps));
+    T *o = out + r * C;
+    for (int64_t i = 0; i < C; ++i) o[i] = (xr[i] - m) * s * weight[i] + bias[i];
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+// dx (+=): [rows, C]; dweight, dbias (+=): [C]. scratch: [threads, 2C] zeroed
+// here, used for per-thread partial sums of dweight/dbias (fixed reduction
+// order, so results do not depend on scheduling).
+template <typename T>
+void LayerNormBackward(const T *dout, const T *x, const T *weight, const T *mean, const T *rstd,
+                       int64_t rows, int64_t C, T *dx, T *dweight, T *dbias, T *scratch,
+                       int max_threads) {
+  for (int64_t i = 0; i < int64_t(max_threads) * 2 * C; ++i) scratch[i] = 0;
+  int used_threads = 1;
+#pragma omp parallel num_threads(max_threads)
+  {
+    const int tid = omp_get_thread_num();
+    const int nth = omp_get_num_threads();
+#pragma omp single
+    used_threads = nth;
+    T *dw = scratch + int64_t(tid) * 2 * C;
+    T *db = dw + C;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *xr = x + r * C;
+      const T *g = dout + r * C;
+      const T m = mean[r], s = rstd[r];
+      T dnorm_mean = 0, dnorm_norm_mean = 0;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+      for (int64_t i = 0; i < C; ++i) {
+        const T norm = (xr[i] - m) * s;
+        const T dnorm = g[i] * weight[i];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+      }
+      dnorm_mean /= T(C);
+      dnorm_norm_mean /= T(C);
+      T *dxr = dx + r * C;
+      for (int64_t i = 0; i < C; ++i) {
+        const T norm = (xr[i] - m) * s;
+        const T dnorm = g[i] * weight[i];
+        dxr[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        dw[i] += g[i] * norm;
+        db[i] += g[i];
+      }
+    }
+  }
+  for (int t = 0; t < used_threads; ++t) {
+    const T *dw = scratch + int64_t(t) * 2 * C;
+    for (int64_t i = 0; i < C; ++i) {
+      dweight[i] += dw[i];
+      dbias[i] += dw[C + i];
+    }
+  }
+}
+
+}  // namespace dst::cpu

@@ -1,0 +1,48 @@
+// Fully connected layer, nn.Linear convention: y = x W^T + b with
+// W [out, in] row-major.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/kernels/cpu/gemm.h"
+
+namespace dst::cpu {
+
+// x: [rows, in]; weight: [out, in]; bias: [out] or null; y: [rows, out] (assigns).
+template <typename T>
+void LinearForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t in,
+                   int64_t out, T *y) {
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + out, y + r * out);
+  }
+  Gemm(false, true, int(rows), int(out), int(in), T(1), x, int(in), weight, int(in),
+       bias ? T(1) : T(0), y, int(out));
+}
+
+// dx (assigns, if non-null): [rows, in] = dy W; dweight (+=): [out, in] = dy^T x;
+// dbias (+=): [out] = column sums of dy.
+template <typename T>
+void LinearBackward(const T *dy, const T *x, const T *weight, int64_t rows, int64_t in,
+                    int64_t out, T *dx, T *dweight, T *dbias) {
+  if (dx) Gemm(false, false, int(rows), int(in), int(out), T(1), dy, int(out), weight, int(in),
+               T(0), dx, int(in));
+  Gemm(true, false, int(out), int(in), int(rows), T(1), dy, int(out), x, int(in), T(1), dweight,
+       int(in));
+  if (dbias) {
+    // Parallel over column blocks; each thread walks all rows for its columns.
+    constexpr int64_t kBlock = 64;
+    const int64_t blocks = (out + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t j0 = blk * kBlock, j1 = std::min(out, j0 + kBlock);
+      for (int64_t r = 0; r < rows; ++r) {
+        const T *g = dy + r * out;
+        for (int64_t j = j0; j < j1; ++j) dbias[j] += g[j];
+      }
+    }
+  }
+}
+
+}  // namespace dst::cpu

@@ -1,0 +1,83 @@
+// Losses. Each forward returns the mean loss of one micro-batch; each backward
+// writes d(grad_scale * loss)/d(input), grad_scale being 1/accumulation steps.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/kernels/cpu/reduce.h"
+#include "core/kernels/elementwise_math.h"
+
+namespace dst::cpu {
+
+inline constexpr int32_t kIgnoreIndex = -1;
+
+// logits: [rows, V] replaced in place by softmax probabilities (kept for the
+// backward). targets: [rows] in [0, V) or kIgnoreIndex. Returns the mean
+// negative log-likelihood over non-ignored rows (0 if all are ignored) and
+// the count of counted rows in *counted.
+template <typename T>
+T SoftmaxCrossEntropyForward(T *logits, const int32_t *targets, int64_t rows, int64_t V,
+                             int64_t *counted) {
+  const ChunkSums sums = SumOverChunks(rows, [&](int64_t r, double &nll, double &n) {
+    T *row = logits + r * V;
+    T maxv = row[0];
+#pragma omp simd reduction(max : maxv)
+    for (int64_t j = 1; j < V; ++j) maxv = row[j] > maxv ? row[j] : maxv;
+    T sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < V; ++j) {
+      row[j] = math::FastExp(row[j] - maxv);
+      sum += row[j];
+    }
+    const T inv = T(1) / sum;
+    for (int64_t j = 0; j < V; ++j) row[j] *= inv;
+    const int32_t t = targets[r];
+    if (t != kIgnoreIndex) {
+      // -log p_t from the normalised probability, floored to avoid log(0).
+      const T p = row[t];
+      nll += -std::log(p > T(1e-30) ? double(p) : 1e-30);
+      n += 1;
+    }
+  });
+  *counted = int64_t(sums.second);
+  return *counted > 0 ? T(sums.first / sums.second) : T(0);
+}
+
+// dlogits (assigns): [rows, V] = grad_scale * (p - onehot) / counted.
+template <typename T>
+void SoftmaxCrossEntropyBackward(const T *probs, const int32_t *targets, int64_t rows, int64_t V,
+                                 int64_t counted, T grad_scale, T *dlogits) {
+  const T k = counted > 0 ? grad_scale / T(counted) : T(0);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *p = probs + r * V;
+    T *d = dlogits + r * V;
+    const int32_t t = targets[r];
+    if (t == kIgnoreIndex) {
+      for (int64_t j = 0; j < V; ++j) d[j] = T(0);
+      continue;
+    }
+    for (int64_t j = 0; j < V; ++j) d[j] = p[j] * k;
+    d[t] -= k;
+  }
+}
+
+// Mean squared error over all elements (torch.nn.MSELoss, reduction mean).
+template <typename T>
+T MseForward(const T *pred, const T *labels, int64_t n) {
+  const ChunkSums sums = SumOverChunks(n, [&](int64_t i, double &total, double &) {
+    const double d = double(pred[i]) - double(labels[i]);
+    total += d * d;
+  });
+  return T(sums.first / double(n));
+}
+
+template <typename T>
+void MseBackward(const T *pred, const T *labels, int64_t n, T grad_scale, T *dpred) {
+  const T k = T(2) * grad_scale / T(n);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) dpred[i] = k * (pred[i] - labels[i]);
+}
+
+}  // namespace dst::cpu

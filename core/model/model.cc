@@ -1,0 +1,108 @@
+#include "core/model/model.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/model/gpt_layers.h"
+#include "core/model/sequential_layers.h"
+
+namespace dst {
+
+template <typename T>
+Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTracker *tracker)
+    : spec_(spec), limits_(limits) {
+  ParamRegistry registry;
+  if (spec.type == ModelSpec::Type::kGpt) BuildGpt(registry);
+  else BuildSequential(registry);
+
+  store_ = std::make_unique<ParamStore<T>>(registry, tracker);
+  store_->Initialize(spec.seed);
+
+  int64_t max_width = spec.type == ModelSpec::Type::kSequential ? spec.input_dim : 0;
+  int64_t max_scratch = 0;
+  for (auto &layer : layers_) {
+    layer->Bind(store_.get());
+    layer->Reserve(limits, tracker);
+    max_width = std::max(max_width, layer->OutWidth());
+    max_scratch = std::max(max_scratch, layer->ScratchSize(limits));
+  }
+  const auto act = MemoryCategory::kActivations;
+  grad_a_ = Buffer<T>(tracker, act, limits.max_rows() * max_width);
+  grad_b_ = Buffer<T>(tracker, act, limits.max_rows() * max_width);
+  scratch_ = Buffer<T>(tracker, act, max_scratch);
+}
+
+template <typename T>
+void Model<T>::BuildGpt(ParamRegistry &registry) {
+  auto embedding = std::make_unique<GptEmbedding<T>>(spec_.gpt, registry);
+  const int wte = embedding->wte_id();
+  layers_.push_back(std::move(embedding));
+  for (int i = 0; i < spec_.gpt.n_layer; ++i)
+    layers_.push_back(std::make_unique<GptBlock<T>>(spec_.gpt, i, registry));
+  layers_.push_back(std::make_unique<GptHead<T>>(spec_.gpt, wte, registry));
+}
+
+template <typename T>
+void Model<T>::BuildSequential(ParamRegistry &registry) {
+  int64_t width = spec_.input_dim;
+  for (size_t i = 0; i < spec_.layers.size(); ++i) {
+    const SequentialLayerSpec &l = spec_.layers[i];
+    const std::string prefix = "layers." + std::to_string(i);
+    switch (l.kind) {
+      case SequentialLayerSpec::Kind::kLinear:
+        layers_.push_back(
+            std::make_unique<LinearLayer<T>>(prefix, width, l.out_features, l.bias, registry));
+        width = l.out_features;
+        break;
+      case SequentialLayerSpec::Kind::kRelu:
+        layers_.push_back(std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kRelu, width));
+        break;
+      case SequentialLayerSpec::Kind::kGelu:
+        layers_.push_back(std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kGelu, width));
+        break;
+      case SequentialLayerSpec::Kind::kLayerNorm:
+        layers_.push_back(std::make_unique<LayerNormLayer<T>>(prefix, width, registry));
+        break;
+    }
+  }
+  if (spec_.loss == ModelSpec::Loss::kMse)
+    layers_.push_back(std::make_unique<MseLossLayer<T>>(width));
+  else
+    layers_.push_back(std::make_unique<CrossEntropyLossLayer<T>>(width));
+}
+
+template <typename T>
+double Model<T>::Forward(MicroBatch<T> &mb) {
+  mb.scratch = scratch_.data();
+  mb.max_threads = limits_.max_threads;
+  const T *x = mb.inputs;  // null for a GPT: its embedding reads the tokens
+  for (auto &layer : layers_) x = layer->Forward(x, mb);
+  return layers_.back()->Loss();
+}
+
+template <typename T>
+void Model<T>::Backward(MicroBatch<T> &mb) {
+  mb.scratch = scratch_.data();
+  mb.max_threads = limits_.max_threads;
+  T *dout = nullptr;
+  T *buffers[2] = {grad_a_.data(), grad_b_.data()};
+  int next = 0;
+  for (size_t i = layers_.size(); i-- > 0;) {
+    T *din = i > 0 ? buffers[next] : nullptr;
+    layers_[i]->Backward(dout, din, mb);
+    dout = din;
+    next ^= 1;
+  }
+}
+
+template <typename T>
+double Model<T>::ForwardFlops(int64_t B, int64_t seq) const {
+  double flops = 0;
+  for (const auto &layer : layers_) flops += layer->ForwardFlops(B, seq);
+  return flops;
+}
+
+template class Model<float>;
+template class Model<double>;
+
+}  // namespace dst

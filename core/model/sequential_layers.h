@@ -1,0 +1,118 @@
+// Layers of sequential models as in DeepSpeed's PipelineModule examples:
+// Linear, ReLU, GELU, LayerNorm, and the MSE / cross-entropy losses.
+// Rows are samples: activations are [B, features].
+#pragma once
+
+#include <string>
+
+#include "core/model/layer.h"
+
+namespace dst {
+
+// y = x W^T + b, W [out, in]; PyTorch's default init U(-1/sqrt(in), 1/sqrt(in)).
+template <typename T>
+class LinearLayer final : public Layer<T> {
+ public:
+  LinearLayer(const std::string &prefix, int64_t in, int64_t out, bool bias,
+              ParamRegistry &registry);
+  std::string_view Kind() const override { return "linear"; }
+  int64_t OutWidth() const override { return out_features_; }
+  void Reserve(const ActivationLimits &limits, MemoryTracker *tracker) override;
+  const T *Forward(const T *in, const MicroBatch<T> &mb) override;
+  void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
+  double ForwardFlops(int64_t B, int64_t) const override {
+    return 2.0 * double(B) * double(in_features_) * double(out_features_);
+  }
+
+ private:
+  int64_t in_features_, out_features_;
+  int w_ = -1, b_ = -1;
+  const T *in_ = nullptr;
+  Buffer<T> out_;  // [B, out]
+};
+
+// ReLU or GELU (tanh approximation).
+template <typename T>
+class ActivationLayer final : public Layer<T> {
+ public:
+  enum class Fn { kRelu, kGelu };
+  ActivationLayer(Fn fn, int64_t width) : fn_(fn), width_(width) {}
+  std::string_view Kind() const override { return fn_ == Fn::kRelu ? "relu" : "gelu"; }
+  int64_t OutWidth() const override { return width_; }
+  void Reserve(const ActivationLimits &limits, MemoryTracker *tracker) override;
+  const T *Forward(const T *in, const MicroBatch<T> &mb) override;
+  void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
+  double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
+
+ private:
+  Fn fn_;
+  int64_t width_;
+  const T *in_ = nullptr;
+  Buffer<T> out_;  // [B, width]
+};
+
+template <typename T>
+class LayerNormLayer final : public Layer<T> {
+ public:
+  LayerNormLayer(const std::string &prefix, int64_t width, ParamRegistry &registry);
+  std::string_view Kind() const override { return "layernorm"; }
+  int64_t OutWidth() const override { return width_; }
+  void Reserve(const ActivationLimits &limits, MemoryTracker *tracker) override;
+  int64_t ScratchSize(const ActivationLimits &limits) const override {
+    // partial sums [threads, 2*width] | input gradient when first [rows, width]
+    return int64_t(limits.max_threads) * 2 * width_ + limits.max_rows() * width_;
+  }
+  const T *Forward(const T *in, const MicroBatch<T> &mb) override;
+  void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
+  double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
+
+ private:
+  int64_t width_;
+  int w_ = -1, b_ = -1;
+  const T *in_ = nullptr;
+  Buffer<T> out_, mean_, rstd_;  // [B, width], [B], [B]
+};
+
+// Mean squared error against labels [B, width] (torch.nn.MSELoss).
+template <typename T>
+class MseLossLayer final : public Layer<T> {
+ public:
+  explicit MseLossLayer(int64_t width) : width_(width) {}
+  std::string_view Kind() const override { return "mse_loss"; }
+  int64_t OutWidth() const override { return 0; }
+  void Reserve(const ActivationLimits &, MemoryTracker *) override {}
+  const T *Forward(const T *in, const MicroBatch<T> &mb) override;
+  void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
+  bool IsLoss() const override { return true; }
+  double Loss() const override { return loss_; }
+  double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
+
+ private:
+  int64_t width_;
+  const T *in_ = nullptr;
+  double loss_ = 0.0;
+};
+
+// Softmax cross-entropy of logits [B, classes] against class ids [B]
+// (torch.nn.CrossEntropyLoss, ignore_index -1).
+template <typename T>
+class CrossEntropyLossLayer final : public Layer<T> {
+ public:
+  explicit CrossEntropyLossLayer(int64_t classes) : classes_(classes) {}
+  std::string_view Kind() const override { return "cross_entropy_loss"; }
+  int64_t OutWidth() const override { return 0; }
+  void Reserve(const ActivationLimits &limits, MemoryTracker *tracker) override;
+  const T *Forward(const T *in, const MicroBatch<T> &mb) override;
+  void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
+  bool IsLoss() const override { return true; }
+  double Loss() const override { return loss_; }
+  double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
+
+ private:
+  int64_t classes_;
+  Buffer<T> probs_;  // [B, classes]
+  int64_t counted_ = 0;
+  double loss_ = 0.0;
+};
+
+}  // namespace dst

@@ -1,0 +1,49 @@
+#include "core/runtime/memory.h"
+
+namespace dst {
+
+std::string_view MemoryCategoryName(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::kParameters: return "parameters";
+    case MemoryCategory::kGradients: return "gradients";
+    case MemoryCategory::kOptimizerState: return "optimizer_state";
+    case MemoryCategory::kActivations: return "activations";
+    case MemoryCategory::kCommunication: return "communication";
+    case MemoryCategory::kOffload: return "offload";
+  }
+  return "unknown";
+}
+
+namespace {
+void RaiseTo(std::atomic<int64_t> &peak, int64_t value) {
+  int64_t seen = peak.load(std::memory_order_relaxed);
+  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
+void MemoryTracker::Add(MemoryCategory category, int64_t bytes) {
+  auto &current = current_[static_cast<int>(category)];
+  RaiseTo(peak_[static_cast<int>(category)],
+          current.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  RaiseTo(total_peak_, total_current_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+}
+
+void MemoryTracker::Release(MemoryCategory category, int64_t bytes) {
+  current_[static_cast<int>(category)].fetch_sub(bytes, std::memory_order_relaxed);
+  total_current_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+int64_t MemoryTracker::Current(MemoryCategory category) const {
+  return current_[static_cast<int>(category)].load(std::memory_order_relaxed);
+}
+
+int64_t MemoryTracker::Peak(MemoryCategory category) const {
+  return peak_[static_cast<int>(category)].load(std::memory_order_relaxed);
+}
+
+int64_t MemoryTracker::TotalCurrent() const {
+  return total_current_.load(std::memory_order_relaxed);
+}
+
+}  // namespace dst

@@ -1,0 +1,100 @@
+// Memory accounting by category. Every large buffer in the engine is a
+// Buffer<T> charged to one category of one MemoryTracker, so the bytes the
+// engine reports are the bytes it holds, not an estimate.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <string_view>
+#include <utility>
+
+namespace dst {
+
+enum class MemoryCategory {
+  kParameters,
+  kGradients,
+  kOptimizerState,
+  kActivations,
+  kCommunication,
+  kOffload,
+};
+inline constexpr int kNumMemoryCategories = 6;
+
+// "parameters", "gradients", "optimizer_state", "activations", "communication", "offload".
+std::string_view MemoryCategoryName(MemoryCategory category);
+
+class MemoryTracker {
+ public:
+  void Add(MemoryCategory category, int64_t bytes);
+  void Release(MemoryCategory category, int64_t bytes);
+  int64_t Current(MemoryCategory category) const;
+  int64_t Peak(MemoryCategory category) const;
+  int64_t TotalCurrent() const;
+  int64_t TotalPeak() const { return total_peak_.load(std::memory_order_relaxed); }
+
+ private:
+  std::array<std::atomic<int64_t>, kNumMemoryCategories> current_{};
+  std::array<std::atomic<int64_t>, kNumMemoryCategories> peak_{};
+  std::atomic<int64_t> total_current_{0};
+  std::atomic<int64_t> total_peak_{0};
+};
+
+// A zero-initialised, 64-byte aligned array of trivially copyable T, charged
+// to a category of a tracker for its lifetime. Move-only.
+template <typename T>
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(MemoryTracker *tracker, MemoryCategory category, size_t count)
+      : tracker_(tracker), category_(category), count_(count) {
+    if (count_ == 0) return;
+    data_ = static_cast<T *>(::operator new[](bytes(), std::align_val_t(kAlignment)));
+    std::memset(static_cast<void *>(data_), 0, bytes());
+    if (tracker_) tracker_->Add(category_, static_cast<int64_t>(bytes()));
+  }
+  ~Buffer() { reset(); }
+  Buffer(Buffer &&other) noexcept { *this = std::move(other); }
+  Buffer &operator=(Buffer &&other) noexcept {
+    if (this != &other) {
+      reset();
+      std::swap(tracker_, other.tracker_);
+      std::swap(category_, other.category_);
+      std::swap(data_, other.data_);
+      std::swap(count_, other.count_);
+    }
+    return *this;
+  }
+  Buffer(const Buffer &) = delete;
+  Buffer &operator=(const Buffer &) = delete;
+
+  T *data() { return data_; }
+  const T *data() const { return data_; }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+  T &operator[](size_t i) { return data_[i]; }
+  const T &operator[](size_t i) const { return data_[i]; }
+  void zero() {
+    if (data_) std::memset(static_cast<void *>(data_), 0, bytes());
+  }
+
+ private:
+  static constexpr size_t kAlignment = 64;
+  void reset() {
+    if (!data_) return;
+    if (tracker_) tracker_->Release(category_, static_cast<int64_t>(bytes()));
+    ::operator delete[](data_, std::align_val_t(kAlignment));
+    data_ = nullptr;
+    count_ = 0;
+  }
+
+  MemoryTracker *tracker_ = nullptr;
+  MemoryCategory category_ = MemoryCategory::kActivations;
+  T *data_ = nullptr;
+  size_t count_ = 0;
+};
+
+}  // namespace dst

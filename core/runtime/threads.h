@@ -1,0 +1,18 @@
+// The CPU thread budget: one OpenMP pool shared by our kernels and OpenBLAS
+// (the OpenMP build of OpenBLAS runs single-threaded inside our parallel
+// regions, so the two never oversubscribe the cores).
+#pragma once
+
+namespace dst {
+
+// configured > 0 wins; else DSTRAIN_NUM_THREADS, else OMP_NUM_THREADS, else
+// the number of online cores.
+int ResolveNumThreads(int configured);
+
+// Sets the OpenMP and OpenBLAS thread counts for this process.
+void SetNumThreads(int threads);
+
+// Threads our parallel regions may use now.
+int MaxThreads();
+
+}  // namespace dst
