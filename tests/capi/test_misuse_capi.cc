@@ -1,0 +1,174 @@
+// Misuse of the C ABI: every case returns an error status with a message and
+// never crashes.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "capi_test_util.h"
+
+namespace {
+
+using dst_test::AdamWConfig;
+using dst_test::CreateEngine;
+using dst_test::kTinyGpt;
+using dst_test::TokenBatch;
+
+void ExpectError(dst_status_t got, dst_status_t want, const char *needle) {
+  EXPECT_EQ(got, want) << dst_last_error();
+  EXPECT_NE(std::string(dst_last_error()).find(needle), std::string::npos)
+      << "message \"" << dst_last_error() << "\" lacks \"" << needle << "\"";
+}
+
+class Misuse : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    engine_ = CreateEngine(AdamWConfig(2, 1), kTinyGpt);
+    ASSERT_NE(engine_, nullptr);
+  }
+  void TearDown() override { dst_engine_destroy(engine_); }
+  dst_engine_t *engine_ = nullptr;
+};
+
+TEST(MisuseNoEngine, DestroyNullIsANoOp) { dst_engine_destroy(nullptr); }
+
+TEST(MisuseNoEngine, CreateWithNullArguments) {
+  ExpectError(dst_engine_create(nullptr, nullptr), DST_ERR_INVALID_ARGUMENT, "out");
+  dst_engine_t *e = reinterpret_cast<dst_engine_t *>(0x1);
+  ExpectError(dst_engine_create(&e, nullptr), DST_ERR_INVALID_ARGUMENT, "options");
+  EXPECT_EQ(e, nullptr);
+}
+
+TEST(MisuseNoEngine, CreateWithUninitialisedOptions) {
+  dst_engine_options_t opts{};
+  dst_engine_t *e = nullptr;
+  ExpectError(dst_engine_create(&e, &opts), DST_ERR_INVALID_ARGUMENT, "dst_engine_options_default");
+}
+
+TEST(MisuseNoEngine, CreateWithoutConfigOrWithBoth) {
+  dst_engine_options_t opts;
+  dst_engine_options_default(&opts);
+  opts.model_json = kTinyGpt;
+  dst_engine_t *e = nullptr;
+  ExpectError(dst_engine_create(&e, &opts), DST_ERR_INVALID_ARGUMENT, "no config given");
+  opts.config_json = "{}";
+  opts.config_path = "/tmp/x.json";
+  ExpectError(dst_engine_create(&e, &opts), DST_ERR_INVALID_ARGUMENT, "exactly one");
+}
+
+TEST(MisuseNoEngine, CreateWithMissingConfigFile) {
+  dst_engine_options_t opts;
+  dst_engine_options_default(&opts);
+  opts.config_path = "/nonexistent/ds_config.json";
+  opts.model_json = kTinyGpt;
+  dst_engine_t *e = nullptr;
+  ExpectError(dst_engine_create(&e, &opts), DST_ERR_IO, "/nonexistent/ds_config.json");
+}
+
+TEST(MisuseNoEngine, CreateWithBadModelSpec) {
+  dst_engine_options_t opts;
+  dst_engine_options_default(&opts);
+  const std::string config = AdamWConfig();
+  opts.config_json = config.c_str();
+  opts.model_json = R"({"type":"gpt","n_ctx":16,"n_layer":1,"n_head":3,"d_model":32})";
+  dst_engine_t *e = nullptr;
+  ExpectError(dst_engine_create(&e, &opts), DST_ERR_CONFIG, "not divisible by n_head");
+  opts.model_json = R"({"type":"transformer"})";
+  ExpectError(dst_engine_create(&e, &opts), DST_ERR_CONFIG, "$.type");
+}
+
+TEST_F(Misuse, NullEngineAndNullBatch) {
+  TokenBatch b(2, 16, 1);
+  ExpectError(dst_engine_train_batch(nullptr, &b.batch, nullptr), DST_ERR_INVALID_ARGUMENT,
+              "engine");
+  ExpectError(dst_engine_train_batch(engine_, nullptr, nullptr), DST_ERR_INVALID_ARGUMENT, "batch");
+  int64_t steps;
+  ExpectError(dst_engine_step_count(nullptr, &steps), DST_ERR_INVALID_ARGUMENT, "engine");
+  ExpectError(dst_engine_step_count(engine_, nullptr), DST_ERR_INVALID_ARGUMENT, "out_steps");
+}
+
+TEST_F(Misuse, UninitialisedBatchStruct) {
+  dst_batch_t b{};
+  ExpectError(dst_engine_train_batch(engine_, &b, nullptr), DST_ERR_INVALID_ARGUMENT,
+              "dst_batch_default");
+}
+
+TEST_F(Misuse, WrongSampleCountForTrain) {
+  TokenBatch b(3, 16, 1);
+  ExpectError(dst_engine_train_batch(engine_, &b.batch, nullptr), DST_ERR_INVALID_ARGUMENT,
+              "n_samples is 3");
+}
+
+TEST_F(Misuse, TokenCountDoesNotMatchShape) {
+  TokenBatch b(2, 16, 1);
+  b.batch.tokens_count = 31;
+  ExpectError(dst_engine_train_batch(engine_, &b.batch, nullptr), DST_ERR_INVALID_ARGUMENT,
+              "tokens_count is 31");
+}
+
+TEST_F(Misuse, NullTokenBuffer) {
+  TokenBatch b(2, 16, 1);
+  b.batch.targets = nullptr;
+  ExpectError(dst_engine_train_batch(engine_, &b.batch, nullptr), DST_ERR_INVALID_ARGUMENT,
+              "batch.targets is NULL");
+}
+
+TEST_F(Misuse, SequenceLongerThanContext) {
+  TokenBatch b(2, 17, 1);
+  ExpectError(dst_engine_train_batch(engine_, &b.batch, nullptr), DST_ERR_INVALID_ARGUMENT,
+              "n_ctx = 16");
+}
+
+TEST_F(Misuse, TokenOutOfVocabulary) {
+  TokenBatch b(2, 16, 1);
+  b.tokens[5] = 256;
+  ExpectError(dst_engine_train_batch(engine_, &b.batch, nullptr), DST_ERR_INVALID_ARGUMENT,
+              "tokens[5] = 256");
+  b.tokens[5] = 1;
+  b.targets[7] = -2;
+  ExpectError(dst_engine_train_batch(engine_, &b.batch, nullptr), DST_ERR_INVALID_ARGUMENT,
+              "targets[7] = -2");
+}
+
+TEST_F(Misuse, EvalNeedsAMultipleOfTheMicroBatch) {
+  TokenBatch b(3, 16, 1);
+  ExpectError(dst_engine_eval_batch(engine_, &b.batch, nullptr), DST_ERR_INVALID_ARGUMENT,
+              "multiple of train_micro_batch_size_per_gpu 2");
+}
+
+TEST_F(Misuse, ParamAccessWithWrongNameOrSize) {
+  std::vector<float> buf(32);
+  ExpectError(dst_engine_get_param(engine_, "no.such.weight", buf.data(), 32),
+              DST_ERR_INVALID_ARGUMENT, "no parameter named");
+  ExpectError(dst_engine_get_param(engine_, "transformer.ln_f.weight", buf.data(), 31),
+              DST_ERR_INVALID_ARGUMENT, "has 32 elements");
+  ExpectError(dst_engine_set_param(engine_, "transformer.ln_f.weight", nullptr, 32),
+              DST_ERR_INVALID_ARGUMENT, "data");
+  dst_tensor_info_t info;
+  info.struct_size = sizeof info;
+  ExpectError(dst_engine_param_info(engine_, 9999, &info), DST_ERR_INVALID_ARGUMENT,
+              "out of range");
+}
+
+TEST_F(Misuse, CheckpointErrors) {
+  ExpectError(dst_engine_save_checkpoint(engine_, "/tmp", "../escape", nullptr),
+              DST_ERR_INVALID_ARGUMENT, "contains '/'");
+  ExpectError(dst_engine_save_checkpoint(engine_, "/tmp/dstrain_x", "t", "{not json"),
+              DST_ERR_INVALID_ARGUMENT, "client_state is not valid JSON");
+  ExpectError(dst_engine_load_checkpoint(engine_, "/nonexistent/ckpts", nullptr, nullptr), DST_ERR_IO,
+              "does not exist");
+  ExpectError(dst_engine_save_checkpoint(engine_, "/proc/dstrain_cannot_write", "t", nullptr),
+              DST_ERR_IO, "/proc/dstrain_cannot_write");
+}
+
+TEST_F(Misuse, NonFiniteWeightsSkipTheStepWithANumericError) {
+  std::vector<float> w(32, std::numeric_limits<float>::quiet_NaN());
+  ASSERT_EQ(dst_engine_set_param(engine_, "transformer.ln_f.weight", w.data(), 32), DST_OK);
+  TokenBatch b(2, 16, 1);
+  ExpectError(dst_engine_train_batch(engine_, &b.batch, nullptr), DST_ERR_NUMERIC, "not finite");
+  int64_t steps = -1;
+  dst_engine_step_count(engine_, &steps);
+  EXPECT_EQ(steps, 0);
+}
+
+}  // namespace
