@@ -117,9 +117,11 @@ TEST(EngineCapi, SaveLoadContinueIsBitIdentical) {
       float loss = 0;
       ASSERT_EQ(dst_engine_train_batch(e, &b.batch, &loss), DST_OK) << dst_last_error();
       uninterrupted.push_back(loss);
-      if (step == 4)
-        ASSERT_EQ(dst_engine_save_checkpoint(e, dir.c_str(), nullptr, R"({"next_batch":5})"), DST_OK)
+      if (step == 4) {
+        ASSERT_EQ(dst_engine_save_checkpoint(e, dir.c_str(), nullptr, R"({"next_batch":5})"),
+                  DST_OK)
             << dst_last_error();
+      }
     }
     dst_engine_destroy(e);
   }

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Command 2 of 2: install what is missing, build, and run every test
+# (GoogleTest unit and C ABI suites, PyTorch parity and CLI tests under pytest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+bash scripts/build.sh
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 900
