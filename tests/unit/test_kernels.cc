@@ -7,6 +7,7 @@
 #include "core/kernels/cpu/attention.h"
 #include "core/kernels/cpu/loss.h"
 #include "core/kernels/cpu/reduce.h"
+#include "core/kernels/cpu/vector_math.h"
 #include "core/kernels/elementwise_math.h"
 
 namespace dst {
@@ -33,6 +34,31 @@ TEST(Kernels, GeluFloatMatchesDoubleReference) {
     const double ref = 0.5 * xd * (1 + std::tanh(0.7978845608028654 * (xd + 0.044715 * xd * xd * xd)));
     ASSERT_NEAR(math::Gelu(x), ref, 2e-6 * (1 + std::fabs(ref))) << "x = " << x;
   }
+}
+
+// The AVX2 paths (8 lanes plus a scalar tail) against double references.
+TEST(Kernels, VectorGeluAndItsGradientMatchDouble) {
+  const int64_t n = 16003;  // not a multiple of 8: exercises the tail
+  std::vector<float> x(n), y(n), g(n), ones(n, 1.0f);
+  for (int64_t i = 0; i < n; ++i) x[i] = -9.0f + 18.0f * float(i) / float(n);
+  cpu::GeluRange(x.data(), y.data(), 0, n);
+  cpu::GeluGradRange(ones.data(), x.data(), g.data(), 0, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double xd = x[i];
+    ASSERT_NEAR(y[i], math::Gelu(xd), 2e-6 * (1 + std::fabs(xd))) << "x = " << xd;
+    ASSERT_NEAR(g[i], math::GeluGrad(xd), 2e-6) << "x = " << xd;
+  }
+}
+
+TEST(Kernels, VectorExpShiftedAndSumMatchesDouble) {
+  std::vector<float> x(37);
+  std::vector<double> ref(37);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = ref[i] = -20.0 + double(i);
+  double ref_sum = 0;
+  for (double &v : ref) ref_sum += (v = std::exp(v - 3.0));
+  const float sum = cpu::ExpShiftedAndSum(x.data(), int64_t(x.size()), 3.0f);
+  EXPECT_NEAR(sum, ref_sum, 1e-6 * ref_sum);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], ref[i], 5e-7 * ref[i]);
 }
 
 TEST(Kernels, CausalSoftmaxRowsSumToOneAndMaskTheFuture) {

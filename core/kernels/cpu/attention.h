@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "core/kernels/cpu/gemm.h"
+#include "core/kernels/cpu/vector_math.h"
 #include "core/kernels/elementwise_math.h"
 
 namespace dst::cpu {
@@ -28,12 +29,7 @@ inline void CausalSoftmaxRow(T *row, int64_t t, int64_t width) {
   T maxv = row[0];
 #pragma omp simd reduction(max : maxv)
   for (int64_t j = 1; j <= t; ++j) maxv = row[j] > maxv ? row[j] : maxv;
-  T sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j <= t; ++j) {
-    row[j] = math::FastExp(row[j] - maxv);
-    sum += row[j];
-  }
+  const T sum = ExpShiftedAndSum(row, t + 1, maxv);
   const T inv = T(1) / sum;
   for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
   for (int64_t j = t + 1; j < width; ++j) row[j] = T(0);

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/kernels/cpu/reduce.h"
+#include "core/kernels/cpu/vector_math.h"
 #include "core/kernels/elementwise_math.h"
 
 namespace dst::cpu {
@@ -24,12 +25,7 @@ T SoftmaxCrossEntropyForward(T *logits, const int32_t *targets, int64_t rows, in
     T maxv = row[0];
 #pragma omp simd reduction(max : maxv)
     for (int64_t j = 1; j < V; ++j) maxv = row[j] > maxv ? row[j] : maxv;
-    T sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < V; ++j) {
-      row[j] = math::FastExp(row[j] - maxv);
-      sum += row[j];
-    }
+    const T sum = ExpShiftedAndSum(row, V, maxv);
     const T inv = T(1) / sum;
     for (int64_t j = 0; j < V; ++j) row[j] *= inv;
     const int32_t t = targets[r];

@@ -1,0 +1,133 @@
+// AVX2 paths for the transcendental loops (exp in softmax/cross-entropy, tanh
+// in GELU). GCC does not vectorise the scalar forms in elementwise_math.h
+// (their range clamps become control flow), so the float kernels call these;
+// the double instantiations (gradient checks) and non-AVX2 builds use the
+// scalar forms, which compute the same formulas.
+#pragma once
+
+#include <cstdint>
+
+#include "core/kernels/elementwise_math.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define DST_HAVE_AVX2 1
+#endif
+
+namespace dst::cpu {
+
+#if DST_HAVE_AVX2
+// Eight lanes of math::FastExp (same range reduction and polynomial).
+inline __m256 Exp8(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3f)), _mm256_set1_ps(-87.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+  __m256 p = _mm256_set1_ps(1.98412698e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.38888889e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.33333333e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.16666667e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66666667e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+// tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|).
+inline __m256 Tanh8(__m256 x) {
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  const __m256 ax = _mm256_andnot_ps(sign_mask, x);
+  const __m256 e = Exp8(_mm256_mul_ps(ax, _mm256_set1_ps(-2.0f)));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+  return _mm256_or_ps(t, _mm256_and_ps(sign_mask, x));
+}
+
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#endif
+
+// x[i] = exp(x[i] - shift) for i < n; returns the sum of the new values.
+inline float ExpShiftedAndSum(float *x, int64_t n, float shift) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#if DST_HAVE_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  const __m256 s = _mm256_set1_ps(shift);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(x + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  sum = HorizontalSum(acc);
+#endif
+  for (; i < n; ++i) {
+    x[i] = math::FastExp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
+}
+inline double ExpShiftedAndSum(double *x, int64_t n, double shift) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = math::FastExp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
+}
+
+// out[i] = gelu(x[i]) for i in [begin, end).
+inline void GeluRange(const float *x, float *out, int64_t begin, int64_t end) {
+  int64_t i = begin;
+#if DST_HAVE_AVX2
+  const __m256 k = _mm256_set1_ps(math::kGeluScale), c = _mm256_set1_ps(math::kGeluCubic);
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= end; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
+    const __m256 t = Tanh8(_mm256_mul_ps(k, _mm256_fmadd_ps(c, v3, v)));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, t)));
+  }
+#endif
+  for (; i < end; ++i) out[i] = math::Gelu(x[i]);
+}
+inline void GeluRange(const double *x, double *out, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) out[i] = math::Gelu(x[i]);
+}
+
+// dx[i] = dout[i] * gelu'(x[i]) for i in [begin, end) (dx may alias dout).
+inline void GeluGradRange(const float *dout, const float *x, float *dx, int64_t begin,
+                          int64_t end) {
+  int64_t i = begin;
+#if DST_HAVE_AVX2
+  const __m256 k = _mm256_set1_ps(math::kGeluScale), c = _mm256_set1_ps(math::kGeluCubic);
+  const __m256 c3 = _mm256_set1_ps(3.0f * math::kGeluCubic);
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= end; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 v2 = _mm256_mul_ps(v, v);
+    const __m256 t = Tanh8(_mm256_mul_ps(k, _mm256_fmadd_ps(c, _mm256_mul_ps(v2, v), v)));
+    const __m256 dinner = _mm256_mul_ps(k, _mm256_fmadd_ps(c3, v2, one));
+    const __m256 sech2 = _mm256_fnmadd_ps(t, t, one);
+    // 0.5 (1 + t) + 0.5 x (1 - t^2) dinner
+    const __m256 grad = _mm256_mul_ps(
+        half, _mm256_fmadd_ps(_mm256_mul_ps(v, sech2), dinner, _mm256_add_ps(one, t)));
+    _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(dout + i), grad));
+  }
+#endif
+  for (; i < end; ++i) dx[i] = dout[i] * math::GeluGrad(x[i]);
+}
+inline void GeluGradRange(const double *dout, const double *x, double *dx, int64_t begin,
+                          int64_t end) {
+  for (int64_t i = begin; i < end; ++i) dx[i] = dout[i] * math::GeluGrad(x[i]);
+}
+
+}  // namespace dst::cpu
