@@ -115,13 +115,13 @@ Status Engine::CheckTokenRange(const int32_t *ids, size_t count, int64_t limit, 
 
 namespace {
 Status CheckCount(const char *call, const char *name, const void *ptr, size_t given,
-                  size_t expected, const std::string &formula) {
+                  size_t expected, const char *formula) {
   if (!ptr)
     return InvalidArgument(std::string(call) + ": batch." + name + " is NULL; this model needs " +
-                           formula + " = " + std::to_string(expected) + " values");
+                           std::string(formula) + " = " + std::to_string(expected) + " values");
   if (given != expected)
     return InvalidArgument(std::string(call) + ": batch." + name + "_count is " +
-                           std::to_string(given) + " but " + formula + " = " +
+                           std::to_string(given) + " but " + std::string(formula) + " = " +
                            std::to_string(expected));
   return Status::Ok();
 }
@@ -147,7 +147,7 @@ Result<int64_t> Engine::CheckBatch(const BatchView &b, const char *call, bool ex
       return InvalidArgument(std::string(call) + ": seq_len is " + std::to_string(T) +
                              "; it must be in [1, n_ctx = " + std::to_string(spec.gpt.n_ctx) + "]");
     const size_t want = size_t(n * T);
-    const std::string formula = "n_samples x seq_len";
+    const char *formula = "n_samples x seq_len";
     DST_RETURN_IF_ERROR(CheckCount(call, "tokens", b.tokens, b.tokens_count, want, formula));
     DST_RETURN_IF_ERROR(CheckCount(call, "targets", b.targets, b.targets_count, want, formula));
     DST_RETURN_IF_ERROR(CheckTokenRange(b.tokens, want, spec.gpt.vocab, false, "tokens", call));
@@ -254,11 +254,22 @@ Status Engine::Run(const std::vector<Instruction> &program, const BatchView &bat
   return Status::Ok();
 }
 
+const std::vector<Instruction> &Engine::Program(Op kind, int64_t micro_batches) {
+  auto key = std::make_pair(static_cast<int>(kind), micro_batches);
+  auto it = programs_.find(key);
+  if (it != programs_.end()) return it->second;
+  std::vector<Instruction> program;
+  if (kind == Op::kOptimizerStep) program = TrainSchedule(micro_batches);
+  else if (kind == Op::kBackward) program = ForwardBackwardSchedule(micro_batches);
+  else program = EvalSchedule(micro_batches);
+  return programs_.emplace(key, std::move(program)).first->second;
+}
+
 Status Engine::TrainBatch(const BatchView &batch, float *loss) {
   Result<int64_t> micro = CheckBatch(batch, "train_batch", true);
   if (!micro.ok()) return micro.status();
   double mean = 0;
-  DST_RETURN_IF_ERROR(Run(TrainSchedule(micro.value()), batch, &mean));
+  DST_RETURN_IF_ERROR(Run(Program(Op::kOptimizerStep, micro.value()), batch, &mean));
   if (loss) *loss = float(mean);
   return Status::Ok();
 }
@@ -267,7 +278,7 @@ Status Engine::EvalBatch(const BatchView &batch, float *loss) {
   Result<int64_t> micro = CheckBatch(batch, "eval_batch", false);
   if (!micro.ok()) return micro.status();
   double mean = 0;
-  DST_RETURN_IF_ERROR(Run(EvalSchedule(micro.value()), batch, &mean));
+  DST_RETURN_IF_ERROR(Run(Program(Op::kForward, micro.value()), batch, &mean));
   if (loss) *loss = float(mean);
   return Status::Ok();
 }
@@ -276,7 +287,7 @@ Status Engine::ForwardBackward(const BatchView &batch, float *loss) {
   Result<int64_t> micro = CheckBatch(batch, "forward_backward", false);
   if (!micro.ok()) return micro.status();
   double mean = 0;
-  DST_RETURN_IF_ERROR(Run(ForwardBackwardSchedule(micro.value()), batch, &mean));
+  DST_RETURN_IF_ERROR(Run(Program(Op::kBackward, micro.value()), batch, &mean));
   if (loss) *loss = float(mean);
   return Status::Ok();
 }

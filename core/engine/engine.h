@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +75,9 @@ class Engine {
   // Runs `program` over `batch`; *mean_loss = mean of the micro-batch losses.
   Status Run(const std::vector<Instruction> &program, const BatchView &batch, double *mean_loss);
   Status FindParam(const std::string &name, const char *call, size_t count, int *id) const;
+  // The program for `micro_batches` of a kind, built on first use and reused,
+  // so a step allocates nothing.
+  const std::vector<Instruction> &Program(Op kind, int64_t micro_batches);
 
   Config config_;
   MemoryTracker memory_;  // declared before everything it accounts
@@ -91,6 +96,7 @@ class Engine {
   int64_t total_samples_ = 0, total_tokens_ = 0;
   double flops_per_sample_token_ = 0;  // training FLOPs per token (GPT) or sample
   mutable std::string metrics_json_;
+  std::map<std::pair<int, int64_t>, std::vector<Instruction>> programs_;
 };
 
 }  // namespace dst

@@ -1,0 +1,481 @@
+// The key table, the lookups on it, and the unknown-key message with its
+// "did you mean" suggestion.
+#include "core/config/config_keys.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "core/config/json_reader.h"
+
+namespace dst {
+namespace {
+
+// Sections that only say where a key lives; kept as constants so a typo in the
+// table cannot create a new section silently.
+constexpr std::string_view kTop = "";
+constexpr std::string_view kZero = "zero_optimization";
+constexpr std::string_view kOffloadOpt = "zero_optimization.offload_optimizer";
+constexpr std::string_view kOffloadParam = "zero_optimization.offload_param";
+constexpr std::string_view kFp16 = "fp16";
+constexpr std::string_view kBf16 = "bf16";
+constexpr std::string_view kBfloat16 = "bfloat16";
+constexpr std::string_view kOptimizer = "optimizer";
+constexpr std::string_view kAdam = "optimizer.params:Adam";
+constexpr std::string_view kAdamW = "optimizer.params:AdamW";
+constexpr std::string_view kSgd = "optimizer.params:SGD";
+constexpr std::string_view kScheduler = "scheduler";
+constexpr std::string_view kWarmupLR = "scheduler.params:WarmupLR";
+constexpr std::string_view kWarmupDecayLR = "scheduler.params:WarmupDecayLR";
+constexpr std::string_view kWarmupCosineLR = "scheduler.params:WarmupCosineLR";
+constexpr std::string_view kActCkpt = "activation_checkpointing";
+constexpr std::string_view kTensorParallel = "tensor_parallel";
+constexpr std::string_view kPipelineParallel = "pipeline_parallel";
+constexpr std::string_view kPipeline = "pipeline";
+constexpr std::string_view kDataTypes = "data_types";
+constexpr std::string_view kCheckpoint = "checkpoint";
+constexpr std::string_view kFlops = "flops_profiler";
+constexpr std::string_view kTensorboard = "tensorboard";
+constexpr std::string_view kCsv = "csv_monitor";
+constexpr std::string_view kWandb = "wandb";
+constexpr std::string_view kCommsLogger = "comms_logger";
+constexpr std::string_view kAmp = "amp";
+constexpr std::string_view kAio = "aio";
+constexpr std::string_view kDstrain = "dstrain";
+
+// Phrases shared by many rows.
+constexpr std::string_view kBool = "true or false";
+constexpr std::string_view kObject = "an object";
+constexpr std::string_view kBatch = "a positive integer, \"auto\" or null";
+constexpr std::string_view kBucket = "an integer >= 0 or \"auto\" (= the default)";
+constexpr std::string_view kCount = "an integer >= 0";
+constexpr std::string_view kPositive = "a positive integer";
+constexpr std::string_view kLr = "a number >= 0 or \"auto\" (= 0.001)";
+constexpr std::string_view kWeightDecay = "a number >= 0 or \"auto\" (= 0)";
+constexpr std::string_view kBetas =
+    "[beta1, beta2] with each in [0, 1), or \"auto\" (= [0.9, 0.999])";
+constexpr std::string_view kEps = "a number > 0 or \"auto\" (= 1e-8)";
+constexpr std::string_view kDevice = "\"none\", \"cpu\" or \"nvme\"";
+constexpr std::string_view kPathOrNull = "a path string or null";
+constexpr std::string_view kString = "a string";
+constexpr std::string_view kWarmupType = "\"log\" or \"linear\"";
+constexpr std::string_view kWarmupMin = "a number >= 0 or \"auto\" (= 0)";
+constexpr std::string_view kWarmupMax = "a number >= 0 or \"auto\" (= optimizer lr)";
+constexpr std::string_view kWarmupSteps = "an integer >= 0 or \"auto\" (= 0)";
+constexpr std::string_view kTotalSteps =
+    "an integer > warmup_num_steps or \"auto\" (= the run's step count)";
+constexpr std::string_view kLastBatch = "-1 (resuming takes the position from the checkpoint)";
+constexpr std::string_view kRatio = "a number in [0, 1]";
+constexpr std::string_view kMonitorEnabled = "true or false (true is not supported yet)";
+constexpr std::string_view kNoEffect = "accepted; no effect in dstrain";
+constexpr std::string_view kNotBuiltIfTrue = "true is not supported yet";
+constexpr std::string_view kFeature = "an object with \"enabled\": false";
+constexpr std::string_view kFeatureDoc =
+    "DeepSpeed feature dstrain does not implement; accepted only when disabled";
+
+constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
+    // ---- top level: batch ----
+    {kTop, "train_batch_size", kBatch,
+     "samples per optimizer step over all data-parallel ranks; "
+     "= micro batch * accumulation steps * data-parallel size"},
+    {kTop, "train_micro_batch_size_per_gpu", kBatch, "samples per forward/backward on one rank"},
+    {kTop, "gradient_accumulation_steps", kBatch, "micro-batches accumulated per optimizer step"},
+    // ---- top level: sections ----
+    {kTop, "zero_optimization", kObject, "ZeRO settings; this build implements stage 0"},
+    {kTop, "optimizer", "an object {\"type\": ..., \"params\": {...}}",
+     "optimizer; absent = AdamW (lr 0.001, betas [0.9, 0.999], eps 1e-8, weight_decay 0)"},
+    {kTop, "scheduler", "an object {\"type\": ..., \"params\": {...}}",
+     "learning-rate schedule; absent = constant lr"},
+    {kTop, "fp16", kObject, "fp16 mixed precision (not supported yet)"},
+    {kTop, "bf16", kObject, "bf16 mixed precision (not supported yet)"},
+    {kTop, "bfloat16", kObject, "DeepSpeed's alias of bf16"},
+    {kTop, "activation_checkpointing", kObject, "activation checkpointing options"},
+    {kTop, "tensor_parallel", kObject, "tensor parallelism (size 1 only in this build)"},
+    {kTop, "pipeline_parallel", kObject, "pipeline parallelism, tutorial spelling (1 stage only)"},
+    {kTop, "pipeline", kObject, "DeepSpeed PipelineEngine options (1 stage only)"},
+    {kTop, "data_types", kObject, "dtype options"},
+    {kTop, "checkpoint", kObject, "checkpoint options"},
+    {kTop, "dstrain", kObject, "dstrain's own settings (not DeepSpeed keys)"},
+    // ---- top level: scalars ----
+    {kTop, "gradient_clipping", "a number >= 0 or \"auto\" (= 1.0)",
+     "clip the global gradient norm to this value; 0 = off"},
+    {kTop, "communication_data_type", "\"fp32\", \"fp16\", \"bf16\" or null",
+     "dtype of gradient communication; only fp32 is supported yet"},
+    {kTop, "steps_per_print", kPositive, "print progress every this many steps"},
+    {kTop, "wall_clock_breakdown", kBool, "time forward/backward/step separately"},
+    {kTop, "prescale_gradients", kBool, "true (divide before all-reduce) is not supported yet"},
+    {kTop, "gradient_predivide_factor", "a number > 0",
+     "values other than 1.0 are not supported yet"},
+    {kTop, "sparse_gradients", kBool, "true is not supported"},
+    {kTop, "zero_allow_untested_optimizer", kBool, kNoEffect},
+    {kTop, "zero_force_ds_cpu_optimizer", kBool, kNoEffect},
+    {kTop, "dump_state", kBool, "accepted; dstrain reports its resolved config instead"},
+    {kTop, "memory_breakdown", kBool,
+     "true is not supported yet; dstrain's own metrics arrive with the metrics issue"},
+    {kTop, "flops_profiler", kObject, "DeepSpeed flops profiler; enabled: true not supported yet"},
+    {kTop, "tensorboard", kObject, "DeepSpeed monitor; enabled: true not supported yet"},
+    {kTop, "csv_monitor", kObject, "DeepSpeed monitor; enabled: true not supported yet"},
+    {kTop, "wandb", kObject, "DeepSpeed monitor; enabled: true not supported yet"},
+    {kTop, "comms_logger", kObject, "DeepSpeed comms logger; enabled: true not supported yet"},
+    {kTop, "amp", kObject, "NVIDIA apex AMP; enabled: true is not supported"},
+    {kTop, "aio", kObject, "async I/O tuning for NVMe offload; no effect until NVMe offload"},
+    // DeepSpeed features with no dstrain counterpart: recognised so that a
+    // pasted config gets "not supported" rather than "unknown key".
+    {kTop, "elasticity", kFeature, kFeatureDoc},
+    {kTop, "autotuning", kFeature, kFeatureDoc},
+    {kTop, "compression_training", kFeature, kFeatureDoc},
+    {kTop, "curriculum_learning", kFeature, kFeatureDoc},
+    {kTop, "data_efficiency", kFeature, kFeatureDoc},
+    {kTop, "progressive_layer_drop", kFeature, kFeatureDoc},
+    {kTop, "eigenvalue", kFeature, kFeatureDoc},
+    {kTop, "sparse_attention", kFeature, kFeatureDoc},
+    {kTop, "hybrid_engine", kFeature, kFeatureDoc},
+    {kTop, "nebula", kFeature, kFeatureDoc},
+
+    // ---- zero_optimization ----
+    {kZero, "stage", "0, 1, 2 or 3", "ZeRO stage; only 0 (plain data parallelism) is built"},
+    {kZero, "overlap_comm", kBool, "overlap gradient reduction with backward"},
+    {kZero, "contiguous_gradients", kBool, "copy gradients into one contiguous buffer"},
+    {kZero, "reduce_bucket_size", kBucket, "elements per gradient-reduction bucket (5e8)"},
+    {kZero, "allgather_bucket_size", kBucket, "elements per all-gather bucket (5e8)"},
+    {kZero, "reduce_scatter", kBool, "ZeRO 1/2: reduce-scatter instead of all-reduce"},
+    {kZero, "allgather_partitions", kBool, "ZeRO 1/2: all-gather instead of broadcasts"},
+    {kZero, "round_robin_gradients", kBool, "ZeRO 1/2: round-robin gradient partitioning"},
+    {kZero, "stage3_prefetch_bucket_size", kBucket, "ZeRO 3: parameter prefetch size (5e7)"},
+    {kZero, "stage3_param_persistence_threshold", kBucket,
+     "ZeRO 3: parameters smaller than this stay whole (1e5)"},
+    {kZero, "stage3_max_live_parameters", kCount, "ZeRO 3: gathered parameters kept (1e9)"},
+    {kZero, "stage3_max_reuse_distance", kCount, "ZeRO 3: reuse distance to keep (1e9)"},
+    {kZero, "stage3_gather_16bit_weights_on_model_save", kBool,
+     "ZeRO 3: gather full weights when saving the model"},
+    {kZero, "stage3_gather_fp16_weights_on_model_save", kBool,
+     "deprecated DeepSpeed spelling of stage3_gather_16bit_weights_on_model_save"},
+    {kZero, "sub_group_size", kCount, "ZeRO 3: optimizer step granularity (1e9)"},
+    {kZero, "offload_optimizer", kObject, "optimizer-state offload (not supported yet)"},
+    {kZero, "offload_param", kObject, "parameter offload (not supported yet)"},
+
+    {kOffloadOpt, "device", kDevice, "\"cpu\" and \"nvme\" are not supported yet"},
+    {kOffloadOpt, "pin_memory", kBool, "page-locked host buffers"},
+    {kOffloadOpt, "nvme_path", kPathOrNull, "directory for NVMe swap files"},
+    {kOffloadOpt, "buffer_count", kCount, "swap buffers (4)"},
+    {kOffloadOpt, "fast_init", kBool, "fast optimizer initialisation for NVMe"},
+    {kOffloadOpt, "ratio", kRatio, "fraction of optimizer state offloaded (1.0)"},
+    {kOffloadParam, "device", kDevice, "\"cpu\" and \"nvme\" are not supported yet"},
+    {kOffloadParam, "pin_memory", kBool, "page-locked host buffers"},
+    {kOffloadParam, "nvme_path", kPathOrNull, "directory for NVMe swap files"},
+    {kOffloadParam, "buffer_count", kCount, "swap buffers (5)"},
+    {kOffloadParam, "buffer_size", kCount, "elements per swap buffer (1e8)"},
+    {kOffloadParam, "max_in_cpu", kCount, "parameter elements kept in CPU memory (1e9)"},
+
+    // ---- precision ----
+    {kFp16, "enabled", "true, false or \"auto\" (= false)", "true is not supported yet"},
+    {kFp16, "auto_cast", kBool, "cast inputs to fp16"},
+    {kFp16, "loss_scale", "a number >= 0", "static loss scale; 0 = dynamic"},
+    {kFp16, "initial_scale_power", "an integer in [0, 64]", "dynamic scale starts at 2^this"},
+    {kFp16, "loss_scale_window", kPositive, "steps without overflow before the scale grows"},
+    {kFp16, "hysteresis", kPositive, "overflows tolerated before the scale shrinks"},
+    {kFp16, "consecutive_hysteresis", kBool, "refill hysteresis after a good step"},
+    {kFp16, "min_loss_scale", "a number > 0", "lower bound of the dynamic scale"},
+    {kBf16, "enabled", "true, false or \"auto\" (= false)", "true is not supported yet"},
+    {kBfloat16, "enabled", "true, false or \"auto\" (= false)", "true is not supported yet"},
+
+    // ---- optimizer ----
+    {kOptimizer, "type", "one of Adam, AdamW, SGD (any case)", "the optimizer"},
+    {kOptimizer, "params", kObject, "the optimizer's parameters"},
+    {kAdam, "lr", kLr, "learning rate"},
+    {kAdam, "betas", kBetas, "moment decay rates"},
+    {kAdam, "eps", kEps, "denominator epsilon"},
+    {kAdam, "weight_decay", kWeightDecay, "weight decay"},
+    {kAdam, "adam_w_mode", kBool,
+     "true (DeepSpeed's default) = decoupled weight decay as AdamW; false = L2 in the gradient"},
+    {kAdam, "torch_adam", kBool, kNoEffect},
+    {kAdam, "bias_correction", kBool, "false is not supported"},
+    {kAdam, "amsgrad", kBool, "true is not supported"},
+    {kAdamW, "lr", kLr, "learning rate"},
+    {kAdamW, "betas", kBetas, "moment decay rates"},
+    {kAdamW, "eps", kEps, "denominator epsilon"},
+    {kAdamW, "weight_decay", kWeightDecay, "decoupled weight decay"},
+    {kAdamW, "adam_w_mode", "true (AdamW always decouples weight decay)", "must be true"},
+    {kAdamW, "torch_adam", kBool, kNoEffect},
+    {kAdamW, "bias_correction", kBool, "false is not supported"},
+    {kAdamW, "amsgrad", kBool, "true is not supported"},
+    {kSgd, "lr", kLr, "learning rate"},
+    {kSgd, "momentum", "a number >= 0", "momentum factor (0)"},
+    {kSgd, "dampening", "a number >= 0", "momentum dampening (0)"},
+    {kSgd, "weight_decay", kWeightDecay, "L2 penalty"},
+    {kSgd, "nesterov", kBool, "Nesterov momentum; needs momentum > 0 and dampening 0"},
+
+    // ---- scheduler ----
+    {kScheduler, "type", "one of WarmupLR, WarmupDecayLR, WarmupCosineLR", "the schedule"},
+    {kScheduler, "params", kObject, "the schedule's parameters"},
+    {kWarmupLR, "warmup_min_lr", kWarmupMin, "lr at step 0 (0)"},
+    {kWarmupLR, "warmup_max_lr", kWarmupMax, "lr after warm-up (0.001)"},
+    {kWarmupLR, "warmup_num_steps", kWarmupSteps, "warm-up steps (1000)"},
+    {kWarmupLR, "warmup_type", kWarmupType, "warm-up curve (log)"},
+    {kWarmupLR, "last_batch_iteration", kLastBatch, "must be -1"},
+    {kWarmupDecayLR, "warmup_min_lr", kWarmupMin, "lr at step 0 (0)"},
+    {kWarmupDecayLR, "warmup_max_lr", kWarmupMax, "lr after warm-up (0.001)"},
+    {kWarmupDecayLR, "warmup_num_steps", kWarmupSteps, "warm-up steps (1000)"},
+    {kWarmupDecayLR, "warmup_type", kWarmupType, "warm-up curve (log)"},
+    {kWarmupDecayLR, "total_num_steps", kTotalSteps, "step at which the lr reaches 0 (required)"},
+    {kWarmupDecayLR, "last_batch_iteration", kLastBatch, "must be -1"},
+    {kWarmupCosineLR, "total_num_steps", kTotalSteps, "length of the schedule (required)"},
+    {kWarmupCosineLR, "warmup_min_ratio", kRatio, "lr ratio at step 0 (0)"},
+    {kWarmupCosineLR, "warmup_num_steps", kWarmupSteps, "warm-up steps (1000)"},
+    {kWarmupCosineLR, "cos_min_ratio", kRatio, "final lr ratio (0.0001)"},
+    {kWarmupCosineLR, "warmup_type", kWarmupType, "warm-up curve (log)"},
+    {kWarmupCosineLR, "last_batch_iteration", kLastBatch, "must be -1"},
+
+    // ---- activation checkpointing ----
+    {kActCkpt, "partition_activations", kBool, kNotBuiltIfTrue},
+    {kActCkpt, "cpu_checkpointing", kBool, kNotBuiltIfTrue},
+    {kActCkpt, "contiguous_memory_optimization", kBool, "needs partition_activations"},
+    {kActCkpt, "number_checkpoints", "an integer >= 0 or null", "checkpoints per step; 0 = unset"},
+    {kActCkpt, "synchronize_checkpoint_boundary", kBool, "synchronise at checkpoint boundaries"},
+    {kActCkpt, "profile", kBool, "time the checkpointed forward/backward"},
+
+    // ---- model parallelism ----
+    {kTensorParallel, "autotp_size", "an integer >= 0 (0 or 1 = off)",
+     "DeepSpeed AutoTP degree; > 1 is not supported yet"},
+    {kTensorParallel, "enabled", kBool, "tutorial spelling: turn tensor parallelism on"},
+    {kTensorParallel, "tp_size", kPositive, "tutorial spelling of the degree; > 1 not supported"},
+    {kPipelineParallel, "enabled", kBool, "turn pipeline parallelism on"},
+    {kPipelineParallel, "pp_size", kPositive, "pipeline stages; > 1 is not supported yet"},
+    {kPipelineParallel, "micro_batches", kPositive,
+     "micro-batches per step; the same as gradient_accumulation_steps"},
+    {kPipeline, "stages", "a positive integer or \"auto\" (= 1)",
+     "pipeline stages; > 1 is not supported yet"},
+    {kPipeline, "partition", kString, "layer partition method (parameters, uniform, type:...)"},
+    {kPipeline, "seed_layers", kBool, "seed each layer differently"},
+    {kPipeline, "activation_checkpoint_interval", kCount, "layers between checkpoints"},
+    {kPipeline, "pipe_partitioned", kBool, "partition activations sent between stages"},
+    {kPipeline, "grad_partitioned", kBool, "partition gradients sent between stages"},
+
+    // ---- data types, checkpoint ----
+    {kDataTypes, "grad_accum_dtype", "\"fp32\", \"fp16\", \"bf16\" or null",
+     "gradient accumulation dtype; only fp32 is supported yet"},
+    {kCheckpoint, "tag_validation", "\"Ignore\", \"Warn\" or \"Fail\"",
+     "check that all ranks save the same tag"},
+    {kCheckpoint, "load_universal", kBool, "true (universal checkpoints) is not supported yet"},
+    {kCheckpoint, "use_node_local_storage", kBool, "checkpoint to node-local storage"},
+
+    // ---- monitors and profilers ----
+    {kFlops, "enabled", kMonitorEnabled, kNotBuiltIfTrue},
+    {kFlops, "recompute_fwd_factor", "a number >= 0", kNoEffect},
+    {kFlops, "profile_step", kCount, kNoEffect},
+    {kFlops, "module_depth", "an integer (-1 = all)", kNoEffect},
+    {kFlops, "top_modules", kCount, kNoEffect},
+    {kFlops, "detailed", kBool, kNoEffect},
+    {kFlops, "output_file", kPathOrNull, kNoEffect},
+    {kTensorboard, "enabled", kMonitorEnabled, kNotBuiltIfTrue},
+    {kTensorboard, "output_path", kString, kNoEffect},
+    {kTensorboard, "job_name", kString, kNoEffect},
+    {kCsv, "enabled", kMonitorEnabled, kNotBuiltIfTrue},
+    {kCsv, "output_path", kString, kNoEffect},
+    {kCsv, "job_name", kString, kNoEffect},
+    {kWandb, "enabled", kMonitorEnabled, kNotBuiltIfTrue},
+    {kWandb, "group", "a string or null", kNoEffect},
+    {kWandb, "team", "a string or null", kNoEffect},
+    {kWandb, "project", kString, kNoEffect},
+    {kCommsLogger, "enabled", kMonitorEnabled, kNotBuiltIfTrue},
+    {kCommsLogger, "verbose", kBool, kNoEffect},
+    {kCommsLogger, "prof_all", kBool, kNoEffect},
+    {kCommsLogger, "debug", kBool, kNoEffect},
+    {kCommsLogger, "prof_ops", "a list of strings", kNoEffect},
+    {kAmp, "enabled", kBool, "true is not supported"},
+    {kAmp, "*", "any value", "apex options; only read when enabled"},
+    {kAio, "block_size", kPositive, kNoEffect},
+    {kAio, "queue_depth", kPositive, kNoEffect},
+    {kAio, "intra_op_parallelism", kPositive, kNoEffect},
+    {kAio, "thread_count", kPositive, kNoEffect},
+    {kAio, "single_submit", kBool, kNoEffect},
+    {kAio, "overlap_events", kBool, kNoEffect},
+    {kAio, "use_gds", kBool, kNoEffect},
+
+    // ---- dstrain ----
+    {kDstrain, "num_threads", "an integer >= 0",
+     "compute threads; 0 = DSTRAIN_NUM_THREADS, else OMP_NUM_THREADS, else all cores"},
+    {kDstrain, "seed", "an integer in [0, 2^64)", "seed of data order and runtime randomness"},
+});
+
+std::string Lowercase(std::string_view text) {
+  std::string out(text);
+  for (char &c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Optimal-string-alignment distance (Levenshtein plus adjacent transposition,
+// the usual typo model), on lowercased text.
+size_t EditDistance(std::string_view a, std::string_view b) {
+  const size_t n = a.size(), m = b.size();
+  std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1, 0));
+  for (size_t i = 0; i <= n; ++i) d[i][0] = i;
+  for (size_t j = 0; j <= m; ++j) d[0][j] = j;
+  for (size_t i = 1; i <= n; ++i) {
+    for (size_t j = 1; j <= m; ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[n][m];
+}
+
+// How far a mistyped key is from a known one. Truncations and fragments are
+// common ("train_micro_batch_size" for "train_micro_batch_size_per_gpu"), and
+// plain edit distance would rank them behind unrelated short keys, so a
+// prefix or a long enough substring counts as nearly exact.
+size_t KeyDistance(std::string_view typed, std::string_view known) {
+  const std::string a = Lowercase(typed), b = Lowercase(known);
+  if (a == b) return 0;
+  constexpr size_t kMinFragment = 4;
+  const std::string &shorter = a.size() < b.size() ? a : b;
+  const std::string &longer = a.size() < b.size() ? b : a;
+  if (shorter.size() >= kMinFragment) {
+    if (longer.compare(0, shorter.size(), shorter) == 0) return 1;
+    if (longer.find(shorter) != std::string::npos) return 2;
+  }
+  return EditDistance(a, b);
+}
+
+// The section path as a person reads it: "optimizer.params:SGD" is shown as
+// "optimizer.params".
+std::string_view SectionPath(std::string_view section) {
+  return section.substr(0, section.find(':'));
+}
+
+std::string_view SectionType(std::string_view section) {
+  const size_t colon = section.find(':');
+  return colon == std::string_view::npos ? std::string_view() : section.substr(colon + 1);
+}
+
+std::string DescribeSection(std::string_view section, std::string_view path) {
+  std::string where = path.empty() ? "at top level" : "in " + std::string(path);
+  if (!SectionType(section).empty()) where += " (type " + std::string(SectionType(section)) + ")";
+  return where;
+}
+
+std::vector<std::string_view> KeysOf(std::string_view section) {
+  std::vector<std::string_view> keys;
+  for (const ConfigKeyInfo &info : kKeys) {
+    if (info.section == section && info.key != "*") keys.push_back(info.key);
+  }
+  return keys;
+}
+
+std::string_view NearestKey(std::string_view section, std::string_view typed) {
+  return config_internal::NearestName(typed, KeysOf(section));
+}
+
+// Where else the exact key is recognised, e.g. "lr" typed at top level lives
+// in optimizer.params. Returns a phrase, or "" when the key is not specific
+// enough (like "enabled", which most sections have).
+std::string ElsewhereHint(std::string_view section, std::string_view typed) {
+  std::vector<std::string_view> other_types;  // same path, other "type"
+  std::vector<std::string_view> other_paths;
+  const std::string lowered = Lowercase(typed);
+  for (const ConfigKeyInfo &info : kKeys) {
+    if (info.section == section || Lowercase(info.key) != lowered) continue;
+    if (SectionPath(info.section) == SectionPath(section)) {
+      other_types.push_back(SectionType(info.section));
+    } else if (std::find(other_paths.begin(), other_paths.end(), SectionPath(info.section)) ==
+               other_paths.end()) {
+      other_paths.push_back(SectionPath(info.section));
+    }
+  }
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on
+  // "literal" + std::string temporaries here at -O3.
+  std::string hint = config_internal::Shorten(config_internal::Json(std::string(typed)));
+  if (!other_types.empty() && other_types.size() <= 2) {
+    hint.append(" is a parameter of type ").append(other_types[0]);
+    if (other_types.size() == 2) hint.append(" and ").append(other_types[1]);
+    return hint;
+  }
+  if (other_paths.empty() || other_paths.size() > 2) return "";
+  for (size_t i = 0; i < other_paths.size(); ++i) {
+    hint.append(i == 0 ? " belongs in " : " or ");
+    hint.append(other_paths[i].empty() ? std::string_view("the top level") : other_paths[i]);
+  }
+  return hint;
+}
+
+std::string ListKeys(const std::vector<std::string_view> &keys) {
+  std::string list;
+  for (std::string_view key : keys) list += (list.empty() ? "" : ", ") + std::string(key);
+  return list;
+}
+
+}  // namespace
+
+std::span<const ConfigKeyInfo> KnownConfigKeys() {
+  return kKeys;
+}
+
+std::string ConfigKeysMarkdown() {
+  std::string out;
+  std::string_view current;
+  bool first = true;
+  for (const ConfigKeyInfo &info : kKeys) {
+    if (first || info.section != current) {
+      current = info.section;
+      first = false;
+      out += "\n### " + (current.empty() ? std::string("top level") : std::string(current)) +
+             "\n\n| key | accepts | dstrain |\n|---|---|---|\n";
+    }
+    out += "| `" + std::string(info.key) + "` | " + std::string(info.accepts) + " | " +
+           std::string(info.doc) + " |\n";
+  }
+  return out;
+}
+
+namespace config_internal {
+
+std::string_view NearestName(std::string_view typed, std::span<const std::string_view> names) {
+  std::string_view best;
+  size_t best_distance = SIZE_MAX;
+  for (std::string_view known : names) {
+    const size_t distance = KeyDistance(typed, known);
+    if (distance < best_distance) best_distance = distance, best = known;
+  }
+  // Suggest only when the guess is plausibly what was meant: one edit per
+  // three characters typed, so "foo" suggests nothing rather than "aio".
+  const size_t tolerated = std::max<size_t>(1, typed.size() / 3);
+  return best_distance <= tolerated ? best : std::string_view();
+}
+
+const ConfigKeyInfo *FindConfigKey(std::string_view section, std::string_view key) {
+  const ConfigKeyInfo *wildcard = nullptr;
+  for (const ConfigKeyInfo &info : kKeys) {
+    if (info.section != section) continue;
+    if (info.key == key) return &info;
+    if (info.key == "*") wildcard = &info;
+  }
+  return wildcard;
+}
+
+std::string UnknownKeyMessage(std::string_view section, std::string_view path,
+                              std::string_view key) {
+  std::string message =
+      "unknown key " + Shorten(Json(std::string(key))) + " " + DescribeSection(section, path);
+  if (const std::string_view nearest = NearestKey(section, key); !nearest.empty()) {
+    return message + "; did you mean \"" + std::string(nearest) + "\"?";
+  }
+  if (const std::string hint = ElsewhereHint(section, key); !hint.empty()) {
+    return message + "; " + hint;
+  }
+  // Small sections are listed in full; the top level is too long for that.
+  constexpr size_t kMaxListed = 10;
+  const std::vector<std::string_view> keys = KeysOf(section);
+  if (!keys.empty() && keys.size() <= kMaxListed) {
+    return message + "; known keys here: " + ListKeys(keys);
+  }
+  return message;
+}
+
+}  // namespace config_internal
+}  // namespace dst

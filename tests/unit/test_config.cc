@@ -1,0 +1,762 @@
+// ds_config.json parsing: typed values, DeepSpeed's batch rules, "auto", and
+// one test per kind of bad config, each checking the code and the words a
+// user needs (path, expectation, finding, suggestion).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config/config.h"
+#include "core/config/config_keys.h"
+
+namespace dst {
+namespace {
+
+Result<Config> Parse(std::string_view json, int64_t world_size = 1, int64_t total_steps = 0) {
+  ConfigContext context;
+  context.world_size = world_size;
+  context.total_steps = total_steps;
+  return ParseConfig(json, context);
+}
+
+const char *CodeName(Code code) {
+  switch (code) {
+    case Code::kOk:
+      return "kOk";
+    case Code::kConfig:
+      return "kConfig";
+    case Code::kNotSupported:
+      return "kNotSupported";
+    case Code::kInvalidArgument:
+      return "kInvalidArgument";
+    case Code::kIo:
+      return "kIo";
+    default:
+      return "other";
+  }
+}
+
+// The result failed with `code` and its message contains every one of `parts`.
+testing::AssertionResult FailsWith(const Result<Config> &result, Code code,
+                                   std::initializer_list<std::string_view> parts) {
+  if (result.ok()) return testing::AssertionFailure() << "parsed, but expected an error";
+  const Status &status = result.status();
+  if (status.code() != code) {
+    return testing::AssertionFailure() << "code " << CodeName(status.code()) << " instead of "
+                                       << CodeName(code) << ": " << status.message();
+  }
+  for (std::string_view part : parts) {
+    if (status.message().find(part) == std::string::npos) {
+      return testing::AssertionFailure() << "message lacks [" << part << "]: " << status.message();
+    }
+  }
+  return testing::AssertionSuccess() << status.message();
+}
+
+#define ASSERT_PARSED(result) ASSERT_TRUE((result).ok()) << (result).status().message()
+
+// A DeepSpeed config as its docs write one, with every supported feature set
+// to something other than its default.
+constexpr std::string_view kFullConfig = R"({
+  "train_batch_size": 64,
+  "train_micro_batch_size_per_gpu": 4,
+  "gradient_accumulation_steps": 8,
+  "steps_per_print": 50,
+  "wall_clock_breakdown": true,
+  "gradient_clipping": 0.5,
+  "communication_data_type": "fp32",
+  "optimizer": {
+    "type": "Adam",
+    "params": {"lr": 3e-4, "betas": [0.8, 0.95], "eps": 1e-6, "weight_decay": 0.1,
+               "adam_w_mode": false, "torch_adam": true, "bias_correction": true}
+  },
+  "scheduler": {
+    "type": "WarmupDecayLR",
+    "params": {"warmup_min_lr": 1e-5, "warmup_max_lr": 3e-4, "warmup_num_steps": 100,
+               "warmup_type": "linear", "total_num_steps": 1000}
+  },
+  "zero_optimization": {
+    "stage": 0,
+    "overlap_comm": true,
+    "contiguous_gradients": false,
+    "reduce_bucket_size": 2e8,
+    "allgather_bucket_size": 300000000,
+    "reduce_scatter": true,
+    "allgather_partitions": true,
+    "round_robin_gradients": false,
+    "stage3_prefetch_bucket_size": 1000,
+    "stage3_param_persistence_threshold": 2000,
+    "stage3_max_live_parameters": 3000,
+    "stage3_max_reuse_distance": 4000,
+    "stage3_gather_16bit_weights_on_model_save": true,
+    "sub_group_size": 1e9,
+    "offload_optimizer": {"device": "none", "pin_memory": true},
+    "offload_param": {"device": "none", "buffer_count": 5, "buffer_size": 1e8, "max_in_cpu": 1e9}
+  },
+  "fp16": {"enabled": false, "loss_scale": 0, "initial_scale_power": 12, "loss_scale_window": 500,
+           "hysteresis": 3, "consecutive_hysteresis": false, "min_loss_scale": 0.5},
+  "bf16": {"enabled": false},
+  "activation_checkpointing": {"partition_activations": false, "cpu_checkpointing": false,
+                               "contiguous_memory_optimization": false,
+                               "number_checkpoints": 4, "synchronize_checkpoint_boundary": true,
+                               "profile": true},
+  "tensor_parallel": {"autotp_size": 1},
+  "pipeline_parallel": {"enabled": false, "pp_size": 1},
+  "zero_allow_untested_optimizer": true,
+  "prescale_gradients": false,
+  "gradient_predivide_factor": 1.0,
+  "sparse_gradients": false,
+  "dump_state": false,
+  "tensorboard": {"enabled": false, "output_path": "logs/", "job_name": "run"},
+  "wandb": {"enabled": false, "project": "p"},
+  "data_types": {"grad_accum_dtype": "fp32"},
+  "checkpoint": {"tag_validation": "fail", "load_universal": false,
+                 "use_node_local_storage": true},
+  "dstrain": {"num_threads": 4, "seed": 18446744073709551615}
+})";
+
+// ---------------------------------------------------------------------------
+// Valid configs
+
+TEST(ConfigParse, FullDeepSpeedConfigGivesTypedValues) {
+  Result<Config> result = Parse(kFullConfig, /*world_size=*/2);
+  ASSERT_PARSED(result);
+  const Config &c = result.value();
+  EXPECT_EQ(c.train_batch_size, 64);
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 4);
+  EXPECT_EQ(c.gradient_accumulation_steps, 8);
+  EXPECT_EQ(c.dp_size, 2);
+  EXPECT_EQ(c.tp_size, 1);
+  EXPECT_EQ(c.pp_size, 1);
+  EXPECT_EQ(c.steps_per_print, 50);
+  EXPECT_TRUE(c.wall_clock_breakdown);
+  EXPECT_DOUBLE_EQ(c.gradient_clipping, 0.5);
+  EXPECT_EQ(c.communication_data_type, DType::kFloat32);
+
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kAdam);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[0], 0.8);
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.95);
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);
+  EXPECT_FALSE(c.optimizer.adam_w_mode);
+
+  EXPECT_EQ(c.scheduler.type, SchedulerType::kWarmupDecayLR);
+  EXPECT_DOUBLE_EQ(c.scheduler.warmup_min_lr, 1e-5);
+  EXPECT_DOUBLE_EQ(c.scheduler.warmup_max_lr, 3e-4);
+  EXPECT_EQ(c.scheduler.warmup_num_steps, 100);
+  EXPECT_EQ(c.scheduler.warmup_type, WarmupType::kLinear);
+  EXPECT_EQ(c.scheduler.total_num_steps, 1000);
+
+  EXPECT_EQ(c.zero.stage, 0);
+  EXPECT_TRUE(c.zero.overlap_comm);
+  EXPECT_FALSE(c.zero.contiguous_gradients);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 200000000);
+  EXPECT_EQ(c.zero.allgather_bucket_size, 300000000);
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 1000);
+  EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 2000);
+  EXPECT_EQ(c.zero.stage3_max_live_parameters, 3000);
+  EXPECT_EQ(c.zero.stage3_max_reuse_distance, 4000);
+  EXPECT_TRUE(c.zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_EQ(c.zero.offload_optimizer_device, "none");
+  EXPECT_EQ(c.zero.offload_param_device, "none");
+
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_EQ(c.fp16.initial_scale_power, 12);
+  EXPECT_EQ(c.fp16.loss_scale_window, 500);
+  EXPECT_EQ(c.fp16.hysteresis, 3);
+  EXPECT_DOUBLE_EQ(c.fp16.min_loss_scale, 0.5);
+  EXPECT_FALSE(c.bf16_enabled);
+
+  EXPECT_EQ(c.activation_checkpointing.number_checkpoints, 4);
+  EXPECT_TRUE(c.activation_checkpointing.synchronize_checkpoint_boundary);
+  EXPECT_TRUE(c.activation_checkpointing.profile);
+
+  EXPECT_EQ(c.runtime.num_threads, 4);
+  EXPECT_EQ(c.runtime.seed, 18446744073709551615ULL);
+}
+
+TEST(ConfigParse, MinimalConfigTakesDeepSpeedDefaults) {
+  Result<Config> result = Parse(R"({"train_micro_batch_size_per_gpu": 2})");
+  ASSERT_PARSED(result);
+  const Config &c = result.value();
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kAdamW);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[0], 0.9);
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.999);
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-8);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.0);
+  EXPECT_EQ(c.scheduler.type, SchedulerType::kNone);
+  EXPECT_EQ(c.zero.stage, 0);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 500000000);
+  EXPECT_DOUBLE_EQ(c.gradient_clipping, 0.0);
+  EXPECT_EQ(c.steps_per_print, 10);
+  EXPECT_EQ(c.runtime.seed, 1234u);
+  EXPECT_EQ(c.runtime.num_threads, 0);
+}
+
+// The six ways DeepSpeed completes the batch identity
+// train_batch_size = micro * accumulation * data-parallel size.
+TEST(ConfigBatch, AllThreeGivenAndConsistent) {
+  Result<Config> result = Parse(
+      R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
+          "gradient_accumulation_steps": 2})",
+      /*world_size=*/4);
+  ASSERT_PARSED(result);
+  EXPECT_EQ(result->dp_size, 4);
+  EXPECT_EQ(result->gradient_accumulation_steps, 2);
+}
+
+TEST(ConfigBatch, BatchAndMicroDeriveAccumulation) {
+  Result<Config> result =
+      Parse(R"({"train_batch_size": 48, "train_micro_batch_size_per_gpu": 4})", 3);
+  ASSERT_PARSED(result);
+  EXPECT_EQ(result->gradient_accumulation_steps, 4);
+  EXPECT_EQ(result->train_micro_batch_size_per_gpu, 4);
+}
+
+TEST(ConfigBatch, BatchAndAccumulationDeriveMicro) {
+  Result<Config> result = Parse(R"({"train_batch_size": 48, "gradient_accumulation_steps": 3})", 2);
+  ASSERT_PARSED(result);
+  EXPECT_EQ(result->train_micro_batch_size_per_gpu, 8);
+  EXPECT_EQ(result->gradient_accumulation_steps, 3);
+}
+
+TEST(ConfigBatch, MicroAndAccumulationDeriveBatch) {
+  Result<Config> result =
+      Parse(R"({"train_micro_batch_size_per_gpu": 5, "gradient_accumulation_steps": 3})", 2);
+  ASSERT_PARSED(result);
+  EXPECT_EQ(result->train_batch_size, 30);
+}
+
+TEST(ConfigBatch, OnlyBatchMeansNoAccumulation) {
+  Result<Config> result = Parse(R"({"train_batch_size": 16})", 4);
+  ASSERT_PARSED(result);
+  EXPECT_EQ(result->gradient_accumulation_steps, 1);
+  EXPECT_EQ(result->train_micro_batch_size_per_gpu, 4);
+}
+
+TEST(ConfigBatch, OnlyMicroMeansNoAccumulation) {
+  Result<Config> result = Parse(R"({"train_micro_batch_size_per_gpu": 6})", 2);
+  ASSERT_PARSED(result);
+  EXPECT_EQ(result->gradient_accumulation_steps, 1);
+  EXPECT_EQ(result->train_batch_size, 12);
+}
+
+TEST(ConfigBatch, PipelineMicroBatchesAreTheAccumulationSteps) {
+  Result<Config> result =
+      Parse(R"({"train_micro_batch_size_per_gpu": 2, "pipeline_parallel": {"micro_batches": 4}})");
+  ASSERT_PARSED(result);
+  EXPECT_EQ(result->gradient_accumulation_steps, 4);
+  EXPECT_EQ(result->pipeline_micro_batches, 4);
+  EXPECT_EQ(result->train_batch_size, 8);
+}
+
+// The Hugging Face Trainer's ZeRO template with every "auto" it writes.
+TEST(ConfigAuto, HuggingFaceTemplateResolves) {
+  Result<Config> result = Parse(R"({
+    "fp16": {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000,
+             "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1},
+    "bf16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW",
+                  "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+    "scheduler": {"type": "WarmupDecayLR",
+                  "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                             "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+    "zero_optimization": {"stage": 0, "reduce_bucket_size": "auto",
+                          "stage3_prefetch_bucket_size": "auto",
+                          "stage3_param_persistence_threshold": "auto"},
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "steps_per_print": 2000,
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": 8,
+    "wall_clock_breakdown": false
+  })",
+                                /*world_size=*/1, /*total_steps=*/500);
+  ASSERT_PARSED(result);
+  const Config &c = result.value();
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_FALSE(c.bf16_enabled);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.999);
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-8);
+  EXPECT_DOUBLE_EQ(c.scheduler.warmup_max_lr, 1e-3);  // = optimizer lr
+  EXPECT_DOUBLE_EQ(c.scheduler.warmup_min_lr, 0.0);
+  EXPECT_EQ(c.scheduler.warmup_num_steps, 0);
+  EXPECT_EQ(c.scheduler.total_num_steps, 500);  // = context.total_steps
+  EXPECT_EQ(c.zero.reduce_bucket_size, 500000000);
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 50000000);
+  EXPECT_DOUBLE_EQ(c.gradient_clipping, 1.0);
+  EXPECT_EQ(c.gradient_accumulation_steps, 1);
+  EXPECT_EQ(c.train_batch_size, 8);
+
+  // The resolved JSON has no "auto" left and carries the filled values.
+  EXPECT_EQ(c.resolved_json.find("auto"), std::string::npos) << c.resolved_json;
+  const nlohmann::json resolved = nlohmann::json::parse(c.resolved_json);
+  EXPECT_EQ(resolved["scheduler"]["params"]["total_num_steps"], 500);
+  EXPECT_EQ(resolved["train_batch_size"], 8);
+  EXPECT_EQ(resolved["gradient_clipping"], 1.0);
+  EXPECT_NE(c.resolved_json.find("\n  \"train_batch_size\": 8"), std::string::npos) << "indent 2";
+}
+
+TEST(ConfigAuto, WarmupMaxLrFollowsAnExplicitOptimizerLr) {
+  Result<Config> result = Parse(R"({"train_batch_size": 8,
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.02}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": "auto"}}})");
+  ASSERT_PARSED(result);
+  EXPECT_DOUBLE_EQ(result->scheduler.warmup_max_lr, 0.02);
+  EXPECT_EQ(result->scheduler.warmup_num_steps, 1000);  // DeepSpeed's default when absent
+}
+
+TEST(ConfigOptimizer, TypeIsCaseInsensitive) {
+  const std::pair<const char *, OptimizerType> cases[] = {{"adamw", OptimizerType::kAdamW},
+                                                          {"ADAM", OptimizerType::kAdam},
+                                                          {"Sgd", OptimizerType::kSGD},
+                                                          {"AdamW", OptimizerType::kAdamW}};
+  for (const auto &[name, type] : cases) {
+    const std::string json =
+        std::string(R"({"train_batch_size": 1, "optimizer": {"type": ")") + name + "\"}}";
+    Result<Config> result = Parse(json);
+    ASSERT_PARSED(result);
+    EXPECT_EQ(result->optimizer.type, type) << name;
+  }
+}
+
+TEST(ConfigOptimizer, AdamDecouplesWeightDecayByDefaultAsDeepSpeed) {
+  Result<Config> result =
+      Parse(R"({"train_batch_size": 1, "optimizer": {"type": "Adam", "params": {}}})");
+  ASSERT_PARSED(result);
+  EXPECT_TRUE(result->optimizer.adam_w_mode);
+}
+
+TEST(ConfigOptimizer, SgdParameters) {
+  Result<Config> result = Parse(R"({"train_batch_size": 1, "optimizer": {"type": "SGD",
+    "params": {"lr": 0.1, "momentum": 0.9, "dampening": 0, "weight_decay": 1e-4,
+               "nesterov": true}}})");
+  ASSERT_PARSED(result);
+  EXPECT_EQ(result->optimizer.type, OptimizerType::kSGD);
+  EXPECT_DOUBLE_EQ(result->optimizer.momentum, 0.9);
+  EXPECT_DOUBLE_EQ(result->optimizer.weight_decay, 1e-4);
+  EXPECT_TRUE(result->optimizer.nesterov);
+}
+
+TEST(ConfigScheduler, WarmupCosineLrDefaultsAndRatios) {
+  Result<Config> result = Parse(R"({"train_batch_size": 1, "scheduler": {
+    "type": "WarmupCosineLR", "params": {"total_num_steps": 5000, "warmup_min_ratio": 0.1}}})");
+  ASSERT_PARSED(result);
+  EXPECT_EQ(result->scheduler.type, SchedulerType::kWarmupCosineLR);
+  EXPECT_DOUBLE_EQ(result->scheduler.warmup_min_ratio, 0.1);
+  EXPECT_DOUBLE_EQ(result->scheduler.cos_min_ratio, 0.0001);
+  EXPECT_EQ(result->scheduler.warmup_num_steps, 1000);
+  EXPECT_EQ(result->scheduler.warmup_type, WarmupType::kLog);
+}
+
+TEST(ConfigParse, ResolvedJsonParsesBackToTheSameConfig) {
+  Result<Config> first = Parse(kFullConfig, 2);
+  ASSERT_PARSED(first);
+  Result<Config> second = Parse(first->resolved_json, 2);
+  ASSERT_PARSED(second);
+  EXPECT_EQ(second->resolved_json, first->resolved_json);
+  EXPECT_EQ(second->optimizer.adam_w_mode, first->optimizer.adam_w_mode);
+  EXPECT_EQ(second->scheduler.total_num_steps, first->scheduler.total_num_steps);
+  EXPECT_EQ(second->runtime.seed, first->runtime.seed);
+}
+
+TEST(ConfigParse, AcceptsAliasesAndDisabledDeepSpeedFeatures) {
+  Result<Config> result = Parse(R"({"train_batch_size": 2,
+    "bfloat16": {"enabled": false},
+    "elasticity": {"enabled": false, "max_train_batch_size": 2000},
+    "flops_profiler": {"enabled": false, "profile_step": 1, "module_depth": -1},
+    "comms_logger": {"enabled": false, "prof_ops": ["all_reduce"]},
+    "amp": {"enabled": false, "opt_level": "O1"},
+    "pipeline": {"stages": "auto", "partition": "parameters", "seed_layers": false},
+    "tensor_parallel": {"enabled": false, "tp_size": 1},
+    "communication_data_type": "FP32",
+    "zero_optimization": {"stage3_gather_fp16_weights_on_model_save": true}})");
+  ASSERT_PARSED(result);
+  EXPECT_FALSE(result->bf16_enabled);
+  EXPECT_TRUE(result->zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_EQ(result->pp_size, 1);
+}
+
+TEST(ConfigParse, LoadConfigFileReadsAndNamesThePath) {
+  const std::string path = testing::TempDir() + "dstrain_test_config.json";
+  {
+    std::ofstream out(path);
+    out << R"({"train_batch_size": 4, "zero_optimization": {"stage": 5}})";
+  }
+  Result<Config> bad = LoadConfigFile(path, ConfigContext{});
+  EXPECT_TRUE(FailsWith(bad, Code::kConfig, {path + ": zero_optimization.stage"}));
+  {
+    std::ofstream out(path);
+    out << R"({"train_batch_size": 4})";
+  }
+  Result<Config> good = LoadConfigFile(path, ConfigContext{});
+  ASSERT_PARSED(good);
+  EXPECT_EQ(good->train_batch_size, 4);
+  std::remove(path.c_str());
+
+  EXPECT_TRUE(FailsWith(LoadConfigFile(path, ConfigContext{}), Code::kIo,
+                        {"cannot open config file", path, "No such file"}));
+  EXPECT_TRUE(
+      FailsWith(LoadConfigFile(testing::TempDir(), ConfigContext{}), Code::kIo, {"directory"}));
+}
+
+TEST(ConfigKeys, TableHasNoDuplicatesAndRendersAsMarkdown) {
+  std::set<std::pair<std::string_view, std::string_view>> seen;
+  for (const ConfigKeyInfo &info : KnownConfigKeys()) {
+    EXPECT_TRUE(seen.insert({info.section, info.key}).second)
+        << info.section << "." << info.key << " twice";
+    EXPECT_FALSE(info.accepts.empty()) << info.key;
+    EXPECT_FALSE(info.doc.empty()) << info.key;
+  }
+  const std::string markdown = ConfigKeysMarkdown();
+  EXPECT_NE(markdown.find("### zero_optimization"), std::string::npos);
+  EXPECT_NE(markdown.find("| `train_micro_batch_size_per_gpu` |"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------
+// Malformed or inconsistent configs
+
+TEST(ConfigErrors, MalformedJsonReportsLineAndColumn) {
+  EXPECT_TRUE(FailsWith(Parse("{\n  \"train_batch_size\": 8,,\n  \"x\": 1\n}"), Code::kConfig,
+                        {"malformed JSON at line 2, column 25", "unexpected ','"}));
+  EXPECT_TRUE(FailsWith(Parse("{\"train_batch_size\": 8"), Code::kConfig,
+                        {"malformed JSON at line 1, column 23", "unexpected end of input"}));
+}
+
+TEST(ConfigErrors, NumberTooLargeForADoubleReportsPosition) {
+  EXPECT_TRUE(FailsWith(Parse("{\n\"gradient_clipping\": 1e999}"), Code::kConfig,
+                        {"line 2, column 22", "number overflow"}));
+}
+
+TEST(ConfigErrors, EmptyText) {
+  EXPECT_TRUE(FailsWith(Parse(" \n "), Code::kConfig, {"the config is empty"}));
+}
+
+TEST(ConfigErrors, RootMustBeAnObject) {
+  EXPECT_TRUE(FailsWith(Parse("[1, 2]"), Code::kConfig,
+                        {"expected a JSON object at the root", "found [1, 2]"}));
+  EXPECT_TRUE(FailsWith(Parse("\"auto\""), Code::kConfig, {"found \"auto\""}));
+}
+
+TEST(ConfigErrors, DuplicateKeyNamesItsPath) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 4,
+    "zero_optimization": {"stage": 0, "stage": 2}})"),
+                        Code::kConfig, {"duplicate key \"stage\" in zero_optimization"}));
+}
+
+TEST(ConfigErrors, UnknownTopLevelKeySuggestsNearest) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_micro_batch_size": 4})"), Code::kConfig,
+                        {"unknown key \"train_micro_batch_size\" at top level; did you mean "
+                         "\"train_micro_batch_size_per_gpu\"?"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"zero_optimisation": {}})"), Code::kConfig,
+                        {"did you mean \"zero_optimization\"?"}));
+}
+
+TEST(ConfigErrors, UnknownNestedKeySuggestsNearest) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 4, "zero_optimization": {"stag": 1}})"),
+                        Code::kConfig,
+                        {"unknown key \"stag\" in zero_optimization; did you mean \"stage\"?"}));
+  EXPECT_TRUE(FailsWith(
+      Parse(
+          R"({"train_batch_size": 4, "zero_optimization": {"offload_param": {"devcie": "cpu"}}})"),
+      Code::kConfig, {"in zero_optimization.offload_param; did you mean \"device\"?"}));
+}
+
+TEST(ConfigErrors, MisplacedKeyNamesWhereItBelongs) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 4, "lr": 0.1})"), Code::kConfig,
+                        {"unknown key \"lr\" at top level", "belongs in optimizer.params"}));
+  EXPECT_TRUE(FailsWith(
+      Parse(
+          R"({"train_batch_size": 4,
+              "optimizer": {"type": "AdamW", "params": {"momentum": 0.9}}})"),
+      Code::kConfig,
+      {"unknown key \"momentum\" in optimizer.params (type AdamW)", "parameter of type SGD"}));
+}
+
+TEST(ConfigErrors, WrongTypeNamesPathExpectedAndFound) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": "32"})"), Code::kConfig,
+                        {"train_batch_size: expected a positive integer, \"auto\" or null, found "
+                         "\"32\""}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 4, "wall_clock_breakdown": 1})"),
+                        Code::kConfig, {"wall_clock_breakdown: expected true or false, found 1"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 4, "zero_optimization": 2})"), Code::kConfig,
+                        {"zero_optimization: expected an object, found 2"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2.5})"), Code::kConfig, {"found 2.5"}));
+}
+
+TEST(ConfigErrors, NegativeAndHugeNumbers) {
+  EXPECT_TRUE(
+      FailsWith(Parse(R"({"train_micro_batch_size_per_gpu": -4})"), Code::kConfig,
+                {"train_micro_batch_size_per_gpu: expected a positive integer", "found -4"}));
+  EXPECT_TRUE(FailsWith(
+      Parse(R"({"train_batch_size": 4, "zero_optimization": {"reduce_bucket_size": -1}})"),
+      Code::kConfig, {"zero_optimization.reduce_bucket_size: expected an integer >= 0"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1e30})"), Code::kConfig, {"found 1e+30"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 18446744073709551615})"), Code::kConfig,
+                        {"found 18446744073709551615"}));
+}
+
+TEST(ConfigErrors, BatchIdentityViolationShowsTheNumbers) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
+                                  "gradient_accumulation_steps": 2})"),
+                        Code::kConfig,
+                        {"train_batch_size 32 != train_micro_batch_size_per_gpu 4 * "
+                         "gradient_accumulation_steps 2 * data-parallel size 1 (= 8); fix one of "
+                         "them or set train_batch_size to \"auto\""}));
+}
+
+TEST(ConfigErrors, AccumulationThatDoesNotDivide) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4})"),
+                        Code::kConfig,
+                        {"train_batch_size 30 is not a multiple of train_micro_batch_size_per_gpu "
+                         "4 * data-parallel size 1 (= 4)",
+                         "gradient_accumulation_steps cannot be derived"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 6})", /*world_size=*/4), Code::kConfig,
+                        {"not a multiple of the data-parallel size 4"}));
+}
+
+TEST(ConfigErrors, MissingBatchKeys) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"gradient_accumulation_steps": 4})"), Code::kConfig,
+                        {"no batch size", "train_batch_size or train_micro_batch_size_per_gpu"}));
+  EXPECT_TRUE(
+      FailsWith(Parse(R"({"train_batch_size": "auto"})"), Code::kConfig, {"no batch size"}));
+}
+
+TEST(ConfigErrors, PipelineMicroBatchesDisagreeWithAccumulation) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_micro_batch_size_per_gpu": 1,
+    "gradient_accumulation_steps": 2, "pipeline_parallel": {"micro_batches": 4}})"),
+                        Code::kConfig,
+                        {"pipeline_parallel.micro_batches 4 != gradient_accumulation_steps 2"}));
+}
+
+TEST(ConfigErrors, UnknownOptimizerSuggestsAName) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"type": "AdamX"}})"),
+                        Code::kConfig,
+                        {"optimizer.type: expected one of Adam, AdamW, SGD (any case), found "
+                         "\"AdamX\"; did you mean \"Adam\"?"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"params": {}}})"),
+                        Code::kConfig, {"optimizer.type is missing"}));
+}
+
+TEST(ConfigErrors, LambIsRecognisedButNotSupported) {
+  EXPECT_TRUE(FailsWith(
+      Parse(R"({"train_batch_size": 1, "optimizer": {"type": "lamb", "params": {"lr": 1}}})"),
+      Code::kNotSupported,
+      {"optimizer.type: \"Lamb\" is not supported yet", "Adam, AdamW and SGD"}));
+}
+
+TEST(ConfigErrors, BadBetas) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
+                "optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.5]}}})"),
+                        Code::kConfig,
+                        {"optimizer.params.betas[1]: expected a number in [0, 1), found 1.5"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
+                "optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}})"),
+                        Code::kConfig,
+                        {"optimizer.params.betas: expected [beta1, beta2]", "found [0.9]"}));
+}
+
+TEST(ConfigErrors, AdamWCannotTurnOffDecoupledDecay) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
+                "optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})"),
+                        Code::kConfig, {"optimizer.params.adam_w_mode", "\"type\": \"Adam\""}));
+}
+
+TEST(ConfigErrors, UnknownAndUnsupportedSchedulers) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "scheduler": {"type": "WarmupLr2"}})"),
+                        Code::kConfig,
+                        {"scheduler.type: expected one of WarmupLR", "found \"WarmupLr2\"",
+                         "did you mean \"WarmupLR\"?"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "scheduler": {"type": "OneCycle",
+                                  "params": {"cycle_min_lr": 0}}})"),
+                        Code::kNotSupported, {"\"OneCycle\" is not supported yet"}));
+}
+
+TEST(ConfigErrors, WarmupDecayLrNeedsTotalSteps) {
+  EXPECT_TRUE(FailsWith(
+      Parse(R"({"train_batch_size": 1, "scheduler": {"type": "WarmupDecayLR", "params": {}}})"),
+      Code::kConfig, {"scheduler.params.total_num_steps is missing", "WarmupDecayLR"}));
+}
+
+TEST(ConfigErrors, TotalStepsAutoNeedsTheStepCount) {
+  constexpr std::string_view kJson = R"({"train_batch_size": 1, "scheduler": {
+    "type": "WarmupCosineLR", "params": {"total_num_steps": "auto", "warmup_num_steps": 10}}})";
+  EXPECT_TRUE(FailsWith(Parse(kJson), Code::kConfig,
+                        {"scheduler.params.total_num_steps is \"auto\"",
+                         "pass the number of steps (e.g. dstrain train --steps N) or write a "
+                         "number"}));
+  Result<Config> with_steps = Parse(kJson, 1, /*total_steps=*/100);
+  ASSERT_PARSED(with_steps);
+  EXPECT_EQ(with_steps->scheduler.total_num_steps, 100);
+}
+
+TEST(ConfigErrors, TotalStepsMustExceedWarmup) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "scheduler": {"type": "WarmupDecayLR",
+    "params": {"warmup_num_steps": 1000, "total_num_steps": 500}}})"),
+                        Code::kConfig,
+                        {"scheduler.params.total_num_steps: expected more than warmup_num_steps "
+                         "1000, found 500"}));
+}
+
+TEST(ConfigErrors, BadWarmupType) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "scheduler": {"type": "WarmupLR",
+    "params": {"warmup_type": "cosine"}}})"),
+                        Code::kConfig,
+                        {"scheduler.params.warmup_type: expected \"log\" or \"linear\", found "
+                         "\"cosine\""}));
+}
+
+TEST(ConfigErrors, ZeroStage3IsNotSupportedYet) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 3}})"),
+                        Code::kNotSupported,
+                        {"ZeRO stage 3 is not supported yet; this build implements stage 0 "
+                         "(plain data parallelism)"}));
+}
+
+TEST(ConfigErrors, ZeroStage9IsInvalid) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 9}})"),
+                        Code::kConfig,
+                        {"zero_optimization.stage: expected 0, 1, 2 or 3, found 9"}));
+}
+
+TEST(ConfigErrors, OffloadIsNotSupportedYet) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 2,
+    "offload_optimizer": {"device": "cpu", "pin_memory": true}}})"),
+                        Code::kNotSupported,
+                        {"zero_optimization.offload_optimizer.device: offloading to \"cpu\" is "
+                         "not supported yet"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {
+    "offload_optimizer": {"device": "cpu"}}})"),
+                        Code::kConfig, {"needs ZeRO stage 1, 2 or 3"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 3,
+    "offload_param": {"device": "nvme"}}})"),
+                        Code::kConfig, {"offload_param.nvme_path is missing"}));
+}
+
+TEST(ConfigErrors, Fp16IsNotSupportedYet) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "fp16": {"enabled": true}})"),
+                        Code::kNotSupported, {"fp16 mixed precision is not supported yet"}));
+}
+
+TEST(ConfigErrors, Fp16AndBf16TogetherConflict) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "fp16": {"enabled": true},
+                                  "bf16": {"enabled": true}})"),
+                        Code::kConfig, {"fp16.enabled and bf16.enabled are both true"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "bf16": {}, "bfloat16": {}})"),
+                        Code::kConfig, {"bf16 and bfloat16 are both given"}));
+}
+
+TEST(ConfigErrors, TensorParallelSize2IsNotSupportedYet) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2,
+                                  "tensor_parallel": {"enabled": true, "tp_size": 2}})"),
+                        Code::kNotSupported,
+                        {"tensor_parallel.tp_size: tensor parallelism (size 2) is not supported"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "tensor_parallel": {"autotp_size": 4}})"),
+                        Code::kNotSupported, {"tensor_parallel.autotp_size"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2,
+                                  "tensor_parallel": {"enabled": false, "tp_size": 2}})"),
+                        Code::kConfig, {"tensor_parallel.enabled is false"}));
+}
+
+TEST(ConfigErrors, PipelineSize2IsNotSupportedYet) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2,
+                                  "pipeline_parallel": {"enabled": true, "pp_size": 2}})"),
+                        Code::kNotSupported,
+                        {"pipeline_parallel.pp_size: pipeline parallelism (2 stages) is not "
+                         "supported yet"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "pipeline": {"stages": 4}})"),
+                        Code::kNotSupported, {"pipeline.stages: pipeline parallelism (4 stages)"}));
+}
+
+TEST(ConfigErrors, CommunicationDataType) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "communication_data_type": "int8"})"),
+                        Code::kConfig,
+                        {"communication_data_type: expected \"fp32\", \"fp16\", \"bf16\" or null, "
+                         "found \"int8\""}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "communication_data_type": "bf16"})"),
+                        Code::kNotSupported, {"\"bf16\" communication is not supported yet"}));
+}
+
+TEST(ConfigErrors, NesterovNeedsMomentum) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"type": "SGD",
+    "params": {"lr": 0.1, "nesterov": true}}})"),
+                        Code::kConfig,
+                        {"optimizer.params.nesterov: Nesterov momentum needs momentum > 0 and "
+                         "dampening 0",
+                         "found momentum 0.0"}));
+}
+
+TEST(ConfigErrors, NumThreadsNegative) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "dstrain": {"num_threads": -2}})"),
+                        Code::kConfig,
+                        {"dstrain.num_threads: expected an integer >= 0", "found -2"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "dstrain": {"seed": -1}})"), Code::kConfig,
+                        {"dstrain.seed: expected an integer in [0, 2^64)"}));
+}
+
+TEST(ConfigErrors, ActivationCheckpointingOptions) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
+    "activation_checkpointing": {"partition_activations": true}})"),
+                        Code::kNotSupported, {"activation_checkpointing.partition_activations"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
+    "activation_checkpointing": {"contiguous_memory_optimization": true}})"),
+                        Code::kConfig, {"needs partition_activations: true"}));
+}
+
+TEST(ConfigErrors, PastedDeepSpeedExtrasThatAreNotBuilt) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "tensorboard": {"enabled": true}})"),
+                        Code::kNotSupported,
+                        {"tensorboard.enabled", "dstrain's own metrics", "metrics issue"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "prescale_gradients": true})"),
+                        Code::kNotSupported, {"prescale_gradients: true is not supported"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "gradient_predivide_factor": 2})"),
+                        Code::kNotSupported, {"gradient_predivide_factor: 2.0"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "amp": {"enabled": true}})"),
+                        Code::kNotSupported, {"amp.enabled"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "elasticity": {"enabled": true}})"),
+                        Code::kNotSupported, {"elasticity: this DeepSpeed feature"}));
+  EXPECT_TRUE(
+      FailsWith(Parse(R"({"train_batch_size": 1, "data_types": {"grad_accum_dtype": "bf16"}})"),
+                Code::kNotSupported, {"data_types.grad_accum_dtype: \"bf16\""}));
+  EXPECT_TRUE(FailsWith(
+      Parse(R"({"train_batch_size": 1, "checkpoint": {"tag_validation": "Maybe"}})"), Code::kConfig,
+      {"checkpoint.tag_validation: expected \"Ignore\", \"Warn\" or \"Fail\""}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"type": "Adam",
+                "params": {"bias_correction": false}}})"),
+                        Code::kNotSupported, {"bias_correction: false is not supported"}));
+}
+
+TEST(ConfigErrors, InvalidContextIsAnInvalidArgument) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1})", /*world_size=*/0),
+                        Code::kInvalidArgument, {"world_size must be >= 1"}));
+}
+
+// Hostile inputs must end in an error, never in a crash or a long message.
+TEST(ConfigErrors, DeeplyNestedValuesAreShortened) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  Result<Config> root = Parse(deep);
+  EXPECT_TRUE(FailsWith(root, Code::kConfig, {"found [[[...]]]"}));
+  Result<Config> nested = Parse(R"({"train_batch_size": )" + deep + "}");
+  EXPECT_TRUE(FailsWith(nested, Code::kConfig, {"train_batch_size: expected"}));
+  EXPECT_LT(nested.status().message().size(), 200u);
+}
+
+TEST(ConfigErrors, EveryTruncationOfAValidConfigFailsCleanly) {
+  for (size_t length = 0; length < kFullConfig.size() - 1; ++length) {
+    Result<Config> result = Parse(kFullConfig.substr(0, length), 2);
+    ASSERT_FALSE(result.ok()) << length;
+    ASSERT_EQ(result.status().code(), Code::kConfig) << result.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace dst
