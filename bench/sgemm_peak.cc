@@ -1,0 +1,130 @@
+// sgemm_peak: the best single-precision GEMM rate OpenBLAS reaches on this
+// machine at a given thread count, over square sizes 512..2048 and over the
+// GEMM shapes of the bench_gpt training step (GPT 6x384, n_ctx 256, micro-batch
+// 8: 2048 tokens). This is the denominator of "fraction of SGEMM peak" in
+// bench/bench_gpt.py.
+//
+// Usage: sgemm_peak [--threads N] [--quick] [--json]
+//   --json prints one JSON object on the last line (for the orchestrator).
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Shape {
+  std::string label;
+  int m, n, k;
+  bool trans_a, trans_b;
+};
+
+double Now() {
+  using Clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// Best GFLOP/s of C[m,n] = op(A) op(B) over repetitions lasting ~min_seconds.
+double Measure(const Shape &s, double min_seconds) {
+  const size_t a_size = static_cast<size_t>(s.m) * s.k;
+  const size_t b_size = static_cast<size_t>(s.k) * s.n;
+  std::vector<float> a(a_size), b(b_size), c(static_cast<size_t>(s.m) * s.n);
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float &x : a) x = dist(rng);
+  for (float &x : b) x = dist(rng);
+  const int lda = s.trans_a ? s.m : s.k;  // row-major: A is [m,k] or [k,m]
+  const int ldb = s.trans_b ? s.k : s.n;  // B is [k,n] or [n,k]
+  auto run = [&] {
+    cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
+                s.trans_b ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(),
+                ldb, 0.0f, c.data(), s.n);
+  };
+  run();  // warm-up: page faults, thread start
+  const double flops = 2.0 * s.m * s.n * s.k;
+  double best = 1e30, start = Now();
+  int reps = 0;
+  while (reps < 3 || Now() - start < min_seconds) {
+    double t0 = Now();
+    run();
+    best = std::min(best, Now() - t0);
+    ++reps;
+  }
+  return flops / best / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  int threads = 1;
+  bool quick = false, json = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
+      threads = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--quick")) {
+      quick = true;
+    } else if (!std::strcmp(argv[i], "--json")) {
+      json = true;
+    } else {
+      std::fprintf(stderr, "usage: sgemm_peak [--threads N] [--quick] [--json]\n");
+      return 2;
+    }
+  }
+  if (threads < 1) threads = 1;
+  openblas_set_num_threads(threads);
+  const double min_seconds = quick ? 0.05 : 0.3;
+
+  std::vector<Shape> shapes;
+  for (int n : {512, 768, 1024, 1536, 2048}) {
+    shapes.push_back({"square " + std::to_string(n), n, n, n, false, false});
+  }
+  // Training GEMMs of bench_gpt (tokens N = 2048, C = 384, V = 256), as
+  // (forward Y = X W^T, input grad dX = dY W, weight grad dW = dY^T X).
+  const int tokens = 2048;
+  const struct {
+    const char *name;
+    int out, in;
+  } linears[] = {{"c_attn", 1152, 384},
+                 {"attn.c_proj", 384, 384},
+                 {"c_fc", 1536, 384},
+                 {"mlp.c_proj", 384, 1536},
+                 {"lm_head", 256, 384}};
+  for (const auto &l : linears) {
+    std::string n = l.name;
+    shapes.push_back({n + " fwd", tokens, l.out, l.in, false, true});
+    shapes.push_back({n + " dX", tokens, l.in, l.out, false, false});
+    shapes.push_back({n + " dW", l.out, l.in, tokens, true, false});
+  }
+  shapes.push_back({"attn QK^T (one head)", 256, 256, 64, false, true});
+  shapes.push_back({"attn AV (one head)", 256, 64, 256, false, false});
+
+  std::printf("OpenBLAS %s, %d thread(s)\n", openblas_get_config(), openblas_get_num_threads());
+  double peak = 0, square_peak = 0;
+  std::string entries;
+  for (const Shape &s : shapes) {
+    double g = Measure(s, min_seconds);
+    std::printf("  %-22s m=%5d n=%5d k=%5d %c%c  %8.1f GFLOP/s\n", s.label.c_str(), s.m, s.n, s.k,
+                s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N', g);
+    std::fflush(stdout);
+    peak = std::max(peak, g);
+    if (s.label.rfind("square", 0) == 0) square_peak = std::max(square_peak, g);
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"label\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"gflops\":%.3f}",
+                  entries.empty() ? "" : ",", s.label.c_str(), s.m, s.n, s.k, g);
+    entries += buf;
+  }
+  std::printf("peak %.1f GFLOP/s (square sizes: %.1f)\n", peak, square_peak);
+  if (json) {
+    std::printf(
+        "{\"threads\":%d,\"peak_gflops\":%.3f,\"square_peak_gflops\":%.3f,\"shapes\":[%s]}\n",
+        threads, peak, square_peak, entries.c_str());
+  }
+  return 0;
+}
