@@ -254,7 +254,10 @@ typedef enum dst_split { DST_SPLIT_TRAIN = 0, DST_SPLIT_VAL = 1 } dst_split_t;
 
 /* Opens a text file as a byte-level token stream (vocab 256). The last
  * `val_fraction` of the bytes is the validation split. `path` NULL opens the
- * default corpus (the fortunes shipped by Debian's fortunes-min package). */
+ * default corpus: the files without a '.' in /usr/share/games/fortunes
+ * (Debian's `fortunes` package), or in $DSTRAIN_DEFAULT_CORPUS_DIR,
+ * concatenated by name; DST_ERR_IO if absent. dst_dataset_path then returns
+ * that directory. */
 DST_API dst_status_t dst_dataset_open_text(dst_dataset_t **out, const char *path,
                                            double val_fraction, uint64_t seed);
 DST_API void dst_dataset_destroy(dst_dataset_t *dataset);
@@ -271,7 +274,8 @@ DST_API dst_status_t dst_dataset_path(const dst_dataset_t *dataset, const char *
  * shifted by one. Sample j's window depends only on (seed, split, batch_index,
  * first_sample + j), so the data position is just batch_index, and a
  * data-parallel rank r that asks for first_sample = r * n_samples gets its
- * slice of exactly the batch a single rank would see. */
+ * slice of exactly the batch a single rank would see.
+ * DST_ERR_INVALID_ARGUMENT when a split is shorter than seq_len + 1 or a size is 0. */
 DST_API dst_status_t dst_dataset_batch(const dst_dataset_t *dataset, dst_split_t split,
                                        uint64_t batch_index, uint64_t first_sample,
                                        size_t n_samples, size_t seq_len, int32_t *tokens,

@@ -1,0 +1,113 @@
+// dst_build_info_json: what this libdstrain was built with and what it sees.
+#include <cblas.h>
+#include <omp.h>
+
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "capi/src/capi_util.h"
+#include "core/data/text_dataset.h"
+
+#ifndef DSTRAIN_BUILD_TYPE
+#define DSTRAIN_BUILD_TYPE "unknown"
+#endif
+#ifndef DSTRAIN_CXX_COMPILER
+#define DSTRAIN_CXX_COMPILER "unknown"
+#endif
+#ifndef DSTRAIN_HAVE_CUDA
+#define DSTRAIN_HAVE_CUDA 0
+#endif
+#ifndef DSTRAIN_CUDA_TOOLKIT_FOUND
+#define DSTRAIN_CUDA_TOOLKIT_FOUND 0
+#endif
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+json CpuFeatures() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return {{"avx2", __builtin_cpu_supports("avx2") != 0},
+          {"fma", __builtin_cpu_supports("fma") != 0},
+          {"f16c", __builtin_cpu_supports("f16c") != 0},
+          {"avx512f", __builtin_cpu_supports("avx512f") != 0}};
+#else
+  return json::object();
+#endif
+}
+
+const char *CompiledFor() {
+#if defined(__AVX2__)
+  return "x86-64-v3 (AVX2+FMA+F16C)";
+#elif defined(__x86_64__)
+  return "x86-64 (baseline)";
+#else
+  return "generic";
+#endif
+}
+
+json CpuInfo() {
+  return {{"cores", std::thread::hardware_concurrency()},
+          {"features", CpuFeatures()},
+          {"compiled_for", CompiledFor()}};
+}
+
+std::string OrEmpty(const char *text) {
+  return text != nullptr ? text : "";
+}
+
+json BlasInfo() {
+  return {{"library", "OpenBLAS"},
+          {"config", OrEmpty(openblas_get_config())},
+          {"core", OrEmpty(openblas_get_corename())},
+          {"threads", openblas_get_num_threads()},
+          {"parallel", openblas_get_parallel()}};  // 0 sequential, 1 pthreads, 2 OpenMP
+}
+
+json OpenMpInfo() {
+  return {{"max_threads", omp_get_max_threads()}};
+}
+
+json CudaInfo() {
+  const bool compiled = DSTRAIN_HAVE_CUDA != 0;
+  return {{"compiled", compiled},
+          {"nccl", compiled},
+          {"toolkit_found_at_build", DSTRAIN_CUDA_TOOLKIT_FOUND != 0},
+          {"devices", json::array()}};
+}
+
+json DefaultCorpusInfo() {
+  const std::string dir = dst::DefaultCorpusDir();
+  const size_t files = dst::ListCorpusFiles(dir).size();
+  return {{"dir", dir}, {"exists", files > 0}, {"files", files}};
+}
+
+std::string BuildInfoJson() {
+  const json info = {{"version", dst_version()},
+                     {"compiler", DSTRAIN_CXX_COMPILER},
+                     {"build_type", DSTRAIN_BUILD_TYPE},
+                     {"cpu", CpuInfo()},
+                     {"blas", BlasInfo()},
+                     {"openmp", OpenMpInfo()},
+                     {"cuda", CudaInfo()},
+                     {"default_corpus", DefaultCorpusInfo()}};
+  return info.dump(2);
+}
+
+}  // namespace
+
+extern "C" {
+
+dst_status_t dst_build_info_json(const char **out_json) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(out_json);
+  static const std::string kBuildInfo = BuildInfoJson();
+  *out_json = kBuildInfo.c_str();
+  return DST_OK;
+  DST_CAPI_END
+}
+
+}  // extern "C"

@@ -1,0 +1,104 @@
+// dst_dataset_*: the C ABI over dst::TextDataset.
+#include <string>
+#include <utility>
+
+#include "capi/src/capi_util.h"
+#include "core/data/text_dataset.h"
+
+// The opaque handle behind dst_dataset_t.
+struct dst_dataset {
+  dst::TextDataset text;
+};
+
+namespace {
+
+bool IsKnownSplit(dst_split_t split) {
+  return split == DST_SPLIT_TRAIN || split == DST_SPLIT_VAL;
+}
+
+dst_status_t UnknownSplit(const char *function, dst_split_t split) {
+  return dst::capi::Fail(DST_ERR_INVALID_ARGUMENT, std::string(function) + ": unknown split " +
+                                                       std::to_string(static_cast<int>(split)) +
+                                                       "; use DST_SPLIT_TRAIN or DST_SPLIT_VAL");
+}
+
+dst::Split ToSplit(dst_split_t split) {
+  return split == DST_SPLIT_VAL ? dst::Split::kVal : dst::Split::kTrain;
+}
+
+// Checks that `count` is n_samples * seq_len (without overflowing).
+dst_status_t CheckBatchCount(size_t n_samples, size_t seq_len, size_t count) {
+  size_t expected = 0;
+  const bool overflow = __builtin_mul_overflow(n_samples, seq_len, &expected);
+  if (!overflow && count == expected) return DST_OK;
+  const std::string expected_text = overflow ? "more than SIZE_MAX" : std::to_string(expected);
+  return dst::capi::Fail(DST_ERR_INVALID_ARGUMENT,
+                         "dst_dataset_batch: count is " + std::to_string(count) +
+                             " but n_samples * seq_len = " + std::to_string(n_samples) + " * " +
+                             std::to_string(seq_len) + " = " + expected_text +
+                             "; pass the element count of the tokens and targets buffers");
+}
+
+}  // namespace
+
+extern "C" {
+
+dst_status_t dst_dataset_open_text(dst_dataset_t **out, const char *path, double val_fraction,
+                                   uint64_t seed) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(out);
+  *out = nullptr;
+  dst::Result<dst::TextDataset> opened =
+      dst::TextDataset::Open(path != nullptr ? path : "", val_fraction, seed);
+  if (!opened.ok()) {
+    dst::Status status = opened.status();
+    return dst::capi::FromStatus(status.context("dst_dataset_open_text"));
+  }
+  *out = new dst_dataset{std::move(opened).value()};
+  return DST_OK;
+  DST_CAPI_END
+}
+
+void dst_dataset_destroy(dst_dataset_t *dataset) {
+  delete dataset;
+}
+
+dst_status_t dst_dataset_num_tokens(const dst_dataset_t *dataset, dst_split_t split,
+                                    size_t *out_tokens) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(dataset);
+  DST_CAPI_REQUIRE_NONNULL(out_tokens);
+  if (!IsKnownSplit(split)) return UnknownSplit(__func__, split);
+  *out_tokens = dataset->text.num_tokens(ToSplit(split));
+  return DST_OK;
+  DST_CAPI_END
+}
+
+dst_status_t dst_dataset_path(const dst_dataset_t *dataset, const char **out_path) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(dataset);
+  DST_CAPI_REQUIRE_NONNULL(out_path);
+  *out_path = dataset->text.path().c_str();
+  return DST_OK;
+  DST_CAPI_END
+}
+
+dst_status_t dst_dataset_batch(const dst_dataset_t *dataset, dst_split_t split,
+                               uint64_t batch_index, uint64_t first_sample, size_t n_samples,
+                               size_t seq_len, int32_t *tokens, int32_t *targets, size_t count) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(dataset);
+  DST_CAPI_REQUIRE_NONNULL(tokens);
+  DST_CAPI_REQUIRE_NONNULL(targets);
+  if (!IsKnownSplit(split)) return UnknownSplit(__func__, split);
+  if (dst_status_t status = CheckBatchCount(n_samples, seq_len, count); status != DST_OK) {
+    return status;
+  }
+  const dst::BatchRequest request{ToSplit(split), batch_index, first_sample, n_samples, seq_len};
+  const dst::BatchBuffers buffers{{tokens, count}, {targets, count}};
+  dst::Status status = dataset->text.Batch(request, buffers);
+  return dst::capi::FromStatus(status.context("dst_dataset_batch"));
+  DST_CAPI_END
+}
+
+}  // extern "C"

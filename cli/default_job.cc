@@ -1,0 +1,35 @@
+#include "default_job.h"
+
+namespace dstrain_cli {
+
+const char *DefaultModelJson() {
+  return R"json({
+  "type": "gpt",
+  "vocab_size": 256,
+  "n_ctx": 64,
+  "n_layer": 4,
+  "n_head": 4,
+  "d_model": 128,
+  "seed": 1337
+})json";
+}
+
+const char *DefaultConfigJson() {
+  return R"json({
+  "train_batch_size": 64,
+  "train_micro_batch_size_per_gpu": 64,
+  "gradient_accumulation_steps": 1,
+  "optimizer": {
+    "type": "AdamW",
+    "params": {"lr": 3e-3, "betas": [0.9, 0.99], "eps": 1e-8, "weight_decay": 0.1}
+  },
+  "scheduler": {
+    "type": "WarmupCosineLR",
+    "params": {"total_num_steps": "auto", "warmup_num_steps": 30, "warmup_type": "linear"}
+  },
+  "gradient_clipping": 1.0,
+  "steps_per_print": 10
+})json";
+}
+
+}  // namespace dstrain_cli

@@ -1,0 +1,100 @@
+#include "engine_setup.h"
+
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_error.h"
+#include "default_job.h"
+
+namespace dstrain_cli {
+namespace {
+
+std::string SourceName(const std::string &path) {
+  return path.empty() ? "built-in default" : "'" + path + "'";
+}
+
+// The positive integer at `key` of `object`, if there is one.
+std::optional<int64_t> PositiveInt(const nlohmann::json &object, const char *key) {
+  const auto found = object.find(key);
+  if (found == object.end() || !found->is_number_integer() || found->get<int64_t>() <= 0) {
+    return std::nullopt;
+  }
+  return found->get<int64_t>();
+}
+
+}  // namespace
+
+Engine CreateEngine(const std::string &config_path, const std::string &model_path,
+                    int64_t total_steps) {
+  dst_engine_options_t options;
+  dst_engine_options_default(&options);
+  if (config_path.empty()) {
+    options.config_json = DefaultConfigJson();
+  } else {
+    options.config_path = config_path.c_str();
+  }
+  if (model_path.empty()) {
+    options.model_json = DefaultModelJson();
+  } else {
+    options.model_path = model_path.c_str();
+  }
+  options.total_steps = total_steps;
+  dst_engine_t *engine = nullptr;
+  Check(dst_engine_create(&engine, &options), "creating the engine (config " +
+                                                  SourceName(config_path) + ", model " +
+                                                  SourceName(model_path) + ")");
+  return Engine(engine);
+}
+
+dst_engine_info_t ReadEngineInfo(const dst_engine_t *engine) {
+  dst_engine_info_t info = {};
+  info.struct_size = sizeof(info);
+  Check(dst_engine_get_info(engine, &info), "reading the engine info");
+  return info;
+}
+
+ResolvedConfig ReadResolvedConfig(const dst_engine_t *engine) {
+  const char *json_text = nullptr;
+  Check(dst_engine_config_json(engine, &json_text), "reading the resolved config");
+  const nlohmann::json config = nlohmann::json::parse(json_text, nullptr, false);
+  ResolvedConfig resolved;
+  if (!config.is_object()) return resolved;
+  resolved.steps_per_print =
+      PositiveInt(config, "steps_per_print").value_or(resolved.steps_per_print);
+  const auto runtime = config.find("dstrain");
+  if (runtime != config.end() && runtime->is_object()) {
+    const auto seed = runtime->find("seed");
+    if (seed != runtime->end() && seed->is_number_unsigned()) {
+      resolved.data_seed = seed->get<uint64_t>();
+    }
+  }
+  return resolved;
+}
+
+void CheckModelFitsByteData(const dst_engine_info_t &info) {
+  if (info.model_type != DST_MODEL_GPT) {
+    UsageError(
+        "dstrain train feeds byte-level text, so the model must be a GPT (\"type\": \"gpt\")");
+  }
+  if (info.vocab_size < 256) {
+    UsageError("byte-level text needs vocab_size >= 256, the model has " +
+               std::to_string(info.vocab_size));
+  }
+}
+
+BatchShape ChooseBatchShape(const dst_engine_info_t &info, int64_t requested_seq_len) {
+  const int64_t seq_len = requested_seq_len > 0 ? requested_seq_len : info.seq_len;
+  if (seq_len > info.seq_len) {
+    UsageError("--seq-len " + std::to_string(seq_len) + " exceeds the model's n_ctx " +
+               std::to_string(info.seq_len) + "; pass --seq-len " + std::to_string(info.seq_len) +
+               " or less");
+  }
+  BatchShape shape;
+  shape.n_samples = static_cast<size_t>(info.micro_batch_size * info.grad_accum_steps);
+  shape.seq_len = static_cast<size_t>(seq_len);
+  shape.rank = info.rank;
+  return shape;
+}
+
+}  // namespace dstrain_cli

@@ -1,0 +1,63 @@
+// dstrain: the command-line front end of libdstrain (C ABI only).
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli_error.h"
+#include "dstrain/dstrain.h"
+#include "report_command.h"
+#include "train_command.h"
+
+namespace {
+
+std::string VersionText() {
+  return std::string("dstrain ") + DST_VERSION_STRING + " (libdstrain " + dst_version() + ")";
+}
+
+// CLI11 reports --help / --version as "errors" with exit code 0; real usage
+// errors exit with 2.
+int ExitForParseError(const CLI::App &app, const CLI::ParseError &error) {
+  const int code = app.exit(error);
+  return code == 0 ? dstrain_cli::kExitOk : dstrain_cli::kExitUsage;
+}
+
+// CLI11's usage errors in the same form as the command's own errors.
+std::string UsageFailureMessage(const CLI::App *, const CLI::Error &error) {
+  return std::string("dstrain: error: ") + error.what() + "\n(see dstrain --help)\n";
+}
+
+void PrintError(const std::string &message) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "dstrain: error: %s\n", message.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  CLI::App app{"dstrain: a distributed training engine driven by a DeepSpeed-style ds_config",
+               "dstrain"};
+  app.set_version_flag("--version", VersionText);
+  app.require_subcommand(1);
+  app.failure_message(UsageFailureMessage);  // before the subcommands, which copy it
+  dstrain_cli::ReportCommand report(app);
+  dstrain_cli::TrainCommand train(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &error) {
+    return ExitForParseError(app, error);
+  }
+
+  try {
+    if (report.selected()) return report.Run();
+    return train.Run();
+  } catch (const dstrain_cli::CliError &error) {
+    PrintError(error.what());
+    return error.exit_code();
+  } catch (const std::exception &error) {
+    PrintError(error.what());
+    return dstrain_cli::kExitFailure;
+  }
+}

@@ -1,0 +1,154 @@
+#include "report_command.h"
+
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_error.h"
+#include "dstrain/dstrain.h"
+
+namespace dstrain_cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+constexpr size_t kLabelWidth = 22;
+
+// A titled group of "label ..... value" rows.
+struct ReportSection {
+  std::string title;
+  std::vector<std::pair<std::string, std::string>> rows;
+};
+
+// The value at `key` as text, or "unknown" when it is missing.
+std::string Text(const json &object, const char *key) {
+  const auto found = object.find(key);
+  if (found == object.end() || found->is_null()) return "unknown";
+  return found->is_string() ? found->get<std::string>() : found->dump();
+}
+
+bool Flag(const json &object, const char *key) {
+  const auto found = object.find(key);
+  return found != object.end() && found->is_boolean() && found->get<bool>();
+}
+
+const json &Child(const json &object, const char *key) {
+  static const json kEmpty = json::object();
+  const auto found = object.find(key);
+  return found != object.end() && found->is_object() ? *found : kEmpty;
+}
+
+std::string YesNo(bool value) {
+  return value ? "[YES]" : "[NO]";
+}
+
+std::string CpuFeatures(const json &features) {
+  std::string text;
+  for (const auto &[name, supported] : features.items()) {
+    if (!text.empty()) text += "  ";
+    text += name + " " + YesNo(supported.is_boolean() && supported.get<bool>());
+  }
+  return text.empty() ? "unknown" : text;
+}
+
+std::string BlasParallelism(const json &blas) {
+  const auto found = blas.find("parallel");
+  if (found == blas.end() || !found->is_number_integer()) return "unknown";
+  switch (found->get<int>()) {
+    case 0:
+      return "sequential";
+    case 1:
+      return "pthreads";
+    case 2:
+      return "OpenMP";
+    default:
+      return "unknown (" + found->dump() + ")";
+  }
+}
+
+std::string Devices(const json &cuda) {
+  const auto found = cuda.find("devices");
+  if (found == cuda.end() || !found->is_array() || found->empty()) return "none seen";
+  std::string text;
+  for (const json &device : *found) {
+    if (!text.empty()) text += ", ";
+    text += device.is_object() && device.contains("name") ? Text(device, "name") : device.dump();
+  }
+  return text;
+}
+
+std::string Corpus(const json &corpus) {
+  const std::string dir = Text(corpus, "dir");
+  if (!Flag(corpus, "exists"))
+    return dir + " [NOT FOUND] (apt-get install fortunes, or --data FILE)";
+  return dir + " [FOUND] (" + Text(corpus, "files") + " files)";
+}
+
+std::vector<ReportSection> BuildSections(const json &info) {
+  const json &cpu = Child(info, "cpu"), &blas = Child(info, "blas"), &cuda = Child(info, "cuda");
+  return {
+      {"dstrain",
+       {{"version", Text(info, "version")},
+        {"build type", Text(info, "build_type")},
+        {"compiler", Text(info, "compiler")}}},
+      {"CPU",
+       {{"cores", Text(cpu, "cores")},
+        {"features", CpuFeatures(Child(cpu, "features"))},
+        {"compiled for", Text(cpu, "compiled_for")}}},
+      {"BLAS / threads",
+       {{"library", Text(blas, "library")},
+        {"core", Text(blas, "core")},
+        {"threads", Text(blas, "threads") + " (" + BlasParallelism(blas) + ")"},
+        {"config", Text(blas, "config")},
+        {"OpenMP max threads", Text(Child(info, "openmp"), "max_threads")}}},
+      {"GPU",
+       {{"CUDA compiled in", YesNo(Flag(cuda, "compiled"))},
+        {"NCCL compiled in", YesNo(Flag(cuda, "nccl"))},
+        {"devices", Devices(cuda)}}},
+      {"data", {{"default corpus", Corpus(Child(info, "default_corpus"))}}},
+  };
+}
+
+void PrintSection(const ReportSection &section) {
+  std::printf("%s\n", section.title.c_str());
+  for (const auto &[label, value] : section.rows) {
+    std::string dotted = label + " ";
+    if (dotted.size() < kLabelWidth) dotted.append(kLabelWidth - dotted.size(), '.');
+    std::printf("  %s %s\n", dotted.c_str(), value.c_str());
+  }
+}
+
+void PrintTable(const json &info) {
+  const std::string rule(60, '-');
+  std::printf("%s\ndstrain report\n%s\n", rule.c_str(), rule.c_str());
+  for (const ReportSection &section : BuildSections(info)) PrintSection(section);
+  std::printf("%s\n", rule.c_str());
+}
+
+}  // namespace
+
+ReportCommand::ReportCommand(CLI::App &parent)
+    : app_(parent.add_subcommand("report", "Show how dstrain was built and what it sees")) {
+  app_->add_flag("--json", json_, "print the raw build-info JSON");
+}
+
+int ReportCommand::Run() {
+  const char *json_text = nullptr;
+  Check(dst_build_info_json(&json_text), "reading the build info");
+  if (json_) {
+    std::printf("%s\n", json_text);
+    return kExitOk;
+  }
+  const json info = json::parse(json_text, nullptr, false);
+  if (info.is_discarded()) {
+    throw CliError(kExitFailure,
+                   "the library's build info is not valid JSON: " + std::string(json_text));
+  }
+  PrintTable(info);
+  return kExitOk;
+}
+
+}  // namespace dstrain_cli

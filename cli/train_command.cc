@@ -1,0 +1,171 @@
+#include "train_command.h"
+
+#include <charconv>
+#include <cstdio>
+#include <system_error>
+
+#include "cli_error.h"
+#include "engine_setup.h"
+#include "format.h"
+#include "handles.h"
+#include "interrupt.h"
+#include "progress.h"
+#include "resume.h"
+#include "train_summary.h"
+#include "trainer.h"
+#include "training_loop.h"
+
+namespace dstrain_cli {
+namespace {
+
+// An integer option that must be at least `minimum`: "--steps: must be at least 1, got 0".
+CLI::Validator AtLeast(int64_t minimum) {
+  return CLI::Validator(
+      [minimum](std::string &text) -> std::string {
+        int64_t value = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (error != std::errc() || end != text.data() + text.size()) {
+          return "expected an integer, got '" + text + "'";
+        }
+        if (value < minimum) {
+          return "must be at least " + std::to_string(minimum) + ", got " + text;
+        }
+        return "";
+      },
+      "");
+}
+
+Dataset OpenDataset(const TrainOptions &options, uint64_t seed) {
+  dst_dataset_t *dataset = nullptr;
+  const char *path = options.data_path.empty() ? nullptr : options.data_path.c_str();
+  Check(dst_dataset_open_text(&dataset, path, options.val_fraction, seed),
+        options.data_path.empty() ? std::string("opening the default corpus")
+                                  : "opening the data file '" + options.data_path + "'");
+  return Dataset(dataset);
+}
+
+size_t NumTokens(const dst_dataset_t *dataset, dst_split_t split) {
+  size_t tokens = 0;
+  Check(dst_dataset_num_tokens(dataset, split, &tokens), "reading the dataset size");
+  return tokens;
+}
+
+std::string DatasetPath(const dst_dataset_t *dataset) {
+  const char *path = nullptr;
+  Check(dst_dataset_path(dataset, &path), "reading the dataset path");
+  return path;
+}
+
+void PrintPlan(const dst_engine_info_t &info, const dst_dataset_t *dataset, const BatchShape &shape,
+               const LoopPlan &plan, const TrainOptions &options) {
+  std::printf("dstrain: GPT with %s parameters on %s (%s train / %s val tokens)\n",
+              FormatCount(static_cast<double>(info.num_parameters)).c_str(),
+              DatasetPath(dataset).c_str(),
+              FormatCount(static_cast<double>(NumTokens(dataset, DST_SPLIT_TRAIN))).c_str(),
+              FormatCount(static_cast<double>(NumTokens(dataset, DST_SPLIT_VAL))).c_str());
+  std::printf(
+      "dstrain: steps %lld -> %lld, %zu x %zu tokens per step, eval every %lld steps "
+      "on %lld batches\n",
+      static_cast<long long>(plan.start_step), static_cast<long long>(plan.total_steps),
+      shape.n_samples, shape.seq_len, static_cast<long long>(plan.eval_interval),
+      static_cast<long long>(options.eval_batches));
+  std::fflush(stdout);
+}
+
+LoopPlan MakeLoopPlan(const TrainOptions &options, int64_t start_step, uint64_t data_seed) {
+  LoopPlan plan;
+  plan.start_step = start_step;
+  plan.total_steps = options.steps;
+  plan.eval_interval = options.eval_interval;
+  plan.save_dir = options.save_dir;
+  plan.save_interval = options.save_interval;
+  plan.data_seed = data_seed;
+  return plan;
+}
+
+}  // namespace
+
+TrainCommand::TrainCommand(CLI::App &parent)
+    : app_(parent.add_subcommand("train", "Train a model (built-in byte-level GPT by default)")) {
+  TrainOptions &o = options_;
+  const CLI::Validator existing_file = CLI::ExistingFile.description("");
+  app_->add_option("--config", o.config_path, "ds_config.json (default: built-in)")
+      ->type_name("FILE")
+      ->check(existing_file);
+  app_->add_option("--model", o.model_path, "model spec JSON (default: built-in small GPT)")
+      ->type_name("FILE")
+      ->check(existing_file);
+  app_->add_option("--data", o.data_path, "text file to train on (default: the fortunes corpus)")
+      ->type_name("FILE");
+  app_->add_option("--val-fraction", o.val_fraction, "last fraction of the text held out")
+      ->type_name("F")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0).description(""));
+  app_->add_option("--steps", o.steps, "total optimizer steps, counting loaded ones")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(AtLeast(1));
+  app_->add_option("--seq-len", o.seq_len, "tokens per sample (default: the model's n_ctx)")
+      ->type_name("T")
+      ->check(AtLeast(1));
+  app_->add_option("--eval-interval", o.eval_interval, "evaluate every N steps and at the end")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(AtLeast(1));
+  app_->add_option("--eval-batches", o.eval_batches, "validation batches per evaluation")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(AtLeast(1));
+  CLI::Option *save =
+      app_->add_option("--save", o.save_dir, "save a checkpoint here at the end")->type_name("DIR");
+  app_->add_option("--save-interval", o.save_interval, "also save every N steps")
+      ->type_name("N")
+      ->check(AtLeast(0))
+      ->needs(save);
+  CLI::Option *load =
+      app_->add_option("--load", o.load_dir, "resume from the checkpoint in DIR")->type_name("DIR");
+  app_->add_option("--tag", o.load_tag, "checkpoint tag to load (default: DIR/latest)")
+      ->type_name("T")
+      ->needs(load);
+  app_->add_option("--seed", seed_,
+                   "data seed (default: the checkpoint's, else the config's dstrain.seed)")
+      ->type_name("S");
+  app_->add_flag("--quiet,-q", o.quiet, "print only the final summary");
+}
+
+int TrainCommand::Run() {
+  TrainOptions options = options_;
+  if (app_->count("--seed") > 0) options.seed = seed_;
+  InstallInterruptHandler();
+
+  Engine engine = CreateEngine(options.config_path, options.model_path, options.steps);
+  const dst_engine_info_t info = ReadEngineInfo(engine.get());
+  CheckModelFitsByteData(info);
+  const BatchShape shape = ChooseBatchShape(info, options.seq_len);
+  const ResolvedConfig config = ReadResolvedConfig(engine.get());
+
+  const ResumePoint resume = options.load_dir.empty()
+                                 ? ResumePoint{}
+                                 : LoadCheckpoint(engine.get(), options.load_dir, options.load_tag);
+  if (resume.step >= options.steps) {
+    Warn("the checkpoint is already at step " + std::to_string(resume.step) + ", --steps is " +
+         std::to_string(options.steps) + ": nothing to train (raise --steps to continue)");
+  }
+  const uint64_t data_seed = ChooseDataSeed(options.seed, config.data_seed, resume);
+  Dataset dataset = OpenDataset(options, data_seed);
+
+  const LoopPlan plan = MakeLoopPlan(options, resume.step, data_seed);
+
+  const ProgressStyle style = ChooseProgressStyle(options.quiet);
+  if (style != ProgressStyle::kQuiet) PrintPlan(info, dataset.get(), shape, plan, options);
+  Trainer trainer(engine.get(), dataset.get(), shape, options.eval_batches);
+  const std::unique_ptr<Progress> progress = MakeProgress(style, config.steps_per_print);
+  const LoopResult result = RunTrainingLoop(trainer, plan, *progress);
+
+  PrintSummary(result);
+  if (!result.interrupted) return kExitOk;
+  PrintInterrupted(result);
+  return kExitInterrupted;
+}
+
+}  // namespace dstrain_cli

@@ -1,0 +1,62 @@
+// Trainer: the calls one training step, one evaluation and one checkpoint save
+// make on an engine and a dataset, with the batch buffers they share.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dstrain/dstrain.h"
+
+namespace dstrain_cli {
+
+// The samples one rank feeds per call: n_samples windows of seq_len tokens.
+struct BatchShape {
+  size_t n_samples = 0;  // micro_batch_size * grad_accum_steps
+  size_t seq_len = 0;
+  int64_t rank = 0;
+
+  // The one place where the rank enters the data arithmetic: rank r takes
+  // samples [r * n_samples, (r + 1) * n_samples) of every global batch.
+  uint64_t first_sample() const { return static_cast<uint64_t>(rank) * n_samples; }
+  size_t num_elements() const { return n_samples * seq_len; }
+};
+
+class Trainer {
+ public:
+  // Borrows `engine` and `dataset`; both must outlive the Trainer.
+  Trainer(dst_engine_t *engine, const dst_dataset_t *dataset, BatchShape shape,
+          int64_t eval_batches);
+
+  // One optimizer step on training batch `step`: the batch index is the step
+  // number, so a resumed run sees the data an uninterrupted one would.
+  double TrainStep(int64_t step);
+  // Mean validation loss over the fixed batches 0 .. eval_batches - 1.
+  double Evaluate();
+  // The learning rate the next step will use.
+  double LearningRate() const;
+  // Optimizer steps taken so far.
+  int64_t StepCount() const;
+  // Saves DIR/global_stepN with the data position as client state; returns
+  // the checkpoint's directory (DIR/<tag named in DIR/latest>).
+  std::string SaveCheckpoint(const std::string &dir, uint64_t data_seed);
+
+  size_t tokens_per_step() const { return shape_.num_elements(); }
+
+ private:
+  void FillBatch(dst_split_t split, uint64_t batch_index);
+  dst_batch_t BatchView() const;
+
+  dst_engine_t *engine_;
+  const dst_dataset_t *dataset_;
+  BatchShape shape_;
+  int64_t eval_batches_;
+  std::vector<int32_t> tokens_;
+  std::vector<int32_t> targets_;
+};
+
+// The checkpoint directory DIR/latest points at, or DIR when it cannot be read.
+std::string LatestCheckpointPath(const std::string &dir);
+
+}  // namespace dstrain_cli

@@ -1,0 +1,226 @@
+#include "core/data/text_dataset.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <system_error>
+#include <utility>
+
+#ifndef DSTRAIN_DEFAULT_CORPUS_DIR
+#define DSTRAIN_DEFAULT_CORPUS_DIR "/usr/share/games/fortunes"
+#endif
+
+namespace dst {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------
+// Reading text
+// ---------------------------------------------------------------------------
+
+// Text read from disk and the name it was read under.
+struct LoadedText {
+  std::string path;
+  std::vector<uint8_t> bytes;
+};
+
+std::string ErrnoText(int error) {
+  return std::error_code(error, std::generic_category()).message();
+}
+
+struct FileCloser {
+  void operator()(std::FILE *file) const { std::fclose(file); }
+};
+using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
+
+// Appends the bytes of the file at `path` to `bytes`.
+Status AppendFile(const std::string &path, std::vector<uint8_t> &bytes) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    return IoError("cannot read data file '" + path +
+                   "': it is a directory; pass a text file with --data FILE");
+  }
+  FilePtr file(std::fopen(path.c_str(), "rb"));
+  if (!file) return IoError("cannot open data file '" + path + "': " + ErrnoText(errno));
+  char chunk[1 << 16];
+  size_t n = 0;
+  while ((n = std::fread(chunk, 1, sizeof(chunk), file.get())) > 0) {
+    bytes.insert(bytes.end(), chunk, chunk + n);
+  }
+  if (std::ferror(file.get())) {
+    return IoError("cannot read data file '" + path + "': " + ErrnoText(errno));
+  }
+  return Status::Ok();
+}
+
+Result<LoadedText> LoadFile(const std::string &path) {
+  LoadedText text{path, {}};
+  DST_RETURN_IF_ERROR(AppendFile(path, text.bytes));
+  if (text.bytes.empty()) {
+    return InvalidArgument("data file '" + path + "' is empty; pass a file that holds text");
+  }
+  return text;
+}
+
+Result<LoadedText> LoadDefaultCorpus() {
+  const std::string dir = DefaultCorpusDir();
+  const std::vector<std::string> files = ListCorpusFiles(dir);
+  if (files.empty()) {
+    return IoError("the default corpus was not found: no text files in '" + dir +
+                   "'; install it with `apt-get install fortunes`, set DSTRAIN_DEFAULT_CORPUS_DIR, "
+                   "or pass a text file with --data FILE");
+  }
+  LoadedText text{dir, {}};
+  for (const std::string &file : files) DST_RETURN_IF_ERROR(AppendFile(file, text.bytes));
+  if (text.bytes.empty()) {
+    return IoError("the default corpus in '" + dir +
+                   "' is empty; pass a text file with --data FILE");
+  }
+  return text;
+}
+
+Status CheckValFraction(double val_fraction) {
+  if (!(val_fraction > 0.0 && val_fraction < 1.0)) {  // also rejects NaN
+    return InvalidArgument("val_fraction must be in (0, 1), got " + std::to_string(val_fraction));
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------
+// Counter-based window sampler
+// ---------------------------------------------------------------------------
+
+// The splitmix64 output function: a bijective mix of all 64 bits.
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// A random 64-bit value keyed on (seed, split, batch_index, sample) only.
+uint64_t WindowKey(uint64_t seed, Split split, uint64_t batch_index, uint64_t sample) {
+  uint64_t key = SplitMix64(seed);
+  key = SplitMix64(key ^ static_cast<uint64_t>(split));
+  key = SplitMix64(key ^ batch_index);
+  return SplitMix64(key ^ sample);
+}
+
+// Maps a uniform 64-bit value onto [0, n) (Lemire's multiply-shift).
+uint64_t ScaleToRange(uint64_t random, uint64_t n) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(random) * n) >> 64);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Free functions
+// ---------------------------------------------------------------------------
+
+const char *SplitName(Split split) {
+  return split == Split::kTrain ? "training" : "validation";
+}
+
+std::string DefaultCorpusDir() {
+  const char *from_env = std::getenv("DSTRAIN_DEFAULT_CORPUS_DIR");
+  if (from_env != nullptr && from_env[0] != '\0') return from_env;
+  return DSTRAIN_DEFAULT_CORPUS_DIR;
+}
+
+std::vector<std::string> ListCorpusFiles(const std::string &dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.find('.') != std::string::npos) continue;
+    std::error_code type_ec;
+    if (it->is_regular_file(type_ec)) files.push_back(it->path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// ---------------------------------------------------------------------------
+// TextDataset
+// ---------------------------------------------------------------------------
+
+TextDataset::TextDataset(std::string path, std::vector<uint8_t> bytes, size_t val_size,
+                         uint64_t seed)
+    : path_(std::move(path)), bytes_(std::move(bytes)), val_size_(val_size), seed_(seed) {}
+
+Result<TextDataset> TextDataset::Open(const std::string &path, double val_fraction, uint64_t seed) {
+  DST_RETURN_IF_ERROR(CheckValFraction(val_fraction));
+  Result<LoadedText> text = path.empty() ? LoadDefaultCorpus() : LoadFile(path);
+  if (!text.ok()) return text.status();
+  const auto val_size =
+      static_cast<size_t>(std::floor(static_cast<double>(text->bytes.size()) * val_fraction));
+  return TextDataset(std::move(text->path), std::move(text->bytes), val_size, seed);
+}
+
+TextDataset::SplitRange TextDataset::range(Split split) const {
+  const size_t train_size = bytes_.size() - val_size_;
+  if (split == Split::kTrain) return {0, train_size};
+  return {train_size, val_size_};
+}
+
+size_t TextDataset::num_tokens(Split split) const {
+  return range(split).size;
+}
+
+Status TextDataset::CheckRequest(const BatchRequest &request, const BatchBuffers &buffers) const {
+  if (request.split != Split::kTrain && request.split != Split::kVal) {
+    return InvalidArgument("unknown split " + std::to_string(static_cast<int>(request.split)) +
+                           "; use train (0) or validation (1)");
+  }
+  if (request.n_samples == 0 || request.seq_len == 0) {
+    return InvalidArgument("a batch needs n_samples > 0 and seq_len > 0, got n_samples = " +
+                           std::to_string(request.n_samples) +
+                           ", seq_len = " + std::to_string(request.seq_len));
+  }
+  size_t expected = 0;
+  if (__builtin_mul_overflow(request.n_samples, request.seq_len, &expected) ||
+      buffers.tokens.size() != expected || buffers.targets.size() != expected) {
+    return InvalidArgument(
+        "batch buffers hold " + std::to_string(buffers.tokens.size()) + " tokens and " +
+        std::to_string(buffers.targets.size()) + " targets, expected n_samples * seq_len = " +
+        std::to_string(request.n_samples) + " * " + std::to_string(request.seq_len) + " each");
+  }
+  const size_t split_size = range(request.split).size;
+  if (split_size < request.seq_len + 1) {
+    return InvalidArgument(
+        std::string("the ") + SplitName(request.split) + " split of '" + path_ + "' has " +
+        std::to_string(split_size) +
+        " tokens, fewer than seq_len + 1 = " + std::to_string(request.seq_len + 1) +
+        " needed for one window; use a smaller --seq-len or a bigger data file");
+  }
+  return Status::Ok();
+}
+
+size_t TextDataset::WindowStart(const BatchRequest &request, SplitRange split,
+                                uint64_t sample) const {
+  const uint64_t num_starts = split.size - request.seq_len;  // windows are seq_len + 1 long
+  const uint64_t key = WindowKey(seed_, request.split, request.batch_index, sample);
+  return split.begin + static_cast<size_t>(ScaleToRange(key, num_starts));
+}
+
+Status TextDataset::Batch(const BatchRequest &request, BatchBuffers buffers) const {
+  DST_RETURN_IF_ERROR(CheckRequest(request, buffers));
+  const SplitRange split = range(request.split);
+  for (size_t j = 0; j < request.n_samples; ++j) {
+    const uint8_t *window = bytes_.data() + WindowStart(request, split, request.first_sample + j);
+    int32_t *tokens = buffers.tokens.data() + j * request.seq_len;
+    int32_t *targets = buffers.targets.data() + j * request.seq_len;
+    for (size_t t = 0; t < request.seq_len; ++t) {
+      tokens[t] = window[t];
+      targets[t] = window[t + 1];
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace dst
