@@ -8,6 +8,7 @@ PACKAGES=(
   libopenblas-openmp-dev   # BLAS (OpenMP build: one thread pool with our kernels)
   nlohmann-json3-dev       # config, metrics, checkpoint metadata
   libcli11-dev             # the dstrain command line
+  libgloo-dev              # CPU collectives (data parallelism, ZeRO)
   libgtest-dev             # unit and C ABI tests
   python3 python3-torch python3-numpy python3-pytest python3-cffi  # PyTorch oracle, tests
   fortunes                 # the default training corpus (/usr/share/games/fortunes)

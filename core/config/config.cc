@@ -787,6 +787,8 @@ Status ReadDstrain(const ObjectReader &root, RuntimeConfig *runtime) {
   return ReadSection(root, "dstrain", kDstrain, [&](const ObjectReader &section) -> Status {
     DST_RETURN_IF_ERROR(
         section.ReadInt("num_threads", &runtime->num_threads, 0, std::numeric_limits<int>::max()));
+    DST_RETURN_IF_ERROR(
+        section.ReadNumber("comm_timeout_seconds", &runtime->comm_timeout_seconds, GreaterThan(0)));
     return section.ReadUint("seed", &runtime->seed);
   });
 }
@@ -832,10 +834,10 @@ Status CheckOffloadSupported(const ZeroConfig &zero) {
 }
 
 Status CheckZeroStageSupported(const ZeroConfig &zero) {
-  if (zero.stage == 0) return Status::Ok();
+  if (zero.stage <= 1) return Status::Ok();
   return NotSupported("zero_optimization.stage: ZeRO stage " + std::to_string(zero.stage) +
-                      " is not supported yet; this build implements stage 0 (plain data "
-                      "parallelism)");
+                      " is not supported yet; this build implements stages 0 (data "
+                      "parallelism) and 1 (partitioned optimizer state)");
 }
 
 Status CheckFp16Supported(const Fp16Config &fp16) {
@@ -1215,7 +1217,9 @@ std::string ResolvedJson(const Config &config) {
     pipeline["micro_batches"] = config.pipeline_micro_batches;
   }
   out["pipeline_parallel"] = pipeline;
-  out["dstrain"] = Json{{"num_threads", config.runtime.num_threads}, {"seed", config.runtime.seed}};
+  out["dstrain"] = Json{{"num_threads", config.runtime.num_threads},
+                        {"seed", config.runtime.seed},
+                        {"comm_timeout_seconds", config.runtime.comm_timeout_seconds}};
   return out.dump(2, ' ', false, Json::error_handler_t::replace);
 }
 

@@ -79,6 +79,7 @@ struct ActivationCheckpointingConfig {
 struct RuntimeConfig {
   int num_threads = 0;       // 0: DSTRAIN_NUM_THREADS, else OMP_NUM_THREADS, else all cores
   uint64_t seed = 1234;      // data order and any runtime randomness
+  double comm_timeout_seconds = 300.0;  // every collective and the rendezvous
 };
 
 struct Config {

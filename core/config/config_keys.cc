@@ -299,6 +299,8 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kDstrain, "num_threads", "an integer >= 0",
      "compute threads; 0 = DSTRAIN_NUM_THREADS, else OMP_NUM_THREADS, else all cores"},
     {kDstrain, "seed", "an integer in [0, 2^64)", "seed of data order and runtime randomness"},
+    {kDstrain, "comm_timeout_seconds", "a number > 0",
+     "every collective and rendezvous gives up after this many seconds (default 300)"},
 });
 
 std::string Lowercase(std::string_view text) {

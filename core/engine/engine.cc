@@ -1,12 +1,14 @@
 #include "core/engine/engine.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/comm/gloo_communicator.h"
 #include "core/optim/clip.h"
 #include "core/optim/lr_schedule.h"
 #include "core/runtime/threads.h"
@@ -47,32 +49,97 @@ Result<std::string> TextOrFile(const std::string &text, const std::string &path,
 
 // ---------------------------------------------------------------- creation
 
+namespace {
+
+std::chrono::milliseconds CommTimeout(const Config &config) {
+  return std::chrono::milliseconds(int64_t(config.runtime.comm_timeout_seconds * 1000.0));
+}
+
+// Joins the job: the rendezvous store (rank 0 hosts it), a check that every
+// rank parsed the same config, and the data-parallel group.
+Status ConnectJob(const LaunchEnv &env, const Config &config, const std::string &config_text,
+                  std::unique_ptr<Store> *store, std::unique_ptr<Communicator> *dp) {
+  if (env.world_size == 1) {
+    *dp = MakeSoloCommunicator("dp");
+    return Status::Ok();
+  }
+  TcpStoreOptions store_options;
+  store_options.host = env.master_addr;
+  store_options.port = env.master_port;
+  store_options.is_server = env.rank == 0;
+  store_options.rank = env.rank;
+  store_options.world_size = env.world_size;
+  store_options.job_token = env.job_token;
+  store_options.timeout = CommTimeout(config);
+  Result<std::unique_ptr<Store>> connected = ConnectTcpStore(store_options);
+  if (!connected.ok()) return connected.status();
+  *store = std::move(connected).value();
+  DST_RETURN_IF_ERROR(
+      CheckSameConfig(**store, env.rank, env.world_size, config_text, CommTimeout(config)));
+  GlooOptions gloo;
+  gloo.name = "dp";
+  gloo.rank = env.rank;  // pure data parallelism: the DP group is the world
+  gloo.size = env.world_size;
+  const char *bind = std::getenv("DSTRAIN_BIND_ADDR");
+  gloo.bind_host = bind ? bind : "";
+  gloo.master_addr = env.master_addr;
+  gloo.timeout = CommTimeout(config);
+  Result<std::unique_ptr<Communicator>> comm = CreateGlooCommunicator(**store, gloo);
+  if (!comm.ok()) return comm.status();
+  *dp = std::move(comm).value();
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   Result<std::string> config_text = TextOrFile(options.config_text, options.config_path, "config");
   if (!config_text.ok()) return config_text.status();
   Result<std::string> model_text = TextOrFile(options.model_text, options.model_path, "model");
   if (!model_text.ok()) return model_text.status();
+  Result<LaunchEnv> env = DetectLaunchEnv();
+  if (!env.ok()) return env.status();
 
   ConfigContext context;
-  context.world_size = 1;
+  context.world_size = env.value().world_size;
   context.total_steps = options.total_steps;
   Result<Config> config = ParseConfig(config_text.value(), context);
   if (!config.ok()) return config.status();
   Result<ModelSpec> spec = ParseModelSpec(model_text.value());
   if (!spec.ok()) return spec.status();
-  return std::unique_ptr<Engine>(new Engine(std::move(config).value(), std::move(spec).value()));
+
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Communicator> dp;
+  DST_RETURN_IF_ERROR(ConnectJob(env.value(), config.value(),
+                                 config.value().resolved_json + spec.value().canonical_json,
+                                 &store, &dp));
+  return std::unique_ptr<Engine>(new Engine(std::move(config).value(), std::move(spec).value(),
+                                            std::move(env).value(), std::move(store),
+                                            std::move(dp)));
 }
 
-Engine::Engine(Config config, ModelSpec spec) : config_(std::move(config)) {
+Engine::Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Store> store,
+               std::unique_ptr<Communicator> dp_comm)
+    : config_(std::move(config)),
+      env_(std::move(env)),
+      store_(std::move(store)),
+      dp_comm_(std::move(dp_comm)) {
   SetNumThreads(ResolveNumThreads(config_.runtime.num_threads));
   ActivationLimits limits;
   limits.max_B = config_.train_micro_batch_size_per_gpu;
   limits.max_T = spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
   limits.max_threads = MaxThreads();
-  model_ = std::make_unique<Model<float>>(spec, limits, &memory_);
-  optimizer_ = std::make_unique<Optimizer>(config_.optimizer, model_->params().size(), &memory_);
+  model_ = std::make_unique<Model<float>>(spec, limits, &memory_, dp_comm_->size());
+  dp_ = std::make_unique<DataParallel>(config_, model_->params().size(), dp_comm_.get(), &memory_);
   const int64_t T = limits.max_T;
   flops_per_sample_token_ = 3.0 * model_->ForwardFlops(1, T) / double(T);
+}
+
+// The communicator's worker thread goes first, then the store it used.
+Engine::~Engine() {
+  dp_.reset();
+  dp_comm_.reset();
+  store_.reset();
 }
 
 EngineInfo Engine::Info() const {
@@ -86,8 +153,8 @@ EngineInfo Engine::Info() const {
   info.micro_batch_size = config_.train_micro_batch_size_per_gpu;
   info.grad_accum_steps = config_.gradient_accumulation_steps;
   info.dp_size = config_.dp_size;
-  info.rank = 0;
-  info.world_size = 1;
+  info.rank = env_.rank;
+  info.world_size = env_.world_size;
   info.seq_len = gpt ? spec.gpt.n_ctx : 0;
   info.vocab_size = gpt ? spec.gpt.vocab : 0;
   info.input_dim = gpt ? 0 : spec.input_dim;
@@ -193,6 +260,12 @@ Status Engine::Run(const std::vector<Instruction> &program, const BatchView &bat
   int64_t micro_batches = 0;
   for (const Instruction &ins : program) micro_batches += ins.op == Op::kForward;
   const float grad_scale = 1.0f / float(micro_batches);
+  const bool overlap = config_.zero.overlap_comm && dp_comm_->size() > 1;
+  float *grads = model_->params().grads();
+  float *params = model_->params().values();
+  const Model<float>::GradientsFinalHook launch_buckets = [&](int64_t boundary) {
+    dp_->GradientsFinalAbove(grads, boundary);
+  };
   StepRecord rec;
   const auto step_start = Clock::now();
   double loss_sum = 0;
@@ -201,7 +274,8 @@ Status Engine::Run(const std::vector<Instruction> &program, const BatchView &bat
     const auto t0 = Clock::now();
     switch (ins.op) {
       case Op::kZeroGradients:
-        std::memset(model_->params().grads(), 0, size_t(model_->params().size()) * sizeof(float));
+        std::memset(grads, 0, size_t(model_->params().padded_size()) * sizeof(float));
+        dp_->BeginReduction();
         break;
       case Op::kForward:
         mb = MicroBatchAt(batch, ins.micro_batch);
@@ -209,43 +283,62 @@ Status Engine::Run(const std::vector<Instruction> &program, const BatchView &bat
         loss_sum += model_->Forward(mb);
         rec.phases.forward += SecondsSince(t0);
         break;
-      case Op::kBackward:
-        model_->Backward(mb);
+      case Op::kBackward: {
+        // Buckets may start during the last micro-batch's backward only.
+        const bool last = ins.micro_batch == micro_batches - 1;
+        model_->Backward(mb, overlap && last ? launch_buckets : nullptr);
         rec.phases.backward += SecondsSince(t0);
         break;
-      case Op::kReduceGradients:
-        break;  // one data-parallel rank: nothing to reduce
+      }
+      case Op::kReduceGradients: {
+        Status st = dp_->FinishReduction(grads);
+        if (st.ok() && program.back().op != Op::kOptimizerStep) st = dp_->GatherGradients(grads);
+        if (!st.ok()) return st.context("reducing gradients at step " + std::to_string(steps_));
+        rec.phases.reduce += SecondsSince(t0);
+        break;
+      }
       case Op::kClipGradients: {
-        rec.grad_norm = ClipGradNorm(model_->params().grads(), model_->params().size(),
-                                     config_.gradient_clipping);
-        if (!std::isfinite(rec.grad_norm) || !std::isfinite(loss_sum))
+        Result<double> norm = dp_->GradNorm(grads);
+        if (!norm.ok()) return norm.status();
+        rec.grad_norm = norm.value();
+        Result<double> global_loss = dp_->Average(loss_sum);
+        if (!global_loss.ok()) return global_loss.status();
+        if (!std::isfinite(rec.grad_norm) || !std::isfinite(global_loss.value()))
           return Status(Code::kNumeric,
                         "train_batch: the loss or the gradients are not finite at step " +
                             std::to_string(steps_) + " (loss " + std::to_string(loss_sum) +
                             ", gradient norm " + std::to_string(rec.grad_norm) +
                             "); the step was skipped and the weights are unchanged. Lower the "
                             "learning rate or set gradient_clipping");
+        if (config_.gradient_clipping > 0) {
+          const double coef = config_.gradient_clipping / (rec.grad_norm + 1e-6);
+          if (coef < 1.0) dp_->ScaleGradients(grads, float(coef));
+        }
         rec.phases.step += SecondsSince(t0);
         break;
       }
-      case Op::kOptimizerStep:
+      case Op::kOptimizerStep: {
         rec.lr = NextLearningRate();
-        optimizer_->Step(model_->params().values(), model_->params().grads(), rec.lr);
+        DST_RETURN_IF_ERROR(dp_->Step(params, grads, rec.lr));
         ++steps_;
         rec.phases.step += SecondsSince(t0);
         break;
+      }
     }
   }
-  *mean_loss = loss_sum / double(micro_batches);
+  Result<double> mean = dp_->Average(loss_sum / double(micro_batches));
+  if (!mean.ok()) return mean.status();
+  *mean_loss = mean.value();
   rec.loss = *mean_loss;
   rec.seconds = SecondsSince(step_start);
   rec.phases.total = rec.seconds;
-  rec.samples = int64_t(batch.n_samples);
+  rec.samples = int64_t(batch.n_samples) * dp_comm_->size();
   rec.tokens = rec.samples * (model_->spec().type == ModelSpec::Type::kGpt ? int64_t(batch.seq_len) : 1);
   if (program.back().op == Op::kOptimizerStep) {
     last_ = rec;
     total_times_.forward += rec.phases.forward;
     total_times_.backward += rec.phases.backward;
+    total_times_.reduce += rec.phases.reduce;
     total_times_.step += rec.phases.step;
     total_times_.total += rec.phases.total;
     total_samples_ += rec.samples;
@@ -335,8 +428,8 @@ Status Engine::GetGrad(const std::string &name, float *data, size_t count) const
 std::string Engine::MetricsJson() const {
   using Json = nlohmann::json;
   auto phases = [](const PhaseTimes &p) {
-    return Json{{"forward", p.forward}, {"backward", p.backward}, {"step", p.step},
-                {"total", p.total}};
+    return Json{{"forward", p.forward}, {"backward", p.backward}, {"reduce", p.reduce},
+                {"step", p.step}, {"total", p.total}};
   };
   Json memory = Json::object();
   for (int c = 0; c < kNumMemoryCategories; ++c) {
@@ -367,6 +460,9 @@ std::string Engine::MetricsJson() const {
       {"memory", memory},
       {"num_parameters", model_->params().size()},
       {"threads", MaxThreads()},
+      {"rank", env_.rank},
+      {"world_size", env_.world_size},
+      {"zero_stage", dp_->stage()},
   };
   metrics_json_ = j.dump();
   return metrics_json_;

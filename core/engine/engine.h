@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "core/comm/communicator.h"
+#include "core/comm/launch_env.h"
+#include "core/comm/store.h"
 #include "core/common/status.h"
 #include "core/config/config.h"
 #include "core/engine/batch.h"
@@ -16,6 +19,7 @@
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
 #include "core/runtime/memory.h"
+#include "core/zero/data_parallel.h"
 
 namespace dst {
 
@@ -40,6 +44,7 @@ struct PhaseTimes {
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> Create(const EngineOptions &options);
+  ~Engine();
 
   Status TrainBatch(const BatchView &batch, float *loss);
   Status EvalBatch(const BatchView &batch, float *loss);
@@ -65,7 +70,8 @@ class Engine {
   MemoryTracker &memory() { return memory_; }
 
  private:
-  Engine(Config config, ModelSpec spec);
+  Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Store> store,
+         std::unique_ptr<Communicator> dp_comm);
 
   // Checks buffers and sizes; returns the number of micro-batches in `batch`.
   Result<int64_t> CheckBatch(const BatchView &batch, const char *call, bool exact_train) const;
@@ -80,9 +86,12 @@ class Engine {
   const std::vector<Instruction> &Program(Op kind, int64_t micro_batches);
 
   Config config_;
+  LaunchEnv env_;
+  std::unique_ptr<Store> store_;          // rendezvous (multi-rank jobs)
+  std::unique_ptr<Communicator> dp_comm_;  // the data-parallel group
   MemoryTracker memory_;  // declared before everything it accounts
   std::unique_ptr<Model<float>> model_;
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<DataParallel> dp_;  // gradient reduction, sharded optimizer
   int64_t steps_ = 0;
 
   // Last step's figures, for metrics.

@@ -72,7 +72,7 @@ Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
     weights.tensors.push_back(
         {d.name, TensorDType::kF32, d.shape, model_->params().values() + d.offset});
   CheckpointFile optim{kOptimizerFile, {}, {}};
-  std::vector<OptimizerStateBuffer> states = optimizer_->StateBuffers();
+  std::vector<OptimizerStateBuffer> states = dp_->optimizer().StateBuffers();
   for (const OptimizerStateBuffer &s : states)
     for (const ParamDecl &d : decls)
       optim.tensors.push_back(
@@ -81,19 +81,37 @@ Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
   Json meta = {
       {"dstrain_version", DSTRAIN_VERSION_STRING},
       {"step", steps_},
-      {"optimizer", {{"type", optimizer_->Name()}, {"steps_taken", optimizer_->steps_taken()}}},
+      {"optimizer", {{"type", dp_->optimizer().Name()}, {"steps_taken", dp_->optimizer().steps_taken()}}},
       {"lr_scheduler", {{"iteration", steps_}, {"next_lr", NextLearningRate()}}},
       {"rng", {{"model_seed", model_->spec().seed}, {"runtime_seed", config_.runtime.seed}}},
       {"model_spec", Json::parse(model_->spec().canonical_json)},
       {"config", Json::parse(config_.resolved_json)},
-      {"topology", {{"world_size", 1}, {"dp_size", 1}, {"tp_size", 1}, {"pp_size", 1}}},
       {"client_state", client},
   };
-  return WriteCheckpoint(dir, tag, {weights, optim}, meta);
+  meta["topology"] = {{"world_size", env_.world_size}, {"dp_size", dp_comm_->size()},
+                      {"tp_size", 1}, {"pp_size", 1}, {"zero_stage", dp_->stage()}};
+  if (dp_comm_->size() == 1) return WriteCheckpoint(dir, tag, {weights, optim}, meta);
+  if (dp_->stage() >= 1)
+    return NotSupported("save_checkpoint: saving partitioned (ZeRO stage 1) optimizer state from " +
+                        std::to_string(dp_comm_->size()) +
+                        " ranks is not supported yet; use zero_optimization.stage 0 to save");
+  // Stage 0: every rank holds the same state; rank 0 writes it, and every rank
+  // learns whether that worked, so no rank goes on believing it saved.
+  Status st = env_.rank == 0 ? WriteCheckpoint(dir, tag, {weights, optim}, meta) : Status::Ok();
+  Result<double> failed = dp_->Average(st.ok() ? 0.0 : 1.0);
+  if (!failed.ok()) return failed.status();
+  if (!st.ok()) return st;
+  if (failed.value() > 0)
+    return IoError("save_checkpoint: rank 0 could not write " + dir + "/" + tag +
+                   "; see rank 0's error");
+  return Status::Ok();
 }
 
 Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
                               std::string *client_state_json) {
+  if (dp_comm_->size() > 1 && dp_->stage() >= 1)
+    return NotSupported("load_checkpoint: loading into partitioned (ZeRO stage 1) optimizer state "
+                        "is not supported yet; load with zero_optimization.stage 0");
   Result<LoadedCheckpoint> loaded = ReadCheckpoint(dir, tag);
   if (!loaded.ok()) return loaded.status();
   const LoadedCheckpoint &ckpt = loaded.value();
@@ -107,11 +125,11 @@ Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
     return CheckpointError(where + " lacks " + kModelFile + " or " + kOptimizerFile);
   DST_RETURN_IF_ERROR(MatchTensors(weights->second, decls, "", where + "/" + kModelFile));
   const std::string saved_optimizer = ckpt.meta.at("optimizer").value("type", "");
-  if (saved_optimizer != optimizer_->Name())
+  if (saved_optimizer != dp_->optimizer().Name())
     return CheckpointError(where + " holds " + saved_optimizer +
-                           " optimizer state but this config uses " + optimizer_->Name() +
+                           " optimizer state but this config uses " + dp_->optimizer().Name() +
                            "; load it with the same optimizer type");
-  std::vector<OptimizerStateBuffer> states = optimizer_->StateBuffers();
+  std::vector<OptimizerStateBuffer> states = dp_->optimizer().StateBuffers();
   size_t expected_tensors = 0;
   for (const OptimizerStateBuffer &s : states) {
     SafetensorsFile subset;
@@ -139,7 +157,7 @@ Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
                   optim->second.tensors.at(StateTensorName(s.name, d.name)).f32(),
                   size_t(d.numel) * sizeof(float));
   steps_ = step;
-  optimizer_->set_steps_taken(optimizer_steps);
+  dp_->optimizer().set_steps_taken(optimizer_steps);
   if (client_state_json) *client_state_json = ckpt.meta.value("client_state", nlohmann::json()).dump();
   return Status::Ok();
 }

@@ -8,44 +8,35 @@
 
 namespace dst {
 
+namespace {
+
+// Layers declare their parameters in order, so a layer's parameters start at
+// the registry's total before it was built. (The GPT head also writes the tied
+// wte, which lives in the first layer: its boundary is still the embedding's.)
 template <typename T>
-Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTracker *tracker)
-    : spec_(spec), limits_(limits) {
-  ParamRegistry registry;
-  if (spec.type == ModelSpec::Type::kGpt) BuildGpt(registry);
-  else BuildSequential(registry);
-
-  store_ = std::make_unique<ParamStore<T>>(registry, tracker);
-  store_->Initialize(spec.seed);
-
-  int64_t max_width = spec.type == ModelSpec::Type::kSequential ? spec.input_dim : 0;
-  int64_t max_scratch = 0;
-  for (auto &layer : layers_) {
-    layer->Bind(store_.get());
-    layer->Reserve(limits, tracker);
-    max_width = std::max(max_width, layer->OutWidth());
-    max_scratch = std::max(max_scratch, layer->ScratchSize(limits));
-  }
-  const auto act = MemoryCategory::kActivations;
-  grad_a_ = Buffer<T>(tracker, act, limits.max_rows() * max_width);
-  grad_b_ = Buffer<T>(tracker, act, limits.max_rows() * max_width);
-  scratch_ = Buffer<T>(tracker, act, max_scratch);
-}
+using LayerList = std::vector<std::unique_ptr<Layer<T>>>;
 
 template <typename T>
-void Model<T>::BuildGpt(ParamRegistry &registry) {
+void BuildGpt(const ModelSpec &spec_, ParamRegistry &registry, LayerList<T> &layers_,
+              std::vector<int64_t> &first_offset_) {
+  first_offset_.push_back(registry.total_numel());
   auto embedding = std::make_unique<GptEmbedding<T>>(spec_.gpt, registry);
   const int wte = embedding->wte_id();
   layers_.push_back(std::move(embedding));
-  for (int i = 0; i < spec_.gpt.n_layer; ++i)
+  for (int i = 0; i < spec_.gpt.n_layer; ++i) {
+    first_offset_.push_back(registry.total_numel());
     layers_.push_back(std::make_unique<GptBlock<T>>(spec_.gpt, i, registry));
+  }
+  first_offset_.push_back(registry.total_numel());
   layers_.push_back(std::make_unique<GptHead<T>>(spec_.gpt, wte, registry));
 }
 
 template <typename T>
-void Model<T>::BuildSequential(ParamRegistry &registry) {
+void BuildSequential(const ModelSpec &spec_, ParamRegistry &registry, LayerList<T> &layers_,
+                     std::vector<int64_t> &first_offset_) {
   int64_t width = spec_.input_dim;
   for (size_t i = 0; i < spec_.layers.size(); ++i) {
+    first_offset_.push_back(registry.total_numel());
     const SequentialLayerSpec &l = spec_.layers[i];
     const std::string prefix = "layers." + std::to_string(i);
     switch (l.kind) {
@@ -65,10 +56,54 @@ void Model<T>::BuildSequential(ParamRegistry &registry) {
         break;
     }
   }
+  first_offset_.push_back(registry.total_numel());
   if (spec_.loss == ModelSpec::Loss::kMse)
     layers_.push_back(std::make_unique<MseLossLayer<T>>(width));
   else
     layers_.push_back(std::make_unique<CrossEntropyLossLayer<T>>(width));
+}
+
+// Builds the layers of `spec`; each declares its parameters into `registry`
+// (nothing is allocated until Reserve and the ParamStore).
+template <typename T>
+void BuildLayers(const ModelSpec &spec, ParamRegistry &registry, LayerList<T> *layers,
+                 std::vector<int64_t> *first_offsets) {
+  if (spec.type == ModelSpec::Type::kGpt) BuildGpt<T>(spec, registry, *layers, *first_offsets);
+  else BuildSequential<T>(spec, registry, *layers, *first_offsets);
+}
+
+}  // namespace
+
+int64_t CountParameters(const ModelSpec &spec) {
+  ParamRegistry registry;
+  LayerList<float> layers;
+  std::vector<int64_t> offsets;
+  BuildLayers<float>(spec, registry, &layers, &offsets);
+  return registry.total_numel();
+}
+
+template <typename T>
+Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTracker *tracker,
+                int64_t pad_multiple)
+    : spec_(spec), limits_(limits) {
+  ParamRegistry registry;
+  BuildLayers(spec, registry, &layers_, &first_offset_);
+
+  store_ = std::make_unique<ParamStore<T>>(registry, tracker, pad_multiple);
+  store_->Initialize(spec.seed);
+
+  int64_t max_width = spec.type == ModelSpec::Type::kSequential ? spec.input_dim : 0;
+  int64_t max_scratch = 0;
+  for (auto &layer : layers_) {
+    layer->Bind(store_.get());
+    layer->Reserve(limits, tracker);
+    max_width = std::max(max_width, layer->OutWidth());
+    max_scratch = std::max(max_scratch, layer->ScratchSize(limits));
+  }
+  const auto act = MemoryCategory::kActivations;
+  grad_a_ = Buffer<T>(tracker, act, limits.max_rows() * max_width);
+  grad_b_ = Buffer<T>(tracker, act, limits.max_rows() * max_width);
+  scratch_ = Buffer<T>(tracker, act, max_scratch);
 }
 
 template <typename T>
@@ -81,7 +116,7 @@ double Model<T>::Forward(MicroBatch<T> &mb) {
 }
 
 template <typename T>
-void Model<T>::Backward(MicroBatch<T> &mb) {
+void Model<T>::Backward(MicroBatch<T> &mb, const GradientsFinalHook &hook) {
   mb.scratch = scratch_.data();
   mb.max_threads = limits_.max_threads;
   T *dout = nullptr;
@@ -90,6 +125,7 @@ void Model<T>::Backward(MicroBatch<T> &mb) {
   for (size_t i = layers_.size(); i-- > 0;) {
     T *din = i > 0 ? buffers[next] : nullptr;
     layers_[i]->Backward(dout, din, mb);
+    if (hook) hook(i == 0 ? 0 : first_offset_[i]);
     dout = din;
     next ^= 1;
   }

@@ -46,10 +46,13 @@ class ParamRegistry {
 template <typename T>
 class ParamStore {
  public:
-  ParamStore(const ParamRegistry &registry, MemoryTracker *tracker)
+  // The buffers are padded with zeros to a multiple of `pad_multiple` (the
+  // data-parallel size) so that they cut into equal shards.
+  ParamStore(const ParamRegistry &registry, MemoryTracker *tracker, int64_t pad_multiple = 1)
       : decls_(registry.decls()),
-        values_(tracker, MemoryCategory::kParameters, size_t(registry.total_numel())),
-        grads_(tracker, MemoryCategory::kGradients, size_t(registry.total_numel())) {}
+        numel_(registry.total_numel()),
+        values_(tracker, MemoryCategory::kParameters, Padded(numel_, pad_multiple)),
+        grads_(tracker, MemoryCategory::kGradients, Padded(numel_, pad_multiple)) {}
 
   // Deterministic initialisation: element i of tensor k is a pure function of
   // (seed, k, i).
@@ -61,15 +64,21 @@ class ParamStore {
   T *grads() { return grads_.data(); }
   const T *values() const { return values_.data(); }
   const T *grads() const { return grads_.data(); }
-  int64_t size() const { return int64_t(values_.size()); }
+  // Parameters (without padding) and the padded buffer length.
+  int64_t size() const { return numel_; }
+  int64_t padded_size() const { return int64_t(values_.size()); }
   const std::vector<ParamDecl> &decls() const { return decls_; }
   // Index of the tensor called `name`, or -1.
   int Find(std::string_view name) const;
 
  private:
+  static size_t Padded(int64_t n, int64_t multiple) {
+    return size_t((n + multiple - 1) / multiple * multiple);
+  }
   std::vector<ParamDecl> decls_;
-  Buffer<T> values_;  // [size]
-  Buffer<T> grads_;   // [size]
+  int64_t numel_;
+  Buffer<T> values_;  // [padded_size]
+  Buffer<T> grads_;   // [padded_size]
 };
 
 }  // namespace dst

@@ -618,8 +618,16 @@ TEST(ConfigErrors, BadWarmupType) {
 TEST(ConfigErrors, ZeroStage3IsNotSupportedYet) {
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 3}})"),
                         Code::kNotSupported,
-                        {"ZeRO stage 3 is not supported yet; this build implements stage 0 "
-                         "(plain data parallelism)"}));
+                        {"ZeRO stage 3 is not supported yet; this build implements stages 0 "
+                         "(data parallelism) and 1"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 2}})"),
+                        Code::kNotSupported, {"ZeRO stage 2 is not supported yet"}));
+}
+
+TEST(Config, ZeroStage1Parses) {
+  Result<Config> c = Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 1}})");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c.value().zero.stage, 1);
 }
 
 TEST(ConfigErrors, ZeroStage9IsInvalid) {

@@ -244,6 +244,17 @@ DST_API dst_status_t dst_engine_metrics_json(dst_engine_t *engine, const char **
  * the engine. */
 DST_API dst_status_t dst_engine_config_json(const dst_engine_t *engine, const char **out_json);
 
+/* Per-rank model-state memory (bytes) for each ZeRO stage 0-3 at `world_size`
+ * ranks, for the config and model in `options` (nothing is allocated): a JSON
+ * object {num_parameters, world_size, dp_size, optimizer_state_bytes_per_parameter,
+ * configured_stage, stages: [{stage, parameters_bytes, gradients_bytes,
+ * optimizer_state_bytes, total_bytes, supported}]}. The figures are exactly
+ * what a run of that layout allocates (flat buffers padded to a multiple of
+ * dp_size). The string is thread-local, valid until the next call on the
+ * same thread. */
+DST_API dst_status_t dst_estimate_memory_json(const dst_engine_options_t *options,
+                                              int64_t world_size, const char **out_json);
+
 /* ------------------------------------------------------------------------- */
 /* Token datasets                                                             */
 /* ------------------------------------------------------------------------- */

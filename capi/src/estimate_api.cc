@@ -1,0 +1,77 @@
+// dst_estimate_memory_json: per-rank model-state memory for each ZeRO stage.
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "capi/src/capi_util.h"
+#include "core/config/config.h"
+#include "core/model/model.h"
+#include "core/model/model_spec.h"
+#include "core/zero/memory_estimate.h"
+
+namespace {
+thread_local std::string g_estimate_json;
+
+dst::Result<std::string> ReadSource(const char *text, const char *path, const char *what) {
+  if ((text == nullptr) == (path == nullptr))
+    return dst::InvalidArgument(std::string("dst_estimate_memory_json: pass exactly one of the ") +
+                                what + " JSON string and the " + what + " path");
+  if (text) return std::string(text);
+  std::FILE *f = std::fopen(path, "rb");
+  if (!f) return dst::IoError(std::string("cannot read the ") + what + " file " + path);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  std::fclose(f);
+  return out;
+}
+}  // namespace
+
+extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *options,
+                                                 int64_t world_size, const char **out_json) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(options);
+  DST_CAPI_REQUIRE_NONNULL(out_json);
+  if (world_size < 1)
+    return dst::capi::Fail(DST_ERR_INVALID_ARGUMENT,
+                           "dst_estimate_memory_json: world_size is " + std::to_string(world_size) +
+                               "; it must be >= 1");
+  dst::Result<std::string> config_text =
+      ReadSource(options->config_json, options->config_path, "config");
+  if (!config_text.ok()) return dst::capi::FromStatus(config_text.status());
+  dst::Result<std::string> model_text = ReadSource(options->model_json, options->model_path, "model");
+  if (!model_text.ok()) return dst::capi::FromStatus(model_text.status());
+  dst::ConfigContext context;
+  context.world_size = world_size;
+  context.total_steps = options->total_steps > 0 ? options->total_steps : 1;
+  dst::Result<dst::Config> config = dst::ParseConfig(config_text.value(), context);
+  if (!config.ok()) return dst::capi::FromStatus(config.status());
+  dst::Result<dst::ModelSpec> spec = dst::ParseModelSpec(model_text.value());
+  if (!spec.ok()) return dst::capi::FromStatus(spec.status());
+
+  const int64_t psi = dst::CountParameters(spec.value());
+  const int64_t dp = config.value().dp_size;
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  for (int stage = 0; stage <= 3; ++stage) {
+    const dst::ModelStateBytes b =
+        dst::EstimateModelState(psi, dp, stage, config.value().optimizer);
+    stages.push_back({{"stage", stage},
+                      {"parameters_bytes", b.parameters},
+                      {"gradients_bytes", b.gradients},
+                      {"optimizer_state_bytes", b.optimizer_state},
+                      {"total_bytes", b.total()},
+                      {"supported", stage <= 1}});
+  }
+  nlohmann::ordered_json out = {
+      {"num_parameters", psi},
+      {"world_size", world_size},
+      {"dp_size", dp},
+      {"optimizer_state_bytes_per_parameter",
+       dst::OptimizerStateBytesPerParameter(config.value().optimizer)},
+      {"configured_stage", config.value().zero.stage},
+      {"stages", stages}};
+  g_estimate_json = out.dump();
+  *out_json = g_estimate_json.c_str();
+  return DST_OK;
+  DST_CAPI_END
+}

@@ -1,0 +1,65 @@
+#include "estimate_command.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli_error.h"
+#include "default_job.h"
+#include "dstrain/dstrain.h"
+
+namespace dstrain_cli {
+
+namespace {
+
+std::string Mebibytes(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f MiB", double(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+}  // namespace
+
+EstimateCommand::EstimateCommand(CLI::App &parent) {
+  app_ = parent.add_subcommand(
+      "estimate", "Per-rank model-state memory (params, grads, optimizer) for ZeRO stages 0-3");
+  app_->add_option("--config", config_path_, "ds_config.json (default: the built-in job's)");
+  app_->add_option("--model", model_path_, "model spec JSON (default: the built-in GPT)");
+  app_->add_option("--world-size", world_size_, "number of ranks")->check(CLI::PositiveNumber);
+  app_->add_flag("--json", json_, "print the raw JSON");
+}
+
+int EstimateCommand::Run() {
+  dst_engine_options_t opts;
+  dst_engine_options_default(&opts);
+  if (config_path_.empty()) opts.config_json = DefaultConfigJson();
+  else opts.config_path = config_path_.c_str();
+  if (model_path_.empty()) opts.model_json = DefaultModelJson();
+  else opts.model_path = model_path_.c_str();
+  opts.total_steps = 1;  // only resolves "auto" schedule lengths; irrelevant to memory
+  const char *json = nullptr;
+  Check(dst_estimate_memory_json(&opts, world_size_, &json), "estimating memory");
+  if (json_) {
+    std::printf("%s\n", json);
+    return kExitOk;
+  }
+  const nlohmann::json e = nlohmann::json::parse(json);
+  std::printf("model: %lld parameters; world size %lld, data-parallel size %lld; "
+              "optimizer state %lld bytes/parameter\n",
+              e["num_parameters"].get<long long>(), e["world_size"].get<long long>(),
+              e["dp_size"].get<long long>(),
+              e["optimizer_state_bytes_per_parameter"].get<long long>());
+  std::printf("%-7s %14s %14s %16s %14s  %s\n", "stage", "parameters", "gradients",
+              "optimizer state", "total/rank", "");
+  for (const auto &s : e["stages"]) {
+    const bool supported = s["supported"].get<bool>();
+    const bool configured = s["stage"] == e["configured_stage"];
+    std::printf("%-7d %14s %14s %16s %14s  %s%s\n", s["stage"].get<int>(),
+                Mebibytes(s["parameters_bytes"]).c_str(), Mebibytes(s["gradients_bytes"]).c_str(),
+                Mebibytes(s["optimizer_state_bytes"]).c_str(),
+                Mebibytes(s["total_bytes"]).c_str(), configured ? "<- configured " : "",
+                supported ? "" : "(not supported by this build yet)");
+  }
+  return kExitOk;
+}
+
+}  // namespace dstrain_cli

@@ -1,0 +1,76 @@
+// The communication backend interface: one Communicator per process group,
+// asynchronous collectives returning Work handles, a timeout on every wait,
+// and a completion hook that records (op, bytes, seconds) for metrics.
+// Gloo implements it on CPU (TCP, across hosts); NCCL will implement it on GPUs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/common/status.h"
+
+namespace dst {
+
+enum class CommOp { kAllReduce, kReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+
+// "allreduce", "reduce", "reduce_scatter", "allgather", "broadcast", "barrier".
+const char *CommOpName(CommOp op);
+
+struct CommRecord {
+  CommOp op;
+  int64_t bytes;   // payload of this rank (the full buffer for allreduce)
+  double seconds;  // from enqueue to completion
+};
+
+// A pending collective. Wait returns its Status; it must be called before the
+// buffers are touched again (and before the Work is destroyed, which waits).
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual Status Wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int64_t rank() const = 0;
+  virtual int64_t size() const = 0;
+  // "dp", "tp", "pp" or "world": used in error messages.
+  virtual const std::string &name() const = 0;
+
+  // In-place sum of data[0, count) across the group.
+  virtual std::unique_ptr<Work> AllReduceSum(float *data, int64_t count) = 0;
+  // Sum of data[0, count) across the group into `root`'s data (others: scratch).
+  virtual std::unique_ptr<Work> ReduceSum(float *data, int64_t count, int64_t root) = 0;
+  // data[0, size*shard) is summed across the group; afterwards this rank's
+  // shard data[rank*shard, (rank+1)*shard) holds the sum (the rest is scratch).
+  virtual std::unique_ptr<Work> ReduceScatterSum(float *data, int64_t shard) = 0;
+  // Every rank contributes data[rank*shard, (rank+1)*shard); afterwards every
+  // rank holds all of data[0, size*shard).
+  virtual std::unique_ptr<Work> AllGather(float *data, int64_t shard) = 0;
+  virtual std::unique_ptr<Work> Broadcast(float *data, int64_t count, int64_t root) = 0;
+  virtual Status Barrier() = 0;
+
+  using CompletionHook = std::function<void(const CommRecord &)>;
+  // Called on the communication thread after each successful collective.
+  virtual void SetCompletionHook(CompletionHook hook) = 0;
+};
+
+// A Work that is already complete (single-rank groups, errors at enqueue).
+class DoneWork final : public Work {
+ public:
+  explicit DoneWork(Status status = Status::Ok()) : status_(std::move(status)) {}
+  Status Wait() override { return status_; }
+
+ private:
+  Status status_;
+};
+
+// A group of one: every collective is a no-op. Lets single-rank training run
+// the same code path as data parallelism.
+std::unique_ptr<Communicator> MakeSoloCommunicator(std::string name);
+
+}  // namespace dst

@@ -1,0 +1,302 @@
+#include "core/comm/gloo_communicator.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/reduce.h>
+#include <gloo/reduce_scatter.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace dst {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Presents our Store to Gloo, which expects exceptions on failure.
+class GlooStoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  GlooStoreAdapter(dst::Store &store, std::chrono::milliseconds timeout)
+      : store_(store), timeout_(timeout) {}
+  void set(const std::string &key, const std::vector<char> &data) override {
+    Throw(store_.Set(key, std::vector<uint8_t>(data.begin(), data.end())));
+  }
+  std::vector<char> get(const std::string &key) override {
+    Result<std::vector<uint8_t>> value = store_.Get(key, timeout_);
+    Throw(value.status());
+    return std::vector<char>(value.value().begin(), value.value().end());
+  }
+  void wait(const std::vector<std::string> &keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &t) override {
+    Throw(store_.Wait(keys, t));
+  }
+
+ private:
+  static void Throw(const Status &st) {
+    if (!st.ok()) throw gloo::IoException(st.message());
+  }
+  dst::Store &store_;
+  std::chrono::milliseconds timeout_;
+};
+
+// One queued collective and the state its Work handle waits on.
+struct Task {
+  std::function<void()> run;  // may throw gloo exceptions
+  CommOp op;
+  int64_t bytes;
+  Clock::time_point enqueued;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+};
+
+class TaskWork final : public Work {
+ public:
+  explicit TaskWork(std::shared_ptr<Task> task) : task_(std::move(task)) {}
+  ~TaskWork() override { (void)Wait(); }
+  Status Wait() override {
+    std::unique_lock<std::mutex> lock(task_->mu);
+    task_->cv.wait(lock, [&] { return task_->done; });
+    return task_->status;
+  }
+
+ private:
+  std::shared_ptr<Task> task_;
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(const GlooOptions &options, std::shared_ptr<gloo::Context> context)
+      : options_(options), context_(std::move(context)), worker_([this] { RunWorker(); }) {}
+
+  ~GlooCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
+  int64_t rank() const override { return options_.rank; }
+  int64_t size() const override { return options_.size; }
+  const std::string &name() const override { return options_.name; }
+  void SetCompletionHook(CompletionHook hook) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    hook_ = std::move(hook);
+  }
+
+  std::unique_ptr<Work> AllReduceSum(float *data, int64_t count) override {
+    return Enqueue(CommOp::kAllReduce, count * 4, [this, data, count](uint32_t tag) {
+      gloo::AllreduceOptions opts(context_);
+      opts.setOutput(data, size_t(count));
+      opts.setReduceFunction(static_cast<void (*)(void *, const void *, const void *, size_t)>(
+          &gloo::sum<float>));
+      opts.setTag(tag);
+      opts.setTimeout(options_.timeout);
+      gloo::allreduce(opts);
+    });
+  }
+
+  std::unique_ptr<Work> ReduceSum(float *data, int64_t count, int64_t root) override {
+    return Enqueue(CommOp::kReduce, count * 4, [this, data, count, root](uint32_t tag) {
+      gloo::ReduceOptions opts(context_);
+      opts.setOutput(data, size_t(count));
+      opts.setRoot(int(root));
+      opts.setReduceFunction(static_cast<void (*)(void *, const void *, const void *, size_t)>(
+          &gloo::sum<float>));
+      opts.setTag(tag);
+      opts.setTimeout(options_.timeout);
+      gloo::reduce(opts);
+    });
+  }
+
+  std::unique_ptr<Work> ReduceScatterSum(float *data, int64_t shard) override {
+    return Enqueue(CommOp::kReduceScatter, shard * size() * 4, [this, data, shard](uint32_t) {
+      std::vector<int> counts(static_cast<size_t>(size()), static_cast<int>(shard));
+      std::vector<float *> ptrs = {data};
+      gloo::ReduceScatterHalvingDoubling<float> algorithm(context_, ptrs, int(shard * size()),
+                                                          counts);
+      algorithm.run();
+    });
+  }
+
+  std::unique_ptr<Work> AllGather(float *data, int64_t shard) override {
+    return Enqueue(CommOp::kAllGather, shard * size() * 4, [this, data, shard](uint32_t tag) {
+      gloo::AllgatherOptions opts(context_);
+      opts.setOutput(data, size_t(shard * size()));
+      opts.setTag(tag);
+      opts.setTimeout(options_.timeout);
+      gloo::allgather(opts);
+    });
+  }
+
+  std::unique_ptr<Work> Broadcast(float *data, int64_t count, int64_t root) override {
+    return Enqueue(CommOp::kBroadcast, count * 4, [this, data, count, root](uint32_t tag) {
+      gloo::BroadcastOptions opts(context_);
+      opts.setOutput(data, size_t(count));
+      opts.setRoot(int(root));
+      opts.setTag(tag);
+      opts.setTimeout(options_.timeout);
+      gloo::broadcast(opts);
+    });
+  }
+
+  Status Barrier() override {
+    return Enqueue(CommOp::kBarrier, 0, [this](uint32_t tag) {
+             gloo::BarrierOptions opts(context_);
+             opts.setTag(tag);
+             opts.setTimeout(options_.timeout);
+             gloo::barrier(opts);
+           })
+        ->Wait();
+  }
+
+ private:
+  std::unique_ptr<Work> Enqueue(CommOp op, int64_t bytes, std::function<void(uint32_t)> body) {
+    auto task = std::make_shared<Task>();
+    task->op = op;
+    task->bytes = bytes;
+    task->enqueued = Clock::now();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const uint32_t tag = next_tag_++;
+      task->run = [body = std::move(body), tag] { body(tag); };
+      queue_.push_back(task);
+    }
+    cv_.notify_all();
+    return std::make_unique<TaskWork>(task);
+  }
+
+  void RunWorker() {
+    for (;;) {
+      std::shared_ptr<Task> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = queue_.front();
+        queue_.pop_front();
+      }
+      Finish(*task, Execute(*task));
+    }
+  }
+
+  // Runs one collective; after a failure every later one fails at once with
+  // the first error, so no rank waits on a mesh that is already broken.
+  Status Execute(Task &task) {
+    if (!broken_.ok()) return broken_;
+    try {
+      task.run();
+      return Status::Ok();
+    } catch (const std::exception &e) {
+      broken_ = Status(Code::kComm, std::string(CommOpName(task.op)) + " of " +
+                                        std::to_string(task.bytes) + " bytes on group '" +
+                                        options_.name + "' (rank " + std::to_string(rank()) +
+                                        " of " + std::to_string(size()) + ") failed: " + e.what() +
+                                        ". A peer rank has died or stalled; every rank stops "
+                                        "within dstrain.comm_timeout_seconds");
+      return broken_;
+    }
+  }
+
+  void Finish(Task &task, Status status) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - task.enqueued).count();
+    if (status.ok()) {
+      CompletionHook hook;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        hook = hook_;
+      }
+      if (hook) hook(CommRecord{task.op, task.bytes, seconds});
+    }
+    std::lock_guard<std::mutex> lock(task.mu);
+    task.status = std::move(status);
+    task.done = true;
+    task.cv.notify_all();
+  }
+
+  GlooOptions options_;
+  std::shared_ptr<gloo::Context> context_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Task>> queue_;
+  bool stopping_ = false;
+  uint32_t next_tag_ = 1;
+  CompletionHook hook_;
+  Status broken_;  // touched only by the worker thread
+  std::thread worker_;  // last: starts after everything it uses exists
+};
+
+}  // namespace
+
+std::string DetectBindHost(const std::string &master_addr) {
+  if (master_addr.empty() || master_addr == "localhost" || master_addr.rfind("127.", 0) == 0)
+    return "127.0.0.1";
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  if (getaddrinfo(master_addr.c_str(), "9", &hints, &res) != 0 || !res) return master_addr;
+  std::string local = master_addr;
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in addr{};
+    socklen_t len = sizeof addr;
+    char text[INET_ADDRSTRLEN] = {};
+    if (::getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) == 0 &&
+        ::inet_ntop(AF_INET, &addr.sin_addr, text, sizeof text))
+      local = text;
+  }
+  if (fd >= 0) ::close(fd);
+  freeaddrinfo(res);
+  return local;
+}
+
+Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(Store &store,
+                                                             const GlooOptions &options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size)
+    return InvalidArgument("gloo group '" + options.name + "': rank " +
+                           std::to_string(options.rank) + " is outside [0, " +
+                           std::to_string(options.size) + ")");
+  if (options.size == 1) return MakeSoloCommunicator(options.name);
+  const std::string host =
+      options.bind_host.empty() ? DetectBindHost(options.master_addr) : options.bind_host;
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = host;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(int(options.rank),
+                                                               int(options.size));
+    context->setTimeout(options.timeout);
+    GlooStoreAdapter adapter(store, options.timeout);
+    gloo::rendezvous::PrefixStore prefixed("gloo/" + options.name, adapter);
+    context->connectFullMesh(prefixed, device);
+    return std::unique_ptr<Communicator>(new GlooCommunicator(options, std::move(context)));
+  } catch (const std::exception &e) {
+    return Status(Code::kComm, "connecting group '" + options.name + "' (rank " +
+                                   std::to_string(options.rank) + " of " +
+                                   std::to_string(options.size) + ", listening on " + host +
+                                   ") failed: " + e.what() +
+                                   ". Check that every rank was started and can reach " +
+                                   host + "; set DSTRAIN_BIND_ADDR to choose the interface");
+  }
+}
+
+}  // namespace dst

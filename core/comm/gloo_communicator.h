@@ -1,0 +1,32 @@
+// The Gloo backend: CPU collectives over TCP (works across hosts), with the
+// ranks' addresses exchanged through our rendezvous Store. Collectives run in
+// order on one communication thread per group, so backward keeps computing
+// while buckets are reduced.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "core/comm/communicator.h"
+#include "core/comm/store.h"
+
+namespace dst {
+
+struct GlooOptions {
+  std::string name = "world";   // group name, for messages and store keys
+  int64_t rank = 0;             // rank within the group
+  int64_t size = 1;             // ranks in the group
+  std::string bind_host;        // address peers reach this rank at ("" = detect)
+  std::string master_addr;      // used to detect bind_host when it is empty
+  std::chrono::milliseconds timeout{300000};
+};
+
+// Connects the full mesh of the group. Errors name the group and the cause.
+Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(Store &store,
+                                                             const GlooOptions &options);
+
+// The local address that routes to `master_addr` (loopback for loopback).
+std::string DetectBindHost(const std::string &master_addr);
+
+}  // namespace dst

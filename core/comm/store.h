@@ -1,0 +1,65 @@
+// The rendezvous key-value store: how ranks find each other before any
+// collective exists. Rank 0 hosts a TCP server (MASTER_ADDR:MASTER_PORT);
+// every rank, rank 0 included, talks to it as a client. Backends exchange
+// their addresses through it (the Gloo backend adapts it to
+// gloo::rendezvous::Store; NCCL will pass its unique id through it), and the
+// engine compares config hashes through it at start-up.
+//
+// Every call is bounded by a timeout and returns a Status: a missing peer, a
+// stray process or a dead rank 0 becomes a kComm error naming the key, the
+// address and the likely cause, never a hang.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/common/status.h"
+
+namespace dst {
+
+// Thread-safe: calls on one Store are serialised (a blocking Get holds the
+// connection, so other threads' calls wait behind it).
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual Status Set(const std::string &key, const std::vector<uint8_t> &value) = 0;
+  // Blocks until the key exists; kComm error naming the key, the timeout and
+  // the likely cause when it expires.
+  virtual Result<std::vector<uint8_t>> Get(const std::string &key,
+                                           std::chrono::milliseconds timeout) = 0;
+  // Blocks until every key exists; the error names the keys still missing.
+  virtual Status Wait(const std::vector<std::string> &keys, std::chrono::milliseconds timeout) = 0;
+  // Atomic counter (the value is stored as decimal text, so Get returns
+  // "3"); a missing key counts from 0. Returns the new value.
+  virtual Result<int64_t> Add(const std::string &key, int64_t delta) = 0;
+};
+
+struct TcpStoreOptions {
+  std::string host = "127.0.0.1";  // MASTER_ADDR (IPv4, IPv6 or a host name)
+  int port = 29500;                // MASTER_PORT; 0 on the server = any free port
+  bool is_server = false;          // rank 0 hosts it
+  int64_t rank = 0, world_size = 1;
+  std::string job_token;                      // DSTRAIN_JOB_TOKEN; must match the server's
+  std::chrono::milliseconds timeout{300000};  // connect + every op
+};
+
+// Rank 0 starts the server (a background thread owned by the returned object)
+// and connects to it; others connect with retries until the timeout. The
+// handshake checks the job token, the world size and that no other process
+// holds the same rank. The server listens on every interface (like torchrun's
+// TCPStore) so that MASTER_ADDR may be any of the host's addresses; the job
+// token is what keeps other jobs out. Destroying rank 0's store stops the
+// server, and the other ranks' pending calls fail at once.
+Result<std::unique_ptr<Store>> ConnectTcpStore(const TcpStoreOptions &options);
+
+// Every rank publishes a hash of its resolved config and compares it with
+// rank 0's; a mismatch is a kConfig error naming the ranks (rank 0 names every
+// differing rank, the others say where their text first differs from rank
+// 0's) and telling the user to start all ranks with the same ds_config.
+Status CheckSameConfig(Store &store, int64_t rank, int64_t world_size,
+                       const std::string &config_text, std::chrono::milliseconds timeout);
+
+}  // namespace dst

@@ -1,0 +1,66 @@
+// The TCP implementation of Store (store.h). ConnectTcpStore is the entry
+// point; this header exists so that code which needs the concrete type (a
+// test hosting a server on port 0 and reading back the port it got) can
+// have it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/comm/store.h"
+#include "core/comm/tcp_store_server.h"
+#include "core/comm/tcp_store_socket.h"
+#include "core/comm/tcp_store_wire.h"
+
+namespace dst {
+
+class TcpStore final : public Store {
+ public:
+  // What ConnectTcpStore does, returning the concrete type.
+  static Result<std::unique_ptr<TcpStore>> Open(const TcpStoreOptions &options);
+  ~TcpStore() override = default;
+
+  Status Set(const std::string &key, const std::vector<uint8_t> &value) override;
+  Result<std::vector<uint8_t>> Get(const std::string &key,
+                                   std::chrono::milliseconds timeout) override;
+  Status Wait(const std::vector<std::string> &keys, std::chrono::milliseconds timeout) override;
+  Result<int64_t> Add(const std::string &key, int64_t delta) override;
+
+  // The server's port: the bound one when the options asked for port 0.
+  int port() const { return port_; }
+
+ private:
+  TcpStore(const TcpStoreOptions &options, int port);
+
+  Status Handshake(tcp_store::Clock::time_point deadline);
+  // One request and its reply; `doing` prefixes errors. A transport failure
+  // leaves the stream out of step with the server, so it marks the store
+  // broken and every later call fails with the same reason.
+  Result<tcp_store::Reply> Call(const tcp_store::Request &request,
+                                tcp_store::Clock::time_point deadline, const std::string &doing);
+  std::string TransportFailure(const tcp_store::TransferStatus &status) const;
+  // Reply kinds other than the expected one: the server's own error text, or
+  // a protocol error.
+  Status Unexpected(const tcp_store::Reply &reply, const std::string &doing) const;
+  Status TimedOut(const std::vector<std::string> &missing, std::chrono::milliseconds timeout) const;
+  std::string Where() const;
+
+  // Declared before the socket so the client connection closes first.
+  std::unique_ptr<tcp_store::StoreServer> server_;
+  tcp_store::UniqueFd socket_;
+  std::mutex mutex_;
+  std::string broken_;  // non-empty: why the connection is unusable
+
+  std::string host_;
+  int port_ = 0;
+  std::string endpoint_;  // host:port, for messages
+  int64_t rank_ = 0;
+  int64_t world_size_ = 1;
+  std::string job_token_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace dst
