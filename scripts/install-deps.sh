@@ -11,8 +11,14 @@ PACKAGES=(
   libgloo-dev              # CPU collectives (data parallelism, ZeRO)
   libgtest-dev             # unit and C ABI tests
   python3 python3-torch python3-numpy python3-pytest python3-cffi  # PyTorch oracle, tests
+  python3-pip mypy         # Python SDK: offline install test, strict typing test
   fortunes                 # the default training corpus (/usr/share/games/fortunes)
 )
+
+# The Rust SDK needs cargo: rustup's (in $HOME/.cargo/bin) if present, else Debian's.
+if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
+  PACKAGES+=(cargo)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

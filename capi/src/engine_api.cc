@@ -4,9 +4,14 @@
 
 #include "capi/src/capi_util.h"
 #include "core/engine/engine.h"
+#include "core/runtime/threads.h"
 
 struct dst_engine {
   std::unique_ptr<dst::Engine> engine;
+  // OpenMP's thread count is per calling thread: it is set again before every
+  // call that computes, so an engine works from any thread and next to other
+  // engines with other thread counts.
+  int threads = 1;
   std::string metrics_json;  // returned by dst_engine_metrics_json
   std::string client_state;  // returned by dst_engine_load_checkpoint
 };
@@ -83,6 +88,7 @@ dst_status_t dst_engine_create(dst_engine_t **out, const dst_engine_options_t *o
   if (!engine.ok()) return FromStatus(engine.status());
   auto handle = std::make_unique<dst_engine>();
   handle->engine = std::move(engine).value();
+  handle->threads = dst::ResolveNumThreads(handle->engine->config().runtime.num_threads);
   *out = handle.release();
   return DST_OK;
   DST_CAPI_END
@@ -127,6 +133,7 @@ dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *
   dst::BatchView view;                                                     \
   if (dst_status_t s = ToBatchView(batch, call_name, &view); s != DST_OK) \
     return s;                                                              \
+  dst::SetNumThreads(engine->threads);                                     \
   return FromStatus(engine->engine->method(view, out_loss));               \
   DST_CAPI_END
 

@@ -217,8 +217,8 @@ DST_API dst_status_t dst_engine_get_grad(const dst_engine_t *engine, const char 
  * config and model spec) and DIR/latest. The directory is written under a
  * temporary name and renamed, so an interrupted save leaves the previous
  * checkpoint intact. `tag` NULL means "global_stepN". `client_state_json`
- * (may be NULL) is stored verbatim and returned by load (DeepSpeed's
- * client_state). */
+ * (may be NULL; must be valid JSON) is stored in meta.json and returned by
+ * load re-serialised compactly (DeepSpeed's client_state). */
 DST_API dst_status_t dst_engine_save_checkpoint(dst_engine_t *engine, const char *dir,
                                                 const char *tag, const char *client_state_json);
 

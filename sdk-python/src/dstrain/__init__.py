@@ -1,0 +1,88 @@
+"""dstrain: DeepSpeed-class training without a Python runtime, from Python.
+
+A thin cffi layer over libdstrain's C ABI (``dstrain/dstrain.h``): all logic
+lives in the library. Importing the package loads the library (see
+:mod:`dstrain._lib` for where it looks) and checks its ABI version.
+
+    >>> import dstrain
+    >>> with dstrain.Engine(config=ds_config, model=model_spec) as engine:
+    ...     loss = engine.train_batch(tokens, targets)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict
+
+from ._cdef import DST_VERSION_MAJOR, DST_VERSION_MINOR, DST_VERSION_PATCH
+from . import _lib
+from ._lib import library_path
+from ._version import __version__
+from .dataset import Dataset, Split
+from .engine import Engine, EngineInfo, LossType, ModelType, ParamInfo, estimate_memory
+from .errors import (
+    CheckpointError,
+    CommError,
+    ConfigError,
+    DstrainError,
+    DstrainIOError,
+    InternalError,
+    InvalidArgumentError,
+    LibraryVersionError,
+    NotSupportedError,
+    NumericError,
+    OutOfMemoryError,
+    StateError,
+    Status,
+)
+
+__all__ = [
+    "__version__",
+    "version",
+    "version_number",
+    "build_info",
+    "estimate_memory",
+    "library_path",
+    "Engine",
+    "EngineInfo",
+    "ParamInfo",
+    "ModelType",
+    "LossType",
+    "Dataset",
+    "Split",
+    "Status",
+    "DstrainError",
+    "InvalidArgumentError",
+    "ConfigError",
+    "NotSupportedError",
+    "DstrainIOError",
+    "CheckpointError",
+    "StateError",
+    "OutOfMemoryError",
+    "CommError",
+    "NumericError",
+    "InternalError",
+    "LibraryVersionError",
+    "DST_VERSION_MAJOR",
+    "DST_VERSION_MINOR",
+    "DST_VERSION_PATCH",
+]
+
+
+def version() -> str:
+    """The loaded library's version string, e.g. ``"0.1.0"``."""
+    return _lib.string(_lib.lib.dst_version())
+
+
+def version_number() -> int:
+    """The loaded library's ``major * 10000 + minor * 100 + patch``."""
+    return int(_lib.lib.dst_version_number())
+
+
+def build_info() -> Dict[str, Any]:
+    """How the library was built: version, compiler, build type, BLAS and its
+    threads, CPU features, CUDA/NCCL, devices (``dst_build_info_json``)."""
+    out = _lib.ffi.new("const char **")
+    _lib.check(_lib.lib.dst_build_info_json(out))
+    result: Dict[str, Any] = json.loads(_lib.string(out[0]))
+    return result

@@ -1,0 +1,392 @@
+//! Raw FFI declarations for `libdstrain`, mirroring `dstrain/dstrain.h` one to one.
+//!
+//! Everything here is `unsafe` to call and follows the C header's rules exactly; the
+//! [`dstrain`](../dstrain/index.html) crate is the safe interface. Names, types and constants
+//! are the header's, so the header's documentation applies unchanged. A test
+//! (`tests/layout.rs`) compiles a C program against the header and checks every struct size,
+//! field offset, enum size and signedness, constant and exported function name against these
+//! declarations.
+//!
+//! # Linking
+//!
+//! The build script links `libdstrain.so` from `$DSTRAIN_LIB_DIR` (default: `../../build`
+//! relative to this crate, i.e. the CMake build directory of the dstrain repository) and sets
+//! an rpath to that directory for this crate's own tests. Dependent crates receive the
+//! directory as `DEP_DSTRAIN_LIB_DIR` in their build scripts (the `dstrain` crate uses it to
+//! set the rpath of its tests and examples).
+//!
+//! # Enums
+//!
+//! The header's C enums (`dst_status_t`, `dst_model_type_t`, `dst_loss_type_t`,
+//! `dst_split_t`) are declared as integer type aliases with one constant per enumerator, not
+//! as Rust enums: the library may return a value this crate does not know yet, and a Rust enum
+//! holding an undeclared discriminant is undefined behaviour. GCC and Clang give these enums
+//! the type `unsigned int` (no negative enumerators), hence `c_uint`; the layout test checks
+//! the size and signedness.
+//!
+//! # Thread safety
+//!
+//! As the header says: functions that take no handle are safe from any thread; calls on one
+//! `dst_engine_t` or `dst_dataset_t` must not run concurrently. `dst_last_error()` is
+//! thread-local, so read it on the thread that made the failing call, right after it.
+#![allow(non_camel_case_types)]
+#![warn(missing_docs)]
+
+use std::os::raw::{c_char, c_double, c_int, c_uint};
+
+/// Major version of the header these declarations mirror (`DST_VERSION_MAJOR`).
+pub const DST_VERSION_MAJOR: c_int = 0;
+/// Minor version of the header these declarations mirror (`DST_VERSION_MINOR`).
+pub const DST_VERSION_MINOR: c_int = 1;
+/// Patch version of the header these declarations mirror (`DST_VERSION_PATCH`).
+pub const DST_VERSION_PATCH: c_int = 0;
+/// `DST_VERSION_MAJOR * 10000 + DST_VERSION_MINOR * 100 + DST_VERSION_PATCH`.
+pub const DST_VERSION_NUMBER: c_int =
+    DST_VERSION_MAJOR * 10000 + DST_VERSION_MINOR * 100 + DST_VERSION_PATCH;
+/// The header's version string (`DST_VERSION_STRING`), without the NUL terminator.
+pub const DST_VERSION_STRING: &str = "0.1.0";
+
+// ---------------------------------------------------------------------------
+// Status codes
+// ---------------------------------------------------------------------------
+
+/// `dst_status_t`: every call's result; [`DST_OK`] is 0.
+pub type dst_status_t = c_uint;
+/// Success.
+pub const DST_OK: dst_status_t = 0;
+/// NULL handle or buffer, wrong size, bad value.
+pub const DST_ERR_INVALID_ARGUMENT: dst_status_t = 1;
+/// ds_config or model spec is malformed or inconsistent.
+pub const DST_ERR_CONFIG: dst_status_t = 2;
+/// Recognised but not built yet.
+pub const DST_ERR_NOT_SUPPORTED: dst_status_t = 3;
+/// A file could not be read or written.
+pub const DST_ERR_IO: dst_status_t = 4;
+/// Checkpoint missing, corrupt or not matching the model.
+pub const DST_ERR_CHECKPOINT: dst_status_t = 5;
+/// Call in the wrong order.
+pub const DST_ERR_STATE: dst_status_t = 6;
+/// An allocation failed.
+pub const DST_ERR_OUT_OF_MEMORY: dst_status_t = 7;
+/// A collective failed or timed out.
+pub const DST_ERR_COMM: dst_status_t = 8;
+/// Non-finite loss or gradients.
+pub const DST_ERR_NUMERIC: dst_status_t = 9;
+/// A bug in dstrain.
+pub const DST_ERR_INTERNAL: dst_status_t = 10;
+
+// ---------------------------------------------------------------------------
+// Engine
+// ---------------------------------------------------------------------------
+
+/// Opaque engine handle (`struct dst_engine`); only ever used behind a pointer.
+#[repr(C)]
+pub struct dst_engine {
+    _opaque: [u8; 0],
+    // Not Send, not Sync, not Unpin: the safe crate decides what is allowed.
+    _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
+}
+/// `dst_engine_t`.
+pub type dst_engine_t = dst_engine;
+
+/// `dst_engine_options_t`: how to create an engine. Fill with
+/// [`dst_engine_options_default`] first.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct dst_engine_options {
+    /// `sizeof(dst_engine_options_t)`, set by `dst_engine_options_default`.
+    pub struct_size: usize,
+    /// ds_config as a JSON string, or NULL.
+    pub config_json: *const c_char,
+    /// ... or a path to ds_config.json (exactly one of the two).
+    pub config_path: *const c_char,
+    /// Model spec as a JSON string, or NULL.
+    pub model_json: *const c_char,
+    /// ... or a path to it (exactly one of the two).
+    pub model_path: *const c_char,
+    /// Resolves `"auto"` in `scheduler.params.total_num_steps`; 0 = unknown.
+    pub total_steps: i64,
+}
+/// `dst_engine_options_t`.
+pub type dst_engine_options_t = dst_engine_options;
+
+/// `dst_model_type_t`.
+pub type dst_model_type_t = c_uint;
+/// GPT-2-style language model.
+pub const DST_MODEL_GPT: dst_model_type_t = 1;
+/// Sequential stack of layers.
+pub const DST_MODEL_SEQUENTIAL: dst_model_type_t = 2;
+
+/// `dst_loss_type_t`.
+pub type dst_loss_type_t = c_uint;
+/// Cross-entropy over classes / tokens.
+pub const DST_LOSS_CROSS_ENTROPY: dst_loss_type_t = 1;
+/// Mean squared error.
+pub const DST_LOSS_MSE: dst_loss_type_t = 2;
+
+/// `dst_engine_info_t`: what a caller needs to shape its batches.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct dst_engine_info {
+    /// `sizeof(dst_engine_info_t)`; set before calling `dst_engine_get_info`.
+    pub struct_size: usize,
+    /// One of the `DST_MODEL_*` constants.
+    pub model_type: dst_model_type_t,
+    /// One of the `DST_LOSS_*` constants.
+    pub loss_type: dst_loss_type_t,
+    /// Trainable scalars (tied weights counted once).
+    pub num_parameters: i64,
+    /// Global samples per optimizer step.
+    pub train_batch_size: i64,
+    /// Samples per micro-step per rank.
+    pub micro_batch_size: i64,
+    /// Micro-steps per optimizer step.
+    pub grad_accum_steps: i64,
+    /// Data-parallel ranks.
+    pub dp_size: i64,
+    /// This process's global rank.
+    pub rank: i64,
+    /// Processes in the job.
+    pub world_size: i64,
+    /// GPT: maximum context (n_ctx); sequential: 0.
+    pub seq_len: i64,
+    /// GPT: vocabulary; sequential: 0.
+    pub vocab_size: i64,
+    /// Sequential: features per sample; GPT: 0.
+    pub input_dim: i64,
+    /// Sequential: outputs (classes) per sample; GPT: vocab.
+    pub output_dim: i64,
+}
+/// `dst_engine_info_t`.
+pub type dst_engine_info_t = dst_engine_info;
+
+/// `dst_batch_t`: one call's samples; see the header for the buffer shapes. Fill with
+/// [`dst_batch_default`] first.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct dst_batch {
+    /// `sizeof(dst_batch_t)`, set by `dst_batch_default`.
+    pub struct_size: usize,
+    /// Samples in the batch.
+    pub n_samples: usize,
+    /// GPT: tokens per sample, 1..n_ctx; sequential: 0.
+    pub seq_len: usize,
+    /// GPT: `[n_samples, seq_len]` token ids.
+    pub tokens: *const i32,
+    /// Element count of `tokens`.
+    pub tokens_count: usize,
+    /// GPT: `[n_samples, seq_len]` next-token ids (-1 ignored); sequential cross-entropy:
+    /// `[n_samples]` class ids.
+    pub targets: *const i32,
+    /// Element count of `targets`.
+    pub targets_count: usize,
+    /// Sequential: `[n_samples, input_dim]` features.
+    pub inputs: *const f32,
+    /// Element count of `inputs`.
+    pub inputs_count: usize,
+    /// Sequential MSE: `[n_samples, output_dim]` regression targets.
+    pub labels: *const f32,
+    /// Element count of `labels`.
+    pub labels_count: usize,
+}
+/// `dst_batch_t`.
+pub type dst_batch_t = dst_batch;
+
+// ---------------------------------------------------------------------------
+// Parameters
+// ---------------------------------------------------------------------------
+
+/// `DST_MAX_DIMS`: the most dimensions a parameter tensor has.
+pub const DST_MAX_DIMS: usize = 4;
+
+/// `dst_tensor_info_t`: one named parameter tensor.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct dst_tensor_info {
+    /// `sizeof(dst_tensor_info_t)`; set before calling `dst_engine_param_info`.
+    pub struct_size: usize,
+    /// PyTorch-style name, owned by the engine.
+    pub name: *const c_char,
+    /// Number of dimensions used in `shape`.
+    pub ndim: i32,
+    /// Extent of each dimension (first `ndim` entries).
+    pub shape: [i64; DST_MAX_DIMS],
+    /// Element count.
+    pub numel: i64,
+}
+/// `dst_tensor_info_t`.
+pub type dst_tensor_info_t = dst_tensor_info;
+
+// ---------------------------------------------------------------------------
+// Token datasets
+// ---------------------------------------------------------------------------
+
+/// Opaque dataset handle (`struct dst_dataset`); only ever used behind a pointer.
+#[repr(C)]
+pub struct dst_dataset {
+    _opaque: [u8; 0],
+    _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
+}
+/// `dst_dataset_t`.
+pub type dst_dataset_t = dst_dataset;
+
+/// `dst_split_t`.
+pub type dst_split_t = c_uint;
+/// The training split (the first `1 - val_fraction` of the bytes).
+pub const DST_SPLIT_TRAIN: dst_split_t = 0;
+/// The validation split (the last `val_fraction` of the bytes).
+pub const DST_SPLIT_VAL: dst_split_t = 1;
+
+extern "C" {
+    /// Static, never NULL: "ok", "invalid argument", ...
+    pub fn dst_status_string(status: dst_status_t) -> *const c_char;
+    /// The message of the last failed call on this thread ("" if none).
+    pub fn dst_last_error() -> *const c_char;
+    /// Run-time version string of the loaded library.
+    pub fn dst_version() -> *const c_char;
+    /// Run-time `DST_VERSION_NUMBER` of the loaded library.
+    pub fn dst_version_number() -> c_int;
+    /// A JSON object describing the build (static storage).
+    pub fn dst_build_info_json(out_json: *mut *const c_char) -> dst_status_t;
+
+    /// Fills `*options` with defaults and the struct size.
+    pub fn dst_engine_options_default(options: *mut dst_engine_options_t);
+    /// Creates an engine; `*out` is NULL on failure.
+    pub fn dst_engine_create(
+        out: *mut *mut dst_engine_t,
+        options: *const dst_engine_options_t,
+    ) -> dst_status_t;
+    /// Frees everything the engine owns. NULL is a no-op.
+    pub fn dst_engine_destroy(engine: *mut dst_engine_t);
+    /// Fills `*info` (set `info.struct_size` first).
+    pub fn dst_engine_get_info(
+        engine: *const dst_engine_t,
+        info: *mut dst_engine_info_t,
+    ) -> dst_status_t;
+    /// Zeroes `*batch` and sets its struct size.
+    pub fn dst_batch_default(batch: *mut dst_batch_t);
+    /// One optimizer step; `out_loss` (may be NULL) receives the mean loss.
+    pub fn dst_engine_train_batch(
+        engine: *mut dst_engine_t,
+        batch: *const dst_batch_t,
+        out_loss: *mut f32,
+    ) -> dst_status_t;
+    /// Forward only, no state change.
+    pub fn dst_engine_eval_batch(
+        engine: *mut dst_engine_t,
+        batch: *const dst_batch_t,
+        out_loss: *mut f32,
+    ) -> dst_status_t;
+    /// Forward and backward without an optimizer step.
+    pub fn dst_engine_forward_backward(
+        engine: *mut dst_engine_t,
+        batch: *const dst_batch_t,
+        out_loss: *mut f32,
+    ) -> dst_status_t;
+    /// Optimizer steps taken so far.
+    pub fn dst_engine_step_count(engine: *const dst_engine_t, out_steps: *mut i64) -> dst_status_t;
+    /// The learning rate the next optimizer step will use.
+    pub fn dst_engine_learning_rate(
+        engine: *const dst_engine_t,
+        out_lr: *mut c_double,
+    ) -> dst_status_t;
+
+    /// Number of named parameter tensors.
+    pub fn dst_engine_param_count(
+        engine: *const dst_engine_t,
+        out_count: *mut usize,
+    ) -> dst_status_t;
+    /// Describes parameter tensor `index`.
+    pub fn dst_engine_param_info(
+        engine: *const dst_engine_t,
+        index: usize,
+        info: *mut dst_tensor_info_t,
+    ) -> dst_status_t;
+    /// Copies a parameter out of the engine; `count` must equal its numel.
+    pub fn dst_engine_get_param(
+        engine: *const dst_engine_t,
+        name: *const c_char,
+        data: *mut f32,
+        count: usize,
+    ) -> dst_status_t;
+    /// Copies a parameter into the engine; `count` must equal its numel.
+    pub fn dst_engine_set_param(
+        engine: *mut dst_engine_t,
+        name: *const c_char,
+        data: *const f32,
+        count: usize,
+    ) -> dst_status_t;
+    /// Copies a parameter's gradient out of the engine; `count` must equal its numel.
+    pub fn dst_engine_get_grad(
+        engine: *const dst_engine_t,
+        name: *const c_char,
+        data: *mut f32,
+        count: usize,
+    ) -> dst_status_t;
+
+    /// Writes `DIR/TAG/` and `DIR/latest` atomically.
+    pub fn dst_engine_save_checkpoint(
+        engine: *mut dst_engine_t,
+        dir: *const c_char,
+        tag: *const c_char,
+        client_state_json: *const c_char,
+    ) -> dst_status_t;
+    /// Restores from `DIR/TAG` (tag NULL: `DIR/latest`).
+    pub fn dst_engine_load_checkpoint(
+        engine: *mut dst_engine_t,
+        dir: *const c_char,
+        tag: *const c_char,
+        out_client_state: *mut *const c_char,
+    ) -> dst_status_t;
+
+    /// A JSON metrics snapshot, valid until the next call on the engine.
+    pub fn dst_engine_metrics_json(
+        engine: *mut dst_engine_t,
+        out_json: *mut *const c_char,
+    ) -> dst_status_t;
+    /// The resolved configuration as JSON, valid for the life of the engine.
+    pub fn dst_engine_config_json(
+        engine: *const dst_engine_t,
+        out_json: *mut *const c_char,
+    ) -> dst_status_t;
+    /// Per-rank model-state memory for each ZeRO stage at `world_size` ranks, as JSON
+    /// (thread-local, valid until the next call on the same thread). Allocates nothing.
+    pub fn dst_estimate_memory_json(
+        options: *const dst_engine_options_t,
+        world_size: i64,
+        out_json: *mut *const c_char,
+    ) -> dst_status_t;
+
+    /// Opens a text file (NULL: the default corpus) as byte-level tokens.
+    pub fn dst_dataset_open_text(
+        out: *mut *mut dst_dataset_t,
+        path: *const c_char,
+        val_fraction: c_double,
+        seed: u64,
+    ) -> dst_status_t;
+    /// Frees the dataset. NULL is a no-op.
+    pub fn dst_dataset_destroy(dataset: *mut dst_dataset_t);
+    /// Tokens in a split.
+    pub fn dst_dataset_num_tokens(
+        dataset: *const dst_dataset_t,
+        split: dst_split_t,
+        out_tokens: *mut usize,
+    ) -> dst_status_t;
+    /// The path the dataset was read from (owned by the dataset).
+    pub fn dst_dataset_path(
+        dataset: *const dst_dataset_t,
+        out_path: *mut *const c_char,
+    ) -> dst_status_t;
+    /// Fills `tokens`/`targets` (`count = n_samples * seq_len` each) with windows of a split.
+    pub fn dst_dataset_batch(
+        dataset: *const dst_dataset_t,
+        split: dst_split_t,
+        batch_index: u64,
+        first_sample: u64,
+        n_samples: usize,
+        seq_len: usize,
+        tokens: *mut i32,
+        targets: *mut i32,
+        count: usize,
+    ) -> dst_status_t;
+}
