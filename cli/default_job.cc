@@ -14,11 +14,13 @@ const char *DefaultModelJson() {
 })json";
 }
 
+// The global batch is 64 samples whatever the number of ranks: DeepSpeed's
+// rules derive gradient_accumulation_steps = 64 / (32 x data-parallel size),
+// so `dstrain launch --nproc-per-node 2 -- dstrain train` trains the same model.
 const char *DefaultConfigJson() {
   return R"json({
   "train_batch_size": 64,
-  "train_micro_batch_size_per_gpu": 64,
-  "gradient_accumulation_steps": 1,
+  "train_micro_batch_size_per_gpu": 32,
   "optimizer": {
     "type": "AdamW",
     "params": {"lr": 3e-3, "betas": [0.9, 0.99], "eps": 1e-8, "weight_decay": 0.1}

@@ -35,7 +35,7 @@ int EstimateCommand::Run() {
   else opts.config_path = config_path_.c_str();
   if (model_path_.empty()) opts.model_json = DefaultModelJson();
   else opts.model_path = model_path_.c_str();
-  opts.total_steps = 1;  // only resolves "auto" schedule lengths; irrelevant to memory
+  opts.total_steps = 1000000;  // only resolves "auto" schedule lengths; irrelevant to memory
   const char *json = nullptr;
   Check(dst_estimate_memory_json(&opts, world_size_, &json), "estimating memory");
   if (json_) {

@@ -7,6 +7,8 @@
 
 #include "cli_error.h"
 #include "dstrain/dstrain.h"
+#include "estimate_command.h"
+#include "launch_command.h"
 #include "report_command.h"
 #include "train_command.h"
 
@@ -43,6 +45,8 @@ int main(int argc, char **argv) {
   app.failure_message(UsageFailureMessage);  // before the subcommands, which copy it
   dstrain_cli::ReportCommand report(app);
   dstrain_cli::TrainCommand train(app);
+  dstrain_cli::EstimateCommand estimate(app);
+  dstrain_cli::LaunchCommand launch(app);
 
   try {
     app.parse(argc, argv);
@@ -52,6 +56,8 @@ int main(int argc, char **argv) {
 
   try {
     if (report.selected()) return report.Run();
+    if (estimate.selected()) return estimate.Run();
+    if (launch.selected()) return launch.Run();
     return train.Run();
   } catch (const dstrain_cli::CliError &error) {
     PrintError(error.what());

@@ -1,6 +1,7 @@
 #include "core/comm/gloo_communicator.h"
 
 #include <arpa/inet.h>
+#include <signal.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -83,8 +84,13 @@ class TaskWork final : public Work {
 
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(const GlooOptions &options, std::shared_ptr<gloo::Context> context)
-      : options_(options), context_(std::move(context)), worker_([this] { RunWorker(); }) {}
+  // `store` must outlive the communicator: after a failure it names the lost rank.
+  GlooCommunicator(const GlooOptions &options, std::shared_ptr<gloo::Context> context,
+                   Store *store)
+      : options_(options),
+        context_(std::move(context)),
+        store_(store),
+        worker_([this] { RunWorker(); }) {}
 
   ~GlooCommunicator() override {
     {
@@ -207,12 +213,14 @@ class GlooCommunicator final : public Communicator {
       task.run();
       return Status::Ok();
     } catch (const std::exception &e) {
-      broken_ = Status(Code::kComm, std::string(CommOpName(task.op)) + " of " +
-                                        std::to_string(task.bytes) + " bytes on group '" +
-                                        options_.name + "' (rank " + std::to_string(rank()) +
-                                        " of " + std::to_string(size()) + ") failed: " + e.what() +
-                                        ". A peer rank has died or stalled; every rank stops "
-                                        "within dstrain.comm_timeout_seconds");
+      const std::string lost = DescribeLostRanks(*store_, std::chrono::seconds(3));
+      broken_ = Status(Code::kComm,
+                       std::string(CommOpName(task.op)) + " of " + std::to_string(task.bytes) +
+                           " bytes on group '" + options_.name + "' (rank " +
+                           std::to_string(rank()) + " of " + std::to_string(size()) +
+                           ") failed: " + e.what() + ". " +
+                           (lost.empty() ? "A peer rank has died or stalled" : lost) +
+                           "; every rank stops within dstrain.comm_timeout_seconds");
       return broken_;
     }
   }
@@ -235,6 +243,7 @@ class GlooCommunicator final : public Communicator {
 
   GlooOptions options_;
   std::shared_ptr<gloo::Context> context_;
+  Store *store_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Task>> queue_;
@@ -269,6 +278,18 @@ std::string DetectBindHost(const std::string &master_addr) {
   return local;
 }
 
+namespace {
+// Gloo writes to peer sockets with plain write(): a peer that has died would
+// kill this process with SIGPIPE before any error could be reported. Unless
+// the program chose a handler, ignore it so the write fails with EPIPE and
+// becomes a named communication error.
+void IgnoreSigpipeUnlessHandled() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL)
+    signal(SIGPIPE, SIG_IGN);
+}
+}  // namespace
+
 Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(Store &store,
                                                              const GlooOptions &options) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size)
@@ -276,6 +297,7 @@ Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(Store &store,
                            std::to_string(options.rank) + " is outside [0, " +
                            std::to_string(options.size) + ")");
   if (options.size == 1) return MakeSoloCommunicator(options.name);
+  IgnoreSigpipeUnlessHandled();
   const std::string host =
       options.bind_host.empty() ? DetectBindHost(options.master_addr) : options.bind_host;
   try {
@@ -288,7 +310,8 @@ Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(Store &store,
     GlooStoreAdapter adapter(store, options.timeout);
     gloo::rendezvous::PrefixStore prefixed("gloo/" + options.name, adapter);
     context->connectFullMesh(prefixed, device);
-    return std::unique_ptr<Communicator>(new GlooCommunicator(options, std::move(context)));
+    return std::unique_ptr<Communicator>(
+        new GlooCommunicator(options, std::move(context), &store));
   } catch (const std::exception &e) {
     return Status(Code::kComm, "connecting group '" + options.name + "' (rank " +
                                    std::to_string(options.rank) + " of " +

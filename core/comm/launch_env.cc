@@ -115,18 +115,17 @@ Status ParsePort(const std::string &text, const char *name, int *port) {
 // MASTER_ADDR (else `addr_fallback_var`, if given and set) and MASTER_PORT
 // (else `default_port`). A job spanning nodes without any address is an
 // error: the default 127.0.0.1 would only find rank 0 on its own node.
-Status ReadMaster(const Env &env, const char *addr_fallback_var, int default_port,
-                  LaunchEnv *e) {
+Status ReadMaster(const Env &env, const char *addr_fallback_var, int default_port, LaunchEnv *e) {
   if (const std::string *addr = Find(env, "MASTER_ADDR")) {
     e->master_addr = *addr;
   } else if (addr_fallback_var != nullptr && Has(env, addr_fallback_var)) {
     e->master_addr = *Find(env, addr_fallback_var);
   } else if (e->world_size > e->local_world_size) {
-    return InvalidArgument(
-        "launch environment: the " + std::to_string(e->world_size) + " ranks span several nodes (" +
-        std::to_string(e->local_world_size) + " on this one) but MASTER_ADDR is not set: export "
-        "MASTER_ADDR=<host of rank 0> (and MASTER_PORT) to every rank, e.g. "
-        "`mpirun -x MASTER_ADDR=node0 -x MASTER_PORT=29500 ...`");
+    return InvalidArgument("launch environment: the " + std::to_string(e->world_size) +
+                           " ranks span several nodes (" + std::to_string(e->local_world_size) +
+                           " on this one) but MASTER_ADDR is not set: export "
+                           "MASTER_ADDR=<host of rank 0> (and MASTER_PORT) to every rank, e.g. "
+                           "`mpirun -x MASTER_ADDR=node0 -x MASTER_PORT=29500 ...`");
   }
   e->master_port = default_port;
   if (const std::string *port = Find(env, "MASTER_PORT")) {
@@ -177,9 +176,8 @@ Result<LaunchEnv> FromOpenMpi(const Env &env) {
   e.launcher = "mpirun";
   DST_RETURN_IF_ERROR(
       RequireInt(env, kNames.rank, "OMPI_COMM_WORLD_SIZE is (started by mpirun?)", &e.rank));
-  DST_RETURN_IF_ERROR(
-      RequireInt(env, kNames.world_size, "OMPI_COMM_WORLD_RANK is (started by mpirun?)",
-                 &e.world_size));
+  DST_RETURN_IF_ERROR(RequireInt(env, kNames.world_size,
+                                 "OMPI_COMM_WORLD_RANK is (started by mpirun?)", &e.world_size));
   DST_RETURN_IF_ERROR(OptionalInt(env, kNames.local_rank, e.rank, &e.local_rank));
   DST_RETURN_IF_ERROR(OptionalInt(env, kNames.local_world_size, e.world_size, &e.local_world_size));
   DST_RETURN_IF_ERROR(ValidateRanks(e, kNames));
@@ -233,8 +231,8 @@ Status TasksOnNode(const char *name, const std::string &spec, int64_t node, int6
 // Sets `*source` to the variable it used, for later messages.
 Status SlurmLocalSize(const Env &env, int64_t node, int64_t *local_size, const char **source) {
   // The step's own layout first: srun -n may use fewer tasks than the job.
-  for (const char *list_var : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE",
-                               "SLURM_TASKS_PER_NODE"}) {
+  for (const char *list_var :
+       {"SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
     const std::string *value = Find(env, list_var);
     if (value == nullptr) continue;
     *source = list_var;
@@ -257,8 +255,8 @@ Result<LaunchEnv> FromSlurm(const Env &env) {
   e.launcher = "slurm";
   DST_RETURN_IF_ERROR(RequireInt(env, "SLURM_PROCID", "SLURM_NTASKS is", &e.rank));
   names.world_size = Has(env, "SLURM_NTASKS") ? "SLURM_NTASKS" : "SLURM_NPROCS";
-  DST_RETURN_IF_ERROR(RequireInt(env, names.world_size,
-                                 "SLURM_PROCID is (start the job with srun)", &e.world_size));
+  DST_RETURN_IF_ERROR(RequireInt(env, names.world_size, "SLURM_PROCID is (start the job with srun)",
+                                 &e.world_size));
   DST_RETURN_IF_ERROR(OptionalInt(env, "SLURM_NODEID", 0, &e.node_rank));
   if (e.node_rank < 0) {  // before it indexes the tasks-per-node list
     return InvalidArgument("launch environment: " + Var("SLURM_NODEID", e.node_rank) +

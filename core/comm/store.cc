@@ -15,12 +15,19 @@ constexpr const char *kConfigKeyPrefix = "dstrain/config_check/";
 constexpr size_t kKeysPerWait = 4096;  // well under the store's per-request limit
 constexpr size_t kRanksNamed = 8;      // rank 0's message names at most this many ranks
 
-std::string HashKey(int64_t rank) {
-  return std::string(kConfigKeyPrefix) + "hash/" + std::to_string(rank);
-}
+// The keys of one check. Every rank counts its own checks, and all ranks make
+// the same calls, so the n-th check of every rank uses the same keys and a
+// later check never reads an earlier one's hashes.
+struct CheckKeys {
+  std::string prefix;  // "dstrain/config_check/<n>/"
+  std::string Hash(int64_t rank) const { return prefix + "hash/" + std::to_string(rank); }
+  std::string Text(int64_t rank) const { return prefix + "text/" + std::to_string(rank); }
+};
 
-std::string TextKey() {
-  return std::string(kConfigKeyPrefix) + "rank0_text";
+Result<CheckKeys> NextCheckKeys(Store &store, int64_t rank) {
+  auto round = store.Add(std::string(kConfigKeyPrefix) + "rounds/" + std::to_string(rank), 1);
+  if (!round.ok()) return round.status();
+  return CheckKeys{std::string(kConfigKeyPrefix) + std::to_string(round.value()) + "/"};
 }
 
 // FNV-1a: stable across processes, builds and hosts (std::hash is not
@@ -72,13 +79,15 @@ std::string Excerpt(const std::string &text, size_t at) {
   return "'" + out + "'";
 }
 
-std::string FirstDifference(const std::string &rank0_text, const std::string &mine,
-                            int64_t rank) {
-  const auto [a, b] = std::mismatch(rank0_text.begin(), rank0_text.end(), mine.begin(), mine.end());
-  const size_t at = static_cast<size_t>(a - rank0_text.begin());
-  (void)b;
+// Where `other_rank`'s config text first departs from rank 0's.
+std::string FirstDifference(const std::string &rank0_text, const std::string &other_text,
+                            int64_t other_rank) {
+  const auto first =
+      std::mismatch(rank0_text.begin(), rank0_text.end(), other_text.begin(), other_text.end());
+  const auto at = static_cast<size_t>(first.first - rank0_text.begin());
   return "; the resolved configs first differ at byte " + std::to_string(at) + ": rank 0 has " +
-         Excerpt(rank0_text, at) + ", rank " + std::to_string(rank) + " has " + Excerpt(mine, at);
+         Excerpt(rank0_text, at) + ", rank " + std::to_string(other_rank) + " has " +
+         Excerpt(other_text, at);
 }
 
 std::string SameConfigAdvice() {
@@ -88,49 +97,62 @@ std::string SameConfigAdvice() {
 
 // Ranks other than 0: compare with rank 0's hash and, on a mismatch, use
 // rank 0's text to say where the configs part.
-Status CompareWithRankZero(Store &store, int64_t rank, const std::string &config_text,
-                           const std::string &mine, Clock::time_point deadline) {
-  auto theirs = store.Get(HashKey(0), Remaining(deadline));
+Status CompareWithRankZero(Store &store, const CheckKeys &keys, int64_t rank,
+                           const std::string &config_text, const std::string &mine,
+                           Clock::time_point deadline) {
+  auto theirs = store.Get(keys.Hash(0), Remaining(deadline));
   if (!theirs.ok()) return theirs.status();
   if (Text(theirs.value()) == mine) return Status::Ok();
   std::string message = "rank " + std::to_string(rank) +
                         " was started with a different config than rank 0 (config hash " + mine +
                         ", rank 0's " + Text(theirs.value()) + ")";
-  // Rank 0 publishes its text before its hash, so it is there already.
-  auto rank0_text = store.Get(TextKey(), std::chrono::milliseconds(1000));
+  // Every rank publishes its text before its hash, so it is there already
+  // (unless rank 0 has exited since).
+  auto rank0_text = store.Get(keys.Text(0), std::chrono::milliseconds(1000));
   if (rank0_text.ok()) message += FirstDifference(Text(rank0_text.value()), config_text, rank);
   return ConfigError(message + SameConfigAdvice());
 }
 
-// Rank 0: wait for every rank's hash and name every rank that differs.
-Status CompareAllWithMine(Store &store, int64_t world_size, const std::string &mine,
+// "ranks 2, 3 and 5 more"
+std::string RankList(const std::vector<int64_t> &ranks) {
+  std::string names = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size() && i < kRanksNamed; ++i) {
+    names += (i == 0 ? "" : ", ") + std::to_string(ranks[i]);
+  }
+  if (ranks.size() > kRanksNamed) {
+    names += " and " + std::to_string(ranks.size() - kRanksNamed) + " more";
+  }
+  return names;
+}
+
+// Rank 0: wait for every rank's hash and name every rank that differs. Rank
+// 0 also says where the first of them differs: the other ranks say it too,
+// but a launcher may stop them as soon as rank 0 fails.
+Status CompareAllWithMine(Store &store, const CheckKeys &keys, int64_t world_size,
+                          const std::string &config_text, const std::string &mine,
                           Clock::time_point deadline) {
-  std::vector<std::string> keys;
+  std::vector<std::string> batch;
   for (int64_t r = 1; r < world_size; ++r) {
-    keys.push_back(HashKey(r));
-    if (keys.size() == kKeysPerWait || r == world_size - 1) {
-      DST_RETURN_IF_ERROR(store.Wait(keys, Remaining(deadline)));
-      keys.clear();
+    batch.push_back(keys.Hash(r));
+    if (batch.size() == kKeysPerWait || r == world_size - 1) {
+      DST_RETURN_IF_ERROR(store.Wait(batch, Remaining(deadline)));
+      batch.clear();
     }
   }
   std::vector<int64_t> differing;
   for (int64_t r = 1; r < world_size; ++r) {
-    auto theirs = store.Get(HashKey(r), Remaining(deadline));
+    auto theirs = store.Get(keys.Hash(r), Remaining(deadline));
     if (!theirs.ok()) return theirs.status();
     if (Text(theirs.value()) != mine) differing.push_back(r);
   }
   if (differing.empty()) return Status::Ok();
-  std::string names;
-  for (size_t i = 0; i < differing.size() && i < kRanksNamed; ++i) {
-    names += (i == 0 ? "" : ", ") + std::to_string(differing[i]);
+  std::string message = RankList(differing) + (differing.size() == 1 ? " was" : " were") +
+                        " started with a different config than rank 0";
+  auto first_text = store.Get(keys.Text(differing.front()), Remaining(deadline));
+  if (first_text.ok()) {
+    message += FirstDifference(config_text, Text(first_text.value()), differing.front());
   }
-  if (differing.size() > kRanksNamed) {
-    names += " and " + std::to_string(differing.size() - kRanksNamed) + " more";
-  }
-  return ConfigError(std::string(differing.size() == 1 ? "rank " : "ranks ") + names +
-                     (differing.size() == 1 ? " was" : " were") +
-                     " started with a different config than rank 0 (config hash " + mine +
-                     "); each of them reports where its config differs" + SameConfigAdvice());
+  return ConfigError(message + SameConfigAdvice());
 }
 
 }  // namespace
@@ -150,11 +172,30 @@ Status CheckSameConfig(Store &store, int64_t rank, int64_t world_size,
   const Clock::time_point deadline =
       Clock::now() + std::min(timeout, std::chrono::milliseconds(int64_t{1} << 40));
   const std::string mine = Hex(Fnv1a64(config_text));
-  if (rank == 0) DST_RETURN_IF_ERROR(store.Set(TextKey(), Bytes(config_text)));
-  DST_RETURN_IF_ERROR(store.Set(HashKey(rank), Bytes(mine)));
-  Status status = rank == 0 ? CompareAllWithMine(store, world_size, mine, deadline)
-                            : CompareWithRankZero(store, rank, config_text, mine, deadline);
+  Result<CheckKeys> keys = NextCheckKeys(store, rank);
+  if (!keys.ok()) return keys.status();
+  DST_RETURN_IF_ERROR(store.Set(keys->Text(rank), Bytes(config_text)));
+  DST_RETURN_IF_ERROR(store.Set(keys->Hash(rank), Bytes(mine)));
+  Status status =
+      rank == 0 ? CompareAllWithMine(store, keys.value(), world_size, config_text, mine, deadline)
+                : CompareWithRankZero(store, keys.value(), rank, config_text, mine, deadline);
   return status.context("checking that every rank runs the same config");
+}
+
+std::string DescribeLostRanks(Store &store, std::chrono::milliseconds wait) {
+  Result<std::vector<uint8_t>> lost = store.Get(kLostKey, wait);
+  if (lost.ok()) {
+    const std::string ranks(lost.value().begin(), lost.value().end());
+    const size_t comma = ranks.find(',');
+    return "rank " + ranks.substr(0, comma) +
+           " died first (its connection to the rendezvous store closed before it finished)" +
+           (comma == std::string::npos ? "" : "; lost ranks in order: " + ranks);
+  }
+  const std::string why = lost.status().message();
+  if (why.find("timed out") != std::string::npos || why.find("timeout") != std::string::npos)
+    return "";
+  return "rank 0, which hosts the rendezvous store, is unreachable (" + why +
+         "): it has probably died";
 }
 
 }  // namespace dst

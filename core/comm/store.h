@@ -55,6 +55,21 @@ struct TcpStoreOptions {
 // server, and the other ranks' pending calls fail at once.
 Result<std::unique_ptr<Store>> ConnectTcpStore(const TcpStoreOptions &options);
 
+// Keys the store maintains itself. A rank that closes its store connection
+// after setting kFinishedKey + rank (the TcpStore destructor does) finished;
+// one that vanishes without it is appended to kLostKey ("1,3": in order of
+// departure). Either way kDoneKey + rank is set.
+inline constexpr const char *kFinishedKey = "__dstrain/finished/";
+inline constexpr const char *kDoneKey = "__dstrain/done/";
+inline constexpr const char *kLostKey = "__dstrain/lost";
+
+// Which rank died, for error messages after a failed collective: waits up to
+// `wait` for the store to report a lost rank. Returns e.g. "rank 1 died first
+// (its connection to the rendezvous store closed before it finished)", a note
+// that rank 0 (the store's host) is unreachable, or "" when nobody is known
+// to be lost (a stalled rank, or a network failure).
+std::string DescribeLostRanks(Store &store, std::chrono::milliseconds wait);
+
 // Every rank publishes a hash of its resolved config and compares it with
 // rank 0's; a mismatch is a kConfig error naming the ranks (rank 0 names every
 // differing rank, the others say where their text first differs from rank

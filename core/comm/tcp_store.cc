@@ -36,8 +36,8 @@ Status ValidateOptions(const TcpStoreOptions &o) {
   }
   const int min_port = o.is_server ? 0 : 1;
   if (o.port < min_port || o.port > 65535) {
-    return InvalidArgument(where + "port must be in " + std::to_string(min_port) +
-                           "..65535, got " + std::to_string(o.port));
+    return InvalidArgument(where + "port must be in " + std::to_string(min_port) + "..65535, got " +
+                           std::to_string(o.port));
   }
   if (o.timeout.count() <= 0) {
     return InvalidArgument(where + "timeout must be positive, got " +
@@ -94,7 +94,8 @@ Result<std::unique_ptr<TcpStore>> TcpStore::Open(const TcpStoreOptions &options)
   int port = options.port;
   if (options.is_server) {
     auto started = tcp_store::StoreServer::Start(
-        options.host, options.port, {.job_token = options.job_token, .world_size = options.world_size});
+        options.host, options.port,
+        {.job_token = options.job_token, .world_size = options.world_size});
     if (!started.ok()) return started.status();
     server = std::move(started.value());
     port = server->port();
@@ -111,6 +112,15 @@ Result<std::unique_ptr<TcpStore>> TcpStore::Open(const TcpStoreOptions &options)
   store->socket_ = std::move(fd.value());
   DST_RETURN_IF_ERROR(store->Handshake(std::max(deadline, Clock::now() + kMinHandshake)));
   return store;
+}
+
+TcpStore::~TcpStore() {
+  if (!socket_.valid() || !broken_.empty()) return;
+  (void)Set(std::string(kFinishedKey) + std::to_string(rank_), {});
+  if (!server_) return;
+  std::vector<std::string> others;
+  for (int64_t r = 1; r < world_size_; ++r) others.push_back(kDoneKey + std::to_string(r));
+  if (!others.empty()) (void)Wait(others, std::chrono::seconds(10));
 }
 
 std::string TcpStore::Where() const {

@@ -1,5 +1,7 @@
 #include "core/comm/tcp_store_server.h"
 
+#include "core/comm/store.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -19,6 +21,9 @@
 #include "core/comm/tcp_store_wire.h"
 
 namespace dst::tcp_store {
+using ::dst::kDoneKey;
+using ::dst::kFinishedKey;
+using ::dst::kLostKey;
 namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
@@ -111,6 +116,7 @@ class StoreServer::Loop {
   void Fail(Connection &c, const std::string &message);
   void Flush(Connection &c);
   void Sweep();
+  void RecordDeparture(int64_t rank);
   int NextTimeoutMs() const;
 
   UniqueFd listener_;
@@ -237,14 +243,16 @@ void StoreServer::Loop::HandleHello(Connection &c, const Request &r) {
   // The token first: a process from another job learns nothing else.
   if (!SameToken(r.token, identity_.job_token)) return Fail(c, TokenMismatchMessage());
   if (r.world_size != identity_.world_size) {
-    return Fail(c, "world size mismatch: this process has WORLD_SIZE=" +
-                       std::to_string(r.world_size) + " but rank 0 (which hosts the store) has "
-                       "WORLD_SIZE=" + std::to_string(identity_.world_size) +
-                       "; start every rank with the same world size");
+    return Fail(c,
+                "world size mismatch: this process has WORLD_SIZE=" + std::to_string(r.world_size) +
+                    " but rank 0 (which hosts the store) has "
+                    "WORLD_SIZE=" +
+                    std::to_string(identity_.world_size) +
+                    "; start every rank with the same world size");
   }
   if (r.rank < 0 || r.rank >= identity_.world_size) {
-    return Fail(c, "rank " + std::to_string(r.rank) + " is out of range for WORLD_SIZE=" +
-                       std::to_string(identity_.world_size));
+    return Fail(c, "rank " + std::to_string(r.rank) +
+                       " is out of range for WORLD_SIZE=" + std::to_string(identity_.world_size));
   }
   const auto held = rank_to_fd_.find(r.rank);
   if (held != rank_to_fd_.end()) {
@@ -372,10 +380,27 @@ void StoreServer::Loop::Sweep() {
     }
     const int fd = it->first;
     const auto held = rank_to_fd_.find(it->second.rank);
-    if (held != rank_to_fd_.end() && held->second == fd) rank_to_fd_.erase(held);
+    if (held != rank_to_fd_.end() && held->second == fd) {
+      rank_to_fd_.erase(held);
+      RecordDeparture(it->second.rank);
+    }
     std::erase_if(waiters_, [fd](const Waiter &w) { return w.fd == fd; });
     it = conns_.erase(it);
   }
+}
+
+// A rank's connection closed. It finished if it said so first (TcpStore's
+// destructor sets kFinishedKey/<rank>); otherwise it was lost — killed or
+// crashed — and survivors learn which rank it was from kLostKey.
+void StoreServer::Loop::RecordDeparture(int64_t rank) {
+  const std::string r = std::to_string(rank);
+  data_[std::string(kDoneKey) + r] = {};
+  if (data_.count(std::string(kFinishedKey) + r) == 0) {
+    std::vector<uint8_t> &lost = data_[kLostKey];
+    if (!lost.empty()) lost.push_back(',');
+    lost.insert(lost.end(), r.begin(), r.end());
+  }
+  WakeWaiters();
 }
 
 Result<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string &master_host, int port,
@@ -391,8 +416,8 @@ Result<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string &maste
   std::unique_ptr<StoreServer> server(new StoreServer());
   server->wake_write_ = UniqueFd(pipe_fds[1]);
   server->port_ = listener->port;
-  server->loop_ = std::make_unique<Loop>(std::move(listener->fd), std::move(wake_read),
-                                         std::move(identity));
+  server->loop_ =
+      std::make_unique<Loop>(std::move(listener->fd), std::move(wake_read), std::move(identity));
   try {
     server->thread_ = std::thread([loop = server->loop_.get()] { loop->Run(); });
   } catch (const std::system_error &error) {

@@ -195,8 +195,8 @@ Result<Listener> ListenOnAllInterfaces(const std::string &master_host, int port)
     listener = BindWildcard(AF_INET, port, &error);
   }
   if (listener.ok()) return listener;
-  const std::string where = "cannot host the rendezvous store at " +
-                            Endpoint(master_host, port) + " (MASTER_ADDR:MASTER_PORT)";
+  const std::string where = "cannot host the rendezvous store at " + Endpoint(master_host, port) +
+                            " (MASTER_ADDR:MASTER_PORT)";
   if (error == EADDRINUSE) {
     return CommFailure(where + ": port " + std::to_string(port) +
                        " is already in use by another process (another job, or a previous run "
@@ -204,8 +204,9 @@ Result<Listener> ListenOnAllInterfaces(const std::string &master_host, int port)
                        "MASTER_PORT");
   }
   if (error == EACCES) {
-    return CommFailure(where + ": permission denied (ports below 1024 need privileges): choose "
-                               "another port with --master-port / MASTER_PORT");
+    return CommFailure(where +
+                       ": permission denied (ports below 1024 need privileges): choose "
+                       "another port with --master-port / MASTER_PORT");
   }
   return CommFailure(where + ": " + listener.status().message());
 }
@@ -215,8 +216,8 @@ std::string PeerName(int fd) {
   socklen_t len = sizeof(addr);
   if (getpeername(fd, reinterpret_cast<sockaddr *>(&addr), &len) != 0) return "unknown peer";
   char host[NI_MAXHOST] = {}, port[NI_MAXSERV] = {};
-  if (getnameinfo(reinterpret_cast<sockaddr *>(&addr), len, host, sizeof(host), port,
-                  sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+  if (getnameinfo(reinterpret_cast<sockaddr *>(&addr), len, host, sizeof(host), port, sizeof(port),
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
     return "unknown peer";
   }
   std::string name = host;

@@ -19,9 +19,7 @@ class Writer {
     U32(static_cast<uint32_t>(bytes.size()));
     out_.insert(out_.end(), bytes.begin(), bytes.end());
   }
-  void Str(const std::string &s) {
-    Bytes({reinterpret_cast<const uint8_t *>(s.data()), s.size()});
-  }
+  void Str(const std::string &s) { Bytes({reinterpret_cast<const uint8_t *>(s.data()), s.size()}); }
   void Strs(const std::vector<std::string> &list) {
     U32(static_cast<uint32_t>(list.size()));
     for (const std::string &s : list) Str(s);

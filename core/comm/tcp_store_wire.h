@@ -50,10 +50,10 @@ struct Request {
 // One server reply.
 struct Reply {
   ReplyKind kind = ReplyKind::kOk;
-  std::vector<uint8_t> value;      // kValue
-  int64_t number = 0;              // kNumber
-  std::vector<std::string> keys;   // kTimeout: the keys still missing
-  std::string message;             // kError
+  std::vector<uint8_t> value;     // kValue
+  int64_t number = 0;             // kNumber
+  std::vector<std::string> keys;  // kTimeout: the keys still missing
+  std::string message;            // kError
 };
 
 // A payload (without the length prefix) and its decoding. Decoding fails
@@ -70,6 +70,8 @@ void AppendFrame(std::span<const uint8_t> payload, std::vector<uint8_t> &out);
 uint32_t FrameLength(std::span<const uint8_t> header);
 
 // A kComm status (status.h has no helper for it).
-inline Status CommFailure(std::string message) { return {Code::kComm, std::move(message)}; }
+inline Status CommFailure(std::string message) {
+  return {Code::kComm, std::move(message)};
+}
 
 }  // namespace dst::tcp_store

@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <thread>
 
@@ -22,8 +23,13 @@ int ResolveNumThreads(int configured) {
   if (configured > 0) return configured;
   if (int n = PositiveIntFromEnv("DSTRAIN_NUM_THREADS")) return n;
   if (int n = PositiveIntFromEnv("OMP_NUM_THREADS")) return n;
-  unsigned cores = std::thread::hardware_concurrency();
-  return cores > 0 ? static_cast<int>(cores) : 1;
+  // Ranks sharing a node share its cores (LOCAL_WORLD_SIZE is set by
+  // `dstrain launch` and torchrun; Open MPI and Slurm have their own names).
+  int local_ranks = PositiveIntFromEnv("LOCAL_WORLD_SIZE");
+  if (!local_ranks) local_ranks = PositiveIntFromEnv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!local_ranks) local_ranks = 1;
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return std::max(1, cores / local_ranks);
 }
 
 void SetNumThreads(int threads) {

@@ -6,7 +6,7 @@
 namespace dst {
 
 // configured > 0 wins; else DSTRAIN_NUM_THREADS, else OMP_NUM_THREADS, else
-// the number of online cores.
+// the online cores divided among the ranks on this node (LOCAL_WORLD_SIZE).
 int ResolveNumThreads(int configured);
 
 // Sets the OpenMP and OpenBLAS thread counts for this process.

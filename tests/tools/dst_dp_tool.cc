@@ -4,6 +4,7 @@
 // JSON line: {"rank", "world_size", "losses", "memory", "num_parameters"}.
 // The parallel-equivalence tests compare its output across layouts.
 // Usage: dst_dp_tool --model M.json --config C.json [--steps N] [--data FILE]
+//                    [--progress 1]   (print "step K" to stderr after each step)
 #include <dstrain/dstrain.h>
 
 #include <cstdio>
@@ -26,12 +27,14 @@ void Check(dst_status_t status, const char *what) {
 int main(int argc, char **argv) {
   std::string model, config, data;
   int steps = 20;
+  bool progress = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--model") model = argv[i + 1];
     else if (flag == "--config") config = argv[i + 1];
     else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
     else if (flag == "--data") data = argv[i + 1];
+    else if (flag == "--progress") progress = std::atoi(argv[i + 1]) != 0;
     else {
       std::fprintf(stderr, "dst_dp_tool: unknown flag %s\n", flag.c_str());
       return 2;
@@ -69,6 +72,10 @@ int main(int argc, char **argv) {
     batch.targets_count = targets.size();
     float loss = 0;
     Check(dst_engine_train_batch(engine, &batch, &loss), "dst_engine_train_batch");
+    if (progress) {
+      std::fprintf(stderr, "step %d\n", step);
+      std::fflush(stderr);
+    }
     char text[64];
     std::snprintf(text, sizeof text, "%s%.9g", step ? "," : "", double(loss));
     losses += text;

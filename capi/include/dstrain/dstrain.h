@@ -96,7 +96,14 @@ DST_API void dst_engine_options_default(dst_engine_options_t *options);
 
 /* Builds the model, allocates parameters, gradients, optimizer state and
  * activation buffers, and initialises weights from the model spec's seed.
- * On failure *out is set to NULL. */
+ * On failure *out is set to NULL.
+ *
+ * In a multi-process job (RANK/WORLD_SIZE, Open MPI or Slurm variables in the
+ * environment) it also joins the job: rank 0 hosts the rendezvous store at
+ * MASTER_ADDR:MASTER_PORT, every rank checks it runs the same config, and the
+ * data-parallel group connects. A process that has not installed its own
+ * SIGPIPE handler gets SIGPIPE ignored, so that a dead peer becomes an error
+ * naming the lost rank instead of killing this process. */
 DST_API dst_status_t dst_engine_create(dst_engine_t **out, const dst_engine_options_t *options);
 
 /* Frees everything the engine owns. NULL is a no-op. */

@@ -1,0 +1,49 @@
+"""`dstrain estimate` prints exactly the per-rank model-state bytes a run measures."""
+import json
+import os
+import subprocess
+
+import pytest
+
+import test_data_parallel as dp_tests
+
+
+@pytest.fixture(scope="module")
+def cli(build_dir):
+    path = os.path.join(build_dir, "dstrain")
+    assert os.path.exists(path), f"{path} is missing"
+    return path
+
+
+def estimate(cli, cfg, model, world_size):
+    out = subprocess.run([cli, "estimate", "--config", str(cfg), "--model", str(model),
+                          "--world-size", str(world_size), "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("stage,world", [(0, 2), (1, 2), (1, 4)])
+def test_estimate_equals_measured_memory(tmp_path, cli, stage, world):
+    cfg, model = dp_tests.write_job(tmp_path, stage, 2, 1, world, f"est{stage}{world}")
+    est = estimate(cli, cfg, model, world)
+    predicted = next(s for s in est["stages"] if s["stage"] == stage)
+    assert predicted["supported"]
+    tool = os.path.join(os.environ["DSTRAIN_BUILD_DIR"], "tests", "dst_dp_tool")
+    for r in dp_tests.run_ranks(tool, cfg, model, world):
+        mem = {k: v["bytes"] for k, v in r["metrics"]["memory"].items()}
+        assert r["metrics"]["num_parameters"] == est["num_parameters"]
+        assert mem["parameters"] == predicted["parameters_bytes"]
+        assert mem["gradients"] == predicted["gradients_bytes"]
+        assert mem["optimizer_state"] == predicted["optimizer_state_bytes"]
+
+
+def test_estimate_reports_an_impossible_layout(tmp_path, cli):
+    cfg = tmp_path / "fixed.json"
+    cfg.write_text(json.dumps({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8}))
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps(dp_tests.MODEL))
+    out = subprocess.run([cli, "estimate", "--config", str(cfg), "--model", str(model),
+                          "--world-size", "4"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "data-parallel size 4" in out.stderr
