@@ -135,6 +135,7 @@ std::optional<SpawnFailure> RankSupervisor::Spawn(const RankSpec &spec) {
 
 int RankSupervisor::WaitAll() {
   while (RunningCount() > 0) WaitForEvent();
+  DecideFirstFailure();  // failures still inside their window when the last rank exited
   if (failure_reported_) return exit_code_;
   if (first_signal_ != 0) return 128 + first_signal_;
   return 0;
@@ -150,10 +151,18 @@ size_t RankSupervisor::RunningCount() const {
       std::count_if(ranks_.begin(), ranks_.end(), [](const RankProcess &r) { return r.running; }));
 }
 
+namespace {
+constexpr std::chrono::milliseconds kFailureWindow{1000};
+}  // namespace
+
 void RankSupervisor::WaitForEvent() {
   auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(kIdleWake);
   if (kill_deadline_) {
     wait = std::clamp<std::chrono::nanoseconds>(*kill_deadline_ - Clock::now(),
+                                                std::chrono::nanoseconds(0), wait);
+  }
+  if (decide_at_) {
+    wait = std::clamp<std::chrono::nanoseconds>(*decide_at_ - Clock::now(),
                                                 std::chrono::nanoseconds(0), wait);
   }
   timespec timeout{static_cast<time_t>(wait.count() / 1000000000),
@@ -163,6 +172,7 @@ void RankSupervisor::WaitForEvent() {
   if (signal == SIGINT || signal == SIGTERM || signal == SIGHUP) OnSignal(info);
   // SIGCHLDs coalesce, so reap everything that has exited whatever woke us.
   ReapExited();
+  if (decide_at_ && (Clock::now() >= *decide_at_ || RunningCount() == 0)) DecideFirstFailure();
   if (kill_deadline_ && Clock::now() >= *kill_deadline_) KillStragglers();
 }
 
@@ -210,9 +220,23 @@ void RankSupervisor::OnExit(pid_t pid, int wait_status) {
   // Ranks exiting because the launcher stopped them, or because of a signal
   // the user sent, are consequences, not the cause.
   if (exit.code == 0 || failure_reported_ || first_signal_ != 0) return;
+  failures_.push_back({*rank, exit, WIFSIGNALED(wait_status) != 0});
+  if (!decide_at_) decide_at_ = Clock::now() + kFailureWindow;
+}
+
+// The cause is the first rank killed by a signal if any (its peers' errors
+// follow from it), else the first failure reaped.
+void RankSupervisor::DecideFirstFailure() {
+  decide_at_.reset();
+  if (failures_.empty() || failure_reported_) return;
+  auto cause = std::find_if(failures_.begin(), failures_.end(),
+                            [](const Failure &f) { return f.by_signal; });
+  if (cause == failures_.end()) cause = failures_.begin();
   failure_reported_ = true;
-  exit_code_ = exit.code;
-  Report(RankLabel(*rank) + " failed first: " + exit.text);
+  exit_code_ = cause->exit.code;
+  Report(RankLabel(cause->rank) + " failed first: " + cause->exit.text);
+  for (const Failure &f : failures_)
+    if (&f != &*cause) Report(RankLabel(f.rank) + " failed too: " + f.exit.text);
   TerminateAll();
 }
 

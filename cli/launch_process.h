@@ -84,6 +84,18 @@ class RankSupervisor {
   pid_t launcher_pid_;
   std::vector<RankProcess> ranks_;
   std::optional<std::chrono::steady_clock::time_point> kill_deadline_;
+  // Failures seen in the short window after the first one: when a rank is
+  // killed, its peers fail a moment later (their collective broke) and may be
+  // reaped first; the window lets the launcher name the rank that died, not
+  // the first one it happened to reap.
+  struct Failure {
+    RankProcess rank;
+    ExitDescription exit;
+    bool by_signal;
+  };
+  std::vector<Failure> failures_;
+  std::optional<std::chrono::steady_clock::time_point> decide_at_;
+  void DecideFirstFailure();
   bool failure_reported_ = false;
   int exit_code_ = 0;
   int first_signal_ = 0;  // first SIGINT/SIGTERM/SIGHUP the launcher received

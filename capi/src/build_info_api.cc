@@ -19,6 +19,9 @@
 #ifndef DSTRAIN_HAVE_CUDA
 #define DSTRAIN_HAVE_CUDA 0
 #endif
+#ifndef DSTRAIN_HAVE_NCCL
+#define DSTRAIN_HAVE_NCCL 0
+#endif
 #ifndef DSTRAIN_CUDA_TOOLKIT_FOUND
 #define DSTRAIN_CUDA_TOOLKIT_FOUND 0
 #endif
@@ -74,7 +77,7 @@ json OpenMpInfo() {
 json CudaInfo() {
   const bool compiled = DSTRAIN_HAVE_CUDA != 0;
   return {{"compiled", compiled},
-          {"nccl", compiled},
+          {"nccl", DSTRAIN_HAVE_NCCL != 0},
           {"toolkit_found_at_build", DSTRAIN_CUDA_TOOLKIT_FOUND != 0},
           {"devices", json::array()}};
 }

@@ -194,8 +194,15 @@ std::string DescribeLostRanks(Store &store, std::chrono::milliseconds wait) {
   const std::string why = lost.status().message();
   if (why.find("timed out") != std::string::npos || why.find("timeout") != std::string::npos)
     return "";
-  return "rank 0, which hosts the rendezvous store, is unreachable (" + why +
-         "): it has probably died";
+  return "the rendezvous store on rank 0 is unreachable (" + why +
+         "): rank 0 has died or exited";
+}
+
+void FinishJob(Store &store, int64_t rank, int64_t world_size, std::chrono::milliseconds wait) {
+  if (rank != 0 || world_size <= 1) return;
+  std::vector<std::string> others;
+  for (int64_t r = 1; r < world_size; ++r) others.push_back(kDoneKey + std::to_string(r));
+  (void)store.Wait(others, wait);
 }
 
 }  // namespace dst

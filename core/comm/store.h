@@ -70,6 +70,11 @@ inline constexpr const char *kLostKey = "__dstrain/lost";
 // to be lost (a stalled rank, or a network failure).
 std::string DescribeLostRanks(Store &store, std::chrono::milliseconds wait);
 
+// For rank 0 at the end of a job: marks itself finished and waits (up to
+// `wait`) until every other rank has finished or been lost, so that rank 0's
+// store server outlives their last calls. Other ranks return at once.
+void FinishJob(Store &store, int64_t rank, int64_t world_size, std::chrono::milliseconds wait);
+
 // Every rank publishes a hash of its resolved config and compares it with
 // rank 0's; a mismatch is a kConfig error naming the ranks (rank 0 names every
 // differing rank, the others say where their text first differs from rank

@@ -117,10 +117,6 @@ Result<std::unique_ptr<TcpStore>> TcpStore::Open(const TcpStoreOptions &options)
 TcpStore::~TcpStore() {
   if (!socket_.valid() || !broken_.empty()) return;
   (void)Set(std::string(kFinishedKey) + std::to_string(rank_), {});
-  if (!server_) return;
-  std::vector<std::string> others;
-  for (int64_t r = 1; r < world_size_; ++r) others.push_back(kDoneKey + std::to_string(r));
-  if (!others.empty()) (void)Wait(others, std::chrono::seconds(10));
 }
 
 std::string TcpStore::Where() const {

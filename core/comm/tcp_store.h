@@ -21,9 +21,7 @@ class TcpStore final : public Store {
  public:
   // What ConnectTcpStore does, returning the concrete type.
   static Result<std::unique_ptr<TcpStore>> Open(const TcpStoreOptions &options);
-  // Says this rank finished (so the server does not report it lost); rank 0
-  // then waits, up to 10 s, for every other rank to finish or be lost before
-  // its server goes, so their last calls do not fail spuriously.
+  // Says this rank finished, so the server does not report it lost.
   ~TcpStore() override;
 
   Status Set(const std::string &key, const std::vector<uint8_t> &value) override;
