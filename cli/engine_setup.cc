@@ -94,6 +94,7 @@ BatchShape ChooseBatchShape(const dst_engine_info_t &info, int64_t requested_seq
   shape.n_samples = static_cast<size_t>(info.micro_batch_size * info.grad_accum_steps);
   shape.seq_len = static_cast<size_t>(seq_len);
   shape.rank = info.rank;
+  shape.dp_size = info.dp_size;
   return shape;
 }
 

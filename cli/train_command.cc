@@ -64,11 +64,12 @@ void PrintPlan(const dst_engine_info_t &info, const dst_dataset_t *dataset, cons
               FormatCount(static_cast<double>(NumTokens(dataset, DST_SPLIT_TRAIN))).c_str(),
               FormatCount(static_cast<double>(NumTokens(dataset, DST_SPLIT_VAL))).c_str());
   std::printf(
-      "dstrain: steps %lld -> %lld, %zu x %zu tokens per step, eval every %lld steps "
-      "on %lld batches\n",
+      "dstrain: steps %lld -> %lld, %zu x %zu tokens per step (%lld rank%s), eval every %lld "
+      "steps on %lld batches\n",
       static_cast<long long>(plan.start_step), static_cast<long long>(plan.total_steps),
-      shape.n_samples, shape.seq_len, static_cast<long long>(plan.eval_interval),
-      static_cast<long long>(options.eval_batches));
+      shape.n_samples * size_t(shape.dp_size), shape.seq_len,
+      static_cast<long long>(info.world_size), info.world_size == 1 ? "" : "s",
+      static_cast<long long>(plan.eval_interval), static_cast<long long>(options.eval_batches));
   std::fflush(stdout);
 }
 
@@ -156,12 +157,16 @@ int TrainCommand::Run() {
 
   const LoopPlan plan = MakeLoopPlan(options, resume.step, data_seed);
 
-  const ProgressStyle style = ChooseProgressStyle(options.quiet);
+  // In a multi-rank job every rank trains and evaluates (the losses are
+  // global), but only rank 0 talks; errors still come from every rank.
+  const bool speaker = info.rank == 0;
+  const ProgressStyle style = ChooseProgressStyle(options.quiet || !speaker);
   if (style != ProgressStyle::kQuiet) PrintPlan(info, dataset.get(), shape, plan, options);
   Trainer trainer(engine.get(), dataset.get(), shape, options.eval_batches);
   const std::unique_ptr<Progress> progress = MakeProgress(style, config.steps_per_print);
   const LoopResult result = RunTrainingLoop(trainer, plan, *progress);
 
+  if (!speaker) return result.interrupted ? kExitInterrupted : kExitOk;
   PrintSummary(result);
   if (!result.interrupted) return kExitOk;
   PrintInterrupted(result);

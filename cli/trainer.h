@@ -16,6 +16,7 @@ struct BatchShape {
   size_t n_samples = 0;  // micro_batch_size * grad_accum_steps
   size_t seq_len = 0;
   int64_t rank = 0;
+  int64_t dp_size = 1;
 
   // The one place where the rank enters the data arithmetic: rank r takes
   // samples [r * n_samples, (r + 1) * n_samples) of every global batch.
@@ -42,7 +43,8 @@ class Trainer {
   // the checkpoint's directory (DIR/<tag named in DIR/latest>).
   std::string SaveCheckpoint(const std::string &dir, uint64_t data_seed);
 
-  size_t tokens_per_step() const { return shape_.num_elements(); }
+  // Tokens one optimizer step trains on across the job (every rank's share).
+  size_t tokens_per_step() const { return shape_.num_elements() * size_t(shape_.dp_size); }
 
  private:
   void FillBatch(dst_split_t split, uint64_t batch_index);
