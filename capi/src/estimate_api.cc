@@ -1,12 +1,14 @@
 // dst_estimate_memory_json: per-rank model-state memory for each ZeRO stage.
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "capi/src/capi_util.h"
 #include "core/config/config.h"
 #include "core/model/model.h"
 #include "core/model/model_spec.h"
 #include "core/zero/memory_estimate.h"
+#include "core/zero/partition_plan.h"
 
 namespace {
 thread_local std::string g_estimate_json;
@@ -49,18 +51,24 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
   dst::Result<dst::ModelSpec> spec = dst::ParseModelSpec(model_text.value());
   if (!spec.ok()) return dst::capi::FromStatus(spec.status());
 
+  const std::vector<dst::ParamDecl> decls = dst::DeclareParameters(spec.value());
   const int64_t psi = dst::CountParameters(spec.value());
   const int64_t dp = config.value().dp_size;
+  // Stage 3 keeps tensors of at most this many elements whole on every rank.
+  const int64_t persistent =
+      dst::PersistentElements(decls, config.value().zero.stage3_param_persistence_threshold);
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (int stage = 0; stage <= 3; ++stage) {
+    const int64_t stage_persistent = stage == 3 ? persistent : 0;
     const dst::ModelStateBytes b =
-        dst::EstimateModelState(psi, dp, stage, config.value().optimizer);
+        dst::EstimateModelState(psi, dp, stage, config.value().optimizer, stage_persistent);
     stages.push_back({{"stage", stage},
                       {"parameters_bytes", b.parameters},
                       {"gradients_bytes", b.gradients},
                       {"optimizer_state_bytes", b.optimizer_state},
                       {"total_bytes", b.total()},
-                      {"supported", stage <= 1}});
+                      {"persistent_parameters", stage_persistent},
+                      {"supported", true}});
   }
   nlohmann::ordered_json out = {
       {"num_parameters", psi},

@@ -129,8 +129,9 @@ Engine::Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Sto
   limits.max_B = config_.train_micro_batch_size_per_gpu;
   limits.max_T = spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
   limits.max_threads = MaxThreads();
-  model_ = std::make_unique<Model<float>>(spec, limits, &memory_, dp_comm_->size());
-  dp_ = std::make_unique<DataParallel>(config_, model_->params().size(), dp_comm_.get(), &memory_);
+  model_ = std::make_unique<Model<float>>(
+      spec, limits, &memory_, StoreOptionsForStage(config_.zero.stage, dp_comm_->size()));
+  dp_ = std::make_unique<DataParallel>(config_, model_.get(), dp_comm_.get(), &memory_);
   const int64_t T = limits.max_T;
   flops_per_sample_token_ = 3.0 * model_->ForwardFlops(1, T) / double(T);
 }
@@ -139,6 +140,7 @@ Engine::Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Sto
 Engine::~Engine() {
   dp_.reset();
   dp_comm_.reset();
+  if (store_) FinishJob(*store_, env_.rank, env_.world_size, CommTimeout(config_));
   store_.reset();
 }
 
@@ -260,12 +262,6 @@ Status Engine::Run(const std::vector<Instruction> &program, const BatchView &bat
   int64_t micro_batches = 0;
   for (const Instruction &ins : program) micro_batches += ins.op == Op::kForward;
   const float grad_scale = 1.0f / float(micro_batches);
-  const bool overlap = config_.zero.overlap_comm && dp_comm_->size() > 1;
-  float *grads = model_->params().grads();
-  float *params = model_->params().values();
-  const Model<float>::GradientsFinalHook launch_buckets = [&](int64_t boundary) {
-    dp_->GradientsFinalAbove(grads, boundary);
-  };
   StepRecord rec;
   const auto step_start = Clock::now();
   double loss_sum = 0;
@@ -273,32 +269,38 @@ Status Engine::Run(const std::vector<Instruction> &program, const BatchView &bat
   for (const Instruction &ins : program) {
     const auto t0 = Clock::now();
     switch (ins.op) {
-      case Op::kZeroGradients:
-        std::memset(grads, 0, size_t(model_->params().padded_size()) * sizeof(float));
-        dp_->BeginReduction();
+      case Op::kZeroGradients: {
+        Status st = dp_->ZeroGradients();
+        if (!st.ok()) return st.context("zeroing gradients at step " + std::to_string(steps_));
         break;
-      case Op::kForward:
+      }
+      case Op::kForward: {
         mb = MicroBatchAt(batch, ins.micro_batch);
         mb.grad_scale = grad_scale;
-        loss_sum += model_->Forward(mb);
+        // Buckets may start during the last micro-batch's backward only.
+        dp_->BeginMicroBatch(ins.micro_batch == micro_batches - 1);
+        loss_sum += model_->Forward(mb, dp_.get());
+        Status st = dp_->TakeHookStatus();
+        if (!st.ok()) return st.context("forward at step " + std::to_string(steps_));
         rec.phases.forward += SecondsSince(t0);
         break;
+      }
       case Op::kBackward: {
-        // Buckets may start during the last micro-batch's backward only.
-        const bool last = ins.micro_batch == micro_batches - 1;
-        model_->Backward(mb, overlap && last ? launch_buckets : nullptr);
+        model_->Backward(mb, dp_.get());
+        Status st = dp_->TakeHookStatus();
+        if (!st.ok()) return st.context("backward at step " + std::to_string(steps_));
         rec.phases.backward += SecondsSince(t0);
         break;
       }
       case Op::kReduceGradients: {
-        Status st = dp_->FinishReduction(grads);
-        if (st.ok() && program.back().op != Op::kOptimizerStep) st = dp_->GatherGradients(grads);
+        Status st = dp_->FinishReduction();
+        if (st.ok() && program.back().op != Op::kOptimizerStep) st = dp_->GatherGradients();
         if (!st.ok()) return st.context("reducing gradients at step " + std::to_string(steps_));
         rec.phases.reduce += SecondsSince(t0);
         break;
       }
       case Op::kClipGradients: {
-        Result<double> norm = dp_->GradNorm(grads);
+        Result<double> norm = dp_->GradNorm();
         if (!norm.ok()) return norm.status();
         rec.grad_norm = norm.value();
         Result<double> global_loss = dp_->Average(loss_sum);
@@ -312,14 +314,14 @@ Status Engine::Run(const std::vector<Instruction> &program, const BatchView &bat
                             "learning rate or set gradient_clipping");
         if (config_.gradient_clipping > 0) {
           const double coef = config_.gradient_clipping / (rec.grad_norm + 1e-6);
-          if (coef < 1.0) dp_->ScaleGradients(grads, float(coef));
+          if (coef < 1.0) dp_->ScaleGradients(float(coef));
         }
         rec.phases.step += SecondsSince(t0);
         break;
       }
       case Op::kOptimizerStep: {
         rec.lr = NextLearningRate();
-        DST_RETURN_IF_ERROR(dp_->Step(params, grads, rec.lr));
+        DST_RETURN_IF_ERROR(dp_->Step(rec.lr));
         ++steps_;
         rec.phases.step += SecondsSince(t0);
         break;
@@ -403,24 +405,21 @@ Status Engine::FindParam(const std::string &name, const char *call, size_t count
 Status Engine::GetParam(const std::string &name, float *data, size_t count) const {
   int id = 0;
   DST_RETURN_IF_ERROR(FindParam(name, "get_param", count, &id));
-  const ParamDecl &d = model_->params().decls()[id];
-  std::memcpy(data, model_->params().values() + d.offset, count * sizeof(float));
-  return Status::Ok();
+  Status st = dp_->ReadParam(id, data);
+  return st.context("get_param \"" + name + "\"");
 }
 
 Status Engine::SetParam(const std::string &name, const float *data, size_t count) {
   int id = 0;
   DST_RETURN_IF_ERROR(FindParam(name, "set_param", count, &id));
-  std::memcpy(model_->params().param(id), data, count * sizeof(float));
-  return Status::Ok();
+  Status st = dp_->WriteParam(id, data);
+  return st.context("set_param \"" + name + "\"");
 }
 
 Status Engine::GetGrad(const std::string &name, float *data, size_t count) const {
   int id = 0;
   DST_RETURN_IF_ERROR(FindParam(name, "get_grad", count, &id));
-  const ParamDecl &d = model_->params().decls()[id];
-  std::memcpy(data, model_->params().grads() + d.offset, count * sizeof(float));
-  return Status::Ok();
+  return dp_->ReadGrad(id, data);
 }
 
 // ---------------------------------------------------------------- metrics

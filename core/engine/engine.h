@@ -55,6 +55,12 @@ class Engine {
   EngineInfo Info() const;
 
   const std::vector<ParamDecl> &ParamDecls() const { return model_->params().decls(); }
+  // Whole tensors at every ZeRO stage. At stage 3 with dp > 1, GetParam
+  // gathers the tensor from its owners: every rank must call it for the same
+  // tensors in the same order (tensors kept whole, under
+  // stage3_param_persistence_threshold, are read locally). SetParam expects
+  // the same data on every rank. At stages 2 and 3, GetGrad reads the full
+  // gradient that ForwardBackward gathered; after TrainBatch it is an error.
   Status GetParam(const std::string &name, float *data, size_t count) const;
   Status SetParam(const std::string &name, const float *data, size_t count);
   Status GetGrad(const std::string &name, float *data, size_t count) const;

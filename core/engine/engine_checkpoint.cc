@@ -66,11 +66,16 @@ Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
                              e.what());
     }
   }
+  if (dp_comm_->size() > 1 && dp_->stage() >= 1)
+    return NotSupported("save_checkpoint: saving partitioned (ZeRO stage " +
+                        std::to_string(dp_->stage()) + ") state from " +
+                        std::to_string(dp_comm_->size()) +
+                        " ranks is not supported yet; use zero_optimization.stage 0 to save");
   const std::vector<ParamDecl> &decls = model_->params().decls();
+  const float *values = dp_->FullParams();  // every stage holds them all on one rank
   CheckpointFile weights{kModelFile, {}, {{"format", "pt"}}};
   for (const ParamDecl &d : decls)
-    weights.tensors.push_back(
-        {d.name, TensorDType::kF32, d.shape, model_->params().values() + d.offset});
+    weights.tensors.push_back({d.name, TensorDType::kF32, d.shape, values + d.offset});
   CheckpointFile optim{kOptimizerFile, {}, {}};
   std::vector<OptimizerStateBuffer> states = dp_->optimizer().StateBuffers();
   for (const OptimizerStateBuffer &s : states)
@@ -91,10 +96,6 @@ Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
   meta["topology"] = {{"world_size", env_.world_size}, {"dp_size", dp_comm_->size()},
                       {"tp_size", 1}, {"pp_size", 1}, {"zero_stage", dp_->stage()}};
   if (dp_comm_->size() == 1) return WriteCheckpoint(dir, tag, {weights, optim}, meta);
-  if (dp_->stage() >= 1)
-    return NotSupported("save_checkpoint: saving partitioned (ZeRO stage 1) optimizer state from " +
-                        std::to_string(dp_comm_->size()) +
-                        " ranks is not supported yet; use zero_optimization.stage 0 to save");
   // Stage 0: every rank holds the same state; rank 0 writes it, and every rank
   // learns whether that worked, so no rank goes on believing it saved.
   Status st = env_.rank == 0 ? WriteCheckpoint(dir, tag, {weights, optim}, meta) : Status::Ok();
@@ -110,8 +111,10 @@ Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
 Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
                               std::string *client_state_json) {
   if (dp_comm_->size() > 1 && dp_->stage() >= 1)
-    return NotSupported("load_checkpoint: loading into partitioned (ZeRO stage 1) optimizer state "
-                        "is not supported yet; load with zero_optimization.stage 0");
+    return NotSupported("load_checkpoint: loading into partitioned (ZeRO stage " +
+                        std::to_string(dp_->stage()) + ") state on " +
+                        std::to_string(dp_comm_->size()) +
+                        " ranks is not supported yet; load with zero_optimization.stage 0");
   Result<LoadedCheckpoint> loaded = ReadCheckpoint(dir, tag);
   if (!loaded.ok()) return loaded.status();
   const LoadedCheckpoint &ckpt = loaded.value();
@@ -148,8 +151,9 @@ Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
     return CheckpointError(where + "/meta.json has no valid step count");
 
   // Commit.
+  float *values = dp_->FullParams();
   for (const ParamDecl &d : decls)
-    std::memcpy(model_->params().values() + d.offset, weights->second.tensors.at(d.name).f32(),
+    std::memcpy(values + d.offset, weights->second.tensors.at(d.name).f32(),
                 size_t(d.numel) * sizeof(float));
   for (const OptimizerStateBuffer &s : states)
     for (const ParamDecl &d : decls)
@@ -158,6 +162,7 @@ Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
                   size_t(d.numel) * sizeof(float));
   steps_ = step;
   dp_->optimizer().set_steps_taken(optimizer_steps);
+  DST_RETURN_IF_ERROR(dp_->ParamsChanged());
   if (client_state_json) *client_state_json = ckpt.meta.value("client_state", nlohmann::json()).dump();
   return Status::Ok();
 }

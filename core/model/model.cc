@@ -16,9 +16,10 @@ namespace {
 template <typename T>
 using LayerList = std::vector<std::unique_ptr<Layer<T>>>;
 
+// Returns the id of the tied wte, which the head (last layer) also uses.
 template <typename T>
-void BuildGpt(const ModelSpec &spec_, ParamRegistry &registry, LayerList<T> &layers_,
-              std::vector<int64_t> &first_offset_) {
+int BuildGpt(const ModelSpec &spec_, ParamRegistry &registry, LayerList<T> &layers_,
+             std::vector<int64_t> &first_offset_) {
   first_offset_.push_back(registry.total_numel());
   auto embedding = std::make_unique<GptEmbedding<T>>(spec_.gpt, registry);
   const int wte = embedding->wte_id();
@@ -29,6 +30,7 @@ void BuildGpt(const ModelSpec &spec_, ParamRegistry &registry, LayerList<T> &lay
   }
   first_offset_.push_back(registry.total_numel());
   layers_.push_back(std::make_unique<GptHead<T>>(spec_.gpt, wte, registry));
+  return wte;
 }
 
 template <typename T>
@@ -63,33 +65,60 @@ void BuildSequential(const ModelSpec &spec_, ParamRegistry &registry, LayerList<
     layers_.push_back(std::make_unique<CrossEntropyLossLayer<T>>(width));
 }
 
+// Per layer: the tensors declared while it was built (their offsets lie in
+// [first_offsets[i], first_offsets[i + 1])), plus the tied tensor of the last
+// layer, if any.
+std::vector<LayerParamUse> LayerUses(const ParamRegistry &registry,
+                                     const std::vector<int64_t> &first_offsets, int tied_to_last) {
+  std::vector<LayerParamUse> uses(first_offsets.size());
+  for (size_t i = 0; i < uses.size(); ++i) {
+    uses[i].begin = first_offsets[i];
+    uses[i].end = i + 1 < uses.size() ? first_offsets[i + 1] : registry.total_numel();
+    for (size_t k = 0; k < registry.decls().size(); ++k) {
+      const int64_t offset = registry.decls()[k].offset;
+      if (offset >= uses[i].begin && offset < uses[i].end) uses[i].ids.push_back(int(k));
+    }
+  }
+  if (tied_to_last >= 0 && !uses.empty()) uses.back().ids.push_back(tied_to_last);
+  return uses;
+}
+
 // Builds the layers of `spec`; each declares its parameters into `registry`
 // (nothing is allocated until Reserve and the ParamStore).
 template <typename T>
 void BuildLayers(const ModelSpec &spec, ParamRegistry &registry, LayerList<T> *layers,
-                 std::vector<int64_t> *first_offsets) {
-  if (spec.type == ModelSpec::Type::kGpt) BuildGpt<T>(spec, registry, *layers, *first_offsets);
-  else BuildSequential<T>(spec, registry, *layers, *first_offsets);
+                 std::vector<int64_t> *first_offsets, std::vector<LayerParamUse> *uses) {
+  int tied = -1;
+  if (spec.type == ModelSpec::Type::kGpt)
+    tied = BuildGpt<T>(spec, registry, *layers, *first_offsets);
+  else
+    BuildSequential<T>(spec, registry, *layers, *first_offsets);
+  *uses = LayerUses(registry, *first_offsets, tied);
+}
+
+ParamRegistry Declare(const ModelSpec &spec) {
+  ParamRegistry registry;
+  LayerList<float> layers;
+  std::vector<int64_t> offsets;
+  std::vector<LayerParamUse> uses;
+  BuildLayers<float>(spec, registry, &layers, &offsets, &uses);
+  return registry;
 }
 
 }  // namespace
 
-int64_t CountParameters(const ModelSpec &spec) {
-  ParamRegistry registry;
-  LayerList<float> layers;
-  std::vector<int64_t> offsets;
-  BuildLayers<float>(spec, registry, &layers, &offsets);
-  return registry.total_numel();
-}
+int64_t CountParameters(const ModelSpec &spec) { return Declare(spec).total_numel(); }
+
+std::vector<ParamDecl> DeclareParameters(const ModelSpec &spec) { return Declare(spec).decls(); }
 
 template <typename T>
 Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTracker *tracker,
-                int64_t pad_multiple)
+                const ParamStoreOptions &store)
     : spec_(spec), limits_(limits) {
   ParamRegistry registry;
-  BuildLayers(spec, registry, &layers_, &first_offset_);
+  BuildLayers(spec, registry, &layers_, &first_offset_, &layer_params_);
 
-  store_ = std::make_unique<ParamStore<T>>(registry, tracker, pad_multiple);
+  store_ = std::make_unique<ParamStore<T>>(registry, tracker, store);
   store_->Initialize(spec.seed);
 
   int64_t max_width = spec.type == ModelSpec::Type::kSequential ? spec.input_dim : 0;
@@ -107,16 +136,19 @@ Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTra
 }
 
 template <typename T>
-double Model<T>::Forward(MicroBatch<T> &mb) {
+double Model<T>::Forward(MicroBatch<T> &mb, LayerHooks *hooks) {
   mb.scratch = scratch_.data();
   mb.max_threads = limits_.max_threads;
   const T *x = mb.inputs;  // null for a GPT: its embedding reads the tokens
-  for (auto &layer : layers_) x = layer->Forward(x, mb);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (hooks) hooks->BeforeForward(i);
+    x = layers_[i]->Forward(x, mb);
+  }
   return layers_.back()->Loss();
 }
 
 template <typename T>
-void Model<T>::Backward(MicroBatch<T> &mb, const GradientsFinalHook &hook) {
+void Model<T>::Backward(MicroBatch<T> &mb, LayerHooks *hooks) {
   mb.scratch = scratch_.data();
   mb.max_threads = limits_.max_threads;
   T *dout = nullptr;
@@ -124,8 +156,9 @@ void Model<T>::Backward(MicroBatch<T> &mb, const GradientsFinalHook &hook) {
   int next = 0;
   for (size_t i = layers_.size(); i-- > 0;) {
     T *din = i > 0 ? buffers[next] : nullptr;
+    if (hooks) hooks->BeforeBackward(i);
     layers_[i]->Backward(dout, din, mb);
-    if (hook) hook(i == 0 ? 0 : first_offset_[i]);
+    if (hooks) hooks->AfterBackward(i);
     dout = din;
     next ^= 1;
   }

@@ -2,7 +2,6 @@
 // use, and the buffers that carry gradients between them.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -14,24 +13,50 @@ namespace dst {
 
 // Trainable parameters of a spec (tied weights once), without allocating.
 int64_t CountParameters(const ModelSpec &spec);
+// The parameter declarations of a spec (names, shapes, flat offsets), without allocating.
+std::vector<ParamDecl> DeclareParameters(const ModelSpec &spec);
+
+// The parameters one layer touches: the flat range [begin, end) of the
+// tensors it declared, and the ids of every tensor it reads or writes (its own
+// in order, then tied ones declared by another layer, like the GPT head's wte).
+struct LayerParamUse {
+  int64_t begin = 0, end = 0;
+  std::vector<int> ids;
+};
+
+// Called by Model::Forward/Backward around each layer, e.g. to gather a
+// layer's parameters before it runs (ZeRO stage 3) and to reduce its
+// gradients once its backward is done. Hooks cannot fail the pass: an
+// implementation records its first error for the caller to collect.
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  virtual void BeforeForward(size_t layer) { (void)layer; }
+  virtual void BeforeBackward(size_t layer) { (void)layer; }
+  virtual void AfterBackward(size_t layer) { (void)layer; }
+};
 
 template <typename T>
 class Model {
  public:
-  // Builds the layers, allocates parameters and gradients, initialises the
+  // Builds the layers, allocates the flat buffers `store` asks for (padded
+  // to a multiple of store.pad_multiple, the dp size), initialises the
   // weights from spec.seed, and reserves activations for `limits`.
-  // Parameter buffers are padded to a multiple of `pad_multiple` (dp size).
   Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTracker *tracker,
-        int64_t pad_multiple = 1);
+        const ParamStoreOptions &store = {});
 
   // Runs every layer forward; returns the micro-batch's mean loss.
-  double Forward(MicroBatch<T> &mb);
-  // Called after each layer's backward with the lowest parameter offset whose
-  // gradients can still change: everything at or above it is final.
-  using GradientsFinalHook = std::function<void(int64_t boundary)>;
+  double Forward(MicroBatch<T> &mb, LayerHooks *hooks = nullptr);
   // Runs every layer backward, accumulating parameter gradients (scaled by
   // mb.grad_scale). Must follow Forward on the same micro-batch.
-  void Backward(MicroBatch<T> &mb, const GradientsFinalHook &hook = nullptr);
+  void Backward(MicroBatch<T> &mb, LayerHooks *hooks = nullptr);
+  // After layer i's backward, the lowest flat offset whose gradients can
+  // still change: everything at or above it is final.
+  int64_t GradientsFinalBoundary(size_t layer) const {
+    return layer == 0 ? 0 : first_offset_[layer];
+  }
+  // Per layer: the parameters it touches.
+  const std::vector<LayerParamUse> &layer_params() const { return layer_params_; }
 
   ParamStore<T> &params() { return *store_; }
   const ParamStore<T> &params() const { return *store_; }
@@ -46,6 +71,7 @@ class Model {
   ActivationLimits limits_;
   std::vector<std::unique_ptr<Layer<T>>> layers_;
   std::vector<int64_t> first_offset_;  // per layer: lowest offset of the params it writes
+  std::vector<LayerParamUse> layer_params_;
   std::unique_ptr<ParamStore<T>> store_;
   Buffer<T> grad_a_, grad_b_;  // [max_rows, max width] ping-pong input/output gradients
   Buffer<T> scratch_;          // [max over layers of ScratchSize]

@@ -1,5 +1,8 @@
 #include "core/model/params.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "core/runtime/rng.h"
 
 namespace dst {
@@ -18,24 +21,54 @@ int ParamRegistry::Add(std::string name, std::vector<int64_t> shape, ParamInit i
 }
 
 template <typename T>
-void ParamStore<T>::Initialize(uint64_t seed) {
+ParamStore<T>::ParamStore(const ParamRegistry &registry, MemoryTracker *tracker,
+                          const ParamStoreOptions &options)
+    : decls_(registry.decls()),
+      numel_(registry.total_numel()),
+      padded_(Padded(numel_, options.pad_multiple)) {
+  if (options.full_values)
+    values_ = Buffer<T>(tracker, MemoryCategory::kParameters, size_t(padded_));
+  if (options.full_grads) grads_ = Buffer<T>(tracker, MemoryCategory::kGradients, size_t(padded_));
+  param_ptr_.assign(decls_.size(), nullptr);
+  grad_ptr_.assign(decls_.size(), nullptr);
+  for (size_t k = 0; k < decls_.size(); ++k) {
+    if (values_.data()) param_ptr_[k] = values_.data() + decls_[k].offset;
+    if (grads_.data()) grad_ptr_[k] = grads_.data() + decls_[k].offset;
+  }
+}
+
+namespace {
+
+// Element i of a tensor declared with `init`, stream k.
+double InitialValue(const ParamInit &init, uint64_t seed, uint64_t k, uint64_t i) {
+  switch (init.kind) {
+    case ParamInit::Kind::kNormal:
+      return init.value * StandardNormal(seed, k, i);
+    case ParamInit::Kind::kUniform:
+      return init.value * (2.0 * UniformOpen(HashKey(seed, k, i)) - 1.0);
+    case ParamInit::Kind::kConstant:
+      break;
+  }
+  return init.value;
+}
+
+}  // namespace
+
+template <typename T>
+void ParamStore<T>::InitializeRange(uint64_t seed, int64_t begin, int64_t end, T *out) const {
+  if (end <= begin) return;
+  std::memset(static_cast<void *>(out), 0, size_t(end - begin) * sizeof(T));
   for (size_t k = 0; k < decls_.size(); ++k) {
     const ParamDecl &d = decls_[k];
-    T *p = values_.data() + d.offset;
-    for (int64_t i = 0; i < d.numel; ++i) {
-      switch (d.init.kind) {
-        case ParamInit::Kind::kNormal:
-          p[i] = T(d.init.value * StandardNormal(seed, k, uint64_t(i)));
-          break;
-        case ParamInit::Kind::kUniform:
-          p[i] = T(d.init.value * (2.0 * UniformOpen(HashKey(seed, k, uint64_t(i))) - 1.0));
-          break;
-        case ParamInit::Kind::kConstant:
-          p[i] = T(d.init.value);
-          break;
-      }
-    }
+    const int64_t lo = std::max(begin, d.offset), hi = std::min(end, d.offset + d.numel);
+    for (int64_t x = lo; x < hi; ++x)
+      out[x - begin] = T(InitialValue(d.init, seed, k, uint64_t(x - d.offset)));
   }
+}
+
+template <typename T>
+void ParamStore<T>::Initialize(uint64_t seed) {
+  if (values_.data()) InitializeRange(seed, 0, padded_, values_.data());
   grads_.zero();
 }
 

@@ -1,6 +1,11 @@
 // Parameters live in two flat buffers (values and gradients), one per engine,
 // carved into named per-tensor views. Sharding (ZeRO) is then a matter of
 // offsets, and communication buckets are contiguous ranges.
+//
+// Layers reach a tensor only through param(id) and grad(id), which read a
+// per-tensor pointer table (by default: views of the flat buffers). ZeRO
+// stages 2 and 3 leave out the full gradient (and value) buffer and point a
+// layer's tensors at communication staging buffers while the layer runs.
 #pragma once
 
 #include <cstdint>
@@ -42,43 +47,57 @@ class ParamRegistry {
   int64_t total_ = 0;
 };
 
+// Which full-size flat buffers a ParamStore allocates. The buffers are padded
+// with zeros to a multiple of `pad_multiple` (the data-parallel size) so that
+// they cut into equal shards. ZeRO stage 2 leaves out the gradients and stage
+// 3 the values too: their shards live in core/zero, which sets the pointers.
+struct ParamStoreOptions {
+  int64_t pad_multiple = 1;
+  bool full_values = true;
+  bool full_grads = true;
+};
+
 // The flat value and gradient buffers for a registry's declarations.
 template <typename T>
 class ParamStore {
  public:
-  // The buffers are padded with zeros to a multiple of `pad_multiple` (the
-  // data-parallel size) so that they cut into equal shards.
-  ParamStore(const ParamRegistry &registry, MemoryTracker *tracker, int64_t pad_multiple = 1)
-      : decls_(registry.decls()),
-        numel_(registry.total_numel()),
-        values_(tracker, MemoryCategory::kParameters, Padded(numel_, pad_multiple)),
-        grads_(tracker, MemoryCategory::kGradients, Padded(numel_, pad_multiple)) {}
+  ParamStore(const ParamRegistry &registry, MemoryTracker *tracker,
+             const ParamStoreOptions &options = {});
 
-  // Deterministic initialisation: element i of tensor k is a pure function of
-  // (seed, k, i).
+  // Deterministic initialisation of the flat values (when allocated): element
+  // i of tensor k is a pure function of (seed, k, i).
   void Initialize(uint64_t seed);
+  // The same values for flat elements [begin, end) into out[0, end - begin):
+  // lets a rank initialise just its shard. Padding elements are zero.
+  void InitializeRange(uint64_t seed, int64_t begin, int64_t end, T *out) const;
 
-  T *param(int id) { return values_.data() + decls_[id].offset; }
-  T *grad(int id) { return grads_.data() + decls_[id].offset; }
+  // Tensor `id` as the layers see it (see the pointer table above).
+  T *param(int id) { return param_ptr_[size_t(id)]; }
+  T *grad(int id) { return grad_ptr_[size_t(id)]; }
+  void SetParamPointer(int id, T *p) { param_ptr_[size_t(id)] = p; }
+  void SetGradPointer(int id, T *g) { grad_ptr_[size_t(id)] = g; }
+  // The flat buffers; null when not allocated (ZeRO stages 2 and 3).
   T *values() { return values_.data(); }
   T *grads() { return grads_.data(); }
   const T *values() const { return values_.data(); }
   const T *grads() const { return grads_.data(); }
   // Parameters (without padding) and the padded buffer length.
   int64_t size() const { return numel_; }
-  int64_t padded_size() const { return int64_t(values_.size()); }
+  int64_t padded_size() const { return padded_; }
   const std::vector<ParamDecl> &decls() const { return decls_; }
   // Index of the tensor called `name`, or -1.
   int Find(std::string_view name) const;
 
  private:
-  static size_t Padded(int64_t n, int64_t multiple) {
-    return size_t((n + multiple - 1) / multiple * multiple);
+  static int64_t Padded(int64_t n, int64_t multiple) {
+    return (n + multiple - 1) / multiple * multiple;
   }
   std::vector<ParamDecl> decls_;
   int64_t numel_;
-  Buffer<T> values_;  // [padded_size]
-  Buffer<T> grads_;   // [padded_size]
+  int64_t padded_;
+  Buffer<T> values_;  // [padded_size] or empty
+  Buffer<T> grads_;   // [padded_size] or empty
+  std::vector<T *> param_ptr_, grad_ptr_;  // per tensor
 };
 
 }  // namespace dst

@@ -2,23 +2,56 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 
 #include "core/kernels/cpu/optimizers.h"
 #include "core/kernels/cpu/reduce.h"
 
 namespace dst {
 
-ShardLayout::ShardLayout(int64_t numel_, int64_t dp_) : numel(numel_), dp(dp_) {
-  padded = (numel + dp - 1) / dp * dp;
+ParamStoreOptions StoreOptionsForStage(int stage, int64_t dp_size) {
+  ParamStoreOptions options;
+  options.pad_multiple = dp_size;
+  options.full_grads = stage < 2;
+  options.full_values = stage < 3;
+  return options;
 }
 
-DataParallel::DataParallel(const Config &config, int64_t numel, Communicator *dp,
+DataParallel::DataParallel(const Config &config, Model<float> *model, Communicator *dp,
                            MemoryTracker *tracker)
-    : stage_(config.zero.stage), dp_(dp), layout_(numel, dp->size()) {
-  // Stage 0 steps the whole (padded) buffer; stage 1 only its shard.
+    : stage_(config.zero.stage),
+      dp_(dp),
+      model_(model),
+      layout_(model->params().size(), dp->size()),
+      overlap_(config.zero.overlap_comm && dp->size() > 1),
+      tracker_(tracker) {
+  // Stage 0 steps the whole (padded) buffer; stages 1-3 only their shard.
   const int64_t state_elements = stage_ == 0 ? layout_.padded : layout_.shard_size();
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, state_elements, tracker);
-  BuildBuckets(std::max<int64_t>(1, config.zero.reduce_bucket_size));
+  const int64_t bucket = std::max<int64_t>(1, config.zero.reduce_bucket_size);
+  if (stage_ <= 1) {
+    BuildBuckets(bucket);
+    return;
+  }
+  ParamStore<float> &store = model->params();
+  plan_ = BuildPartitionPlan(store.decls(), model->layer_params(),
+                             stage_ >= 3 ? config.zero.stage3_param_persistence_threshold : -1);
+  GradPartitionOptions grad_options;
+  grad_options.double_buffer = overlap_;
+  grad_options.bucket_elements = bucket;
+  grads_ = std::make_unique<GradientPartition>(&plan_, layout_, dp_, &store, tracker, grad_options);
+  if (stage_ >= 3)
+    params_ = std::make_unique<ParameterPartition>(&plan_, layout_, dp_, &store, tracker,
+                                                   model->spec().seed,
+                                                   config.zero.stage3_prefetch_bucket_size);
+}
+
+// Waits for collectives in flight before the buffers they use go away.
+DataParallel::~DataParallel() {
+  params_.reset();
+  grads_.reset();
+  pending_.clear();
 }
 
 void DataParallel::BuildBuckets(int64_t bucket_elements) {
@@ -38,9 +71,58 @@ void DataParallel::BuildBuckets(int64_t bucket_elements) {
   }
 }
 
-void DataParallel::BeginReduction() {
+float *DataParallel::ShardGrads() {
+  if (grads_) return grads_->shard();
+  return model_->params().grads() + (stage_ == 0 ? 0 : my_shard().offset);
+}
+
+float *DataParallel::ShardParams() {
+  if (params_) return params_->shard();
+  return model_->params().values() + (stage_ == 0 ? 0 : my_shard().offset);
+}
+
+// ---------------------------------------------------------------- backward
+
+Status DataParallel::ZeroGradients() {
+  gathered_grads_ = Buffer<float>();
+  hook_status_ = Status::Ok();
+  launch_buckets_ = false;
+  if (grads_) return grads_->Zero();
+  std::memset(model_->params().grads(), 0, size_t(layout_.padded) * sizeof(float));
   pending_.clear();
   next_bucket_ = 0;
+  return Status::Ok();
+}
+
+void DataParallel::Record(Status status) {
+  if (!status.ok() && hook_status_.ok()) hook_status_ = std::move(status);
+}
+
+Status DataParallel::TakeHookStatus() {
+  Status st = std::move(hook_status_);
+  hook_status_ = Status::Ok();
+  return st;
+}
+
+void DataParallel::BeforeForward(size_t layer) {
+  if (!params_ || !hook_status_.ok()) return;
+  const size_t layers = model_->layers().size();
+  Record(params_->Acquire(layer, layer + 1 < layers ? int64_t(layer + 1) : -1));
+}
+
+void DataParallel::BeforeBackward(size_t layer) {
+  if (!hook_status_.ok()) return;
+  if (params_) Record(params_->Acquire(layer, int64_t(layer) - 1));
+  if (grads_) Record(grads_->BeforeBackward(layer));
+}
+
+void DataParallel::AfterBackward(size_t layer) {
+  if (!hook_status_.ok()) return;
+  if (grads_) {
+    Record(grads_->AfterBackward(layer));
+  } else if (launch_buckets_) {
+    GradientsFinalAbove(model_->params().grads(), model_->GradientsFinalBoundary(layer));
+  }
 }
 
 void DataParallel::Launch(float *grads, size_t b) {
@@ -57,56 +139,58 @@ void DataParallel::GradientsFinalAbove(float *grads, int64_t boundary) {
     Launch(grads, next_bucket_++);
 }
 
-Status DataParallel::FinishReduction(float *grads) {
-  if (dp_->size() == 1) return Status::Ok();
-  while (next_bucket_ < buckets_.size()) Launch(grads, next_bucket_++);
-  Status first;
-  for (auto &work : pending_) {
-    Status st = work->Wait();
-    if (!st.ok() && first.ok()) first = st;
-  }
-  pending_.clear();
-  DST_RETURN_IF_ERROR(first);
-  const float k = 1.0f / float(dp_->size());
-  if (stage_ == 0) {
-    if (dp_->size() > 1) cpu::Scale(grads, layout_.padded, k);
+// ---------------------------------------------------------------- reduction and step
+
+Status DataParallel::FinishReduction() {
+  if (dp_->size() == 1) return grads_ ? grads_->Drain() : Status::Ok();
+  if (grads_) {
+    DST_RETURN_IF_ERROR(grads_->Drain());
   } else {
-    const ShardInfo s = my_shard();
-    cpu::Scale(grads + s.offset, s.size, k);
+    float *grads = model_->params().grads();
+    while (next_bucket_ < buckets_.size()) Launch(grads, next_bucket_++);
+    Status first;
+    for (auto &work : pending_) {
+      Status st = work->Wait();
+      if (!st.ok() && first.ok()) first = st;
+    }
+    pending_.clear();
+    DST_RETURN_IF_ERROR(first);
   }
+  const float k = 1.0f / float(dp_->size());
+  cpu::Scale(ShardGrads(), stage_ == 0 ? layout_.padded : layout_.shard_size(), k);
   return Status::Ok();
 }
 
-Result<double> DataParallel::GradNorm(const float *grads) {
-  if (stage_ == 0) return std::sqrt(cpu::SumOfSquares(grads, layout_.padded));
-  const ShardInfo s = my_shard();
-  float local = float(cpu::SumOfSquares(grads + s.offset, s.size));
-  DST_RETURN_IF_ERROR(dp_->AllReduceSum(&local, 1)->Wait());
+Result<double> DataParallel::GradNorm() {
+  if (stage_ == 0) return std::sqrt(cpu::SumOfSquares(model_->params().grads(), layout_.padded));
+  float local = float(cpu::SumOfSquares(ShardGrads(), layout_.shard_size()));
+  if (dp_->size() > 1) DST_RETURN_IF_ERROR(dp_->AllReduceSum(&local, 1)->Wait());
   return std::sqrt(double(local));
 }
 
-void DataParallel::ScaleGradients(float *grads, float k) {
-  if (stage_ == 0) {
-    cpu::Scale(grads, layout_.padded, k);
-  } else {
-    const ShardInfo s = my_shard();
-    cpu::Scale(grads + s.offset, s.size, k);
-  }
+void DataParallel::ScaleGradients(float k) {
+  cpu::Scale(ShardGrads(), stage_ == 0 ? layout_.padded : layout_.shard_size(), k);
 }
 
-Status DataParallel::Step(float *params, const float *grads, double lr) {
+Status DataParallel::Step(double lr) {
   if (stage_ == 0) {
-    optimizer_->Step(params, grads, lr);
+    optimizer_->Step(model_->params().values(), model_->params().grads(), lr);
     return Status::Ok();
   }
-  const ShardInfo s = my_shard();
-  optimizer_->Step(params + s.offset, grads + s.offset, lr);
-  return dp_->AllGather(params, s.size)->Wait();
+  if (params_) DST_RETURN_IF_ERROR(params_->Drain());
+  optimizer_->Step(ShardParams(), ShardGrads(), lr);
+  if (params_) return params_->ShardChanged();
+  if (dp_->size() == 1) return Status::Ok();
+  return dp_->AllGather(model_->params().values(), layout_.shard_size())->Wait();
 }
 
-Status DataParallel::GatherGradients(float *grads) {
+Status DataParallel::GatherGradients() {
   if (stage_ == 0) return Status::Ok();
-  return dp_->AllGather(grads, my_shard().size)->Wait();
+  if (!grads_) return dp_->AllGather(model_->params().grads(), my_shard().size)->Wait();
+  gathered_grads_ = Buffer<float>(tracker_, MemoryCategory::kGradients, size_t(layout_.padded));
+  const ShardInfo s = my_shard();
+  std::memcpy(gathered_grads_.data() + s.offset, grads_->shard(), size_t(s.size) * sizeof(float));
+  return dp_->AllGather(gathered_grads_.data(), s.size)->Wait();
 }
 
 Result<double> DataParallel::Average(double value) {
@@ -114,6 +198,43 @@ Result<double> DataParallel::Average(double value) {
   float v = float(value);
   DST_RETURN_IF_ERROR(dp_->AllReduceSum(&v, 1)->Wait());
   return double(v) / double(dp_->size());
+}
+
+// ---------------------------------------------------------------- whole tensors
+
+Status DataParallel::ReadParam(int id, float *out) {
+  if (params_) return params_->Read(id, out);
+  const ParamDecl &d = model_->params().decls()[size_t(id)];
+  std::memcpy(out, model_->params().values() + d.offset, size_t(d.numel) * sizeof(float));
+  return Status::Ok();
+}
+
+Status DataParallel::WriteParam(int id, const float *in) {
+  if (params_) return params_->Write(id, in);
+  const ParamDecl &d = model_->params().decls()[size_t(id)];
+  std::memcpy(model_->params().values() + d.offset, in, size_t(d.numel) * sizeof(float));
+  return Status::Ok();
+}
+
+Status DataParallel::ReadGrad(int id, float *out) const {
+  const ParamDecl &d = model_->params().decls()[size_t(id)];
+  const float *full = grads_ ? gathered_grads_.data() : model_->params().grads();
+  if (!full)
+    return StateError("get_grad: at ZeRO stage " + std::to_string(stage_) +
+                      " each rank keeps only its shard of the gradients; the full gradient is "
+                      "gathered by forward_backward and kept until the next train_batch or "
+                      "forward_backward. Call dst_engine_forward_backward first");
+  std::memcpy(out, full + d.offset, size_t(d.numel) * sizeof(float));
+  return Status::Ok();
+}
+
+float *DataParallel::FullParams() {
+  if (!params_) return model_->params().values();
+  return dp_->size() == 1 ? params_->shard() : nullptr;
+}
+
+Status DataParallel::ParamsChanged() {
+  return params_ ? params_->ShardChanged() : Status::Ok();
 }
 
 }  // namespace dst

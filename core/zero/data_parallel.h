@@ -4,9 +4,18 @@
 //   stage 1: optimizer state partitioned: each bucket of gradients is reduced
 //            to the rank that owns it, each rank steps its shard, and the
 //            updated parameters are all-gathered.
-// Buckets are contiguous ranges of the flat buffer taken from the top, because
-// backward finishes the last layers (highest offsets) first; with overlap_comm
-// a bucket is launched as soon as backward has passed below it.
+//   stage 2: gradients partitioned too: no full gradient buffer; each layer's
+//            gradients are reduced to their owners right after its backward
+//            (grad_partition.h), then as stage 1.
+//   stage 3: parameters partitioned too: no full parameter buffer; each
+//            layer's parameters are gathered before it runs (param_partition.h);
+//            the optimizer steps the shard and nothing is all-gathered.
+// Buckets (stages 0 and 1) are contiguous ranges of the flat buffer taken from
+// the top, because backward finishes the last layers (highest offsets) first;
+// with overlap_comm a bucket is launched as soon as backward has passed below it.
+//
+// DataParallel is the model's LayerHooks: the engine passes it to
+// Model::Forward/Backward and collects hook errors with TakeHookStatus.
 #pragma once
 
 #include <memory>
@@ -14,25 +23,15 @@
 
 #include "core/comm/communicator.h"
 #include "core/config/config.h"
+#include "core/model/model.h"
 #include "core/optim/optimizer.h"
 #include "core/runtime/memory.h"
+#include "core/zero/grad_partition.h"
+#include "core/zero/param_partition.h"
+#include "core/zero/partition_plan.h"
+#include "core/zero/shard_layout.h"
 
 namespace dst {
-
-struct ShardInfo {
-  int64_t offset = 0;
-  int64_t size = 0;
-};
-
-// A flat buffer of `numel` elements padded to a multiple of `dp` and cut into
-// dp equal contiguous shards.
-struct ShardLayout {
-  int64_t numel = 0, padded = 0, dp = 1;
-  ShardLayout(int64_t numel_, int64_t dp_);
-  int64_t shard_size() const { return padded / dp; }
-  ShardInfo Shard(int64_t rank) const { return {rank * shard_size(), shard_size()}; }
-  int64_t OwnerOf(int64_t offset) const { return offset / shard_size(); }
-};
 
 // One gradient bucket: [begin, end) of the flat buffer, reduced to `root`
 // (stage 1) or all-reduced (root -1, stage 0).
@@ -41,9 +40,16 @@ struct GradBucket {
   int64_t root = -1;
 };
 
-class DataParallel {
+// The flat buffers a model needs for a ZeRO stage (what its ParamStore
+// allocates; the rest is partitioned here).
+ParamStoreOptions StoreOptionsForStage(int stage, int64_t dp_size);
+
+class DataParallel final : public LayerHooks {
  public:
-  DataParallel(const Config &config, int64_t numel, Communicator *dp, MemoryTracker *tracker);
+  // `model` must have been built with StoreOptionsForStage(config.zero.stage,
+  // dp->size()); it and `dp` must outlive this object.
+  DataParallel(const Config &config, Model<float> *model, Communicator *dp, MemoryTracker *tracker);
+  ~DataParallel() override;
 
   const ShardLayout &layout() const { return layout_; }
   ShardInfo my_shard() const { return layout_.Shard(dp_->rank()); }
@@ -51,38 +57,74 @@ class DataParallel {
   Optimizer &optimizer() { return *optimizer_; }
   Communicator &comm() { return *dp_; }
   const std::vector<GradBucket> &buckets() const { return buckets_; }
+  const PartitionPlan &plan() const { return plan_; }
 
-  // Start of a step's last backward: nothing is launched yet.
-  void BeginReduction();
-  // Backward has finished every gradient at offsets >= boundary: launch the
-  // buckets entirely above it (overlap_comm).
-  void GradientsFinalAbove(float *grads, int64_t boundary);
+  // A step begins: gradients are zero, nothing is in flight.
+  Status ZeroGradients();
+  // A micro-batch's forward/backward follows; `last` marks the step's last
+  // one, during whose backward stage 0/1 buckets may launch (overlap_comm).
+  void BeginMicroBatch(bool last) { launch_buckets_ = overlap_ && last; }
+  void BeforeForward(size_t layer) override;
+  void BeforeBackward(size_t layer) override;
+  void AfterBackward(size_t layer) override;
+  // The first error a hook met since the last call.
+  Status TakeHookStatus();
+
   // Launches what is left, waits for everything, and averages: the whole
-  // buffer (stage 0) or this rank's shard (stage 1).
-  Status FinishReduction(float *grads);
-  // Global L2 norm of the averaged gradients (over shards for stage 1).
-  Result<double> GradNorm(const float *grads);
+  // buffer (stage 0) or this rank's shard (stages 1-3).
+  Status FinishReduction();
+  // Global L2 norm of the averaged gradients (over shards for stages 1-3).
+  Result<double> GradNorm();
   // Scales the gradients this rank will use.
-  void ScaleGradients(float *grads, float k);
-  // Optimizer update of this rank's part, then all-gather of parameters (stage 1).
-  Status Step(float *params, const float *grads, double lr);
-  // Stage 1: all-gathers the averaged gradient shards so every rank holds the
-  // full gradient (for dst_engine_get_grad after forward_backward).
-  Status GatherGradients(float *grads);
+  void ScaleGradients(float k);
+  // Optimizer update of this rank's part, then the parameters every rank
+  // needs: all-gathered (stages 1, 2) or refreshed persistent tensors (3).
+  Status Step(double lr);
+  // After a forward_backward without a step: makes the full averaged gradient
+  // readable (stage 1: all-gathered in place; stages 2, 3: into a temporary
+  // full-size buffer charged to gradients, freed when the next step begins).
+  Status GatherGradients();
   // Mean of a per-rank scalar across the group.
   Result<double> Average(double value);
+
+  // Whole tensors, whatever the stage. ReadParam is collective at stage 3
+  // with dp > 1 unless the tensor is persistent (every rank must call it for
+  // the same tensor); WriteParam expects the same data on every rank.
+  Status ReadParam(int id, float *out);
+  Status WriteParam(int id, const float *in);
+  // Stages 2 and 3: an error unless GatherGradients ran since the step began.
+  Status ReadGrad(int id, float *out) const;
+  // The whole flat parameter buffer [padded] if this rank holds one (stages
+  // 0-2, and stage 3 on one rank, where the shard is everything), else null.
+  float *FullParams();
+  // The parameters were written through FullParams (a checkpoint load).
+  Status ParamsChanged();
 
  private:
   void Launch(float *grads, size_t bucket);
   void BuildBuckets(int64_t bucket_elements);
+  // Stage 0/1: backward has finished every gradient at offsets >= boundary:
+  // launch the buckets entirely above it.
+  void GradientsFinalAbove(float *grads, int64_t boundary);
+  void Record(Status status);
+  float *ShardGrads();
+  float *ShardParams();
 
   int stage_;
   Communicator *dp_;
+  Model<float> *model_;
   ShardLayout layout_;
+  bool overlap_ = false, launch_buckets_ = false;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<GradBucket> buckets_;  // from the top of the buffer down
   std::vector<std::unique_ptr<Work>> pending_;
   size_t next_bucket_ = 0;
+  PartitionPlan plan_;                          // stages 2, 3
+  std::unique_ptr<GradientPartition> grads_;    // stages 2, 3
+  std::unique_ptr<ParameterPartition> params_;  // stage 3
+  MemoryTracker *tracker_;
+  Buffer<float> gathered_grads_;  // [padded] stages 2, 3 after GatherGradients
+  Status hook_status_;
 };
 
 }  // namespace dst

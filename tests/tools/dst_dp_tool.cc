@@ -1,12 +1,19 @@
 // dst_dp_tool: trains a model for N steps on the default corpus (or --data)
 // as one rank of a job (RANK/WORLD_SIZE/... from the environment, or a single
 // process), taking this rank's slice of every global batch, and prints one
-// JSON line: {"rank", "world_size", "losses", "memory", "num_parameters"}.
+// JSON line: {"rank", "world_size", "losses", "metrics"}.
 // The parallel-equivalence tests compare its output across layouts.
+// With --ckpt DIR --save-at K it saves a checkpoint after K steps; with --ckpt
+// DIR --resume it loads DIR first and trains the steps that remain. The status
+// of each ("save"/"load": {"status", "error"}) is in the JSON line; training
+// goes on after a failed save. --inspect 1 adds per-tensor norms read with
+// get_param/get_grad after a final forward_backward (see InspectJson).
 // Usage: dst_dp_tool --model M.json --config C.json [--steps N] [--data FILE]
+//                    [--ckpt DIR (--save-at K | --resume)] [--inspect 1]
 //                    [--progress 1]   (print "step K" to stderr after each step)
 #include <dstrain/dstrain.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,23 +22,94 @@
 
 namespace {
 
+// {"status": "...", "error": "..."} (quotes in the message become ').
+std::string StatusJson(dst_status_t status) {
+  std::string error = status == DST_OK ? "" : dst_last_error();
+  for (char &c : error)
+    if (c == '"' || c == '\\' || c == '\n') c = '\'';
+  return std::string("{\"status\":\"") + dst_status_string(status) + "\",\"error\":\"" + error +
+         "\"}";
+}
+
+dst_engine_t *g_engine = nullptr;
+
+// On failure the engine is destroyed before exiting, as a well-behaved program
+// does: rank 0 then keeps the rendezvous store up until the other ranks have
+// left, so they can still learn which rank was lost.
 void Check(dst_status_t status, const char *what) {
   if (status == DST_OK) return;
   std::fprintf(stderr, "dst_dp_tool: %s failed (%s): %s\n", what, dst_status_string(status),
                dst_last_error());
+  dst_engine_destroy(g_engine);
   std::exit(1);
+}
+
+std::string NormsJson(const std::vector<double> &norms) {
+  std::string out = "[";
+  char text[32];
+  for (size_t i = 0; i < norms.size(); ++i) {
+    std::snprintf(text, sizeof text, "%s%.9g", i ? "," : "", norms[i]);
+    out += text;
+  }
+  return out + "]";
+}
+
+// After training: whether get_grad works after a train_batch, then a
+// forward_backward on `batch` and every tensor's L2 norm from get_param and
+// get_grad (every rank asks for the same tensors in the same order, which
+// ZeRO stage 3 gathers collectively).
+std::string InspectJson(dst_engine_t *engine, const dst_batch_t &batch) {
+  size_t count = 0;
+  Check(dst_engine_param_count(engine, &count), "dst_engine_param_count");
+  std::vector<dst_tensor_info_t> infos(count);
+  for (size_t i = 0; i < count; ++i) {
+    infos[i].struct_size = sizeof infos[i];
+    Check(dst_engine_param_info(engine, i, &infos[i]), "dst_engine_param_info");
+  }
+  std::vector<float> data(size_t(infos.back().numel));
+  std::string out = ",\"grad_after_step\":" +
+                    StatusJson(dst_engine_get_grad(engine, infos.back().name, data.data(),
+                                                   data.size()));
+  float loss = 0;
+  Check(dst_engine_forward_backward(engine, &batch, &loss), "dst_engine_forward_backward");
+  std::vector<double> param_norms, grad_norms;
+  for (const dst_tensor_info_t &info : infos) {
+    data.resize(size_t(info.numel));
+    for (int grad = 0; grad < 2; ++grad) {
+      Check(grad ? dst_engine_get_grad(engine, info.name, data.data(), data.size())
+                 : dst_engine_get_param(engine, info.name, data.data(), data.size()),
+            grad ? "dst_engine_get_grad" : "dst_engine_get_param");
+      double sum = 0;
+      for (float v : data) sum += double(v) * double(v);
+      (grad ? grad_norms : param_norms).push_back(std::sqrt(sum));
+    }
+  }
+  return out + ",\"param_norms\":" + NormsJson(param_norms) +
+         ",\"grad_norms\":" + NormsJson(grad_norms);
 }
 
 }  // namespace
 
 int main(int argc, char **argv) {
-  std::string model, config, data;
-  int steps = 20;
-  bool progress = false;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  std::string model, config, data, ckpt;
+  int steps = 20, save_at = -1;
+  bool progress = false, resume = false, inspect = false;
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (flag == "--resume") {
+      resume = true;
+      --i;  // takes no value
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "dst_dp_tool: %s needs a value\n", flag.c_str());
+      return 2;
+    }
     if (flag == "--model") model = argv[i + 1];
     else if (flag == "--config") config = argv[i + 1];
+    else if (flag == "--ckpt") ckpt = argv[i + 1];
+    else if (flag == "--save-at") save_at = std::atoi(argv[i + 1]);
+    else if (flag == "--inspect") inspect = std::atoi(argv[i + 1]) != 0;
     else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
     else if (flag == "--data") data = argv[i + 1];
     else if (flag == "--progress") progress = std::atoi(argv[i + 1]) != 0;
@@ -47,6 +125,7 @@ int main(int argc, char **argv) {
   opts.total_steps = steps;
   dst_engine_t *engine = nullptr;
   Check(dst_engine_create(&engine, &opts), "dst_engine_create");
+  g_engine = engine;
   dst_engine_info_t info;
   info.struct_size = sizeof info;
   Check(dst_engine_get_info(engine, &info), "dst_engine_get_info");
@@ -57,19 +136,30 @@ int main(int argc, char **argv) {
   const size_t n = size_t(info.micro_batch_size * info.grad_accum_steps);
   const size_t T = size_t(info.seq_len);
   std::vector<int32_t> tokens(n * T), targets(n * T);
-  std::string losses;
-  for (int step = 0; step < steps; ++step) {
-    Check(dst_dataset_batch(dataset, DST_SPLIT_TRAIN, uint64_t(step), uint64_t(info.rank) * n, n,
-                            T, tokens.data(), targets.data(), tokens.size()),
+  std::string losses, extra_json;
+  int first_step = 0;
+  if (resume) {
+    const dst_status_t loaded = dst_engine_load_checkpoint(engine, ckpt.c_str(), nullptr, nullptr);
+    extra_json += ",\"load\":" + StatusJson(loaded);
+    int64_t done = 0;
+    Check(dst_engine_step_count(engine, &done), "dst_engine_step_count");
+    first_step = int(done);
+  }
+  dst_batch_t batch;
+  dst_batch_default(&batch);
+  batch.n_samples = n;
+  batch.seq_len = T;
+  batch.tokens = tokens.data();
+  batch.tokens_count = tokens.size();
+  batch.targets = targets.data();
+  batch.targets_count = targets.size();
+  auto load_batch = [&](int index) {
+    Check(dst_dataset_batch(dataset, DST_SPLIT_TRAIN, uint64_t(index), uint64_t(info.rank) * n,
+                            n, T, tokens.data(), targets.data(), tokens.size()),
           "dst_dataset_batch");
-    dst_batch_t batch;
-    dst_batch_default(&batch);
-    batch.n_samples = n;
-    batch.seq_len = T;
-    batch.tokens = tokens.data();
-    batch.tokens_count = tokens.size();
-    batch.targets = targets.data();
-    batch.targets_count = targets.size();
+  };
+  for (int step = first_step; step < steps; ++step) {
+    load_batch(step);
     float loss = 0;
     Check(dst_engine_train_batch(engine, &batch, &loss), "dst_engine_train_batch");
     if (progress) {
@@ -77,15 +167,23 @@ int main(int argc, char **argv) {
       std::fflush(stderr);
     }
     char text[64];
-    std::snprintf(text, sizeof text, "%s%.9g", step ? "," : "", double(loss));
+    std::snprintf(text, sizeof text, "%s%.9g", step > first_step ? "," : "", double(loss));
     losses += text;
+    if (step + 1 == save_at)
+      extra_json += ",\"save\":" +
+                   StatusJson(dst_engine_save_checkpoint(engine, ckpt.c_str(), nullptr, nullptr));
+  }
+  if (inspect) {
+    load_batch(steps);
+    extra_json += InspectJson(engine, batch);
   }
   const char *metrics = nullptr;
   Check(dst_engine_metrics_json(engine, &metrics), "dst_engine_metrics_json");
-  std::printf("{\"rank\":%lld,\"world_size\":%lld,\"losses\":[%s],\"metrics\":%s}\n",
+  std::printf("{\"rank\":%lld,\"world_size\":%lld,\"losses\":[%s],\"metrics\":%s%s}\n",
               static_cast<long long>(info.rank), static_cast<long long>(info.world_size),
-              losses.c_str(), metrics);
+              losses.c_str(), metrics, extra_json.c_str());
   dst_dataset_destroy(dataset);
+  g_engine = nullptr;
   dst_engine_destroy(engine);
   return 0;
 }

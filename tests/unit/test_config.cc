@@ -615,13 +615,16 @@ TEST(ConfigErrors, BadWarmupType) {
                          "\"cosine\""}));
 }
 
-TEST(ConfigErrors, ZeroStage3IsNotSupportedYet) {
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 3}})"),
-                        Code::kNotSupported,
-                        {"ZeRO stage 3 is not supported yet; this build implements stages 0 "
-                         "(data parallelism) and 1"}));
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 2}})"),
-                        Code::kNotSupported, {"ZeRO stage 2 is not supported yet"}));
+TEST(Config, ZeroStages2And3Parse) {
+  Result<Config> c = Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 3,
+    "stage3_prefetch_bucket_size": 5000, "stage3_param_persistence_threshold": 64}})");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c.value().zero.stage, 3);
+  EXPECT_EQ(c.value().zero.stage3_prefetch_bucket_size, 5000);
+  EXPECT_EQ(c.value().zero.stage3_param_persistence_threshold, 64);
+  c = Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 2, "overlap_comm": true}})");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c.value().zero.stage, 2);
 }
 
 TEST(Config, ZeroStage1Parses) {

@@ -1,0 +1,107 @@
+#include "core/zero/grad_partition.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace dst {
+
+GradientPartition::GradientPartition(const PartitionPlan *plan, const ShardLayout &layout,
+                                     Communicator *comm, ParamStore<float> *store,
+                                     MemoryTracker *tracker, const GradPartitionOptions &options)
+    : plan_(plan),
+      layout_(layout),
+      comm_(comm),
+      store_(store),
+      options_(options),
+      mine_(layout.Shard(comm->rank())),
+      shard_(tracker, MemoryCategory::kGradients, size_t(layout.shard_size())),
+      shared_(tracker, MemoryCategory::kCommunication, size_t(plan->shared.size)) {
+  const auto comm_category = MemoryCategory::kCommunication;
+  const size_t staging = size_t(plan->max_grad_staging);
+  staging_[0] = Buffer<float>(tracker, comm_category, staging);
+  if (options_.double_buffer) staging_[1] = Buffer<float>(tracker, comm_category, staging);
+  // Shared gradients stay in their region for good. The others point into
+  // the staging buffer from the start, so that a pass cut short by an error
+  // still writes only into memory it owns.
+  for (const TensorSlot &slot : plan->shared.slots)
+    store_->SetGradPointer(slot.id, shared_.data() + slot.staged);
+  for (const StagingLayout &layer : plan->grads)
+    for (const TensorSlot &slot : layer.slots)
+      store_->SetGradPointer(slot.id, staging_[0].data() + slot.staged);
+}
+
+GradientPartition::~GradientPartition() {
+  (void)Wait(-1);
+}
+
+Status GradientPartition::Zero() {
+  Status st = Wait(-1);
+  shard_.zero();
+  return st;
+}
+
+Status GradientPartition::BeforeBackward(size_t layer) {
+  // The first layer of a backward pass (the last one) starts the shared sums.
+  if (layer + 1 == plan_->grads.size()) shared_.zero();
+  Status st = Wait(current_);  // the buffer is free once waited on, even after an error
+  const StagingLayout &staged = plan_->grads[layer];
+  float *base = staging_[current_].data();
+  if (staged.size > 0) std::memset(base, 0, size_t(staged.size) * sizeof(float));
+  for (const TensorSlot &slot : staged.slots) store_->SetGradPointer(slot.id, base + slot.staged);
+  return st;
+}
+
+Status GradientPartition::AfterBackward(size_t layer) {
+  float *base = staging_[current_].data();
+  for (const Segment &segment : plan_->grads[layer].segments) Launch(segment, base, current_);
+  for (const Segment &segment : plan_->shared_after[layer])
+    Launch(segment, shared_.data(), kSharedBuffer);
+  if (layer == 0 || !options_.double_buffer) return Wait(-1);
+  current_ ^= 1;
+  return Status::Ok();
+}
+
+Status GradientPartition::Drain() {
+  return Wait(-1);
+}
+
+void GradientPartition::Launch(const Segment &segment, float *base, int buffer) {
+  if (comm_->size() == 1) {  // the whole buffer is this rank's shard: no collective
+    float *dst = shard_.data() + segment.begin;
+    const float *src = base + segment.staged;
+    for (int64_t j = 0; j < segment.size(); ++j) dst[j] += src[j];
+    return;
+  }
+  const int64_t bucket = options_.bucket_elements > 0 ? options_.bucket_elements : segment.size();
+  layout_.ForEachOwner(segment.begin, segment.end, [&](int64_t owner, int64_t begin, int64_t end) {
+    for (int64_t x = begin; x < end; x += bucket) {
+      const int64_t count = std::min(bucket, end - x);
+      float *data = base + segment.staged + (x - segment.begin);
+      pending_.push_back(
+          {comm_->ReduceSum(data, count, owner), data, x, count, buffer, owner == comm_->rank()});
+    }
+  });
+}
+
+Status GradientPartition::Wait(int buffer) {
+  Status first;
+  size_t kept = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Pending &p = pending_[i];
+    if (buffer >= 0 && p.buffer != buffer) {
+      if (kept != i) pending_[kept] = std::move(p);
+      ++kept;
+      continue;
+    }
+    Status st = p.work->Wait();
+    if (st.ok() && p.mine) {
+      float *dst = shard_.data() + (p.begin - mine_.offset);
+      for (int64_t j = 0; j < p.count; ++j) dst[j] += p.data[j];
+    }
+    if (!st.ok() && first.ok()) first = std::move(st);
+  }
+  pending_.erase(pending_.begin() + std::ptrdiff_t(kept), pending_.end());
+  return first;
+}
+
+}  // namespace dst

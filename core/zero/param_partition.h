@@ -1,0 +1,78 @@
+// ZeRO stage 3: partitioned parameters. This rank keeps only its shard of the
+// flat parameters (4P/N bytes) plus the persistent small tensors whole (4
+// bytes per persistent element, DeepSpeed's stage3_param_persistence_threshold).
+// Before a layer's forward and backward its other parameters are gathered
+// from their owners into a staging buffer sized for the largest layer; the
+// owners broadcast their pieces (an all-gather of uneven pieces, since layers
+// do not align with shards). With stage3_prefetch_bucket_size > 0 two staging
+// buffers alternate, and the next layer is gathered on the communication
+// thread while this one computes; a layer still staged (the head between its
+// forward and backward, the embedding between micro-batches) is not gathered
+// again until the parameters change.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/model/params.h"
+#include "core/runtime/memory.h"
+#include "core/zero/partition_plan.h"
+#include "core/zero/shard_layout.h"
+
+namespace dst {
+
+class ParameterPartition {
+ public:
+  // Initialises this rank's shard and the persistent tensors exactly as the
+  // single-rank run would (initialisation is a pure function of the element).
+  // `plan`, `comm` and `store` must outlive this object.
+  ParameterPartition(const PartitionPlan *plan, const ShardLayout &layout, Communicator *comm,
+                     ParamStore<float> *store, MemoryTracker *tracker, uint64_t seed,
+                     int64_t prefetch_elements);
+  ~ParameterPartition();
+
+  // This rank's parameter shard [shard_size].
+  float *shard() { return shard_.data(); }
+
+  // Makes `layer`'s parameters readable through the store (gathering them
+  // unless still staged) and, when prefetching, starts gathering layer
+  // `next` (-1: none) into the other staging buffer.
+  Status Acquire(size_t layer, int64_t next);
+  // Waits for a prefetch in flight.
+  Status Drain();
+  // The shard changed (optimizer step, checkpoint load): refreshes the
+  // persistent copies from their owners and forgets the staged layers.
+  Status ShardChanged();
+  // The whole tensor `id` into out[numel]. Collective (every rank must call
+  // it for the same tensor) unless the tensor is persistent.
+  Status Read(int id, float *out);
+  // Sets tensor `id` from the whole tensor (every rank passes the same data);
+  // local: each rank keeps its piece.
+  Status Write(int id, const float *in);
+
+ private:
+  struct Staged {
+    int64_t layer = -1;
+    std::vector<std::unique_ptr<Work>> works;  // the gather in flight
+  };
+
+  // Starts gathering `layout`'s segments into `dst`.
+  void Gather(const StagingLayout &layout, float *dst, std::vector<std::unique_ptr<Work>> *works);
+  Status WaitStaged(Staged *staged);
+  Status Forget();
+
+  const PartitionPlan *plan_;
+  ShardLayout layout_;
+  Communicator *comm_;
+  ParamStore<float> *store_;
+  ShardInfo mine_;
+  int64_t prefetch_elements_;
+  Buffer<float> shard_;       // [shard_size] kParameters
+  Buffer<float> persistent_;  // [persistent.size] kParameters
+  Buffer<float> staging_[2];  // [max_param_staging] kCommunication (one unless prefetching)
+  Staged staged_[2];
+  int current_ = 0;  // staging buffer of the layer acquired last
+};
+
+}  // namespace dst
