@@ -207,7 +207,15 @@ DST_API dst_status_t dst_engine_param_info(const dst_engine_t *engine, size_t in
                                            dst_tensor_info_t *info);
 
 /* Copies a parameter (or its gradient) out of / into the engine. `count` is
- * the element count of `data` and must equal the tensor's numel. */
+ * the element count of `data` and must equal the tensor's numel.
+ * At ZeRO stage 3 with several ranks a tensor lives in shards: every rank must
+ * call get_param for the same tensors in the same order (it gathers them);
+ * tensors of at most stage3_param_persistence_threshold elements are read
+ * locally. set_param: pass the same data on every rank (each keeps its part).
+ * get_grad: at ZeRO stages 2 and 3 the full gradient exists only after
+ * dst_engine_forward_backward (gathered into a temporary, counted as gradient
+ * memory, freed when the next step begins); after train_batch it returns
+ * DST_ERR_STATE. */
 DST_API dst_status_t dst_engine_get_param(const dst_engine_t *engine, const char *name,
                                           float *data, size_t count);
 DST_API dst_status_t dst_engine_set_param(dst_engine_t *engine, const char *name,
