@@ -1,11 +1,13 @@
 // bench_comm: bus bandwidth of the Gloo communicator's collectives over message
 // sizes, by the nccl-tests definitions (busbw = algbw x 2(n-1)/n for
-// allreduce, x (n-1)/n for reduce-scatter and allgather). Run one process per
+// allreduce, x (n-1)/n for reduce-scatter and allgather, x 1 for reduce and
+// broadcast). Run one process per
 // rank with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT, DSTRAIN_JOB_TOKEN), e.g. `dstrain launch --nproc-per-node 2 --
 // build/bench/bench_comm`. Rank 0 prints a table and one JSON line.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -45,7 +47,8 @@ double TimeCollective(int iters, Launch &&launch, dst::Status *error) {
 
 }  // namespace
 
-int main() {
+// Usage: bench_comm [BYTES...]  (default: 4 KiB to 64 MiB in steps of 4x)
+int main(int argc, char **argv) {
   dst::Result<dst::LaunchEnv> env = dst::DetectLaunchEnv();
   if (!env.ok()) return Fail(env.status());
   const dst::LaunchEnv &e = env.value();
@@ -77,7 +80,11 @@ int main() {
 
   std::vector<Row> rows;
   dst::Status error;
-  for (int64_t bytes = 1 << 12; bytes <= (int64_t(1) << 26); bytes *= 4) {
+  std::vector<int64_t> sizes;
+  for (int i = 1; i < argc; ++i) sizes.push_back(std::atoll(argv[i]));
+  if (sizes.empty())
+    for (int64_t bytes = 1 << 12; bytes <= (int64_t(1) << 26); bytes *= 4) sizes.push_back(bytes);
+  for (int64_t bytes : sizes) {
     const int64_t count = bytes / 4;
     const int64_t shard = count / e.world_size;
     std::vector<float> buf(size_t(shard * e.world_size), 1.0f);
@@ -88,10 +95,16 @@ int main() {
         TimeCollective(iters, [&] { return c.ReduceScatterSum(buf.data(), shard); }, &error);
     const double t_ag =
         TimeCollective(iters, [&] { return c.AllGather(buf.data(), shard); }, &error);
+    const double t_rd =
+        TimeCollective(iters, [&] { return c.ReduceSum(buf.data(), count, 0); }, &error);
+    const double t_bc =
+        TimeCollective(iters, [&] { return c.Broadcast(buf.data(), count, 0); }, &error);
     const double b = double(bytes);
     rows.push_back({"allreduce", bytes, t_ar, b / t_ar, b / t_ar * 2 * (n - 1) / n});
     rows.push_back({"reduce_scatter", bytes, t_rs, b / t_rs, b / t_rs * (n - 1) / n});
     rows.push_back({"allgather", bytes, t_ag, b / t_ag, b / t_ag * (n - 1) / n});
+    rows.push_back({"reduce", bytes, t_rd, b / t_rd, b / t_rd});
+    rows.push_back({"broadcast", bytes, t_bc, b / t_bc, b / t_bc});
   }
   if (!error.ok()) return Fail(error);
   if (e.rank != 0) return 0;

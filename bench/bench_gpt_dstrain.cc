@@ -111,12 +111,14 @@ int main(int argc, char **argv) {
     best = best < s ? best : s;
   }
   const double tokens_per_step = static_cast<double>(count);
+  const char *metrics = nullptr;
+  CHECK_DST(dst_engine_metrics_json(engine, &metrics));
   std::printf(
       "{\"config\":\"%s\",\"n_samples\":%zu,\"seq_len\":%zu,\"steps\":%d,"
       "\"warmup_seconds\":%.4f,\"mean_step_seconds\":%.6f,\"best_step_seconds\":%.6f,"
-      "\"tokens_per_s\":%.3f,\"first_loss\":%.6f,\"last_loss\":%.6f}\n",
+      "\"tokens_per_s\":%.3f,\"first_loss\":%.6f,\"last_loss\":%.6f,\"metrics\":%s}\n",
       config_path.c_str(), n_samples, seq_len, steps, warmup_seconds, total / steps, best,
-      tokens_per_step * steps / total, losses.front(), losses.back());
+      tokens_per_step * steps / total, losses.front(), losses.back(), metrics);
   dst_engine_destroy(engine);
   return 0;
 }

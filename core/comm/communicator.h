@@ -22,7 +22,7 @@ const char *CommOpName(CommOp op);
 struct CommRecord {
   CommOp op;
   int64_t bytes;   // payload of this rank (the full buffer for allreduce)
-  double seconds;  // from enqueue to completion
+  double seconds;  // from the start of the collective to its completion
 };
 
 // A pending collective. Wait returns its Status; it must be called before the

@@ -125,6 +125,7 @@ Engine::Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Sto
       store_(std::move(store)),
       dp_comm_(std::move(dp_comm)) {
   SetNumThreads(ResolveNumThreads(config_.runtime.num_threads));
+  dp_comm_->SetCompletionHook([this](const CommRecord &r) { comm_stats_.Record(r); });
   ActivationLimits limits;
   limits.max_B = config_.train_micro_batch_size_per_gpu;
   limits.max_T = spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
@@ -424,6 +425,21 @@ Status Engine::GetGrad(const std::string &name, float *data, size_t count) const
 
 // ---------------------------------------------------------------- metrics
 
+// Totals per collective since the engine was created: count, bytes, seconds
+// of the collective's own run time, and algorithm bandwidth.
+nlohmann::json Engine::CommJson() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (CommOp op : {CommOp::kAllReduce, CommOp::kReduce, CommOp::kReduceScatter,
+                    CommOp::kAllGather, CommOp::kBroadcast, CommOp::kBarrier}) {
+    const CommTotals t = comm_stats_.Totals(op);
+    out[CommOpName(op)] = {{"count", t.count},
+                           {"bytes", t.bytes},
+                           {"seconds", t.seconds},
+                           {"bytes_per_sec", t.seconds > 0 ? double(t.bytes) / t.seconds : 0.0}};
+  }
+  return out;
+}
+
 std::string Engine::MetricsJson() const {
   using Json = nlohmann::json;
   auto phases = [](const PhaseTimes &p) {
@@ -462,6 +478,7 @@ std::string Engine::MetricsJson() const {
       {"rank", env_.rank},
       {"world_size", env_.world_size},
       {"zero_stage", dp_->stage()},
+      {"comm", CommJson()},
   };
   metrics_json_ = j.dump();
   return metrics_json_;

@@ -4,11 +4,13 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <utility>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/comm/comm_stats.h"
 #include "core/comm/communicator.h"
 #include "core/comm/launch_env.h"
 #include "core/comm/store.h"
@@ -71,6 +73,7 @@ class Engine {
                         std::string *client_state_json);
 
   std::string MetricsJson() const;
+  nlohmann::json CommJson() const;
   const std::string &ConfigJson() const { return config_.resolved_json; }
   const Config &config() const { return config_; }
   MemoryTracker &memory() { return memory_; }
@@ -93,6 +96,7 @@ class Engine {
 
   Config config_;
   LaunchEnv env_;
+  CommStats comm_stats_;  // fed by dp_comm_'s completion hook
   std::unique_ptr<Store> store_;          // rendezvous (multi-rank jobs)
   std::unique_ptr<Communicator> dp_comm_;  // the data-parallel group
   MemoryTracker memory_;  // declared before everything it accounts
