@@ -13,6 +13,7 @@ PACKAGES=(
   python3 python3-torch python3-numpy python3-pytest python3-cffi  # PyTorch oracle, tests
   python3-pip mypy         # Python SDK: offline install test, strict typing test
   fortunes                 # the default training corpus (/usr/share/games/fortunes)
+  iproute2 procps          # two-host test (ip netns), fault tests (pgrep)
 )
 
 # The Rust SDK needs cargo: rustup's (in $HOME/.cargo/bin) if present, else Debian's.
