@@ -89,16 +89,16 @@ int main(int argc, char **argv) {
     const int64_t shard = count / e.world_size;
     std::vector<float> buf(size_t(shard * e.world_size), 1.0f);
     const int iters = bytes <= (1 << 20) ? 50 : 8;
-    const double t_ar =
-        TimeCollective(iters, [&] { return c.AllReduceSum(buf.data(), count); }, &error);
-    const double t_rs =
-        TimeCollective(iters, [&] { return c.ReduceScatterSum(buf.data(), shard); }, &error);
-    const double t_ag =
-        TimeCollective(iters, [&] { return c.AllGather(buf.data(), shard); }, &error);
-    const double t_rd =
-        TimeCollective(iters, [&] { return c.ReduceSum(buf.data(), count, 0); }, &error);
-    const double t_bc =
-        TimeCollective(iters, [&] { return c.Broadcast(buf.data(), count, 0); }, &error);
+    const double t_ar = TimeCollective(
+        iters, [&] { return c.AllReduceSum(buf.data(), count); }, &error);
+    const double t_rs = TimeCollective(
+        iters, [&] { return c.ReduceScatterSum(buf.data(), shard); }, &error);
+    const double t_ag = TimeCollective(
+        iters, [&] { return c.AllGather(buf.data(), shard); }, &error);
+    const double t_rd = TimeCollective(
+        iters, [&] { return c.ReduceSum(buf.data(), count, 0); }, &error);
+    const double t_bc = TimeCollective(
+        iters, [&] { return c.Broadcast(buf.data(), count, 0); }, &error);
     const double b = double(bytes);
     rows.push_back({"allreduce", bytes, t_ar, b / t_ar, b / t_ar * 2 * (n - 1) / n});
     rows.push_back({"reduce_scatter", bytes, t_rs, b / t_rs, b / t_rs * (n - 1) / n});
@@ -116,8 +116,7 @@ int main(int argc, char **argv) {
                 r.seconds * 1e6, r.algbw / 1e9, r.busbw / 1e9);
     char item[160];
     std::snprintf(item, sizeof item, "%s{\"op\":\"%s\",\"bytes\":%lld,\"busbw_GBps\":%.4f}",
-                  json.size() > 1 ? "," : "", r.op, static_cast<long long>(r.bytes),
-                  r.busbw / 1e9);
+                  json.size() > 1 ? "," : "", r.op, static_cast<long long>(r.bytes), r.busbw / 1e9);
     json += item;
   }
   std::printf("%s]\n", json.c_str());

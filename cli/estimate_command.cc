@@ -31,10 +31,14 @@ EstimateCommand::EstimateCommand(CLI::App &parent) {
 int EstimateCommand::Run() {
   dst_engine_options_t opts;
   dst_engine_options_default(&opts);
-  if (config_path_.empty()) opts.config_json = DefaultConfigJson();
-  else opts.config_path = config_path_.c_str();
-  if (model_path_.empty()) opts.model_json = DefaultModelJson();
-  else opts.model_path = model_path_.c_str();
+  if (config_path_.empty())
+    opts.config_json = DefaultConfigJson();
+  else
+    opts.config_path = config_path_.c_str();
+  if (model_path_.empty())
+    opts.model_json = DefaultModelJson();
+  else
+    opts.model_path = model_path_.c_str();
   opts.total_steps = 1000000;  // only resolves "auto" schedule lengths; irrelevant to memory
   const char *json = nullptr;
   Check(dst_estimate_memory_json(&opts, world_size_, &json), "estimating memory");
@@ -43,11 +47,11 @@ int EstimateCommand::Run() {
     return kExitOk;
   }
   const nlohmann::json e = nlohmann::json::parse(json);
-  std::printf("model: %lld parameters; world size %lld, data-parallel size %lld; "
-              "optimizer state %lld bytes/parameter\n",
-              e["num_parameters"].get<long long>(), e["world_size"].get<long long>(),
-              e["dp_size"].get<long long>(),
-              e["optimizer_state_bytes_per_parameter"].get<long long>());
+  std::printf(
+      "model: %lld parameters; world size %lld, data-parallel size %lld; "
+      "optimizer state %lld bytes/parameter\n",
+      e["num_parameters"].get<long long>(), e["world_size"].get<long long>(),
+      e["dp_size"].get<long long>(), e["optimizer_state_bytes_per_parameter"].get<long long>());
   std::printf("%-7s %14s %14s %16s %14s  %s\n", "stage", "parameters", "gradients",
               "optimizer state", "total/rank", "");
   for (const auto &s : e["stages"]) {
@@ -55,8 +59,8 @@ int EstimateCommand::Run() {
     const bool configured = s["stage"] == e["configured_stage"];
     std::printf("%-7d %14s %14s %16s %14s  %s%s\n", s["stage"].get<int>(),
                 Mebibytes(s["parameters_bytes"]).c_str(), Mebibytes(s["gradients_bytes"]).c_str(),
-                Mebibytes(s["optimizer_state_bytes"]).c_str(),
-                Mebibytes(s["total_bytes"]).c_str(), configured ? "<- configured " : "",
+                Mebibytes(s["optimizer_state_bytes"]).c_str(), Mebibytes(s["total_bytes"]).c_str(),
+                configured ? "<- configured " : "",
                 supported ? "" : "(not supported by this build yet)");
   }
   return kExitOk;

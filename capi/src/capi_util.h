@@ -18,32 +18,33 @@ dst_status_t Fail(dst_status_t status, const std::string &message);
 dst_status_t FromStatus(const Status &status);
 
 // Clears the last error (successful calls leave it untouched, like errno).
-inline dst_status_t Ok() { return DST_OK; }
+inline dst_status_t Ok() {
+  return DST_OK;
+}
 
 }  // namespace dst::capi
 
 // Wraps a C ABI function body: any escaping exception becomes an error status.
 #define DST_CAPI_BEGIN try {
-#define DST_CAPI_END                                                                 \
-  }                                                                                  \
-  catch (const std::bad_alloc &) {                                                   \
-    return ::dst::capi::Fail(DST_ERR_OUT_OF_MEMORY,                                  \
-                             std::string(__func__) + ": out of memory");             \
-  }                                                                                  \
-  catch (const std::exception &e) {                                                  \
-    return ::dst::capi::Fail(DST_ERR_INTERNAL, std::string(__func__) +               \
-                                                   ": unexpected error: " + e.what()); \
-  }                                                                                  \
-  catch (...) {                                                                      \
-    return ::dst::capi::Fail(DST_ERR_INTERNAL,                                       \
-                             std::string(__func__) + ": unexpected unknown error");  \
+#define DST_CAPI_END                                                                            \
+  }                                                                                             \
+  catch (const std::bad_alloc &) {                                                              \
+    return ::dst::capi::Fail(DST_ERR_OUT_OF_MEMORY, std::string(__func__) + ": out of memory"); \
+  }                                                                                             \
+  catch (const std::exception &e) {                                                             \
+    return ::dst::capi::Fail(DST_ERR_INTERNAL,                                                  \
+                             std::string(__func__) + ": unexpected error: " + e.what());        \
+  }                                                                                             \
+  catch (...) {                                                                                 \
+    return ::dst::capi::Fail(DST_ERR_INTERNAL,                                                  \
+                             std::string(__func__) + ": unexpected unknown error");             \
   }
 
 // Returns DST_ERR_INVALID_ARGUMENT naming the parameter when `ptr` is NULL.
-#define DST_CAPI_REQUIRE_NONNULL(ptr)                                                 \
-  do {                                                                               \
-    if ((ptr) == nullptr)                                                            \
-      return ::dst::capi::Fail(DST_ERR_INVALID_ARGUMENT,                             \
-                               std::string(__func__) + ": argument '" #ptr           \
-                                                       "' is NULL; pass a valid pointer"); \
+#define DST_CAPI_REQUIRE_NONNULL(ptr)                                                            \
+  do {                                                                                           \
+    if ((ptr) == nullptr)                                                                        \
+      return ::dst::capi::Fail(DST_ERR_INVALID_ARGUMENT, std::string(__func__) +                 \
+                                                             ": argument '" #ptr                 \
+                                                             "' is NULL; pass a valid pointer"); \
   } while (0)

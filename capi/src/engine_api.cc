@@ -29,10 +29,9 @@ bool StructSizeOk(const S *s, size_t minimum) {
 
 dst_status_t ToBatchView(const dst_batch_t *batch, const char *call, dst::BatchView *out) {
   if (!StructSizeOk(batch, sizeof(dst_batch_t)))
-    return Fail(DST_ERR_INVALID_ARGUMENT,
-                std::string(call) + ": batch->struct_size is " +
-                    std::to_string(batch->struct_size) +
-                    "; initialise the batch with dst_batch_default()");
+    return Fail(DST_ERR_INVALID_ARGUMENT, std::string(call) + ": batch->struct_size is " +
+                                              std::to_string(batch->struct_size) +
+                                              "; initialise the batch with dst_batch_default()");
   out->n_samples = batch->n_samples;
   out->seq_len = batch->seq_len;
   out->tokens = batch->tokens;
@@ -46,7 +45,9 @@ dst_status_t ToBatchView(const dst_batch_t *batch, const char *call, dst::BatchV
   return DST_OK;
 }
 
-std::string OrEmpty(const char *s) { return s ? std::string(s) : std::string(); }
+std::string OrEmpty(const char *s) {
+  return s ? std::string(s) : std::string();
+}
 
 }  // namespace
 
@@ -94,16 +95,18 @@ dst_status_t dst_engine_create(dst_engine_t **out, const dst_engine_options_t *o
   DST_CAPI_END
 }
 
-void dst_engine_destroy(dst_engine_t *engine) { delete engine; }
+void dst_engine_destroy(dst_engine_t *engine) {
+  delete engine;
+}
 
 dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *info) {
   DST_CAPI_BEGIN
   DST_CAPI_REQUIRE_NONNULL(engine);
   DST_CAPI_REQUIRE_NONNULL(info);
   if (!StructSizeOk(info, sizeof(dst_engine_info_t)))
-    return Fail(DST_ERR_INVALID_ARGUMENT,
-                "dst_engine_get_info: info->struct_size is " + std::to_string(info->struct_size) +
-                    "; set it to sizeof(dst_engine_info_t)");
+    return Fail(DST_ERR_INVALID_ARGUMENT, "dst_engine_get_info: info->struct_size is " +
+                                              std::to_string(info->struct_size) +
+                                              "; set it to sizeof(dst_engine_info_t)");
   const dst::EngineInfo in = engine->engine->Info();
   const size_t size = info->struct_size;
   *info = dst_engine_info_t{};
@@ -126,31 +129,26 @@ dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *
   DST_CAPI_END
 }
 
-#define DST_BATCH_CALL(method, call_name)                                  \
-  DST_CAPI_BEGIN                                                           \
-  DST_CAPI_REQUIRE_NONNULL(engine);                                        \
-  DST_CAPI_REQUIRE_NONNULL(batch);                                         \
-  dst::BatchView view;                                                     \
-  if (dst_status_t s = ToBatchView(batch, call_name, &view); s != DST_OK) \
-    return s;                                                              \
-  dst::SetNumThreads(engine->threads);                                     \
-  return FromStatus(engine->engine->method(view, out_loss));               \
+#define DST_BATCH_CALL(method, call_name)                                           \
+  DST_CAPI_BEGIN                                                                    \
+  DST_CAPI_REQUIRE_NONNULL(engine);                                                 \
+  DST_CAPI_REQUIRE_NONNULL(batch);                                                  \
+  dst::BatchView view;                                                              \
+  if (dst_status_t s = ToBatchView(batch, call_name, &view); s != DST_OK) return s; \
+  dst::SetNumThreads(engine->threads);                                              \
+  return FromStatus(engine->engine->method(view, out_loss));                        \
   DST_CAPI_END
 
 dst_status_t dst_engine_train_batch(dst_engine_t *engine, const dst_batch_t *batch,
-                                    float *out_loss) {
-  DST_BATCH_CALL(TrainBatch, "dst_engine_train_batch")
-}
+                                    float *out_loss){
+    DST_BATCH_CALL(TrainBatch, "dst_engine_train_batch")}
 
-dst_status_t dst_engine_eval_batch(dst_engine_t *engine, const dst_batch_t *batch,
-                                   float *out_loss) {
-  DST_BATCH_CALL(EvalBatch, "dst_engine_eval_batch")
-}
+dst_status_t dst_engine_eval_batch(dst_engine_t *engine, const dst_batch_t *batch, float *out_loss){
+    DST_BATCH_CALL(EvalBatch, "dst_engine_eval_batch")}
 
-dst_status_t dst_engine_forward_backward(dst_engine_t *engine, const dst_batch_t *batch,
-                                         float *out_loss) {
-  DST_BATCH_CALL(ForwardBackward, "dst_engine_forward_backward")
-}
+dst_status_t
+    dst_engine_forward_backward(dst_engine_t *engine, const dst_batch_t *batch, float *out_loss){
+        DST_BATCH_CALL(ForwardBackward, "dst_engine_forward_backward")}
 
 dst_status_t dst_engine_step_count(const dst_engine_t *engine, int64_t *out_steps) {
   DST_CAPI_BEGIN
@@ -186,13 +184,13 @@ dst_status_t dst_engine_param_info(const dst_engine_t *engine, size_t index,
   DST_CAPI_REQUIRE_NONNULL(info);
   const auto &decls = engine->engine->ParamDecls();
   if (index >= decls.size())
-    return Fail(DST_ERR_INVALID_ARGUMENT, "dst_engine_param_info: index " +
-                                              std::to_string(index) + " is out of range; there are " +
+    return Fail(DST_ERR_INVALID_ARGUMENT, "dst_engine_param_info: index " + std::to_string(index) +
+                                              " is out of range; there are " +
                                               std::to_string(decls.size()) + " parameter tensors");
   if (!StructSizeOk(info, sizeof(dst_tensor_info_t)))
-    return Fail(DST_ERR_INVALID_ARGUMENT,
-                "dst_engine_param_info: info->struct_size is " + std::to_string(info->struct_size) +
-                    "; set it to sizeof(dst_tensor_info_t)");
+    return Fail(DST_ERR_INVALID_ARGUMENT, "dst_engine_param_info: info->struct_size is " +
+                                              std::to_string(info->struct_size) +
+                                              "; set it to sizeof(dst_tensor_info_t)");
   const dst::ParamDecl &d = decls[index];
   const size_t size = info->struct_size;
   *info = dst_tensor_info_t{};
@@ -242,8 +240,7 @@ dst_status_t dst_engine_save_checkpoint(dst_engine_t *engine, const char *dir, c
   DST_CAPI_REQUIRE_NONNULL(dir);
   const std::string resolved_tag =
       tag ? std::string(tag) : "global_step" + std::to_string(engine->engine->steps());
-  return FromStatus(
-      engine->engine->SaveCheckpoint(dir, resolved_tag, OrEmpty(client_state_json)));
+  return FromStatus(engine->engine->SaveCheckpoint(dir, resolved_tag, OrEmpty(client_state_json)));
   DST_CAPI_END
 }
 

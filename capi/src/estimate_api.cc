@@ -35,13 +35,14 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
   DST_CAPI_REQUIRE_NONNULL(options);
   DST_CAPI_REQUIRE_NONNULL(out_json);
   if (world_size < 1)
-    return dst::capi::Fail(DST_ERR_INVALID_ARGUMENT,
-                           "dst_estimate_memory_json: world_size is " + std::to_string(world_size) +
-                               "; it must be >= 1");
+    return dst::capi::Fail(DST_ERR_INVALID_ARGUMENT, "dst_estimate_memory_json: world_size is " +
+                                                         std::to_string(world_size) +
+                                                         "; it must be >= 1");
   dst::Result<std::string> config_text =
       ReadSource(options->config_json, options->config_path, "config");
   if (!config_text.ok()) return dst::capi::FromStatus(config_text.status());
-  dst::Result<std::string> model_text = ReadSource(options->model_json, options->model_path, "model");
+  dst::Result<std::string> model_text =
+      ReadSource(options->model_json, options->model_path, "model");
   if (!model_text.ok()) return dst::capi::FromStatus(model_text.status());
   dst::ConfigContext context;
   context.world_size = world_size;
@@ -70,14 +71,13 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
                       {"persistent_parameters", stage_persistent},
                       {"supported", true}});
   }
-  nlohmann::ordered_json out = {
-      {"num_parameters", psi},
-      {"world_size", world_size},
-      {"dp_size", dp},
-      {"optimizer_state_bytes_per_parameter",
-       dst::OptimizerStateBytesPerParameter(config.value().optimizer)},
-      {"configured_stage", config.value().zero.stage},
-      {"stages", stages}};
+  nlohmann::ordered_json out = {{"num_parameters", psi},
+                                {"world_size", world_size},
+                                {"dp_size", dp},
+                                {"optimizer_state_bytes_per_parameter",
+                                 dst::OptimizerStateBytesPerParameter(config.value().optimizer)},
+                                {"configured_stage", config.value().zero.stage},
+                                {"stages", stages}};
   g_estimate_json = out.dump();
   *out_json = g_estimate_json.c_str();
   return DST_OK;

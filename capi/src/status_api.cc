@@ -25,25 +25,42 @@ extern "C" {
 
 const char *dst_status_string(dst_status_t status) {
   switch (status) {
-    case DST_OK: return "ok";
-    case DST_ERR_INVALID_ARGUMENT: return "invalid argument";
-    case DST_ERR_CONFIG: return "configuration error";
-    case DST_ERR_NOT_SUPPORTED: return "not supported yet";
-    case DST_ERR_IO: return "I/O error";
-    case DST_ERR_CHECKPOINT: return "checkpoint error";
-    case DST_ERR_STATE: return "call out of order";
-    case DST_ERR_OUT_OF_MEMORY: return "out of memory";
-    case DST_ERR_COMM: return "communication error";
-    case DST_ERR_NUMERIC: return "numerical error";
-    case DST_ERR_INTERNAL: return "internal error";
+    case DST_OK:
+      return "ok";
+    case DST_ERR_INVALID_ARGUMENT:
+      return "invalid argument";
+    case DST_ERR_CONFIG:
+      return "configuration error";
+    case DST_ERR_NOT_SUPPORTED:
+      return "not supported yet";
+    case DST_ERR_IO:
+      return "I/O error";
+    case DST_ERR_CHECKPOINT:
+      return "checkpoint error";
+    case DST_ERR_STATE:
+      return "call out of order";
+    case DST_ERR_OUT_OF_MEMORY:
+      return "out of memory";
+    case DST_ERR_COMM:
+      return "communication error";
+    case DST_ERR_NUMERIC:
+      return "numerical error";
+    case DST_ERR_INTERNAL:
+      return "internal error";
   }
   return "unknown status";
 }
 
-const char *dst_last_error(void) { return g_last_error.c_str(); }
+const char *dst_last_error(void) {
+  return g_last_error.c_str();
+}
 
-const char *dst_version(void) { return DST_VERSION_STRING; }
+const char *dst_version(void) {
+  return DST_VERSION_STRING;
+}
 
-int dst_version_number(void) { return DST_VERSION_NUMBER; }
+int dst_version_number(void) {
+  return DST_VERSION_NUMBER;
+}
 
 }  // extern "C"

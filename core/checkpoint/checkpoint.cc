@@ -21,7 +21,9 @@ constexpr const char *kLatestFile = "latest";
 constexpr const char *kFormat = "dstrain-checkpoint";
 constexpr int kFormatVersion = 1;
 
-std::string ErrnoText() { return std::strerror(errno); }
+std::string ErrnoText() {
+  return std::strerror(errno);
+}
 
 Status FsyncPath(const std::string &path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
@@ -210,7 +212,8 @@ Result<LoadedCheckpoint> ReadCheckpoint(const std::string &dir, const std::strin
   try {
     ckpt.meta = nlohmann::json::parse(meta_text.value());
   } catch (const nlohmann::json::exception &e) {
-    return CheckpointError(meta_path + " is not valid JSON (" + e.what() + "): the file is corrupt");
+    return CheckpointError(meta_path + " is not valid JSON (" + e.what() +
+                           "): the file is corrupt");
   }
   try {
     if (ckpt.meta.value("format", "") != kFormat)

@@ -4,12 +4,18 @@ namespace dst {
 
 const char *CommOpName(CommOp op) {
   switch (op) {
-    case CommOp::kAllReduce: return "allreduce";
-    case CommOp::kReduce: return "reduce";
-    case CommOp::kReduceScatter: return "reduce_scatter";
-    case CommOp::kAllGather: return "allgather";
-    case CommOp::kBroadcast: return "broadcast";
-    case CommOp::kBarrier: return "barrier";
+    case CommOp::kAllReduce:
+      return "allreduce";
+    case CommOp::kReduce:
+      return "reduce";
+    case CommOp::kReduceScatter:
+      return "reduce_scatter";
+    case CommOp::kAllGather:
+      return "allgather";
+    case CommOp::kBroadcast:
+      return "broadcast";
+    case CommOp::kBarrier:
+      return "barrier";
   }
   return "unknown";
 }

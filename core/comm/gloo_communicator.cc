@@ -1,15 +1,11 @@
 #include "core/comm/gloo_communicator.h"
 
 #include <arpa/inet.h>
-#include <signal.h>
 #include <netdb.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <condition_variable>
-#include <cstring>
-#include <deque>
-#include <functional>
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
@@ -22,6 +18,10 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -88,8 +88,7 @@ class TaskWork final : public Work {
 class GlooCommunicator final : public Communicator {
  public:
   // `store` must outlive the communicator: after a failure it names the lost rank.
-  GlooCommunicator(const GlooOptions &options, std::shared_ptr<gloo::Context> context,
-                   Store *store)
+  GlooCommunicator(const GlooOptions &options, std::shared_ptr<gloo::Context> context, Store *store)
       : options_(options),
         context_(std::move(context)),
         store_(store),
@@ -168,12 +167,13 @@ class GlooCommunicator final : public Communicator {
   }
 
   Status Barrier() override {
-    return Enqueue(CommOp::kBarrier, 0, [this](uint32_t tag) {
-             gloo::BarrierOptions opts(context_);
-             opts.setTag(tag);
-             opts.setTimeout(options_.timeout);
-             gloo::barrier(opts);
-           })
+    return Enqueue(CommOp::kBarrier, 0,
+                   [this](uint32_t tag) {
+                     gloo::BarrierOptions opts(context_);
+                     opts.setTag(tag);
+                     opts.setTimeout(options_.timeout);
+                     gloo::barrier(opts);
+                   })
         ->Wait();
   }
 
@@ -217,13 +217,13 @@ class GlooCommunicator final : public Communicator {
       return Status::Ok();
     } catch (const std::exception &e) {
       const std::string lost = DescribeLostRanks(*store_, std::chrono::seconds(3));
-      broken_ = Status(Code::kComm,
-                       std::string(CommOpName(task.op)) + " of " + std::to_string(task.bytes) +
-                           " bytes on group '" + options_.name + "' (rank " +
-                           std::to_string(rank()) + " of " + std::to_string(size()) +
-                           ") failed: " + e.what() + ". " +
-                           (lost.empty() ? "A peer rank has died or stalled" : lost) +
-                           "; every rank stops within dstrain.comm_timeout_seconds");
+      broken_ =
+          Status(Code::kComm, std::string(CommOpName(task.op)) + " of " +
+                                  std::to_string(task.bytes) + " bytes on group '" + options_.name +
+                                  "' (rank " + std::to_string(rank()) + " of " +
+                                  std::to_string(size()) + ") failed: " + e.what() + ". " +
+                                  (lost.empty() ? "A peer rank has died or stalled" : lost) +
+                                  "; every rank stops within dstrain.comm_timeout_seconds");
       return broken_;
     }
   }
@@ -255,7 +255,7 @@ class GlooCommunicator final : public Communicator {
   bool stopping_ = false;
   uint32_t next_tag_ = 1;
   CompletionHook hook_;
-  Status broken_;  // touched only by the worker thread
+  Status broken_;       // touched only by the worker thread
   std::thread worker_;  // last: starts after everything it uses exists
 };
 
@@ -309,21 +309,20 @@ Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(Store &store,
     gloo::transport::tcp::attr attr;
     attr.hostname = host;
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(int(options.rank),
-                                                               int(options.size));
+    auto context =
+        std::make_shared<gloo::rendezvous::Context>(int(options.rank), int(options.size));
     context->setTimeout(options.timeout);
     GlooStoreAdapter adapter(store, options.timeout);
     gloo::rendezvous::PrefixStore prefixed("gloo/" + options.name, adapter);
     context->connectFullMesh(prefixed, device);
-    return std::unique_ptr<Communicator>(
-        new GlooCommunicator(options, std::move(context), &store));
+    return std::unique_ptr<Communicator>(new GlooCommunicator(options, std::move(context), &store));
   } catch (const std::exception &e) {
     return Status(Code::kComm, "connecting group '" + options.name + "' (rank " +
                                    std::to_string(options.rank) + " of " +
                                    std::to_string(options.size) + ", listening on " + host +
                                    ") failed: " + e.what() +
-                                   ". Check that every rank was started and can reach " +
-                                   host + "; set DSTRAIN_BIND_ADDR to choose the interface");
+                                   ". Check that every rank was started and can reach " + host +
+                                   "; set DSTRAIN_BIND_ADDR to choose the interface");
   }
 }
 

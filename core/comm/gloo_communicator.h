@@ -14,11 +14,11 @@
 namespace dst {
 
 struct GlooOptions {
-  std::string name = "world";   // group name, for messages and store keys
-  int64_t rank = 0;             // rank within the group
-  int64_t size = 1;             // ranks in the group
-  std::string bind_host;        // address peers reach this rank at ("" = detect)
-  std::string master_addr;      // used to detect bind_host when it is empty
+  std::string name = "world";  // group name, for messages and store keys
+  int64_t rank = 0;            // rank within the group
+  int64_t size = 1;            // ranks in the group
+  std::string bind_host;       // address peers reach this rank at ("" = detect)
+  std::string master_addr;     // used to detect bind_host when it is empty
   std::chrono::milliseconds timeout{300000};
 };
 

@@ -15,7 +15,9 @@ namespace dst {
 
 #if !DSTRAIN_HAVE_NCCL
 
-bool NcclAvailable() { return false; }
+bool NcclAvailable() {
+  return false;
+}
 
 Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(Store &, const NcclOptions &options) {
   return NotSupported("group '" + options.name +
@@ -25,22 +27,31 @@ Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(Store &, const Nccl
 
 #else
 
-bool NcclAvailable() { return true; }
+bool NcclAvailable() {
+  return true;
+}
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string CudaText(cudaError_t e) { return cudaGetErrorString(e); }
-std::string NcclText(ncclResult_t r) { return ncclGetErrorString(r); }
+std::string CudaText(cudaError_t e) {
+  return cudaGetErrorString(e);
+}
+std::string NcclText(ncclResult_t r) {
+  return ncclGetErrorString(r);
+}
 
 // Waits for an event with a deadline; aborts the communicator on timeout so
 // that every later call fails instead of hanging.
 class NcclWork final : public Work {
  public:
-  NcclWork(cudaEvent_t event, ncclComm_t comm, std::chrono::milliseconds timeout,
-           std::string what, Status enqueue_status)
-      : event_(event), comm_(comm), timeout_(timeout), what_(std::move(what)),
+  NcclWork(cudaEvent_t event, ncclComm_t comm, std::chrono::milliseconds timeout, std::string what,
+           Status enqueue_status)
+      : event_(event),
+        comm_(comm),
+        timeout_(timeout),
+        what_(std::move(what)),
         status_(std::move(enqueue_status)) {}
   ~NcclWork() override {
     (void)Wait();
@@ -99,23 +110,23 @@ class NcclCommunicator final : public Communicator {
   void SetCompletionHook(CompletionHook hook) override { hook_ = std::move(hook); }
 
   std::unique_ptr<Work> AllReduceSum(float *data, int64_t count) override {
-    return Launch(CommOp::kAllReduce, count * 4, ncclAllReduce(data, data, size_t(count),
-                                                               ncclFloat, ncclSum, comm_, stream_));
+    return Launch(CommOp::kAllReduce, count * 4,
+                  ncclAllReduce(data, data, size_t(count), ncclFloat, ncclSum, comm_, stream_));
   }
   std::unique_ptr<Work> ReduceSum(float *data, int64_t count, int64_t root) override {
-    return Launch(CommOp::kReduce, count * 4,
-                  ncclReduce(data, data, size_t(count), ncclFloat, ncclSum, int(root), comm_,
-                             stream_));
+    return Launch(
+        CommOp::kReduce, count * 4,
+        ncclReduce(data, data, size_t(count), ncclFloat, ncclSum, int(root), comm_, stream_));
   }
   std::unique_ptr<Work> ReduceScatterSum(float *data, int64_t shard) override {
     return Launch(CommOp::kReduceScatter, shard * size() * 4,
-                  ncclReduceScatter(data, data + rank() * shard, size_t(shard), ncclFloat,
-                                    ncclSum, comm_, stream_));
+                  ncclReduceScatter(data, data + rank() * shard, size_t(shard), ncclFloat, ncclSum,
+                                    comm_, stream_));
   }
   std::unique_ptr<Work> AllGather(float *data, int64_t shard) override {
-    return Launch(CommOp::kAllGather, shard * size() * 4,
-                  ncclAllGather(data + rank() * shard, data, size_t(shard), ncclFloat, comm_,
-                                stream_));
+    return Launch(
+        CommOp::kAllGather, shard * size() * 4,
+        ncclAllGather(data + rank() * shard, data, size_t(shard), ncclFloat, comm_, stream_));
   }
   std::unique_ptr<Work> Broadcast(float *data, int64_t count, int64_t root) override {
     return Launch(CommOp::kBroadcast, count * 4,
@@ -143,8 +154,7 @@ class NcclCommunicator final : public Communicator {
     if (e != cudaSuccess)
       return std::make_unique<DoneWork>(Status(Code::kComm, what + ": " + CudaText(e)));
     if (hook_) hook_(CommRecord{op, bytes, 0.0});  // GPU timing comes with the metrics issue
-    return std::make_unique<NcclWork>(event, comm_, options_.timeout, what,
-                                      Status::Ok());
+    return std::make_unique<NcclWork>(event, comm_, options_.timeout, what, Status::Ok());
   }
 
   NcclOptions options_;
@@ -184,8 +194,7 @@ Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(Store &store,
                                    std::to_string(options.rank) + " of " +
                                    std::to_string(options.size) + ") failed: " + NcclText(r));
   cudaStream_t stream = nullptr;
-  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-      e != cudaSuccess) {
+  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
     ncclCommDestroy(comm);
     return Status(Code::kComm, "cudaStreamCreate failed: " + CudaText(e));
   }

@@ -194,8 +194,7 @@ std::string DescribeLostRanks(Store &store, std::chrono::milliseconds wait) {
   const std::string why = lost.status().message();
   if (why.find("timed out") != std::string::npos || why.find("timeout") != std::string::npos)
     return "";
-  return "the rendezvous store on rank 0 is unreachable (" + why +
-         "): rank 0 has died or exited";
+  return "the rendezvous store on rank 0 is unreachable (" + why + "): rank 0 has died or exited";
 }
 
 void FinishJob(Store &store, int64_t rank, int64_t world_size, std::chrono::milliseconds wait) {

@@ -45,19 +45,33 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {Code::kInvalidArgument, std::move(m)}; }
-inline Status ConfigError(std::string m) { return {Code::kConfig, std::move(m)}; }
-inline Status NotSupported(std::string m) { return {Code::kNotSupported, std::move(m)}; }
-inline Status IoError(std::string m) { return {Code::kIo, std::move(m)}; }
-inline Status CheckpointError(std::string m) { return {Code::kCheckpoint, std::move(m)}; }
-inline Status StateError(std::string m) { return {Code::kState, std::move(m)}; }
-inline Status InternalError(std::string m) { return {Code::kInternal, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {Code::kInvalidArgument, std::move(m)};
+}
+inline Status ConfigError(std::string m) {
+  return {Code::kConfig, std::move(m)};
+}
+inline Status NotSupported(std::string m) {
+  return {Code::kNotSupported, std::move(m)};
+}
+inline Status IoError(std::string m) {
+  return {Code::kIo, std::move(m)};
+}
+inline Status CheckpointError(std::string m) {
+  return {Code::kCheckpoint, std::move(m)};
+}
+inline Status StateError(std::string m) {
+  return {Code::kState, std::move(m)};
+}
+inline Status InternalError(std::string m) {
+  return {Code::kInternal, std::move(m)};
+}
 
 // Result<T>: a value or a non-ok Status.
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -78,8 +92,8 @@ class [[nodiscard]] Result {
 }  // namespace dst
 
 // Returns early from the enclosing function when `expr` yields a non-ok Status.
-#define DST_RETURN_IF_ERROR(expr)             \
-  do {                                        \
-    ::dst::Status dst_status_tmp_ = (expr);   \
+#define DST_RETURN_IF_ERROR(expr)                      \
+  do {                                                 \
+    ::dst::Status dst_status_tmp_ = (expr);            \
     if (!dst_status_tmp_.ok()) return dst_status_tmp_; \
   } while (0)

@@ -23,22 +23,22 @@ struct OptimizerConfig {
   std::array<double, 2> betas = {0.9, 0.999};  // Adam / AdamW
   double eps = 1e-8;                           // Adam / AdamW
   double weight_decay = 0.0;
-  bool adam_w_mode = true;   // "Adam": DeepSpeed default true = decoupled decay
-  double momentum = 0.0;     // SGD
-  double dampening = 0.0;    // SGD
-  bool nesterov = false;     // SGD
+  bool adam_w_mode = true;  // "Adam": DeepSpeed default true = decoupled decay
+  double momentum = 0.0;    // SGD
+  double dampening = 0.0;   // SGD
+  bool nesterov = false;    // SGD
 };
 
 // DeepSpeed's lr_schedules.py parameter names.
 struct SchedulerConfig {
   SchedulerType type = SchedulerType::kNone;
-  double warmup_min_lr = 0.0;      // WarmupLR, WarmupDecayLR
-  double warmup_max_lr = 0.001;    // WarmupLR, WarmupDecayLR
-  int64_t warmup_num_steps = 1000; // all three
+  double warmup_min_lr = 0.0;       // WarmupLR, WarmupDecayLR
+  double warmup_max_lr = 0.001;     // WarmupLR, WarmupDecayLR
+  int64_t warmup_num_steps = 1000;  // all three
   WarmupType warmup_type = WarmupType::kLog;
-  int64_t total_num_steps = 0;     // WarmupDecayLR, WarmupCosineLR
-  double warmup_min_ratio = 0.0;   // WarmupCosineLR
-  double cos_min_ratio = 0.0001;   // WarmupCosineLR
+  int64_t total_num_steps = 0;    // WarmupDecayLR, WarmupCosineLR
+  double warmup_min_ratio = 0.0;  // WarmupCosineLR
+  double cos_min_ratio = 0.0001;  // WarmupCosineLR
 };
 
 struct ZeroConfig {
@@ -77,8 +77,8 @@ struct ActivationCheckpointingConfig {
 // dstrain's own keys live under "dstrain": {...} so that a DeepSpeed config
 // stays a DeepSpeed config.
 struct RuntimeConfig {
-  int num_threads = 0;       // 0: DSTRAIN_NUM_THREADS, else OMP_NUM_THREADS, else all cores
-  uint64_t seed = 1234;      // data order and any runtime randomness
+  int num_threads = 0;   // 0: DSTRAIN_NUM_THREADS, else OMP_NUM_THREADS, else all cores
+  uint64_t seed = 1234;  // data order and any runtime randomness
   double comm_timeout_seconds = 300.0;  // every collective and the rendezvous
 };
 

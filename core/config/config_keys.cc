@@ -137,7 +137,8 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
 
     // ---- zero_optimization ----
     {kZero, "stage", "0, 1, 2 or 3",
-     "ZeRO stage: 0 data parallelism, 1 + optimizer state, 2 + gradients, 3 + parameters partitioned"},
+     "ZeRO stage: 0 data parallelism, 1 + optimizer state, 2 + gradients, 3 + parameters "
+     "partitioned"},
     {kZero, "overlap_comm", kBool, "overlap gradient reduction with backward"},
     {kZero, "contiguous_gradients", kBool, "copy gradients into one contiguous buffer"},
     {kZero, "reduce_bucket_size", kBucket, "elements per gradient-reduction bucket (5e8)"},

@@ -1,8 +1,8 @@
 #include "core/engine/engine.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -25,16 +25,16 @@ double SecondsSince(Clock::time_point start) {
 
 Result<std::string> ReadWholeFile(const std::string &path, const char *what) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return IoError(std::string("cannot read the ") + what + " file " + path + ": " +
-                          std::strerror(errno));
+  if (!in)
+    return IoError(std::string("cannot read the ") + what + " file " + path + ": " +
+                   std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
 }
 
 // Exactly one of text/path must be given; returns the text.
-Result<std::string> TextOrFile(const std::string &text, const std::string &path,
-                               const char *what) {
+Result<std::string> TextOrFile(const std::string &text, const std::string &path, const char *what) {
   if (!text.empty() && !path.empty())
     return InvalidArgument(std::string("both a ") + what + " JSON string and a " + what +
                            " path were given; pass exactly one");
@@ -111,8 +111,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   std::unique_ptr<Store> store;
   std::unique_ptr<Communicator> dp;
   DST_RETURN_IF_ERROR(ConnectJob(env.value(), config.value(),
-                                 config.value().resolved_json + spec.value().canonical_json,
-                                 &store, &dp));
+                                 config.value().resolved_json + spec.value().canonical_json, &store,
+                                 &dp));
   return std::unique_ptr<Engine>(new Engine(std::move(config).value(), std::move(spec).value(),
                                             std::move(env).value(), std::move(store),
                                             std::move(dp)));
@@ -202,10 +202,11 @@ Result<int64_t> Engine::CheckBatch(const BatchView &b, const char *call, bool ex
   const int64_t accum = config_.gradient_accumulation_steps;
   const int64_t n = int64_t(b.n_samples);
   if (exact_train && n != micro * accum)
-    return InvalidArgument(std::string(call) + ": n_samples is " + std::to_string(n) +
-                           " but one optimizer step on this rank takes train_micro_batch_size_per_gpu " +
-                           std::to_string(micro) + " x gradient_accumulation_steps " +
-                           std::to_string(accum) + " = " + std::to_string(micro * accum));
+    return InvalidArgument(
+        std::string(call) + ": n_samples is " + std::to_string(n) +
+        " but one optimizer step on this rank takes train_micro_batch_size_per_gpu " +
+        std::to_string(micro) + " x gradient_accumulation_steps " + std::to_string(accum) + " = " +
+        std::to_string(micro * accum));
   if (!exact_train && (n <= 0 || n % micro != 0))
     return InvalidArgument(std::string(call) + ": n_samples is " + std::to_string(n) +
                            "; it must be a positive multiple of train_micro_batch_size_per_gpu " +
@@ -336,7 +337,8 @@ Status Engine::Run(const std::vector<Instruction> &program, const BatchView &bat
   rec.seconds = SecondsSince(step_start);
   rec.phases.total = rec.seconds;
   rec.samples = int64_t(batch.n_samples) * dp_comm_->size();
-  rec.tokens = rec.samples * (model_->spec().type == ModelSpec::Type::kGpt ? int64_t(batch.seq_len) : 1);
+  rec.tokens =
+      rec.samples * (model_->spec().type == ModelSpec::Type::kGpt ? int64_t(batch.seq_len) : 1);
   if (program.back().op == Op::kOptimizerStep) {
     last_ = rec;
     total_times_.forward += rec.phases.forward;
@@ -355,9 +357,12 @@ const std::vector<Instruction> &Engine::Program(Op kind, int64_t micro_batches) 
   auto it = programs_.find(key);
   if (it != programs_.end()) return it->second;
   std::vector<Instruction> program;
-  if (kind == Op::kOptimizerStep) program = TrainSchedule(micro_batches);
-  else if (kind == Op::kBackward) program = ForwardBackwardSchedule(micro_batches);
-  else program = EvalSchedule(micro_batches);
+  if (kind == Op::kOptimizerStep)
+    program = TrainSchedule(micro_batches);
+  else if (kind == Op::kBackward)
+    program = ForwardBackwardSchedule(micro_batches);
+  else
+    program = EvalSchedule(micro_batches);
   return programs_.emplace(key, std::move(program)).first->second;
 }
 
@@ -429,8 +434,8 @@ Status Engine::GetGrad(const std::string &name, float *data, size_t count) const
 // of the collective's own run time, and algorithm bandwidth.
 nlohmann::json Engine::CommJson() const {
   nlohmann::json out = nlohmann::json::object();
-  for (CommOp op : {CommOp::kAllReduce, CommOp::kReduce, CommOp::kReduceScatter,
-                    CommOp::kAllGather, CommOp::kBroadcast, CommOp::kBarrier}) {
+  for (CommOp op : {CommOp::kAllReduce, CommOp::kReduce, CommOp::kReduceScatter, CommOp::kAllGather,
+                    CommOp::kBroadcast, CommOp::kBarrier}) {
     const CommTotals t = comm_stats_.Totals(op);
     out[CommOpName(op)] = {{"count", t.count},
                            {"bytes", t.bytes},
@@ -443,8 +448,11 @@ nlohmann::json Engine::CommJson() const {
 std::string Engine::MetricsJson() const {
   using Json = nlohmann::json;
   auto phases = [](const PhaseTimes &p) {
-    return Json{{"forward", p.forward}, {"backward", p.backward}, {"reduce", p.reduce},
-                {"step", p.step}, {"total", p.total}};
+    return Json{{"forward", p.forward},
+                {"backward", p.backward},
+                {"reduce", p.reduce},
+                {"step", p.step},
+                {"total", p.total}};
   };
   Json memory = Json::object();
   for (int c = 0; c < kNumMemoryCategories; ++c) {
@@ -456,8 +464,7 @@ std::string Engine::MetricsJson() const {
   const double seconds = last_.seconds > 0 ? last_.seconds : 0;
   const double tokens_per_sec = seconds > 0 ? double(last_.tokens) / seconds : 0;
   const bool gpt = model_->spec().type == ModelSpec::Type::kGpt;
-  const double step_flops =
-      flops_per_sample_token_ * double(gpt ? last_.tokens : last_.samples);
+  const double step_flops = flops_per_sample_token_ * double(gpt ? last_.tokens : last_.samples);
   Json j = {
       {"step", steps_},
       {"samples", total_samples_},

@@ -4,10 +4,10 @@
 
 #include <cstdint>
 #include <map>
-#include <nlohmann/json.hpp>
-#include <utility>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/comm/comm_stats.h"
@@ -96,10 +96,10 @@ class Engine {
 
   Config config_;
   LaunchEnv env_;
-  CommStats comm_stats_;  // fed by dp_comm_'s completion hook
-  std::unique_ptr<Store> store_;          // rendezvous (multi-rank jobs)
+  CommStats comm_stats_;                   // fed by dp_comm_'s completion hook
+  std::unique_ptr<Store> store_;           // rendezvous (multi-rank jobs)
   std::unique_ptr<Communicator> dp_comm_;  // the data-parallel group
-  MemoryTracker memory_;  // declared before everything it accounts
+  MemoryTracker memory_;                   // declared before everything it accounts
   std::unique_ptr<Model<float>> model_;
   std::unique_ptr<DataParallel> dp_;  // gradient reduction, sharded optimizer
   int64_t steps_ = 0;

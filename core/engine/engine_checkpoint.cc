@@ -86,15 +86,19 @@ Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
   Json meta = {
       {"dstrain_version", DSTRAIN_VERSION_STRING},
       {"step", steps_},
-      {"optimizer", {{"type", dp_->optimizer().Name()}, {"steps_taken", dp_->optimizer().steps_taken()}}},
+      {"optimizer",
+       {{"type", dp_->optimizer().Name()}, {"steps_taken", dp_->optimizer().steps_taken()}}},
       {"lr_scheduler", {{"iteration", steps_}, {"next_lr", NextLearningRate()}}},
       {"rng", {{"model_seed", model_->spec().seed}, {"runtime_seed", config_.runtime.seed}}},
       {"model_spec", Json::parse(model_->spec().canonical_json)},
       {"config", Json::parse(config_.resolved_json)},
       {"client_state", client},
   };
-  meta["topology"] = {{"world_size", env_.world_size}, {"dp_size", dp_comm_->size()},
-                      {"tp_size", 1}, {"pp_size", 1}, {"zero_stage", dp_->stage()}};
+  meta["topology"] = {{"world_size", env_.world_size},
+                      {"dp_size", dp_comm_->size()},
+                      {"tp_size", 1},
+                      {"pp_size", 1},
+                      {"zero_stage", dp_->stage()}};
   if (dp_comm_->size() == 1) return WriteCheckpoint(dir, tag, {weights, optim}, meta);
   // Stage 0: every rank holds the same state; rank 0 writes it, and every rank
   // learns whether that worked, so no rank goes on believing it saved.
@@ -163,7 +167,8 @@ Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
   steps_ = step;
   dp_->optimizer().set_steps_taken(optimizer_steps);
   DST_RETURN_IF_ERROR(dp_->ParamsChanged());
-  if (client_state_json) *client_state_json = ckpt.meta.value("client_state", nlohmann::json()).dump();
+  if (client_state_json)
+    *client_state_json = ckpt.meta.value("client_state", nlohmann::json()).dump();
   return Status::Ok();
 }
 

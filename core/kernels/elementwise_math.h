@@ -37,7 +37,9 @@ DST_HOST_DEVICE inline float FastExp(float x) {
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   return p * std::bit_cast<float>(bits);
 }
-DST_HOST_DEVICE inline double FastExp(double x) { return std::exp(x); }
+DST_HOST_DEVICE inline double FastExp(double x) {
+  return std::exp(x);
+}
 
 // tanh through exp: tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|).
 DST_HOST_DEVICE inline float FastTanh(float x) {
@@ -45,7 +47,9 @@ DST_HOST_DEVICE inline float FastTanh(float x) {
   const float t = (1.0f - e) / (1.0f + e);
   return x < 0.0f ? -t : t;
 }
-DST_HOST_DEVICE inline double FastTanh(double x) { return std::tanh(x); }
+DST_HOST_DEVICE inline double FastTanh(double x) {
+  return std::tanh(x);
+}
 
 // GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 template <typename T>

@@ -59,19 +59,19 @@ GptBlock<T>::GptBlock(const GptDims &dims, int index, ParamRegistry &registry) :
   const double proj_std = kInitStd / std::sqrt(2.0 * double(dims.n_layer));
   ln1_w_ = registry.Add(BlockName(index, "ln_1.weight"), {C}, ParamInit::Constant(1));
   ln1_b_ = registry.Add(BlockName(index, "ln_1.bias"), {C}, ParamInit::Constant(0));
-  attn_w_ = registry.Add(BlockName(index, "attn.c_attn.weight"), {3 * C, C},
-                         ParamInit::Normal(kInitStd));
+  attn_w_ =
+      registry.Add(BlockName(index, "attn.c_attn.weight"), {3 * C, C}, ParamInit::Normal(kInitStd));
   attn_b_ = registry.Add(BlockName(index, "attn.c_attn.bias"), {3 * C}, ParamInit::Constant(0));
-  proj_w_ = registry.Add(BlockName(index, "attn.c_proj.weight"), {C, C},
-                         ParamInit::Normal(proj_std));
+  proj_w_ =
+      registry.Add(BlockName(index, "attn.c_proj.weight"), {C, C}, ParamInit::Normal(proj_std));
   proj_b_ = registry.Add(BlockName(index, "attn.c_proj.bias"), {C}, ParamInit::Constant(0));
   ln2_w_ = registry.Add(BlockName(index, "ln_2.weight"), {C}, ParamInit::Constant(1));
   ln2_b_ = registry.Add(BlockName(index, "ln_2.bias"), {C}, ParamInit::Constant(0));
-  fc_w_ = registry.Add(BlockName(index, "mlp.c_fc.weight"), {4 * C, C},
-                       ParamInit::Normal(kInitStd));
+  fc_w_ =
+      registry.Add(BlockName(index, "mlp.c_fc.weight"), {4 * C, C}, ParamInit::Normal(kInitStd));
   fc_b_ = registry.Add(BlockName(index, "mlp.c_fc.bias"), {4 * C}, ParamInit::Constant(0));
-  fcproj_w_ = registry.Add(BlockName(index, "mlp.c_proj.weight"), {C, 4 * C},
-                           ParamInit::Normal(proj_std));
+  fcproj_w_ =
+      registry.Add(BlockName(index, "mlp.c_proj.weight"), {C, 4 * C}, ParamInit::Normal(proj_std));
   fcproj_b_ = registry.Add(BlockName(index, "mlp.c_proj.bias"), {C}, ParamInit::Constant(0));
 }
 
@@ -107,8 +107,8 @@ const T *GptBlock<T>::Forward(const T *in, const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model;
   in_ = in;
-  cpu::LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), N, C, ln1_.data(),
-                        ln1_mean_.data(), ln1_rstd_.data());
+  cpu::LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), N, C, ln1_.data(), ln1_mean_.data(),
+                        ln1_rstd_.data());
   cpu::LinearForward(ln1_.data(), p.param(attn_w_), p.param(attn_b_), N, C, 3 * C, qkv_.data());
   cpu::AttentionForward(qkv_.data(), cpu::AttentionShape{mb.B, mb.seq, C, dims_.n_head},
                         att_.data(), atty_.data());
@@ -129,10 +129,10 @@ template <typename T>
 void GptBlock<T>::Backward(T *dout, T *din, const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model;
-  T *d_fch = mb.scratch;           // [N, 4C]
-  T *d_ln = d_fch + N * 4 * C;     // [N, C]
-  T *dqkv = d_ln + N * C;          // [N, 3C]
-  T *att_scratch = dqkv + N * 3 * C;  // [threads, T, T]
+  T *d_fch = mb.scratch;                                                    // [N, 4C]
+  T *d_ln = d_fch + N * 4 * C;                                              // [N, C]
+  T *dqkv = d_ln + N * C;                                                   // [N, 3C]
+  T *att_scratch = dqkv + N * 3 * C;                                        // [threads, T, T]
   T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
 
   // MLP branch; dout doubles as the gradient of res2 (residual).
@@ -141,8 +141,8 @@ void GptBlock<T>::Backward(T *dout, T *din, const MicroBatch<T> &mb) {
   cpu::GeluBackward(d_fch, fch_.data(), N * 4 * C, d_fch);
   cpu::LinearBackward(d_fch, ln2_.data(), p.param(fc_w_), N, C, 4 * C, d_ln, p.grad(fc_w_),
                       p.grad(fc_b_));
-  cpu::LayerNormBackward(d_ln, res2_.data(), p.param(ln2_w_), ln2_mean_.data(), ln2_rstd_.data(),
-                         N, C, dout, p.grad(ln2_w_), p.grad(ln2_b_), ln_scratch, mb.max_threads);
+  cpu::LayerNormBackward(d_ln, res2_.data(), p.param(ln2_w_), ln2_mean_.data(), ln2_rstd_.data(), N,
+                         C, dout, p.grad(ln2_w_), p.grad(ln2_b_), ln_scratch, mb.max_threads);
   // Attention branch; the residual passes dout (now d res2) straight to din.
   cpu::LinearBackward(dout, atty_.data(), p.param(proj_w_), N, C, C, d_ln, p.grad(proj_w_),
                       p.grad(proj_b_));
@@ -150,10 +150,12 @@ void GptBlock<T>::Backward(T *dout, T *din, const MicroBatch<T> &mb) {
                          cpu::AttentionShape{mb.B, mb.seq, C, dims_.n_head}, dqkv, att_scratch);
   cpu::LinearBackward(dqkv, ln1_.data(), p.param(attn_w_), N, C, 3 * C, d_ln, p.grad(attn_w_),
                       p.grad(attn_b_));
-  if (!din) din = dout;  // first layer: the input gradient is not needed, but ln_1's is
-  else std::memcpy(din, dout, size_t(N * C) * sizeof(T));
-  cpu::LayerNormBackward(d_ln, in_, p.param(ln1_w_), ln1_mean_.data(), ln1_rstd_.data(), N, C,
-                         din, p.grad(ln1_w_), p.grad(ln1_b_), ln_scratch, mb.max_threads);
+  if (!din)
+    din = dout;  // first layer: the input gradient is not needed, but ln_1's is
+  else
+    std::memcpy(din, dout, size_t(N * C) * sizeof(T));
+  cpu::LayerNormBackward(d_ln, in_, p.param(ln1_w_), ln1_mean_.data(), ln1_rstd_.data(), N, C, din,
+                         p.grad(ln1_w_), p.grad(ln1_b_), ln_scratch, mb.max_threads);
 }
 
 template <typename T>
@@ -195,8 +197,8 @@ const T *GptHead<T>::Forward(const T *in, const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model, V = dims_.vocab;
   in_ = in;
-  cpu::LayerNormForward(in, p.param(lnf_w_), p.param(lnf_b_), N, C, lnf_.data(),
-                        lnf_mean_.data(), lnf_rstd_.data());
+  cpu::LayerNormForward(in, p.param(lnf_w_), p.param(lnf_b_), N, C, lnf_.data(), lnf_mean_.data(),
+                        lnf_rstd_.data());
   cpu::LinearForward<T>(lnf_.data(), p.param(wte_), nullptr, N, C, V, probs_.data());
   loss_ = double(cpu::SoftmaxCrossEntropyForward(probs_.data(), mb.targets, N, V, &counted_));
   return nullptr;
@@ -206,16 +208,16 @@ template <typename T>
 void GptHead<T>::Backward(T *, T *din, const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model, V = dims_.vocab;
-  T *dlogits = mb.scratch;       // [N, V]
-  T *d_lnf = dlogits + N * V;    // [N, C]
+  T *dlogits = mb.scratch;        // [N, V]
+  T *d_lnf = dlogits + N * V;     // [N, C]
   T *ln_scratch = d_lnf + N * C;  // [threads, 2C]
   cpu::SoftmaxCrossEntropyBackward(probs_.data(), mb.targets, N, V, counted_, mb.grad_scale,
                                    dlogits);
   cpu::LinearBackward<T>(dlogits, lnf_.data(), p.param(wte_), N, C, V, d_lnf, p.grad(wte_),
                          nullptr);
   std::memset(din, 0, size_t(N * C) * sizeof(T));
-  cpu::LayerNormBackward(d_lnf, in_, p.param(lnf_w_), lnf_mean_.data(), lnf_rstd_.data(), N, C,
-                         din, p.grad(lnf_w_), p.grad(lnf_b_), ln_scratch, mb.max_threads);
+  cpu::LayerNormBackward(d_lnf, in_, p.param(lnf_w_), lnf_mean_.data(), lnf_rstd_.data(), N, C, din,
+                         p.grad(lnf_w_), p.grad(lnf_b_), ln_scratch, mb.max_threads);
 }
 
 template <typename T>

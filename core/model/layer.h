@@ -17,7 +17,7 @@ namespace dst {
 template <typename T>
 struct MicroBatch {
   int64_t B = 0;
-  int64_t seq = 1;  
+  int64_t seq = 1;
   const int32_t *tokens = nullptr;   // GPT: [B, T]
   const int32_t *targets = nullptr;  // GPT: [B, T]; sequential cross-entropy: [B]
   const T *inputs = nullptr;         // sequential: [B, input_dim]

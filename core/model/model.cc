@@ -48,10 +48,12 @@ void BuildSequential(const ModelSpec &spec_, ParamRegistry &registry, LayerList<
         width = l.out_features;
         break;
       case SequentialLayerSpec::Kind::kRelu:
-        layers_.push_back(std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kRelu, width));
+        layers_.push_back(
+            std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kRelu, width));
         break;
       case SequentialLayerSpec::Kind::kGelu:
-        layers_.push_back(std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kGelu, width));
+        layers_.push_back(
+            std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kGelu, width));
         break;
       case SequentialLayerSpec::Kind::kLayerNorm:
         layers_.push_back(std::make_unique<LayerNormLayer<T>>(prefix, width, registry));
@@ -107,9 +109,13 @@ ParamRegistry Declare(const ModelSpec &spec) {
 
 }  // namespace
 
-int64_t CountParameters(const ModelSpec &spec) { return Declare(spec).total_numel(); }
+int64_t CountParameters(const ModelSpec &spec) {
+  return Declare(spec).total_numel();
+}
 
-std::vector<ParamDecl> DeclareParameters(const ModelSpec &spec) { return Declare(spec).decls(); }
+std::vector<ParamDecl> DeclareParameters(const ModelSpec &spec) {
+  return Declare(spec).decls();
+}
 
 template <typename T>
 Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTracker *tracker,

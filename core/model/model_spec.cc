@@ -23,16 +23,16 @@ Status CheckKeys(const Json &object, const std::string &path, const std::set<std
     if (known.count(key)) continue;
     std::string list;
     for (const auto &k : known) list += (list.empty() ? "" : ", ") + k;
-    return ConfigError("model spec: unknown key \"" + key + "\" in " + path + "; known keys: " +
-                       list);
+    return ConfigError("model spec: unknown key \"" + key + "\" in " + path +
+                       "; known keys: " + list);
   }
   return Status::Ok();
 }
 
 // Reads object[key] as an integer in [lo, hi]; missing keys take `fallback`
 // when it is set, else are an error.
-Status ReadInt(const Json &object, const std::string &path, const char *key, int64_t lo,
-               int64_t hi, int64_t *out, bool required) {
+Status ReadInt(const Json &object, const std::string &path, const char *key, int64_t lo, int64_t hi,
+               int64_t *out, bool required) {
   const std::string where = path + "." + key;
   if (!object.contains(key)) {
     if (required) return ConfigError("model spec: missing required key " + where);
@@ -53,24 +53,24 @@ Status ReadInt(const Json &object, const std::string &path, const char *key, int
 Status ReadSeed(const Json &object, const std::string &path, uint64_t *seed) {
   if (!object.contains("seed")) return Status::Ok();
   const Json &v = object.at("seed");
-  if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() &&
-                                 v.get<int64_t>() < 0))
+  if (!v.is_number_integer() ||
+      (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0))
     return Expected(path + ".seed", "a non-negative integer", v);
   *seed = v.get<uint64_t>();
   return Status::Ok();
 }
 
 Status ParseGpt(const Json &root, ModelSpec *spec) {
-  DST_RETURN_IF_ERROR(CheckKeys(root, "the gpt spec",
-                                {"type", "vocab_size", "n_ctx", "block_size", "n_layer", "n_head",
-                                 "d_model", "n_embd", "seed", "dropout", "bias",
-                                 "tie_word_embeddings"}));
+  DST_RETURN_IF_ERROR(
+      CheckKeys(root, "the gpt spec",
+                {"type", "vocab_size", "n_ctx", "block_size", "n_layer", "n_head", "d_model",
+                 "n_embd", "seed", "dropout", "bias", "tie_word_embeddings"}));
   GptDims &d = spec->gpt;
   const int64_t kMax = int64_t(1) << 24;
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "vocab_size", 2, kMax, &d.vocab, false));
   const bool ctx_alias = root.contains("block_size");
-  DST_RETURN_IF_ERROR(ReadInt(root, "$", ctx_alias ? "block_size" : "n_ctx", 1, 1 << 16,
-                              &d.n_ctx, true));
+  DST_RETURN_IF_ERROR(
+      ReadInt(root, "$", ctx_alias ? "block_size" : "n_ctx", 1, 1 << 16, &d.n_ctx, true));
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_layer", 0, 4096, &d.n_layer, true));
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_head", 1, 4096, &d.n_head, true));
   const bool dm_alias = root.contains("n_embd");
@@ -101,9 +101,9 @@ Status ParseGpt(const Json &root, ModelSpec *spec) {
   return ReadSeed(root, "$", &spec->seed);
 }
 
-Status ParseSequentialLayer(const Json &layer, const std::string &path,
-                            SequentialLayerSpec *out) {
-  if (!layer.is_object()) return Expected(path, "an object like {\"type\": \"linear\", ...}", layer);
+Status ParseSequentialLayer(const Json &layer, const std::string &path, SequentialLayerSpec *out) {
+  if (!layer.is_object())
+    return Expected(path, "an object like {\"type\": \"linear\", ...}", layer);
   if (!layer.contains("type") || !layer.at("type").is_string())
     return Expected(path + ".type", "one of \"linear\", \"relu\", \"gelu\", \"layernorm\"",
                     layer.contains("type") ? layer.at("type") : Json());
@@ -113,17 +113,22 @@ Status ParseSequentialLayer(const Json &layer, const std::string &path,
     out->kind = SequentialLayerSpec::Kind::kLinear;
     DST_RETURN_IF_ERROR(ReadInt(layer, path, "out_features", 1, 1 << 24, &out->out_features, true));
     if (layer.contains("bias")) {
-      if (!layer.at("bias").is_boolean()) return Expected(path + ".bias", "true or false", layer.at("bias"));
+      if (!layer.at("bias").is_boolean())
+        return Expected(path + ".bias", "true or false", layer.at("bias"));
       out->bias = layer.at("bias").get<bool>();
     }
     return Status::Ok();
   }
   DST_RETURN_IF_ERROR(CheckKeys(layer, path, {"type"}));
-  if (type == "relu") out->kind = SequentialLayerSpec::Kind::kRelu;
-  else if (type == "gelu") out->kind = SequentialLayerSpec::Kind::kGelu;
-  else if (type == "layernorm") out->kind = SequentialLayerSpec::Kind::kLayerNorm;
-  else return Expected(path + ".type", "one of \"linear\", \"relu\", \"gelu\", \"layernorm\"",
-                       layer.at("type"));
+  if (type == "relu")
+    out->kind = SequentialLayerSpec::Kind::kRelu;
+  else if (type == "gelu")
+    out->kind = SequentialLayerSpec::Kind::kGelu;
+  else if (type == "layernorm")
+    out->kind = SequentialLayerSpec::Kind::kLayerNorm;
+  else
+    return Expected(path + ".type", "one of \"linear\", \"relu\", \"gelu\", \"layernorm\"",
+                    layer.at("type"));
   return Status::Ok();
 }
 
@@ -142,9 +147,12 @@ Status ParseSequential(const Json &root, ModelSpec *spec) {
     spec->layers.push_back(layer);
   }
   const Json loss = root.contains("loss") ? root.at("loss") : Json("mse");
-  if (loss == "mse") spec->loss = ModelSpec::Loss::kMse;
-  else if (loss == "cross_entropy") spec->loss = ModelSpec::Loss::kCrossEntropy;
-  else return Expected("$.loss", "\"mse\" or \"cross_entropy\"", loss);
+  if (loss == "mse")
+    spec->loss = ModelSpec::Loss::kMse;
+  else if (loss == "cross_entropy")
+    spec->loss = ModelSpec::Loss::kCrossEntropy;
+  else
+    return Expected("$.loss", "\"mse\" or \"cross_entropy\"", loss);
   if (spec->SequentialOutputDim() < (spec->loss == ModelSpec::Loss::kCrossEntropy ? 2 : 1))
     return ConfigError("model spec: cross_entropy needs at least 2 outputs from the last layer");
   return ReadSeed(root, "$", &spec->seed);

@@ -29,10 +29,10 @@ struct ModelSpec {
   Type type = Type::kGpt;
   Loss loss = Loss::kCrossEntropy;
   uint64_t seed = 1337;
-  GptDims gpt;                               // type gpt
-  int64_t input_dim = 0;                     // type sequential
-  std::vector<SequentialLayerSpec> layers;   // type sequential
-  std::string canonical_json;  // normalised spec, stored in checkpoints
+  GptDims gpt;                              // type gpt
+  int64_t input_dim = 0;                    // type sequential
+  std::vector<SequentialLayerSpec> layers;  // type sequential
+  std::string canonical_json;               // normalised spec, stored in checkpoints
 
   // Features per sample produced by the last sequential layer.
   int64_t SequentialOutputDim() const;

@@ -95,8 +95,8 @@ class ParamStore {
   std::vector<ParamDecl> decls_;
   int64_t numel_;
   int64_t padded_;
-  Buffer<T> values_;  // [padded_size] or empty
-  Buffer<T> grads_;   // [padded_size] or empty
+  Buffer<T> values_;                       // [padded_size] or empty
+  Buffer<T> grads_;                        // [padded_size] or empty
   std::vector<T *> param_ptr_, grad_ptr_;  // per tensor
 };
 

@@ -50,23 +50,26 @@ void ActivationLayer<T>::Reserve(const ActivationLimits &limits, MemoryTracker *
 template <typename T>
 const T *ActivationLayer<T>::Forward(const T *in, const MicroBatch<T> &mb) {
   in_ = in;
-  if (fn_ == Fn::kRelu) cpu::ReluForward(in, mb.rows() * width_, out_.data());
-  else cpu::GeluForward(in, mb.rows() * width_, out_.data());
+  if (fn_ == Fn::kRelu)
+    cpu::ReluForward(in, mb.rows() * width_, out_.data());
+  else
+    cpu::GeluForward(in, mb.rows() * width_, out_.data());
   return out_.data();
 }
 
 template <typename T>
 void ActivationLayer<T>::Backward(T *dout, T *din, const MicroBatch<T> &mb) {
   if (!din) return;
-  if (fn_ == Fn::kRelu) cpu::ReluBackward(dout, in_, mb.rows() * width_, din);
-  else cpu::GeluBackward(dout, in_, mb.rows() * width_, din);
+  if (fn_ == Fn::kRelu)
+    cpu::ReluBackward(dout, in_, mb.rows() * width_, din);
+  else
+    cpu::GeluBackward(dout, in_, mb.rows() * width_, din);
 }
 
 // ---------------------------------------------------------------- layernorm
 
 template <typename T>
-LayerNormLayer<T>::LayerNormLayer(const std::string &prefix, int64_t width,
-                                  ParamRegistry &registry)
+LayerNormLayer<T>::LayerNormLayer(const std::string &prefix, int64_t width, ParamRegistry &registry)
     : width_(width) {
   w_ = registry.Add(prefix + ".weight", {width}, ParamInit::Constant(1));
   b_ = registry.Add(prefix + ".bias", {width}, ParamInit::Constant(0));
@@ -92,16 +95,17 @@ template <typename T>
 void LayerNormLayer<T>::Backward(T *dout, T *din, const MicroBatch<T> &mb) {
   // The weight/bias gradients are needed even when din is not.
   T *dx = din ? din : dout;
-  if (din) std::memset(din, 0, size_t(mb.rows() * width_) * sizeof(T));
+  if (din)
+    std::memset(din, 0, size_t(mb.rows() * width_) * sizeof(T));
   else {
     // First layer: nobody consumes the input gradient, but the kernel computes
     // it alongside the parameter gradients; send it to the scratch tail.
     dx = mb.scratch + int64_t(mb.max_threads) * 2 * width_;
     std::memset(dx, 0, size_t(mb.rows() * width_) * sizeof(T));
   }
-  cpu::LayerNormBackward(dout, in_, this->store_->param(w_), mean_.data(), rstd_.data(),
-                         mb.rows(), width_, dx, this->store_->grad(w_), this->store_->grad(b_),
-                         mb.scratch, mb.max_threads);
+  cpu::LayerNormBackward(dout, in_, this->store_->param(w_), mean_.data(), rstd_.data(), mb.rows(),
+                         width_, dx, this->store_->grad(w_), this->store_->grad(b_), mb.scratch,
+                         mb.max_threads);
 }
 
 // ---------------------------------------------------------------- losses

@@ -7,7 +7,9 @@
 
 namespace dst {
 
-double GradNorm(const float *grads, int64_t n) { return std::sqrt(cpu::SumOfSquares(grads, n)); }
+double GradNorm(const float *grads, int64_t n) {
+  return std::sqrt(cpu::SumOfSquares(grads, n));
+}
 
 double ClipGradNorm(float *grads, int64_t n, double max_norm) {
   const double norm = GradNorm(grads, n);

@@ -10,13 +10,14 @@ namespace {
 constexpr double kPi = 3.14159265358979323846;
 
 // DeepSpeed clamps the warm-up length to at least 2 (log(1) would divide by 0).
-int64_t WarmupSteps(const SchedulerConfig &s) { return std::max<int64_t>(2, s.warmup_num_steps); }
+int64_t WarmupSteps(const SchedulerConfig &s) {
+  return std::max<int64_t>(2, s.warmup_num_steps);
+}
 
 // Fraction of warm-up done at `iteration` (< warm-up steps): log or linear.
 double WarmupGamma(const SchedulerConfig &s, int64_t iteration) {
   const double steps = double(WarmupSteps(s));
-  if (s.warmup_type == WarmupType::kLog)
-    return std::log(double(iteration) + 1.0) / std::log(steps);
+  if (s.warmup_type == WarmupType::kLog) return std::log(double(iteration) + 1.0) / std::log(steps);
   return double(iteration) / steps;
 }
 
@@ -53,10 +54,14 @@ double WarmupCosineRatio(const SchedulerConfig &s, int64_t iteration) {
 
 double LearningRateAt(const SchedulerConfig &schedule, double base_lr, int64_t iteration) {
   switch (schedule.type) {
-    case SchedulerType::kNone: return base_lr;
-    case SchedulerType::kWarmupLR: return WarmupLr(schedule, iteration);
-    case SchedulerType::kWarmupDecayLR: return WarmupDecayLr(schedule, iteration);
-    case SchedulerType::kWarmupCosineLR: return base_lr * WarmupCosineRatio(schedule, iteration);
+    case SchedulerType::kNone:
+      return base_lr;
+    case SchedulerType::kWarmupLR:
+      return WarmupLr(schedule, iteration);
+    case SchedulerType::kWarmupDecayLR:
+      return WarmupDecayLr(schedule, iteration);
+    case SchedulerType::kWarmupCosineLR:
+      return base_lr * WarmupCosineRatio(schedule, iteration);
   }
   return base_lr;
 }

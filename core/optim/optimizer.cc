@@ -15,14 +15,15 @@ Optimizer::Optimizer(const OptimizerConfig &config, int64_t numel, MemoryTracker
 void Optimizer::Step(float *params, const float *grads, double lr) {
   ++steps_;
   if (config_.type == OptimizerType::kSGD) {
-    const cpu::SgdHyper h{lr, config_.momentum, config_.dampening, config_.weight_decay,
-                          config_.nesterov, steps_ == 1};
+    const cpu::SgdHyper h{
+        lr,         config_.momentum, config_.dampening, config_.weight_decay, config_.nesterov,
+        steps_ == 1};
     cpu::SgdUpdate(params, grads, state_a_.data(), numel_, h);
     return;
   }
   const bool decoupled = config_.type == OptimizerType::kAdamW || config_.adam_w_mode;
-  const cpu::AdamHyper h{lr,  config_.betas[0],     config_.betas[1], config_.eps,
-                         config_.weight_decay, steps_, decoupled};
+  const cpu::AdamHyper h{
+      lr, config_.betas[0], config_.betas[1], config_.eps, config_.weight_decay, steps_, decoupled};
   cpu::AdamUpdate(params, grads, state_a_.data(), state_b_.data(), numel_, h);
 }
 
@@ -36,9 +37,12 @@ std::vector<OptimizerStateBuffer> Optimizer::StateBuffers() {
 
 const char *Optimizer::Name() const {
   switch (config_.type) {
-    case OptimizerType::kAdamW: return "AdamW";
-    case OptimizerType::kAdam: return "Adam";
-    case OptimizerType::kSGD: return "SGD";
+    case OptimizerType::kAdamW:
+      return "AdamW";
+    case OptimizerType::kAdam:
+      return "Adam";
+    case OptimizerType::kSGD:
+      return "SGD";
   }
   return "?";
 }

@@ -4,12 +4,18 @@ namespace dst {
 
 std::string_view MemoryCategoryName(MemoryCategory category) {
   switch (category) {
-    case MemoryCategory::kParameters: return "parameters";
-    case MemoryCategory::kGradients: return "gradients";
-    case MemoryCategory::kOptimizerState: return "optimizer_state";
-    case MemoryCategory::kActivations: return "activations";
-    case MemoryCategory::kCommunication: return "communication";
-    case MemoryCategory::kOffload: return "offload";
+    case MemoryCategory::kParameters:
+      return "parameters";
+    case MemoryCategory::kGradients:
+      return "gradients";
+    case MemoryCategory::kOptimizerState:
+      return "optimizer_state";
+    case MemoryCategory::kActivations:
+      return "activations";
+    case MemoryCategory::kCommunication:
+      return "communication";
+    case MemoryCategory::kOffload:
+      return "offload";
   }
   return "unknown";
 }

@@ -37,6 +37,8 @@ void SetNumThreads(int threads) {
   openblas_set_num_threads(threads);
 }
 
-int MaxThreads() { return omp_get_max_threads(); }
+int MaxThreads() {
+  return omp_get_max_threads();
+}
 
 }  // namespace dst

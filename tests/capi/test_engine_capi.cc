@@ -147,7 +147,8 @@ TEST(EngineCapi, SaveLoadContinueIsBitIdentical) {
     uint32_t got, want;
     std::memcpy(&got, &loss, 4);
     std::memcpy(&want, &uninterrupted[size_t(step)], 4);
-    EXPECT_EQ(got, want) << "step " << step << ": " << loss << " vs " << uninterrupted[size_t(step)];
+    EXPECT_EQ(got, want) << "step " << step << ": " << loss << " vs "
+                         << uninterrupted[size_t(step)];
   }
   dst_engine_destroy(e);
   std::filesystem::remove_all(dir);

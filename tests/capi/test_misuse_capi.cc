@@ -30,7 +30,9 @@ class Misuse : public ::testing::Test {
   dst_engine_t *engine_ = nullptr;
 };
 
-TEST(MisuseNoEngine, DestroyNullIsANoOp) { dst_engine_destroy(nullptr); }
+TEST(MisuseNoEngine, DestroyNullIsANoOp) {
+  dst_engine_destroy(nullptr);
+}
 
 TEST(MisuseNoEngine, CreateWithNullArguments) {
   ExpectError(dst_engine_create(nullptr, nullptr), DST_ERR_INVALID_ARGUMENT, "out");
@@ -155,8 +157,8 @@ TEST_F(Misuse, CheckpointErrors) {
               DST_ERR_INVALID_ARGUMENT, "contains '/'");
   ExpectError(dst_engine_save_checkpoint(engine_, "/tmp/dstrain_x", "t", "{not json"),
               DST_ERR_INVALID_ARGUMENT, "client_state is not valid JSON");
-  ExpectError(dst_engine_load_checkpoint(engine_, "/nonexistent/ckpts", nullptr, nullptr), DST_ERR_IO,
-              "does not exist");
+  ExpectError(dst_engine_load_checkpoint(engine_, "/nonexistent/ckpts", nullptr, nullptr),
+              DST_ERR_IO, "does not exist");
   ExpectError(dst_engine_save_checkpoint(engine_, "/proc/dstrain_cannot_write", "t", nullptr),
               DST_ERR_IO, "/proc/dstrain_cannot_write");
 }

@@ -67,9 +67,9 @@ std::string InspectJson(dst_engine_t *engine, const dst_batch_t &batch) {
     Check(dst_engine_param_info(engine, i, &infos[i]), "dst_engine_param_info");
   }
   std::vector<float> data(size_t(infos.back().numel));
-  std::string out = ",\"grad_after_step\":" +
-                    StatusJson(dst_engine_get_grad(engine, infos.back().name, data.data(),
-                                                   data.size()));
+  std::string out =
+      ",\"grad_after_step\":" +
+      StatusJson(dst_engine_get_grad(engine, infos.back().name, data.data(), data.size()));
   float loss = 0;
   Check(dst_engine_forward_backward(engine, &batch, &loss), "dst_engine_forward_backward");
   std::vector<double> param_norms, grad_norms;
@@ -105,14 +105,22 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "dst_dp_tool: %s needs a value\n", flag.c_str());
       return 2;
     }
-    if (flag == "--model") model = argv[i + 1];
-    else if (flag == "--config") config = argv[i + 1];
-    else if (flag == "--ckpt") ckpt = argv[i + 1];
-    else if (flag == "--save-at") save_at = std::atoi(argv[i + 1]);
-    else if (flag == "--inspect") inspect = std::atoi(argv[i + 1]) != 0;
-    else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (flag == "--data") data = argv[i + 1];
-    else if (flag == "--progress") progress = std::atoi(argv[i + 1]) != 0;
+    if (flag == "--model")
+      model = argv[i + 1];
+    else if (flag == "--config")
+      config = argv[i + 1];
+    else if (flag == "--ckpt")
+      ckpt = argv[i + 1];
+    else if (flag == "--save-at")
+      save_at = std::atoi(argv[i + 1]);
+    else if (flag == "--inspect")
+      inspect = std::atoi(argv[i + 1]) != 0;
+    else if (flag == "--steps")
+      steps = std::atoi(argv[i + 1]);
+    else if (flag == "--data")
+      data = argv[i + 1];
+    else if (flag == "--progress")
+      progress = std::atoi(argv[i + 1]) != 0;
     else {
       std::fprintf(stderr, "dst_dp_tool: unknown flag %s\n", flag.c_str());
       return 2;
@@ -154,8 +162,8 @@ int main(int argc, char **argv) {
   batch.targets = targets.data();
   batch.targets_count = targets.size();
   auto load_batch = [&](int index) {
-    Check(dst_dataset_batch(dataset, DST_SPLIT_TRAIN, uint64_t(index), uint64_t(info.rank) * n,
-                            n, T, tokens.data(), targets.data(), tokens.size()),
+    Check(dst_dataset_batch(dataset, DST_SPLIT_TRAIN, uint64_t(index), uint64_t(info.rank) * n, n,
+                            T, tokens.data(), targets.data(), tokens.size()),
           "dst_dataset_batch");
   };
   for (int step = first_step; step < steps; ++step) {
@@ -171,7 +179,7 @@ int main(int argc, char **argv) {
     losses += text;
     if (step + 1 == save_at)
       extra_json += ",\"save\":" +
-                   StatusJson(dst_engine_save_checkpoint(engine, ckpt.c_str(), nullptr, nullptr));
+                    StatusJson(dst_engine_save_checkpoint(engine, ckpt.c_str(), nullptr, nullptr));
   }
   if (inspect) {
     load_batch(steps);

@@ -24,8 +24,12 @@ void *operator new(size_t size) {
   if (void *p = std::malloc(size ? size : 1)) return p;
   throw std::bad_alloc();
 }
-void operator delete(void *p) noexcept { std::free(p); }
-void operator delete(void *p, size_t) noexcept { std::free(p); }
+void operator delete(void *p) noexcept {
+  std::free(p);
+}
+void operator delete(void *p, size_t) noexcept {
+  std::free(p);
+}
 
 namespace dst {
 namespace {

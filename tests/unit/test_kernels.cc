@@ -31,7 +31,8 @@ TEST(Kernels, FastExpSaturatesInsteadOfOverflowing) {
 TEST(Kernels, GeluFloatMatchesDoubleReference) {
   for (float x = -8.0f; x <= 8.0f; x += 0.001f) {
     const double xd = x;
-    const double ref = 0.5 * xd * (1 + std::tanh(0.7978845608028654 * (xd + 0.044715 * xd * xd * xd)));
+    const double ref =
+        0.5 * xd * (1 + std::tanh(0.7978845608028654 * (xd + 0.044715 * xd * xd * xd)));
     ASSERT_NEAR(math::Gelu(x), ref, 2e-6 * (1 + std::fabs(ref))) << "x = " << x;
   }
 }
@@ -83,7 +84,8 @@ TEST(Kernels, CrossEntropyOfUniformLogitsIsLogV) {
   std::vector<float> logits(rows * V, 0.5f);
   std::vector<int32_t> targets = {0, 17, -1, 255};
   int64_t counted = 0;
-  const float loss = cpu::SoftmaxCrossEntropyForward(logits.data(), targets.data(), rows, V, &counted);
+  const float loss =
+      cpu::SoftmaxCrossEntropyForward(logits.data(), targets.data(), rows, V, &counted);
   EXPECT_EQ(counted, 3);
   EXPECT_NEAR(loss, std::log(256.0), 1e-5);
 }

@@ -118,17 +118,17 @@ typedef struct dst_engine_info {
   size_t struct_size;
   dst_model_type_t model_type;
   dst_loss_type_t loss_type;
-  int64_t num_parameters;    /* trainable scalars (tied weights counted once) */
-  int64_t train_batch_size;  /* global samples per optimizer step */
-  int64_t micro_batch_size;  /* samples per micro-step per rank */
-  int64_t grad_accum_steps;  /* micro-steps per optimizer step */
-  int64_t dp_size;           /* data-parallel ranks */
-  int64_t rank;              /* this process's global rank */
-  int64_t world_size;        /* processes in the job */
-  int64_t seq_len;           /* GPT: maximum context (n_ctx); sequential: 0 */
-  int64_t vocab_size;        /* GPT: vocabulary; sequential: 0 */
-  int64_t input_dim;         /* sequential: features per sample; GPT: 0 */
-  int64_t output_dim;        /* sequential: outputs (classes) per sample; GPT: vocab */
+  int64_t num_parameters;   /* trainable scalars (tied weights counted once) */
+  int64_t train_batch_size; /* global samples per optimizer step */
+  int64_t micro_batch_size; /* samples per micro-step per rank */
+  int64_t grad_accum_steps; /* micro-steps per optimizer step */
+  int64_t dp_size;          /* data-parallel ranks */
+  int64_t rank;             /* this process's global rank */
+  int64_t world_size;       /* processes in the job */
+  int64_t seq_len;          /* GPT: maximum context (n_ctx); sequential: 0 */
+  int64_t vocab_size;       /* GPT: vocabulary; sequential: 0 */
+  int64_t input_dim;        /* sequential: features per sample; GPT: 0 */
+  int64_t output_dim;       /* sequential: outputs (classes) per sample; GPT: vocab */
 } dst_engine_info_t;
 
 /* Fills *info (set info->struct_size first, or use sizeof). */
@@ -216,12 +216,12 @@ DST_API dst_status_t dst_engine_param_info(const dst_engine_t *engine, size_t in
  * dst_engine_forward_backward (gathered into a temporary, counted as gradient
  * memory, freed when the next step begins); after train_batch it returns
  * DST_ERR_STATE. */
-DST_API dst_status_t dst_engine_get_param(const dst_engine_t *engine, const char *name,
-                                          float *data, size_t count);
-DST_API dst_status_t dst_engine_set_param(dst_engine_t *engine, const char *name,
-                                          const float *data, size_t count);
-DST_API dst_status_t dst_engine_get_grad(const dst_engine_t *engine, const char *name,
-                                         float *data, size_t count);
+DST_API dst_status_t dst_engine_get_param(const dst_engine_t *engine, const char *name, float *data,
+                                          size_t count);
+DST_API dst_status_t dst_engine_set_param(dst_engine_t *engine, const char *name, const float *data,
+                                          size_t count);
+DST_API dst_status_t dst_engine_get_grad(const dst_engine_t *engine, const char *name, float *data,
+                                         size_t count);
 
 /* ------------------------------------------------------------------------- */
 /* Checkpoints                                                                */

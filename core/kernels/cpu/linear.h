@@ -24,10 +24,11 @@ void LinearForward(const T *x, const T *weight, const T *bias, int64_t rows, int
 // dx (assigns, if non-null): [rows, in] = dy W; dweight (+=): [out, in] = dy^T x;
 // dbias (+=): [out] = column sums of dy.
 template <typename T>
-void LinearBackward(const T *dy, const T *x, const T *weight, int64_t rows, int64_t in,
-                    int64_t out, T *dx, T *dweight, T *dbias) {
-  if (dx) Gemm(false, false, int(rows), int(in), int(out), T(1), dy, int(out), weight, int(in),
-               T(0), dx, int(in));
+void LinearBackward(const T *dy, const T *x, const T *weight, int64_t rows, int64_t in, int64_t out,
+                    T *dx, T *dweight, T *dbias) {
+  if (dx)
+    Gemm(false, false, int(rows), int(in), int(out), T(1), dy, int(out), weight, int(in), T(0), dx,
+         int(in));
   Gemm(true, false, int(out), int(in), int(rows), T(1), dy, int(out), x, int(in), T(1), dweight,
        int(in));
   if (dbias) {

@@ -16,8 +16,7 @@ struct AdamHyper {
 };
 
 template <typename T>
-void AdamUpdate(T *param, const T *grad, T *exp_avg, T *exp_avg_sq, int64_t n,
-                const AdamHyper &h) {
+void AdamUpdate(T *param, const T *grad, T *exp_avg, T *exp_avg_sq, int64_t n, const AdamHyper &h) {
   const T b1 = T(h.beta1), b2 = T(h.beta2);
   const T bias1 = T(1 - std::pow(h.beta1, double(h.step)));
   const T bias2_sqrt = T(std::sqrt(1 - std::pow(h.beta2, double(h.step))));
