@@ -1,0 +1,113 @@
+// fp16 / bf16 conversions on edge values: zeros, subnormals, max finite,
+// overflow, infinities, NaN, and rounding ties (to even). The F16C array path
+// must agree bit for bit with the scalar one.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/precision/convert.h"
+#include "core/runtime/rng.h"
+
+namespace dst {
+namespace {
+
+float Bits(uint32_t u) {
+  return std::bit_cast<float>(u);
+}
+
+TEST(Fp16, ExactValuesRoundTrip) {
+  for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, -65504.0f, 0.000061035156f /* 2^-14 */,
+                  0.000000059604645f /* 2^-24, smallest subnormal */}) {
+    EXPECT_EQ(HalfToFloat(FloatToHalf(v)), v) << v;
+  }
+  EXPECT_EQ(FloatToHalf(-0.0f), 0x8000);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7BFF);  // max finite
+  EXPECT_EQ(FloatToHalf(0.000000059604645f), 0x0001);
+}
+
+TEST(Fp16, OverflowInfinityAndNan) {
+  EXPECT_EQ(FloatToHalf(65519.0f), 0x7BFF);  // below the midpoint to 65536: stays finite
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7C00);  // the midpoint rounds (to even) to inf
+  EXPECT_EQ(FloatToHalf(1e10f), 0x7C00);
+  EXPECT_EQ(FloatToHalf(-std::numeric_limits<float>::infinity()), 0xFC00);
+  EXPECT_TRUE(std::isinf(HalfToFloat(0x7C00)));
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::nanf("")))));
+  EXPECT_EQ(FloatToHalf(std::nanf("")) & 0x7C00, 0x7C00);
+}
+
+TEST(Fp16, TiesRoundToEven) {
+  // Between 1 and 1 + 2^-10 the midpoint is 1 + 2^-11: even mantissa (1.0) wins.
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3C00);
+  // Between 1 + 2^-10 (odd) and 1 + 2^-9 (even): rounds up to the even one.
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);
+  // Subnormal tie: 1.5 x 2^-24 -> 2 x 2^-24 (even); 2.5 x 2^-24 -> 2 x 2^-24.
+  EXPECT_EQ(FloatToHalf(1.5f * std::ldexp(1.0f, -24)), 0x0002);
+  EXPECT_EQ(FloatToHalf(2.5f * std::ldexp(1.0f, -24)), 0x0002);
+  // Below half the smallest subnormal: flushes to zero.
+  EXPECT_EQ(FloatToHalf(0.49f * std::ldexp(1.0f, -24)), 0x0000);
+}
+
+TEST(Fp16, ArrayPathMatchesScalarBitForBit) {
+  std::vector<float> in;
+  for (uint32_t i = 0; i < 200000; ++i) {
+    const uint64_t r = Mix64(i);
+    // Mostly values in the fp16 range, some anywhere (inf, nan, subnormal floats).
+    in.push_back(i % 4 ? float(StandardNormal(1, 2, i) * std::ldexp(1.0, int(r % 40) - 26))
+                       : Bits(uint32_t(r)));
+  }
+  std::vector<uint16_t> vec(in.size());
+  FloatToHalf(in.data(), vec.data(), int64_t(in.size()));
+  for (size_t i = 0; i < in.size(); ++i) {
+    const uint16_t scalar = FloatToHalf(in[i]);
+    if (std::isnan(in[i])) {
+      ASSERT_EQ(vec[i] & 0x7C00, 0x7C00);
+      ASSERT_NE(vec[i] & 0x3FF, 0);
+      continue;
+    }
+    ASSERT_EQ(vec[i], scalar) << "input " << in[i] << " bits " << std::bit_cast<uint32_t>(in[i]);
+  }
+  std::vector<float> back(in.size());
+  HalfToFloat(vec.data(), back.data(), int64_t(vec.size()));
+  for (size_t i = 0; i < vec.size(); ++i) {
+    const float s = HalfToFloat(vec[i]);
+    if (std::isnan(s)) {
+      ASSERT_TRUE(std::isnan(back[i]));
+    } else {
+      ASSERT_EQ(back[i], s) << vec[i];
+    }
+  }
+}
+
+TEST(Bf16, RoundToNearestEvenAndSpecials) {
+  EXPECT_EQ(FloatToBFloat16(1.0f), 0x3F80);
+  EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8)), 0x3F80);      // tie -> even
+  EXPECT_EQ(FloatToBFloat16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3F82);  // tie -> even (up)
+  EXPECT_EQ(FloatToBFloat16(std::numeric_limits<float>::infinity()), 0x7F80);
+  EXPECT_EQ(FloatToBFloat16(std::numeric_limits<float>::max()), 0x7F80);  // rounds to inf
+  EXPECT_EQ(FloatToBFloat16(Bits(0x7F7F7FFFu)), 0x7F7F);                  // max finite stays
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(std::nanf("")))));
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(Bits(0x7F800001u)))));  // sNaN kept NaN
+  EXPECT_EQ(FloatToBFloat16(Bits(0x00010000u)), 0x0001);                         // subnormal
+  EXPECT_EQ(FloatToBFloat16(-0.0f), 0x8000);
+  for (float v : {0.5f, -3.0f, 1024.0f, std::ldexp(1.0f, -130)})
+    EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(v)), v) << v;
+}
+
+TEST(Bf16, ArrayPathMatchesScalar) {
+  std::vector<float> in(1001);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = float(StandardNormal(3, 4, i) * 1e3);
+  std::vector<uint16_t> out(in.size());
+  FloatToBFloat16(in.data(), out.data(), int64_t(in.size()));
+  std::vector<float> back(in.size());
+  BFloat16ToFloat(out.data(), back.data(), int64_t(in.size()));
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_EQ(out[i], FloatToBFloat16(in[i]));
+    ASSERT_LE(std::fabs(back[i] - in[i]), std::fabs(in[i]) * std::ldexp(1.0f, -8));
+  }
+}
+
+}  // namespace
+}  // namespace dst
