@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "ckpt_command.h"
 #include "cli_error.h"
 #include "dstrain/dstrain.h"
 #include "estimate_command.h"
@@ -47,6 +48,7 @@ int main(int argc, char **argv) {
   dstrain_cli::TrainCommand train(app);
   dstrain_cli::EstimateCommand estimate(app);
   dstrain_cli::LaunchCommand launch(app);
+  dstrain_cli::CkptCommand ckpt(app);
 
   try {
     app.parse(argc, argv);
@@ -58,6 +60,7 @@ int main(int argc, char **argv) {
     if (report.selected()) return report.Run();
     if (estimate.selected()) return estimate.Run();
     if (launch.selected()) return launch.Run();
+    if (ckpt.selected()) return ckpt.Run();
     return train.Run();
   } catch (const dstrain_cli::CliError &error) {
     PrintError(error.what());

@@ -56,6 +56,17 @@ std::string DatasetPath(const dst_dataset_t *dataset) {
   return path;
 }
 
+// Every rank serves its own metrics; each says where (stderr, even with
+// --quiet: the address is what a user or a scraper needs to find it).
+void PrintMonitorUrl(const dst_engine_t *engine, const dst_engine_info_t &info) {
+  const char *url = nullptr;
+  Check(dst_engine_monitor_url(engine, &url), "reading the metrics address");
+  if (url == nullptr || *url == '\0') return;
+  std::fprintf(stderr, "dstrain: rank %lld metrics: %s (dashboard), %smetrics (Prometheus)\n",
+               static_cast<long long>(info.rank), url, url);
+  std::fflush(stderr);
+}
+
 void PrintPlan(const dst_engine_info_t &info, const dst_dataset_t *dataset, const BatchShape &shape,
                const LoopPlan &plan, const TrainOptions &options) {
   std::printf("dstrain: GPT with %s parameters on %s (%s train / %s val tokens)\n",
@@ -144,6 +155,7 @@ int TrainCommand::Run() {
   CheckModelFitsByteData(info);
   const BatchShape shape = ChooseBatchShape(info, options.seq_len);
   const ResolvedConfig config = ReadResolvedConfig(engine.get());
+  PrintMonitorUrl(engine.get(), info);
 
   const ResumePoint resume = options.load_dir.empty()
                                  ? ResumePoint{}

@@ -14,7 +14,17 @@ PACKAGES=(
   python3-pip mypy         # Python SDK: offline install test, strict typing test
   fortunes                 # the default training corpus (/usr/share/games/fortunes)
   iproute2 procps          # two-host test (ip netns), fault tests (pgrep)
+  prometheus-cpp-dev       # per-rank metrics registry and text exposition
+  libcivetweb-dev          # the metrics HTTP server (/metrics, /api/v1, dashboard)
+  prometheus               # promtool check metrics; the real-scrape test
+  chromium                 # the headless browser test of the dashboard
 )
+
+# The dashboard is built from npm packages (uPlot, playwright-core): the
+# image's Node.js and npm if present, else Debian's.
+if ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(nodejs npm)
+fi
 
 # The Rust SDK needs cargo: rustup's (in $HOME/.cargo/bin) if present, else Debian's.
 if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
@@ -25,13 +35,21 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -ne 0 ]; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "dstrain: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "dstrain: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The dashboard's npm packages (uPlot, embedded at build time; playwright-core,
+# the browser test): `npm ci` when dashboard/node_modules is missing or older
+# than package-lock.json. No browser downloads: the test uses /usr/bin/chromium.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ ! -f "$ROOT/dashboard/node_modules/.package-lock.json" ] ||
+   [ "$ROOT/dashboard/node_modules/.package-lock.json" -ot "$ROOT/dashboard/package-lock.json" ]; then
+  echo "dstrain: installing the dashboard's npm packages (npm ci --prefix dashboard)"
+  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix "$ROOT/dashboard" --no-audit --no-fund
+fi

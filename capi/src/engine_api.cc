@@ -13,6 +13,7 @@ struct dst_engine {
   // engines with other thread counts.
   int threads = 1;
   std::string metrics_json;  // returned by dst_engine_metrics_json
+  std::string monitor_url;   // returned by dst_engine_monitor_url
   std::string client_state;  // returned by dst_engine_load_checkpoint
 };
 
@@ -90,6 +91,7 @@ dst_status_t dst_engine_create(dst_engine_t **out, const dst_engine_options_t *o
   auto handle = std::make_unique<dst_engine>();
   handle->engine = std::move(engine).value();
   handle->threads = dst::ResolveNumThreads(handle->engine->config().runtime.num_threads);
+  handle->monitor_url = handle->engine->MonitorUrl();
   *out = handle.release();
   return DST_OK;
   DST_CAPI_END
@@ -273,6 +275,15 @@ dst_status_t dst_engine_config_json(const dst_engine_t *engine, const char **out
   DST_CAPI_REQUIRE_NONNULL(engine);
   DST_CAPI_REQUIRE_NONNULL(out_json);
   *out_json = engine->engine->ConfigJson().c_str();
+  return DST_OK;
+  DST_CAPI_END
+}
+
+dst_status_t dst_engine_monitor_url(const dst_engine_t *engine, const char **out_url) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_CAPI_REQUIRE_NONNULL(out_url);
+  *out_url = engine->monitor_url.c_str();
   return DST_OK;
   DST_CAPI_END
 }

@@ -59,10 +59,13 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
   const int64_t persistent =
       dst::PersistentElements(decls, config.value().zero.stage3_param_persistence_threshold);
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  const dst::DType precision = config.value().precision();
+  const bool mixed = precision != dst::DType::kFloat32;
   for (int stage = 0; stage <= 3; ++stage) {
-    const int64_t stage_persistent = stage == 3 ? persistent : 0;
-    const dst::ModelStateBytes b =
-        dst::EstimateModelState(psi, dp, stage, config.value().optimizer, stage_persistent);
+    // Mixed precision partitions every tensor at stage 3 (no persistent ones).
+    const int64_t stage_persistent = stage == 3 && !mixed ? persistent : 0;
+    const dst::ModelStateBytes b = dst::EstimateModelState(psi, dp, stage, config.value().optimizer,
+                                                           stage_persistent, precision);
     stages.push_back({{"stage", stage},
                       {"parameters_bytes", b.parameters},
                       {"gradients_bytes", b.gradients},
@@ -71,13 +74,15 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
                       {"persistent_parameters", stage_persistent},
                       {"supported", true}});
   }
-  nlohmann::ordered_json out = {{"num_parameters", psi},
-                                {"world_size", world_size},
-                                {"dp_size", dp},
-                                {"optimizer_state_bytes_per_parameter",
-                                 dst::OptimizerStateBytesPerParameter(config.value().optimizer)},
-                                {"configured_stage", config.value().zero.stage},
-                                {"stages", stages}};
+  nlohmann::ordered_json out = {
+      {"num_parameters", psi},
+      {"world_size", world_size},
+      {"dp_size", dp},
+      {"precision", dst::DTypeName(precision)},
+      {"optimizer_state_bytes_per_parameter",
+       dst::OptimizerStateBytesPerParameter(config.value().optimizer, precision)},
+      {"configured_stage", config.value().zero.stage},
+      {"stages", stages}};
   g_estimate_json = out.dump();
   *out_json = g_estimate_json.c_str();
   return DST_OK;

@@ -1,5 +1,7 @@
 #include "core/checkpoint/checkpoint.h"
 
+#include "core/checkpoint/checksum.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -19,7 +21,7 @@ namespace {
 constexpr const char *kMetaFile = "meta.json";
 constexpr const char *kLatestFile = "latest";
 constexpr const char *kFormat = "dstrain-checkpoint";
-constexpr int kFormatVersion = 1;
+constexpr int kFormatVersion = 2;  // 2: per-rank optimizer shards (flat ranges)
 
 std::string ErrnoText() {
   return std::strerror(errno);
@@ -93,73 +95,89 @@ Status ValidateTag(const std::string &tag) {
 Result<std::string> FileChecksum(const std::string &path, uint64_t *size_out) {
   std::FILE *f = std::fopen(path.c_str(), "rb");
   if (!f) return IoError("cannot read " + path + ": " + ErrnoText());
-  // 64-bit multiply-rotate hash over 8-byte words; the tail is zero-padded.
-  uint64_t h = 0x9e3779b97f4a7c15ULL, size = 0;
+  Checksum64 sum;
   std::vector<unsigned char> block(1 << 20);
   size_t got;
-  while ((got = std::fread(block.data(), 1, block.size(), f)) > 0) {
-    size += got;
-    const size_t padded = (got + 7) / 8 * 8;
-    std::memset(block.data() + got, 0, padded - got);
-    for (size_t i = 0; i < padded; i += 8) {
-      uint64_t w;
-      std::memcpy(&w, block.data() + i, 8);
-      h = (h ^ w) * 0xff51afd7ed558ccdULL;
-      h = (h << 29) | (h >> 35);
-    }
-  }
+  while ((got = std::fread(block.data(), 1, block.size(), f)) > 0) sum.Update(block.data(), got);
   const bool failed = std::ferror(f);
   std::fclose(f);
   if (failed) return IoError("read error in " + path);
-  h ^= size;
-  h *= 0xc4ceb9fe1a85ec53ULL;
-  h ^= h >> 33;
-  if (size_out) *size_out = size;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return std::string(hex);
+  if (size_out) *size_out = sum.bytes();
+  return sum.Hex();
 }
 
-Status WriteCheckpoint(const std::string &dir, const std::string &tag,
-                       const std::vector<CheckpointFile> &files, nlohmann::json meta) {
+std::string StagingPath(const std::string &dir, const std::string &tag) {
+  return (fs::path(dir) / ("." + tag + ".tmp")).string();
+}
+
+Status PrepareStaging(const std::string &dir, const std::string &tag) {
   DST_RETURN_IF_ERROR(ValidateTag(tag));
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return IoError("cannot create checkpoint directory " + dir + ": " + ec.message());
-  const std::string staged = (fs::path(dir) / ("." + tag + ".tmp")).string();
+  const std::string staged = StagingPath(dir, tag);
   fs::remove_all(staged, ec);
   fs::create_directory(staged, ec);
   if (ec) return IoError("cannot create " + staged + ": " + ec.message());
+  return Status::Ok();
+}
 
+Result<WrittenFile> WriteStagedFile(const std::string &dir, const std::string &tag,
+                                    const CheckpointFile &file) {
+  const std::string path = (fs::path(StagingPath(dir, tag)) / file.name).string();
+  WrittenFile written;
+  written.name = file.name;
+  Checksum64 sum;  // of the bytes as written: no second pass over the file
+  Status st = WriteSafetensors(path, file.tensors, file.metadata, &sum);
+  if (!st.ok()) return st.context("saving checkpoint " + tag);
+  written.bytes = sum.bytes();
+  written.checksum = sum.Hex();
+  return written;
+}
+
+void AbortStaging(const std::string &dir, const std::string &tag) {
+  std::error_code ec;
+  fs::remove_all(StagingPath(dir, tag), ec);
+}
+
+Status CommitStaging(const std::string &dir, const std::string &tag,
+                     const std::vector<WrittenFile> &files, nlohmann::json meta) {
+  const std::string staged = StagingPath(dir, tag);
   meta["format"] = kFormat;
   meta["format_version"] = kFormatVersion;
   meta["tag"] = tag;
   nlohmann::json listed = nlohmann::json::object();
-  for (const CheckpointFile &file : files) {
-    const std::string path = (fs::path(staged) / file.name).string();
-    Status st = WriteSafetensors(path, file.tensors, file.metadata);
-    if (!st.ok()) {
-      fs::remove_all(staged, ec);
-      return st.context("saving checkpoint " + tag);
-    }
-    uint64_t size = 0;
-    Result<std::string> sum = FileChecksum(path, &size);
-    if (!sum.ok()) return sum.status();
-    listed[file.name] = {{"bytes", size}, {"checksum", sum.value()}};
-  }
+  for (const WrittenFile &f : files)
+    listed[f.name] = {{"bytes", f.bytes}, {"checksum", f.checksum}};
   meta["files"] = listed;
   Status st = WriteTextFile((fs::path(staged) / kMetaFile).string(), meta.dump(2));
   if (st.ok()) st = FsyncPath(staged, true);
   if (st.ok()) st = SwapDirectoryIntoPlace(staged, (fs::path(dir) / tag).string());
   if (!st.ok()) {
-    fs::remove_all(staged, ec);
+    AbortStaging(dir, tag);
     return st.context("saving checkpoint " + tag);
   }
+  std::error_code ec;
   const std::string latest_tmp = (fs::path(dir) / ".latest.tmp").string();
   DST_RETURN_IF_ERROR(WriteTextFile(latest_tmp, tag));
   fs::rename(latest_tmp, fs::path(dir) / kLatestFile, ec);
   if (ec) return IoError("cannot update " + dir + "/latest: " + ec.message());
   return FsyncPath(dir, true);
+}
+
+Status WriteCheckpoint(const std::string &dir, const std::string &tag,
+                       const std::vector<CheckpointFile> &files, nlohmann::json meta) {
+  DST_RETURN_IF_ERROR(PrepareStaging(dir, tag));
+  std::vector<WrittenFile> written;
+  for (const CheckpointFile &file : files) {
+    Result<WrittenFile> w = WriteStagedFile(dir, tag, file);
+    if (!w.ok()) {
+      AbortStaging(dir, tag);
+      return w.status();
+    }
+    written.push_back(std::move(w).value());
+  }
+  return CommitStaging(dir, tag, written, std::move(meta));
 }
 
 namespace {
@@ -179,25 +197,9 @@ Result<std::string> ResolveTag(const std::string &dir, const std::string &tag) {
   return name;
 }
 
-Status VerifyListedFile(const std::string &path, const nlohmann::json &entry) {
-  uint64_t size = 0;
-  Result<std::string> sum = FileChecksum(path, &size);
-  if (!sum.ok()) return CheckpointError(sum.status().message());
-  if (!entry.is_object() || !entry.contains("bytes") || !entry.contains("checksum"))
-    return CheckpointError("meta.json has no size/checksum for " + path);
-  if (entry["bytes"].get<uint64_t>() != size)
-    return CheckpointError(path + " is " + std::to_string(size) + " bytes but was saved with " +
-                           entry["bytes"].dump() + ": the file is truncated or was replaced");
-  if (entry["checksum"].get<std::string>() != sum.value())
-    return CheckpointError(path + " fails its checksum (saved " +
-                           entry["checksum"].get<std::string>() + ", now " + sum.value() +
-                           "): the file is corrupt; restore it or load another tag");
-  return Status::Ok();
-}
-
 }  // namespace
 
-Result<LoadedCheckpoint> ReadCheckpoint(const std::string &dir, const std::string &tag) {
+Result<LoadedCheckpoint> ReadCheckpointMeta(const std::string &dir, const std::string &tag) {
   Result<std::string> resolved = ResolveTag(dir, tag);
   if (!resolved.ok()) return resolved.status();
   DST_RETURN_IF_ERROR(ValidateTag(resolved.value()).context("loading checkpoint from " + dir));
@@ -216,23 +218,64 @@ Result<LoadedCheckpoint> ReadCheckpoint(const std::string &dir, const std::strin
                            "): the file is corrupt");
   }
   try {
-    if (ckpt.meta.value("format", "") != kFormat)
+    if (!ckpt.meta.is_object() || ckpt.meta.value("format", "") != kFormat)
       return CheckpointError(meta_path + " is not a dstrain checkpoint (format \"" +
-                             ckpt.meta.value("format", "") + "\")");
+                             (ckpt.meta.is_object() ? ckpt.meta.value("format", "") : "") + "\")");
     if (ckpt.meta.value("format_version", 0) != kFormatVersion)
       return CheckpointError(meta_path + " has format_version " +
                              ckpt.meta["format_version"].dump() + "; this build reads version " +
                              std::to_string(kFormatVersion));
-    for (const auto &[name, entry] : ckpt.meta.at("files").items()) {
-      const std::string path = (fs::path(ckpt.path) / name).string();
-      DST_RETURN_IF_ERROR(VerifyListedFile(path, entry));
-      Result<SafetensorsFile> file = ReadSafetensors(path);
-      if (!file.ok()) return CheckpointError(file.status().message());
-      ckpt.files.emplace(name, std::move(file).value());
-    }
+    if (!ckpt.meta.at("files").is_object())
+      return CheckpointError(meta_path + ": \"files\" is not an object");
   } catch (const nlohmann::json::exception &e) {
     return CheckpointError(meta_path + " is missing fields or has wrong types (" + e.what() + ")");
   }
+  return ckpt;
+}
+
+Status LoadCheckpointFile(LoadedCheckpoint *ckpt, const std::string &name) {
+  if (ckpt->files.count(name)) return Status::Ok();
+  const nlohmann::json &listed = ckpt->meta.at("files");
+  if (!listed.contains(name))
+    return CheckpointError(ckpt->path + "/meta.json does not list " + name +
+                           ": the checkpoint is incomplete");
+  const std::string path = (fs::path(ckpt->path) / name).string();
+  const nlohmann::json &entry = listed.at(name);
+  if (!entry.is_object() || !entry.contains("bytes") || !entry.contains("checksum") ||
+      !entry["bytes"].is_number_unsigned() || !entry["checksum"].is_string())
+    return CheckpointError(ckpt->path + "/meta.json has no size/checksum for " + name);
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) return CheckpointError("cannot read " + path + ": " + ec.message());
+  if (entry["bytes"].get<uint64_t>() != size)
+    return CheckpointError(path + " is " + std::to_string(size) + " bytes but was saved with " +
+                           entry["bytes"].dump() + ": the file is truncated or was replaced");
+  // One read: the checksum is taken over the bytes as they are parsed.
+  Checksum64 sum;
+  Result<SafetensorsFile> file = ReadSafetensors(path, &sum);
+  const std::string saved = entry["checksum"].get<std::string>();
+  if (!file.ok() || sum.bytes() != size || sum.Hex() != saved) {
+    std::string now = sum.Hex();
+    if (!file.ok()) {  // the parse stopped early: checksum the whole file
+      Result<std::string> whole = FileChecksum(path, nullptr);
+      now = whole.ok() ? whole.value() : "unreadable";
+    }
+    if (now != saved)
+      return CheckpointError(path + " fails its checksum (saved " + saved + ", now " + now +
+                             "): the file is corrupt; restore it or load another tag");
+    if (!file.ok()) return CheckpointError(file.status().message());
+  }
+  ckpt->files.emplace(name, std::move(file).value());
+  return Status::Ok();
+}
+
+Result<LoadedCheckpoint> ReadCheckpoint(const std::string &dir, const std::string &tag) {
+  Result<LoadedCheckpoint> ckpt = ReadCheckpointMeta(dir, tag);
+  if (!ckpt.ok()) return ckpt.status();
+  std::vector<std::string> names;
+  for (const auto &item : ckpt->meta.at("files").items()) names.push_back(item.key());
+  for (const std::string &name : names)
+    DST_RETURN_IF_ERROR(LoadCheckpointFile(&ckpt.value(), name));
   return ckpt;
 }
 

@@ -184,7 +184,7 @@ int64_t LoadedTensor::numel() const {
 }
 
 Status WriteSafetensors(const std::string &path, const std::vector<TensorRef> &tensors,
-                        const std::map<std::string, std::string> &metadata) {
+                        const std::map<std::string, std::string> &metadata, Checksum64 *sum) {
   const std::string where = "writing safetensors '" + path + "'";
   // ordered_json keeps the tensors in the order given.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -236,18 +236,23 @@ Status WriteSafetensors(const std::string &path, const std::vector<TensorRef> &t
       !WriteAll(fd.get(), text.data(), text.size())) {
     return IoError(where + ": write failed: " + Errno());
   }
+  if (sum) {
+    sum->Update(len_bytes, sizeof len_bytes);
+    sum->Update(text.data(), text.size());
+  }
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (sizes[i] == 0) continue;
     if (!WriteAll(fd.get(), tensors[i].data, sizes[i])) {
       return IoError(where + ": writing tensor '" + tensors[i].name + "' failed: " + Errno());
     }
+    if (sum) sum->Update(tensors[i].data, sizes[i]);
   }
   if (::fsync(fd.get()) != 0) return IoError(where + ": fsync failed: " + Errno());
   if (fd.Close() != 0) return IoError(where + ": close failed: " + Errno());
   return Status::Ok();
 }
 
-Result<SafetensorsFile> ReadSafetensors(const std::string &path) {
+Result<SafetensorsFile> ReadSafetensors(const std::string &path, Checksum64 *sum) {
   const std::string where = "safetensors '" + path + "'";
   auto corrupt = [&](const std::string &msg) {
     return CheckpointError(where + ": " + msg + " (the file is corrupt or not a safetensors file)");
@@ -288,6 +293,10 @@ Result<SafetensorsFile> ReadSafetensors(const std::string &path) {
   }
   const uint64_t data_start = 8 + header_len;
   const uint64_t data_size = file_size - data_start;
+  if (sum) {
+    sum->Update(len_bytes, 8);
+    sum->Update(text.data(), text.size());
+  }
 
   // Parse without exceptions; the callback catches duplicate top-level keys,
   // which nlohmann would otherwise silently collapse.
@@ -404,6 +413,7 @@ Result<SafetensorsFile> ReadSafetensors(const std::string &path) {
       if (errno == 0) return bad_tensor(e->name, "unexpected end of file");
       return IoError(where + ": reading tensor '" + e->name + "' failed: " + Errno());
     }
+    if (sum) sum->Update(t.bytes.data(), t.bytes.size());
     out.tensors.emplace(e->name, std::move(t));
   }
   return out;

@@ -6,9 +6,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/checkpoint/checksum.h"
 #include "core/common/status.h"
 
 namespace dst {
@@ -28,11 +31,29 @@ struct TensorRef {
   const void *data = nullptr;  // numel(shape) * DTypeSize(dtype) bytes
 };
 
+// Allocates without zero-filling (the file's bytes overwrite them at once),
+// which saves a pass over memory on every checkpoint load.
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  template <typename U>
+  void construct(U *p) noexcept {
+    ::new (static_cast<void *>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U *p, Args &&...args) {
+    ::new (static_cast<void *>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
 // A tensor read back: owns its bytes.
 struct LoadedTensor {
   TensorDType dtype = TensorDType::kF32;
   std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
+  std::vector<uint8_t, UninitializedAllocator<uint8_t>> bytes;
   int64_t numel() const;
   const float *f32() const { return reinterpret_cast<const float *>(bytes.data()); }
 };
@@ -44,13 +65,17 @@ struct SafetensorsFile {
 
 // Writes `path` (tensors in the given order) and fsyncs it. Duplicate names,
 // null data or a bad shape are kInvalidArgument; I/O failures kIo naming path.
+// `sum`, when given, is fed every byte written (the file's checksum).
 Status WriteSafetensors(const std::string &path, const std::vector<TensorRef> &tensors,
-                        const std::map<std::string, std::string> &metadata = {});
+                        const std::map<std::string, std::string> &metadata = {},
+                        Checksum64 *sum = nullptr);
 
 // Reads and validates the whole file: header length within the file, JSON
 // well formed, every dtype known, offsets contiguous and inside the data,
 // sizes equal numel * dtype size. Errors are kCheckpoint naming the path and
 // the offending tensor; a missing file is kIo.
-Result<SafetensorsFile> ReadSafetensors(const std::string &path);
+// `sum`, when given, is fed every byte read, in file order (on success: the
+// whole file).
+Result<SafetensorsFile> ReadSafetensors(const std::string &path, Checksum64 *sum = nullptr);
 
 }  // namespace dst

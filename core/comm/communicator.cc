@@ -44,6 +44,18 @@ class SoloCommunicator final : public Communicator {
     return std::make_unique<DoneWork>();
   }
   Status Barrier() override { return Status::Ok(); }
+  std::unique_ptr<Work> AllReduceSum16(uint16_t *, int64_t, Half) override {
+    return std::make_unique<DoneWork>();
+  }
+  std::unique_ptr<Work> ReduceSum16(uint16_t *, int64_t, int64_t, Half) override {
+    return std::make_unique<DoneWork>();
+  }
+  std::unique_ptr<Work> AllGather16(uint16_t *, int64_t) override {
+    return std::make_unique<DoneWork>();
+  }
+  std::unique_ptr<Work> Broadcast16(uint16_t *, int64_t, int64_t) override {
+    return std::make_unique<DoneWork>();
+  }
   void SetCompletionHook(CompletionHook) override {}
 
  private:

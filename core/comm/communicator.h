@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/common/status.h"
+#include "core/precision/half_ops.h"
 
 namespace dst {
 
@@ -53,6 +54,15 @@ class Communicator {
   virtual std::unique_ptr<Work> AllGather(float *data, int64_t shard) = 0;
   virtual std::unique_ptr<Work> Broadcast(float *data, int64_t count, int64_t root) = 0;
   virtual Status Barrier() = 0;
+
+  // The same on 16-bit data (fp16 or bf16 bit patterns, `type`). A sum adds
+  // two values in fp32 and rounds the result to `type` at every step, as a
+  // 16-bit reduction on a GPU does. Gathers and broadcasts copy bits.
+  virtual std::unique_ptr<Work> AllReduceSum16(uint16_t *data, int64_t count, Half type) = 0;
+  virtual std::unique_ptr<Work> ReduceSum16(uint16_t *data, int64_t count, int64_t root,
+                                            Half type) = 0;
+  virtual std::unique_ptr<Work> AllGather16(uint16_t *data, int64_t shard) = 0;
+  virtual std::unique_ptr<Work> Broadcast16(uint16_t *data, int64_t count, int64_t root) = 0;
 
   using CompletionHook = std::function<void(const CommRecord &)>;
   // Called on the communication thread after each successful collective.

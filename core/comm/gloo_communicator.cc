@@ -58,6 +58,20 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
+// Gloo reduction functions over 16-bit bit patterns (Gloo has fp16 but no
+// bf16 type; both go through our conversions, rounding after each addition).
+void SumFp16(uint16_t *x, const uint16_t *y, size_t n) {
+  Sum16(Half::kFp16, x, y, int64_t(n));
+}
+void SumBf16(uint16_t *x, const uint16_t *y, size_t n) {
+  Sum16(Half::kBf16, x, y, int64_t(n));
+}
+const gloo::ReductionFunction<uint16_t> *SumFunction16(Half type) {
+  static const gloo::ReductionFunction<uint16_t> fp16(gloo::SUM, &SumFp16);
+  static const gloo::ReductionFunction<uint16_t> bf16(gloo::SUM, &SumBf16);
+  return type == Half::kFp16 ? &fp16 : &bf16;
+}
+
 // One queued collective and the state its Work handle waits on.
 struct Task {
   std::function<void()> run;  // may throw gloo exceptions
@@ -162,6 +176,45 @@ class GlooCommunicator final : public Communicator {
     return Enqueue(CommOp::kBroadcast, count * 4, [this, data, count, root](uint32_t) {
       std::vector<float *> ptrs = {data};
       gloo::BroadcastOneToAll<float> algorithm(context_, ptrs, int(count), int(root));
+      algorithm.run();
+    });
+  }
+
+  std::unique_ptr<Work> AllReduceSum16(uint16_t *data, int64_t count, Half type) override {
+    return Enqueue(CommOp::kAllReduce, count * 2, [this, data, count, type](uint32_t) {
+      std::vector<uint16_t *> ptrs = {data};
+      gloo::AllreduceHalvingDoubling<uint16_t> algorithm(context_, ptrs, int(count),
+                                                         SumFunction16(type));
+      algorithm.run();
+    });
+  }
+
+  // As ReduceSum: an allreduce that leaves the sum on the root too.
+  std::unique_ptr<Work> ReduceSum16(uint16_t *data, int64_t count, int64_t root,
+                                    Half type) override {
+    (void)root;
+    return Enqueue(CommOp::kReduce, count * 2, [this, data, count, type](uint32_t) {
+      std::vector<uint16_t *> ptrs = {data};
+      gloo::AllreduceHalvingDoubling<uint16_t> algorithm(context_, ptrs, int(count),
+                                                         SumFunction16(type));
+      algorithm.run();
+    });
+  }
+
+  std::unique_ptr<Work> AllGather16(uint16_t *data, int64_t shard) override {
+    return Enqueue(CommOp::kAllGather, shard * size() * 2, [this, data, shard](uint32_t tag) {
+      gloo::AllgatherOptions opts(context_);
+      opts.setOutput(data, size_t(shard * size()));
+      opts.setTag(tag);
+      opts.setTimeout(options_.timeout);
+      gloo::allgather(opts);
+    });
+  }
+
+  std::unique_ptr<Work> Broadcast16(uint16_t *data, int64_t count, int64_t root) override {
+    return Enqueue(CommOp::kBroadcast, count * 2, [this, data, count, root](uint32_t) {
+      std::vector<uint16_t *> ptrs = {data};
+      gloo::BroadcastOneToAll<uint16_t> algorithm(context_, ptrs, int(count), int(root));
       algorithm.run();
     });
   }

@@ -1,206 +1,96 @@
+// The NCCL backend's loader: the backend itself lives in a plugin,
+// libdstrain_nccl.so (core/comm/nccl/nccl_plugin.cc), opened with dlopen on
+// first use so that libdstrain.so needs neither CUDA nor NCCL to load.
 #include "core/comm/nccl_communicator.h"
 
-#if DSTRAIN_HAVE_NCCL
-#include <cuda_runtime.h>
-#include <nccl.h>
+#include <dlfcn.h>
 
-#include <chrono>
-#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
-#endif
 
 namespace dst {
 
-#if !DSTRAIN_HAVE_NCCL
-
-bool NcclAvailable() {
-  return false;
-}
-
-Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(Store &, const NcclOptions &options) {
-  return NotSupported("group '" + options.name +
-                      "': this build has no NCCL backend (the CUDA toolkit and NCCL were not "
-                      "found when it was built); use the Gloo backend on CPU");
-}
-
-#else
-
-bool NcclAvailable() {
-  return true;
-}
-
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using PluginCreateFn = Communicator *(*)(Store *, const NcclOptions *, Status *);
+constexpr const char *kPluginName = "libdstrain_nccl.so";
 
-std::string CudaText(cudaError_t e) {
-  return cudaGetErrorString(e);
-}
-std::string NcclText(ncclResult_t r) {
-  return ncclGetErrorString(r);
-}
-
-// Waits for an event with a deadline; aborts the communicator on timeout so
-// that every later call fails instead of hanging.
-class NcclWork final : public Work {
- public:
-  NcclWork(cudaEvent_t event, ncclComm_t comm, std::chrono::milliseconds timeout, std::string what,
-           Status enqueue_status)
-      : event_(event),
-        comm_(comm),
-        timeout_(timeout),
-        what_(std::move(what)),
-        status_(std::move(enqueue_status)) {}
-  ~NcclWork() override {
-    (void)Wait();
-    if (event_) cudaEventDestroy(event_);
+// Where to look: $DSTRAIN_NCCL_PLUGIN, next to the module holding this code
+// (libdstrain.so or a test executable), then the build tree.
+std::vector<std::string> PluginCandidates() {
+  std::vector<std::string> out;
+  if (const char *env = std::getenv("DSTRAIN_NCCL_PLUGIN"); env && *env) out.push_back(env);
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void *>(&PluginCandidates), &info) && info.dli_fname) {
+    const std::filesystem::path self = std::filesystem::absolute(info.dli_fname).parent_path();
+    out.push_back((self / kPluginName).string());
+    out.push_back((self.parent_path() / kPluginName).string());
   }
-  Status Wait() override {
-    if (done_ || !status_.ok()) return status_;
-    const auto deadline = Clock::now() + timeout_;
-    for (;;) {
-      const cudaError_t e = cudaEventQuery(event_);
-      if (e == cudaSuccess) break;
-      if (e != cudaErrorNotReady) {
-        status_ = Status(Code::kComm, what_ + " failed: " + CudaText(e));
-        break;
+#ifdef DSTRAIN_NCCL_PLUGIN_BUILD_PATH
+  out.push_back(DSTRAIN_NCCL_PLUGIN_BUILD_PATH);
+#endif
+  return out;
+}
+
+struct Plugin {
+  PluginCreateFn create = nullptr;
+  std::string error;  // why it could not be loaded
+};
+
+const Plugin &LoadPlugin() {
+  static Plugin plugin;
+  static std::once_flag once;
+  std::call_once(once, [] {
+#if !DSTRAIN_HAVE_NCCL
+    plugin.error =
+        "this build has no NCCL backend (the CUDA toolkit and NCCL were not found "
+        "when it was built)";
+#else
+    std::string tried;
+    for (const std::string &path : PluginCandidates()) {
+      if (!std::filesystem::exists(path)) continue;
+      void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // kept open for the process
+      if (!handle) {
+        tried += std::string(tried.empty() ? "" : "; ") + dlerror();
+        continue;
       }
-      ncclResult_t async = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess) {
-        status_ = Status(Code::kComm, what_ + " failed: " + NcclText(async));
-        ncclCommAbort(comm_);
-        break;
-      }
-      if (Clock::now() > deadline) {
-        status_ = Status(Code::kComm, what_ + " timed out after " +
-                                          std::to_string(timeout_.count() / 1000) +
-                                          " s: a peer rank has died or stalled");
-        ncclCommAbort(comm_);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      plugin.create = reinterpret_cast<PluginCreateFn>(dlsym(handle, "dst_nccl_plugin_create"));
+      if (plugin.create) return;
+      tried += "; " + path + " has no dst_nccl_plugin_create";
     }
-    done_ = true;
-    return status_;
-  }
-
- private:
-  cudaEvent_t event_;
-  ncclComm_t comm_;
-  std::chrono::milliseconds timeout_;
-  std::string what_;
-  Status status_;
-  bool done_ = false;
-};
-
-class NcclCommunicator final : public Communicator {
- public:
-  NcclCommunicator(const NcclOptions &options, ncclComm_t comm, cudaStream_t stream)
-      : options_(options), comm_(comm), stream_(stream) {}
-  ~NcclCommunicator() override {
-    cudaStreamSynchronize(stream_);
-    ncclCommDestroy(comm_);
-    cudaStreamDestroy(stream_);
-  }
-  int64_t rank() const override { return options_.rank; }
-  int64_t size() const override { return options_.size; }
-  const std::string &name() const override { return options_.name; }
-  void SetCompletionHook(CompletionHook hook) override { hook_ = std::move(hook); }
-
-  std::unique_ptr<Work> AllReduceSum(float *data, int64_t count) override {
-    return Launch(CommOp::kAllReduce, count * 4,
-                  ncclAllReduce(data, data, size_t(count), ncclFloat, ncclSum, comm_, stream_));
-  }
-  std::unique_ptr<Work> ReduceSum(float *data, int64_t count, int64_t root) override {
-    return Launch(
-        CommOp::kReduce, count * 4,
-        ncclReduce(data, data, size_t(count), ncclFloat, ncclSum, int(root), comm_, stream_));
-  }
-  std::unique_ptr<Work> ReduceScatterSum(float *data, int64_t shard) override {
-    return Launch(CommOp::kReduceScatter, shard * size() * 4,
-                  ncclReduceScatter(data, data + rank() * shard, size_t(shard), ncclFloat, ncclSum,
-                                    comm_, stream_));
-  }
-  std::unique_ptr<Work> AllGather(float *data, int64_t shard) override {
-    return Launch(
-        CommOp::kAllGather, shard * size() * 4,
-        ncclAllGather(data + rank() * shard, data, size_t(shard), ncclFloat, comm_, stream_));
-  }
-  std::unique_ptr<Work> Broadcast(float *data, int64_t count, int64_t root) override {
-    return Launch(CommOp::kBroadcast, count * 4,
-                  ncclBroadcast(data, data, size_t(count), ncclFloat, int(root), comm_, stream_));
-  }
-  Status Barrier() override {
-    float *one = nullptr;
-    if (cudaMalloc(&one, sizeof(float)) != cudaSuccess)
-      return Status(Code::kComm, "barrier on group '" + options_.name + "': cudaMalloc failed");
-    Status st = AllReduceSum(one, 1)->Wait();
-    cudaFree(one);
-    return st;
-  }
-
- private:
-  std::unique_ptr<Work> Launch(CommOp op, int64_t bytes, ncclResult_t enqueued) {
-    const std::string what = std::string(CommOpName(op)) + " of " + std::to_string(bytes) +
-                             " bytes on group '" + options_.name + "' (rank " +
-                             std::to_string(rank()) + " of " + std::to_string(size()) + ")";
-    if (enqueued != ncclSuccess)
-      return std::make_unique<DoneWork>(Status(Code::kComm, what + ": " + NcclText(enqueued)));
-    cudaEvent_t event = nullptr;
-    cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaEventRecord(event, stream_);
-    if (e != cudaSuccess)
-      return std::make_unique<DoneWork>(Status(Code::kComm, what + ": " + CudaText(e)));
-    if (hook_) hook_(CommRecord{op, bytes, 0.0});  // GPU timing comes with the metrics issue
-    return std::make_unique<NcclWork>(event, comm_, options_.timeout, what, Status::Ok());
-  }
-
-  NcclOptions options_;
-  ncclComm_t comm_;
-  cudaStream_t stream_;
-  CompletionHook hook_;
-};
+    plugin.error = "the NCCL plugin " + std::string(kPluginName) +
+                   (tried.empty() ? " was not found next to libdstrain.so (set DSTRAIN_NCCL_PLUGIN "
+                                    "to its path)"
+                                  : " could not be loaded: " + tried) +
+                   " (it needs the CUDA runtime and NCCL libraries)";
+#endif
+  });
+  return plugin;
+}
 
 }  // namespace
 
-Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(Store &store,
-                                                             const NcclOptions &options) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
-    return Status(Code::kComm, "group '" + options.name +
-                                   "': no CUDA device is visible to this process; use the Gloo "
-                                   "backend on CPU");
-  const std::string key = "nccl/" + options.name + "/unique_id";
-  ncclUniqueId id;
-  if (options.rank == 0) {
-    if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess)
-      return Status(Code::kComm, "ncclGetUniqueId failed: " + NcclText(r));
-    std::vector<uint8_t> bytes(sizeof id);
-    std::memcpy(bytes.data(), &id, sizeof id);
-    DST_RETURN_IF_ERROR(store.Set(key, bytes));
-  } else {
-    Result<std::vector<uint8_t>> bytes = store.Get(key, options.timeout);
-    if (!bytes.ok()) return bytes.status();
-    if (bytes.value().size() != sizeof id)
-      return Status(Code::kComm, "the NCCL unique id from rank 0 has the wrong size");
-    std::memcpy(&id, bytes.value().data(), sizeof id);
-  }
-  ncclComm_t comm = nullptr;
-  if (ncclResult_t r = ncclCommInitRank(&comm, int(options.size), id, int(options.rank));
-      r != ncclSuccess)
-    return Status(Code::kComm, "ncclCommInitRank for group '" + options.name + "' (rank " +
-                                   std::to_string(options.rank) + " of " +
-                                   std::to_string(options.size) + ") failed: " + NcclText(r));
-  cudaStream_t stream = nullptr;
-  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
-    ncclCommDestroy(comm);
-    return Status(Code::kComm, "cudaStreamCreate failed: " + CudaText(e));
-  }
-  return std::unique_ptr<Communicator>(new NcclCommunicator(options, comm, stream));
+bool NcclAvailable() {
+  return LoadPlugin().create != nullptr;
 }
 
-#endif  // DSTRAIN_HAVE_NCCL
+std::string NcclUnavailableReason() {
+  return LoadPlugin().error;
+}
+
+Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(Store &store,
+                                                             const NcclOptions &options) {
+  const Plugin &plugin = LoadPlugin();
+  if (!plugin.create)
+    return NotSupported("group '" + options.name + "': " + plugin.error +
+                        "; use the Gloo backend on CPU");
+  Status status;
+  Communicator *comm = plugin.create(&store, &options, &status);
+  if (!comm) return status;
+  return std::unique_ptr<Communicator>(comm);
+}
 
 }  // namespace dst

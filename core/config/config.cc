@@ -491,7 +491,7 @@ Status ReadFp16(const ObjectReader &root, Fp16Config *fp16) {
     DST_RETURN_IF_ERROR(section.ReadInt("initial_scale_power", &fp16->initial_scale_power, 0, 64));
     DST_RETURN_IF_ERROR(section.ReadInt("loss_scale_window", &fp16->loss_scale_window, 1, kIntMax));
     DST_RETURN_IF_ERROR(section.ReadInt("hysteresis", &fp16->hysteresis, 1, kIntMax));
-    DST_RETURN_IF_ERROR(section.ReadBool("consecutive_hysteresis", &flag));
+    DST_RETURN_IF_ERROR(section.ReadBool("consecutive_hysteresis", &fp16->consecutive_hysteresis));
     return section.ReadNumber("min_loss_scale", &fp16->min_loss_scale, GreaterThan(0));
   });
 }
@@ -632,9 +632,12 @@ Status MergePipelineMicroBatches(const Config &config, BatchKeys *batch) {
   return Status::Ok();
 }
 
-Status ReadCommunicationDataType(const ObjectReader &root, DType *dtype) {
+Status ReadCommunicationDataType(const ObjectReader &root, DType precision, DType *dtype) {
   const Json *value = root.Find("communication_data_type");
-  if (value == nullptr || value->is_null()) return Status::Ok();  // null: DeepSpeed's default
+  if (value == nullptr || value->is_null()) {  // DeepSpeed's default: the gradients' dtype
+    *dtype = precision;
+    return Status::Ok();
+  }
   std::string name;
   DST_RETURN_IF_ERROR(
       root.ReadChoice("communication_data_type",
@@ -654,7 +657,8 @@ Status ReadTopLevelScalars(const ObjectReader &root, Parsed *parsed) {
   ExtraSettings &extra = parsed->extra;
   DST_RETURN_IF_ERROR(root.ReadNumber("gradient_clipping", &config.gradient_clipping, AtLeast(0),
                                       kAutoGradientClipping));
-  DST_RETURN_IF_ERROR(ReadCommunicationDataType(root, &config.communication_data_type));
+  DST_RETURN_IF_ERROR(
+      ReadCommunicationDataType(root, config.precision(), &config.communication_data_type));
   DST_RETURN_IF_ERROR(root.ReadInt("steps_per_print", &config.steps_per_print, 1, kInt64Max));
   DST_RETURN_IF_ERROR(root.ReadBool("wall_clock_breakdown", &config.wall_clock_breakdown));
   DST_RETURN_IF_ERROR(root.ReadBool("prescale_gradients", &extra.prescale_gradients));
@@ -709,7 +713,7 @@ Status ReadMonitors(const ObjectReader &root, ExtraSettings *extra) {
         record_enabled("flops_profiler", enabled);
         return Status::Ok();
       }));
-  for (std::string_view name : {"tensorboard", "csv_monitor"}) {
+  for (std::string_view name : {"tensorboard"}) {
     DST_RETURN_IF_ERROR(ReadSection(root, name, name, [&](const ObjectReader &s) -> Status {
       bool enabled = false;
       std::string text;
@@ -783,13 +787,81 @@ Status ReadFeatureSections(const ObjectReader &root, ExtraSettings *extra) {
   return Status::Ok();
 }
 
-Status ReadDstrain(const ObjectReader &root, RuntimeConfig *runtime) {
+// DeepSpeed's csv_monitor: our metrics log in CSV, in output_path/job_name/.
+Status ReadCsvMonitor(const ObjectReader &root, MonitorConfig *monitor) {
+  return ReadSection(root, "csv_monitor", "csv_monitor", [&](const ObjectReader &s) -> Status {
+    bool enabled = false;
+    std::string output_path = "csv_monitor", job_name = "DeepSpeedJobName";
+    DST_RETURN_IF_ERROR(s.ReadBool("enabled", &enabled));
+    DST_RETURN_IF_ERROR(s.ReadString("output_path", &output_path));
+    DST_RETURN_IF_ERROR(s.ReadString("job_name", &job_name));
+    if (!enabled) return Status::Ok();
+    monitor->log.enabled = true;
+    monitor->log.format = "csv";
+    monitor->log.path = (output_path.empty() ? std::string(".") : output_path) + "/" + job_name;
+    return Status::Ok();
+  });
+}
+
+// A job label goes into every metric's labels and into file names.
+bool IsJobLabel(const std::string &text) {
+  if (text.empty() || text.size() > 128) return false;
+  for (char c : text) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Status ReadMonitorHttp(const ObjectReader &monitor, MonitorHttpConfig *http) {
+  return ReadSection(monitor, "http", "dstrain.monitor.http", [&](const ObjectReader &s) -> Status {
+    DST_RETURN_IF_ERROR(s.ReadBool("enabled", &http->enabled));
+    DST_RETURN_IF_ERROR(s.ReadString("host", &http->host));
+    if (http->host.empty()) {
+      return ConfigError(s.PathOf("host") +
+                         ": expected an IP address such as \"127.0.0.1\", found \"\"");
+    }
+    DST_RETURN_IF_ERROR(s.ReadInt("port", &http->port, 0, 65535));
+    return s.ReadString("token", &http->token);
+  });
+}
+
+Status ReadMonitorLog(const ObjectReader &monitor, MonitorLogConfig *log) {
+  return ReadSection(monitor, "log", "dstrain.monitor.log", [&](const ObjectReader &s) -> Status {
+    DST_RETURN_IF_ERROR(s.ReadBool("enabled", &log->enabled));
+    DST_RETURN_IF_ERROR(s.ReadString("path", &log->path));
+    return s.ReadChoice("format", {"csv", "jsonl"}, &log->format);
+  });
+}
+
+Status ReadMonitor(const ObjectReader &dstrain, MonitorConfig *monitor) {
+  return ReadSection(dstrain, "monitor", "dstrain.monitor", [&](const ObjectReader &s) -> Status {
+    DST_RETURN_IF_ERROR(s.ReadBool("enabled", &monitor->enabled));
+    if (s.Has("job")) {
+      DST_RETURN_IF_ERROR(s.ReadString("job", &monitor->job));
+      if (!IsJobLabel(monitor->job)) {
+        return ConfigError(s.PathOf("job") +
+                           ": expected 1-128 characters of [A-Za-z0-9_.-], found \"" +
+                           monitor->job + "\"");
+      }
+    }
+    DST_RETURN_IF_ERROR(s.ReadInt("history_steps", &monitor->history_steps, 1, 10000000));
+    DST_RETURN_IF_ERROR(
+        s.ReadNumber("peak_flops_per_second", &monitor->peak_flops_per_second, AtLeast(0)));
+    DST_RETURN_IF_ERROR(ReadMonitorHttp(s, &monitor->http));
+    return ReadMonitorLog(s, &monitor->log);
+  });
+}
+
+Status ReadDstrain(const ObjectReader &root, Config *config) {
+  RuntimeConfig *runtime = &config->runtime;
   return ReadSection(root, "dstrain", kDstrain, [&](const ObjectReader &section) -> Status {
     DST_RETURN_IF_ERROR(
         section.ReadInt("num_threads", &runtime->num_threads, 0, std::numeric_limits<int>::max()));
     DST_RETURN_IF_ERROR(
         section.ReadNumber("comm_timeout_seconds", &runtime->comm_timeout_seconds, GreaterThan(0)));
-    return section.ReadUint("seed", &runtime->seed);
+    DST_RETURN_IF_ERROR(section.ReadUint("seed", &runtime->seed));
+    return ReadMonitor(section, &config->monitor);
   });
 }
 
@@ -810,10 +882,14 @@ Status ReadAll(const ObjectReader &root, const ConfigContext &context, Parsed *p
   DST_RETURN_IF_ERROR(ReadDataTypes(root, &parsed->extra));
   DST_RETURN_IF_ERROR(ReadCheckpointOptions(root, &parsed->extra));
   DST_RETURN_IF_ERROR(ReadMonitors(root, &parsed->extra));
+  DST_RETURN_IF_ERROR(ReadCsvMonitor(root, &config.monitor));
   DST_RETURN_IF_ERROR(ReadAmp(root, &parsed->extra));
   DST_RETURN_IF_ERROR(ReadAio(root));
   DST_RETURN_IF_ERROR(ReadFeatureSections(root, &parsed->extra));
-  return ReadDstrain(root, &config.runtime);
+  DST_RETURN_IF_ERROR(ReadDstrain(root, &config));  // after: dstrain.monitor.log wins
+  MonitorConfig &monitor = config.monitor;
+  if (monitor.http.enabled || monitor.log.enabled) monitor.enabled = true;
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------------------
@@ -842,25 +918,19 @@ Status CheckZeroStageSupported(const ZeroConfig &zero) {
                       " is not supported; this build implements stages 0, 1, 2 and 3");
 }
 
-Status CheckFp16Supported(const Fp16Config &fp16) {
-  if (!fp16.enabled) return Status::Ok();
-  return NotSupported(
-      "fp16.enabled: fp16 mixed precision is not supported yet; this build trains in fp32 "
-      "(set \"enabled\": false)");
-}
-
-Status CheckBf16Supported(bool bf16_enabled) {
-  if (!bf16_enabled) return Status::Ok();
-  return NotSupported(
-      "bf16.enabled: bf16 mixed precision is not supported yet; this build trains in fp32 "
-      "(set \"enabled\": false)");
-}
-
-Status CheckCommunicationTypeSupported(DType dtype) {
-  if (dtype == DType::kFloat32) return Status::Ok();
-  return NotSupported(std::string("communication_data_type: \"") +
-                      (dtype == DType::kFloat16 ? "fp16" : "bf16") +
-                      "\" communication is not supported yet; use \"fp32\"");
+// fp16 and bf16 train with 16-bit parameters, activations and gradients and
+// fp32 master weights; gradients are reduced in fp32 or in the training dtype.
+Status CheckCommunicationTypeSupported(DType precision, DType dtype) {
+  if (dtype == DType::kFloat32 || dtype == precision) return Status::Ok();
+  const std::string name = dtype == DType::kFloat16 ? "fp16" : "bf16";
+  if (precision == DType::kFloat32)
+    return NotSupported("communication_data_type: \"" + name +
+                        "\" with fp32 training is not supported yet (gradients would be "
+                        "compressed for the wire); use \"fp32\", or train in " +
+                        name);
+  return NotSupported("communication_data_type: \"" + name + "\" while training in " +
+                      (precision == DType::kFloat16 ? "fp16" : "bf16") +
+                      " is not supported; reduce in \"fp32\" or in the training dtype");
 }
 
 Status CheckTensorParallelSupported(int64_t tp_size, const std::string &key) {
@@ -945,13 +1015,13 @@ Status CheckCheckpointOptionsSupported(const ExtraSettings &extra) {
 Status CheckMonitoringSupported(const ExtraSettings &extra) {
   if (!extra.enabled_monitor.empty()) {
     return NotSupported(extra.enabled_monitor + ".enabled: DeepSpeed's " + extra.enabled_monitor +
-                        " is not supported yet; dstrain's own metrics (Prometheus, web "
-                        "dashboard) arrive with the metrics issue");
+                        " is not supported yet; use dstrain.monitor (Prometheus /metrics, "
+                        "the web dashboard, a CSV/JSON-lines log) or csv_monitor");
   }
   if (extra.memory_breakdown) {
     return NotSupported(
-        "memory_breakdown: true is not supported yet; dstrain's own memory metrics arrive with "
-        "the metrics issue");
+        "memory_breakdown: true is not supported yet; dstrain reports memory by category "
+        "through dstrain.monitor (Prometheus, dashboard, log) and dst_engine_metrics_json");
   }
   return Status::Ok();
 }
@@ -975,9 +1045,8 @@ Status CheckSupported(const Config &config, const ExtraSettings &extra) {
   // is the more specific message.
   DST_RETURN_IF_ERROR(CheckOffloadSupported(config.zero));
   DST_RETURN_IF_ERROR(CheckZeroStageSupported(config.zero));
-  DST_RETURN_IF_ERROR(CheckFp16Supported(config.fp16));
-  DST_RETURN_IF_ERROR(CheckBf16Supported(config.bf16_enabled));
-  DST_RETURN_IF_ERROR(CheckCommunicationTypeSupported(config.communication_data_type));
+  DST_RETURN_IF_ERROR(
+      CheckCommunicationTypeSupported(config.precision(), config.communication_data_type));
   DST_RETURN_IF_ERROR(CheckTensorParallelSupported(config.tp_size, extra.tp_size_key));
   DST_RETURN_IF_ERROR(CheckPipelineParallelSupported(config.pp_size, extra.pp_size_key));
   DST_RETURN_IF_ERROR(CheckActivationCheckpointingSupported(config.activation_checkpointing));
@@ -1101,18 +1170,6 @@ Status ResolveBatch(const BatchKeys &written, const ConfigContext &context, Conf
 // Phase 4: the resolved config, in DeepSpeed's spelling. Parsing it again
 // (with the same context) yields the same Config.
 
-const char *DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat16:
-      return "fp16";
-    case DType::kBFloat16:
-      return "bf16";
-    case DType::kFloat32:
-      break;
-  }
-  return "fp32";
-}
-
 const char *WarmupTypeName(WarmupType type) {
   return type == WarmupType::kLog ? "log" : "linear";
 }
@@ -1181,6 +1238,7 @@ Json Fp16Json(const Fp16Config &fp16) {
   out["initial_scale_power"] = fp16.initial_scale_power;
   out["loss_scale_window"] = fp16.loss_scale_window;
   out["hysteresis"] = fp16.hysteresis;
+  out["consecutive_hysteresis"] = fp16.consecutive_hysteresis;
   out["min_loss_scale"] = fp16.min_loss_scale;
   return out;
 }
@@ -1194,6 +1252,22 @@ Json ActivationCheckpointingJson(const ActivationCheckpointingConfig &c) {
   out["synchronize_checkpoint_boundary"] = c.synchronize_checkpoint_boundary;
   out["profile"] = c.profile;
   return out;
+}
+
+// The token is a secret: the resolved config (served by /api/v1/config and
+// printed by reports) says only whether one is set.
+Json MonitorJson(const MonitorConfig &m) {
+  return Json{
+      {"enabled", m.enabled},
+      {"job", m.job},
+      {"history_steps", m.history_steps},
+      {"peak_flops_per_second", m.peak_flops_per_second},
+      {"http",
+       {{"enabled", m.http.enabled},
+        {"host", m.http.host},
+        {"port", m.http.port},
+        {"token", m.http.token.empty() ? "" : "<set>"}}},
+      {"log", {{"enabled", m.log.enabled}, {"path", m.log.path}, {"format", m.log.format}}}};
 }
 
 std::string ResolvedJson(const Config &config) {
@@ -1221,7 +1295,8 @@ std::string ResolvedJson(const Config &config) {
   out["pipeline_parallel"] = pipeline;
   out["dstrain"] = Json{{"num_threads", config.runtime.num_threads},
                         {"seed", config.runtime.seed},
-                        {"comm_timeout_seconds", config.runtime.comm_timeout_seconds}};
+                        {"comm_timeout_seconds", config.runtime.comm_timeout_seconds},
+                        {"monitor", MonitorJson(config.monitor)}};
   return out.dump(2, ' ', false, Json::error_handler_t::replace);
 }
 
@@ -1303,6 +1378,18 @@ Result<Config> LoadConfigFile(const std::string &path, const ConfigContext &cont
   } catch (const std::exception &e) {
     return InternalError("unexpected error while reading config file " + path + ": " + e.what());
   }
+}
+
+const char *DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return "fp16";
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kFloat32:
+      break;
+  }
+  return "fp32";
 }
 
 }  // namespace dst

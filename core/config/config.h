@@ -16,6 +16,8 @@ enum class OptimizerType { kAdamW, kAdam, kSGD };
 enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
 enum class WarmupType { kLog, kLinear };
 enum class DType { kFloat32, kFloat16, kBFloat16 };
+// "fp32", "fp16", "bf16".
+const char *DTypeName(DType dtype);
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;
@@ -62,6 +64,7 @@ struct Fp16Config {
   int initial_scale_power = 16;
   int loss_scale_window = 1000;
   int hysteresis = 2;
+  bool consecutive_hysteresis = false;
   double min_loss_scale = 1.0;
 };
 
@@ -72,6 +75,31 @@ struct ActivationCheckpointingConfig {
   int64_t number_checkpoints = 0;  // 0 = unset
   bool synchronize_checkpoint_boundary = false;
   bool profile = false;
+};
+
+// Metrics export: "dstrain": {"monitor": {...}} (dstrain's own keys), and
+// DeepSpeed's csv_monitor {enabled, output_path, job_name}, which turns on
+// the CSV log.
+struct MonitorHttpConfig {
+  bool enabled = false;
+  std::string host = "127.0.0.1";  // loopback unless the user says otherwise
+  int port = 9400;                 // base port; a rank listens on port + local rank
+  std::string token;               // bearer token; empty = none (env DSTRAIN_MONITOR_TOKEN wins)
+};
+
+struct MonitorLogConfig {
+  bool enabled = false;
+  std::string path = "dstrain_metrics";  // directory; one file per rank
+  std::string format = "csv";            // csv | jsonl
+};
+
+struct MonitorConfig {
+  bool enabled = false;  // the per-rank registry; implied by http or log
+  std::string job = "dstrain";
+  int64_t history_steps = 1000;      // steps kept for /api/v1/history
+  double peak_flops_per_second = 0;  // one rank's peak, for MFU; 0 = unknown (MFU reported as 0)
+  MonitorHttpConfig http;
+  MonitorLogConfig log;
 };
 
 // dstrain's own keys live under "dstrain": {...} so that a DeepSpeed config
@@ -97,14 +125,23 @@ struct Config {
   ZeroConfig zero;
   Fp16Config fp16;
   bool bf16_enabled = false;
+  // The dtype gradients are reduced in. Unset in the file: the training
+  // dtype (DeepSpeed's default), i.e. fp32, or fp16/bf16 under mixed precision.
   DType communication_data_type = DType::kFloat32;
   double gradient_clipping = 0.0;  // 0 = off
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   ActivationCheckpointingConfig activation_checkpointing;
   RuntimeConfig runtime;
+  MonitorConfig monitor;
 
   std::string resolved_json;  // the config with "auto" filled in, for reports
+
+  // The training dtype of parameters, activations and gradients (fp32 master
+  // weights and optimizer state under fp16/bf16).
+  DType precision() const {
+    return fp16.enabled ? DType::kFloat16 : bf16_enabled ? DType::kBFloat16 : DType::kFloat32;
+  }
 };
 
 // What the parser needs to know about the job to resolve "auto" and check

@@ -45,6 +45,9 @@ constexpr std::string_view kCommsLogger = "comms_logger";
 constexpr std::string_view kAmp = "amp";
 constexpr std::string_view kAio = "aio";
 constexpr std::string_view kDstrain = "dstrain";
+constexpr std::string_view kMonitor = "dstrain.monitor";
+constexpr std::string_view kMonitorHttp = "dstrain.monitor.http";
+constexpr std::string_view kMonitorLog = "dstrain.monitor.log";
 
 // Phrases shared by many rows.
 constexpr std::string_view kBool = "true or false";
@@ -113,11 +116,10 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kTop, "zero_allow_untested_optimizer", kBool, kNoEffect},
     {kTop, "zero_force_ds_cpu_optimizer", kBool, kNoEffect},
     {kTop, "dump_state", kBool, "accepted; dstrain reports its resolved config instead"},
-    {kTop, "memory_breakdown", kBool,
-     "true is not supported yet; dstrain's own metrics arrive with the metrics issue"},
+    {kTop, "memory_breakdown", kBool, "true is not supported yet; use dstrain.monitor"},
     {kTop, "flops_profiler", kObject, "DeepSpeed flops profiler; enabled: true not supported yet"},
     {kTop, "tensorboard", kObject, "DeepSpeed monitor; enabled: true not supported yet"},
-    {kTop, "csv_monitor", kObject, "DeepSpeed monitor; enabled: true not supported yet"},
+    {kTop, "csv_monitor", kObject, "DeepSpeed's CSV monitor: dstrain's metrics log in CSV"},
     {kTop, "wandb", kObject, "DeepSpeed monitor; enabled: true not supported yet"},
     {kTop, "comms_logger", kObject, "DeepSpeed comms logger; enabled: true not supported yet"},
     {kTop, "amp", kObject, "NVIDIA apex AMP; enabled: true is not supported"},
@@ -173,7 +175,8 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kOffloadParam, "max_in_cpu", kCount, "parameter elements kept in CPU memory (1e9)"},
 
     // ---- precision ----
-    {kFp16, "enabled", "true, false or \"auto\" (= false)", "true is not supported yet"},
+    {kFp16, "enabled", "true, false or \"auto\" (= false)",
+     "fp16 parameters, activations, gradients; fp32 master weights; loss scaling"},
     {kFp16, "auto_cast", kBool, "cast inputs to fp16"},
     {kFp16, "loss_scale", "a number >= 0", "static loss scale; 0 = dynamic"},
     {kFp16, "initial_scale_power", "an integer in [0, 64]", "dynamic scale starts at 2^this"},
@@ -181,8 +184,9 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kFp16, "hysteresis", kPositive, "overflows tolerated before the scale shrinks"},
     {kFp16, "consecutive_hysteresis", kBool, "refill hysteresis after a good step"},
     {kFp16, "min_loss_scale", "a number > 0", "lower bound of the dynamic scale"},
-    {kBf16, "enabled", "true, false or \"auto\" (= false)", "true is not supported yet"},
-    {kBfloat16, "enabled", "true, false or \"auto\" (= false)", "true is not supported yet"},
+    {kBf16, "enabled", "true, false or \"auto\" (= false)",
+     "bf16 parameters, activations, gradients; fp32 master weights"},
+    {kBfloat16, "enabled", "true, false or \"auto\" (= false)", "DeepSpeed's alias of bf16"},
 
     // ---- optimizer ----
     {kOptimizer, "type", "one of Adam, AdamW, SGD (any case)", "the optimizer"},
@@ -275,9 +279,9 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kTensorboard, "enabled", kMonitorEnabled, kNotBuiltIfTrue},
     {kTensorboard, "output_path", kString, kNoEffect},
     {kTensorboard, "job_name", kString, kNoEffect},
-    {kCsv, "enabled", kMonitorEnabled, kNotBuiltIfTrue},
-    {kCsv, "output_path", kString, kNoEffect},
-    {kCsv, "job_name", kString, kNoEffect},
+    {kCsv, "enabled", kBool, "write the metrics log as CSV (dstrain.monitor.log)"},
+    {kCsv, "output_path", kString, "directory of the metrics log"},
+    {kCsv, "job_name", kString, "job label of the metrics (a subdirectory of output_path)"},
     {kWandb, "enabled", kMonitorEnabled, kNotBuiltIfTrue},
     {kWandb, "group", "a string or null", kNoEffect},
     {kWandb, "team", "a string or null", kNoEffect},
@@ -303,6 +307,22 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kDstrain, "seed", "an integer in [0, 2^64)", "seed of data order and runtime randomness"},
     {kDstrain, "comm_timeout_seconds", "a number > 0",
      "every collective and rendezvous gives up after this many seconds (default 300)"},
+    {kDstrain, "monitor", kObject, "per-rank metrics: Prometheus /metrics, dashboard, log"},
+    {kMonitor, "enabled", kBool, "keep the per-rank metrics registry (implied by http or log)"},
+    {kMonitor, "job", "a string of [A-Za-z0-9_.-]", "the job label on every series"},
+    {kMonitor, "history_steps", kPositive, "steps kept for /api/v1/history (default 1000)"},
+    {kMonitor, "peak_flops_per_second", "a number >= 0",
+     "one rank's peak FLOP/s, for MFU (0 = unknown; e.g. the SGEMM peak from bench/)"},
+    {kMonitor, "http", kObject, "the HTTP server: /metrics, /api/v1/*, the dashboard"},
+    {kMonitorHttp, "enabled", kBool, "serve metrics over HTTP"},
+    {kMonitorHttp, "host", "an IP address", "address to bind (default 127.0.0.1)"},
+    {kMonitorHttp, "port", "an integer in [0, 65535]",
+     "base port; each rank listens on port + local rank (0 = any free port)"},
+    {kMonitorHttp, "token", "a string", "bearer token required by every request (empty = none)"},
+    {kMonitor, "log", kObject, "a CSV or JSON-lines log of the same series"},
+    {kMonitorLog, "enabled", kBool, "write the log"},
+    {kMonitorLog, "path", kString, "directory; one file per rank"},
+    {kMonitorLog, "format", "\"csv\" or \"jsonl\"", "file format"},
 });
 
 std::string Lowercase(std::string_view text) {

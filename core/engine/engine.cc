@@ -1,10 +1,13 @@
 #include "core/engine/engine.h"
 
+#include <unistd.h>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -12,6 +15,9 @@
 #include "core/optim/clip.h"
 #include "core/optim/lr_schedule.h"
 #include "core/runtime/threads.h"
+#include "core/zero/data_parallel.h"
+#include "core/zero/mixed_parallel.h"
+#include "metrics/monitor.h"
 
 namespace dst {
 
@@ -90,6 +96,27 @@ Status ConnectJob(const LaunchEnv &env, const Config &config, const std::string 
   return Status::Ok();
 }
 
+// Fault injection for tests of the overflow path (documented in the README):
+// DSTRAIN_INJECT_GRAD_OVERFLOW="R:S[,R:S...]" makes rank R's gradients
+// infinite in step S (counted from 0), as an fp16 overflow would.
+Result<std::vector<int64_t>> ParseOverflowInjection(int64_t rank) {
+  std::vector<int64_t> steps;
+  const char *text = std::getenv("DSTRAIN_INJECT_GRAD_OVERFLOW");
+  if (text == nullptr || *text == '\0') return steps;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    long long r = -1, s = -1;
+    char colon = 0;
+    std::stringstream pair(item);
+    if (!(pair >> r >> colon >> s) || colon != ':' || r < 0 || s < 0 || !pair.eof())
+      return InvalidArgument("DSTRAIN_INJECT_GRAD_OVERFLOW=\"" + std::string(text) +
+                             "\": expected rank:step pairs separated by commas, e.g. \"1:3\"");
+    if (r == rank) steps.push_back(s);
+  }
+  return steps;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
@@ -113,9 +140,14 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   DST_RETURN_IF_ERROR(ConnectJob(env.value(), config.value(),
                                  config.value().resolved_json + spec.value().canonical_json, &store,
                                  &dp));
-  return std::unique_ptr<Engine>(new Engine(std::move(config).value(), std::move(spec).value(),
+  std::unique_ptr<Engine> engine(new Engine(std::move(config).value(), std::move(spec).value(),
                                             std::move(env).value(), std::move(store),
                                             std::move(dp)));
+  Result<std::vector<int64_t>> inject = ParseOverflowInjection(engine->env_.rank);
+  if (!inject.ok()) return inject.status();
+  engine->inject_overflow_at_ = std::move(inject).value();
+  DST_RETURN_IF_ERROR(engine->StartMonitor());
+  return engine;
 }
 
 Engine::Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Store> store,
@@ -123,25 +155,37 @@ Engine::Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Sto
     : config_(std::move(config)),
       env_(std::move(env)),
       store_(std::move(store)),
-      dp_comm_(std::move(dp_comm)) {
+      dp_comm_(std::move(dp_comm)),
+      scaler_(config_.fp16) {
   SetNumThreads(ResolveNumThreads(config_.runtime.num_threads));
   dp_comm_->SetCompletionHook([this](const CommRecord &r) { comm_stats_.Record(r); });
   ActivationLimits limits;
   limits.max_B = config_.train_micro_batch_size_per_gpu;
   limits.max_T = spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
   limits.max_threads = MaxThreads();
+  const bool mixed = config_.precision() != DType::kFloat32;
   model_ = std::make_unique<Model<float>>(
-      spec, limits, &memory_, StoreOptionsForStage(config_.zero.stage, dp_comm_->size()));
-  dp_ = std::make_unique<DataParallel>(config_, model_.get(), dp_comm_.get(), &memory_);
+      spec, limits, &memory_,
+      mixed ? StoreOptionsForMixedPrecision(dp_comm_->size())
+            : StoreOptionsForStage(config_.zero.stage, dp_comm_->size()));
+  if (mixed)
+    dp_ = std::make_unique<MixedPrecisionParallel>(config_, model_.get(), dp_comm_.get(), &memory_);
+  else
+    dp_ = std::make_unique<DataParallel>(config_, model_.get(), dp_comm_.get(), &memory_);
   const int64_t T = limits.max_T;
   flops_per_sample_token_ = 3.0 * model_->ForwardFlops(1, T) / double(T);
 }
 
+std::chrono::milliseconds Engine::CommTimeout() const {
+  return dst::CommTimeout(config_);
+}
+
 // The communicator's worker thread goes first, then the store it used.
 Engine::~Engine() {
+  monitor_.reset();  // its HTTP threads read the store (rank 0's job table)
   dp_.reset();
   dp_comm_.reset();
-  if (store_) FinishJob(*store_, env_.rank, env_.world_size, CommTimeout(config_));
+  if (store_) FinishJob(*store_, env_.rank, env_.world_size, CommTimeout());
   store_.reset();
 }
 
@@ -166,7 +210,8 @@ EngineInfo Engine::Info() const {
 }
 
 double Engine::NextLearningRate() const {
-  return LearningRateAt(config_.scheduler, config_.optimizer.lr, steps_);
+  // DeepSpeed does not advance the schedule on a step skipped for overflow.
+  return LearningRateAt(config_.scheduler, config_.optimizer.lr, steps_ - skipped_steps_);
 }
 
 // ---------------------------------------------------------------- batches
@@ -263,7 +308,11 @@ Status Engine::Run(const std::vector<Instruction> &program, const BatchView &bat
                    double *mean_loss) {
   int64_t micro_batches = 0;
   for (const Instruction &ins : program) micro_batches += ins.op == Op::kForward;
-  const float grad_scale = 1.0f / float(micro_batches);
+  // fp16: the loss is scaled up before backward (scaler_.scale() is 1 otherwise).
+  const float grad_scale = float(scaler_.scale()) / float(micro_batches);
+  dp_->SetLossScale(scaler_.scale());
+  const bool inject_overflow = std::find(inject_overflow_at_.begin(), inject_overflow_at_.end(),
+                                         steps_) != inject_overflow_at_.end();
   StepRecord rec;
   const auto step_start = Clock::now();
   double loss_sum = 0;
@@ -279,6 +328,8 @@ Status Engine::Run(const std::vector<Instruction> &program, const BatchView &bat
       case Op::kForward: {
         mb = MicroBatchAt(batch, ins.micro_batch);
         mb.grad_scale = grad_scale;
+        if (inject_overflow && ins.micro_batch == micro_batches - 1)
+          mb.grad_scale = std::numeric_limits<float>::infinity();
         // Buckets may start during the last micro-batch's backward only.
         dp_->BeginMicroBatch(ins.micro_batch == micro_batches - 1);
         loss_sum += model_->Forward(mb, dp_.get());
@@ -307,13 +358,22 @@ Status Engine::Run(const std::vector<Instruction> &program, const BatchView &bat
         rec.grad_norm = norm.value();
         Result<double> global_loss = dp_->Average(loss_sum);
         if (!global_loss.ok()) return global_loss.status();
-        if (!std::isfinite(rec.grad_norm) || !std::isfinite(global_loss.value()))
+        if (!std::isfinite(rec.grad_norm) || !std::isfinite(global_loss.value())) {
+          if (scaler_.enabled()) {  // fp16 overflow: every rank skips this step
+            rec.skipped = true;
+            ++skipped_steps_;
+            Status st = scaler_.Update(/*overflow=*/true);
+            if (!st.ok()) return st.context("train_batch at step " + std::to_string(steps_));
+            rec.phases.step += SecondsSince(t0);
+            break;
+          }
           return Status(Code::kNumeric,
                         "train_batch: the loss or the gradients are not finite at step " +
                             std::to_string(steps_) + " (loss " + std::to_string(loss_sum) +
                             ", gradient norm " + std::to_string(rec.grad_norm) +
                             "); the step was skipped and the weights are unchanged. Lower the "
                             "learning rate or set gradient_clipping");
+        }
         if (config_.gradient_clipping > 0) {
           const double coef = config_.gradient_clipping / (rec.grad_norm + 1e-6);
           if (coef < 1.0) dp_->ScaleGradients(float(coef));
@@ -323,8 +383,11 @@ Status Engine::Run(const std::vector<Instruction> &program, const BatchView &bat
       }
       case Op::kOptimizerStep: {
         rec.lr = NextLearningRate();
-        DST_RETURN_IF_ERROR(dp_->Step(rec.lr));
-        ++steps_;
+        if (!rec.skipped) {
+          DST_RETURN_IF_ERROR(dp_->Step(rec.lr));
+          DST_RETURN_IF_ERROR(scaler_.Update(/*overflow=*/false));
+        }
+        ++steps_;  // DeepSpeed's global_steps counts skipped steps too
         rec.phases.step += SecondsSince(t0);
         break;
       }
@@ -336,6 +399,7 @@ Status Engine::Run(const std::vector<Instruction> &program, const BatchView &bat
   rec.loss = *mean_loss;
   rec.seconds = SecondsSince(step_start);
   rec.phases.total = rec.seconds;
+  rec.micro_batches = micro_batches;
   rec.samples = int64_t(batch.n_samples) * dp_comm_->size();
   rec.tokens =
       rec.samples * (model_->spec().type == ModelSpec::Type::kGpt ? int64_t(batch.seq_len) : 1);
@@ -372,7 +436,7 @@ Status Engine::TrainBatch(const BatchView &batch, float *loss) {
   double mean = 0;
   DST_RETURN_IF_ERROR(Run(Program(Op::kOptimizerStep, micro.value()), batch, &mean));
   if (loss) *loss = float(mean);
-  return Status::Ok();
+  return RecordStep();
 }
 
 Status Engine::EvalBatch(const BatchView &batch, float *loss) {
@@ -485,10 +549,186 @@ std::string Engine::MetricsJson() const {
       {"rank", env_.rank},
       {"world_size", env_.world_size},
       {"zero_stage", dp_->stage()},
+      {"precision", DTypeName(config_.precision())},
+      {"loss_scale", scaler_.scale()},
+      {"skipped_steps", skipped_steps_},
       {"comm", CommJson()},
   };
   metrics_json_ = j.dump();
   return metrics_json_;
+}
+
+// ---------------------------------------------------------------- monitor
+
+namespace {
+
+constexpr const char *kRankSampleKey = "__dstrain/metrics/rank";
+
+// Resident set size from /proc/self/statm (pages), 0 where unavailable.
+int64_t ProcessRssBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size_pages = 0, resident_pages = 0;
+  if (!(statm >> size_pages >> resident_pages)) return 0;
+  return resident_pages * int64_t(sysconf(_SC_PAGESIZE));
+}
+
+// nccl-tests' bus bandwidth factor for an op over n ranks.
+double BusFactor(CommOp op, int64_t n) {
+  if (n <= 1) return 0;
+  const double ring = double(n - 1) / double(n);
+  switch (op) {
+    case CommOp::kAllReduce:
+      return 2 * ring;
+    case CommOp::kAllGather:
+    case CommOp::kReduceScatter:
+      return ring;
+    case CommOp::kReduce:
+    case CommOp::kBroadcast:
+      return 1;
+    case CommOp::kBarrier:
+      return 0;
+  }
+  return 0;
+}
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+metrics::RankIdentity Engine::Identity() const {
+  metrics::RankIdentity id;
+  id.job = config_.monitor.job;
+  id.rank = env_.rank;
+  id.local_rank = env_.local_rank;
+  id.world_size = env_.world_size;
+  id.dp_rank = dp_comm_->rank();  // pure data parallelism: tp and pp ranks are 0
+  return id;
+}
+
+Status Engine::StartMonitor() {
+  if (!config_.monitor.enabled) return Status::Ok();
+  metrics::MonitorOptions options;
+  options.config = config_.monitor;
+  options.identity = Identity();
+  options.config_json = config_.resolved_json;
+  if (env_.rank == 0 && store_) options.rank_table = [this] { return RankTable(); };
+  Result<std::unique_ptr<metrics::Monitor>> monitor = metrics::Monitor::Create(options);
+  if (!monitor.ok()) {
+    Status st = monitor.status();
+    return st.context("starting dstrain.monitor");
+  }
+  monitor_ = std::move(monitor).value();
+  return Status::Ok();
+}
+
+std::string Engine::MonitorUrl() const {
+  if (!monitor_ || monitor_->http_port() <= 0) return "";
+  std::string host = config_.monitor.http.host;
+  if (host == "0.0.0.0") host = "127.0.0.1";
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  return "http://" + host + ":" + std::to_string(monitor_->http_port()) + "/";
+}
+
+metrics::StepSample Engine::BuildStepSample() {
+  metrics::StepSample s;
+  const bool gpt = model_->spec().type == ModelSpec::Type::kGpt;
+  const int64_t n = dp_comm_->size();
+  const int64_t my_samples = last_.samples / n, my_tokens = last_.tokens / n;
+  s.step = steps_;
+  s.samples_total = total_samples_ / n;
+  s.tokens_total = gpt ? total_tokens_ / n : 0;
+  s.loss = last_.loss;
+  s.lr = last_.lr;
+  s.grad_norm = last_.grad_norm;
+  s.loss_scale = scaler_.scale();
+  s.skipped_steps_total = skipped_steps_;
+  s.step_seconds = last_.seconds;
+  if (last_.seconds > 0) {
+    s.tokens_per_second = double(gpt ? my_tokens : my_samples) / last_.seconds;
+    s.samples_per_second = double(my_samples) / last_.seconds;
+    const double flops = flops_per_sample_token_ * double(gpt ? my_tokens : my_samples);
+    s.achieved_flops_per_second = flops / last_.seconds;
+  }
+  if (config_.monitor.peak_flops_per_second > 0)
+    s.mfu = s.achieved_flops_per_second / config_.monitor.peak_flops_per_second;
+
+  const PhaseTimes &p = last_.phases;
+  const double m = double(std::max<int64_t>(1, last_.micro_batches));
+  const char *reduce_name = dp_->stage() >= 2 ? "backward_reduce_scatter" : "backward_allreduce";
+  const std::string reduce_micro = std::string(reduce_name) + "_microstep";
+  s.timers = {{"forward", p.forward},
+              {"backward", p.backward + p.reduce},
+              {"backward_inner", p.backward},
+              {reduce_name, p.reduce},
+              {"step", p.step},
+              {"forward_microstep", p.forward / m},
+              {"backward_microstep", (p.backward + p.reduce) / m},
+              {"backward_inner_microstep", p.backward / m},
+              {reduce_micro, p.reduce / m},
+              {"step_microstep", p.step}};
+
+  for (int op = 0; op < CommStats::kOps; ++op) {
+    const CommTotals t = comm_stats_.Totals(static_cast<CommOp>(op));
+    const CommTotals &before = comm_at_last_sample_[size_t(op)];
+    metrics::CommOpSample &c = s.comm[size_t(op)];
+    c.count = t.count;
+    c.bytes = t.bytes;
+    c.seconds = t.seconds;
+    const double dt = t.seconds - before.seconds;
+    if (dt > 0)
+      c.bus_bandwidth = double(t.bytes - before.bytes) / dt * BusFactor(static_cast<CommOp>(op), n);
+    comm_at_last_sample_[size_t(op)] = t;
+  }
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    const auto cat = static_cast<MemoryCategory>(c);
+    s.memory[size_t(c)] = {memory_.Current(cat), memory_.Peak(cat)};
+  }
+  s.process_rss_bytes = ProcessRssBytes();
+  s.unix_time = UnixNow();
+  return s;
+}
+
+Status Engine::RecordStep() {
+  if (!monitor_) return Status::Ok();
+  const metrics::StepSample sample = BuildStepSample();
+  DST_RETURN_IF_ERROR(monitor_->OnStep(sample));
+  // The job-wide view: one store write per rank every steps_per_print steps
+  // (no collective; rank 0's HTTP thread reads the keys when asked).
+  if (store_ && (steps_ % config_.steps_per_print == 0 || steps_ == 1)) {
+    const std::string text = nlohmann::json{
+        {"identity", metrics::IdentityToJson(Identity())},
+        {"sample", metrics::SampleToJson(
+                       sample)}}.dump();
+    Status st = store_->Set(kRankSampleKey + std::to_string(env_.rank),
+                            std::vector<uint8_t>(text.begin(), text.end()));
+    if (!st.ok()) return st.context("publishing this rank's metrics to the job table");
+  }
+  return Status::Ok();
+}
+
+nlohmann::json Engine::RankTable() const {
+  nlohmann::json ranks = nlohmann::json::array();
+  const double now = UnixNow();
+  for (int64_t r = 0; r < env_.world_size; ++r) {
+    // A rank that has not published yet answers within a millisecond.
+    Result<std::vector<uint8_t>> value =
+        store_->Get(kRankSampleKey + std::to_string(r), std::chrono::milliseconds(1));
+    nlohmann::json row;
+    if (value.ok()) {
+      row = nlohmann::json::parse(value->begin(), value->end(), nullptr, /*exceptions=*/false);
+    }
+    if (row.is_discarded() || !row.is_object() || !row.contains("sample")) {
+      row = {{"identity", {{"job", config_.monitor.job}, {"rank", r}}}, {"sample", nullptr}};
+    }
+    const nlohmann::json &sample = row["sample"];
+    row["age_seconds"] = nullptr;
+    if (sample.is_object() && sample.contains("unix_time"))
+      row["age_seconds"] = now - sample["unix_time"].get<double>();
+    ranks.push_back(std::move(row));
+  }
+  return ranks;
 }
 
 }  // namespace dst

@@ -2,6 +2,8 @@
 // and the instruction executor that runs train/eval steps over it.
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -10,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/checkpoint/checkpoint.h"
 #include "core/comm/comm_stats.h"
 #include "core/comm/communicator.h"
 #include "core/comm/launch_env.h"
@@ -20,10 +23,16 @@
 #include "core/engine/schedule.h"
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
+#include "core/precision/loss_scaler.h"
 #include "core/runtime/memory.h"
-#include "core/zero/data_parallel.h"
+#include "core/zero/parallelism.h"
+#include "metrics/step_sample.h"
 
 namespace dst {
+
+namespace metrics {
+class Monitor;
+}
 
 struct EngineOptions {
   std::string config_text, config_path;  // exactly one
@@ -38,7 +47,11 @@ struct EngineInfo {
       world_size, seq_len, vocab_size, input_dim, output_dim;
 };
 
-// Seconds spent per phase.
+// Seconds spent per phase of a step. DeepSpeed's timers map onto them:
+// forward; backward = backward_inner (the layers' backward, including
+// reductions launched and waited for inside it) + backward_allreduce
+// (stage 0/1) or backward_reduce_scatter (2/3) = `reduce` (finishing the
+// reduction after the last layer); step = clipping + optimizer update.
 struct PhaseTimes {
   double forward = 0, backward = 0, reduce = 0, step = 0, total = 0;
 };
@@ -73,6 +86,8 @@ class Engine {
                         std::string *client_state_json);
 
   std::string MetricsJson() const;
+  // The dashboard's address ("http://host:port/"), or "" when HTTP is off.
+  std::string MonitorUrl() const;
   nlohmann::json CommJson() const;
   const std::string &ConfigJson() const { return config_.resolved_json; }
   const Config &config() const { return config_; }
@@ -93,6 +108,28 @@ class Engine {
   // The program for `micro_batches` of a kind, built on first use and reused,
   // so a step allocates nothing.
   const std::vector<Instruction> &Program(Op kind, int64_t micro_batches);
+  // Checkpoints (engine_checkpoint.cc).
+  struct PreparedLoad;
+  std::string CheckpointKeyPrefix(const char *phase) const;
+  nlohmann::json CheckpointMeta(const nlohmann::json &client) const;
+  Status WriteOwnCheckpointFiles(const std::string &dir, const std::string &tag,
+                                 std::vector<WrittenFile> *written, nlohmann::json *shards);
+  Result<WrittenFile> ConsolidateWeights(const std::string &dir, const std::string &tag,
+                                         const nlohmann::json &shards);
+  Status CollectAndCommit(const std::string &dir, const std::string &tag, nlohmann::json meta,
+                          const std::string &what);
+  Status PrepareLoad(const std::string &dir, const std::string &tag, PreparedLoad *out);
+  std::chrono::milliseconds CommTimeout() const;
+
+  // Starts dstrain.monitor (registry, log, HTTP) when the config enables it.
+  Status StartMonitor();
+  // After an optimizer step: the step's sample into the monitor, and every
+  // steps_per_print steps into the store for rank 0's job-wide table.
+  Status RecordStep();
+  metrics::StepSample BuildStepSample();
+  metrics::RankIdentity Identity() const;
+  // Rank 0's table of every rank's last published sample (HTTP thread).
+  nlohmann::json RankTable() const;
 
   Config config_;
   LaunchEnv env_;
@@ -101,18 +138,26 @@ class Engine {
   std::unique_ptr<Communicator> dp_comm_;  // the data-parallel group
   MemoryTracker memory_;                   // declared before everything it accounts
   std::unique_ptr<Model<float>> model_;
-  std::unique_ptr<DataParallel> dp_;  // gradient reduction, sharded optimizer
+  std::unique_ptr<DataParallelism> dp_;      // gradient reduction, (sharded) optimizer, precision
+  LossScaler scaler_;                        // fp16 loss scaling (identity otherwise)
+  std::vector<int64_t> inject_overflow_at_;  // DSTRAIN_INJECT_GRAD_OVERFLOW: this rank's steps
   int64_t steps_ = 0;
+  int64_t checkpoint_ops_ = 0;                 // saves + loads so far: names their store keys
+  std::unique_ptr<metrics::Monitor> monitor_;  // null unless dstrain.monitor is enabled
 
   // Last step's figures, for metrics.
   struct StepRecord {
     double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
-    int64_t samples = 0, tokens = 0;
+    int64_t samples = 0, tokens = 0;  // job-wide (every rank's)
+    int64_t micro_batches = 1;
+    bool skipped = false;  // fp16 overflow: no update
     PhaseTimes phases;
   };
   StepRecord last_;
   PhaseTimes total_times_;
-  int64_t total_samples_ = 0, total_tokens_ = 0;
+  int64_t total_samples_ = 0, total_tokens_ = 0;  // job-wide
+  int64_t skipped_steps_ = 0;  // fp16 steps skipped on overflow (the LR schedule does not advance)
+  std::array<CommTotals, CommStats::kOps> comm_at_last_sample_{};  // for per-step bandwidth
   double flops_per_sample_token_ = 0;  // training FLOPs per token (GPT) or sample
   mutable std::string metrics_json_;
   std::map<std::pair<int, int64_t>, std::vector<Instruction>> programs_;

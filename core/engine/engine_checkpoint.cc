@@ -1,21 +1,34 @@
-// Engine <-> checkpoint files: what a dstrain checkpoint holds and how a load
-// is validated before anything in the engine changes.
+// Engine <-> checkpoint files. DIR/TAG (format 2) holds:
+//   model.safetensors          consolidated fp32 weights, one tensor per parameter
+//   zero_rank_<r>.safetensors  the flat pieces [begin, end) of the optimizer state
+//                              (and, at ZeRO-3 across ranks, of the weights) that
+//                              rank r held; at stage 0 rank 0 writes the whole state
+//   meta.json                  config, topology, step, optimizer, LR schedule, RNG,
+//                              client state, "shards", every file's checksum
+// Any layout loads any checkpoint of the same model and optimizer: each rank
+// fills the flat ranges it holds from the pieces that overlap them
+// (core/checkpoint/reshard.h). Save and load agree across ranks through the
+// rendezvous store, never through collectives (core/engine/rank_reports.h):
+// a rank that does not take part is named, and nothing is committed unless
+// every rank succeeded.
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/reshard.h"
 #include "core/engine/engine.h"
+#include "core/engine/rank_reports.h"
 
 namespace dst {
 
 namespace {
 
-constexpr const char *kModelFile = "model.safetensors";
-constexpr const char *kOptimizerFile = "optimizer.safetensors";
+using Json = nlohmann::json;
 
-std::string StateTensorName(const std::string &state, const std::string &param) {
-  return state + "/" + param;
-}
+constexpr const char *kModelFile = "model.safetensors";
+constexpr const char *kParamsPiece = "params";  // weights in a shard file (ZeRO-3 across ranks)
 
 std::string ShapeText(const std::vector<int64_t> &shape) {
   std::string s = "[";
@@ -23,27 +36,37 @@ std::string ShapeText(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-// Checks that `file` holds exactly the engine's tensors with the same shapes.
+std::vector<FlatTensor> FlatTensors(const std::vector<ParamDecl> &decls) {
+  std::vector<FlatTensor> out;
+  for (const ParamDecl &d : decls) out.push_back({d.name, d.offset, d.numel});
+  return out;
+}
+
+// The real (unpadded) elements of a held range.
+FlatRange RealPart(ShardInfo held, int64_t total) {
+  return {std::min(held.offset, total), std::min(held.offset + held.size, total)};
+}
+
+// Checks that `file` holds exactly the model's tensors with the same shapes,
+// naming the first tensor (in the model's order) that differs.
 Status MatchTensors(const SafetensorsFile &file, const std::vector<ParamDecl> &decls,
-                    const std::string &prefix, const std::string &where) {
+                    const std::string &where) {
   for (const ParamDecl &d : decls) {
-    const std::string name = prefix.empty() ? d.name : StateTensorName(prefix, d.name);
-    auto it = file.tensors.find(name);
+    auto it = file.tensors.find(d.name);
     if (it == file.tensors.end())
-      return CheckpointError(where + " has no tensor \"" + name +
+      return CheckpointError(where + " has no tensor \"" + d.name +
                              "\" that this model needs: the checkpoint was saved from a different "
                              "model spec");
     if (it->second.shape != d.shape || it->second.dtype != TensorDType::kF32)
-      return CheckpointError(where + ": tensor \"" + name + "\" has shape " +
-                             ShapeText(it->second.shape) + " but this model's is " +
-                             ShapeText(d.shape) +
-                             ": the checkpoint was saved from a different model spec");
+      return CheckpointError(where + ": tensor \"" + d.name + "\" has shape " +
+                             ShapeText(it->second.shape) + " (" + DTypeName(it->second.dtype) +
+                             ") but this model's is " + ShapeText(d.shape) +
+                             " (F32): the checkpoint was saved from a different model spec");
   }
   if (file.tensors.size() != decls.size())
     for (const auto &[name, tensor] : file.tensors) {
-      bool known = false;
-      for (const ParamDecl &d : decls)
-        known |= (prefix.empty() ? d.name : StateTensorName(prefix, d.name)) == name;
+      const bool known = std::any_of(decls.begin(), decls.end(),
+                                     [&](const ParamDecl &d) { return d.name == name; });
       if (!known)
         return CheckpointError(where + " has a tensor \"" + name +
                                "\" that this model does not: the checkpoint was saved from a "
@@ -52,43 +75,36 @@ Status MatchTensors(const SafetensorsFile &file, const std::vector<ParamDecl> &d
   return Status::Ok();
 }
 
+Json WrittenFileJson(const WrittenFile &f) {
+  return {{"name", f.name}, {"bytes", f.bytes}, {"checksum", f.checksum}};
+}
+
+WrittenFile WrittenFileFrom(const Json &j) {
+  return {j.at("name").get<std::string>(), j.at("bytes").get<uint64_t>(),
+          j.at("checksum").get<std::string>()};
+}
+
 }  // namespace
 
-Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
-                              const std::string &client_state_json) {
-  using Json = nlohmann::json;
-  Json client = nullptr;
-  if (!client_state_json.empty()) {
-    try {
-      client = Json::parse(client_state_json);
-    } catch (const Json::exception &e) {
-      return InvalidArgument(std::string("save_checkpoint: client_state is not valid JSON: ") +
-                             e.what());
-    }
-  }
-  if (dp_comm_->size() > 1 && dp_->stage() >= 1)
-    return NotSupported("save_checkpoint: saving partitioned (ZeRO stage " +
-                        std::to_string(dp_->stage()) + ") state from " +
-                        std::to_string(dp_comm_->size()) +
-                        " ranks is not supported yet; use zero_optimization.stage 0 to save");
-  const std::vector<ParamDecl> &decls = model_->params().decls();
-  const float *values = dp_->FullParams();  // every stage holds them all on one rank
-  CheckpointFile weights{kModelFile, {}, {{"format", "pt"}}};
-  for (const ParamDecl &d : decls)
-    weights.tensors.push_back({d.name, TensorDType::kF32, d.shape, values + d.offset});
-  CheckpointFile optim{kOptimizerFile, {}, {}};
-  std::vector<OptimizerStateBuffer> states = dp_->optimizer().StateBuffers();
-  for (const OptimizerStateBuffer &s : states)
-    for (const ParamDecl &d : decls)
-      optim.tensors.push_back(
-          {StateTensorName(s.name, d.name), TensorDType::kF32, d.shape, s.data + d.offset});
+std::string Engine::CheckpointKeyPrefix(const char *phase) const {
+  return "__dstrain/ckpt/" + std::to_string(checkpoint_ops_) + "/" + phase + "/";
+}
 
+Json Engine::CheckpointMeta(const Json &client) const {
+  std::vector<std::string> states;
+  for (const OptimizerStateBuffer &s : dp_->optimizer().StateBuffers()) states.push_back(s.name);
   Json meta = {
       {"dstrain_version", DSTRAIN_VERSION_STRING},
       {"step", steps_},
+      {"precision", DTypeName(config_.precision())},
+      {"skipped_steps", skipped_steps_},
+      {"num_parameters", model_->params().size()},
       {"optimizer",
-       {{"type", dp_->optimizer().Name()}, {"steps_taken", dp_->optimizer().steps_taken()}}},
-      {"lr_scheduler", {{"iteration", steps_}, {"next_lr", NextLearningRate()}}},
+       {{"type", dp_->optimizer().Name()},
+        {"steps_taken", dp_->optimizer().steps_taken()},
+        {"states", states}}},
+      {"lr_scheduler", {{"iteration", steps_ - skipped_steps_}, {"next_lr", NextLearningRate()}}},
+      {"loss_scaler", scaler_.enabled() ? scaler_.ToJson() : Json()},
       {"rng", {{"model_seed", model_->spec().seed}, {"runtime_seed", config_.runtime.seed}}},
       {"model_spec", Json::parse(model_->spec().canonical_json)},
       {"config", Json::parse(config_.resolved_json)},
@@ -99,76 +115,315 @@ Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
                       {"tp_size", 1},
                       {"pp_size", 1},
                       {"zero_stage", dp_->stage()}};
-  if (dp_comm_->size() == 1) return WriteCheckpoint(dir, tag, {weights, optim}, meta);
-  // Stage 0: every rank holds the same state; rank 0 writes it, and every rank
-  // learns whether that worked, so no rank goes on believing it saved.
-  Status st = env_.rank == 0 ? WriteCheckpoint(dir, tag, {weights, optim}, meta) : Status::Ok();
-  Result<double> failed = dp_->Average(st.ok() ? 0.0 : 1.0);
-  if (!failed.ok()) return failed.status();
-  if (!st.ok()) return st;
-  if (failed.value() > 0)
-    return IoError("save_checkpoint: rank 0 could not write " + dir + "/" + tag +
-                   "; see rank 0's error");
+  return meta;
+}
+
+// This rank's files in the staging directory: the shard file with the state
+// it alone holds (every rank at stages 1-3; rank 0 at stage 0, where the
+// state is replicated) and, on rank 0 when it holds every weight, the
+// consolidated model file.
+Status Engine::WriteOwnCheckpointFiles(const std::string &dir, const std::string &tag,
+                                       std::vector<WrittenFile> *written, Json *shards) {
+  const std::vector<ParamDecl> &decls = model_->params().decls();
+  const int64_t total = model_->params().size();
+  ShardInfo params_held;
+  const float *params = dp_->LocalParams(&params_held);
+  const bool full_params = dp_->FullParams() != nullptr;
+  if (env_.rank == 0 && full_params) {
+    CheckpointFile weights{kModelFile, {}, {{"format", "pt"}}};
+    for (const ParamDecl &d : decls)
+      weights.tensors.push_back({d.name, TensorDType::kF32, d.shape, params + d.offset});
+    Result<WrittenFile> w = WriteStagedFile(dir, tag, weights);
+    if (!w.ok()) return w.status();
+    written->push_back(w.value());
+  }
+  const ShardInfo held = dp_->StateRange();
+  const FlatRange mine = RealPart(held, total);
+  const bool unique_state = dp_->stage() >= 1 || env_.rank == 0;
+  if (!unique_state || mine.size() == 0) return Status::Ok();
+  const std::string name = ShardFileName(env_.rank);
+  CheckpointFile shard{
+      name, {}, {{"begin", std::to_string(mine.begin)}, {"end", std::to_string(mine.end)}}};
+  Json tensors = Json::array();
+  for (const OptimizerStateBuffer &s : dp_->optimizer().StateBuffers()) {
+    shard.tensors.push_back(
+        {s.name, TensorDType::kF32, {mine.size()}, s.data + (mine.begin - held.offset)});
+    tensors.push_back(s.name);
+  }
+  if (!full_params) {
+    shard.tensors.push_back({kParamsPiece,
+                             TensorDType::kF32,
+                             {mine.size()},
+                             params + (mine.begin - params_held.offset)});
+    tensors.push_back(kParamsPiece);
+  }
+  Result<WrittenFile> w = WriteStagedFile(dir, tag, shard);
+  if (!w.ok()) return w.status();
+  written->push_back(w.value());
+  shards->push_back({{"file", name},
+                     {"rank", env_.rank},
+                     {"begin", mine.begin},
+                     {"end", mine.end},
+                     {"tensors", tensors}});
+  return Status::Ok();
+}
+
+// Rank 0, ZeRO-3 across ranks: model.safetensors from the weight pieces in
+// every rank's shard file.
+Result<WrittenFile> Engine::ConsolidateWeights(const std::string &dir, const std::string &tag,
+                                               const Json &shards) {
+  const std::vector<ParamDecl> &decls = model_->params().decls();
+  const int64_t total = model_->params().size();
+  std::vector<SafetensorsFile> files;
+  std::vector<FlatPiece> pieces;
+  files.reserve(shards.size());
+  for (const Json &s : shards) {
+    const std::string name = s.at("file").get<std::string>();
+    const std::string path = (std::filesystem::path(StagingPath(dir, tag)) / name).string();
+    Result<SafetensorsFile> file = ReadSafetensors(path);
+    if (!file.ok()) return file.status();
+    files.push_back(std::move(file).value());
+    pieces.push_back({{s.at("begin").get<int64_t>(), s.at("end").get<int64_t>()},
+                      files.back().tensors.at(kParamsPiece).f32(),
+                      name});
+  }
+  std::vector<float> flat(static_cast<size_t>(total));
+  DST_RETURN_IF_ERROR(AssembleFlat(pieces, {0, total}, total, "weight", flat.data()));
+  CheckpointFile weights{kModelFile, {}, {{"format", "pt"}}};
+  for (const ParamDecl &d : decls)
+    weights.tensors.push_back({d.name, TensorDType::kF32, d.shape, flat.data() + d.offset});
+  return WriteStagedFile(dir, tag, weights);
+}
+
+Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
+                              const std::string &client_state_json) {
+  Json client = nullptr;
+  if (!client_state_json.empty()) {
+    client = Json::parse(client_state_json, nullptr, /*allow_exceptions=*/false);
+    if (client.is_discarded())
+      return InvalidArgument("save_checkpoint: client_state is not valid JSON");
+  }
+  DST_RETURN_IF_ERROR(ValidateTag(tag).context("save_checkpoint"));
+  ++checkpoint_ops_;
+  const bool multi = store_ != nullptr;
+  const auto timeout = CommTimeout();
+  const std::string what = "save_checkpoint(\"" + dir + "\", \"" + tag + "\")";
+
+  // 1. Rank 0 makes a fresh staging directory; the others wait for it.
+  if (env_.rank == 0) {
+    Status st = PrepareStaging(dir, tag);
+    if (multi)
+      DST_RETURN_IF_ERROR(PostReport(*store_, CheckpointKeyPrefix("prepared"), {0, st, {}}));
+    if (!st.ok()) return st.context("save_checkpoint");
+  } else {
+    auto prepared = ReadReports(*store_, CheckpointKeyPrefix("prepared"), {0}, timeout, what);
+    if (!prepared.ok()) return prepared.status();
+    DST_RETURN_IF_ERROR(FirstFailure(prepared.value()).context("save_checkpoint"));
+  }
+
+  // 2. Every rank writes (and fsyncs) its own files.
+  std::vector<WrittenFile> written;
+  Json shards = Json::array();
+  Status own = WriteOwnCheckpointFiles(dir, tag, &written, &shards);
+  Json meta = CheckpointMeta(client);
+  if (!multi) {
+    if (!own.ok()) {
+      AbortStaging(dir, tag);
+      return own;
+    }
+    meta["shards"] = shards;
+    return CommitStaging(dir, tag, written, meta);
+  }
+  Json files = Json::array();
+  for (const WrittenFile &f : written) files.push_back(WrittenFileJson(f));
+  DST_RETURN_IF_ERROR(PostReport(*store_, CheckpointKeyPrefix("written"),
+                                 {env_.rank, own, {{"files", files}, {"shards", shards}}}));
+
+  // 3. Rank 0 collects every rank's files, consolidates ZeRO-3 weights, and
+  //    commits; the others learn the outcome.
+  if (env_.rank != 0) {
+    // Rank 0 may itself wait up to `timeout` for the slowest rank first.
+    auto committed = ReadReports(*store_, CheckpointKeyPrefix("committed"), {0}, 2 * timeout, what);
+    if (!own.ok()) return own.context("save_checkpoint");
+    if (!committed.ok()) return committed.status();
+    return FirstFailure(committed.value()).context("save_checkpoint");
+  }
+  Status outcome = CollectAndCommit(dir, tag, std::move(meta), what);
+  DST_RETURN_IF_ERROR(PostReport(*store_, CheckpointKeyPrefix("committed"), {0, outcome, {}}));
+  return outcome;
+}
+
+Status Engine::CollectAndCommit(const std::string &dir, const std::string &tag, Json meta,
+                                const std::string &what) {
+  std::vector<int64_t> ranks(size_t(env_.world_size));
+  for (int64_t r = 0; r < env_.world_size; ++r) ranks[size_t(r)] = r;
+  auto reports = ReadReports(*store_, CheckpointKeyPrefix("written"), ranks, CommTimeout(), what);
+  Status st = reports.ok() ? FirstFailure(reports.value()) : reports.status();
+  if (!st.ok()) {
+    AbortStaging(dir, tag);
+    return st.context("save_checkpoint (the previous checkpoint is unchanged)");
+  }
+  std::vector<WrittenFile> files;
+  Json shards = Json::array();
+  for (const RankReport &r : reports.value()) {
+    for (const Json &f : r.payload.at("files")) files.push_back(WrittenFileFrom(f));
+    for (const Json &s : r.payload.at("shards")) shards.push_back(s);
+  }
+  if (dp_->FullParams() == nullptr) {
+    Result<WrittenFile> weights = ConsolidateWeights(dir, tag, shards);
+    if (!weights.ok()) {
+      AbortStaging(dir, tag);
+      Status failed = weights.status();
+      return failed.context("save_checkpoint: consolidating the ZeRO-3 weights");
+    }
+    files.push_back(weights.value());
+  }
+  meta["shards"] = shards;
+  return CommitStaging(dir, tag, files, std::move(meta));
+}
+
+// ---------------------------------------------------------------- load
+
+// Everything a load will write, validated and assembled before anything in
+// the engine changes.
+struct Engine::PreparedLoad {
+  std::vector<float> params;  // [params_range.size] this rank's weights
+  ShardInfo params_range;
+  std::vector<std::vector<float>> states;  // per optimizer state [state_range.size]
+  ShardInfo state_range;
+  int64_t step = 0, optimizer_steps = 0, skipped_steps = 0;
+  LossScaler scaler;  // this config's scaler with the saved state (fp16)
+  Json client_state;
+  explicit PreparedLoad(const LossScaler &current) : scaler(current) {}
+};
+
+Status Engine::PrepareLoad(const std::string &dir, const std::string &tag, PreparedLoad *out) {
+  Result<LoadedCheckpoint> loaded = ReadCheckpointMeta(dir, tag);
+  if (!loaded.ok()) return loaded.status();
+  LoadedCheckpoint &ckpt = loaded.value();
+  const std::string where = ckpt.path;
+  const std::vector<ParamDecl> &decls = model_->params().decls();
+  const int64_t total = model_->params().size();
+  try {
+    // Weights: names and shapes first (the first mismatching tensor is named).
+    DST_RETURN_IF_ERROR(LoadCheckpointFile(&ckpt, kModelFile));
+    const SafetensorsFile &weights = ckpt.files.at(kModelFile);
+    DST_RETURN_IF_ERROR(MatchTensors(weights, decls, where + "/" + kModelFile));
+
+    const Json &optimizer = ckpt.meta.at("optimizer");
+    const std::string saved = optimizer.at("type").get<std::string>();
+    if (saved != dp_->optimizer().Name())
+      return CheckpointError(where + " holds " + saved + " optimizer state but this config uses " +
+                             dp_->optimizer().Name() + "; load it with the same optimizer type");
+    std::vector<OptimizerStateBuffer> states = dp_->optimizer().StateBuffers();
+    std::vector<std::string> names;
+    for (const OptimizerStateBuffer &s : states) names.push_back(s.name);
+    const auto saved_states = optimizer.at("states").get<std::vector<std::string>>();
+    if (saved_states != names)
+      return CheckpointError(where + " holds optimizer state [" + Json(saved_states).dump() +
+                             "] but this config's " + dp_->optimizer().Name() + " keeps " +
+                             Json(names).dump() +
+                             " (e.g. momentum buffers with momentum 0); load it with the same "
+                             "optimizer settings");
+    out->step = ckpt.meta.at("step").get<int64_t>();
+    out->optimizer_steps = optimizer.at("steps_taken").get<int64_t>();
+    if (out->step < 0 || out->optimizer_steps < 0)
+      return CheckpointError(where + "/meta.json has no valid step count");
+    out->client_state = ckpt.meta.value("client_state", Json());
+    out->skipped_steps = ckpt.meta.value("skipped_steps", int64_t(0));
+    if (out->skipped_steps < 0 || out->skipped_steps > out->step)
+      return CheckpointError(where + "/meta.json: skipped_steps " +
+                             std::to_string(out->skipped_steps) + " is not in [0, step]");
+    // A checkpoint saved without fp16 has no scaler state: fp16 starts from
+    // the configured scale. Loading into fp32/bf16 drops it.
+    DST_RETURN_IF_ERROR(out->scaler.FromJson(ckpt.meta.value("loss_scaler", Json())));
+
+    // This rank's weights, from the consolidated tensors.
+    dp_->LocalParams(&out->params_range);
+    out->params.resize(size_t(out->params_range.size));
+    CopyFlatFromTensors(
+        weights, FlatTensors(decls),
+        {out->params_range.offset, out->params_range.offset + out->params_range.size},
+        out->params.data());
+
+    // This rank's optimizer state, from the shard files that overlap it.
+    out->state_range = dp_->StateRange();
+    const FlatRange want{out->state_range.offset, out->state_range.offset + out->state_range.size};
+    const FlatRange real = RealPart(out->state_range, total);
+    std::vector<std::vector<FlatPiece>> pieces(states.size());
+    for (const Json &s : ckpt.meta.at("shards")) {
+      const FlatRange range{s.at("begin").get<int64_t>(), s.at("end").get<int64_t>()};
+      if (range.end <= real.begin || range.begin >= real.end) continue;
+      const std::string file = s.at("file").get<std::string>();
+      DST_RETURN_IF_ERROR(LoadCheckpointFile(&ckpt, file));
+      const SafetensorsFile &shard = ckpt.files.at(file);
+      Result<FlatRange> declared = ShardFileRange(shard, where + "/" + file);
+      if (!declared.ok()) return declared.status();
+      if (declared->begin != range.begin || declared->end != range.end)
+        return CheckpointError(
+            where + "/" + file + " declares elements [" + std::to_string(declared->begin) + ", " +
+            std::to_string(declared->end) + ") but meta.json says [" + std::to_string(range.begin) +
+            ", " + std::to_string(range.end) + "): the checkpoint is inconsistent");
+      for (size_t k = 0; k < states.size(); ++k) {
+        auto t = shard.tensors.find(states[k].name);
+        if (t == shard.tensors.end())
+          return CheckpointError(where + "/" + file + " has no \"" + states[k].name +
+                                 "\" state: the checkpoint is incomplete");
+        pieces[k].push_back({range, t->second.f32(), file});
+      }
+    }
+    if (total > 0 && ckpt.meta.value("num_parameters", total) != total)
+      return CheckpointError(where + " holds " + ckpt.meta["num_parameters"].dump() +
+                             " parameters but this model has " + std::to_string(total));
+    out->states.resize(states.size());
+    for (size_t k = 0; k < states.size(); ++k) {
+      out->states[k].resize(size_t(want.size()));
+      DST_RETURN_IF_ERROR(
+          AssembleFlat(pieces[k], want, total, "\"" + states[k].name + "\"", out->states[k].data())
+              .context(where));
+    }
+  } catch (const Json::exception &e) {
+    return CheckpointError(where + "/meta.json is missing fields or has wrong types (" + e.what() +
+                           ")");
+  }
   return Status::Ok();
 }
 
 Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
                               std::string *client_state_json) {
-  if (dp_comm_->size() > 1 && dp_->stage() >= 1)
-    return NotSupported("load_checkpoint: loading into partitioned (ZeRO stage " +
-                        std::to_string(dp_->stage()) + ") state on " +
-                        std::to_string(dp_comm_->size()) +
-                        " ranks is not supported yet; load with zero_optimization.stage 0");
-  Result<LoadedCheckpoint> loaded = ReadCheckpoint(dir, tag);
-  if (!loaded.ok()) return loaded.status();
-  const LoadedCheckpoint &ckpt = loaded.value();
-  const std::vector<ParamDecl> &decls = model_->params().decls();
-  const std::string where = ckpt.path;
-
-  // Validate everything before changing anything.
-  auto weights = ckpt.files.find(kModelFile);
-  auto optim = ckpt.files.find(kOptimizerFile);
-  if (weights == ckpt.files.end() || optim == ckpt.files.end())
-    return CheckpointError(where + " lacks " + kModelFile + " or " + kOptimizerFile);
-  DST_RETURN_IF_ERROR(MatchTensors(weights->second, decls, "", where + "/" + kModelFile));
-  const std::string saved_optimizer = ckpt.meta.at("optimizer").value("type", "");
-  if (saved_optimizer != dp_->optimizer().Name())
-    return CheckpointError(where + " holds " + saved_optimizer +
-                           " optimizer state but this config uses " + dp_->optimizer().Name() +
-                           "; load it with the same optimizer type");
-  std::vector<OptimizerStateBuffer> states = dp_->optimizer().StateBuffers();
-  size_t expected_tensors = 0;
-  for (const OptimizerStateBuffer &s : states) {
-    SafetensorsFile subset;
-    for (const auto &[name, t] : optim->second.tensors)
-      if (name.rfind(s.name + "/", 0) == 0) subset.tensors.emplace(name, t);
-    DST_RETURN_IF_ERROR(MatchTensors(subset, decls, s.name, where + "/" + kOptimizerFile));
-    expected_tensors += subset.tensors.size();
+  ++checkpoint_ops_;
+  PreparedLoad prepared(scaler_);
+  Status st = PrepareLoad(dir, tag, &prepared);
+  if (store_) {
+    // Every rank validated its part before any rank changes anything.
+    DST_RETURN_IF_ERROR(PostReport(*store_, CheckpointKeyPrefix("validated"), {env_.rank, st, {}}));
+    std::vector<int64_t> ranks(size_t(env_.world_size));
+    for (int64_t r = 0; r < env_.world_size; ++r) ranks[size_t(r)] = r;
+    auto reports = ReadReports(*store_, CheckpointKeyPrefix("validated"), ranks, CommTimeout(),
+                               "load_checkpoint(\"" + dir + "\")");
+    if (!st.ok()) return st.context("load_checkpoint");
+    if (!reports.ok()) return reports.status();
+    DST_RETURN_IF_ERROR(FirstFailure(reports.value())
+                            .context("load_checkpoint: another rank could not load it; nothing "
+                                     "was changed"));
+  } else if (!st.ok()) {
+    return st.context("load_checkpoint");
   }
-  if (expected_tensors != optim->second.tensors.size())
-    return CheckpointError(where + "/" + kOptimizerFile +
-                           " holds optimizer state this config does not use (e.g. momentum "
-                           "buffers with momentum 0); load it with the same optimizer settings");
-  const int64_t step = ckpt.meta.value("step", int64_t(-1));
-  const int64_t optimizer_steps = ckpt.meta.at("optimizer").value("steps_taken", int64_t(-1));
-  if (step < 0 || optimizer_steps < 0)
-    return CheckpointError(where + "/meta.json has no valid step count");
 
   // Commit.
-  float *values = dp_->FullParams();
-  for (const ParamDecl &d : decls)
-    std::memcpy(values + d.offset, weights->second.tensors.at(d.name).f32(),
-                size_t(d.numel) * sizeof(float));
-  for (const OptimizerStateBuffer &s : states)
-    for (const ParamDecl &d : decls)
-      std::memcpy(s.data + d.offset,
-                  optim->second.tensors.at(StateTensorName(s.name, d.name)).f32(),
-                  size_t(d.numel) * sizeof(float));
-  steps_ = step;
-  dp_->optimizer().set_steps_taken(optimizer_steps);
+  ShardInfo held;
+  float *params = dp_->LocalParams(&held);
+  std::memcpy(params, prepared.params.data(), prepared.params.size() * sizeof(float));
+  std::vector<OptimizerStateBuffer> states = dp_->optimizer().StateBuffers();
+  for (size_t k = 0; k < states.size(); ++k)
+    std::memcpy(states[k].data, prepared.states[k].data(),
+                prepared.states[k].size() * sizeof(float));
+  steps_ = prepared.step;
+  skipped_steps_ = prepared.skipped_steps;
+  scaler_ = prepared.scaler;
+  dp_->optimizer().set_steps_taken(prepared.optimizer_steps);
   DST_RETURN_IF_ERROR(dp_->ParamsChanged());
-  if (client_state_json)
-    *client_state_json = ckpt.meta.value("client_state", nlohmann::json()).dump();
+  if (client_state_json) *client_state_json = prepared.client_state.dump();
   return Status::Ok();
 }
 

@@ -1,5 +1,7 @@
 #include "core/model/model.h"
 
+#include <type_traits>
+
 #include <algorithm>
 #include <string>
 
@@ -141,6 +143,15 @@ Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTra
   scratch_ = Buffer<T>(tracker, act, max_scratch);
 }
 
+// The output buffer belongs to the layer (const only to its readers).
+template <typename T>
+void Model<T>::RoundActivations(LayerHooks *hooks, const T *data, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (hooks == nullptr || n == 0) return;
+    if (LayerHooks::RoundFn round = hooks->activation_rounding()) round(const_cast<T *>(data), n);
+  }
+}
+
 template <typename T>
 double Model<T>::Forward(MicroBatch<T> &mb, LayerHooks *hooks) {
   mb.scratch = scratch_.data();
@@ -149,6 +160,7 @@ double Model<T>::Forward(MicroBatch<T> &mb, LayerHooks *hooks) {
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (hooks) hooks->BeforeForward(i);
     x = layers_[i]->Forward(x, mb);
+    RoundActivations(hooks, x, mb.rows() * layers_[i]->OutWidth());
   }
   return layers_.back()->Loss();
 }
@@ -165,6 +177,7 @@ void Model<T>::Backward(MicroBatch<T> &mb, LayerHooks *hooks) {
     if (hooks) hooks->BeforeBackward(i);
     layers_[i]->Backward(dout, din, mb);
     if (hooks) hooks->AfterBackward(i);
+    if (din) RoundActivations(hooks, din, mb.rows() * layers_[i - 1]->OutWidth());
     dout = din;
     next ^= 1;
   }

@@ -34,6 +34,11 @@ class LayerHooks {
   virtual void BeforeForward(size_t layer) { (void)layer; }
   virtual void BeforeBackward(size_t layer) { (void)layer; }
   virtual void AfterBackward(size_t layer) { (void)layer; }
+  // Mixed precision: rounds fp32 activations onto the 16-bit grid in place;
+  // Model<float> applies it to every layer's output and input gradient, so
+  // what crosses a layer boundary is a 16-bit value. Null: leave them alone.
+  using RoundFn = void (*)(float *data, int64_t n);
+  virtual RoundFn activation_rounding() const { return nullptr; }
 };
 
 template <typename T>
@@ -67,6 +72,7 @@ class Model {
   double ForwardFlops(int64_t B, int64_t seq) const;
 
  private:
+  static void RoundActivations(LayerHooks *hooks, const T *data, int64_t n);
   ModelSpec spec_;
   ActivationLimits limits_;
   std::vector<std::unique_ptr<Layer<T>>> layers_;

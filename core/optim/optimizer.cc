@@ -13,18 +13,24 @@ Optimizer::Optimizer(const OptimizerConfig &config, int64_t numel, MemoryTracker
 }
 
 void Optimizer::Step(float *params, const float *grads, double lr) {
-  ++steps_;
+  BeginStep();
+  UpdateRange(params, grads, lr, 0, numel_);
+}
+
+void Optimizer::UpdateRange(float *params, const float *grads, double lr, int64_t begin,
+                            int64_t count) {
   if (config_.type == OptimizerType::kSGD) {
     const cpu::SgdHyper h{
         lr,         config_.momentum, config_.dampening, config_.weight_decay, config_.nesterov,
         steps_ == 1};
-    cpu::SgdUpdate(params, grads, state_a_.data(), numel_, h);
+    float *momentum = state_a_.size() ? state_a_.data() + begin : nullptr;
+    cpu::SgdUpdate(params, grads, momentum, count, h);
     return;
   }
   const bool decoupled = config_.type == OptimizerType::kAdamW || config_.adam_w_mode;
   const cpu::AdamHyper h{
       lr, config_.betas[0], config_.betas[1], config_.eps, config_.weight_decay, steps_, decoupled};
-  cpu::AdamUpdate(params, grads, state_a_.data(), state_b_.data(), numel_, h);
+  cpu::AdamUpdate(params, grads, state_a_.data() + begin, state_b_.data() + begin, count, h);
 }
 
 std::vector<OptimizerStateBuffer> Optimizer::StateBuffers() {

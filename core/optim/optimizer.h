@@ -25,6 +25,12 @@ class Optimizer {
 
   // One update of params[0, numel) from grads at learning rate `lr`.
   void Step(float *params, const float *grads, double lr);
+  // The same update in pieces (e.g. gradients converted from 16 bits a chunk
+  // at a time): BeginStep once, then UpdateRange over ranges [begin, begin +
+  // count) that together cover [0, numel) once. params/grads point at the
+  // range's first element.
+  void BeginStep() { ++steps_; }
+  void UpdateRange(float *params, const float *grads, double lr, int64_t begin, int64_t count);
 
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }

@@ -233,6 +233,15 @@ float *DataParallel::FullParams() {
   return dp_->size() == 1 ? params_->shard() : nullptr;
 }
 
+float *DataParallel::LocalParams(ShardInfo *range) {
+  if (params_) {
+    *range = my_shard();
+    return params_->shard();
+  }
+  *range = ShardInfo{0, layout_.padded};
+  return model_->params().values();
+}
+
 Status DataParallel::ParamsChanged() {
   return params_ ? params_->ShardChanged() : Status::Ok();
 }

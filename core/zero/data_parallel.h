@@ -27,6 +27,7 @@
 #include "core/optim/optimizer.h"
 #include "core/runtime/memory.h"
 #include "core/zero/grad_partition.h"
+#include "core/zero/parallelism.h"
 #include "core/zero/param_partition.h"
 #include "core/zero/partition_plan.h"
 #include "core/zero/shard_layout.h"
@@ -44,7 +45,7 @@ struct GradBucket {
 // allocates; the rest is partitioned here).
 ParamStoreOptions StoreOptionsForStage(int stage, int64_t dp_size);
 
-class DataParallel final : public LayerHooks {
+class DataParallel final : public DataParallelism {
  public:
   // `model` must have been built with StoreOptionsForStage(config.zero.stage,
   // dp->size()); it and `dp` must outlive this object.
@@ -53,52 +54,60 @@ class DataParallel final : public LayerHooks {
 
   const ShardLayout &layout() const { return layout_; }
   ShardInfo my_shard() const { return layout_.Shard(dp_->rank()); }
-  int stage() const { return stage_; }
-  Optimizer &optimizer() { return *optimizer_; }
+  int stage() const override { return stage_; }
+  Optimizer &optimizer() override { return *optimizer_; }
   Communicator &comm() { return *dp_; }
   const std::vector<GradBucket> &buckets() const { return buckets_; }
   const PartitionPlan &plan() const { return plan_; }
 
   // A step begins: gradients are zero, nothing is in flight.
-  Status ZeroGradients();
+  Status ZeroGradients() override;
   // A micro-batch's forward/backward follows; `last` marks the step's last
   // one, during whose backward stage 0/1 buckets may launch (overlap_comm).
-  void BeginMicroBatch(bool last) { launch_buckets_ = overlap_ && last; }
+  void BeginMicroBatch(bool last) override { launch_buckets_ = overlap_ && last; }
   void BeforeForward(size_t layer) override;
   void BeforeBackward(size_t layer) override;
   void AfterBackward(size_t layer) override;
   // The first error a hook met since the last call.
-  Status TakeHookStatus();
+  Status TakeHookStatus() override;
 
   // Launches what is left, waits for everything, and averages: the whole
   // buffer (stage 0) or this rank's shard (stages 1-3).
-  Status FinishReduction();
+  Status FinishReduction() override;
   // Global L2 norm of the averaged gradients (over shards for stages 1-3).
-  Result<double> GradNorm();
+  Result<double> GradNorm() override;
   // Scales the gradients this rank will use.
-  void ScaleGradients(float k);
+  void ScaleGradients(float k) override;
   // Optimizer update of this rank's part, then the parameters every rank
   // needs: all-gathered (stages 1, 2) or refreshed persistent tensors (3).
-  Status Step(double lr);
+  Status Step(double lr) override;
   // After a forward_backward without a step: makes the full averaged gradient
   // readable (stage 1: all-gathered in place; stages 2, 3: into a temporary
   // full-size buffer charged to gradients, freed when the next step begins).
-  Status GatherGradients();
+  Status GatherGradients() override;
   // Mean of a per-rank scalar across the group.
-  Result<double> Average(double value);
+  Result<double> Average(double value) override;
 
   // Whole tensors, whatever the stage. ReadParam is collective at stage 3
   // with dp > 1 unless the tensor is persistent (every rank must call it for
   // the same tensor); WriteParam expects the same data on every rank.
-  Status ReadParam(int id, float *out);
-  Status WriteParam(int id, const float *in);
+  Status ReadParam(int id, float *out) override;
+  Status WriteParam(int id, const float *in) override;
   // Stages 2 and 3: an error unless GatherGradients ran since the step began.
-  Status ReadGrad(int id, float *out) const;
+  Status ReadGrad(int id, float *out) const override;
   // The whole flat parameter buffer [padded] if this rank holds one (stages
   // 0-2, and stage 3 on one rank, where the shard is everything), else null.
-  float *FullParams();
+  float *FullParams() override;
+  // The parameter values this rank holds and their flat range: the whole
+  // padded buffer (stages 0-2) or this rank's shard (stage 3).
+  float *LocalParams(ShardInfo *range) override;
+  // The flat range this rank's optimizer state covers: the whole padded
+  // buffer at stage 0, this rank's shard at stages 1-3.
+  ShardInfo StateRange() const override {
+    return stage_ == 0 ? ShardInfo{0, layout_.padded} : layout_.Shard(dp_->rank());
+  }
   // The parameters were written through FullParams (a checkpoint load).
-  Status ParamsChanged();
+  Status ParamsChanged() override;
 
  private:
   void Launch(float *grads, size_t bucket);

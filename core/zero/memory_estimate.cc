@@ -4,20 +4,24 @@
 
 namespace dst {
 
-int64_t OptimizerStateBytesPerParameter(const OptimizerConfig &optimizer) {
-  if (optimizer.type != OptimizerType::kSGD) return 8;
-  return optimizer.momentum != 0 ? 4 : 0;
+int64_t OptimizerStateBytesPerParameter(const OptimizerConfig &optimizer, DType precision) {
+  const int64_t master = precision == DType::kFloat32 ? 0 : 4;
+  if (optimizer.type != OptimizerType::kSGD) return master + 8;
+  return master + (optimizer.momentum != 0 ? 4 : 0);
 }
 
 ModelStateBytes EstimateModelState(int64_t num_parameters, int64_t dp_size, int stage,
                                    const OptimizerConfig &optimizer,
-                                   int64_t stage3_persistent_elements) {
+                                   int64_t stage3_persistent_elements, DType precision) {
   const ShardLayout layout(num_parameters, dp_size);
   const int64_t full = layout.padded, shard = layout.shard_size();
-  const int64_t k = OptimizerStateBytesPerParameter(optimizer);
+  const int64_t k = OptimizerStateBytesPerParameter(optimizer, precision);
+  const bool mixed = precision != DType::kFloat32;
+  const int64_t width = mixed ? 2 : 4;
+  const int64_t persistent = mixed ? 0 : stage3_persistent_elements;
   ModelStateBytes b;
-  b.parameters = 4 * (stage >= 3 ? shard + stage3_persistent_elements : full);
-  b.gradients = 4 * (stage >= 2 ? shard : full);
+  b.parameters = width * (stage >= 3 ? shard + persistent : full);
+  b.gradients = width * (stage >= 2 ? shard : full);
   b.optimizer_state = k * (stage >= 1 ? shard : full);
   return b;
 }

@@ -9,6 +9,12 @@
 // bytes per parameter (Adam/AdamW 8, SGD with momentum 4, plain SGD 0), and S
 // the elements of the stage-3 persistent tensors (numel <=
 // stage3_param_persistence_threshold), which every rank also keeps whole.
+// fp16/bf16 training (the ZeRO paper's mixed-precision layout, 2 + 2 + K with
+// K = 4 for the fp32 master weights plus the optimizer's state):
+//   stage 0: params 2P, grads 2P, optimizer (4 + k) P
+//   stage 1: params 2P, grads 2P, optimizer (4 + k) P/N
+//   stage 2: params 2P, grads 2P/N, optimizer (4 + k) P/N
+//   stage 3: params 2P/N, grads 2P/N, optimizer (4 + k) P/N (no persistent tensors)
 // Communication staging buffers (kCommunication) are not model state.
 #pragma once
 
@@ -23,10 +29,14 @@ struct ModelStateBytes {
   int64_t total() const { return parameters + gradients + optimizer_state; }
 };
 
-int64_t OptimizerStateBytesPerParameter(const OptimizerConfig &optimizer);
+// The optimizer's own state (Adam 8, SGD with momentum 4, plain SGD 0), plus 4
+// for the fp32 master weights under mixed precision: K.
+int64_t OptimizerStateBytesPerParameter(const OptimizerConfig &optimizer,
+                                        DType precision = DType::kFloat32);
 
 ModelStateBytes EstimateModelState(int64_t num_parameters, int64_t dp_size, int stage,
                                    const OptimizerConfig &optimizer,
-                                   int64_t stage3_persistent_elements = 0);
+                                   int64_t stage3_persistent_elements = 0,
+                                   DType precision = DType::kFloat32);
 
 }  // namespace dst

@@ -176,7 +176,7 @@ TEST(EngineCapi, CorruptCheckpointIsDetectedAndNamed) {
   dst_engine_t *e = CreateEngine(AdamWConfig(), kTinyGpt);
   ASSERT_NE(e, nullptr);
   ASSERT_EQ(dst_engine_save_checkpoint(e, dir.c_str(), "t1", nullptr), DST_OK) << dst_last_error();
-  const std::string file = dir + "/t1/optimizer.safetensors";
+  const std::string file = dir + "/t1/zero_rank_0.safetensors";
   {
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(4000);
@@ -189,7 +189,7 @@ TEST(EngineCapi, CorruptCheckpointIsDetectedAndNamed) {
   std::vector<float> before(32);
   ASSERT_EQ(dst_engine_get_param(e, "transformer.ln_f.weight", before.data(), 32), DST_OK);
   EXPECT_EQ(dst_engine_load_checkpoint(e, dir.c_str(), nullptr, nullptr), DST_ERR_CHECKPOINT);
-  EXPECT_NE(std::string(dst_last_error()).find("optimizer.safetensors"), std::string::npos)
+  EXPECT_NE(std::string(dst_last_error()).find("zero_rank_0.safetensors"), std::string::npos)
       << dst_last_error();
   // Nothing was changed by the failed load.
   std::vector<float> after(32);

@@ -11,6 +11,7 @@
 // Usage: dst_dp_tool --model M.json --config C.json [--steps N] [--data FILE]
 //                    [--ckpt DIR (--save-at K | --resume)] [--inspect 1]
 //                    [--progress 1]   (print "step K" to stderr after each step)
+//                    [--skip-save-rank R]  (rank R does not take part in the save)
 #include <dstrain/dstrain.h>
 
 #include <cmath>
@@ -92,7 +93,7 @@ std::string InspectJson(dst_engine_t *engine, const dst_batch_t &batch) {
 
 int main(int argc, char **argv) {
   std::string model, config, data, ckpt;
-  int steps = 20, save_at = -1;
+  int steps = 20, save_at = -1, skip_save_rank = -1;
   bool progress = false, resume = false, inspect = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
@@ -119,6 +120,8 @@ int main(int argc, char **argv) {
       steps = std::atoi(argv[i + 1]);
     else if (flag == "--data")
       data = argv[i + 1];
+    else if (flag == "--skip-save-rank")
+      skip_save_rank = std::atoi(argv[i + 1]);
     else if (flag == "--progress")
       progress = std::atoi(argv[i + 1]) != 0;
     else {
@@ -177,9 +180,15 @@ int main(int argc, char **argv) {
     char text[64];
     std::snprintf(text, sizeof text, "%s%.9g", step > first_step ? "," : "", double(loss));
     losses += text;
-    if (step + 1 == save_at)
-      extra_json += ",\"save\":" +
-                    StatusJson(dst_engine_save_checkpoint(engine, ckpt.c_str(), nullptr, nullptr));
+    if (step + 1 == save_at) {
+      const std::string saved =
+          info.rank == skip_save_rank
+              ? std::string("{\"status\":\"skipped\",\"error\":\"\"}")
+              : StatusJson(dst_engine_save_checkpoint(engine, ckpt.c_str(), nullptr, nullptr));
+      std::fprintf(stderr, "save: %s\n", saved.c_str());  // before any later failure
+      std::fflush(stderr);
+      extra_json += ",\"save\":" + saved;
+    }
   }
   if (inspect) {
     load_batch(steps);

@@ -653,9 +653,22 @@ TEST(ConfigErrors, OffloadIsNotSupportedYet) {
                         Code::kConfig, {"offload_param.nvme_path is missing"}));
 }
 
-TEST(ConfigErrors, Fp16IsNotSupportedYet) {
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "fp16": {"enabled": true}})"),
-                        Code::kNotSupported, {"fp16 mixed precision is not supported yet"}));
+TEST(ConfigPrecision, Fp16AndBf16SetThePrecisionAndTheDefaultCommunicationType) {
+  Result<Config> fp16 = Parse(R"({"train_batch_size": 1, "fp16": {"enabled": true,
+      "consecutive_hysteresis": true}})");
+  ASSERT_TRUE(fp16.ok()) << fp16.status().message();
+  EXPECT_EQ(fp16->precision(), DType::kFloat16);
+  EXPECT_EQ(fp16->communication_data_type, DType::kFloat16);  // DeepSpeed: the grads' dtype
+  EXPECT_TRUE(fp16->fp16.consecutive_hysteresis);
+  Result<Config> bf16 = Parse(R"({"train_batch_size": 1, "bf16": {"enabled": true},
+      "communication_data_type": "fp32"})");
+  ASSERT_TRUE(bf16.ok()) << bf16.status().message();
+  EXPECT_EQ(bf16->precision(), DType::kBFloat16);
+  EXPECT_EQ(bf16->communication_data_type, DType::kFloat32);
+  Result<Config> fp32 = Parse(R"({"train_batch_size": 1})");
+  ASSERT_TRUE(fp32.ok());
+  EXPECT_EQ(fp32->precision(), DType::kFloat32);
+  EXPECT_EQ(fp32->communication_data_type, DType::kFloat32);
 }
 
 TEST(ConfigErrors, Fp16AndBf16TogetherConflict) {
@@ -694,7 +707,10 @@ TEST(ConfigErrors, CommunicationDataType) {
                         {"communication_data_type: expected \"fp32\", \"fp16\", \"bf16\" or null, "
                          "found \"int8\""}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "communication_data_type": "bf16"})"),
-                        Code::kNotSupported, {"\"bf16\" communication is not supported yet"}));
+                        Code::kNotSupported, {"\"bf16\" with fp32 training is not supported"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "fp16": {"enabled": true},
+                                  "communication_data_type": "bf16"})"),
+                        Code::kNotSupported, {"\"bf16\" while training in fp16"}));
 }
 
 TEST(ConfigErrors, NesterovNeedsMomentum) {
@@ -725,8 +741,7 @@ TEST(ConfigErrors, ActivationCheckpointingOptions) {
 
 TEST(ConfigErrors, PastedDeepSpeedExtrasThatAreNotBuilt) {
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "tensorboard": {"enabled": true}})"),
-                        Code::kNotSupported,
-                        {"tensorboard.enabled", "dstrain's own metrics", "metrics issue"}));
+                        Code::kNotSupported, {"tensorboard.enabled", "use dstrain.monitor"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "prescale_gradients": true})"),
                         Code::kNotSupported, {"prescale_gradients: true is not supported"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "gradient_predivide_factor": 2})"),
@@ -767,6 +782,57 @@ TEST(ConfigErrors, EveryTruncationOfAValidConfigFailsCleanly) {
     ASSERT_FALSE(result.ok()) << length;
     ASSERT_EQ(result.status().code(), Code::kConfig) << result.status().message();
   }
+}
+
+TEST(ConfigMonitor, DefaultsAreOffAndLoopback) {
+  Result<Config> c = Parse(R"({"train_batch_size": 1})");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_FALSE(c->monitor.enabled);
+  EXPECT_FALSE(c->monitor.http.enabled);
+  EXPECT_EQ(c->monitor.http.host, "127.0.0.1");
+  EXPECT_EQ(c->monitor.http.port, 9400);
+  EXPECT_FALSE(c->monitor.log.enabled);
+}
+
+TEST(ConfigMonitor, HttpOrLogImpliesRegistryAndTokenIsNotEchoed) {
+  Result<Config> c = Parse(R"({"train_batch_size": 1, "dstrain": {"monitor": {
+      "job": "run-7", "history_steps": 50,
+      "http": {"enabled": true, "port": 9500, "token": "s3cret"},
+      "log": {"enabled": true, "path": "/tmp/m", "format": "jsonl"}}}})");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->monitor.enabled);
+  EXPECT_EQ(c->monitor.job, "run-7");
+  EXPECT_EQ(c->monitor.history_steps, 50);
+  EXPECT_EQ(c->monitor.http.port, 9500);
+  EXPECT_EQ(c->monitor.http.token, "s3cret");
+  EXPECT_EQ(c->monitor.log.format, "jsonl");
+  EXPECT_EQ(c->resolved_json.find("s3cret"), std::string::npos);
+  EXPECT_NE(c->resolved_json.find("<set>"), std::string::npos);
+}
+
+TEST(ConfigMonitor, DeepSpeedCsvMonitorTurnsOnTheCsvLog) {
+  Result<Config> c = Parse(R"({"train_batch_size": 1,
+      "csv_monitor": {"enabled": true, "output_path": "logs", "job_name": "exp1"}})");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->monitor.enabled);
+  EXPECT_TRUE(c->monitor.log.enabled);
+  EXPECT_EQ(c->monitor.log.format, "csv");
+  EXPECT_EQ(c->monitor.log.path, "logs/exp1");
+}
+
+TEST(ConfigMonitor, BadValuesNameThePath) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
+      "dstrain": {"monitor": {"http": {"port": 70000}}}})"),
+                        Code::kConfig, {"dstrain.monitor.http.port"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
+      "dstrain": {"monitor": {"log": {"format": "xml"}}}})"),
+                        Code::kConfig, {"dstrain.monitor.log.format"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
+      "dstrain": {"monitor": {"job": "a b"}}})"),
+                        Code::kConfig, {"dstrain.monitor.job"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
+      "dstrain": {"monitor": {"htpp": {}}}})"),
+                        Code::kConfig, {"http"}));
 }
 
 }  // namespace

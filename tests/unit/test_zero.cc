@@ -232,6 +232,35 @@ class ThreadCommunicator final : public Communicator {
   Status Barrier() override {
     return Run(nullptr, [](std::vector<float *> &) {})->Wait();
   }
+  // 16-bit data rides through the same group (pointers are only passed along).
+  std::unique_ptr<Work> AllReduceSum16(uint16_t *data, int64_t count, Half type) override {
+    return Run16(data, [count, type](std::vector<uint16_t *> &p) {
+      for (size_t r = 1; r < p.size(); ++r) Sum16(type, p[0], p[r], count);
+      for (size_t r = 1; r < p.size(); ++r) std::copy_n(p[0], count, p[r]);
+    });
+  }
+  std::unique_ptr<Work> ReduceSum16(uint16_t *data, int64_t count, int64_t root,
+                                    Half type) override {
+    return Run16(data, [count, root, type](std::vector<uint16_t *> &p) {
+      std::vector<uint16_t> sum(p[0], p[0] + count);
+      for (size_t r = 1; r < p.size(); ++r) Sum16(type, sum.data(), p[r], count);
+      std::copy(sum.begin(), sum.end(), p[size_t(root)]);
+    });
+  }
+  std::unique_ptr<Work> AllGather16(uint16_t *data, int64_t shard) override {
+    return Run16(data, [shard](std::vector<uint16_t *> &p) {
+      for (size_t from = 0; from < p.size(); ++from)
+        for (size_t to = 0; to < p.size(); ++to)
+          if (to != from)
+            std::copy_n(p[from] + int64_t(from) * shard, shard, p[to] + int64_t(from) * shard);
+    });
+  }
+  std::unique_ptr<Work> Broadcast16(uint16_t *data, int64_t count, int64_t root) override {
+    return Run16(data, [count, root](std::vector<uint16_t *> &p) {
+      for (uint16_t *q : p)
+        if (q != p[size_t(root)]) std::copy_n(p[size_t(root)], count, q);
+    });
+  }
   void SetCompletionHook(CompletionHook) override {}
 
  private:
@@ -244,6 +273,14 @@ class ThreadCommunicator final : public Communicator {
   std::unique_ptr<Work> Run(float *data, const std::function<void(std::vector<float *> &)> &fn) {
     group_->Run(rank_, data, fn);
     return std::make_unique<DoneWork>();
+  }
+  std::unique_ptr<Work> Run16(uint16_t *data,
+                              const std::function<void(std::vector<uint16_t *> &)> &fn) {
+    return Run(reinterpret_cast<float *>(data), [&fn](std::vector<float *> &p) {
+      std::vector<uint16_t *> q;
+      for (float *x : p) q.push_back(reinterpret_cast<uint16_t *>(x));
+      fn(q);
+    });
   }
   ThreadGroup *group_;
   int64_t rank_;

@@ -244,6 +244,26 @@ DST_API dst_status_t dst_engine_save_checkpoint(dst_engine_t *engine, const char
 DST_API dst_status_t dst_engine_load_checkpoint(dst_engine_t *engine, const char *dir,
                                                 const char *tag, const char **out_client_state);
 
+/* Checkpoints on disk, without an engine (what `dstrain ckpt` uses). `tag`
+ * NULL or "" means the tag named by DIR/latest. Thread-safe. */
+
+/* A JSON description of DIR/TAG: {path, tag, format_version, dstrain_version,
+ * step, precision, num_parameters, topology, optimizer, lr_scheduler,
+ * loss_scaler, rng, client_state, shards: [{file, rank, begin, end, tensors}],
+ * tensors: [{name, dtype, shape, numel}] (the consolidated weights), files:
+ * [{name, bytes, checksum, verified, error}], total_bytes, valid}. Every file
+ * is verified against its checksum; a failing file sets "valid": false and
+ * names the problem in its "error" instead of failing the call. The string is
+ * thread-local, valid until the next call on the same thread. */
+DST_API dst_status_t dst_checkpoint_inspect_json(const char *dir, const char *tag,
+                                                 const char **out_json);
+
+/* Writes the checkpoint's consolidated fp32 weights (verified first) to
+ * `out_path` as one safetensors file (loadable by safetensors/torch),
+ * atomically. */
+DST_API dst_status_t dst_checkpoint_export_weights(const char *dir, const char *tag,
+                                                   const char *out_path);
+
 /* ------------------------------------------------------------------------- */
 /* Metrics and configuration                                                  */
 /* ------------------------------------------------------------------------- */
@@ -258,6 +278,13 @@ DST_API dst_status_t dst_engine_metrics_json(dst_engine_t *engine, const char **
 /* The resolved configuration ("auto" filled in) as JSON. Valid for the life of
  * the engine. */
 DST_API dst_status_t dst_engine_config_json(const dst_engine_t *engine, const char **out_json);
+
+/* The address of this rank's metrics server and dashboard, e.g.
+ * "http://127.0.0.1:9401/" (Prometheus text at ".../metrics", JSON at
+ * ".../api/v1/"), or "" when dstrain.monitor.http is off. The server starts
+ * with the engine when the config enables it and stops when the engine is
+ * destroyed. Valid for the life of the engine. */
+DST_API dst_status_t dst_engine_monitor_url(const dst_engine_t *engine, const char **out_url);
 
 /* Per-rank model-state memory (bytes) for each ZeRO stage 0-3 at `world_size`
  * ranks, for the config and model in `options` (nothing is allocated): a JSON

@@ -19,7 +19,16 @@ from . import _lib
 from ._lib import library_path
 from ._version import __version__
 from .dataset import Dataset, Split
-from .engine import Engine, EngineInfo, LossType, ModelType, ParamInfo, estimate_memory
+from .engine import (
+    Engine,
+    EngineInfo,
+    LossType,
+    ModelType,
+    ParamInfo,
+    estimate_memory,
+    export_checkpoint_weights,
+    inspect_checkpoint,
+)
 from .errors import (
     CheckpointError,
     CommError,
@@ -42,6 +51,8 @@ __all__ = [
     "version_number",
     "build_info",
     "estimate_memory",
+    "inspect_checkpoint",
+    "export_checkpoint_weights",
     "library_path",
     "Engine",
     "EngineInfo",

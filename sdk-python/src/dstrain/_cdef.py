@@ -124,8 +124,13 @@ dst_status_t dst_engine_save_checkpoint(dst_engine_t *engine, const char *dir,
 dst_status_t dst_engine_load_checkpoint(dst_engine_t *engine, const char *dir,
                                         const char *tag, const char **out_client_state);
 
+dst_status_t dst_checkpoint_inspect_json(const char *dir, const char *tag,
+                                                 const char **out_json);
+dst_status_t dst_checkpoint_export_weights(const char *dir, const char *tag,
+                                                   const char *out_path);
 dst_status_t dst_engine_metrics_json(dst_engine_t *engine, const char **out_json);
 dst_status_t dst_engine_config_json(const dst_engine_t *engine, const char **out_json);
+dst_status_t dst_engine_monitor_url(const dst_engine_t *engine, const char **out_url);
 
 dst_status_t dst_estimate_memory_json(const dst_engine_options_t *options,
                                       int64_t world_size, const char **out_json);

@@ -134,6 +134,31 @@ def estimate_memory(
     return result
 
 
+def inspect_checkpoint(
+    directory: Union[str, "os.PathLike[str]"], tag: Optional[str] = None
+) -> Dict[str, Any]:
+    """What a checkpoint holds (``dst_checkpoint_inspect_json``): step,
+    ``topology`` it was saved from, ``precision``, ``optimizer``, ``files``
+    (each verified against its checksum), ``tensors``, ``shards`` and
+    ``valid``. ``tag`` None: the tag named by ``directory/latest``."""
+    c_dir, c_tag = encode(os.fspath(directory)), encode(tag)
+    out = ffi.new("const char **")
+    check(lib.dst_checkpoint_inspect_json(c_dir, c_tag, out))
+    result: Dict[str, Any] = json.loads(string(out[0]))
+    return result
+
+
+def export_checkpoint_weights(
+    directory: Union[str, "os.PathLike[str]"],
+    out: Union[str, "os.PathLike[str]"],
+    tag: Optional[str] = None,
+) -> None:
+    """Writes a checkpoint's consolidated fp32 weights to one safetensors
+    file (``dst_checkpoint_export_weights``), whatever layout saved it."""
+    c_dir, c_tag, c_out = encode(os.fspath(directory)), encode(tag), encode(os.fspath(out))
+    check(lib.dst_checkpoint_export_weights(c_dir, c_tag, c_out))
+
+
 class Engine:
     """A training engine configured by a DeepSpeed-style ds_config.
 
@@ -569,6 +594,14 @@ class Engine:
             text = string(out[0])
         result: Dict[str, Any] = json.loads(text)
         return result
+
+    def monitor_url(self) -> str:
+        """This rank's metrics server and dashboard ("http://127.0.0.1:9400/"),
+        or "" when dstrain.monitor.http is off."""
+        out = ffi.new("const char **")
+        with self._lock:
+            check(lib.dst_engine_monitor_url(self._h(), out))
+            return string(out[0])
 
     def config(self) -> Dict[str, Any]:
         """The resolved ds_config ("auto" filled in)."""

@@ -349,6 +349,25 @@ extern "C" {
         engine: *const dst_engine_t,
         out_json: *mut *const c_char,
     ) -> dst_status_t;
+    /// A JSON description of a checkpoint on disk (tag NULL: DIR/latest), every
+    /// file verified; thread-local, valid until the next call on the thread.
+    pub fn dst_checkpoint_inspect_json(
+        dir: *const c_char,
+        tag: *const c_char,
+        out_json: *mut *const c_char,
+    ) -> dst_status_t;
+    /// Writes a checkpoint's consolidated fp32 weights to one safetensors file.
+    pub fn dst_checkpoint_export_weights(
+        dir: *const c_char,
+        tag: *const c_char,
+        out_path: *const c_char,
+    ) -> dst_status_t;
+    /// The metrics server's address ("http://127.0.0.1:9400/"), or "" when
+    /// dstrain.monitor.http is off. Valid for the life of the engine.
+    pub fn dst_engine_monitor_url(
+        engine: *const dst_engine_t,
+        out_url: *mut *const c_char,
+    ) -> dst_status_t;
     /// Per-rank model-state memory for each ZeRO stage at `world_size` ranks, as JSON
     /// (thread-local, valid until the next call on the same thread). Allocates nothing.
     pub fn dst_estimate_memory_json(

@@ -300,6 +300,18 @@ fn every_header_function_is_declared() {
             dst_engine_config_json as *const () as usize,
         ),
         (
+            "dst_checkpoint_inspect_json",
+            dst_checkpoint_inspect_json as *const () as usize,
+        ),
+        (
+            "dst_checkpoint_export_weights",
+            dst_checkpoint_export_weights as *const () as usize,
+        ),
+        (
+            "dst_engine_monitor_url",
+            dst_engine_monitor_url as *const () as usize,
+        ),
+        (
             "dst_estimate_memory_json",
             dst_estimate_memory_json as *const () as usize,
         ),

@@ -645,6 +645,16 @@ impl Engine {
         Ok(unsafe { string_from_ptr(json) })
     }
 
+    /// This rank's metrics server and dashboard (`http://127.0.0.1:9400/`),
+    /// or an empty string when `dstrain.monitor.http` is off.
+    pub fn monitor_url(&self) -> Result<String> {
+        let mut url: *const c_char = ptr::null();
+        // SAFETY: valid handle and out pointer.
+        check(unsafe { sys::dst_engine_monitor_url(self.raw.as_ptr(), &mut url) })?;
+        // SAFETY: valid for the life of the engine; copied now.
+        Ok(unsafe { string_from_ptr(url) })
+    }
+
     /// The resolved configuration (`"auto"` filled in) as JSON.
     pub fn config_json(&self) -> Result<String> {
         let mut json: *const c_char = ptr::null();

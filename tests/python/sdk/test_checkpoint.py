@@ -64,7 +64,7 @@ def test_tags_and_empty_client_state(dst, tmp_path):
 def test_failed_load_leaves_the_engine_unchanged(dst, tmp_path):
     with dst.Engine(config=config(), model=TINY_GPT) as engine:
         engine.save_checkpoint(tmp_path, tag="good")
-        (tmp_path / "good" / "optimizer.safetensors").write_bytes(b"garbage")
+        (tmp_path / "good" / "zero_rank_0.safetensors").write_bytes(b"garbage")
         before = engine.state_dict()
         with pytest.raises(dst.CheckpointError):
             engine.load_checkpoint(tmp_path, tag="good")

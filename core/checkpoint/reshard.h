@@ -1,0 +1,56 @@
+// Resharding on load. A checkpoint holds the model's flat state (every tensor
+// in declaration order, concatenated, without padding) in two forms:
+// consolidated per-tensor weights (model.safetensors) and flat pieces
+// [begin, end) of each optimizer state written by the rank that owned them
+// (zero_rank_<r>.safetensors). A rank of any new layout — another dp size,
+// another ZeRO stage — fills the flat range it holds from whatever pieces
+// overlap it; the old layout matters only through those ranges.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint/safetensors.h"
+#include "core/common/status.h"
+
+namespace dst {
+
+struct FlatRange {
+  int64_t begin = 0, end = 0;  // [begin, end) in flat elements
+  int64_t size() const { return end - begin; }
+};
+
+// Where a named tensor sits in the flat state.
+struct FlatTensor {
+  std::string name;
+  int64_t offset = 0, numel = 0;
+};
+
+// A piece of one flat state found in a checkpoint file.
+struct FlatPiece {
+  FlatRange range;
+  const float *data = nullptr;  // [range.size()]
+  std::string file;             // for messages
+};
+
+// The shard file rank `rank` writes: "zero_rank_<rank>.safetensors".
+std::string ShardFileName(int64_t rank);
+
+// out[0, want.size()) = flat elements `want` of the consolidated tensors in
+// `file`; elements at or beyond `total` (padding) are zero. The tensors must
+// already have been matched against the model (names, shapes, F32).
+void CopyFlatFromTensors(const SafetensorsFile &file, const std::vector<FlatTensor> &tensors,
+                         FlatRange want, float *out);
+
+// out[0, want.size()) = flat elements `want` assembled from `pieces`; elements
+// at or beyond `total` are zero. Pieces may come in any order and overlap
+// (e.g. replicated stage-0 state); a gap in [want.begin, min(want.end, total))
+// is a kCheckpoint error naming `what` and the missing elements.
+Status AssembleFlat(const std::vector<FlatPiece> &pieces, FlatRange want, int64_t total,
+                    const std::string &what, float *out);
+
+// Reads the flat range a shard file's metadata declares ("begin", "end").
+Result<FlatRange> ShardFileRange(const SafetensorsFile &file, const std::string &where);
+
+}  // namespace dst

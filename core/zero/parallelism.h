@@ -1,0 +1,64 @@
+// What the engine needs from its data-parallel layer, whatever the precision:
+// gradient reduction, the (possibly sharded) optimizer step, whole-tensor
+// access and the weights a checkpoint saves. DataParallel implements it for
+// fp32 training, MixedPrecisionParallel for fp16/bf16 (16-bit parameters and
+// gradients, fp32 master weights). It is also the model's LayerHooks.
+#pragma once
+
+#include "core/common/status.h"
+#include "core/model/model.h"
+#include "core/optim/optimizer.h"
+#include "core/zero/shard_layout.h"
+
+namespace dst {
+
+class DataParallelism : public LayerHooks {
+ public:
+  ~DataParallelism() override = default;
+
+  virtual int stage() const = 0;
+  virtual Optimizer &optimizer() = 0;
+
+  // A step begins: gradients are zero, nothing is in flight.
+  virtual Status ZeroGradients() = 0;
+  // A micro-batch's forward/backward follows; `last` marks the step's last.
+  virtual void BeginMicroBatch(bool last) = 0;
+  // The first error a hook met since the last call.
+  virtual Status TakeHookStatus() = 0;
+  // The loss was multiplied by `scale` before backward (fp16 loss scaling):
+  // gradients are divided by it before they are used. 1 unless fp16.
+  virtual void SetLossScale(double scale) { (void)scale; }
+
+  // Launches what is left of the reduction and waits for it.
+  virtual Status FinishReduction() = 0;
+  // Global L2 norm of the averaged (unscaled) gradients; not finite when a
+  // gradient overflowed on any rank.
+  virtual Result<double> GradNorm() = 0;
+  // Multiplies the gradients the step will use by k (clipping).
+  virtual void ScaleGradients(float k) = 0;
+  // Optimizer update of this rank's part, then the parameters every rank needs.
+  virtual Status Step(double lr) = 0;
+  // After a forward_backward without a step: makes full gradients readable.
+  virtual Status GatherGradients() = 0;
+  // Mean of a per-rank scalar across the group.
+  virtual Result<double> Average(double value) = 0;
+
+  // Whole tensors as fp32 (see DataParallel for the collective rules).
+  virtual Status ReadParam(int id, float *out) = 0;
+  virtual Status WriteParam(int id, const float *in) = 0;
+  virtual Status ReadGrad(int id, float *out) const = 0;
+
+  // The authoritative fp32 weights (the master weights under mixed
+  // precision) over the whole padded buffer when this rank holds them all,
+  // else null.
+  virtual float *FullParams() = 0;
+  // The authoritative fp32 weights this rank holds and their flat range.
+  virtual float *LocalParams(ShardInfo *range) = 0;
+  // The flat range this rank's optimizer state covers.
+  virtual ShardInfo StateRange() const = 0;
+  // The weights were written through FullParams/LocalParams (a checkpoint
+  // load): every derived copy is refreshed.
+  virtual Status ParamsChanged() = 0;
+};
+
+}  // namespace dst

@@ -1,0 +1,384 @@
+#include "metrics/http_server.h"
+
+#include "metrics/dashboard_assets.h"
+
+#include <arpa/inet.h>
+#include <civetweb.h>
+#include <link.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <exception>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace dst::metrics {
+
+namespace {
+
+void InitCivetWebOnce() {
+  static std::once_flag once;
+  // Features 0: plain HTTP (no TLS, no websockets). Never de-initialised: the
+  // library state lives as long as the process.
+  std::call_once(once, [] { mg_init_library(0); });
+}
+
+// Debian's libcivetweb is built with USE_STACK_SIZE=102400: every CivetWeb
+// thread gets a 100 KiB stack, and glibc carves the process's static
+// thread-local storage (every library loaded at start-up: libopenblas alone
+// has 60 KiB, libnccl 12 KiB, libcudart 4 KiB) out of that stack. CivetWeb's
+// own request path needs about 30 KiB; with less it overflows into the
+// neighbouring thread and the process dies at the first request. So Start
+// measures what such a thread really gets and refuses below kMinHeadroom.
+constexpr size_t kCivetWebStackSize = 102400;
+constexpr size_t kMinHeadroom = 32 * 1024;
+
+void *MeasureHeadroom(void *out) {
+  pthread_attr_t attr;
+  size_t headroom = 0;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    void *low = nullptr;
+    size_t size = 0;
+    if (pthread_attr_getstack(&attr, &low, &size) == 0) {
+      char here = 0;
+      headroom = static_cast<size_t>(&here - static_cast<char *>(low));
+    }
+    pthread_attr_destroy(&attr);
+  }
+  *static_cast<size_t *>(out) = headroom;
+  return nullptr;
+}
+
+// Stack bytes left to a thread created with CivetWeb's stack size (0 when
+// such a thread cannot even be created).
+size_t CivetWebThreadHeadroom() {
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return 0;
+  size_t headroom = 0;
+  pthread_t thread;
+  const bool created = pthread_attr_setstacksize(&attr, kCivetWebStackSize) == 0 &&
+                       pthread_create(&thread, &attr, &MeasureHeadroom, &headroom) == 0;
+  pthread_attr_destroy(&attr);
+  if (!created) return 0;
+  pthread_join(thread, nullptr);
+  return headroom;
+}
+
+// "libopenblas.so.0 60 KiB, libnccl.so.2 12 KiB": the loaded libraries with
+// at least 4 KiB of thread-local storage.
+std::string LargeTlsLibraries() {
+  std::string out;
+  dl_iterate_phdr(
+      [](dl_phdr_info *info, size_t, void *data) {
+        auto *text = static_cast<std::string *>(data);
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr) &ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_TLS || ph.p_memsz < 4096) continue;
+          std::string name = info->dlpi_name && *info->dlpi_name ? info->dlpi_name : "the program";
+          name = name.substr(name.rfind('/') + 1);
+          *text +=
+              (text->empty() ? "" : ", ") + name + " " + std::to_string(ph.p_memsz / 1024) + " KiB";
+        }
+        return 0;
+      },
+      &out);
+  return out.empty() ? "none found" : out;
+}
+
+bool IEqualsAscii(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto lower = [](char c) {
+      return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+    };
+    if (lower(a[i]) != lower(b[i])) return false;
+  }
+  return true;
+}
+
+// The listening host as CivetWeb wants it ("1.2.3.4" or "[::1]"), or empty
+// when `host` is not an IP literal or "localhost".
+std::string ListenHost(std::string host) {
+  if (host == "localhost") return "127.0.0.1";
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  std::array<unsigned char, 16> addr{};
+  if (inet_pton(AF_INET, host.c_str(), addr.data()) == 1) return host;
+  if (inet_pton(AF_INET6, host.c_str(), addr.data()) == 1) return "[" + host + "]";
+  return {};
+}
+
+// CivetWeb says only "Failed to setup server ports"; binding the same address
+// ourselves tells why (EADDRINUSE, EADDRNOTAVAIL, EACCES, ...). 0 when a bind
+// now succeeds. `host` is as ListenHost returns it.
+int BindError(const std::string &host, int port) {
+  sockaddr_storage storage{};
+  socklen_t length = 0;
+  int family = AF_INET;
+  if (!host.empty() && host.front() == '[') {
+    auto *a6 = reinterpret_cast<sockaddr_in6 *>(&storage);
+    family = a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons(static_cast<uint16_t>(port));
+    if (inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6->sin6_addr) != 1) {
+      return EINVAL;
+    }
+    length = sizeof(sockaddr_in6);
+  } else {
+    auto *a4 = reinterpret_cast<sockaddr_in *>(&storage);
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons(static_cast<uint16_t>(port));
+    if (inet_pton(AF_INET, host.c_str(), &a4->sin_addr) != 1) return EINVAL;
+    length = sizeof(sockaddr_in);
+  }
+  const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  const int on = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));  // as CivetWeb does
+  const int error = bind(fd, reinterpret_cast<sockaddr *>(&storage), length) == 0 ? 0 : errno;
+  close(fd);
+  return error;
+}
+
+std::string ErrorBody(int status, std::string_view message) {
+  return nlohmann::json{{"error", message}, {"status", status}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+HttpResponse ErrorResponse(int status, std::string_view message) {
+  HttpResponse r;
+  r.status = status;
+  r.body = ErrorBody(status, message);
+  return r;
+}
+
+// Writes the whole answer. `extra` are additional header name/value pairs.
+void Send(mg_connection *conn, bool head_only, const HttpResponse &r,
+          const std::vector<std::pair<const char *, std::string>> &extra = {}) {
+  const std::string length = std::to_string(r.body.size());
+  mg_response_header_start(conn, r.status);
+  mg_response_header_add(conn, "Content-Type", r.content_type.c_str(), -1);
+  mg_response_header_add(conn, "Content-Length", length.c_str(), -1);
+  mg_response_header_add(conn, "X-Content-Type-Options", "nosniff", -1);
+  mg_response_header_add(conn, "Cache-Control", r.cache_control.c_str(), -1);
+  for (const auto &[name, value] : extra) mg_response_header_add(conn, name, value.c_str(), -1);
+  mg_response_header_send(conn);
+  if (!head_only && !r.body.empty()) mg_write(conn, r.body.data(), r.body.size());
+}
+
+}  // namespace
+
+bool IsSafeRequestPath(std::string_view path) {
+  if (path.empty() || path.front() != '/') return false;
+  for (char c : path) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f || c == '\\') return false;
+  }
+  size_t begin = 1;
+  while (begin <= path.size()) {
+    size_t end = path.find('/', begin);
+    if (end == std::string_view::npos) end = path.size();
+    const std::string_view segment = path.substr(begin, end - begin);
+    if (segment == "." || segment == "..") return false;
+    begin = end + 1;
+  }
+  return true;
+}
+
+bool BearerTokenMatches(std::string_view authorization, std::string_view token) {
+  constexpr std::string_view kScheme = "Bearer ";
+  if (token.empty() || authorization.size() < kScheme.size() ||
+      !IEqualsAscii(authorization.substr(0, kScheme.size()), kScheme)) {
+    return false;
+  }
+  std::string_view given = authorization.substr(kScheme.size());
+  while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
+  while (!given.empty() && given.back() == ' ') given.remove_suffix(1);
+  // Constant time in the content: every byte of the longer string is visited.
+  const size_t n = std::max(given.size(), token.size());
+  unsigned diff = given.size() == token.size() ? 0u : 1u;
+  for (size_t i = 0; i < n; ++i) {
+    const auto a = static_cast<unsigned char>(i < given.size() ? given[i] : 0);
+    const auto b = static_cast<unsigned char>(i < token.size() ? token[i] : 0);
+    diff |= static_cast<unsigned>(a ^ b);
+  }
+  return diff == 0;
+}
+
+Status CheckHttpServerCanRun() {
+  const size_t headroom = CivetWebThreadHeadroom();
+  if (headroom >= kMinHeadroom) return Status::Ok();
+  return StateError(
+      "the metrics HTTP server cannot run in this process: CivetWeb's worker threads have a "
+      "fixed 100 KiB stack (Debian's libcivetweb build), and this process's thread-local "
+      "storage leaves them " +
+      std::to_string(headroom / 1024) + " KiB where about " + std::to_string(kMinHeadroom / 1024) +
+      " KiB are needed (libraries with large thread-local storage: " + LargeTlsLibraries() +
+      "). Do not load the CUDA/NCCL libraries on a host that does not use them (configure "
+      "with -DDSTRAIN_WITH_CUDA=OFF), or set dstrain.monitor.http.enabled to false (the "
+      "registry and dstrain.monitor.log still work)");
+}
+
+Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions &options,
+                                                      HttpHandler handler) {
+  const std::string host = ListenHost(options.host);
+  if (host.empty()) {
+    return InvalidArgument(
+        "dstrain.monitor.http.host: expected an IP address (127.0.0.1, ::1, "
+        "0.0.0.0) or \"localhost\", found \"" +
+        options.host + "\"");
+  }
+  if (options.port < 0 || options.port > 65535) {
+    return InvalidArgument("the metrics HTTP port " + std::to_string(options.port) +
+                           " is outside 0-65535; set " + options.port_setting +
+                           " so that port + local rank stays below 65536 (0 = any free port)");
+  }
+  const std::string address = host + ":" + std::to_string(options.port);
+  InitCivetWebOnce();
+  DST_RETURN_IF_ERROR(CheckHttpServerCanRun());
+
+  std::unique_ptr<HttpServer> server(new HttpServer(std::move(handler), options.token));
+  const std::string threads = std::to_string(std::max(1, options.num_threads));
+  const std::string timeout = std::to_string(std::max(1, options.request_timeout_ms));
+  // No document_root: nothing is served from the file system.
+  const char *civet_options[] = {"listening_ports",
+                                 address.c_str(),
+                                 "num_threads",
+                                 threads.c_str(),
+                                 "request_timeout_ms",
+                                 timeout.c_str(),
+                                 "enable_keep_alive",
+                                 "no",
+                                 "enable_directory_listing",
+                                 "no",
+                                 nullptr};
+  mg_callbacks callbacks{};
+  mg_init_data init{};
+  init.callbacks = &callbacks;
+  init.user_data = server.get();
+  init.configuration_options = civet_options;
+  unsigned error_code = 0;
+  char error_text[256] = "";
+  mg_error_data error{};
+  error.code = &error_code;
+  error.text = error_text;
+  error.text_buffer_size = sizeof(error_text);
+  server->ctx_ = mg_start2(&init, &error);
+  if (server->ctx_ == nullptr) {
+    std::string message = "the metrics HTTP server cannot listen on " + address + ": " +
+                          (error_text[0] ? error_text : "unknown CivetWeb error");
+    const int bind_error = BindError(host, options.port);
+    if (bind_error != 0) {
+      message += " (" + std::error_code(bind_error, std::generic_category()).message() + ")";
+    }
+    if (bind_error == EADDRINUSE) {
+      message += "; the port is taken (another job, rank or program on this host): set " +
+                 options.port_setting +
+                 " to a free base port (rank r listens on port + local rank) or to 0 for any "
+                 "free port";
+    } else {
+      message += "; check dstrain.monitor.http.host and " + options.port_setting;
+    }
+    return IoError(message);
+  }
+  // Every path goes to one handler ("/" is a prefix of every URI).
+  mg_set_request_handler(server->ctx_, "/", &HttpServer::HandleRequest, server.get());
+
+  mg_server_port ports[4] = {};
+  const int n = mg_get_server_ports(server->ctx_, 4, ports);
+  if (n < 1 || ports[0].port <= 0) {
+    return InternalError("the metrics HTTP server started on " + address +
+                         " but reports no listening port");
+  }
+  server->port_ = ports[0].port;
+  server->address_ = host + ":" + std::to_string(server->port_);
+  return server;
+}
+
+HttpServer::~HttpServer() {
+  if (ctx_ != nullptr) mg_stop(ctx_);
+}
+
+int HttpServer::HandleRequest(mg_connection *conn, void *self) {
+  try {
+    static_cast<HttpServer *>(self)->Handle(conn);
+  } catch (...) {
+    // Nothing may unwind into CivetWeb's C code; the connection is closed.
+  }
+  return 1;
+}
+
+// What CivetWeb's request holds that the answer depends on, copied so the
+// answer can be computed on another thread.
+struct HttpServer::Incoming {
+  std::string method;
+  std::optional<std::string> path;  // percent-decoded, dot segments kept
+  std::string query;
+  std::optional<std::string> authorization;
+};
+
+struct HttpServer::Answer {
+  HttpResponse response;
+  std::vector<std::pair<const char *, std::string>> headers;  // extra headers
+};
+
+HttpServer::Answer HttpServer::Decide(const Incoming &in) const {
+  const bool head = in.method == "HEAD";
+  // The dashboard's own files hold no data and a browser cannot attach a
+  // header when it opens a page: they are public; the page then sends the
+  // token (from its URL fragment) with every API call.
+  const bool public_asset = (in.method == "GET" || head) && in.path &&
+                            IsSafeRequestPath(*in.path) && FindDashboardAsset(*in.path) != nullptr;
+  if (!token_.empty() && !public_asset &&
+      !(in.authorization && BearerTokenMatches(*in.authorization, token_))) {
+    return {ErrorResponse(401,
+                          "missing or wrong bearer token: send the header \"Authorization: Bearer "
+                          "<token>\" (dstrain.monitor.http.token or DSTRAIN_MONITOR_TOKEN)"),
+            {{"WWW-Authenticate", "Bearer realm=\"dstrain\""}}};
+  }
+  if (in.method != "GET" && !head) {
+    return {ErrorResponse(405, "only GET and HEAD are allowed"), {{"Allow", "GET, HEAD"}}};
+  }
+  if (!in.path || !IsSafeRequestPath(*in.path)) return {ErrorResponse(404, "not found"), {}};
+  try {
+    return {handler_(HttpRequest{in.method, *in.path, in.query}), {}};
+  } catch (const std::exception &e) {
+    return {ErrorResponse(500, std::string("internal error: ") + e.what()), {}};
+  } catch (...) {
+    return {ErrorResponse(500, "internal error"), {}};
+  }
+}
+
+void HttpServer::Handle(mg_connection *conn) {
+  // This runs on a CivetWeb thread, whose stack is small (see
+  // kCivetWebStackSize): only the copying and the socket I/O happen here; the
+  // answer is computed on a thread of ours with a default-size stack.
+  const mg_request_info *info = mg_get_request_info(conn);
+  Incoming in;
+  in.method = info->request_method ? info->request_method : "";
+  if (info->local_uri_raw) in.path = info->local_uri_raw;
+  if (info->query_string) in.query = info->query_string;
+  if (const char *authorization = mg_get_header(conn, "Authorization")) {
+    in.authorization = authorization;
+  }
+  Answer answer;
+  try {
+    std::thread decide([&] { answer = Decide(in); });
+    decide.join();
+  } catch (const std::system_error &) {  // no thread could be started
+    answer.response.status = 503;
+    answer.response.body = R"({"error": "cannot start a thread for the request", "status": 503})";
+  }
+  Send(conn, in.method == "HEAD", answer.response, answer.headers);
+}
+
+}  // namespace dst::metrics

@@ -1,0 +1,103 @@
+// HttpServer: a small read-only HTTP server on CivetWeb's C API. It owns the
+// security rules and hands every request that passes them to one handler:
+//   - the bearer token, when set, on every request (else 401, constant-time
+//     comparison);
+//   - GET and HEAD only (else 405 with "Allow: GET, HEAD");
+//   - a path with "." or ".." segments after percent-decoding, a backslash or
+//     a control character is 404; nothing is ever served from the file
+//     system (no document_root);
+//   - every answer carries X-Content-Type-Options: nosniff and a
+//     Cache-Control header; HEAD gets the headers without the body.
+// Listens on host:port (port 0: any free port, see port()); keep-alive off and
+// few worker threads, since clients are a scraper and a dashboard.
+// CivetWeb's threads have a small fixed stack (100 KiB in Debian's build, minus
+// the process's thread-local storage), so each answer is computed on a short-
+// lived thread of ours and CivetWeb's thread only does the socket I/O; Start
+// refuses with an explanation when even CivetWeb's own needs do not fit.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/common/status.h"
+
+struct mg_context;
+struct mg_connection;
+
+namespace dst::metrics {
+
+struct HttpRequest {
+  std::string_view method;  // "GET" or "HEAD"
+  std::string_view path;    // percent-decoded, starts with '/', no dot segments
+  std::string_view query;   // raw, without '?'; empty when absent
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::string cache_control = "no-store";
+};
+
+// Called from a server worker thread; must be thread-safe. Exceptions are
+// caught and answered with 500.
+using HttpHandler = std::function<HttpResponse(const HttpRequest &request)>;
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";  // an IPv4/IPv6 literal or "localhost"
+  int port = 0;                    // 0 = any free port
+  std::string token;               // empty = no authentication
+  int num_threads = 2;
+  int request_timeout_ms = 10000;
+  // Names the setting to change when the port is taken (for the message).
+  std::string port_setting = "dstrain.monitor.http.port";
+};
+
+class HttpServer {
+ public:
+  // Starts listening. Errors name the address and the fix (port in use,
+  // bad host, ...).
+  static Result<std::unique_ptr<HttpServer>> Start(const HttpServerOptions &options,
+                                                   HttpHandler handler);
+  // Stops the server; returns after every worker thread has finished.
+  ~HttpServer();
+  HttpServer(const HttpServer &) = delete;
+  HttpServer &operator=(const HttpServer &) = delete;
+
+  int port() const { return port_; }
+  // "127.0.0.1:9400" / "[::1]:9400" with the real port.
+  const std::string &address() const { return address_; }
+
+ private:
+  HttpServer(HttpHandler handler, std::string token)
+      : handler_(std::move(handler)), token_(std::move(token)) {}
+  struct Incoming;
+  struct Answer;
+  static int HandleRequest(mg_connection *conn, void *self);
+  void Handle(mg_connection *conn);
+  Answer Decide(const Incoming &in) const;
+
+  HttpHandler handler_;
+  std::string token_;
+  mg_context *ctx_ = nullptr;  // owned; mg_stop in the destructor
+  int port_ = 0;
+  std::string address_;
+};
+
+// Ok when CivetWeb's threads get enough stack in this process to serve a
+// request (Start checks it): they have a fixed 100 KiB stack in Debian's build,
+// out of which glibc takes the process's static thread-local storage. The
+// error names the libraries with large thread-local storage and the fix.
+Status CheckHttpServerCanRun();
+
+// Exposed for tests.
+// True when `path` (percent-decoded) is a plain absolute path: starts with
+// '/', no "." or ".." segment, no backslash, no control character.
+bool IsSafeRequestPath(std::string_view path);
+// True when the Authorization header value is "Bearer <token>" (scheme
+// case-insensitive); compares the token in time independent of its content.
+bool BearerTokenMatches(std::string_view authorization, std::string_view token);
+
+}  // namespace dst::metrics

@@ -1,0 +1,184 @@
+#include "metrics/registry.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+#include <cmath>
+#include <exception>
+#include <type_traits>
+
+namespace dst::metrics {
+
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+
+}  // namespace
+
+template <typename V>
+void MetricsRegistry::TotalCounter<V>::Advance(V total) {
+  if constexpr (std::is_floating_point_v<V>) {
+    if (!std::isfinite(total)) return;  // keep the baseline; a NaN total says nothing
+  }
+  if (total > last_total) counter->Increment(static_cast<double>(total - last_total));
+  last_total = total;  // a smaller total moves the baseline only
+}
+
+MetricsRegistry::MetricsRegistry() : registry_(std::make_unique<prometheus::Registry>()) {}
+MetricsRegistry::~MetricsRegistry() = default;
+
+Result<std::unique_ptr<MetricsRegistry>> MetricsRegistry::Create(const RankIdentity &identity) {
+  std::unique_ptr<MetricsRegistry> registry(new MetricsRegistry());
+  // prometheus-cpp throws on an invalid name or label; keep it inside.
+  try {
+    registry->Build(identity);
+  } catch (const std::exception &e) {
+    return InvalidArgument(std::string("metrics registry: cannot build the series (") + e.what() +
+                           "); check dstrain.monitor.job (1-128 characters of [A-Za-z0-9_.-])");
+  }
+  return registry;
+}
+
+void MetricsRegistry::Build(const RankIdentity &identity) {
+  prometheus::Registry &r = *registry_;
+  const prometheus::Labels labels = {{"job", identity.job},
+                                     {"rank", std::to_string(identity.rank)},
+                                     {"dp_rank", std::to_string(identity.dp_rank)},
+                                     {"tp_rank", std::to_string(identity.tp_rank)},
+                                     {"pp_rank", std::to_string(identity.pp_rank)}};
+  auto counter = [&](const char *name, const char *help) -> Family<Counter> & {
+    return BuildCounter().Name(name).Help(help).Labels(labels).Register(r);
+  };
+  auto gauge = [&](const char *name, const char *help) -> Family<Gauge> & {
+    return BuildGauge().Name(name).Help(help).Labels(labels).Register(r);
+  };
+
+  steps_.counter = &counter("dstrain_steps_total", "Optimizer steps taken by this rank.").Add({});
+  samples_.counter =
+      &counter("dstrain_samples_total", "Training samples this rank has processed.").Add({});
+  tokens_.counter =
+      &counter("dstrain_tokens_total", "Training tokens this rank has processed (GPT models).")
+           .Add({});
+  skipped_.counter = &counter("dstrain_skipped_steps_total",
+                              "Optimizer steps skipped because of an fp16 gradient overflow.")
+                          .Add({});
+  timer_total_family_ = &counter(
+      "dstrain_timer_seconds_total",
+      "Wall-clock seconds spent in each phase of the training step (DeepSpeed timer names).");
+  timer_last_family_ = &gauge("dstrain_timer_seconds",
+                              "Wall-clock seconds of each phase of the last training step "
+                              "(DeepSpeed timer names; *_microstep are per-micro-step means).");
+
+  auto &ops = counter("dstrain_comm_operations_total", "Collective operations issued, by type.");
+  auto &bytes = counter("dstrain_comm_bytes_total", "Payload bytes of collective operations.");
+  auto &seconds =
+      counter("dstrain_comm_seconds_total", "Seconds spent in collective operations, by type.");
+  auto &busbw = gauge("dstrain_comm_bus_bandwidth_bytes_per_second",
+                      "Bus bandwidth of the last step's collectives (nccl-tests definition).");
+  for (size_t i = 0; i < kCommOpNames.size(); ++i) {
+    const prometheus::Labels op = {{"op", kCommOpNames[i]}};
+    comm_[i].operations.counter = &ops.Add(op);
+    comm_[i].bytes.counter = &bytes.Add(op);
+    comm_[i].seconds.counter = &seconds.Add(op);
+    comm_[i].bus_bandwidth = &busbw.Add(op);
+  }
+
+  auto &mem =
+      gauge("dstrain_memory_bytes", "Bytes currently allocated by the engine, by category.");
+  auto &peak = gauge("dstrain_memory_peak_bytes",
+                     "Largest number of bytes allocated by the engine so far, by category.");
+  for (size_t i = 0; i < kMemoryCategoryNames.size(); ++i) {
+    const prometheus::Labels category = {{"category", kMemoryCategoryNames[i]}};
+    memory_[i].current = &mem.Add(category);
+    memory_[i].peak = &peak.Add(category);
+  }
+
+  gauge("dstrain_world_size", "Number of processes (ranks) in the job.")
+      .Add({})
+      .Set(static_cast<double>(identity.world_size));
+}
+
+void MetricsRegistry::BuildStepGauges() {
+  prometheus::Registry &r = *registry_;
+  // The const labels come from the family built in Build: reuse them.
+  const prometheus::Labels labels = timer_last_family_->GetConstantLabels();
+  auto gauge = [&](const char *name, const char *help) -> Gauge * {
+    return &BuildGauge().Name(name).Help(help).Labels(labels).Register(r).Add({});
+  };
+  step_gauges_ = std::make_unique<StepGauges>(StepGauges{
+      gauge("dstrain_loss", "Mean training loss of the last step."),
+      gauge("dstrain_learning_rate", "Learning rate used by the last step."),
+      gauge("dstrain_grad_norm", "Global gradient norm of the last step, before clipping."),
+      gauge("dstrain_loss_scale", "Dynamic fp16 loss scale (1 without fp16)."),
+      gauge("dstrain_step_time_seconds", "Wall-clock seconds of the last optimizer step."),
+      gauge("dstrain_tokens_per_second", "Tokens this rank processed per second in the last step."),
+      gauge("dstrain_samples_per_second",
+            "Samples this rank processed per second in the last step."),
+      gauge("dstrain_mfu_ratio",
+            "Model FLOPs utilisation of the last step: achieved over peak FLOP/s (0 when the "
+            "peak is unknown)."),
+      gauge("dstrain_achieved_flops_per_second",
+            "Model floating-point operations per second achieved in the last step."),
+      gauge("dstrain_process_resident_memory_bytes", "Resident set size of the training process."),
+      gauge("dstrain_last_step_timestamp_seconds",
+            "Unix time in seconds at which the last optimizer step ended."),
+  });
+}
+
+MetricsRegistry::TimerSeries &MetricsRegistry::Timer(const std::string &name) {
+  auto it = timers_.find(name);
+  if (it != timers_.end()) return it->second;
+  const prometheus::Labels timer = {{"timer", name}};
+  TimerSeries series{&timer_total_family_->Add(timer), &timer_last_family_->Add(timer)};
+  return timers_.emplace(name, series).first->second;
+}
+
+void MetricsRegistry::Record(const StepSample &s) {
+  if (!step_gauges_) BuildStepGauges();
+  steps_.Advance(s.step);
+  samples_.Advance(s.samples_total);
+  tokens_.Advance(s.tokens_total);
+  skipped_.Advance(s.skipped_steps_total);
+
+  StepGauges &g = *step_gauges_;
+  g.loss->Set(s.loss);
+  g.lr->Set(s.lr);
+  g.grad_norm->Set(s.grad_norm);
+  g.loss_scale->Set(s.loss_scale);
+  g.step_seconds->Set(s.step_seconds);
+  g.tokens_per_second->Set(s.tokens_per_second);
+  g.samples_per_second->Set(s.samples_per_second);
+  g.mfu->Set(s.mfu);
+  g.flops->Set(s.achieved_flops_per_second);
+  g.rss->Set(static_cast<double>(s.process_rss_bytes));
+  g.timestamp->Set(s.unix_time);
+
+  // Timers are per-step values: the total grows by each step's value.
+  for (const auto &[name, seconds] : s.timers) {
+    TimerSeries &t = Timer(name);
+    if (seconds > 0) t.total->Increment(seconds);
+    t.last->Set(seconds);
+  }
+  for (size_t i = 0; i < comm_.size(); ++i) {
+    comm_[i].operations.Advance(s.comm[i].count);
+    comm_[i].bytes.Advance(s.comm[i].bytes);
+    comm_[i].seconds.Advance(s.comm[i].seconds);
+    comm_[i].bus_bandwidth->Set(s.comm[i].bus_bandwidth);
+  }
+  for (size_t i = 0; i < memory_.size(); ++i) {
+    memory_[i].current->Set(static_cast<double>(s.memory[i].current_bytes));
+    memory_[i].peak->Set(static_cast<double>(s.memory[i].peak_bytes));
+  }
+}
+
+std::string MetricsRegistry::Exposition() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace dst::metrics

@@ -1,0 +1,68 @@
+// What the engine pushes into the metrics registry after every optimizer
+// step: plain numbers, no engine types, so metrics/ depends on nothing in
+// core/ but the config and the engine depends on metrics/ only through this
+// struct and MetricsRegistry (registry.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dst::metrics {
+
+// Communication op types, in the order of dst::CommOp.
+inline constexpr std::array<const char *, 6> kCommOpNames = {
+    "allreduce", "reduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
+
+// Memory categories, in the order of dst::MemoryCategory.
+inline constexpr std::array<const char *, 6> kMemoryCategoryNames = {
+    "parameters", "gradients", "optimizer_state", "activations", "communication", "offload"};
+
+struct CommOpSample {
+  int64_t count = 0;         // operations since the engine started (counter)
+  int64_t bytes = 0;         // payload bytes since the engine started (counter)
+  double seconds = 0;        // time in the op since the engine started (counter)
+  double bus_bandwidth = 0;  // bytes/s by the nccl-tests definition, over the last step's ops
+};
+
+struct MemorySample {
+  int64_t current_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+
+// Identity of the rank that produced the sample: become the labels.
+struct RankIdentity {
+  std::string job = "dstrain";
+  int64_t rank = 0, local_rank = 0, world_size = 1;
+  int64_t dp_rank = 0, tp_rank = 0, pp_rank = 0;
+};
+
+struct StepSample {
+  int64_t step = 0;                 // optimizer steps taken so far (after this one)
+  int64_t samples_total = 0;        // samples this rank has trained on
+  int64_t tokens_total = 0;         // tokens this rank has trained on (GPT; 0 otherwise)
+  double loss = 0;                  // the step's mean loss (group average)
+  double lr = 0;                    // learning rate used by this step
+  double grad_norm = 0;             // global gradient norm before clipping
+  double loss_scale = 1;            // fp16 dynamic loss scale (1 without fp16)
+  int64_t skipped_steps_total = 0;  // steps skipped on overflow
+  double step_seconds = 0;          // wall clock of the whole step
+  double tokens_per_second = 0;     // this rank's tokens (or samples) / step_seconds
+  double samples_per_second = 0;
+  double mfu = 0;  // achieved FLOP/s / peak FLOP/s (0 when the peak is unknown)
+  double achieved_flops_per_second = 0;
+  // Wall-clock breakdown of this step with DeepSpeed's timer names:
+  // "forward", "backward", "backward_inner", "backward_allreduce" (stage 0/1) or
+  // "backward_reduce_scatter" (2/3), "step", and the per-micro-step means
+  // "forward_microstep", "backward_microstep", "backward_inner_microstep",
+  // "backward_allreduce_microstep", "step_microstep".
+  std::vector<std::pair<std::string, double>> timers;
+  std::array<CommOpSample, kCommOpNames.size()> comm{};
+  std::array<MemorySample, kMemoryCategoryNames.size()> memory{};
+  int64_t process_rss_bytes = 0;
+  double unix_time = 0;  // seconds since the epoch when the step ended
+};
+
+}  // namespace dst::metrics
