@@ -168,21 +168,53 @@ Engine::Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Sto
       spec, limits, &memory_,
       mixed ? StoreOptionsForMixedPrecision(dp_comm_->size())
             : StoreOptionsForStage(config_.zero.stage, dp_comm_->size()));
-  if (mixed)
+  if (mixed) {
     dp_ = std::make_unique<MixedPrecisionParallel>(config_, model_.get(), dp_comm_.get(), &memory_);
-  else
+    model_->StoreActivationsIn16Bits(
+        config_.precision() == DType::kFloat16 ? Half::kFp16 : Half::kBf16, &memory_);
+  } else
     dp_ = std::make_unique<DataParallel>(config_, model_.get(), dp_comm_.get(), &memory_);
   const int64_t T = limits.max_T;
   flops_per_sample_token_ = 3.0 * model_->ForwardFlops(1, T) / double(T);
+  memory_.ResetPeaks();  // e.g. the fp32 activation buffers 16-bit storage replaced
 }
 
 std::chrono::milliseconds Engine::CommTimeout() const {
   return dst::CommTimeout(config_);
 }
 
+Status Engine::RunAndNoteFailure(const std::vector<Instruction> &program, const BatchView &batch,
+                                 double *mean_loss) {
+  Status st = Run(program, batch, mean_loss);
+  if (!st.ok()) failed_ = true;
+  return st;
+}
+
+// Every rank says it is done with collectives, and waits (briefly) until the
+// others are too or have gone, before any rank closes its connections: a rank
+// that finishes the last collective first and exits at once could otherwise
+// close a socket while a slower peer is still reading that collective's last
+// message, and the peer would fail with "connection closed". Skipped after a
+// failed step: the job is ending in an error anyway.
+void Engine::QuiesceBeforeClose() {
+  if (!store_ || failed_ || env_.world_size < 2) return;
+  constexpr const char *kClosingKey = "__dstrain/closing/";
+  if (!store_->Set(kClosingKey + std::to_string(env_.rank), {1}).ok()) return;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::min(CommTimeout(), std::chrono::milliseconds(30000));
+  for (int64_t r = 0; r < env_.world_size; ++r) {
+    if (r == env_.rank) continue;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (store_->Get(kClosingKey + std::to_string(r), std::chrono::milliseconds(200)).ok()) break;
+      if (store_->Get(kDoneKey + std::to_string(r), std::chrono::milliseconds(1)).ok()) break;
+    }
+  }
+}
+
 // The communicator's worker thread goes first, then the store it used.
 Engine::~Engine() {
   monitor_.reset();  // its HTTP threads read the store (rank 0's job table)
+  QuiesceBeforeClose();
   dp_.reset();
   dp_comm_.reset();
   if (store_) FinishJob(*store_, env_.rank, env_.world_size, CommTimeout());
@@ -434,7 +466,7 @@ Status Engine::TrainBatch(const BatchView &batch, float *loss) {
   Result<int64_t> micro = CheckBatch(batch, "train_batch", true);
   if (!micro.ok()) return micro.status();
   double mean = 0;
-  DST_RETURN_IF_ERROR(Run(Program(Op::kOptimizerStep, micro.value()), batch, &mean));
+  DST_RETURN_IF_ERROR(RunAndNoteFailure(Program(Op::kOptimizerStep, micro.value()), batch, &mean));
   if (loss) *loss = float(mean);
   return RecordStep();
 }
@@ -443,7 +475,7 @@ Status Engine::EvalBatch(const BatchView &batch, float *loss) {
   Result<int64_t> micro = CheckBatch(batch, "eval_batch", false);
   if (!micro.ok()) return micro.status();
   double mean = 0;
-  DST_RETURN_IF_ERROR(Run(Program(Op::kForward, micro.value()), batch, &mean));
+  DST_RETURN_IF_ERROR(RunAndNoteFailure(Program(Op::kForward, micro.value()), batch, &mean));
   if (loss) *loss = float(mean);
   return Status::Ok();
 }
@@ -452,7 +484,7 @@ Status Engine::ForwardBackward(const BatchView &batch, float *loss) {
   Result<int64_t> micro = CheckBatch(batch, "forward_backward", false);
   if (!micro.ok()) return micro.status();
   double mean = 0;
-  DST_RETURN_IF_ERROR(Run(Program(Op::kBackward, micro.value()), batch, &mean));
+  DST_RETURN_IF_ERROR(RunAndNoteFailure(Program(Op::kBackward, micro.value()), batch, &mean));
   if (loss) *loss = float(mean);
   return Status::Ok();
 }

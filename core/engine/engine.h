@@ -104,6 +104,10 @@ class Engine {
   MicroBatch<float> MicroBatchAt(const BatchView &batch, int64_t index) const;
   // Runs `program` over `batch`; *mean_loss = mean of the micro-batch losses.
   Status Run(const std::vector<Instruction> &program, const BatchView &batch, double *mean_loss);
+  // Run, remembering a failure (the engine then skips the closing handshake).
+  Status RunAndNoteFailure(const std::vector<Instruction> &program, const BatchView &batch,
+                           double *mean_loss);
+  void QuiesceBeforeClose();
   Status FindParam(const std::string &name, const char *call, size_t count, int *id) const;
   // The program for `micro_batches` of a kind, built on first use and reused,
   // so a step allocates nothing.
@@ -143,6 +147,7 @@ class Engine {
   std::vector<int64_t> inject_overflow_at_;  // DSTRAIN_INJECT_GRAD_OVERFLOW: this rank's steps
   int64_t steps_ = 0;
   int64_t checkpoint_ops_ = 0;                 // saves + loads so far: names their store keys
+  bool failed_ = false;                        // a step failed: no closing handshake
   std::unique_ptr<metrics::Monitor> monitor_;  // null unless dstrain.monitor is enabled
 
   // Last step's figures, for metrics.

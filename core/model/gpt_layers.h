@@ -27,6 +27,7 @@ class GptEmbedding final : public Layer<T> {
   const T *Forward(const T *in, const MicroBatch<T> &mb) override;
   void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
   double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
+  std::vector<Buffer<T> *> SavedBuffers() override { return {&out_}; }
   int wte_id() const { return wte_; }
 
  private:
@@ -48,6 +49,9 @@ class GptBlock final : public Layer<T> {
   const T *Forward(const T *in, const MicroBatch<T> &mb) override;
   void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
   double ForwardFlops(int64_t B, int64_t seq) const override;
+  std::vector<Buffer<T> *> SavedBuffers() override {
+    return {&ln1_, &qkv_, &att_, &atty_, &res2_, &ln2_, &fch_, &fch_gelu_, &out_};
+  }
 
  private:
   GptDims dims_;
@@ -78,6 +82,7 @@ class GptHead final : public Layer<T> {
   bool IsLoss() const override { return true; }
   double Loss() const override { return loss_; }
   double ForwardFlops(int64_t B, int64_t seq) const override;
+  std::vector<Buffer<T> *> SavedBuffers() override { return {&lnf_}; }
 
  private:
   GptDims dims_;

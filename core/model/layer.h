@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "core/model/params.h"
 #include "core/runtime/memory.h"
@@ -61,6 +62,13 @@ class Layer {
   virtual double Loss() const { return 0.0; }
   // Floating-point operations of one forward over rows (GEMMs counted as 2mnk).
   virtual double ForwardFlops(int64_t B, int64_t seq) const = 0;
+  // The activation buffers Forward fills and Backward reads (its output
+  // included, which the next layer reads as its input). Under 16-bit training
+  // the model keeps them in 16 bits between forward and backward and turns
+  // these buffers into views of a shared fp32 region (Model::
+  // StoreActivationsIn16Bits). Buffers left out stay the layer's own, in fp32
+  // (e.g. LayerNorm statistics and the loss's probabilities, kept exact).
+  virtual std::vector<Buffer<T> *> SavedBuffers() { return {}; }
 
   void Bind(ParamStore<T> *store) { store_ = store; }
 

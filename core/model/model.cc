@@ -161,6 +161,7 @@ double Model<T>::Forward(MicroBatch<T> &mb, LayerHooks *hooks) {
     if (hooks) hooks->BeforeForward(i);
     x = layers_[i]->Forward(x, mb);
     RoundActivations(hooks, x, mb.rows() * layers_[i]->OutWidth());
+    if (stash_activations_) Stash(i);
   }
   return layers_.back()->Loss();
 }
@@ -174,12 +175,82 @@ void Model<T>::Backward(MicroBatch<T> &mb, LayerHooks *hooks) {
   int next = 0;
   for (size_t i = layers_.size(); i-- > 0;) {
     T *din = i > 0 ? buffers[next] : nullptr;
+    if (stash_activations_) {
+      Restore(i);
+      if (i > 0) Restore(i - 1);  // its output is this layer's input
+    }
     if (hooks) hooks->BeforeBackward(i);
     layers_[i]->Backward(dout, din, mb);
     if (hooks) hooks->AfterBackward(i);
     if (din) RoundActivations(hooks, din, mb.rows() * layers_[i - 1]->OutWidth());
     dout = din;
     next ^= 1;
+  }
+}
+
+template <typename T>
+void Model<T>::StoreActivationsIn16Bits(Half half, MemoryTracker *tracker) {
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr size_t kAlign = 16;  // elements: keeps every view 64-byte aligned
+    half_ = half;
+    saved_.resize(layers_.size());
+    std::vector<size_t> totals(layers_.size(), 0);
+    size_t need[2] = {0, 0};
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      saved_[i] = layers_[i]->SavedBuffers();
+      size_t aligned = 0;
+      for (Buffer<T> *b : saved_[i]) {
+        totals[i] += b->size();
+        aligned += (b->size() + kAlign - 1) / kAlign * kAlign;
+      }
+      need[i % 2] = std::max(need[i % 2], aligned);
+    }
+    for (int p = 0; p < 2; ++p)
+      regions_[p] = Buffer<T>(tracker, MemoryCategory::kActivations, need[p]);
+    stashes_.clear();
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      size_t offset = 0;
+      for (Buffer<T> *b : saved_[i]) {
+        const size_t n = b->size();
+        *b = Buffer<T>::View(regions_[i % 2].data() + offset, n);  // frees the layer's own
+        offset += (n + kAlign - 1) / kAlign * kAlign;
+      }
+      stashes_.emplace_back(tracker, MemoryCategory::kActivations, totals[i]);
+    }
+    stash_activations_ = true;
+  } else {
+    (void)half;
+    (void)tracker;
+  }
+}
+
+// After layer i's forward: its values into 16 bits, and the fp32 copy still
+// in the region rounded the same way, so its backward sees exactly what a
+// 16-bit store would give back whether or not the region is reused first.
+template <typename T>
+void Model<T>::Stash(size_t layer) {
+  if constexpr (std::is_same_v<T, float>) {
+    uint16_t *stash = stashes_[layer].data();
+    for (Buffer<T> *b : saved_[layer]) {
+      const int64_t n = int64_t(b->size());
+      FromFloat(half_, b->data(), stash, n);
+      ToFloat(half_, stash, b->data(), n);
+      stash += n;
+    }
+    resident_[layer % 2] = int64_t(layer);
+  }
+}
+
+template <typename T>
+void Model<T>::Restore(size_t layer) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (resident_[layer % 2] == int64_t(layer)) return;
+    const uint16_t *stash = stashes_[layer].data();
+    for (Buffer<T> *b : saved_[layer]) {
+      ToFloat(half_, stash, b->data(), int64_t(b->size()));
+      stash += b->size();
+    }
+    resident_[layer % 2] = int64_t(layer);
   }
 }
 

@@ -8,6 +8,7 @@
 #include "core/model/layer.h"
 #include "core/model/model_spec.h"
 #include "core/model/params.h"
+#include "core/precision/half_ops.h"
 
 namespace dst {
 
@@ -63,6 +64,15 @@ class Model {
   // Per layer: the parameters it touches.
   const std::vector<LayerParamUse> &layer_params() const { return layer_params_; }
 
+  // 16-bit training: every layer's saved activations (Layer::SavedBuffers)
+  // become views of one of two shared fp32 regions (even and odd layers, so a
+  // layer can read its predecessor's output while writing its own), and each
+  // layer's values are kept in 16 bits (`half`, rounded to nearest even)
+  // from the end of its forward to its backward, which restores them. Saved
+  // activation memory is then 2 bytes per value plus the two regions. Call
+  // once, after construction; a no-op for Model<double>.
+  void StoreActivationsIn16Bits(Half half, MemoryTracker *tracker);
+
   ParamStore<T> &params() { return *store_; }
   const ParamStore<T> &params() const { return *store_; }
   const ModelSpec &spec() const { return spec_; }
@@ -73,6 +83,9 @@ class Model {
 
  private:
   static void RoundActivations(LayerHooks *hooks, const T *data, int64_t n);
+  // 16-bit activation storage (StoreActivationsIn16Bits).
+  void Stash(size_t layer);
+  void Restore(size_t layer);
   ModelSpec spec_;
   ActivationLimits limits_;
   std::vector<std::unique_ptr<Layer<T>>> layers_;
@@ -81,6 +94,12 @@ class Model {
   std::unique_ptr<ParamStore<T>> store_;
   Buffer<T> grad_a_, grad_b_;  // [max_rows, max width] ping-pong input/output gradients
   Buffer<T> scratch_;          // [max over layers of ScratchSize]
+  bool stash_activations_ = false;
+  Half half_ = Half::kFp16;
+  Buffer<T> regions_[2];                         // [largest even / odd layer's saved values]
+  std::vector<Buffer<uint16_t>> stashes_;        // per layer [its saved values], 16 bits
+  std::vector<std::vector<Buffer<T> *>> saved_;  // per layer: its saved buffers (views)
+  int64_t resident_[2] = {-1, -1};               // layer whose values a region holds
 };
 
 }  // namespace dst

@@ -23,6 +23,7 @@ class LinearLayer final : public Layer<T> {
   double ForwardFlops(int64_t B, int64_t) const override {
     return 2.0 * double(B) * double(in_features_) * double(out_features_);
   }
+  std::vector<Buffer<T> *> SavedBuffers() override { return {&out_}; }
 
  private:
   int64_t in_features_, out_features_;
@@ -43,6 +44,7 @@ class ActivationLayer final : public Layer<T> {
   const T *Forward(const T *in, const MicroBatch<T> &mb) override;
   void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
   double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
+  std::vector<Buffer<T> *> SavedBuffers() override { return {&out_}; }
 
  private:
   Fn fn_;
@@ -65,6 +67,7 @@ class LayerNormLayer final : public Layer<T> {
   const T *Forward(const T *in, const MicroBatch<T> &mb) override;
   void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
   double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
+  std::vector<Buffer<T> *> SavedBuffers() override { return {&out_}; }
 
  private:
   int64_t width_;

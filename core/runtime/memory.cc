@@ -40,6 +40,13 @@ void MemoryTracker::Release(MemoryCategory category, int64_t bytes) {
   total_current_.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
+void MemoryTracker::ResetPeaks() {
+  for (int c = 0; c < kNumMemoryCategories; ++c)
+    peak_[size_t(c)].store(current_[size_t(c)].load(std::memory_order_relaxed),
+                           std::memory_order_relaxed);
+  total_peak_.store(total_current_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
 int64_t MemoryTracker::Current(MemoryCategory category) const {
   return current_[static_cast<int>(category)].load(std::memory_order_relaxed);
 }

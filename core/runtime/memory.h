@@ -35,6 +35,9 @@ class MemoryTracker {
   int64_t Peak(MemoryCategory category) const;
   int64_t TotalCurrent() const;
   int64_t TotalPeak() const { return total_peak_.load(std::memory_order_relaxed); }
+  // Peaks restart from the current figures (the engine does this once it is
+  // built, so set-up transients do not count as training peaks).
+  void ResetPeaks();
 
  private:
   std::array<std::atomic<int64_t>, kNumMemoryCategories> current_{};
@@ -65,11 +68,22 @@ class Buffer {
       std::swap(category_, other.category_);
       std::swap(data_, other.data_);
       std::swap(count_, other.count_);
+      std::swap(owned_, other.owned_);
     }
     return *this;
   }
   Buffer(const Buffer &) = delete;
   Buffer &operator=(const Buffer &) = delete;
+
+  // A non-owning view of `count` elements at `data` (memory someone else
+  // owns and charges): freed by nobody, charged to nothing.
+  static Buffer View(T *data, size_t count) {
+    Buffer b;
+    b.data_ = data;
+    b.count_ = count;
+    b.owned_ = false;
+    return b;
+  }
 
   T *data() { return data_; }
   const T *data() const { return data_; }
@@ -85,16 +99,20 @@ class Buffer {
   static constexpr size_t kAlignment = 64;
   void reset() {
     if (!data_) return;
-    if (tracker_) tracker_->Release(category_, static_cast<int64_t>(bytes()));
-    ::operator delete[](data_, std::align_val_t(kAlignment));
+    if (owned_) {
+      if (tracker_) tracker_->Release(category_, static_cast<int64_t>(bytes()));
+      ::operator delete[](data_, std::align_val_t(kAlignment));
+    }
     data_ = nullptr;
     count_ = 0;
+    owned_ = true;
   }
 
   MemoryTracker *tracker_ = nullptr;
   MemoryCategory category_ = MemoryCategory::kActivations;
   T *data_ = nullptr;
   size_t count_ = 0;
+  bool owned_ = true;
 };
 
 }  // namespace dst
