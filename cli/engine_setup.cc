@@ -1,6 +1,8 @@
 #include "engine_setup.h"
 
+#include <fstream>
 #include <optional>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -23,13 +25,42 @@ std::optional<int64_t> PositiveInt(const nlohmann::json &object, const char *key
   return found->get<int64_t>();
 }
 
+// The config with dstrain.monitor.http turned on at `port`, or "" when the
+// text is not a JSON object (the engine then reports the file's own error).
+std::string WithMetricsServer(const std::string &text, int port) {
+  nlohmann::json config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return "";
+  nlohmann::json &dstrain = config["dstrain"];
+  if (!dstrain.is_object() && !dstrain.is_null()) return "";
+  nlohmann::json &monitor = dstrain["monitor"];
+  if (!monitor.is_object() && !monitor.is_null()) return "";
+  nlohmann::json &http = monitor["http"];
+  if (!http.is_object() && !http.is_null()) return "";
+  http["enabled"] = true;
+  http["port"] = port;
+  return config.dump();
+}
+
+std::string ReadText(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 }  // namespace
 
 Engine CreateEngine(const std::string &config_path, const std::string &model_path,
-                    int64_t total_steps) {
+                    int64_t total_steps, std::optional<int> metrics_port) {
   dst_engine_options_t options;
   dst_engine_options_default(&options);
-  if (config_path.empty()) {
+  std::string with_server;  // outlives dst_engine_create
+  if (metrics_port)
+    with_server = WithMetricsServer(
+        config_path.empty() ? DefaultConfigJson() : ReadText(config_path), *metrics_port);
+  if (!with_server.empty()) {
+    options.config_json = with_server.c_str();
+  } else if (config_path.empty()) {
     options.config_json = DefaultConfigJson();
   } else {
     options.config_path = config_path.c_str();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "dstrain/dstrain.h"
@@ -12,9 +13,10 @@
 namespace dstrain_cli {
 
 // Creates the engine from the given files, or the built-in job for an empty
-// path; `total_steps` resolves "auto" in the LR schedule.
+// path; `total_steps` resolves "auto" in the LR schedule. `metrics_port`
+// turns on dstrain.monitor.http at that base port (0: any free port).
 Engine CreateEngine(const std::string &config_path, const std::string &model_path,
-                    int64_t total_steps);
+                    int64_t total_steps, std::optional<int> metrics_port = std::nullopt);
 
 dst_engine_info_t ReadEngineInfo(const dst_engine_t *engine);
 

@@ -128,6 +128,11 @@ TrainCommand::TrainCommand(CLI::App &parent)
       ->type_name("N")
       ->capture_default_str()
       ->check(AtLeast(1));
+  app_->add_option("--metrics-port", metrics_port_,
+                   "serve Prometheus metrics and the live dashboard on PORT + local rank "
+                   "(0: any free port; same as dstrain.monitor.http in the config)")
+      ->type_name("PORT")
+      ->check(CLI::Range(0, 65535).description(""));
   CLI::Option *save =
       app_->add_option("--save", o.save_dir, "save a checkpoint here at the end")->type_name("DIR");
   app_->add_option("--save-interval", o.save_interval, "also save every N steps")
@@ -148,9 +153,11 @@ TrainCommand::TrainCommand(CLI::App &parent)
 int TrainCommand::Run() {
   TrainOptions options = options_;
   if (app_->count("--seed") > 0) options.seed = seed_;
+  if (app_->count("--metrics-port") > 0) options.metrics_port = metrics_port_;
   InstallInterruptHandler();
 
-  Engine engine = CreateEngine(options.config_path, options.model_path, options.steps);
+  Engine engine =
+      CreateEngine(options.config_path, options.model_path, options.steps, options.metrics_port);
   const dst_engine_info_t info = ReadEngineInfo(engine.get());
   CheckModelFitsByteData(info);
   const BatchShape shape = ChooseBatchShape(info, options.seq_len);

@@ -24,8 +24,9 @@ struct TrainOptions {
   std::string save_dir;
   int64_t save_interval = 0;  // 0: save only at the end
   std::string load_dir;
-  std::string load_tag;          // empty: the tag in DIR/latest
-  std::optional<uint64_t> seed;  // data seed; unset: checkpoint's, else config's
+  std::string load_tag;             // empty: the tag in DIR/latest
+  std::optional<uint64_t> seed;     // data seed; unset: checkpoint's, else config's
+  std::optional<int> metrics_port;  // serve metrics and the dashboard (dstrain.monitor.http)
   bool quiet = false;
 };
 
@@ -40,7 +41,8 @@ class TrainCommand {
  private:
   CLI::App *app_;
   TrainOptions options_;
-  uint64_t seed_ = 0;  // --seed, copied into options_.seed when given
+  uint64_t seed_ = 0;     // --seed, copied into options_.seed when given
+  int metrics_port_ = 0;  // --metrics-port (used only when given)
 };
 
 }  // namespace dstrain_cli
