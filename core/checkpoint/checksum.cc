@@ -60,8 +60,10 @@ void Checksum64::Update(const void *data, size_t n) {
     p += 8;
     n -= 8;
   }
-  std::memcpy(pending_, p, n);
-  pending_size_ = n;
+  if (n > 0) {  // here no partial word is pending: the first loop completed it
+    std::memcpy(pending_, p, n);
+    pending_size_ = n;
+  }
 }
 
 std::string Checksum64::Hex() const {

@@ -313,3 +313,25 @@ def test_live_exposition_passes_promtool(training_job, promtool_binary):
             f"rank {rank}: promtool check metrics exit {result.returncode}:\n"
             f"{result.stdout}{result.stderr}\n--- exposition:\n{body}")
     job.require_running()
+
+
+def test_rank0_serves_the_job_wide_table(training_job):
+    """Rank 0's /api/v1/ranks lists every rank of the job with its last
+    published sample (each rank writes it to the rendezvous store every
+    steps_per_print steps); another rank lists only itself."""
+    job = training_job
+    base = job.metrics_url(0).rsplit("/", 1)[0]
+
+    def probe():
+        status, body = http_get(base + "/api/v1/ranks")
+        ranks = json.loads(body)["ranks"]
+        ready = status == 200 and len(ranks) == 2 and all(
+            isinstance(r.get("sample"), dict) and r["sample"].get("step", 0) > 0 for r in ranks)
+        return ready, ranks
+    ranks = wait_until(probe, QUERY_TIMEOUT, "rank 0's table with both ranks", job.context)
+    assert [r["identity"]["rank"] for r in ranks] == [0, 1]
+    assert all(r["age_seconds"] is not None and r["age_seconds"] >= 0 for r in ranks)
+    other = job.metrics_url(1).rsplit("/", 1)[0]
+    status, body = http_get(other + "/api/v1/ranks")
+    assert [r["identity"]["rank"] for r in json.loads(body)["ranks"]] == [1]
+    job.require_running()

@@ -1,0 +1,103 @@
+// Resharding helpers and the streaming checksum of checkpoint files.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/checkpoint/checksum.h"
+#include "core/checkpoint/reshard.h"
+
+namespace dst {
+namespace {
+
+TEST(Checksum64, PiecesOfAnySizeGiveTheSameDigestAsOneCall) {
+  std::vector<unsigned char> data(10007);
+  std::mt19937 rng(3);
+  for (unsigned char &c : data) c = static_cast<unsigned char>(rng());
+  Checksum64 whole;
+  whole.Update(data.data(), data.size());
+  for (size_t piece : {1u, 3u, 7u, 8u, 13u, 31u, 32u, 33u, 4096u}) {
+    Checksum64 streamed;
+    for (size_t at = 0; at < data.size(); at += piece)
+      streamed.Update(data.data() + at, std::min(piece, data.size() - at));
+    EXPECT_EQ(streamed.Hex(), whole.Hex()) << "piece " << piece;
+    EXPECT_EQ(streamed.bytes(), data.size());
+  }
+}
+
+TEST(Checksum64, DetectsAFlippedBitATruncationAndTrailingZeros) {
+  std::vector<unsigned char> data(1000, 0x5a);
+  auto digest = [](const std::vector<unsigned char> &d) {
+    Checksum64 s;
+    s.Update(d.data(), d.size());
+    return s.Hex();
+  };
+  const std::string base = digest(data);
+  EXPECT_EQ(base.size(), 16u);
+  for (size_t at : {0u, 7u, 8u, 500u, 999u}) {
+    std::vector<unsigned char> flipped = data;
+    flipped[at] ^= 1;
+    EXPECT_NE(digest(flipped), base) << at;
+  }
+  std::vector<unsigned char> shorter(data.begin(), data.end() - 1);
+  EXPECT_NE(digest(shorter), base);
+  std::vector<unsigned char> zeros(1000, 0), more_zeros(1001, 0);
+  EXPECT_NE(digest(zeros), digest(more_zeros));  // the length is part of the digest
+}
+
+std::vector<float> Iota(int64_t begin, int64_t end) {
+  std::vector<float> v(size_t(end - begin));
+  std::iota(v.begin(), v.end(), float(begin));
+  return v;
+}
+
+TEST(Reshard, AssemblesARangeFromPiecesOfAnotherLayout) {
+  // Saved by 3 ranks over 10 elements (padded to 12): [0, 4), [4, 8), [8, 10).
+  const std::vector<float> a = Iota(0, 4), b = Iota(4, 8), c = Iota(8, 10);
+  const std::vector<FlatPiece> pieces = {
+      {{8, 10}, c.data(), "r2"}, {{0, 4}, a.data(), "r0"}, {{4, 8}, b.data(), "r1"}};
+  // Loaded by 2 ranks (padded to 10): rank 1 holds [5, 10).
+  std::vector<float> out(5, -1);
+  ASSERT_TRUE(AssembleFlat(pieces, {5, 10}, 10, "exp_avg", out.data()).ok());
+  EXPECT_EQ(out, (std::vector<float>{5, 6, 7, 8, 9}));
+  // Loaded by 4 ranks (padded to 12): rank 3 holds [9, 12): padding is zero.
+  std::vector<float> tail(3, -1);
+  ASSERT_TRUE(AssembleFlat(pieces, {9, 12}, 10, "exp_avg", tail.data()).ok());
+  EXPECT_EQ(tail, (std::vector<float>{9, 0, 0}));
+}
+
+TEST(Reshard, OverlappingReplicasAreFineAndAGapIsNamed) {
+  const std::vector<float> all = Iota(0, 10), first = Iota(0, 4), last = Iota(6, 10);
+  std::vector<float> out(10);
+  ASSERT_TRUE(AssembleFlat({{{0, 10}, all.data(), "a"}, {{0, 10}, all.data(), "b"}}, {0, 10}, 10,
+                           "exp_avg", out.data())
+                  .ok());
+  EXPECT_EQ(out, all);
+  Status st = AssembleFlat({{{0, 4}, first.data(), "r0"}, {{6, 10}, last.data(), "r2"}}, {0, 10},
+                           10, "\"exp_avg\"", out.data());
+  EXPECT_EQ(st.code(), Code::kCheckpoint);
+  EXPECT_NE(st.message().find("[4, 6)"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("exp_avg"), std::string::npos) << st.message();
+}
+
+TEST(Reshard, ConsolidatedTensorsFillAnyFlatRange) {
+  SafetensorsFile file;
+  auto add = [&](const std::string &name, std::vector<float> values) {
+    LoadedTensor t;
+    t.shape = {int64_t(values.size())};
+    t.bytes.resize(values.size() * sizeof(float));
+    std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+    file.tensors.emplace(name, std::move(t));
+  };
+  add("w", {1, 2, 3});
+  add("b", {4, 5});
+  const std::vector<FlatTensor> tensors = {{"w", 0, 3}, {"b", 3, 2}};
+  std::vector<float> out(4, -1);
+  CopyFlatFromTensors(file, tensors, {2, 6}, out.data());  // 5 elements + padding
+  EXPECT_EQ(out, (std::vector<float>{3, 4, 5, 0}));
+}
+
+}  // namespace
+}  // namespace dst
