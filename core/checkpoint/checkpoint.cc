@@ -129,7 +129,13 @@ Result<WrittenFile> WriteStagedFile(const std::string &dir, const std::string &t
   written.name = file.name;
   Checksum64 sum;  // of the bytes as written: no second pass over the file
   Status st = WriteSafetensors(path, file.tensors, file.metadata, &sum);
-  if (!st.ok()) return st.context("saving checkpoint " + tag);
+  if (!st.ok())
+    return Status(st.code(), "saving checkpoint " + tag + ": " + st.message() +
+                                 "; nothing was committed (" + dir +
+                                 "/latest still names the previous checkpoint)" +
+                                 (st.message().find("No space left") != std::string::npos
+                                      ? ": free space on that disk and save again"
+                                      : ""));
   written.bytes = sum.bytes();
   written.checksum = sum.Hex();
   return written;

@@ -154,3 +154,36 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint_loadable(dstrain, t
     assert resumed.returncode == 0, resumed.stderr
     # The next save of any tag cleans its own leftover staging directory.
     assert (ckpt / "latest").read_text().strip() == f"global_step{step + 1}"
+
+
+def test_a_full_disk_fails_the_save_by_name_and_keeps_the_previous_checkpoint(dstrain, tmp_path):
+    """On a small tmpfs filled up after a first save, the second save fails
+    with an error naming the file and the cause; `latest` still names the
+    first checkpoint, which verifies and loads, and no partial tag is left."""
+    disk = tmp_path / "small"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        cfg, spec = write_job(tmp_path, TINY_MODEL)
+        ckpt = disk / "ckpt"
+        train(dstrain, cfg, spec, "--steps", "2", "--save", str(ckpt))
+        used = sum(p.stat().st_size for p in (ckpt / "global_step2").iterdir())
+        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+        (disk / "filler").write_bytes(b"\0" * max(0, free - used // 4))
+        out = run([dstrain, "train", "--config", str(cfg), "--model", str(spec), "--quiet",
+                   "--steps", "3", "--load", str(ckpt), "--save", str(ckpt)])
+        assert out.returncode != 0
+        assert "No space left on device" in out.stderr or "disk full" in out.stderr, out.stderr
+        assert "global_step3" in out.stderr, out.stderr
+        assert (ckpt / "latest").read_text().strip() == "global_step2"
+        assert not (ckpt / "global_step3").exists()
+        assert not list(ckpt.glob(".*.tmp")), "the partial checkpoint was not removed"
+        (disk / "filler").unlink()
+        info = json.loads(run([dstrain, "ckpt", "inspect", str(ckpt), "--json"]).stdout)
+        assert info["valid"] and info["step"] == 2
+        train(dstrain, cfg, spec, "--steps", "3", "--load", str(ckpt))
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
