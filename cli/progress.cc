@@ -25,6 +25,12 @@ std::string StatusText(const ProgressState &state, bool with_val) {
   if (state.loss) {
     text += "  lr " + FormatLearningRate(state.learning_rate);
     text += "  " + FormatCount(state.tokens_per_second) + " tok/s";
+    if (state.loss_scale) {
+      char scale[48];
+      std::snprintf(scale, sizeof scale, "  scale %g", *state.loss_scale);
+      text += scale;
+      if (state.skipped_steps > 0) text += " (" + std::to_string(state.skipped_steps) + " skipped)";
+    }
     text += "  ETA " + FormatDuration(state.eta_seconds);
   }
   return text;

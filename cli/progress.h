@@ -17,6 +17,8 @@ struct ProgressState {
   double learning_rate = 0.0;      // the LR the last step used
   double tokens_per_second = 0.0;
   double eta_seconds = 0.0;
+  std::optional<double> loss_scale;  // fp16 only
+  int64_t skipped_steps = 0;         // fp16 steps skipped on overflow
 };
 
 enum class ProgressStyle { kBar, kLines, kQuiet };

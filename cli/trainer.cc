@@ -16,7 +16,22 @@ Trainer::Trainer(dst_engine_t *engine, const dst_dataset_t *dataset, BatchShape 
       shape_(shape),
       eval_batches_(eval_batches),
       tokens_(shape.num_elements()),
-      targets_(shape.num_elements()) {}
+      targets_(shape.num_elements()) {
+  const char *text = nullptr;
+  Check(dst_engine_config_json(engine_, &text), "reading the resolved config");
+  const nlohmann::json config = nlohmann::json::parse(text, nullptr, false);
+  if (config.is_object() && config.contains("fp16") && config["fp16"].is_object())
+    fp16_ = config["fp16"].value("enabled", false);
+}
+
+std::optional<Trainer::LossScaleState> Trainer::LossScale() const {
+  if (!fp16_) return std::nullopt;
+  const char *text = nullptr;
+  Check(dst_engine_metrics_json(engine_, &text), "reading the metrics");
+  const nlohmann::json metrics = nlohmann::json::parse(text, nullptr, false);
+  if (!metrics.is_object()) return std::nullopt;
+  return LossScaleState{metrics.value("loss_scale", 1.0), metrics.value("skipped_steps", 0)};
+}
 
 void Trainer::FillBatch(dst_split_t split, uint64_t batch_index) {
   Check(dst_dataset_batch(dataset_, split, batch_index, shape_.first_sample(), shape_.n_samples,

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,13 @@ class Trainer {
   double LearningRate() const;
   // Optimizer steps taken so far.
   int64_t StepCount() const;
+  // fp16 training: the loss scale now and the steps skipped on overflow;
+  // nullopt for fp32/bf16 (no scale to show).
+  struct LossScaleState {
+    double scale = 1;
+    int64_t skipped_steps = 0;
+  };
+  std::optional<LossScaleState> LossScale() const;
   // Saves DIR/global_stepN with the data position as client state; returns
   // the checkpoint's directory (DIR/<tag named in DIR/latest>).
   std::string SaveCheckpoint(const std::string &dir, uint64_t data_seed);
@@ -54,6 +62,7 @@ class Trainer {
   const dst_dataset_t *dataset_;
   BatchShape shape_;
   int64_t eval_batches_;
+  bool fp16_ = false;  // from the resolved config
   std::vector<int32_t> tokens_;
   std::vector<int32_t> targets_;
 };

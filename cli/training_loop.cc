@@ -51,6 +51,10 @@ class TrainingLoop {
     result_.train_tokens += static_cast<int64_t>(trainer_.tokens_per_step());
     result_.end_step = step + 1;
     result_.last_train_loss = loss;
+    if (const auto scale = trainer_.LossScale()) {
+      state_.loss_scale = scale->scale;
+      state_.skipped_steps = scale->skipped_steps;
+    }
     UpdateState(loss);
     progress_.OnStep(state_);
   }
