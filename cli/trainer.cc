@@ -26,11 +26,10 @@ Trainer::Trainer(dst_engine_t *engine, const dst_dataset_t *dataset, BatchShape 
 
 std::optional<Trainer::LossScaleState> Trainer::LossScale() const {
   if (!fp16_) return std::nullopt;
-  const char *text = nullptr;
-  Check(dst_engine_metrics_json(engine_, &text), "reading the metrics");
-  const nlohmann::json metrics = nlohmann::json::parse(text, nullptr, false);
-  if (!metrics.is_object()) return std::nullopt;
-  return LossScaleState{metrics.value("loss_scale", 1.0), metrics.value("skipped_steps", 0)};
+  LossScaleState state;
+  Check(dst_engine_loss_scale(engine_, &state.scale, &state.skipped_steps),
+        "reading the loss scale");
+  return state;
 }
 
 void Trainer::FillBatch(dst_split_t split, uint64_t batch_index) {

@@ -170,6 +170,16 @@ dst_status_t dst_engine_learning_rate(const dst_engine_t *engine, double *out_lr
   DST_CAPI_END
 }
 
+dst_status_t dst_engine_loss_scale(const dst_engine_t *engine, double *out_scale,
+                                   int64_t *out_skipped_steps) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(engine);
+  if (out_scale) *out_scale = engine->engine->loss_scale();
+  if (out_skipped_steps) *out_skipped_steps = engine->engine->skipped_steps();
+  return DST_OK;
+  DST_CAPI_END
+}
+
 dst_status_t dst_engine_param_count(const dst_engine_t *engine, size_t *out_count) {
   DST_CAPI_BEGIN
   DST_CAPI_REQUIRE_NONNULL(engine);

@@ -67,6 +67,9 @@ class Engine {
 
   int64_t steps() const { return steps_; }
   double NextLearningRate() const;
+  // fp16: the loss scale (1 otherwise) and the steps skipped on overflow.
+  double loss_scale() const { return scaler_.scale(); }
+  int64_t skipped_steps() const { return skipped_steps_; }
   EngineInfo Info() const;
 
   const std::vector<ParamDecl> &ParamDecls() const { return model_->params().decls(); }

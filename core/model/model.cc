@@ -160,8 +160,11 @@ double Model<T>::Forward(MicroBatch<T> &mb, LayerHooks *hooks) {
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (hooks) hooks->BeforeForward(i);
     x = layers_[i]->Forward(x, mb);
-    RoundActivations(hooks, x, mb.rows() * layers_[i]->OutWidth());
+    // Stash rounds every saved buffer, the output among them; round an
+    // output only if it is not one of those.
     if (stash_activations_) Stash(i);
+    if (!stash_activations_ || !InRegion(i, x))
+      RoundActivations(hooks, x, mb.rows() * layers_[i]->OutWidth());
   }
   return layers_.back()->Loss();
 }
@@ -239,6 +242,12 @@ void Model<T>::Stash(size_t layer) {
     }
     resident_[layer % 2] = int64_t(layer);
   }
+}
+
+template <typename T>
+bool Model<T>::InRegion(size_t layer, const T *p) const {
+  const Buffer<T> &region = regions_[layer % 2];
+  return p >= region.data() && p < region.data() + region.size();
 }
 
 template <typename T>

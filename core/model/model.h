@@ -86,6 +86,8 @@ class Model {
   // 16-bit activation storage (StoreActivationsIn16Bits).
   void Stash(size_t layer);
   void Restore(size_t layer);
+  // Whether `p` lies in the shared region of `layer`'s parity.
+  bool InRegion(size_t layer, const T *p) const;
   ModelSpec spec_;
   ActivationLimits limits_;
   std::vector<std::unique_ptr<Layer<T>>> layers_;

@@ -94,16 +94,6 @@ Status DataParallel::ZeroGradients() {
   return Status::Ok();
 }
 
-void DataParallel::Record(Status status) {
-  if (!status.ok() && hook_status_.ok()) hook_status_ = std::move(status);
-}
-
-Status DataParallel::TakeHookStatus() {
-  Status st = std::move(hook_status_);
-  hook_status_ = Status::Ok();
-  return st;
-}
-
 void DataParallel::BeforeForward(size_t layer) {
   if (!params_ || !hook_status_.ok()) return;
   const size_t layers = model_->layers().size();
@@ -191,13 +181,6 @@ Status DataParallel::GatherGradients() {
   const ShardInfo s = my_shard();
   std::memcpy(gathered_grads_.data() + s.offset, grads_->shard(), size_t(s.size) * sizeof(float));
   return dp_->AllGather(gathered_grads_.data(), s.size)->Wait();
-}
-
-Result<double> DataParallel::Average(double value) {
-  if (dp_->size() == 1) return value;
-  float v = float(value);
-  DST_RETURN_IF_ERROR(dp_->AllReduceSum(&v, 1)->Wait());
-  return double(v) / double(dp_->size());
 }
 
 // ---------------------------------------------------------------- whole tensors

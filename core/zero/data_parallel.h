@@ -69,7 +69,6 @@ class DataParallel final : public DataParallelism {
   void BeforeBackward(size_t layer) override;
   void AfterBackward(size_t layer) override;
   // The first error a hook met since the last call.
-  Status TakeHookStatus() override;
 
   // Launches what is left, waits for everything, and averages: the whole
   // buffer (stage 0) or this rank's shard (stages 1-3).
@@ -86,7 +85,7 @@ class DataParallel final : public DataParallelism {
   // full-size buffer charged to gradients, freed when the next step begins).
   Status GatherGradients() override;
   // Mean of a per-rank scalar across the group.
-  Result<double> Average(double value) override;
+  Result<double> Average(double value) override { return AverageOverGroup(*dp_, value); }
 
   // Whole tensors, whatever the stage. ReadParam is collective at stage 3
   // with dp > 1 unless the tensor is persistent (every rank must call it for
@@ -115,7 +114,6 @@ class DataParallel final : public DataParallelism {
   // Stage 0/1: backward has finished every gradient at offsets >= boundary:
   // launch the buckets entirely above it.
   void GradientsFinalAbove(float *grads, int64_t boundary);
-  void Record(Status status);
   float *ShardGrads();
   float *ShardParams();
 
@@ -133,7 +131,6 @@ class DataParallel final : public DataParallelism {
   std::unique_ptr<ParameterPartition> params_;  // stage 3
   MemoryTracker *tracker_;
   Buffer<float> gathered_grads_;  // [padded] stages 2, 3 after GatherGradients
-  Status hook_status_;
 };
 
 }  // namespace dst

@@ -100,16 +100,6 @@ LayerHooks::RoundFn MixedPrecisionParallel::activation_rounding() const {
   return half_ == Half::kFp16 ? &RoundFp16 : &RoundBf16;
 }
 
-void MixedPrecisionParallel::Record(Status status) {
-  if (!status.ok() && hook_status_.ok()) hook_status_ = std::move(status);
-}
-
-Status MixedPrecisionParallel::TakeHookStatus() {
-  Status st = std::move(hook_status_);
-  hook_status_ = Status::Ok();
-  return st;
-}
-
 // ---------------------------------------------------------------- parameters in use
 
 void MixedPrecisionParallel::GatherPieces(int64_t begin, int64_t end, uint16_t *out16,
@@ -249,13 +239,6 @@ Result<double> MixedPrecisionParallel::GradNorm() {
     local = double(v);
   }
   return std::sqrt(local);
-}
-
-Result<double> MixedPrecisionParallel::Average(double value) {
-  if (dp_->size() == 1) return value;
-  float v = float(value);
-  DST_RETURN_IF_ERROR(dp_->AllReduceSum(&v, 1)->Wait());
-  return double(v) / double(dp_->size());
 }
 
 // ---------------------------------------------------------------- step

@@ -64,14 +64,13 @@ class MixedPrecisionParallel final : public DataParallelism {
 
   Status ZeroGradients() override;
   void BeginMicroBatch(bool) override {}
-  Status TakeHookStatus() override;
   void SetLossScale(double scale) override { loss_scale_ = scale; }
   Status FinishReduction() override;
   Result<double> GradNorm() override;
   void ScaleGradients(float k) override { clip_coef_ *= double(k); }
   Status Step(double lr) override;
   Status GatherGradients() override;
-  Result<double> Average(double value) override;
+  Result<double> Average(double value) override { return AverageOverGroup(*dp_, value); }
 
   Status ReadParam(int id, float *out) override;
   Status WriteParam(int id, const float *in) override;
@@ -98,7 +97,6 @@ class MixedPrecisionParallel final : public DataParallelism {
   Status ReduceRange(int64_t begin, int64_t end, int64_t root);
   // 1 / (loss scale x dp size): from summed scaled gradients to the average.
   double Unscale() const { return 1.0 / (loss_scale_ * double(dp_->size())); }
-  void Record(Status status);
   // The 16-bit parameters <- the master weights of the state range (rounded).
   void MasterToHalf();
   // Stages 1, 2: every rank's updated shard of the 16-bit parameters to all.
@@ -128,7 +126,6 @@ class MixedPrecisionParallel final : public DataParallelism {
   int64_t staged_layer_ = -1;  // layer whose parameters are in work_params_
   double loss_scale_ = 1, clip_coef_ = 1;
   bool grads_gathered_ = false;
-  Status hook_status_;
 };
 
 }  // namespace dst

@@ -5,6 +5,9 @@
 // gradients, fp32 master weights). It is also the model's LayerHooks.
 #pragma once
 
+#include <utility>
+
+#include "core/comm/communicator.h"
 #include "core/common/status.h"
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
@@ -24,7 +27,11 @@ class DataParallelism : public LayerHooks {
   // A micro-batch's forward/backward follows; `last` marks the step's last.
   virtual void BeginMicroBatch(bool last) = 0;
   // The first error a hook met since the last call.
-  virtual Status TakeHookStatus() = 0;
+  Status TakeHookStatus() {
+    Status st = std::move(hook_status_);
+    hook_status_ = Status::Ok();
+    return st;
+  }
   // The loss was multiplied by `scale` before backward (fp16 loss scaling):
   // gradients are divided by it before they are used. 1 unless fp16.
   virtual void SetLossScale(double scale) { (void)scale; }
@@ -59,6 +66,21 @@ class DataParallelism : public LayerHooks {
   // The weights were written through FullParams/LocalParams (a checkpoint
   // load): every derived copy is refreshed.
   virtual Status ParamsChanged() = 0;
+
+ protected:
+  // Hooks cannot fail the pass: they keep their first error for TakeHookStatus.
+  void Record(Status status) {
+    if (!status.ok() && hook_status_.ok()) hook_status_ = std::move(status);
+  }
+  Status hook_status_;
 };
+
+// Mean of a per-rank scalar over `group` (the value itself on one rank).
+inline Result<double> AverageOverGroup(Communicator &group, double value) {
+  if (group.size() == 1) return value;
+  float v = float(value);
+  DST_RETURN_IF_ERROR(group.AllReduceSum(&v, 1)->Wait());
+  return double(v) / double(group.size());
+}
 
 }  // namespace dst

@@ -49,3 +49,22 @@ def test_metrics_port_flag_serves_metrics_and_dashboard(build_dir, tmp_path):
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+def test_fp16_progress_lines_show_the_loss_scale(build_dir, tmp_path):
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps(TINY_MODEL))
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps({"train_batch_size": 4, "steps_per_print": 2,
+                                  "optimizer": {"type": "AdamW"},
+                                  "fp16": {"enabled": True, "initial_scale_power": 8,
+                                           "hysteresis": 1},
+                                  "dstrain": {"num_threads": 1}}))
+    env = dict(os.environ, OMP_NUM_THREADS="1", DSTRAIN_INJECT_GRAD_OVERFLOW="0:2")
+    out = subprocess.run([os.path.join(build_dir, "dstrain"), "train", "--model", str(model),
+                          "--config", str(config), "--steps", "6"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = [l for l in out.stdout.splitlines() if l.startswith("step ") and "loss " in l]
+    assert any("scale 256" in l for l in lines), out.stdout
+    assert any("scale 128 (1 skipped)" in l for l in lines), out.stdout

@@ -185,6 +185,12 @@ DST_API dst_status_t dst_engine_step_count(const dst_engine_t *engine, int64_t *
 /* The learning rate the next optimizer step will use. */
 DST_API dst_status_t dst_engine_learning_rate(const dst_engine_t *engine, double *out_lr);
 
+/* fp16 training: the current loss scale and the optimizer steps skipped so
+ * far because the gradients overflowed (scale 1 and 0 skipped under fp32 and
+ * bf16). Either out pointer may be NULL. */
+DST_API dst_status_t dst_engine_loss_scale(const dst_engine_t *engine, double *out_scale,
+                                           int64_t *out_skipped_steps);
+
 /* ------------------------------------------------------------------------- */
 /* Parameters                                                                 */
 /* ------------------------------------------------------------------------- */

@@ -100,6 +100,8 @@ dst_status_t dst_engine_forward_backward(dst_engine_t *engine, const dst_batch_t
                                          float *out_loss);
 dst_status_t dst_engine_step_count(const dst_engine_t *engine, int64_t *out_steps);
 dst_status_t dst_engine_learning_rate(const dst_engine_t *engine, double *out_lr);
+dst_status_t dst_engine_loss_scale(const dst_engine_t *engine, double *out_scale,
+                                           int64_t *out_skipped_steps);
 
 typedef struct dst_tensor_info {
   size_t struct_size;

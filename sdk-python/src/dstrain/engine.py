@@ -462,6 +462,22 @@ class Engine:
             check(lib.dst_engine_learning_rate(self._h(), out))
         return float(out[0])
 
+    @property
+    def loss_scale(self) -> float:
+        """fp16: the current loss scale (1.0 under fp32 and bf16)."""
+        out = ffi.new("double *")
+        with self._lock:
+            check(lib.dst_engine_loss_scale(self._h(), out, ffi.NULL))
+        return float(out[0])
+
+    @property
+    def skipped_steps(self) -> int:
+        """fp16: optimizer steps skipped so far because gradients overflowed."""
+        out = ffi.new("int64_t *")
+        with self._lock:
+            check(lib.dst_engine_loss_scale(self._h(), ffi.NULL, out))
+        return int(out[0])
+
     # ------------------------------------------------------------ parameters
 
     def parameters(self) -> List[ParamInfo]:

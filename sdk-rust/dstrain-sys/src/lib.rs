@@ -290,6 +290,12 @@ extern "C" {
         engine: *const dst_engine_t,
         out_lr: *mut c_double,
     ) -> dst_status_t;
+    /// fp16: the loss scale and the steps skipped on overflow (either pointer may be null).
+    pub fn dst_engine_loss_scale(
+        engine: *const dst_engine_t,
+        out_scale: *mut c_double,
+        out_skipped_steps: *mut i64,
+    ) -> dst_status_t;
 
     /// Number of named parameter tensors.
     pub fn dst_engine_param_count(

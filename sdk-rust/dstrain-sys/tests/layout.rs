@@ -264,6 +264,10 @@ fn every_header_function_is_declared() {
             dst_engine_learning_rate as *const () as usize,
         ),
         (
+            "dst_engine_loss_scale",
+            dst_engine_loss_scale as *const () as usize,
+        ),
+        (
             "dst_engine_param_count",
             dst_engine_param_count as *const () as usize,
         ),

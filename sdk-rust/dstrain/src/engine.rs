@@ -437,6 +437,18 @@ impl Engine {
         Ok(lr)
     }
 
+    /// fp16: the current loss scale and the steps skipped on overflow (1.0
+    /// and 0 under fp32 and bf16).
+    pub fn loss_scale(&self) -> Result<(f64, u64)> {
+        let mut scale = 0.0f64;
+        let mut skipped = 0i64;
+        // SAFETY: valid handle and out pointers.
+        check(unsafe {
+            sys::dst_engine_loss_scale(self.raw.as_ptr(), &mut scale, &mut skipped)
+        })?;
+        Ok((scale, u64::try_from(skipped).unwrap_or(0)))
+    }
+
     /// Number of named parameter tensors (a tied weight is listed once).
     pub fn param_count(&self) -> Result<usize> {
         let mut count = 0usize;

@@ -260,3 +260,21 @@ def test_calls_from_threads_are_serialised(dst, data):
         for t in threads:
             t.join()
         assert not errors and engine.step == 40
+
+
+def test_loss_scale_and_skipped_steps(dst, data, monkeypatch):
+    """fp16: the scale starts at 2^initial_scale_power and halves on an
+    overflow (hysteresis 1), which skips that step; fp32 reports 1 and 0."""
+    monkeypatch.setenv("DSTRAIN_INJECT_GRAD_OVERFLOW", "0:1")
+    config = tiny_config(fp16={"enabled": True, "initial_scale_power": 8, "hysteresis": 1})
+    with dst.Engine(config=config, model=TINY_GPT) as e:
+        assert e.loss_scale == 256.0 and e.skipped_steps == 0
+        for step in range(3):
+            e.train_batch(*data.batch("train", step, 4, SEQ))
+        assert e.loss_scale == 128.0
+        assert e.skipped_steps == 1
+        assert e.step == 3
+    monkeypatch.delenv("DSTRAIN_INJECT_GRAD_OVERFLOW")
+    with dst.Engine(config=tiny_config(), model=TINY_GPT) as e:
+        e.train_batch(*data.batch("train", 0, 4, SEQ))
+        assert e.loss_scale == 1.0 and e.skipped_steps == 0
