@@ -47,11 +47,9 @@ Result<nlohmann::json> InspectCheckpoint(const std::string &dir, const std::stri
                      {"checksum", entry.value("checksum", "")},
                      {"verified", st.ok()},
                      {"error", st.ok() ? "" : st.message()}});
-    if (st.ok()) ckpt.files.erase(name);  // keep memory flat; only the weights are listed
-    if (st.ok() && name == kModelFile) {
-      Status again = LoadCheckpointFile(&ckpt, name);
-      if (again.ok()) out["tensors"] = TensorsJson(ckpt.files.at(name));
-    }
+    if (!st.ok()) continue;
+    if (name == kModelFile) out["tensors"] = TensorsJson(ckpt.files.at(name));
+    ckpt.files.erase(name);  // one file in memory at a time
   }
   out["files"] = files;
   out["total_bytes"] = total_bytes;
