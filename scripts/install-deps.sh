@@ -11,7 +11,7 @@ PACKAGES=(
   libgloo-dev              # CPU collectives (data parallelism, ZeRO)
   libgtest-dev             # unit and C ABI tests
   python3 python3-torch python3-numpy python3-pytest python3-cffi  # PyTorch oracle, tests
-  python3-pip mypy         # Python SDK: offline install test, strict typing test
+  python3-pip mypy python3-typeshed  # Python SDK: offline install test, strict typing (cffi stubs)
   fortunes                 # the default training corpus (/usr/share/games/fortunes)
   iproute2 procps          # two-host test (ip netns), fault tests (pgrep)
   prometheus-cpp-dev       # per-rank metrics registry and text exposition

@@ -23,12 +23,6 @@ namespace dst {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 Result<std::string> ReadWholeFile(const std::string &path, const char *what) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
@@ -145,7 +139,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
                                             std::move(dp)));
   Result<std::vector<int64_t>> inject = ParseOverflowInjection(engine->env_.rank);
   if (!inject.ok()) return inject.status();
-  engine->inject_overflow_at_ = std::move(inject).value();
+  engine->executor_->InjectOverflowAt(std::move(inject).value());
   DST_RETURN_IF_ERROR(engine->StartMonitor());
   return engine;
 }
@@ -164,16 +158,19 @@ Engine::Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Sto
   limits.max_T = spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
   limits.max_threads = MaxThreads();
   const bool mixed = config_.precision() != DType::kFloat32;
+  ActivationOptions activations;
+  if (mixed) activations.half = config_.precision() == DType::kFloat16 ? Half::kFp16 : Half::kBf16;
   model_ = std::make_unique<Model<float>>(
       spec, limits, &memory_,
       mixed ? StoreOptionsForMixedPrecision(dp_comm_->size())
-            : StoreOptionsForStage(config_.zero.stage, dp_comm_->size()));
-  if (mixed) {
+            : StoreOptionsForStage(config_.zero.stage, dp_comm_->size()),
+      activations);
+  if (mixed)
     dp_ = std::make_unique<MixedPrecisionParallel>(config_, model_.get(), dp_comm_.get(), &memory_);
-    model_->StoreActivationsIn16Bits(
-        config_.precision() == DType::kFloat16 ? Half::kFp16 : Half::kBf16, &memory_);
-  } else
+  else
     dp_ = std::make_unique<DataParallel>(config_, model_.get(), dp_comm_.get(), &memory_);
+  executor_ = std::make_unique<Executor>(config_, model_.get(), dp_.get(), &scaler_, &progress_);
+  executor_->SetStepObserver([this](const StepRecord &record) { return OnStep(record); });
   const int64_t T = limits.max_T;
   flops_per_sample_token_ = 3.0 * model_->ForwardFlops(1, T) / double(T);
   memory_.ResetPeaks();  // e.g. the fp32 activation buffers 16-bit storage replaced
@@ -181,13 +178,6 @@ Engine::Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Sto
 
 std::chrono::milliseconds Engine::CommTimeout() const {
   return dst::CommTimeout(config_);
-}
-
-Status Engine::RunAndNoteFailure(const std::vector<Instruction> &program, const BatchView &batch,
-                                 double *mean_loss) {
-  Status st = Run(program, batch, mean_loss);
-  if (!st.ok()) failed_ = true;
-  return st;
 }
 
 // Every rank says it is done with collectives, and waits (briefly) until the
@@ -242,8 +232,7 @@ EngineInfo Engine::Info() const {
 }
 
 double Engine::NextLearningRate() const {
-  // DeepSpeed does not advance the schedule on a step skipped for overflow.
-  return LearningRateAt(config_.scheduler, config_.optimizer.lr, steps_ - skipped_steps_);
+  return executor_->NextLearningRate();
 }
 
 // ---------------------------------------------------------------- batches
@@ -316,142 +305,24 @@ Result<int64_t> Engine::CheckBatch(const BatchView &b, const char *call, bool ex
   return n / micro;
 }
 
-MicroBatch<float> Engine::MicroBatchAt(const BatchView &b, int64_t index) const {
-  const ModelSpec &spec = model_->spec();
-  MicroBatch<float> mb;
-  mb.B = config_.train_micro_batch_size_per_gpu;
-  const int64_t first = index * mb.B;
-  if (spec.type == ModelSpec::Type::kGpt) {
-    mb.seq = int64_t(b.seq_len);
-    mb.tokens = b.tokens + first * mb.seq;
-    mb.targets = b.targets + first * mb.seq;
-  } else {
-    mb.seq = 1;
-    mb.inputs = b.inputs + first * spec.input_dim;
-    if (b.labels) mb.labels = b.labels + first * spec.SequentialOutputDim();
-    if (b.targets) mb.targets = b.targets + first;
-  }
-  return mb;
-}
-
 // ---------------------------------------------------------------- execution
 
-Status Engine::Run(const std::vector<Instruction> &program, const BatchView &batch,
-                   double *mean_loss) {
-  int64_t micro_batches = 0;
-  for (const Instruction &ins : program) micro_batches += ins.op == Op::kForward;
-  // fp16: the loss is scaled up before backward (scaler_.scale() is 1 otherwise).
-  const float grad_scale = float(scaler_.scale()) / float(micro_batches);
-  dp_->SetLossScale(scaler_.scale());
-  const bool inject_overflow = std::find(inject_overflow_at_.begin(), inject_overflow_at_.end(),
-                                         steps_) != inject_overflow_at_.end();
-  StepRecord rec;
-  const auto step_start = Clock::now();
-  double loss_sum = 0;
-  MicroBatch<float> mb;
-  for (const Instruction &ins : program) {
-    const auto t0 = Clock::now();
-    switch (ins.op) {
-      case Op::kZeroGradients: {
-        Status st = dp_->ZeroGradients();
-        if (!st.ok()) return st.context("zeroing gradients at step " + std::to_string(steps_));
-        break;
-      }
-      case Op::kForward: {
-        mb = MicroBatchAt(batch, ins.micro_batch);
-        mb.grad_scale = grad_scale;
-        if (inject_overflow && ins.micro_batch == micro_batches - 1)
-          mb.grad_scale = std::numeric_limits<float>::infinity();
-        // Buckets may start during the last micro-batch's backward only.
-        dp_->BeginMicroBatch(ins.micro_batch == micro_batches - 1);
-        loss_sum += model_->Forward(mb, dp_.get());
-        Status st = dp_->TakeHookStatus();
-        if (!st.ok()) return st.context("forward at step " + std::to_string(steps_));
-        rec.phases.forward += SecondsSince(t0);
-        break;
-      }
-      case Op::kBackward: {
-        model_->Backward(mb, dp_.get());
-        Status st = dp_->TakeHookStatus();
-        if (!st.ok()) return st.context("backward at step " + std::to_string(steps_));
-        rec.phases.backward += SecondsSince(t0);
-        break;
-      }
-      case Op::kReduceGradients: {
-        Status st = dp_->FinishReduction();
-        if (st.ok() && program.back().op != Op::kOptimizerStep) st = dp_->GatherGradients();
-        if (!st.ok()) return st.context("reducing gradients at step " + std::to_string(steps_));
-        rec.phases.reduce += SecondsSince(t0);
-        break;
-      }
-      case Op::kClipGradients: {
-        Result<double> norm = dp_->GradNorm();
-        if (!norm.ok()) return norm.status();
-        rec.grad_norm = norm.value();
-        Result<double> global_loss = dp_->Average(loss_sum);
-        if (!global_loss.ok()) return global_loss.status();
-        if (!std::isfinite(rec.grad_norm) || !std::isfinite(global_loss.value())) {
-          if (scaler_.enabled()) {  // fp16 overflow: every rank skips this step
-            rec.skipped = true;
-            ++skipped_steps_;
-            Status st = scaler_.Update(/*overflow=*/true);
-            if (!st.ok()) return st.context("train_batch at step " + std::to_string(steps_));
-            rec.phases.step += SecondsSince(t0);
-            break;
-          }
-          return Status(Code::kNumeric,
-                        "train_batch: the loss or the gradients are not finite at step " +
-                            std::to_string(steps_) + " (loss " + std::to_string(loss_sum) +
-                            ", gradient norm " + std::to_string(rec.grad_norm) +
-                            "); the step was skipped and the weights are unchanged. Lower the "
-                            "learning rate or set gradient_clipping");
-        }
-        if (config_.gradient_clipping > 0) {
-          const double coef = config_.gradient_clipping / (rec.grad_norm + 1e-6);
-          if (coef < 1.0) dp_->ScaleGradients(float(coef));
-        }
-        rec.phases.step += SecondsSince(t0);
-        break;
-      }
-      case Op::kOptimizerStep: {
-        rec.lr = NextLearningRate();
-        if (!rec.skipped) {
-          DST_RETURN_IF_ERROR(dp_->Step(rec.lr));
-          DST_RETURN_IF_ERROR(scaler_.Update(/*overflow=*/false));
-        }
-        ++steps_;  // DeepSpeed's global_steps counts skipped steps too
-        rec.phases.step += SecondsSince(t0);
-        break;
-      }
-    }
+Status Engine::RunAndNoteFailure(const std::vector<Instruction> &program, const BatchView &batch,
+                                 double *mean_loss) {
+  StepRecord record;
+  Status st = executor_->Run(program, batch, &record);
+  if (!st.ok()) {
+    failed_ = true;
+    return st;
   }
-  Result<double> mean = dp_->Average(loss_sum / double(micro_batches));
-  if (!mean.ok()) return mean.status();
-  *mean_loss = mean.value();
-  rec.loss = *mean_loss;
-  rec.seconds = SecondsSince(step_start);
-  rec.phases.total = rec.seconds;
-  rec.micro_batches = micro_batches;
-  rec.samples = int64_t(batch.n_samples) * dp_comm_->size();
-  rec.tokens =
-      rec.samples * (model_->spec().type == ModelSpec::Type::kGpt ? int64_t(batch.seq_len) : 1);
-  if (program.back().op == Op::kOptimizerStep) {
-    last_ = rec;
-    total_times_.forward += rec.phases.forward;
-    total_times_.backward += rec.phases.backward;
-    total_times_.reduce += rec.phases.reduce;
-    total_times_.step += rec.phases.step;
-    total_times_.total += rec.phases.total;
-    total_samples_ += rec.samples;
-    total_tokens_ += rec.tokens;
-  }
+  *mean_loss = record.loss;
   return Status::Ok();
 }
 
-const std::vector<Instruction> &Engine::Program(Op kind, int64_t micro_batches) {
+Result<const std::vector<Instruction> *> Engine::Program(Op kind, int64_t micro_batches) {
   auto key = std::make_pair(static_cast<int>(kind), micro_batches);
   auto it = programs_.find(key);
-  if (it != programs_.end()) return it->second;
+  if (it != programs_.end()) return &it->second;
   std::vector<Instruction> program;
   if (kind == Op::kOptimizerStep)
     program = TrainSchedule(micro_batches);
@@ -459,34 +330,32 @@ const std::vector<Instruction> &Engine::Program(Op kind, int64_t micro_batches) 
     program = ForwardBackwardSchedule(micro_batches);
   else
     program = EvalSchedule(micro_batches);
-  return programs_.emplace(key, std::move(program)).first->second;
+  DST_RETURN_IF_ERROR(PrepareProgram(&program, micro_batches, model_->activation_slots()));
+  return &programs_.emplace(key, std::move(program)).first->second;
+}
+
+Status Engine::RunProgram(Op kind, const BatchView &batch, const char *call, bool exact_train,
+                          float *loss) {
+  Result<int64_t> micro = CheckBatch(batch, call, exact_train);
+  if (!micro.ok()) return micro.status();
+  Result<const std::vector<Instruction> *> program = Program(kind, micro.value());
+  if (!program.ok()) return program.status();
+  double mean = 0;
+  DST_RETURN_IF_ERROR(RunAndNoteFailure(*program.value(), batch, &mean));
+  if (loss) *loss = float(mean);
+  return Status::Ok();
 }
 
 Status Engine::TrainBatch(const BatchView &batch, float *loss) {
-  Result<int64_t> micro = CheckBatch(batch, "train_batch", true);
-  if (!micro.ok()) return micro.status();
-  double mean = 0;
-  DST_RETURN_IF_ERROR(RunAndNoteFailure(Program(Op::kOptimizerStep, micro.value()), batch, &mean));
-  if (loss) *loss = float(mean);
-  return RecordStep();
+  return RunProgram(Op::kOptimizerStep, batch, "train_batch", true, loss);
 }
 
 Status Engine::EvalBatch(const BatchView &batch, float *loss) {
-  Result<int64_t> micro = CheckBatch(batch, "eval_batch", false);
-  if (!micro.ok()) return micro.status();
-  double mean = 0;
-  DST_RETURN_IF_ERROR(RunAndNoteFailure(Program(Op::kForward, micro.value()), batch, &mean));
-  if (loss) *loss = float(mean);
-  return Status::Ok();
+  return RunProgram(Op::kForward, batch, "eval_batch", false, loss);
 }
 
 Status Engine::ForwardBackward(const BatchView &batch, float *loss) {
-  Result<int64_t> micro = CheckBatch(batch, "forward_backward", false);
-  if (!micro.ok()) return micro.status();
-  double mean = 0;
-  DST_RETURN_IF_ERROR(RunAndNoteFailure(Program(Op::kBackward, micro.value()), batch, &mean));
-  if (loss) *loss = float(mean);
-  return Status::Ok();
+  return RunProgram(Op::kBackward, batch, "forward_backward", false, loss);
 }
 
 // ---------------------------------------------------------------- parameters
@@ -562,7 +431,7 @@ std::string Engine::MetricsJson() const {
   const bool gpt = model_->spec().type == ModelSpec::Type::kGpt;
   const double step_flops = flops_per_sample_token_ * double(gpt ? last_.tokens : last_.samples);
   Json j = {
-      {"step", steps_},
+      {"step", progress_.steps},
       {"samples", total_samples_},
       {"tokens", total_tokens_},
       {"loss", last_.loss},
@@ -583,7 +452,7 @@ std::string Engine::MetricsJson() const {
       {"zero_stage", dp_->stage()},
       {"precision", DTypeName(config_.precision())},
       {"loss_scale", scaler_.scale()},
-      {"skipped_steps", skipped_steps_},
+      {"skipped_steps", progress_.skipped_steps},
       {"comm", CommJson()},
   };
   metrics_json_ = j.dump();
@@ -668,14 +537,14 @@ metrics::StepSample Engine::BuildStepSample() {
   const bool gpt = model_->spec().type == ModelSpec::Type::kGpt;
   const int64_t n = dp_comm_->size();
   const int64_t my_samples = last_.samples / n, my_tokens = last_.tokens / n;
-  s.step = steps_;
+  s.step = progress_.steps;
   s.samples_total = total_samples_ / n;
   s.tokens_total = gpt ? total_tokens_ / n : 0;
   s.loss = last_.loss;
   s.lr = last_.lr;
   s.grad_norm = last_.grad_norm;
   s.loss_scale = scaler_.scale();
-  s.skipped_steps_total = skipped_steps_;
+  s.skipped_steps_total = progress_.skipped_steps;
   s.step_seconds = last_.seconds;
   if (last_.seconds > 0) {
     s.tokens_per_second = double(gpt ? my_tokens : my_samples) / last_.seconds;
@@ -722,13 +591,17 @@ metrics::StepSample Engine::BuildStepSample() {
   return s;
 }
 
-Status Engine::RecordStep() {
+Status Engine::OnStep(const StepRecord &record) {
+  last_ = record;
+  total_times_.Add(record.phases);
+  total_samples_ += record.samples;
+  total_tokens_ += record.tokens;
   if (!monitor_) return Status::Ok();
   const metrics::StepSample sample = BuildStepSample();
   DST_RETURN_IF_ERROR(monitor_->OnStep(sample));
   // The job-wide view: one store write per rank every steps_per_print steps
   // (no collective; rank 0's HTTP thread reads the keys when asked).
-  if (store_ && (steps_ % config_.steps_per_print == 0 || steps_ == 1)) {
+  if (store_ && (progress_.steps % config_.steps_per_print == 0 || progress_.steps == 1)) {
     const std::string text = nlohmann::json{
         {"identity", metrics::IdentityToJson(Identity())},
         {"sample", metrics::SampleToJson(

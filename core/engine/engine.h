@@ -20,6 +20,7 @@
 #include "core/common/status.h"
 #include "core/config/config.h"
 #include "core/engine/batch.h"
+#include "core/engine/executor.h"
 #include "core/engine/schedule.h"
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
@@ -47,15 +48,6 @@ struct EngineInfo {
       world_size, seq_len, vocab_size, input_dim, output_dim;
 };
 
-// Seconds spent per phase of a step. DeepSpeed's timers map onto them:
-// forward; backward = backward_inner (the layers' backward, including
-// reductions launched and waited for inside it) + backward_allreduce
-// (stage 0/1) or backward_reduce_scatter (2/3) = `reduce` (finishing the
-// reduction after the last layer); step = clipping + optimizer update.
-struct PhaseTimes {
-  double forward = 0, backward = 0, reduce = 0, step = 0, total = 0;
-};
-
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> Create(const EngineOptions &options);
@@ -65,11 +57,11 @@ class Engine {
   Status EvalBatch(const BatchView &batch, float *loss);
   Status ForwardBackward(const BatchView &batch, float *loss);
 
-  int64_t steps() const { return steps_; }
+  int64_t steps() const { return progress_.steps; }
   double NextLearningRate() const;
   // fp16: the loss scale (1 otherwise) and the steps skipped on overflow.
   double loss_scale() const { return scaler_.scale(); }
-  int64_t skipped_steps() const { return skipped_steps_; }
+  int64_t skipped_steps() const { return progress_.skipped_steps; }
   EngineInfo Info() const;
 
   const std::vector<ParamDecl> &ParamDecls() const { return model_->params().decls(); }
@@ -104,17 +96,18 @@ class Engine {
   Result<int64_t> CheckBatch(const BatchView &batch, const char *call, bool exact_train) const;
   Status CheckTokenRange(const int32_t *ids, size_t count, int64_t limit, bool allow_ignore,
                          const char *what, const char *call) const;
-  MicroBatch<float> MicroBatchAt(const BatchView &batch, int64_t index) const;
-  // Runs `program` over `batch`; *mean_loss = mean of the micro-batch losses.
-  Status Run(const std::vector<Instruction> &program, const BatchView &batch, double *mean_loss);
-  // Run, remembering a failure (the engine then skips the closing handshake).
+  // Validates `batch`, then runs the program of `kind` over it.
+  Status RunProgram(Op kind, const BatchView &batch, const char *call, bool exact_train,
+                    float *loss);
+  // Runs `program`, remembering a failure (the engine then skips the closing handshake).
   Status RunAndNoteFailure(const std::vector<Instruction> &program, const BatchView &batch,
                            double *mean_loss);
   void QuiesceBeforeClose();
   Status FindParam(const std::string &name, const char *call, size_t count, int *id) const;
-  // The program for `micro_batches` of a kind, built on first use and reused,
-  // so a step allocates nothing.
-  const std::vector<Instruction> &Program(Op kind, int64_t micro_batches);
+  // The prepared program for `micro_batches` of a kind (kOptimizerStep:
+  // train, kBackward: forward_backward, kForward: eval), built on first use
+  // and reused, so a step allocates nothing.
+  Result<const std::vector<Instruction> *> Program(Op kind, int64_t micro_batches);
   // Checkpoints (engine_checkpoint.cc).
   struct PreparedLoad;
   std::string CheckpointKeyPrefix(const char *phase) const;
@@ -130,9 +123,10 @@ class Engine {
 
   // Starts dstrain.monitor (registry, log, HTTP) when the config enables it.
   Status StartMonitor();
-  // After an optimizer step: the step's sample into the monitor, and every
-  // steps_per_print steps into the store for rank 0's job-wide table.
-  Status RecordStep();
+  // kRecordStep: the step's figures into the totals, its sample into the
+  // monitor, and every steps_per_print steps into the store for rank 0's
+  // job-wide table.
+  Status OnStep(const StepRecord &record);
   metrics::StepSample BuildStepSample();
   metrics::RankIdentity Identity() const;
   // Rank 0's table of every rank's last published sample (HTTP thread).
@@ -145,26 +139,18 @@ class Engine {
   std::unique_ptr<Communicator> dp_comm_;  // the data-parallel group
   MemoryTracker memory_;                   // declared before everything it accounts
   std::unique_ptr<Model<float>> model_;
-  std::unique_ptr<DataParallelism> dp_;      // gradient reduction, (sharded) optimizer, precision
-  LossScaler scaler_;                        // fp16 loss scaling (identity otherwise)
-  std::vector<int64_t> inject_overflow_at_;  // DSTRAIN_INJECT_GRAD_OVERFLOW: this rank's steps
-  int64_t steps_ = 0;
+  std::unique_ptr<DataParallelism> dp_;        // gradient reduction, (sharded) optimizer, precision
+  LossScaler scaler_;                          // fp16 loss scaling (identity otherwise)
+  TrainingProgress progress_;                  // steps taken and skipped
+  std::unique_ptr<Executor> executor_;         // runs the programs
   int64_t checkpoint_ops_ = 0;                 // saves + loads so far: names their store keys
   bool failed_ = false;                        // a step failed: no closing handshake
   std::unique_ptr<metrics::Monitor> monitor_;  // null unless dstrain.monitor is enabled
 
   // Last step's figures, for metrics.
-  struct StepRecord {
-    double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
-    int64_t samples = 0, tokens = 0;  // job-wide (every rank's)
-    int64_t micro_batches = 1;
-    bool skipped = false;  // fp16 overflow: no update
-    PhaseTimes phases;
-  };
   StepRecord last_;
   PhaseTimes total_times_;
-  int64_t total_samples_ = 0, total_tokens_ = 0;  // job-wide
-  int64_t skipped_steps_ = 0;  // fp16 steps skipped on overflow (the LR schedule does not advance)
+  int64_t total_samples_ = 0, total_tokens_ = 0;                   // job-wide
   std::array<CommTotals, CommStats::kOps> comm_at_last_sample_{};  // for per-step bandwidth
   double flops_per_sample_token_ = 0;  // training FLOPs per token (GPT) or sample
   mutable std::string metrics_json_;

@@ -95,15 +95,15 @@ Json Engine::CheckpointMeta(const Json &client) const {
   for (const OptimizerStateBuffer &s : dp_->optimizer().StateBuffers()) states.push_back(s.name);
   Json meta = {
       {"dstrain_version", DSTRAIN_VERSION_STRING},
-      {"step", steps_},
+      {"step", progress_.steps},
       {"precision", DTypeName(config_.precision())},
-      {"skipped_steps", skipped_steps_},
+      {"skipped_steps", progress_.skipped_steps},
       {"num_parameters", model_->params().size()},
       {"optimizer",
        {{"type", dp_->optimizer().Name()},
         {"steps_taken", dp_->optimizer().steps_taken()},
         {"states", states}}},
-      {"lr_scheduler", {{"iteration", steps_ - skipped_steps_}, {"next_lr", NextLearningRate()}}},
+      {"lr_scheduler", {{"iteration", progress_.lr_iteration()}, {"next_lr", NextLearningRate()}}},
       {"loss_scaler", scaler_.enabled() ? scaler_.ToJson() : Json()},
       {"rng", {{"model_seed", model_->spec().seed}, {"runtime_seed", config_.runtime.seed}}},
       {"model_spec", Json::parse(model_->spec().canonical_json)},
@@ -418,8 +418,8 @@ Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
   for (size_t k = 0; k < states.size(); ++k)
     std::memcpy(states[k].data, prepared.states[k].data(),
                 prepared.states[k].size() * sizeof(float));
-  steps_ = prepared.step;
-  skipped_steps_ = prepared.skipped_steps;
+  progress_.steps = prepared.step;
+  progress_.skipped_steps = prepared.skipped_steps;
   scaler_ = prepared.scaler;
   dp_->optimizer().set_steps_taken(prepared.optimizer_steps);
   DST_RETURN_IF_ERROR(dp_->ParamsChanged());

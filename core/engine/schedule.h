@@ -1,33 +1,61 @@
-// A step as an instruction stream. Every layout runs the same executor; a
-// single-stage, single-rank step is the simplest stream. Pipeline and ZeRO
-// schedules add instructions (send/recv activations, reduce-scatter, gather)
-// without changing how the engine runs them.
+// A step as a program: a list of instructions the executor runs in order,
+// inferring nothing. Each forward and backward names its micro-batch and the
+// activation slot that micro-batch's saved values occupy; the step's last
+// backward is marked (reductions may overlap it); gathering gradients and
+// recording the step are instructions of their own. The plain schedules are
+// built here; a pipeline schedule (1F1B, interleaved, zero-bubble) is another
+// list of the same instructions, checked by the same PrepareProgram.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "core/common/status.h"
 
 namespace dst {
 
 enum class Op {
-  kZeroGradients,    // clear the gradient buffer
-  kForward,          // forward of micro-batch `micro_batch`
-  kBackward,         // backward of the same micro-batch (activations are single-buffered)
-  kReduceGradients,  // data-parallel reduction (no-op on one rank)
-  kClipGradients,    // global-norm clipping
-  kOptimizerStep,    // update, then advance the LR schedule
+  kZeroGradients,    // clear the gradients; nothing in flight
+  kForward,          // forward of `micro_batch` into activation slot `slot`
+  kBackward,         // backward of `micro_batch` from its slot
+  kReduceGradients,  // finish the data-parallel reduction (no-op on one rank)
+  kGatherGradients,  // make the full gradients readable (forward_backward without a step)
+  kClipGradients,    // global norm, overflow check, clipping
+  kOptimizerStep,    // update, then advance the LR schedule and the step counter
+  kRecordStep,       // the step's figures into the metrics
 };
+
+// "zero_gradients", "forward", "backward", ...
+const char *OpName(Op op);
 
 struct Instruction {
   Op op;
-  int64_t micro_batch = 0;
+  int64_t micro_batch = -1;    // kForward, kBackward
+  int64_t slot = -1;           // kForward, kBackward: set by PrepareProgram
+  bool last_backward = false;  // kBackward: the step's last (set by PrepareProgram)
 };
 
-// forward/backward per micro-batch, then reduce, clip, step.
+// Checks a program over `micro_batches` micro-batches and fills in what the
+// executor reads: each forward/backward's activation slot (at most `slots`
+// micro-batches in flight) and the last backward. A training program must
+// forward each micro-batch once and backward it once, after its forward; an
+// eval program (no backward) frees each slot after its forward. Errors name
+// the instruction and what is wrong (a schedule that fails is an error, not
+// a hang or a corrupted activation).
+Status PrepareProgram(std::vector<Instruction> *program, int64_t micro_batches, int64_t slots);
+// The most micro-batches a program holds in flight at once.
+int64_t PeakInFlight(const std::vector<Instruction> &program);
+
+// zero, (forward i, backward i) x m, reduce, clip, step, record.
 std::vector<Instruction> TrainSchedule(int64_t micro_batches);
-// forward/backward per micro-batch, then reduce (gradients left for reading).
+// zero, (forward i, backward i) x m, reduce, gather (gradients left for reading).
 std::vector<Instruction> ForwardBackwardSchedule(int64_t micro_batches);
 // forward per micro-batch.
 std::vector<Instruction> EvalSchedule(int64_t micro_batches);
+// 1F1B on one rank, as the first of `stages` pipeline stages runs it:
+// min(stages - 1, m) forwards first, then one forward and one backward
+// alternately, then the remaining backwards; reduce, clip, step, record.
+std::vector<Instruction> OneForwardOneBackwardSchedule(int64_t micro_batches, int64_t stages);
 
 }  // namespace dst

@@ -33,19 +33,19 @@ GptEmbedding<T>::GptEmbedding(const GptDims &dims, ParamRegistry &registry) : di
 }
 
 template <typename T>
-void GptEmbedding<T>::Reserve(const ActivationLimits &limits, MemoryTracker *tracker) {
-  out_ = Buffer<T>(tracker, MemoryCategory::kActivations, limits.max_rows() * dims_.d_model);
+std::vector<SavedTensorSpec> GptEmbedding<T>::SavedTensors(const ActivationLimits &limits) const {
+  return {{limits.max_rows() * dims_.d_model}};
 }
 
 template <typename T>
-const T *GptEmbedding<T>::Forward(const T *, const MicroBatch<T> &mb) {
+void GptEmbedding<T>::Forward(const T *, LayerActivations<T> &act, const MicroBatch<T> &mb) {
   cpu::EmbeddingForward(mb.tokens, this->store_->param(wte_), this->store_->param(wpe_), mb.B,
-                        mb.seq, dims_.d_model, out_.data());
-  return out_.data();
+                        mb.seq, dims_.d_model, act[0]);
 }
 
 template <typename T>
-void GptEmbedding<T>::Backward(T *dout, T *, const MicroBatch<T> &mb) {
+void GptEmbedding<T>::Backward(const T *, const LayerActivations<T> &, T *dout, T *,
+                               const MicroBatch<T> &mb) {
   cpu::EmbeddingBackward(dout, mb.tokens, mb.B, mb.seq, dims_.d_model, this->store_->grad(wte_),
                          this->store_->grad(wpe_));
 }
@@ -76,22 +76,23 @@ GptBlock<T>::GptBlock(const GptDims &dims, int index, ParamRegistry &registry) :
 }
 
 template <typename T>
-void GptBlock<T>::Reserve(const ActivationLimits &limits, MemoryTracker *tracker) {
+std::vector<SavedTensorSpec> GptBlock<T>::SavedTensors(const ActivationLimits &limits) const {
   const int64_t N = limits.max_rows(), C = dims_.d_model;
-  const auto act = MemoryCategory::kActivations;
-  ln1_ = Buffer<T>(tracker, act, N * C);
-  ln1_mean_ = Buffer<T>(tracker, act, N);
-  ln1_rstd_ = Buffer<T>(tracker, act, N);
-  qkv_ = Buffer<T>(tracker, act, N * 3 * C);
-  att_ = Buffer<T>(tracker, act, limits.max_B * dims_.n_head * limits.max_T * limits.max_T);
-  atty_ = Buffer<T>(tracker, act, N * C);
-  res2_ = Buffer<T>(tracker, act, N * C);
-  ln2_ = Buffer<T>(tracker, act, N * C);
-  ln2_mean_ = Buffer<T>(tracker, act, N);
-  ln2_rstd_ = Buffer<T>(tracker, act, N);
-  fch_ = Buffer<T>(tracker, act, N * 4 * C);
-  fch_gelu_ = Buffer<T>(tracker, act, N * 4 * C);
-  out_ = Buffer<T>(tracker, act, N * C);
+  std::vector<SavedTensorSpec> saved(kNumSaved);
+  saved[kOut] = {N * C};
+  saved[kLn1] = {N * C};
+  saved[kLn1Mean] = {N, true};
+  saved[kLn1Rstd] = {N, true};
+  saved[kQkv] = {N * 3 * C};
+  saved[kAtt] = {limits.max_B * dims_.n_head * limits.max_T * limits.max_T};
+  saved[kAttY] = {N * C};
+  saved[kRes2] = {N * C};
+  saved[kLn2] = {N * C};
+  saved[kLn2Mean] = {N, true};
+  saved[kLn2Rstd] = {N, true};
+  saved[kFch] = {N * 4 * C};
+  saved[kFchGelu] = {N * 4 * C};
+  return saved;
 }
 
 // Backward workspace: d_fch [N,4C] | d_ln [N,C] | dqkv [N,3C] | attention [threads,T,T]
@@ -103,30 +104,29 @@ int64_t GptBlock<T>::ScratchSize(const ActivationLimits &limits) const {
 }
 
 template <typename T>
-const T *GptBlock<T>::Forward(const T *in, const MicroBatch<T> &mb) {
+void GptBlock<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model;
-  in_ = in;
-  cpu::LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), N, C, ln1_.data(), ln1_mean_.data(),
-                        ln1_rstd_.data());
-  cpu::LinearForward(ln1_.data(), p.param(attn_w_), p.param(attn_b_), N, C, 3 * C, qkv_.data());
-  cpu::AttentionForward(qkv_.data(), cpu::AttentionShape{mb.B, mb.seq, C, dims_.n_head},
-                        att_.data(), atty_.data());
-  // attention projection into out_ (as scratch), then the first residual
-  cpu::LinearForward(atty_.data(), p.param(proj_w_), p.param(proj_b_), N, C, C, out_.data());
-  cpu::Add(in, out_.data(), N * C, res2_.data());
-  cpu::LayerNormForward(res2_.data(), p.param(ln2_w_), p.param(ln2_b_), N, C, ln2_.data(),
-                        ln2_mean_.data(), ln2_rstd_.data());
-  cpu::LinearForward(ln2_.data(), p.param(fc_w_), p.param(fc_b_), N, C, 4 * C, fch_.data());
-  cpu::GeluForward(fch_.data(), N * 4 * C, fch_gelu_.data());
-  cpu::LinearForward(fch_gelu_.data(), p.param(fcproj_w_), p.param(fcproj_b_), N, 4 * C, C,
-                     out_.data());
-  cpu::AddInPlace(res2_.data(), N * C, out_.data());
-  return out_.data();
+  T *out = a[kOut];
+  cpu::LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), N, C, a[kLn1], a[kLn1Mean],
+                        a[kLn1Rstd]);
+  cpu::LinearForward(a[kLn1], p.param(attn_w_), p.param(attn_b_), N, C, 3 * C, a[kQkv]);
+  cpu::AttentionForward(a[kQkv], cpu::AttentionShape{mb.B, mb.seq, C, dims_.n_head}, a[kAtt],
+                        a[kAttY]);
+  // attention projection into the output (as scratch), then the first residual
+  cpu::LinearForward(a[kAttY], p.param(proj_w_), p.param(proj_b_), N, C, C, out);
+  cpu::Add(in, out, N * C, a[kRes2]);
+  cpu::LayerNormForward(a[kRes2], p.param(ln2_w_), p.param(ln2_b_), N, C, a[kLn2], a[kLn2Mean],
+                        a[kLn2Rstd]);
+  cpu::LinearForward(a[kLn2], p.param(fc_w_), p.param(fc_b_), N, C, 4 * C, a[kFch]);
+  cpu::GeluForward(a[kFch], N * 4 * C, a[kFchGelu]);
+  cpu::LinearForward(a[kFchGelu], p.param(fcproj_w_), p.param(fcproj_b_), N, 4 * C, C, out);
+  cpu::AddInPlace(a[kRes2], N * C, out);
 }
 
 template <typename T>
-void GptBlock<T>::Backward(T *dout, T *din, const MicroBatch<T> &mb) {
+void GptBlock<T>::Backward(const T *in, const LayerActivations<T> &a, T *dout, T *din,
+                           const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model;
   T *d_fch = mb.scratch;                                                    // [N, 4C]
@@ -136,25 +136,25 @@ void GptBlock<T>::Backward(T *dout, T *din, const MicroBatch<T> &mb) {
   T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
 
   // MLP branch; dout doubles as the gradient of res2 (residual).
-  cpu::LinearBackward(dout, fch_gelu_.data(), p.param(fcproj_w_), N, 4 * C, C, d_fch,
-                      p.grad(fcproj_w_), p.grad(fcproj_b_));
-  cpu::GeluBackward(d_fch, fch_.data(), N * 4 * C, d_fch);
-  cpu::LinearBackward(d_fch, ln2_.data(), p.param(fc_w_), N, C, 4 * C, d_ln, p.grad(fc_w_),
+  cpu::LinearBackward(dout, a[kFchGelu], p.param(fcproj_w_), N, 4 * C, C, d_fch, p.grad(fcproj_w_),
+                      p.grad(fcproj_b_));
+  cpu::GeluBackward(d_fch, a[kFch], N * 4 * C, d_fch);
+  cpu::LinearBackward(d_fch, a[kLn2], p.param(fc_w_), N, C, 4 * C, d_ln, p.grad(fc_w_),
                       p.grad(fc_b_));
-  cpu::LayerNormBackward(d_ln, res2_.data(), p.param(ln2_w_), ln2_mean_.data(), ln2_rstd_.data(), N,
-                         C, dout, p.grad(ln2_w_), p.grad(ln2_b_), ln_scratch, mb.max_threads);
+  cpu::LayerNormBackward(d_ln, a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C, dout,
+                         p.grad(ln2_w_), p.grad(ln2_b_), ln_scratch, mb.max_threads);
   // Attention branch; the residual passes dout (now d res2) straight to din.
-  cpu::LinearBackward(dout, atty_.data(), p.param(proj_w_), N, C, C, d_ln, p.grad(proj_w_),
+  cpu::LinearBackward(dout, a[kAttY], p.param(proj_w_), N, C, C, d_ln, p.grad(proj_w_),
                       p.grad(proj_b_));
-  cpu::AttentionBackward(d_ln, qkv_.data(), att_.data(),
-                         cpu::AttentionShape{mb.B, mb.seq, C, dims_.n_head}, dqkv, att_scratch);
-  cpu::LinearBackward(dqkv, ln1_.data(), p.param(attn_w_), N, C, 3 * C, d_ln, p.grad(attn_w_),
+  cpu::AttentionBackward(d_ln, a[kQkv], a[kAtt], cpu::AttentionShape{mb.B, mb.seq, C, dims_.n_head},
+                         dqkv, att_scratch);
+  cpu::LinearBackward(dqkv, a[kLn1], p.param(attn_w_), N, C, 3 * C, d_ln, p.grad(attn_w_),
                       p.grad(attn_b_));
   if (!din)
     din = dout;  // first layer: the input gradient is not needed, but ln_1's is
   else
     std::memcpy(din, dout, size_t(N * C) * sizeof(T));
-  cpu::LayerNormBackward(d_ln, in_, p.param(ln1_w_), ln1_mean_.data(), ln1_rstd_.data(), N, C, din,
+  cpu::LayerNormBackward(d_ln, in, p.param(ln1_w_), a[kLn1Mean], a[kLn1Rstd], N, C, din,
                          p.grad(ln1_w_), p.grad(ln1_b_), ln_scratch, mb.max_threads);
 }
 
@@ -176,13 +176,14 @@ GptHead<T>::GptHead(const GptDims &dims, int wte_id, ParamRegistry &registry)
 }
 
 template <typename T>
-void GptHead<T>::Reserve(const ActivationLimits &limits, MemoryTracker *tracker) {
+std::vector<SavedTensorSpec> GptHead<T>::SavedTensors(const ActivationLimits &limits) const {
   const int64_t N = limits.max_rows(), C = dims_.d_model;
-  const auto act = MemoryCategory::kActivations;
-  lnf_ = Buffer<T>(tracker, act, N * C);
-  lnf_mean_ = Buffer<T>(tracker, act, N);
-  lnf_rstd_ = Buffer<T>(tracker, act, N);
-  probs_ = Buffer<T>(tracker, act, N * dims_.vocab);
+  std::vector<SavedTensorSpec> saved(kNumSaved);
+  saved[kLnf] = {N * C};
+  saved[kLnfMean] = {N, true};
+  saved[kLnfRstd] = {N, true};
+  saved[kProbs] = {N * dims_.vocab, true};
+  return saved;
 }
 
 // Backward workspace: dlogits [N, V] | d_lnf [N, C] | LayerNorm partial sums [threads, 2C].
@@ -193,30 +194,27 @@ int64_t GptHead<T>::ScratchSize(const ActivationLimits &limits) const {
 }
 
 template <typename T>
-const T *GptHead<T>::Forward(const T *in, const MicroBatch<T> &mb) {
+void GptHead<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model, V = dims_.vocab;
-  in_ = in;
-  cpu::LayerNormForward(in, p.param(lnf_w_), p.param(lnf_b_), N, C, lnf_.data(), lnf_mean_.data(),
-                        lnf_rstd_.data());
-  cpu::LinearForward<T>(lnf_.data(), p.param(wte_), nullptr, N, C, V, probs_.data());
-  loss_ = double(cpu::SoftmaxCrossEntropyForward(probs_.data(), mb.targets, N, V, &counted_));
-  return nullptr;
+  cpu::LayerNormForward(in, p.param(lnf_w_), p.param(lnf_b_), N, C, a[kLnf], a[kLnfMean],
+                        a[kLnfRstd]);
+  cpu::LinearForward<T>(a[kLnf], p.param(wte_), nullptr, N, C, V, a[kProbs]);
+  a.loss = double(cpu::SoftmaxCrossEntropyForward(a[kProbs], mb.targets, N, V, &a.counted));
 }
 
 template <typename T>
-void GptHead<T>::Backward(T *, T *din, const MicroBatch<T> &mb) {
+void GptHead<T>::Backward(const T *in, const LayerActivations<T> &a, T *, T *din,
+                          const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model, V = dims_.vocab;
   T *dlogits = mb.scratch;        // [N, V]
   T *d_lnf = dlogits + N * V;     // [N, C]
   T *ln_scratch = d_lnf + N * C;  // [threads, 2C]
-  cpu::SoftmaxCrossEntropyBackward(probs_.data(), mb.targets, N, V, counted_, mb.grad_scale,
-                                   dlogits);
-  cpu::LinearBackward<T>(dlogits, lnf_.data(), p.param(wte_), N, C, V, d_lnf, p.grad(wte_),
-                         nullptr);
+  cpu::SoftmaxCrossEntropyBackward(a[kProbs], mb.targets, N, V, a.counted, mb.grad_scale, dlogits);
+  cpu::LinearBackward<T>(dlogits, a[kLnf], p.param(wte_), N, C, V, d_lnf, p.grad(wte_), nullptr);
   std::memset(din, 0, size_t(N * C) * sizeof(T));
-  cpu::LayerNormBackward(d_lnf, in_, p.param(lnf_w_), lnf_mean_.data(), lnf_rstd_.data(), N, C, din,
+  cpu::LayerNormBackward(d_lnf, in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], N, C, din,
                          p.grad(lnf_w_), p.grad(lnf_b_), ln_scratch, mb.max_threads);
 }
 

@@ -23,17 +23,17 @@ class GptEmbedding final : public Layer<T> {
   GptEmbedding(const GptDims &dims, ParamRegistry &registry);
   std::string_view Kind() const override { return "gpt_embedding"; }
   int64_t OutWidth() const override { return dims_.d_model; }
-  void Reserve(const ActivationLimits &limits, MemoryTracker *tracker) override;
-  const T *Forward(const T *in, const MicroBatch<T> &mb) override;
-  void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
+  // Saves its output [B, T, C].
+  std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
+  void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
+  void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                const MicroBatch<T> &mb) override;
   double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
-  std::vector<Buffer<T> *> SavedBuffers() override { return {&out_}; }
   int wte_id() const { return wte_; }
 
  private:
   GptDims dims_;
   int wte_ = -1, wpe_ = -1;
-  Buffer<T> out_;  // [B, T, C]
 };
 
 // Pre-LayerNorm transformer block:
@@ -44,28 +44,35 @@ class GptBlock final : public Layer<T> {
   GptBlock(const GptDims &dims, int index, ParamRegistry &registry);
   std::string_view Kind() const override { return "gpt_block"; }
   int64_t OutWidth() const override { return dims_.d_model; }
-  void Reserve(const ActivationLimits &limits, MemoryTracker *tracker) override;
+  std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
   int64_t ScratchSize(const ActivationLimits &limits) const override;
-  const T *Forward(const T *in, const MicroBatch<T> &mb) override;
-  void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
+  void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
+  void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                const MicroBatch<T> &mb) override;
   double ForwardFlops(int64_t B, int64_t seq) const override;
-  std::vector<Buffer<T> *> SavedBuffers() override {
-    return {&ln1_, &qkv_, &att_, &atty_, &res2_, &ln2_, &fch_, &fch_gelu_, &out_};
-  }
+
+  // The saved tensors, N = B*T rows:
+  enum Saved {
+    kOut,      // [N, C] block output
+    kLn1,      // [N, C]
+    kLn1Mean,  // [N] (exact)
+    kLn1Rstd,  // [N] (exact)
+    kQkv,      // [N, 3C]
+    kAtt,      // [B, H, T, T] softmax probabilities
+    kAttY,     // [N, C] attention output, heads merged
+    kRes2,     // [N, C] residual after attention
+    kLn2,      // [N, C]
+    kLn2Mean,  // [N] (exact)
+    kLn2Rstd,  // [N] (exact)
+    kFch,      // [N, 4C]
+    kFchGelu,  // [N, 4C]
+    kNumSaved,
+  };
 
  private:
   GptDims dims_;
   int ln1_w_, ln1_b_, attn_w_, attn_b_, proj_w_, proj_b_;
   int ln2_w_, ln2_b_, fc_w_, fc_b_, fcproj_w_, fcproj_b_;
-  const T *in_ = nullptr;  // the block input saved by Forward (previous layer's output)
-  Buffer<T> ln1_, ln1_mean_, ln1_rstd_;  // [N, C], [N], [N]
-  Buffer<T> qkv_;                        // [N, 3C]
-  Buffer<T> att_;                        // [B, H, T, T] softmax probabilities
-  Buffer<T> atty_;                       // [N, C] attention output, heads merged
-  Buffer<T> res2_;                       // [N, C] residual after attention
-  Buffer<T> ln2_, ln2_mean_, ln2_rstd_;  // [N, C], [N], [N]
-  Buffer<T> fch_, fch_gelu_;             // [N, 4C] each
-  Buffer<T> out_;                        // [N, C]
 };
 
 // ln_f, logits = ln_f(x) wte^T (tied), mean cross-entropy over targets != -1.
@@ -75,23 +82,26 @@ class GptHead final : public Layer<T> {
   GptHead(const GptDims &dims, int wte_id, ParamRegistry &registry);
   std::string_view Kind() const override { return "gpt_head"; }
   int64_t OutWidth() const override { return 0; }
-  void Reserve(const ActivationLimits &limits, MemoryTracker *tracker) override;
+  std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
   int64_t ScratchSize(const ActivationLimits &limits) const override;
-  const T *Forward(const T *in, const MicroBatch<T> &mb) override;
-  void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
+  void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
+  void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                const MicroBatch<T> &mb) override;
   bool IsLoss() const override { return true; }
-  double Loss() const override { return loss_; }
   double ForwardFlops(int64_t B, int64_t seq) const override;
-  std::vector<Buffer<T> *> SavedBuffers() override { return {&lnf_}; }
+
+  // The saved tensors, N = B*T rows:
+  enum Saved {
+    kLnf,      // [N, C]
+    kLnfMean,  // [N] (exact)
+    kLnfRstd,  // [N] (exact)
+    kProbs,    // [N, V] softmax of the logits (exact)
+    kNumSaved,
+  };
 
  private:
   GptDims dims_;
   int wte_, lnf_w_, lnf_b_;
-  const T *in_ = nullptr;
-  Buffer<T> lnf_, lnf_mean_, lnf_rstd_;  // [N, C], [N], [N]
-  Buffer<T> probs_;                      // [N, V] softmax of the logits
-  int64_t counted_ = 0;                  // targets that were not ignored
-  double loss_ = 0.0;
 };
 
 }  // namespace dst

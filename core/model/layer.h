@@ -1,7 +1,12 @@
 // A model is an ordered list of layers, each with an explicit forward and
 // backward (no autograd tape), like DeepSpeed's PipelineModule(layers=[...]).
-// A layer owns the activations it saves for its backward, sized once for the
-// largest micro-batch, so a training step allocates nothing.
+// A layer holds no activations: it declares the tensors its backward needs
+// (SavedTensors), and its forward and backward read and write one
+// micro-batch's copy of them (LayerActivations), owned by the model's
+// ActivationStore. Several micro-batches can therefore be in flight at once
+// (what a 1F1B pipeline schedule needs), and where the values live between
+// forward and backward (fp32, 16 bits, or nowhere: recomputed) is the
+// store's policy, not the layer's.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +42,24 @@ struct ActivationLimits {
   int64_t max_rows() const { return max_B * max_T; }
 };
 
+// One tensor a layer saves in forward for its backward, sized for the limits.
+struct SavedTensorSpec {
+  int64_t numel = 0;
+  // Kept in fp32 even when the store keeps activations in 16 bits
+  // (LayerNorm statistics, softmax probabilities: small or precision-critical).
+  bool exact = false;
+};
+
+// One micro-batch's saved activations of one layer: a pointer per tensor the
+// layer declared (in its order), and the loss of a loss layer.
+template <typename T>
+struct LayerActivations {
+  std::vector<T *> tensors;
+  double loss = 0;      // loss layers: the mean loss of this micro-batch
+  int64_t counted = 0;  // loss layers: targets that were not ignored
+  T *operator[](size_t i) const { return tensors[i]; }
+};
+
 template <typename T>
 class Layer {
  public:
@@ -44,31 +67,27 @@ class Layer {
   virtual std::string_view Kind() const = 0;
   // Features per row of the output (0 for a loss layer).
   virtual int64_t OutWidth() const = 0;
-  // Allocates the saved activations for micro-batches up to `limits`.
-  virtual void Reserve(const ActivationLimits &limits, MemoryTracker *tracker) = 0;
+  // The tensors Forward fills and Backward reads, for micro-batches up to
+  // `limits`. A layer with an output declares it first (tensor 0): the next
+  // layer reads it as its input.
+  virtual std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const = 0;
   // Elements of shared scratch the backward needs (the model allocates the max).
   virtual int64_t ScratchSize(const ActivationLimits &) const { return 0; }
   // in: the previous layer's output [rows, in_width] (unused by a first layer
-  // that reads the batch). Returns this layer's output [rows, OutWidth()],
-  // owned by the layer and valid until its next Forward.
-  virtual const T *Forward(const T *in, const MicroBatch<T> &mb) = 0;
-  // dout: gradient of the output [rows, OutWidth()] (null for a loss layer);
-  // the layer may overwrite it. din: where to write the input gradient
-  // [rows, in_width], or null when nobody needs it. Parameter gradients are
-  // accumulated (+=) into the store.
-  virtual void Backward(T *dout, T *din, const MicroBatch<T> &mb) = 0;
-  // Loss layers: the mean loss of the last Forward.
+  // that reads the batch). Writes the saved tensors of `act`, the output
+  // [rows, OutWidth()] in act[0] (a loss layer sets act.loss instead).
+  // Forward is a pure function of (in, parameters, batch): run again on the
+  // same inputs it writes the same bits (recomputation relies on it).
+  virtual void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) = 0;
+  // in: the same input Forward saw. dout: gradient of the output [rows,
+  // OutWidth()] (null for a loss layer); the layer may overwrite it. din:
+  // where to write the input gradient [rows, in_width], or null when nobody
+  // needs it. Parameter gradients are accumulated (+=) into the store.
+  virtual void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                        const MicroBatch<T> &mb) = 0;
   virtual bool IsLoss() const { return false; }
-  virtual double Loss() const { return 0.0; }
   // Floating-point operations of one forward over rows (GEMMs counted as 2mnk).
   virtual double ForwardFlops(int64_t B, int64_t seq) const = 0;
-  // The activation buffers Forward fills and Backward reads (its output
-  // included, which the next layer reads as its input). Under 16-bit training
-  // the model keeps them in 16 bits between forward and backward and turns
-  // these buffers into views of a shared fp32 region (Model::
-  // StoreActivationsIn16Bits). Buffers left out stay the layer's own, in fp32
-  // (e.g. LayerNorm statistics and the loss's probabilities, kept exact).
-  virtual std::vector<Buffer<T> *> SavedBuffers() { return {}; }
 
   void Bind(ParamStore<T> *store) { store_ = store; }
 

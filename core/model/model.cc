@@ -1,9 +1,8 @@
 #include "core/model/model.h"
 
-#include <type_traits>
-
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "core/model/gpt_layers.h"
 #include "core/model/sequential_layers.h"
@@ -121,7 +120,7 @@ std::vector<ParamDecl> DeclareParameters(const ModelSpec &spec) {
 
 template <typename T>
 Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTracker *tracker,
-                const ParamStoreOptions &store)
+                const ParamStoreOptions &store, const ActivationOptions &activations)
     : spec_(spec), limits_(limits) {
   ParamRegistry registry;
   BuildLayers(spec, registry, &layers_, &first_offset_, &layer_params_);
@@ -131,19 +130,22 @@ Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTra
 
   int64_t max_width = spec.type == ModelSpec::Type::kSequential ? spec.input_dim : 0;
   int64_t max_scratch = 0;
+  std::vector<LayerSaveSpec> saves;
   for (auto &layer : layers_) {
     layer->Bind(store_.get());
-    layer->Reserve(limits, tracker);
+    saves.push_back({layer->SavedTensors(limits), layer->OutWidth() > 0});
     max_width = std::max(max_width, layer->OutWidth());
     max_scratch = std::max(max_scratch, layer->ScratchSize(limits));
   }
+  activations_ = ActivationStore<T>(saves, activations, tracker);
+  range_input_.assign(size_t(activations_.slots()), nullptr);
   const auto act = MemoryCategory::kActivations;
   grad_a_ = Buffer<T>(tracker, act, limits.max_rows() * max_width);
   grad_b_ = Buffer<T>(tracker, act, limits.max_rows() * max_width);
   scratch_ = Buffer<T>(tracker, act, max_scratch);
 }
 
-// The output buffer belongs to the layer (const only to its readers).
+// The output buffer belongs to the activation store (const only to its readers).
 template <typename T>
 void Model<T>::RoundActivations(LayerHooks *hooks, const T *data, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
@@ -153,114 +155,88 @@ void Model<T>::RoundActivations(LayerHooks *hooks, const T *data, int64_t n) {
 }
 
 template <typename T>
-double Model<T>::Forward(MicroBatch<T> &mb, LayerHooks *hooks) {
+void Model<T>::Prepare(MicroBatch<T> &mb) {
   mb.scratch = scratch_.data();
   mb.max_threads = limits_.max_threads;
-  const T *x = mb.inputs;  // null for a GPT: its embedding reads the tokens
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    if (hooks) hooks->BeforeForward(i);
-    x = layers_[i]->Forward(x, mb);
-    // Stash rounds every saved buffer, the output among them; round an
-    // output only if it is not one of those.
-    if (stash_activations_) Stash(i);
-    if (!stash_activations_ || !InRegion(i, x))
-      RoundActivations(hooks, x, mb.rows() * layers_[i]->OutWidth());
-  }
-  return layers_.back()->Loss();
 }
 
 template <typename T>
-void Model<T>::Backward(MicroBatch<T> &mb, LayerHooks *hooks) {
-  mb.scratch = scratch_.data();
-  mb.max_threads = limits_.max_threads;
-  T *dout = nullptr;
+const T *Model<T>::InputOf(size_t i, int64_t slot, LayerRange range,
+                           const MicroBatch<T> &mb) const {
+  if (i > range.begin) return activations_.at(slot, i - 1)[0];
+  if (i == 0) return mb.inputs;  // null for a GPT: its embedding reads the tokens
+  return range_input_[size_t(slot)];
+}
+
+template <typename T>
+void Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &mb,
+                            LayerHooks *hooks) {
+  LayerActivations<T> &act = activations_.at(slot, i);
+  layers_[i]->Forward(in, act, mb);
+  const bool rounded = activations_.AfterForward(slot, i);
+  if (!rounded && layers_[i]->OutWidth() > 0)
+    RoundActivations(hooks, act[0], mb.rows() * layers_[i]->OutWidth());
+}
+
+template <typename T>
+Status Model<T>::Forward(int64_t slot, LayerRange range, const T *input, MicroBatch<T> &mb,
+                         LayerHooks *hooks, const T **output) {
+  if (slot < 0 || slot >= activations_.slots() || range.end > layers_.size() ||
+      range.begin >= range.end)
+    return InternalError("Model::Forward: slot " + std::to_string(slot) + " of " +
+                         std::to_string(activations_.slots()) + ", layers [" +
+                         std::to_string(range.begin) + ", " + std::to_string(range.end) + ") of " +
+                         std::to_string(layers_.size()));
+  Prepare(mb);
+  range_input_[size_t(slot)] = input;
+  for (size_t i = range.begin; i < range.end; ++i) {
+    if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeForward(i));
+    ForwardLayer(i, slot, InputOf(i, slot, range, mb), mb, hooks);
+  }
+  if (output)
+    *output =
+        layers_[range.end - 1]->OutWidth() > 0 ? activations_.at(slot, range.end - 1)[0] : nullptr;
+  return Status::Ok();
+}
+
+template <typename T>
+Status Model<T>::Backward(int64_t slot, LayerRange range, T *dout, T *din, MicroBatch<T> &mb,
+                          LayerHooks *hooks) {
+  if (slot < 0 || slot >= activations_.slots() || range.end > layers_.size() ||
+      range.begin >= range.end)
+    return InternalError("Model::Backward: slot " + std::to_string(slot) + " of " +
+                         std::to_string(activations_.slots()) + ", layers [" +
+                         std::to_string(range.begin) + ", " + std::to_string(range.end) + ") of " +
+                         std::to_string(layers_.size()));
+  Prepare(mb);
   T *buffers[2] = {grad_a_.data(), grad_b_.data()};
   int next = 0;
-  for (size_t i = layers_.size(); i-- > 0;) {
-    T *din = i > 0 ? buffers[next] : nullptr;
-    if (stash_activations_) {
-      Restore(i);
-      if (i > 0) Restore(i - 1);  // its output is this layer's input
-    }
-    if (hooks) hooks->BeforeBackward(i);
-    layers_[i]->Backward(dout, din, mb);
-    if (hooks) hooks->AfterBackward(i);
-    if (din) RoundActivations(hooks, din, mb.rows() * layers_[i - 1]->OutWidth());
-    dout = din;
+  for (size_t i = range.end; i-- > range.begin;) {
+    T *layer_din = i > range.begin ? buffers[next] : din;
+    activations_.Restore(slot, i);
+    if (i > range.begin) activations_.Restore(slot, i - 1);  // its output is this layer's input
+    if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeBackward(i));
+    const T *in = InputOf(i, slot, range, mb);
+    if (activations_.NeedsRecompute(slot, i)) ForwardLayer(i, slot, in, mb, hooks);
+    layers_[i]->Backward(in, activations_.at(slot, i), dout, layer_din, mb);
+    if (hooks) DST_RETURN_IF_ERROR(hooks->AfterBackward(i));
+    if (layer_din && i > 0)
+      RoundActivations(hooks, layer_din, mb.rows() * layers_[i - 1]->OutWidth());
+    dout = layer_din;
     next ^= 1;
   }
+  return Status::Ok();
 }
 
 template <typename T>
-void Model<T>::StoreActivationsIn16Bits(Half half, MemoryTracker *tracker) {
-  if constexpr (std::is_same_v<T, float>) {
-    constexpr size_t kAlign = 16;  // elements: keeps every view 64-byte aligned
-    half_ = half;
-    saved_.resize(layers_.size());
-    std::vector<size_t> totals(layers_.size(), 0);
-    size_t need[2] = {0, 0};
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      saved_[i] = layers_[i]->SavedBuffers();
-      size_t aligned = 0;
-      for (Buffer<T> *b : saved_[i]) {
-        totals[i] += b->size();
-        aligned += (b->size() + kAlign - 1) / kAlign * kAlign;
-      }
-      need[i % 2] = std::max(need[i % 2], aligned);
-    }
-    for (int p = 0; p < 2; ++p)
-      regions_[p] = Buffer<T>(tracker, MemoryCategory::kActivations, need[p]);
-    stashes_.clear();
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      size_t offset = 0;
-      for (Buffer<T> *b : saved_[i]) {
-        const size_t n = b->size();
-        *b = Buffer<T>::View(regions_[i % 2].data() + offset, n);  // frees the layer's own
-        offset += (n + kAlign - 1) / kAlign * kAlign;
-      }
-      stashes_.emplace_back(tracker, MemoryCategory::kActivations, totals[i]);
-    }
-    stash_activations_ = true;
-  } else {
-    (void)half;
-    (void)tracker;
-  }
-}
-
-// After layer i's forward: its values into 16 bits, and the fp32 copy still
-// in the region rounded the same way, so its backward sees exactly what a
-// 16-bit store would give back whether or not the region is reused first.
-template <typename T>
-void Model<T>::Stash(size_t layer) {
-  if constexpr (std::is_same_v<T, float>) {
-    uint16_t *stash = stashes_[layer].data();
-    for (Buffer<T> *b : saved_[layer]) {
-      const int64_t n = int64_t(b->size());
-      FromFloat(half_, b->data(), stash, n);
-      ToFloat(half_, stash, b->data(), n);
-      stash += n;
-    }
-    resident_[layer % 2] = int64_t(layer);
-  }
+Result<double> Model<T>::Forward(MicroBatch<T> &mb, LayerHooks *hooks) {
+  DST_RETURN_IF_ERROR(Forward(0, all_layers(), nullptr, mb, hooks));
+  return Loss(0);
 }
 
 template <typename T>
-bool Model<T>::InRegion(size_t layer, const T *p) const {
-  const Buffer<T> &region = regions_[layer % 2];
-  return p >= region.data() && p < region.data() + region.size();
-}
-
-template <typename T>
-void Model<T>::Restore(size_t layer) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (resident_[layer % 2] == int64_t(layer)) return;
-    const uint16_t *stash = stashes_[layer].data();
-    for (Buffer<T> *b : saved_[layer]) {
-      ToFloat(half_, stash, b->data(), int64_t(b->size()));
-      stash += b->size();
-    }
-    resident_[layer % 2] = int64_t(layer);
-  }
+Status Model<T>::Backward(MicroBatch<T> &mb, LayerHooks *hooks) {
+  return Backward(0, all_layers(), nullptr, nullptr, mb, hooks);
 }
 
 template <typename T>

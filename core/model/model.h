@@ -5,6 +5,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/common/status.h"
+#include "core/model/activation_store.h"
 #include "core/model/layer.h"
 #include "core/model/model_spec.h"
 #include "core/model/params.h"
@@ -27,14 +29,23 @@ struct LayerParamUse {
 
 // Called by Model::Forward/Backward around each layer, e.g. to gather a
 // layer's parameters before it runs (ZeRO stage 3) and to reduce its
-// gradients once its backward is done. Hooks cannot fail the pass: an
-// implementation records its first error for the caller to collect.
+// gradients once its backward is done. A hook that fails stops the pass
+// where it happened: the model returns its Status at once.
 class LayerHooks {
  public:
   virtual ~LayerHooks() = default;
-  virtual void BeforeForward(size_t layer) { (void)layer; }
-  virtual void BeforeBackward(size_t layer) { (void)layer; }
-  virtual void AfterBackward(size_t layer) { (void)layer; }
+  virtual Status BeforeForward(size_t layer) {
+    (void)layer;
+    return Status::Ok();
+  }
+  virtual Status BeforeBackward(size_t layer) {
+    (void)layer;
+    return Status::Ok();
+  }
+  virtual Status AfterBackward(size_t layer) {
+    (void)layer;
+    return Status::Ok();
+  }
   // Mixed precision: rounds fp32 activations onto the 16-bit grid in place;
   // Model<float> applies it to every layer's output and input gradient, so
   // what crosses a layer boundary is a 16-bit value. Null: leave them alone.
@@ -42,20 +53,46 @@ class LayerHooks {
   virtual RoundFn activation_rounding() const { return nullptr; }
 };
 
+// A contiguous run of layers [begin, end): the whole model, or a pipeline stage.
+struct LayerRange {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+
 template <typename T>
 class Model {
  public:
   // Builds the layers, allocates the flat buffers `store` asks for (padded
   // to a multiple of store.pad_multiple, the dp size), initialises the
-  // weights from spec.seed, and reserves activations for `limits`.
+  // weights from spec.seed, and allocates the activation store: `activations`
+  // says how many micro-batches can be in flight and how their saved values
+  // are kept (ActivationStore), each slot sized for `limits`.
   Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTracker *tracker,
-        const ParamStoreOptions &store = {});
+        const ParamStoreOptions &store = {}, const ActivationOptions &activations = {});
 
-  // Runs every layer forward; returns the micro-batch's mean loss.
-  double Forward(MicroBatch<T> &mb, LayerHooks *hooks = nullptr);
-  // Runs every layer backward, accumulating parameter gradients (scaled by
-  // mb.grad_scale). Must follow Forward on the same micro-batch.
-  void Backward(MicroBatch<T> &mb, LayerHooks *hooks = nullptr);
+  // Runs layers [range.begin, range.end) forward on the micro-batch held in
+  // activation slot `slot` (0 <= slot < activation_slots()). `input` is the
+  // range's input [rows, width] when it does not start at layer 0 (a pipeline
+  // stage's received activations); it must stay valid until the slot's
+  // backward. *output (if given) receives the last layer's output, valid
+  // until the next Forward or Backward. A failing hook stops the pass.
+  Status Forward(int64_t slot, LayerRange range, const T *input, MicroBatch<T> &mb,
+                 LayerHooks *hooks, const T **output = nullptr);
+  // Runs the same range backward on the same slot, accumulating parameter
+  // gradients (scaled by mb.grad_scale). dout: gradient of the range's output
+  // (null when the range ends with the loss layer; may be overwritten). din:
+  // where to write the gradient of the range's input, or null.
+  Status Backward(int64_t slot, LayerRange range, T *dout, T *din, MicroBatch<T> &mb,
+                  LayerHooks *hooks);
+  // The loss the slot's last forward through the loss layer computed.
+  double Loss(int64_t slot) const { return activations_.at(slot, layers_.size() - 1).loss; }
+
+  // Every layer, slot 0: returns the micro-batch's mean loss.
+  Result<double> Forward(MicroBatch<T> &mb, LayerHooks *hooks = nullptr);
+  Status Backward(MicroBatch<T> &mb, LayerHooks *hooks = nullptr);
+
+  LayerRange all_layers() const { return {0, layers_.size()}; }
+  int64_t activation_slots() const { return activations_.slots(); }
   // After layer i's backward, the lowest flat offset whose gradients can
   // still change: everything at or above it is final.
   int64_t GradientsFinalBoundary(size_t layer) const {
@@ -63,15 +100,6 @@ class Model {
   }
   // Per layer: the parameters it touches.
   const std::vector<LayerParamUse> &layer_params() const { return layer_params_; }
-
-  // 16-bit training: every layer's saved activations (Layer::SavedBuffers)
-  // become views of one of two shared fp32 regions (even and odd layers, so a
-  // layer can read its predecessor's output while writing its own), and each
-  // layer's values are kept in 16 bits (`half`, rounded to nearest even)
-  // from the end of its forward to its backward, which restores them. Saved
-  // activation memory is then 2 bytes per value plus the two regions. Call
-  // once, after construction; a no-op for Model<double>.
-  void StoreActivationsIn16Bits(Half half, MemoryTracker *tracker);
 
   ParamStore<T> &params() { return *store_; }
   const ParamStore<T> &params() const { return *store_; }
@@ -83,25 +111,22 @@ class Model {
 
  private:
   static void RoundActivations(LayerHooks *hooks, const T *data, int64_t n);
-  // 16-bit activation storage (StoreActivationsIn16Bits).
-  void Stash(size_t layer);
-  void Restore(size_t layer);
-  // Whether `p` lies in the shared region of `layer`'s parity.
-  bool InRegion(size_t layer, const T *p) const;
+  // Runs layer i forward on `in` into the slot's activations.
+  void ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &mb, LayerHooks *hooks);
+  // The input layer i read in the slot's forward.
+  const T *InputOf(size_t i, int64_t slot, LayerRange range, const MicroBatch<T> &mb) const;
+  void Prepare(MicroBatch<T> &mb);
+
   ModelSpec spec_;
   ActivationLimits limits_;
   std::vector<std::unique_ptr<Layer<T>>> layers_;
   std::vector<int64_t> first_offset_;  // per layer: lowest offset of the params it writes
   std::vector<LayerParamUse> layer_params_;
   std::unique_ptr<ParamStore<T>> store_;
-  Buffer<T> grad_a_, grad_b_;  // [max_rows, max width] ping-pong input/output gradients
-  Buffer<T> scratch_;          // [max over layers of ScratchSize]
-  bool stash_activations_ = false;
-  Half half_ = Half::kFp16;
-  Buffer<T> regions_[2];                         // [largest even / odd layer's saved values]
-  std::vector<Buffer<uint16_t>> stashes_;        // per layer [its saved values], 16 bits
-  std::vector<std::vector<Buffer<T> *>> saved_;  // per layer: its saved buffers (views)
-  int64_t resident_[2] = {-1, -1};               // layer whose values a region holds
+  ActivationStore<T> activations_;
+  std::vector<const T *> range_input_;  // [slot] the external input of the slot's forward
+  Buffer<T> grad_a_, grad_b_;           // [max_rows, max width] ping-pong input/output gradients
+  Buffer<T> scratch_;                   // [max over layers of ScratchSize]
 };
 
 }  // namespace dst

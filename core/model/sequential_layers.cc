@@ -21,49 +21,50 @@ LinearLayer<T>::LinearLayer(const std::string &prefix, int64_t in, int64_t out, 
   if (bias) b_ = registry.Add(prefix + ".bias", {out}, ParamInit::Uniform(bound));
 }
 
+// Saves its output [B, out].
 template <typename T>
-void LinearLayer<T>::Reserve(const ActivationLimits &limits, MemoryTracker *tracker) {
-  out_ = Buffer<T>(tracker, MemoryCategory::kActivations, limits.max_rows() * out_features_);
+std::vector<SavedTensorSpec> LinearLayer<T>::SavedTensors(const ActivationLimits &limits) const {
+  return {{limits.max_rows() * out_features_}};
 }
 
 template <typename T>
-const T *LinearLayer<T>::Forward(const T *in, const MicroBatch<T> &mb) {
-  in_ = in;
-  cpu::LinearForward(in_, this->store_->param(w_), b_ >= 0 ? this->store_->param(b_) : nullptr,
-                     mb.rows(), in_features_, out_features_, out_.data());
-  return out_.data();
+void LinearLayer<T>::Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) {
+  cpu::LinearForward(in, this->store_->param(w_), b_ >= 0 ? this->store_->param(b_) : nullptr,
+                     mb.rows(), in_features_, out_features_, act[0]);
 }
 
 template <typename T>
-void LinearLayer<T>::Backward(T *dout, T *din, const MicroBatch<T> &mb) {
-  cpu::LinearBackward(dout, in_, this->store_->param(w_), mb.rows(), in_features_, out_features_,
+void LinearLayer<T>::Backward(const T *in, const LayerActivations<T> &, T *dout, T *din,
+                              const MicroBatch<T> &mb) {
+  cpu::LinearBackward(dout, in, this->store_->param(w_), mb.rows(), in_features_, out_features_,
                       din, this->store_->grad(w_), b_ >= 0 ? this->store_->grad(b_) : nullptr);
 }
 
 // ---------------------------------------------------------------- activations
 
+// Saves its output [B, width].
 template <typename T>
-void ActivationLayer<T>::Reserve(const ActivationLimits &limits, MemoryTracker *tracker) {
-  out_ = Buffer<T>(tracker, MemoryCategory::kActivations, limits.max_rows() * width_);
+std::vector<SavedTensorSpec> ActivationLayer<T>::SavedTensors(
+    const ActivationLimits &limits) const {
+  return {{limits.max_rows() * width_}};
 }
 
 template <typename T>
-const T *ActivationLayer<T>::Forward(const T *in, const MicroBatch<T> &mb) {
-  in_ = in;
+void ActivationLayer<T>::Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) {
   if (fn_ == Fn::kRelu)
-    cpu::ReluForward(in, mb.rows() * width_, out_.data());
+    cpu::ReluForward(in, mb.rows() * width_, act[0]);
   else
-    cpu::GeluForward(in, mb.rows() * width_, out_.data());
-  return out_.data();
+    cpu::GeluForward(in, mb.rows() * width_, act[0]);
 }
 
 template <typename T>
-void ActivationLayer<T>::Backward(T *dout, T *din, const MicroBatch<T> &mb) {
+void ActivationLayer<T>::Backward(const T *in, const LayerActivations<T> &, T *dout, T *din,
+                                  const MicroBatch<T> &mb) {
   if (!din) return;
   if (fn_ == Fn::kRelu)
-    cpu::ReluBackward(dout, in_, mb.rows() * width_, din);
+    cpu::ReluBackward(dout, in, mb.rows() * width_, din);
   else
-    cpu::GeluBackward(dout, in_, mb.rows() * width_, din);
+    cpu::GeluBackward(dout, in, mb.rows() * width_, din);
 }
 
 // ---------------------------------------------------------------- layernorm
@@ -75,24 +76,21 @@ LayerNormLayer<T>::LayerNormLayer(const std::string &prefix, int64_t width, Para
   b_ = registry.Add(prefix + ".bias", {width}, ParamInit::Constant(0));
 }
 
+// Saves its output [B, width], and the mean and 1/std [B] of each row (exact).
 template <typename T>
-void LayerNormLayer<T>::Reserve(const ActivationLimits &limits, MemoryTracker *tracker) {
-  const auto act = MemoryCategory::kActivations;
-  out_ = Buffer<T>(tracker, act, limits.max_rows() * width_);
-  mean_ = Buffer<T>(tracker, act, limits.max_rows());
-  rstd_ = Buffer<T>(tracker, act, limits.max_rows());
+std::vector<SavedTensorSpec> LayerNormLayer<T>::SavedTensors(const ActivationLimits &limits) const {
+  return {{limits.max_rows() * width_}, {limits.max_rows(), true}, {limits.max_rows(), true}};
 }
 
 template <typename T>
-const T *LayerNormLayer<T>::Forward(const T *in, const MicroBatch<T> &mb) {
-  in_ = in;
+void LayerNormLayer<T>::Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) {
   cpu::LayerNormForward(in, this->store_->param(w_), this->store_->param(b_), mb.rows(), width_,
-                        out_.data(), mean_.data(), rstd_.data());
-  return out_.data();
+                        act[0], act[1], act[2]);
 }
 
 template <typename T>
-void LayerNormLayer<T>::Backward(T *dout, T *din, const MicroBatch<T> &mb) {
+void LayerNormLayer<T>::Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                                 const MicroBatch<T> &mb) {
   // The weight/bias gradients are needed even when din is not.
   T *dx = din ? din : dout;
   if (din)
@@ -103,42 +101,44 @@ void LayerNormLayer<T>::Backward(T *dout, T *din, const MicroBatch<T> &mb) {
     dx = mb.scratch + int64_t(mb.max_threads) * 2 * width_;
     std::memset(dx, 0, size_t(mb.rows() * width_) * sizeof(T));
   }
-  cpu::LayerNormBackward(dout, in_, this->store_->param(w_), mean_.data(), rstd_.data(), mb.rows(),
-                         width_, dx, this->store_->grad(w_), this->store_->grad(b_), mb.scratch,
+  cpu::LayerNormBackward(dout, in, this->store_->param(w_), act[1], act[2], mb.rows(), width_, dx,
+                         this->store_->grad(w_), this->store_->grad(b_), mb.scratch,
                          mb.max_threads);
 }
 
 // ---------------------------------------------------------------- losses
 
 template <typename T>
-const T *MseLossLayer<T>::Forward(const T *in, const MicroBatch<T> &mb) {
-  in_ = in;
-  loss_ = double(cpu::MseForward(in, mb.labels, mb.rows() * width_));
-  return nullptr;
+void MseLossLayer<T>::Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) {
+  act.loss = double(cpu::MseForward(in, mb.labels, mb.rows() * width_));
 }
 
 template <typename T>
-void MseLossLayer<T>::Backward(T *, T *din, const MicroBatch<T> &mb) {
-  if (din) cpu::MseBackward(in_, mb.labels, mb.rows() * width_, mb.grad_scale, din);
+void MseLossLayer<T>::Backward(const T *in, const LayerActivations<T> &, T *, T *din,
+                               const MicroBatch<T> &mb) {
+  if (din) cpu::MseBackward(in, mb.labels, mb.rows() * width_, mb.grad_scale, din);
+}
+
+// Saves the softmax probabilities [B, classes] (exact).
+template <typename T>
+std::vector<SavedTensorSpec> CrossEntropyLossLayer<T>::SavedTensors(
+    const ActivationLimits &limits) const {
+  return {{limits.max_rows() * classes_, true}};
 }
 
 template <typename T>
-void CrossEntropyLossLayer<T>::Reserve(const ActivationLimits &limits, MemoryTracker *tracker) {
-  probs_ = Buffer<T>(tracker, MemoryCategory::kActivations, limits.max_rows() * classes_);
+void CrossEntropyLossLayer<T>::Forward(const T *in, LayerActivations<T> &act,
+                                       const MicroBatch<T> &mb) {
+  std::memcpy(act[0], in, size_t(mb.rows() * classes_) * sizeof(T));
+  act.loss = double(
+      cpu::SoftmaxCrossEntropyForward(act[0], mb.targets, mb.rows(), classes_, &act.counted));
 }
 
 template <typename T>
-const T *CrossEntropyLossLayer<T>::Forward(const T *in, const MicroBatch<T> &mb) {
-  std::memcpy(probs_.data(), in, size_t(mb.rows() * classes_) * sizeof(T));
-  loss_ = double(
-      cpu::SoftmaxCrossEntropyForward(probs_.data(), mb.targets, mb.rows(), classes_, &counted_));
-  return nullptr;
-}
-
-template <typename T>
-void CrossEntropyLossLayer<T>::Backward(T *, T *din, const MicroBatch<T> &mb) {
+void CrossEntropyLossLayer<T>::Backward(const T *, const LayerActivations<T> &act, T *, T *din,
+                                        const MicroBatch<T> &mb) {
   if (din)
-    cpu::SoftmaxCrossEntropyBackward(probs_.data(), mb.targets, mb.rows(), classes_, counted_,
+    cpu::SoftmaxCrossEntropyBackward(act[0], mb.targets, mb.rows(), classes_, act.counted,
                                      mb.grad_scale, din);
 }
 

@@ -17,19 +17,17 @@ class LinearLayer final : public Layer<T> {
               ParamRegistry &registry);
   std::string_view Kind() const override { return "linear"; }
   int64_t OutWidth() const override { return out_features_; }
-  void Reserve(const ActivationLimits &limits, MemoryTracker *tracker) override;
-  const T *Forward(const T *in, const MicroBatch<T> &mb) override;
-  void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
+  std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
+  void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
+  void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                const MicroBatch<T> &mb) override;
   double ForwardFlops(int64_t B, int64_t) const override {
     return 2.0 * double(B) * double(in_features_) * double(out_features_);
   }
-  std::vector<Buffer<T> *> SavedBuffers() override { return {&out_}; }
 
  private:
   int64_t in_features_, out_features_;
   int w_ = -1, b_ = -1;
-  const T *in_ = nullptr;
-  Buffer<T> out_;  // [B, out]
 };
 
 // ReLU or GELU (tanh approximation).
@@ -40,17 +38,15 @@ class ActivationLayer final : public Layer<T> {
   ActivationLayer(Fn fn, int64_t width) : fn_(fn), width_(width) {}
   std::string_view Kind() const override { return fn_ == Fn::kRelu ? "relu" : "gelu"; }
   int64_t OutWidth() const override { return width_; }
-  void Reserve(const ActivationLimits &limits, MemoryTracker *tracker) override;
-  const T *Forward(const T *in, const MicroBatch<T> &mb) override;
-  void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
+  std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
+  void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
+  void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                const MicroBatch<T> &mb) override;
   double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
-  std::vector<Buffer<T> *> SavedBuffers() override { return {&out_}; }
 
  private:
   Fn fn_;
   int64_t width_;
-  const T *in_ = nullptr;
-  Buffer<T> out_;  // [B, width]
 };
 
 template <typename T>
@@ -59,21 +55,19 @@ class LayerNormLayer final : public Layer<T> {
   LayerNormLayer(const std::string &prefix, int64_t width, ParamRegistry &registry);
   std::string_view Kind() const override { return "layernorm"; }
   int64_t OutWidth() const override { return width_; }
-  void Reserve(const ActivationLimits &limits, MemoryTracker *tracker) override;
+  std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
   int64_t ScratchSize(const ActivationLimits &limits) const override {
     // partial sums [threads, 2*width] | input gradient when first [rows, width]
     return int64_t(limits.max_threads) * 2 * width_ + limits.max_rows() * width_;
   }
-  const T *Forward(const T *in, const MicroBatch<T> &mb) override;
-  void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
+  void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
+  void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                const MicroBatch<T> &mb) override;
   double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
-  std::vector<Buffer<T> *> SavedBuffers() override { return {&out_}; }
 
  private:
   int64_t width_;
   int w_ = -1, b_ = -1;
-  const T *in_ = nullptr;
-  Buffer<T> out_, mean_, rstd_;  // [B, width], [B], [B]
 };
 
 // Mean squared error against labels [B, width] (torch.nn.MSELoss).
@@ -83,17 +77,15 @@ class MseLossLayer final : public Layer<T> {
   explicit MseLossLayer(int64_t width) : width_(width) {}
   std::string_view Kind() const override { return "mse_loss"; }
   int64_t OutWidth() const override { return 0; }
-  void Reserve(const ActivationLimits &, MemoryTracker *) override {}
-  const T *Forward(const T *in, const MicroBatch<T> &mb) override;
-  void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
+  std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &) const override { return {}; }
+  void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
+  void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                const MicroBatch<T> &mb) override;
   bool IsLoss() const override { return true; }
-  double Loss() const override { return loss_; }
   double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
 
  private:
   int64_t width_;
-  const T *in_ = nullptr;
-  double loss_ = 0.0;
 };
 
 // Softmax cross-entropy of logits [B, classes] against class ids [B]
@@ -104,18 +96,15 @@ class CrossEntropyLossLayer final : public Layer<T> {
   explicit CrossEntropyLossLayer(int64_t classes) : classes_(classes) {}
   std::string_view Kind() const override { return "cross_entropy_loss"; }
   int64_t OutWidth() const override { return 0; }
-  void Reserve(const ActivationLimits &limits, MemoryTracker *tracker) override;
-  const T *Forward(const T *in, const MicroBatch<T> &mb) override;
-  void Backward(T *dout, T *din, const MicroBatch<T> &mb) override;
+  std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
+  void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
+  void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                const MicroBatch<T> &mb) override;
   bool IsLoss() const override { return true; }
-  double Loss() const override { return loss_; }
   double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
 
  private:
   int64_t classes_;
-  Buffer<T> probs_;  // [B, classes]
-  int64_t counted_ = 0;
-  double loss_ = 0.0;
 };
 
 }  // namespace dst

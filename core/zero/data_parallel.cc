@@ -85,7 +85,6 @@ float *DataParallel::ShardParams() {
 
 Status DataParallel::ZeroGradients() {
   gathered_grads_ = Buffer<float>();
-  hook_status_ = Status::Ok();
   launch_buckets_ = false;
   if (grads_) return grads_->Zero();
   std::memset(model_->params().grads(), 0, size_t(layout_.padded) * sizeof(float));
@@ -94,25 +93,23 @@ Status DataParallel::ZeroGradients() {
   return Status::Ok();
 }
 
-void DataParallel::BeforeForward(size_t layer) {
-  if (!params_ || !hook_status_.ok()) return;
+Status DataParallel::BeforeForward(size_t layer) {
+  if (!params_) return Status::Ok();
   const size_t layers = model_->layers().size();
-  Record(params_->Acquire(layer, layer + 1 < layers ? int64_t(layer + 1) : -1));
+  return params_->Acquire(layer, layer + 1 < layers ? int64_t(layer + 1) : -1);
 }
 
-void DataParallel::BeforeBackward(size_t layer) {
-  if (!hook_status_.ok()) return;
-  if (params_) Record(params_->Acquire(layer, int64_t(layer) - 1));
-  if (grads_) Record(grads_->BeforeBackward(layer));
+Status DataParallel::BeforeBackward(size_t layer) {
+  if (params_) DST_RETURN_IF_ERROR(params_->Acquire(layer, int64_t(layer) - 1));
+  if (grads_) DST_RETURN_IF_ERROR(grads_->BeforeBackward(layer));
+  return Status::Ok();
 }
 
-void DataParallel::AfterBackward(size_t layer) {
-  if (!hook_status_.ok()) return;
-  if (grads_) {
-    Record(grads_->AfterBackward(layer));
-  } else if (launch_buckets_) {
+Status DataParallel::AfterBackward(size_t layer) {
+  if (grads_) return grads_->AfterBackward(layer);
+  if (launch_buckets_)
     GradientsFinalAbove(model_->params().grads(), model_->GradientsFinalBoundary(layer));
-  }
+  return Status::Ok();
 }
 
 void DataParallel::Launch(float *grads, size_t b) {

@@ -15,7 +15,7 @@
 // with overlap_comm a bucket is launched as soon as backward has passed below it.
 //
 // DataParallel is the model's LayerHooks: the engine passes it to
-// Model::Forward/Backward and collects hook errors with TakeHookStatus.
+// Model::Forward/Backward, which stop at the first hook that fails.
 #pragma once
 
 #include <memory>
@@ -62,13 +62,12 @@ class DataParallel final : public DataParallelism {
 
   // A step begins: gradients are zero, nothing is in flight.
   Status ZeroGradients() override;
-  // A micro-batch's forward/backward follows; `last` marks the step's last
-  // one, during whose backward stage 0/1 buckets may launch (overlap_comm).
-  void BeginMicroBatch(bool last) override { launch_buckets_ = overlap_ && last; }
-  void BeforeForward(size_t layer) override;
-  void BeforeBackward(size_t layer) override;
-  void AfterBackward(size_t layer) override;
-  // The first error a hook met since the last call.
+  // A micro-batch's backward follows; during the step's last one stage 0/1
+  // buckets may launch (overlap_comm).
+  void BeginBackward(bool last) override { launch_buckets_ = overlap_ && last; }
+  Status BeforeForward(size_t layer) override;
+  Status BeforeBackward(size_t layer) override;
+  Status AfterBackward(size_t layer) override;
 
   // Launches what is left, waits for everything, and averages: the whole
   // buffer (stage 0) or this rank's shard (stages 1-3).

@@ -133,29 +133,26 @@ Status MixedPrecisionParallel::Acquire(size_t layer) {
   return Status::Ok();
 }
 
-void MixedPrecisionParallel::BeforeForward(size_t layer) {
-  if (hook_status_.ok()) Record(Acquire(layer));
+Status MixedPrecisionParallel::BeforeForward(size_t layer) {
+  return Acquire(layer);
 }
 
-void MixedPrecisionParallel::BeforeBackward(size_t layer) {
-  if (!hook_status_.ok()) return;
-  Record(Acquire(layer));
+Status MixedPrecisionParallel::BeforeBackward(size_t layer) {
+  DST_RETURN_IF_ERROR(Acquire(layer));
   const StagingLayout &l = layers_[layer];
   std::memset(work_grads_.data(), 0, size_t(l.size) * sizeof(float));
   ParamStore<float> &store = model_->params();
   for (const TensorSlot &slot : l.slots)
     store.SetGradPointer(slot.id, work_grads_.data() + slot.staged);
+  return Status::Ok();
 }
 
-void MixedPrecisionParallel::AfterBackward(size_t layer) {
-  if (!hook_status_.ok()) return;
+Status MixedPrecisionParallel::AfterBackward(size_t layer) {
   const StagingLayout &l = layers_[layer];
-  if (stage_ >= 2) {
-    Record(ReduceLayerGradients(l));
-    return;
-  }
+  if (stage_ >= 2) return ReduceLayerGradients(l);
   for (const Segment &s : l.segments)
     AccumulateInto(half_, work_grads_.data() + s.staged, g16_.data() + s.begin, s.size());
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------- reduction
@@ -213,7 +210,6 @@ Status MixedPrecisionParallel::ZeroGradients() {
   gathered16_ = Buffer<uint16_t>();
   grads_gathered_ = false;
   clip_coef_ = 1;
-  hook_status_ = Status::Ok();
   return Status::Ok();
 }
 

@@ -57,13 +57,13 @@ class MixedPrecisionParallel final : public DataParallelism {
   Optimizer &optimizer() override { return *optimizer_; }
   Half half() const { return half_; }
 
-  void BeforeForward(size_t layer) override;
-  void BeforeBackward(size_t layer) override;
-  void AfterBackward(size_t layer) override;
+  Status BeforeForward(size_t layer) override;
+  Status BeforeBackward(size_t layer) override;
+  Status AfterBackward(size_t layer) override;
   RoundFn activation_rounding() const override;
 
   Status ZeroGradients() override;
-  void BeginMicroBatch(bool) override {}
+  void BeginBackward(bool) override {}
   void SetLossScale(double scale) override { loss_scale_ = scale; }
   Status FinishReduction() override;
   Result<double> GradNorm() override;

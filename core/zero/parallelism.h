@@ -24,14 +24,10 @@ class DataParallelism : public LayerHooks {
 
   // A step begins: gradients are zero, nothing is in flight.
   virtual Status ZeroGradients() = 0;
-  // A micro-batch's forward/backward follows; `last` marks the step's last.
-  virtual void BeginMicroBatch(bool last) = 0;
-  // The first error a hook met since the last call.
-  Status TakeHookStatus() {
-    Status st = std::move(hook_status_);
-    hook_status_ = Status::Ok();
-    return st;
-  }
+  // A micro-batch's backward follows; `last` marks the step's last backward
+  // (the program says which: Instruction::last_backward), during which
+  // reductions may launch as layers finish (overlap_comm).
+  virtual void BeginBackward(bool last) = 0;
   // The loss was multiplied by `scale` before backward (fp16 loss scaling):
   // gradients are divided by it before they are used. 1 unless fp16.
   virtual void SetLossScale(double scale) { (void)scale; }
@@ -66,13 +62,6 @@ class DataParallelism : public LayerHooks {
   // The weights were written through FullParams/LocalParams (a checkpoint
   // load): every derived copy is refreshed.
   virtual Status ParamsChanged() = 0;
-
- protected:
-  // Hooks cannot fail the pass: they keep their first error for TakeHookStatus.
-  void Record(Status status) {
-    if (!status.ok() && hook_status_.ok()) hook_status_ = std::move(status);
-  }
-  Status hook_status_;
 };
 
 // Mean of a per-rank scalar over `group` (the value itself on one rank).

@@ -32,8 +32,8 @@ void Perturb(ParamStore<double> &store, uint64_t seed) {
 GradCheckResult CheckAllParams(Model<double> &model, MicroBatch<double> mb) {
   ParamStore<double> &store = model.params();
   std::fill(store.grads(), store.grads() + store.size(), 0.0);
-  model.Forward(mb);
-  model.Backward(mb);
+  EXPECT_TRUE(model.Forward(mb).ok());
+  EXPECT_TRUE(model.Backward(mb).ok());
   std::vector<double> analytic(store.grads(), store.grads() + store.size());
   GradCheckResult result;
   const double h = 1e-5;
@@ -42,9 +42,9 @@ GradCheckResult CheckAllParams(Model<double> &model, MicroBatch<double> mb) {
       double &p = store.values()[d.offset + i];
       const double saved = p;
       p = saved + h;
-      const double up = model.Forward(mb);
+      const double up = model.Forward(mb).value();
       p = saved - h;
-      const double down = model.Forward(mb);
+      const double down = model.Forward(mb).value();
       p = saved;
       const double numeric = (up - down) / (2 * h);
       const double a = analytic[d.offset + i];
@@ -155,8 +155,8 @@ TEST(GradCheck, GradScaleScalesEveryGradient) {
   auto grads_at = [&](double scale) {
     std::fill(store.grads(), store.grads() + store.size(), 0.0);
     mb.grad_scale = scale;
-    model.Forward(mb);
-    model.Backward(mb);
+    EXPECT_TRUE(model.Forward(mb).ok());
+    EXPECT_TRUE(model.Backward(mb).ok());
     return std::vector<double>(store.grads(), store.grads() + store.size());
   };
   const std::vector<double> full = grads_at(1.0), quarter = grads_at(0.25);

@@ -341,10 +341,11 @@ RankResult TrainRank(int stage, int64_t accum, bool overlap, Communicator *comm)
       MicroBatch<float> mb;
       mb.B = micro, mb.seq = T, mb.tokens = tokens.data(), mb.targets = targets.data();
       mb.grad_scale = 1.0f / float(accum);
-      zero.BeginMicroBatch(m == accum - 1);
-      loss += model.Forward(mb, &zero);
-      model.Backward(mb, &zero);
-      EXPECT_TRUE(zero.TakeHookStatus().ok());
+      Result<double> mb_loss = model.Forward(mb, &zero);
+      EXPECT_TRUE(mb_loss.ok());
+      loss += mb_loss.value();
+      zero.BeginBackward(m == accum - 1);
+      EXPECT_TRUE(model.Backward(mb, &zero).ok());
     }
     EXPECT_TRUE(zero.FinishReduction().ok());
     if (!optimizer_step) return;

@@ -1,0 +1,177 @@
+#include "core/engine/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "core/optim/lr_schedule.h"
+
+namespace dst {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+}  // namespace
+
+Executor::Executor(const Config &config, Model<float> *model, DataParallelism *dp,
+                   LossScaler *scaler, TrainingProgress *progress)
+    : config_(config), model_(model), dp_(dp), scaler_(scaler), progress_(progress) {}
+
+double Executor::NextLearningRate() const {
+  // DeepSpeed does not advance the schedule on a step skipped for overflow.
+  return LearningRateAt(config_.scheduler, config_.optimizer.lr, progress_->lr_iteration());
+}
+
+MicroBatch<float> Executor::MicroBatchAt(const BatchView &b, int64_t index) const {
+  const ModelSpec &spec = model_->spec();
+  MicroBatch<float> mb;
+  mb.B = config_.train_micro_batch_size_per_gpu;
+  const int64_t first = index * mb.B;
+  if (spec.type == ModelSpec::Type::kGpt) {
+    mb.seq = int64_t(b.seq_len);
+    mb.tokens = b.tokens + first * mb.seq;
+    mb.targets = b.targets + first * mb.seq;
+  } else {
+    mb.seq = 1;
+    mb.inputs = b.inputs + first * spec.input_dim;
+    if (b.labels) mb.labels = b.labels + first * spec.SequentialOutputDim();
+    if (b.targets) mb.targets = b.targets + first;
+  }
+  return mb;
+}
+
+Status Executor::Clip(double loss_sum, StepRecord *rec) {
+  const int64_t step = progress_->steps;
+  Result<double> norm = dp_->GradNorm();
+  if (!norm.ok()) return norm.status();
+  rec->grad_norm = norm.value();
+  Result<double> global_loss = dp_->Average(loss_sum);
+  if (!global_loss.ok()) return global_loss.status();
+  if (!std::isfinite(rec->grad_norm) || !std::isfinite(global_loss.value())) {
+    if (scaler_->enabled()) {  // fp16 overflow: every rank skips this step
+      rec->skipped = true;
+      ++progress_->skipped_steps;
+      Status st = scaler_->Update(/*overflow=*/true);
+      if (!st.ok()) return st.context("train_batch at step " + std::to_string(step));
+      return Status::Ok();
+    }
+    return Status(Code::kNumeric,
+                  "train_batch: the loss or the gradients are not finite at step " +
+                      std::to_string(step) + " (loss " + std::to_string(loss_sum) +
+                      ", gradient norm " + std::to_string(rec->grad_norm) +
+                      "); the step was skipped and the weights are unchanged. Lower the "
+                      "learning rate or set gradient_clipping");
+  }
+  if (config_.gradient_clipping > 0) {
+    const double coef = config_.gradient_clipping / (rec->grad_norm + 1e-6);
+    if (coef < 1.0) dp_->ScaleGradients(float(coef));
+  }
+  return Status::Ok();
+}
+
+Status Executor::Finish(const BatchView &batch, double loss_sum,
+                        std::chrono::steady_clock::time_point start, StepRecord *rec) {
+  Result<double> mean = dp_->Average(loss_sum / double(rec->micro_batches));
+  if (!mean.ok()) return mean.status();
+  rec->loss = mean.value();
+  rec->seconds = SecondsSince(start);
+  rec->phases.total = rec->seconds;
+  rec->samples = int64_t(batch.n_samples) * config_.dp_size;
+  const bool gpt = model_->spec().type == ModelSpec::Type::kGpt;
+  rec->tokens = rec->samples * (gpt ? int64_t(batch.seq_len) : 1);
+  return Status::Ok();
+}
+
+Status Executor::Run(const std::vector<Instruction> &program, const BatchView &batch,
+                     StepRecord *record) {
+  int64_t micro_batches = 0;
+  for (const Instruction &ins : program) micro_batches += ins.op == Op::kForward;
+  // fp16: the loss is scaled up before backward (scale() is 1 otherwise).
+  const float grad_scale = float(scaler_->scale()) / float(micro_batches);
+  dp_->SetLossScale(scaler_->scale());
+  const int64_t step = progress_->steps;
+  const bool inject_overflow = std::find(inject_overflow_at_.begin(), inject_overflow_at_.end(),
+                                         step) != inject_overflow_at_.end();
+  StepRecord rec;
+  rec.micro_batches = micro_batches;
+  const auto step_start = Clock::now();
+  double loss_sum = 0;
+  const LayerRange layers = model_->all_layers();
+  auto at_step = [step](const char *what) {
+    return std::string(what) + " at step " + std::to_string(step);
+  };
+  for (const Instruction &ins : program) {
+    const auto t0 = Clock::now();
+    switch (ins.op) {
+      case Op::kZeroGradients: {
+        Status st = dp_->ZeroGradients();
+        if (!st.ok()) return st.context(at_step("zeroing gradients"));
+        break;
+      }
+      case Op::kForward: {
+        MicroBatch<float> mb = MicroBatchAt(batch, ins.micro_batch);
+        Status st = model_->Forward(ins.slot, layers, nullptr, mb, dp_);
+        if (!st.ok()) return st.context(at_step("forward"));
+        loss_sum += model_->Loss(ins.slot);
+        rec.phases.forward += SecondsSince(t0);
+        break;
+      }
+      case Op::kBackward: {
+        MicroBatch<float> mb = MicroBatchAt(batch, ins.micro_batch);
+        mb.grad_scale = grad_scale;
+        if (inject_overflow && ins.last_backward)
+          mb.grad_scale = std::numeric_limits<float>::infinity();
+        dp_->BeginBackward(ins.last_backward);
+        Status st = model_->Backward(ins.slot, layers, nullptr, nullptr, mb, dp_);
+        if (!st.ok()) return st.context(at_step("backward"));
+        rec.phases.backward += SecondsSince(t0);
+        break;
+      }
+      case Op::kReduceGradients: {
+        Status st = dp_->FinishReduction();
+        if (!st.ok()) return st.context(at_step("reducing gradients"));
+        rec.phases.reduce += SecondsSince(t0);
+        break;
+      }
+      case Op::kGatherGradients: {
+        Status st = dp_->GatherGradients();
+        if (!st.ok()) return st.context(at_step("gathering gradients"));
+        rec.phases.reduce += SecondsSince(t0);
+        break;
+      }
+      case Op::kClipGradients: {
+        DST_RETURN_IF_ERROR(Clip(loss_sum, &rec));
+        rec.phases.step += SecondsSince(t0);
+        break;
+      }
+      case Op::kOptimizerStep: {
+        rec.lr = NextLearningRate();
+        if (!rec.skipped) {
+          DST_RETURN_IF_ERROR(dp_->Step(rec.lr));
+          DST_RETURN_IF_ERROR(scaler_->Update(/*overflow=*/false));
+        }
+        ++progress_->steps;  // DeepSpeed's global_steps counts skipped steps too
+        rec.phases.step += SecondsSince(t0);
+        break;
+      }
+      case Op::kRecordStep: {
+        DST_RETURN_IF_ERROR(Finish(batch, loss_sum, step_start, &rec));
+        *record = rec;
+        if (observer_) DST_RETURN_IF_ERROR(observer_(rec));
+        break;
+      }
+    }
+  }
+  if (program.empty() || program.back().op != Op::kRecordStep) {
+    DST_RETURN_IF_ERROR(Finish(batch, loss_sum, step_start, &rec));
+    *record = rec;
+  }
+  return Status::Ok();
+}
+
+}  // namespace dst

@@ -1,0 +1,92 @@
+// Executor: runs a prepared program (schedule.h) over one batch on one
+// rank's model and data-parallel layer, and measures it. It reads each
+// instruction's micro-batch, slot and flags and infers nothing; what a step
+// means (clipping, fp16 overflow skips, the LR schedule) lives here, what a
+// finished step is reported to (metrics) is the caller's StepObserver.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/common/status.h"
+#include "core/config/config.h"
+#include "core/engine/batch.h"
+#include "core/engine/schedule.h"
+#include "core/model/model.h"
+#include "core/precision/loss_scaler.h"
+#include "core/zero/parallelism.h"
+
+namespace dst {
+
+// Seconds spent per phase of a step. DeepSpeed's timers map onto them:
+// forward; backward = backward_inner (the layers' backward, including
+// reductions launched and waited for inside it) + backward_allreduce
+// (stage 0/1) or backward_reduce_scatter (2/3) = `reduce` (finishing the
+// reduction after the last layer); step = clipping + optimizer update.
+struct PhaseTimes {
+  double forward = 0, backward = 0, reduce = 0, step = 0, total = 0;
+  void Add(const PhaseTimes &o) {
+    forward += o.forward, backward += o.backward, reduce += o.reduce, step += o.step;
+    total += o.total;
+  }
+};
+
+// What one run of a program did.
+struct StepRecord {
+  double loss = 0;  // mean over the micro-batches, averaged over the data-parallel group
+  double lr = 0, grad_norm = 0, seconds = 0;
+  int64_t samples = 0, tokens = 0;  // job-wide: every data-parallel rank's micro-batches
+  int64_t micro_batches = 1;
+  bool skipped = false;  // fp16 overflow: no update
+  PhaseTimes phases;
+};
+
+// The training counters a step advances.
+struct TrainingProgress {
+  int64_t steps = 0;          // optimizer steps, skipped ones included (DeepSpeed's global_steps)
+  int64_t skipped_steps = 0;  // fp16 steps skipped on overflow (the LR schedule does not advance)
+  // The LR schedule's iteration: skipped steps do not advance it.
+  int64_t lr_iteration() const { return steps - skipped_steps; }
+};
+
+class Executor {
+ public:
+  // Called by kRecordStep with the step's record.
+  using StepObserver = std::function<Status(const StepRecord &)>;
+
+  // Everything must outlive the executor.
+  Executor(const Config &config, Model<float> *model, DataParallelism *dp, LossScaler *scaler,
+           TrainingProgress *progress);
+
+  void SetStepObserver(StepObserver observer) { observer_ = std::move(observer); }
+  // Test hook (DSTRAIN_INJECT_GRAD_OVERFLOW): the steps at which this rank's
+  // gradients are made infinite, as an fp16 overflow would.
+  void InjectOverflowAt(std::vector<int64_t> steps) { inject_overflow_at_ = std::move(steps); }
+
+  // Runs `program` (prepared by PrepareProgram for this batch's micro-batches
+  // and the model's activation slots) over `batch`, already validated.
+  Status Run(const std::vector<Instruction> &program, const BatchView &batch, StepRecord *record);
+
+  // The learning rate the next optimizer step will use.
+  double NextLearningRate() const;
+
+ private:
+  MicroBatch<float> MicroBatchAt(const BatchView &batch, int64_t index) const;
+  // The step's mean loss over the group, its duration and its job-wide samples.
+  Status Finish(const BatchView &batch, double loss_sum,
+                std::chrono::steady_clock::time_point start, StepRecord *rec);
+  // kClipGradients: the global norm; an fp16 overflow marks the step skipped.
+  Status Clip(double loss_sum, StepRecord *rec);
+
+  const Config &config_;
+  Model<float> *model_;
+  DataParallelism *dp_;
+  LossScaler *scaler_;
+  TrainingProgress *progress_;
+  StepObserver observer_;
+  std::vector<int64_t> inject_overflow_at_;
+};
+
+}  // namespace dst

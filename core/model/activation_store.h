@@ -1,0 +1,90 @@
+// ActivationStore: where each layer's saved activations live, per micro-batch,
+// between its forward and its backward. The model owns one; layers only see
+// the LayerActivations it hands them. Three policies:
+//
+//   keep, fp32      every slot holds every layer's tensors (the plain case).
+//   keep, 16 bits   the tensors a layer saves are computed in one of two
+//                   shared fp32 regions (even and odd layers, so a layer reads
+//                   its predecessor's output while writing its own) and kept
+//                   in 16 bits per slot from the end of its forward to its
+//                   backward, which widens them back (2 bytes per value plus
+//                   the two regions). Exact tensors stay fp32 per slot.
+//   recompute       a slot keeps only each layer's output (the next layer's
+//                   input); everything else is computed in one shared work
+//                   region and recomputed by the layer's forward right before
+//                   its backward (full activation checkpointing). Under 16-bit
+//                   training the recomputed values are rounded exactly as the
+//                   16-bit keep policy rounds them, so the two agree bit for bit.
+//
+// A slot holds one micro-batch in flight; a schedule that runs k forwards
+// before their backwards (1F1B: up to pp_size on the first stage) needs k.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/model/layer.h"
+#include "core/precision/half_ops.h"
+#include "core/runtime/memory.h"
+
+namespace dst {
+
+struct ActivationOptions {
+  int64_t slots = 1;         // micro-batches that can be in flight at once
+  bool recompute = false;    // keep only layer outputs; recompute the rest in backward
+  std::optional<Half> half;  // 16-bit training: saved values on the 16-bit grid
+};
+
+// What one layer saves: its tensors, and whether tensor 0 is its output (the
+// next layer's input) rather than a value only its own backward reads.
+struct LayerSaveSpec {
+  std::vector<SavedTensorSpec> tensors;
+  bool first_is_output = false;
+};
+
+template <typename T>
+class ActivationStore {
+ public:
+  ActivationStore() = default;
+  ActivationStore(const std::vector<LayerSaveSpec> &layers, const ActivationOptions &options,
+                  MemoryTracker *tracker);
+
+  int64_t slots() const { return int64_t(acts_.size()); }
+  const ActivationOptions &options() const { return options_; }
+  LayerActivations<T> &at(int64_t slot, size_t layer) { return acts_[size_t(slot)][layer]; }
+  const LayerActivations<T> &at(int64_t slot, size_t layer) const {
+    return acts_[size_t(slot)][layer];
+  }
+
+  // After `layer`'s forward in `slot` (also after a recomputation): rounds
+  // its saved values onto the 16-bit grid and, under the 16-bit keep
+  // policy, stores them in 16 bits. Returns whether its output was rounded
+  // (otherwise the caller rounds it, if it wants 16-bit outputs).
+  bool AfterForward(int64_t slot, size_t layer);
+  // Before `layer`'s backward in `slot`: true when its saved values are not
+  // held and the caller must run its forward again (recompute policy).
+  bool NeedsRecompute(int64_t slot, size_t layer) const;
+  // Before `layer`'s backward in `slot`: makes its saved values readable
+  // again (16-bit keep policy: widens them into the shared region).
+  void Restore(int64_t slot, size_t layer);
+
+ private:
+  bool Keeps16() const { return options_.half.has_value() && !options_.recompute; }
+  struct Resident {
+    int64_t slot = -1;
+    int64_t layer = -1;
+    bool is(int64_t s, size_t l) const { return slot == s && layer == int64_t(l); }
+  };
+
+  ActivationOptions options_;
+  std::vector<LayerSaveSpec> specs_;
+  std::vector<std::vector<LayerActivations<T>>> acts_;  // [slot][layer]
+  std::vector<Buffer<T>> own_;                          // [slot] values a slot keeps in fp32
+  Buffer<T> shared_[2];                                 // 16-bit keep: [even / odd layers];
+                                                        // recompute: [0] the work region
+  std::vector<std::vector<Buffer<uint16_t>>> stash_;    // 16-bit keep: [slot][layer]
+  Resident resident_[2];  // which (slot, layer) each shared region holds
+};
+
+}  // namespace dst

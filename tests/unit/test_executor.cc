@@ -1,0 +1,335 @@
+// Programs as data: PrepareProgram's checks, hand-written programs (an
+// out-of-order 1F1B-shaped one included) run by the executor on one rank and
+// compared with the plain schedule bit for bit, the activation store's
+// policies (fp32, 16-bit, recompute) against each other, layer ranges (what a
+// pipeline stage runs) against the whole model, and a failing hook stopping
+// the pass where it happened.
+#include <gtest/gtest.h>
+
+#include <omp.h>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/config/config.h"
+#include "core/engine/executor.h"
+#include "core/engine/schedule.h"
+#include "core/model/model.h"
+#include "core/model/model_spec.h"
+#include "core/precision/loss_scaler.h"
+#include "core/zero/data_parallel.h"
+#include "core/zero/mixed_parallel.h"
+
+namespace dst {
+namespace {
+
+constexpr const char *kGpt =
+    R"({"type":"gpt","vocab_size":64,"n_ctx":8,"n_layer":2,"n_head":2,"d_model":32,"seed":3})";
+constexpr const char *kSequential =
+    R"({"type":"sequential","input_dim":12,"loss":"mse","seed":4,"layers":[
+        {"type":"linear","out_features":16},{"type":"layernorm"},{"type":"relu"},
+        {"type":"linear","out_features":16},{"type":"gelu"},{"type":"linear","out_features":5}]})";
+
+ModelSpec Spec(const char *text) {
+  Result<ModelSpec> spec = ParseModelSpec(text);
+  EXPECT_TRUE(spec.ok()) << spec.status().message();
+  return spec.value();
+}
+
+Config MakeConfig(int64_t micro, int64_t accum, const std::string &precision = "") {
+  std::string text = R"({"train_micro_batch_size_per_gpu": )" + std::to_string(micro) +
+                     R"(, "gradient_accumulation_steps": )" + std::to_string(accum) +
+                     R"(, "gradient_clipping": 1.0,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.01}})";
+  if (!precision.empty()) text += R"(, ")" + precision + R"(": {"enabled": true})";
+  text += "}";
+  Result<Config> config = ParseConfig(text, ConfigContext{});
+  EXPECT_TRUE(config.ok()) << config.status().message();
+  return config.value();
+}
+
+ActivationOptions Slots(int64_t slots, bool recompute = false) {
+  ActivationOptions options;
+  options.slots = slots;
+  options.recompute = recompute;
+  return options;
+}
+
+std::vector<Instruction> Prepared(std::vector<Instruction> program, int64_t m, int64_t slots) {
+  Status st = PrepareProgram(&program, m, slots);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return program;
+}
+
+// ---------------------------------------------------------------- programs
+
+TEST(Programs, PlainSchedulesUseOneSlotAndMarkTheLastBackward) {
+  const std::vector<Instruction> p = Prepared(TrainSchedule(3), 3, 1);
+  int backwards = 0;
+  for (const Instruction &ins : p) {
+    if (ins.op == Op::kForward || ins.op == Op::kBackward) {
+      EXPECT_EQ(ins.slot, 0);
+    }
+    if (ins.op == Op::kBackward) {
+      ++backwards;
+      EXPECT_EQ(ins.last_backward, ins.micro_batch == 2);
+    }
+  }
+  EXPECT_EQ(backwards, 3);
+  EXPECT_EQ(p.back().op, Op::kRecordStep);
+  EXPECT_EQ(PeakInFlight(p), 1);
+  EXPECT_EQ(PeakInFlight(Prepared(EvalSchedule(4), 4, 1)), 1);
+  EXPECT_EQ(ForwardBackwardSchedule(2).back().op, Op::kGatherGradients);
+}
+
+TEST(Programs, OneForwardOneBackwardHoldsStagesMicroBatchesOnTheFirstStage) {
+  for (int64_t stages = 1; stages <= 5; ++stages)
+    for (int64_t m = 1; m <= 8; ++m) {
+      const std::vector<Instruction> p =
+          Prepared(OneForwardOneBackwardSchedule(m, stages), m, stages);
+      EXPECT_EQ(PeakInFlight(p), std::min(stages, m)) << "stages " << stages << " m " << m;
+    }
+}
+
+TEST(Programs, BadProgramsAreNamedErrors) {
+  auto error = [](std::vector<Instruction> p, int64_t m, int64_t slots) {
+    Status st = PrepareProgram(&p, m, slots);
+    EXPECT_FALSE(st.ok());
+    return st.message();
+  };
+  EXPECT_NE(error({{Op::kBackward, 0}, {Op::kForward, 0}}, 1, 1).find("backward before"),
+            std::string::npos);
+  EXPECT_NE(error({{Op::kForward, 0}, {Op::kForward, 0}, {Op::kBackward, 0}}, 1, 2)
+                .find("already forwarded"),
+            std::string::npos);
+  EXPECT_NE(
+      error({{Op::kForward, 0}, {Op::kForward, 1}, {Op::kBackward, 0}, {Op::kBackward, 1}}, 2, 1)
+          .find("more than 1 micro-batches would be in flight"),
+      std::string::npos);
+  EXPECT_NE(error({{Op::kForward, 0}, {Op::kForward, 1}, {Op::kBackward, 0}}, 2, 2)
+                .find("never runs micro-batch 1 backward"),
+            std::string::npos);
+  EXPECT_NE(error({{Op::kForward, 3}}, 2, 1).find("has 2 micro-batches"), std::string::npos);
+  EXPECT_NE(error(OneForwardOneBackwardSchedule(4, 3), 4, 2).find("would be in flight"),
+            std::string::npos);
+}
+
+// ---------------------------------------------------------------- one rank
+
+// One rank's training stack: model, data-parallel layer over a group of one,
+// loss scaler, executor.
+struct Rank {
+  Rank(const char *spec_text, const Config &c, ActivationOptions activations)
+      : config(c), comm(MakeSoloCommunicator("dp")), scaler(config.fp16) {
+    const ModelSpec spec = Spec(spec_text);
+    ActivationLimits limits{config.train_micro_batch_size_per_gpu,
+                            spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1, 1};
+    const bool mixed = config.precision() != DType::kFloat32;
+    if (mixed) activations.half = config.precision() == DType::kFloat16 ? Half::kFp16 : Half::kBf16;
+    model = std::make_unique<Model<float>>(
+        spec, limits, &tracker,
+        mixed ? StoreOptionsForMixedPrecision(1) : StoreOptionsForStage(config.zero.stage, 1),
+        activations);
+    if (mixed)
+      dp = std::make_unique<MixedPrecisionParallel>(config, model.get(), comm.get(), &tracker);
+    else
+      dp = std::make_unique<DataParallel>(config, model.get(), comm.get(), &tracker);
+    executor = std::make_unique<Executor>(config, model.get(), dp.get(), &scaler, &progress);
+  }
+
+  // Runs `program` (prepared here) for `steps` steps on deterministic
+  // batches; returns every step's loss followed by the final weights.
+  std::vector<float> Train(std::vector<Instruction> program, int steps) {
+    const int64_t micro = config.train_micro_batch_size_per_gpu;
+    const int64_t m = config.gradient_accumulation_steps;
+    Status st = PrepareProgram(&program, m, model->activation_slots());
+    EXPECT_TRUE(st.ok()) << st.message();
+    std::vector<float> out;
+    const ModelSpec &spec = model->spec();
+    for (int step = 0; step < steps; ++step) {
+      BatchView batch;
+      batch.n_samples = size_t(micro * m);
+      std::vector<int32_t> tokens, targets;
+      std::vector<float> inputs, labels;
+      if (spec.type == ModelSpec::Type::kGpt) {
+        const int64_t T = spec.gpt.n_ctx;
+        for (int64_t i = 0; i < micro * m * T; ++i) {
+          tokens.push_back(int32_t((i * 7 + step * 13 + i / T) % spec.gpt.vocab));
+          targets.push_back(int32_t((i * 5 + step * 3 + 1) % spec.gpt.vocab));
+        }
+        batch.seq_len = size_t(T);
+        batch.tokens = tokens.data(), batch.tokens_count = tokens.size();
+        batch.targets = targets.data(), batch.targets_count = targets.size();
+      } else {
+        for (int64_t i = 0; i < micro * m * spec.input_dim; ++i)
+          inputs.push_back(float((i * 37 + step * 11) % 17) / 8.0f - 1.0f);
+        for (int64_t i = 0; i < micro * m * spec.SequentialOutputDim(); ++i)
+          labels.push_back(float((i * 29 + step) % 13) / 6.0f - 1.0f);
+        batch.inputs = inputs.data(), batch.inputs_count = inputs.size();
+        batch.labels = labels.data(), batch.labels_count = labels.size();
+      }
+      StepRecord record;
+      Status run = executor->Run(program, batch, &record);
+      EXPECT_TRUE(run.ok()) << run.message();
+      out.push_back(float(record.loss));
+    }
+    const std::vector<ParamDecl> &decls = model->params().decls();
+    for (size_t id = 0; id < decls.size(); ++id) {
+      std::vector<float> w(size_t(decls[id].numel));
+      EXPECT_TRUE(dp->ReadParam(int(id), w.data()).ok());
+      out.insert(out.end(), w.begin(), w.end());
+    }
+    return out;
+  }
+
+  Config config;
+  MemoryTracker tracker;
+  std::unique_ptr<Communicator> comm;
+  LossScaler scaler;
+  TrainingProgress progress;
+  std::unique_ptr<Model<float>> model;
+  std::unique_ptr<DataParallelism> dp;
+  std::unique_ptr<Executor> executor;
+};
+
+void ExpectBitwiseEqual(const std::vector<float> &a, const std::vector<float> &b) {
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+      << "first loss " << a[0] << " vs " << b[0];
+}
+
+struct Case {
+  const char *name;
+  const char *spec;
+  const char *precision;
+};
+
+class ExecutorPrograms : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override { omp_set_num_threads(1); }
+};
+
+// F0 F1 F2 B0 F3 B1 B2 B3: the first stage of a 3-stage 1F1B pipeline, run
+// on one rank with three activation slots, equals F0 B0 F1 B1 ... bit for bit
+// (backwards run in the same order, so gradients accumulate identically).
+TEST_P(ExecutorPrograms, OneForwardOneBackwardEqualsThePlainScheduleBitForBit) {
+  const Case &c = GetParam();
+  const Config config = MakeConfig(2, 4, c.precision);
+  Rank plain(c.spec, config, {});
+  Rank pipelined(c.spec, config, Slots(3));
+  const std::vector<float> expected = plain.Train(TrainSchedule(4), 3);
+  ExpectBitwiseEqual(pipelined.Train(OneForwardOneBackwardSchedule(4, 3), 3), expected);
+  // A hand-written order: every forward first (GPipe-shaped), four slots.
+  Rank gpipe(c.spec, config, Slots(4));
+  std::vector<Instruction> all_forward = {{Op::kZeroGradients}};
+  for (int64_t i = 0; i < 4; ++i) all_forward.push_back({Op::kForward, i});
+  for (int64_t i = 0; i < 4; ++i) all_forward.push_back({Op::kBackward, i});
+  for (Op op : {Op::kReduceGradients, Op::kClipGradients, Op::kOptimizerStep, Op::kRecordStep})
+    all_forward.push_back({op});
+  ExpectBitwiseEqual(gpipe.Train(all_forward, 3), expected);
+}
+
+// Recomputation (keep only each layer's output, recompute in backward)
+// reproduces the stored activations bit for bit, with one slot and with 1F1B.
+TEST_P(ExecutorPrograms, RecomputeEqualsStoredActivationsBitForBit) {
+  const Case &c = GetParam();
+  const Config config = MakeConfig(2, 3, c.precision);
+  Rank plain(c.spec, config, {});
+  Rank recompute(c.spec, config, Slots(1, true));
+  Rank recompute_1f1b(c.spec, config, Slots(2, true));
+  const std::vector<float> expected = plain.Train(TrainSchedule(3), 3);
+  ExpectBitwiseEqual(recompute.Train(TrainSchedule(3), 3), expected);
+  ExpectBitwiseEqual(recompute_1f1b.Train(OneForwardOneBackwardSchedule(3, 2), 3), expected);
+  if (c.spec == kGpt) {  // a block keeps 1 of its 13 tensors (a Linear/ReLU stack: all it has)
+    EXPECT_LT(recompute.tracker.Current(MemoryCategory::kActivations),
+              plain.tracker.Current(MemoryCategory::kActivations));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ExecutorPrograms,
+                         ::testing::Values(Case{"gpt_fp32", kGpt, ""},
+                                           Case{"sequential_fp32", kSequential, ""},
+                                           Case{"gpt_fp16", kGpt, "fp16"},
+                                           Case{"gpt_bf16", kGpt, "bf16"},
+                                           Case{"sequential_bf16", kSequential, "bf16"}),
+                         [](const auto &info) { return std::string(info.param.name); });
+
+// ---------------------------------------------------------------- ranges
+
+// Layers [0, k) then [k, L) with the boundary activation passed by the
+// caller (what two pipeline stages do) give the whole model's loss and
+// gradients bit for bit.
+TEST(ModelRanges, TwoRangesEqualTheWholeModel) {
+  omp_set_num_threads(1);
+  const ModelSpec spec = Spec(kGpt);
+  const int64_t B = 2, T = 8, C = spec.gpt.d_model;
+  MemoryTracker tracker;
+  Model<float> whole(spec, {B, T, 1}, &tracker), split(spec, {B, T, 1}, &tracker);
+  std::vector<int32_t> tokens(size_t(B * T)), targets(size_t(B * T));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = int32_t((i * 11) % 64);
+    targets[i] = int32_t((i * 3 + 1) % 64);
+  }
+  MicroBatch<float> mb;
+  mb.B = B, mb.seq = T, mb.tokens = tokens.data(), mb.targets = targets.data();
+  Result<double> loss = whole.Forward(mb);
+  ASSERT_TRUE(loss.ok());
+  ASSERT_TRUE(whole.Backward(mb).ok());
+
+  const size_t k = 2;  // embedding + first block | second block + head
+  const LayerRange first{0, k}, second{k, split.layers().size()};
+  const float *boundary = nullptr;
+  ASSERT_TRUE(split.Forward(0, first, nullptr, mb, nullptr, &boundary).ok());
+  std::vector<float> received(boundary, boundary + B * T * C);  // "sent" to the next stage
+  ASSERT_TRUE(split.Forward(0, second, received.data(), mb, nullptr).ok());
+  EXPECT_EQ(split.Loss(0), loss.value());
+  std::vector<float> grad_boundary(size_t(B * T * C));
+  ASSERT_TRUE(split.Backward(0, second, nullptr, grad_boundary.data(), mb, nullptr).ok());
+  ASSERT_TRUE(split.Backward(0, first, grad_boundary.data(), nullptr, mb, nullptr).ok());
+  const size_t n = size_t(whole.params().size());
+  EXPECT_EQ(std::memcmp(whole.params().grads(), split.params().grads(), n * sizeof(float)), 0);
+}
+
+// A hook that fails stops the pass at that layer: later layers do not run.
+TEST(ModelHooks, AFailingHookStopsThePassWhereItHappened) {
+  struct FailAt final : LayerHooks {
+    size_t fail_forward = 99, fail_backward = 99;
+    std::vector<size_t> forwards, backwards;
+    Status BeforeForward(size_t layer) override {
+      if (layer == fail_forward)
+        return Status(Code::kComm, "gather of layer " + std::to_string(layer));
+      forwards.push_back(layer);
+      return Status::Ok();
+    }
+    Status AfterBackward(size_t layer) override {
+      if (layer == fail_backward)
+        return Status(Code::kComm, "reduce of layer " + std::to_string(layer));
+      backwards.push_back(layer);
+      return Status::Ok();
+    }
+  };
+  const ModelSpec spec = Spec(kGpt);
+  MemoryTracker tracker;
+  Model<float> model(spec, {1, 8, 1}, &tracker);
+  std::vector<int32_t> tokens(8, 1), targets(8, 2);
+  MicroBatch<float> mb;
+  mb.B = 1, mb.seq = 8, mb.tokens = tokens.data(), mb.targets = targets.data();
+  FailAt hooks;
+  hooks.fail_forward = 2;
+  Result<double> loss = model.Forward(mb, &hooks);
+  ASSERT_FALSE(loss.ok());
+  EXPECT_NE(loss.status().message().find("gather of layer 2"), std::string::npos);
+  EXPECT_EQ(hooks.forwards, (std::vector<size_t>{0, 1}));
+  hooks.fail_forward = 99;
+  hooks.fail_backward = 2;
+  ASSERT_TRUE(model.Forward(mb, &hooks).ok());
+  Status st = model.Backward(mb, &hooks);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("reduce of layer 2"), std::string::npos);
+  EXPECT_EQ(hooks.backwards, (std::vector<size_t>{3}));  // the head ran, block 1 failed
+}
+
+}  // namespace
+}  // namespace dst
