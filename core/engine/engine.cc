@@ -140,7 +140,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   Result<std::vector<int64_t>> inject = ParseOverflowInjection(engine->env_.rank);
   if (!inject.ok()) return inject.status();
   engine->executor_->InjectOverflowAt(std::move(inject).value());
-  DST_RETURN_IF_ERROR(engine->StartMonitor());
+  DST_RETURN_IF_ERROR(engine->telemetry_->StartMonitor());
   return engine;
 }
 
@@ -172,7 +172,19 @@ Engine::Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Sto
   executor_ = std::make_unique<Executor>(config_, model_.get(), dp_.get(), &scaler_, &progress_);
   executor_->SetStepObserver([this](const StepRecord &record) { return OnStep(record); });
   const int64_t T = limits.max_T;
-  flops_per_sample_token_ = 3.0 * model_->ForwardFlops(1, T) / double(T);
+  TelemetryContext telemetry;
+  telemetry.config = &config_;
+  telemetry.env = env_;
+  telemetry.memory = &memory_;
+  telemetry.comm = &comm_stats_;
+  telemetry.store = store_.get();
+  telemetry.gpt = spec.type == ModelSpec::Type::kGpt;
+  telemetry.num_parameters = model_->params().size();
+  telemetry.flops_per_sample_token = 3.0 * model_->ForwardFlops(1, T) / double(T);
+  telemetry.zero_stage = dp_->stage();
+  telemetry.dp_size = dp_comm_->size();
+  telemetry.dp_rank = dp_comm_->rank();  // pure data parallelism: tp and pp ranks are 0
+  telemetry_ = std::make_unique<Telemetry>(std::move(telemetry));
   memory_.ResetPeaks();  // e.g. the fp32 activation buffers 16-bit storage replaced
 }
 
@@ -203,7 +215,7 @@ void Engine::QuiesceBeforeClose() {
 
 // The communicator's worker thread goes first, then the store it used.
 Engine::~Engine() {
-  monitor_.reset();  // its HTTP threads read the store (rank 0's job table)
+  telemetry_->StopMonitor();  // its HTTP threads read the store (rank 0's job table)
   QuiesceBeforeClose();
   dp_.reset();
   dp_comm_.reset();
@@ -395,245 +407,20 @@ Status Engine::GetGrad(const std::string &name, float *data, size_t count) const
 
 // ---------------------------------------------------------------- metrics
 
-// Totals per collective since the engine was created: count, bytes, seconds
-// of the collective's own run time, and algorithm bandwidth.
 nlohmann::json Engine::CommJson() const {
-  nlohmann::json out = nlohmann::json::object();
-  for (CommOp op : {CommOp::kAllReduce, CommOp::kReduce, CommOp::kReduceScatter, CommOp::kAllGather,
-                    CommOp::kBroadcast, CommOp::kBarrier}) {
-    const CommTotals t = comm_stats_.Totals(op);
-    out[CommOpName(op)] = {{"count", t.count},
-                           {"bytes", t.bytes},
-                           {"seconds", t.seconds},
-                           {"bytes_per_sec", t.seconds > 0 ? double(t.bytes) / t.seconds : 0.0}};
-  }
-  return out;
+  return telemetry_->CommJson();
 }
 
 std::string Engine::MetricsJson() const {
-  using Json = nlohmann::json;
-  auto phases = [](const PhaseTimes &p) {
-    return Json{{"forward", p.forward},
-                {"backward", p.backward},
-                {"reduce", p.reduce},
-                {"step", p.step},
-                {"total", p.total}};
-  };
-  Json memory = Json::object();
-  for (int c = 0; c < kNumMemoryCategories; ++c) {
-    const auto cat = static_cast<MemoryCategory>(c);
-    memory[std::string(MemoryCategoryName(cat))] = {{"bytes", memory_.Current(cat)},
-                                                    {"peak_bytes", memory_.Peak(cat)}};
-  }
-  memory["total"] = {{"bytes", memory_.TotalCurrent()}, {"peak_bytes", memory_.TotalPeak()}};
-  const double seconds = last_.seconds > 0 ? last_.seconds : 0;
-  const double tokens_per_sec = seconds > 0 ? double(last_.tokens) / seconds : 0;
-  const bool gpt = model_->spec().type == ModelSpec::Type::kGpt;
-  const double step_flops = flops_per_sample_token_ * double(gpt ? last_.tokens : last_.samples);
-  Json j = {
-      {"step", progress_.steps},
-      {"samples", total_samples_},
-      {"tokens", total_tokens_},
-      {"loss", last_.loss},
-      {"lr", last_.lr},
-      {"next_lr", NextLearningRate()},
-      {"grad_norm", last_.grad_norm},
-      {"step_seconds", last_.seconds},
-      {"tokens_per_sec", tokens_per_sec},
-      {"samples_per_sec", seconds > 0 ? double(last_.samples) / seconds : 0},
-      {"flops_per_step", step_flops},
-      {"achieved_flops_per_sec", seconds > 0 ? step_flops / seconds : 0},
-      {"time_seconds", {{"last_step", phases(last_.phases)}, {"total", phases(total_times_)}}},
-      {"memory", memory},
-      {"num_parameters", model_->params().size()},
-      {"threads", MaxThreads()},
-      {"rank", env_.rank},
-      {"world_size", env_.world_size},
-      {"zero_stage", dp_->stage()},
-      {"precision", DTypeName(config_.precision())},
-      {"loss_scale", scaler_.scale()},
-      {"skipped_steps", progress_.skipped_steps},
-      {"comm", CommJson()},
-  };
-  metrics_json_ = j.dump();
-  return metrics_json_;
-}
-
-// ---------------------------------------------------------------- monitor
-
-namespace {
-
-constexpr const char *kRankSampleKey = "__dstrain/metrics/rank";
-
-// Resident set size from /proc/self/statm (pages), 0 where unavailable.
-int64_t ProcessRssBytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t size_pages = 0, resident_pages = 0;
-  if (!(statm >> size_pages >> resident_pages)) return 0;
-  return resident_pages * int64_t(sysconf(_SC_PAGESIZE));
-}
-
-// nccl-tests' bus bandwidth factor for an op over n ranks.
-double BusFactor(CommOp op, int64_t n) {
-  if (n <= 1) return 0;
-  const double ring = double(n - 1) / double(n);
-  switch (op) {
-    case CommOp::kAllReduce:
-      return 2 * ring;
-    case CommOp::kAllGather:
-    case CommOp::kReduceScatter:
-      return ring;
-    case CommOp::kReduce:
-    case CommOp::kBroadcast:
-      return 1;
-    case CommOp::kBarrier:
-      return 0;
-  }
-  return 0;
-}
-
-double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
-
-metrics::RankIdentity Engine::Identity() const {
-  metrics::RankIdentity id;
-  id.job = config_.monitor.job;
-  id.rank = env_.rank;
-  id.local_rank = env_.local_rank;
-  id.world_size = env_.world_size;
-  id.dp_rank = dp_comm_->rank();  // pure data parallelism: tp and pp ranks are 0
-  return id;
-}
-
-Status Engine::StartMonitor() {
-  if (!config_.monitor.enabled) return Status::Ok();
-  metrics::MonitorOptions options;
-  options.config = config_.monitor;
-  options.identity = Identity();
-  options.config_json = config_.resolved_json;
-  if (env_.rank == 0 && store_) options.rank_table = [this] { return RankTable(); };
-  Result<std::unique_ptr<metrics::Monitor>> monitor = metrics::Monitor::Create(options);
-  if (!monitor.ok()) {
-    Status st = monitor.status();
-    return st.context("starting dstrain.monitor");
-  }
-  monitor_ = std::move(monitor).value();
-  return Status::Ok();
+  return telemetry_->MetricsJson({&progress_, NextLearningRate(), scaler_.scale()});
 }
 
 std::string Engine::MonitorUrl() const {
-  if (!monitor_ || monitor_->http_port() <= 0) return "";
-  std::string host = config_.monitor.http.host;
-  if (host == "0.0.0.0") host = "127.0.0.1";
-  if (host.find(':') != std::string::npos) host = "[" + host + "]";
-  return "http://" + host + ":" + std::to_string(monitor_->http_port()) + "/";
-}
-
-metrics::StepSample Engine::BuildStepSample() {
-  metrics::StepSample s;
-  const bool gpt = model_->spec().type == ModelSpec::Type::kGpt;
-  const int64_t n = dp_comm_->size();
-  const int64_t my_samples = last_.samples / n, my_tokens = last_.tokens / n;
-  s.step = progress_.steps;
-  s.samples_total = total_samples_ / n;
-  s.tokens_total = gpt ? total_tokens_ / n : 0;
-  s.loss = last_.loss;
-  s.lr = last_.lr;
-  s.grad_norm = last_.grad_norm;
-  s.loss_scale = scaler_.scale();
-  s.skipped_steps_total = progress_.skipped_steps;
-  s.step_seconds = last_.seconds;
-  if (last_.seconds > 0) {
-    s.tokens_per_second = double(gpt ? my_tokens : my_samples) / last_.seconds;
-    s.samples_per_second = double(my_samples) / last_.seconds;
-    const double flops = flops_per_sample_token_ * double(gpt ? my_tokens : my_samples);
-    s.achieved_flops_per_second = flops / last_.seconds;
-  }
-  if (config_.monitor.peak_flops_per_second > 0)
-    s.mfu = s.achieved_flops_per_second / config_.monitor.peak_flops_per_second;
-
-  const PhaseTimes &p = last_.phases;
-  const double m = double(std::max<int64_t>(1, last_.micro_batches));
-  const char *reduce_name = dp_->stage() >= 2 ? "backward_reduce_scatter" : "backward_allreduce";
-  const std::string reduce_micro = std::string(reduce_name) + "_microstep";
-  s.timers = {{"forward", p.forward},
-              {"backward", p.backward + p.reduce},
-              {"backward_inner", p.backward},
-              {reduce_name, p.reduce},
-              {"step", p.step},
-              {"forward_microstep", p.forward / m},
-              {"backward_microstep", (p.backward + p.reduce) / m},
-              {"backward_inner_microstep", p.backward / m},
-              {reduce_micro, p.reduce / m},
-              {"step_microstep", p.step}};
-
-  for (int op = 0; op < CommStats::kOps; ++op) {
-    const CommTotals t = comm_stats_.Totals(static_cast<CommOp>(op));
-    const CommTotals &before = comm_at_last_sample_[size_t(op)];
-    metrics::CommOpSample &c = s.comm[size_t(op)];
-    c.count = t.count;
-    c.bytes = t.bytes;
-    c.seconds = t.seconds;
-    const double dt = t.seconds - before.seconds;
-    if (dt > 0)
-      c.bus_bandwidth = double(t.bytes - before.bytes) / dt * BusFactor(static_cast<CommOp>(op), n);
-    comm_at_last_sample_[size_t(op)] = t;
-  }
-  for (int c = 0; c < kNumMemoryCategories; ++c) {
-    const auto cat = static_cast<MemoryCategory>(c);
-    s.memory[size_t(c)] = {memory_.Current(cat), memory_.Peak(cat)};
-  }
-  s.process_rss_bytes = ProcessRssBytes();
-  s.unix_time = UnixNow();
-  return s;
+  return telemetry_->MonitorUrl();
 }
 
 Status Engine::OnStep(const StepRecord &record) {
-  last_ = record;
-  total_times_.Add(record.phases);
-  total_samples_ += record.samples;
-  total_tokens_ += record.tokens;
-  if (!monitor_) return Status::Ok();
-  const metrics::StepSample sample = BuildStepSample();
-  DST_RETURN_IF_ERROR(monitor_->OnStep(sample));
-  // The job-wide view: one store write per rank every steps_per_print steps
-  // (no collective; rank 0's HTTP thread reads the keys when asked).
-  if (store_ && (progress_.steps % config_.steps_per_print == 0 || progress_.steps == 1)) {
-    const std::string text = nlohmann::json{
-        {"identity", metrics::IdentityToJson(Identity())},
-        {"sample", metrics::SampleToJson(
-                       sample)}}.dump();
-    Status st = store_->Set(kRankSampleKey + std::to_string(env_.rank),
-                            std::vector<uint8_t>(text.begin(), text.end()));
-    if (!st.ok()) return st.context("publishing this rank's metrics to the job table");
-  }
-  return Status::Ok();
-}
-
-nlohmann::json Engine::RankTable() const {
-  nlohmann::json ranks = nlohmann::json::array();
-  const double now = UnixNow();
-  for (int64_t r = 0; r < env_.world_size; ++r) {
-    // A rank that has not published yet answers within a millisecond.
-    Result<std::vector<uint8_t>> value =
-        store_->Get(kRankSampleKey + std::to_string(r), std::chrono::milliseconds(1));
-    nlohmann::json row;
-    if (value.ok()) {
-      row = nlohmann::json::parse(value->begin(), value->end(), nullptr, /*exceptions=*/false);
-    }
-    if (row.is_discarded() || !row.is_object() || !row.contains("sample")) {
-      row = {{"identity", {{"job", config_.monitor.job}, {"rank", r}}}, {"sample", nullptr}};
-    }
-    const nlohmann::json &sample = row["sample"];
-    row["age_seconds"] = nullptr;
-    if (sample.is_object() && sample.contains("unix_time"))
-      row["age_seconds"] = now - sample["unix_time"].get<double>();
-    ranks.push_back(std::move(row));
-  }
-  return ranks;
+  return telemetry_->OnStep(record, progress_, scaler_.scale());
 }
 
 }  // namespace dst

@@ -22,6 +22,7 @@
 #include "core/engine/batch.h"
 #include "core/engine/executor.h"
 #include "core/engine/schedule.h"
+#include "core/engine/telemetry.h"
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
 #include "core/precision/loss_scaler.h"
@@ -30,10 +31,6 @@
 #include "metrics/step_sample.h"
 
 namespace dst {
-
-namespace metrics {
-class Monitor;
-}
 
 struct EngineOptions {
   std::string config_text, config_path;  // exactly one
@@ -121,16 +118,8 @@ class Engine {
   Status PrepareLoad(const std::string &dir, const std::string &tag, PreparedLoad *out);
   std::chrono::milliseconds CommTimeout() const;
 
-  // Starts dstrain.monitor (registry, log, HTTP) when the config enables it.
-  Status StartMonitor();
-  // kRecordStep: the step's figures into the totals, its sample into the
-  // monitor, and every steps_per_print steps into the store for rank 0's
-  // job-wide table.
+  // kRecordStep: the step into telemetry (totals, monitor, job table).
   Status OnStep(const StepRecord &record);
-  metrics::StepSample BuildStepSample();
-  metrics::RankIdentity Identity() const;
-  // Rank 0's table of every rank's last published sample (HTTP thread).
-  nlohmann::json RankTable() const;
 
   Config config_;
   LaunchEnv env_;
@@ -139,21 +128,13 @@ class Engine {
   std::unique_ptr<Communicator> dp_comm_;  // the data-parallel group
   MemoryTracker memory_;                   // declared before everything it accounts
   std::unique_ptr<Model<float>> model_;
-  std::unique_ptr<DataParallelism> dp_;        // gradient reduction, (sharded) optimizer, precision
-  LossScaler scaler_;                          // fp16 loss scaling (identity otherwise)
-  TrainingProgress progress_;                  // steps taken and skipped
-  std::unique_ptr<Executor> executor_;         // runs the programs
-  int64_t checkpoint_ops_ = 0;                 // saves + loads so far: names their store keys
-  bool failed_ = false;                        // a step failed: no closing handshake
-  std::unique_ptr<metrics::Monitor> monitor_;  // null unless dstrain.monitor is enabled
-
-  // Last step's figures, for metrics.
-  StepRecord last_;
-  PhaseTimes total_times_;
-  int64_t total_samples_ = 0, total_tokens_ = 0;                   // job-wide
-  std::array<CommTotals, CommStats::kOps> comm_at_last_sample_{};  // for per-step bandwidth
-  double flops_per_sample_token_ = 0;  // training FLOPs per token (GPT) or sample
-  mutable std::string metrics_json_;
+  std::unique_ptr<DataParallelism> dp_;   // gradient reduction, (sharded) optimizer, precision
+  LossScaler scaler_;                     // fp16 loss scaling (identity otherwise)
+  TrainingProgress progress_;             // steps taken and skipped
+  std::unique_ptr<Executor> executor_;    // runs the programs
+  int64_t checkpoint_ops_ = 0;            // saves + loads so far: names their store keys
+  bool failed_ = false;                   // a step failed: no closing handshake
+  std::unique_ptr<Telemetry> telemetry_;  // metrics: samples, monitor, JSON
   std::map<std::pair<int, int64_t>, std::vector<Instruction>> programs_;
 };
 

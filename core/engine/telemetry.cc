@@ -1,0 +1,292 @@
+#include "core/engine/telemetry.h"
+
+#include <unistd.h>
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+
+#include "core/runtime/threads.h"
+#include "metrics/monitor.h"
+
+namespace dst {
+
+namespace {
+
+constexpr const char *kRankSampleKey = "__dstrain/metrics/rank";
+
+// Resident set size from /proc/self/statm (pages), 0 where unavailable.
+int64_t ProcessRssBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size_pages = 0, resident_pages = 0;
+  if (!(statm >> size_pages >> resident_pages)) return 0;
+  return resident_pages * int64_t(sysconf(_SC_PAGESIZE));
+}
+
+// nccl-tests' bus bandwidth factor for an op over n ranks.
+double BusFactor(CommOp op, int64_t n) {
+  if (n <= 1) return 0;
+  const double ring = double(n - 1) / double(n);
+  switch (op) {
+    case CommOp::kAllReduce:
+      return 2 * ring;
+    case CommOp::kAllGather:
+    case CommOp::kReduceScatter:
+      return ring;
+    case CommOp::kReduce:
+    case CommOp::kBroadcast:
+      return 1;
+    case CommOp::kBarrier:
+      return 0;
+  }
+  return 0;
+}
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Telemetry::Telemetry(TelemetryContext context) : ctx_(std::move(context)) {}
+
+Telemetry::~Telemetry() = default;
+
+void Telemetry::StopMonitor() {
+  monitor_.reset();
+}
+
+metrics::RankIdentity Telemetry::Identity() const {
+  metrics::RankIdentity id;
+  id.job = ctx_.config->monitor.job;
+  id.rank = ctx_.env.rank;
+  id.local_rank = ctx_.env.local_rank;
+  id.world_size = ctx_.env.world_size;
+  id.dp_rank = ctx_.dp_rank;
+  id.tp_rank = ctx_.tp_rank;
+  id.pp_rank = ctx_.pp_rank;
+  return id;
+}
+
+Status Telemetry::StartMonitor() {
+  if (!ctx_.config->monitor.enabled) return Status::Ok();
+  metrics::MonitorOptions options;
+  options.config = ctx_.config->monitor;
+  options.identity = Identity();
+  options.config_json = ctx_.config->resolved_json;
+  if (ctx_.env.rank == 0 && ctx_.store) options.rank_table = [this] { return RankTable(); };
+  Result<std::unique_ptr<metrics::Monitor>> monitor = metrics::Monitor::Create(options);
+  if (!monitor.ok()) {
+    Status st = monitor.status();
+    return st.context("starting dstrain.monitor");
+  }
+  monitor_ = std::move(monitor).value();
+  return Status::Ok();
+}
+
+std::string Telemetry::MonitorUrl() const {
+  if (!monitor_ || monitor_->http_port() <= 0) return "";
+  std::string host = ctx_.config->monitor.http.host;
+  if (host == "0.0.0.0") host = "127.0.0.1";
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  return "http://" + host + ":" + std::to_string(monitor_->http_port()) + "/";
+}
+
+void Telemetry::FillLive(metrics::StepSample *s) const {
+  for (int op = 0; op < CommStats::kOps; ++op) {
+    const CommTotals t = ctx_.comm->Totals(static_cast<CommOp>(op));
+    metrics::CommOpSample &c = s->comm[size_t(op)];
+    c.count = t.count;
+    c.bytes = t.bytes;
+    c.seconds = t.seconds;
+  }
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    const auto cat = static_cast<MemoryCategory>(c);
+    s->memory[size_t(c)] = {ctx_.memory->Current(cat), ctx_.memory->Peak(cat)};
+  }
+  s->process_rss_bytes = ProcessRssBytes();
+}
+
+metrics::StepSample Telemetry::BuildStepSample(const StepRecord &rec,
+                                               const TrainingProgress &progress,
+                                               double loss_scale) const {
+  metrics::StepSample s;
+  const int64_t n = ctx_.dp_size;
+  const int64_t my_samples = rec.samples / n, my_tokens = rec.tokens / n;
+  s.step = progress.steps;
+  s.samples_total = job_samples_ / n;
+  s.tokens_total = ctx_.gpt ? job_tokens_ / n : 0;
+  s.loss = rec.loss;
+  s.lr = rec.lr;
+  s.grad_norm = rec.grad_norm;
+  s.loss_scale = loss_scale;
+  s.skipped_steps_total = progress.skipped_steps;
+  s.step_seconds = rec.seconds;
+  if (rec.seconds > 0) {
+    s.tokens_per_second = double(ctx_.gpt ? my_tokens : my_samples) / rec.seconds;
+    s.samples_per_second = double(my_samples) / rec.seconds;
+    const double flops = ctx_.flops_per_sample_token * double(ctx_.gpt ? my_tokens : my_samples);
+    s.achieved_flops_per_second = flops / rec.seconds;
+  }
+  if (ctx_.config->monitor.peak_flops_per_second > 0)
+    s.mfu = s.achieved_flops_per_second / ctx_.config->monitor.peak_flops_per_second;
+
+  const PhaseTimes &p = rec.phases;
+  const double m = double(std::max<int64_t>(1, rec.micro_batches));
+  const char *reduce_name = ctx_.zero_stage >= 2 ? "backward_reduce_scatter" : "backward_allreduce";
+  const std::string reduce_micro = std::string(reduce_name) + "_microstep";
+  s.timers = {{"forward", p.forward},
+              {"backward", p.backward + p.reduce},
+              {"backward_inner", p.backward},
+              {reduce_name, p.reduce},
+              {"step", p.step},
+              {"forward_microstep", p.forward / m},
+              {"backward_microstep", (p.backward + p.reduce) / m},
+              {"backward_inner_microstep", p.backward / m},
+              {reduce_micro, p.reduce / m},
+              {"step_microstep", p.step}};
+
+  FillLive(&s);
+  s.unix_time = UnixNow();
+  return s;
+}
+
+void Telemetry::AddBusBandwidth(metrics::StepSample *s) {
+  for (int op = 0; op < CommStats::kOps; ++op) {
+    metrics::CommOpSample &c = s->comm[size_t(op)];
+    CommTotals &before = comm_at_last_sample_[size_t(op)];
+    const double dt = c.seconds - before.seconds;
+    if (dt > 0)
+      c.bus_bandwidth =
+          double(c.bytes - before.bytes) / dt * BusFactor(static_cast<CommOp>(op), ctx_.dp_size);
+    before = {c.count, c.bytes, c.seconds};
+  }
+}
+
+Status Telemetry::OnStep(const StepRecord &record, const TrainingProgress &progress,
+                         double loss_scale) {
+  last_record_ = record;
+  total_times_.Add(record.phases);
+  job_samples_ += record.samples;
+  job_tokens_ += record.tokens;
+  if (!monitor_) return Status::Ok();  // no sample is built: a step allocates nothing
+  metrics::StepSample sample = BuildStepSample(record, progress, loss_scale);
+  AddBusBandwidth(&sample);
+  DST_RETURN_IF_ERROR(monitor_->OnStep(sample));
+  // The job-wide view: one store write per rank every steps_per_print steps
+  // (no collective; rank 0's HTTP thread reads the keys when asked).
+  const int64_t step = progress.steps;
+  if (ctx_.store && (step % ctx_.config->steps_per_print == 0 || step == 1)) {
+    const std::string text = nlohmann::json{
+        {"identity", metrics::IdentityToJson(Identity())},
+        {"sample", metrics::SampleToJson(
+                       sample)}}.dump();
+    Status st = ctx_.store->Set(kRankSampleKey + std::to_string(ctx_.env.rank),
+                                std::vector<uint8_t>(text.begin(), text.end()));
+    if (!st.ok()) return st.context("publishing this rank's metrics to the job table");
+  }
+  return Status::Ok();
+}
+
+nlohmann::json Telemetry::CommJson() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (int op = 0; op < CommStats::kOps; ++op) {
+    const CommTotals t = ctx_.comm->Totals(static_cast<CommOp>(op));
+    out[CommOpName(static_cast<CommOp>(op))] = {
+        {"count", t.count},
+        {"bytes", t.bytes},
+        {"seconds", t.seconds},
+        {"bytes_per_sec", t.seconds > 0 ? double(t.bytes) / t.seconds : 0.0}};
+  }
+  return out;
+}
+
+std::string Telemetry::MetricsJson(const TrainingState &state) const {
+  using Json = nlohmann::json;
+  // The last step's figures, with memory and counters as they are now.
+  const metrics::StepSample s = BuildStepSample(last_record_, *state.progress, state.loss_scale);
+  auto timer = [&s](const char *name) {
+    for (const auto &[key, seconds] : s.timers)
+      if (key == name) return seconds;
+    return 0.0;
+  };
+  const double reduce =
+      timer(ctx_.zero_stage >= 2 ? "backward_reduce_scatter" : "backward_allreduce");
+  auto phases = [](double forward, double backward, double reduce, double step, double total) {
+    return Json{{"forward", forward},
+                {"backward", backward},
+                {"reduce", reduce},
+                {"step", step},
+                {"total", total}};
+  };
+  Json memory = Json::object();
+  for (size_t c = 0; c < s.memory.size(); ++c)
+    memory[metrics::kMemoryCategoryNames[c]] = {{"bytes", s.memory[c].current_bytes},
+                                                {"peak_bytes", s.memory[c].peak_bytes}};
+  memory["total"] = {{"bytes", ctx_.memory->TotalCurrent()},
+                     {"peak_bytes", ctx_.memory->TotalPeak()}};
+  const double n = double(ctx_.dp_size);
+  const double job_tokens_per_sec = s.tokens_per_second * n;  // tokens (GPT) or samples
+  const double job_samples_per_sec = s.samples_per_second * n;
+  const double job_flops = s.achieved_flops_per_second * n;
+  Json j = {
+      {"step", state.progress->steps},
+      {"samples", job_samples_},
+      {"tokens", job_tokens_},
+      {"loss", s.loss},
+      {"lr", s.lr},
+      {"next_lr", state.next_lr},
+      {"grad_norm", s.grad_norm},
+      {"step_seconds", s.step_seconds},
+      {"tokens_per_sec", job_tokens_per_sec},
+      {"samples_per_sec", job_samples_per_sec},
+      {"job_tokens_per_sec", job_tokens_per_sec},
+      {"job_samples_per_sec", job_samples_per_sec},
+      {"tokens_per_second", s.tokens_per_second},
+      {"samples_per_second", s.samples_per_second},
+      {"flops_per_step", job_flops * s.step_seconds},
+      {"achieved_flops_per_sec", job_flops},
+      {"time_seconds",
+       {{"last_step",
+         phases(timer("forward"), timer("backward_inner"), reduce, timer("step"), s.step_seconds)},
+        {"total", phases(total_times_.forward, total_times_.backward, total_times_.reduce,
+                         total_times_.step, total_times_.total)}}},
+      {"memory", memory},
+      {"process_rss_bytes", s.process_rss_bytes},
+      {"num_parameters", ctx_.num_parameters},
+      {"threads", MaxThreads()},
+      {"rank", ctx_.env.rank},
+      {"world_size", ctx_.env.world_size},
+      {"zero_stage", ctx_.zero_stage},
+      {"precision", DTypeName(ctx_.config->precision())},
+      {"loss_scale", state.loss_scale},
+      {"skipped_steps", state.progress->skipped_steps},
+      {"comm", CommJson()},
+  };
+  metrics_json_ = j.dump();
+  return metrics_json_;
+}
+
+nlohmann::json Telemetry::RankTable() const {
+  nlohmann::json ranks = nlohmann::json::array();
+  const double now = UnixNow();
+  for (int64_t r = 0; r < ctx_.env.world_size; ++r) {
+    // A rank that has not published yet answers within a millisecond.
+    Result<std::vector<uint8_t>> value =
+        ctx_.store->Get(kRankSampleKey + std::to_string(r), std::chrono::milliseconds(1));
+    nlohmann::json row;
+    if (value.ok()) {
+      row = nlohmann::json::parse(value->begin(), value->end(), nullptr, /*exceptions=*/false);
+    }
+    if (row.is_discarded() || !row.is_object() || !row.contains("sample")) {
+      row = {{"identity", {{"job", ctx_.config->monitor.job}, {"rank", r}}}, {"sample", nullptr}};
+    }
+    const nlohmann::json &sample = row["sample"];
+    row["age_seconds"] = nullptr;
+    if (sample.is_object() && sample.contains("unix_time"))
+      row["age_seconds"] = now - sample["unix_time"].get<double>();
+    ranks.push_back(std::move(row));
+  }
+  return ranks;
+}
+
+}  // namespace dst

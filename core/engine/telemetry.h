@@ -1,0 +1,98 @@
+// Telemetry: what one rank reports about its training. After each step
+// (kRecordStep) it builds the step's metrics::StepSample — the one source of
+// every figure: the monitor (Prometheus registry, history, log, HTTP) gets
+// it, the metrics JSON of dst_engine_metrics_json is written from it, and
+// rank 0's job-wide table reads it back from the store.
+//
+// Throughput has one meaning per name: `tokens_per_second` /
+// `samples_per_second` (StepSample, Prometheus `dstrain_tokens_per_second`,
+// the dashboard) count this rank's share; `job_tokens_per_sec` /
+// `job_samples_per_sec` count every data-parallel rank's (what `dstrain
+// train` prints). The metrics JSON's `tokens_per_sec` and `samples_per_sec`
+// are the job-wide figures (kept under those names for older callers).
+#pragma once
+
+#include <array>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/comm/comm_stats.h"
+#include "core/comm/launch_env.h"
+#include "core/comm/store.h"
+#include "core/common/status.h"
+#include "core/config/config.h"
+#include "core/engine/executor.h"
+#include "core/runtime/memory.h"
+#include "metrics/step_sample.h"
+
+namespace dst {
+
+namespace metrics {
+class Monitor;
+}
+
+// What telemetry needs to know about the rank and its model, fixed at creation.
+struct TelemetryContext {
+  const Config *config = nullptr;
+  LaunchEnv env;
+  MemoryTracker *memory = nullptr;
+  const CommStats *comm = nullptr;
+  Store *store = nullptr;  // null on a single-rank job
+  bool gpt = true;         // throughput in tokens (GPT) or samples
+  int64_t num_parameters = 0;
+  double flops_per_sample_token = 0;  // training FLOPs per token (GPT) or sample
+  int zero_stage = 0;
+  int64_t dp_size = 1, dp_rank = 0, tp_rank = 0, pp_rank = 0;
+};
+
+// The engine's state a metrics JSON reports beside the last sample.
+struct TrainingState {
+  const TrainingProgress *progress = nullptr;
+  double next_lr = 0;
+  double loss_scale = 1;
+};
+
+class Telemetry {
+ public:
+  explicit Telemetry(TelemetryContext context);
+  ~Telemetry();
+
+  // Starts dstrain.monitor (registry, log, HTTP) when the config enables it.
+  Status StartMonitor();
+  // Stops the monitor's threads (they read the store): before the store closes.
+  void StopMonitor();
+  // After a step: totals, the step's sample into the monitor, and every
+  // steps_per_print steps into the store for rank 0's job-wide table.
+  Status OnStep(const StepRecord &record, const TrainingProgress &progress, double loss_scale);
+
+  // The metrics JSON (dst_engine_metrics_json): the last sample with live
+  // memory and communication totals, plus the rank's fixed facts.
+  std::string MetricsJson(const TrainingState &state) const;
+  // Totals per collective since the engine was created.
+  nlohmann::json CommJson() const;
+  // The dashboard's address ("http://host:port/"), or "" when HTTP is off.
+  std::string MonitorUrl() const;
+
+ private:
+  metrics::RankIdentity Identity() const;
+  // The sample of the last recorded step, memory and counters as they are now.
+  metrics::StepSample BuildStepSample(const StepRecord &record, const TrainingProgress &progress,
+                                      double loss_scale) const;
+  // Bus bandwidth over the communication since the previous sample.
+  void AddBusBandwidth(metrics::StepSample *sample);
+  // Memory and communication counters as they are now.
+  void FillLive(metrics::StepSample *sample) const;
+  // Rank 0's table of every rank's last published sample (HTTP thread).
+  nlohmann::json RankTable() const;
+
+  TelemetryContext ctx_;
+  std::unique_ptr<metrics::Monitor> monitor_;  // null unless dstrain.monitor is enabled
+  StepRecord last_record_;
+  PhaseTimes total_times_;
+  int64_t job_samples_ = 0, job_tokens_ = 0;  // every data-parallel rank's, since creation
+  std::array<CommTotals, CommStats::kOps> comm_at_last_sample_{};  // for per-step bandwidth
+  mutable std::string metrics_json_;
+};
+
+}  // namespace dst
