@@ -60,6 +60,12 @@ class Engine {
  public:
   static Result<std::unique_ptr<Engine>> Create(const EngineOptions &options);
   ~Engine();
+  // For a caller that has seen a peer fail: closes the monitor, the
+  // communicator and the store connection now, and makes the destructor skip
+  // the closing handshake and rank 0's wait for the others, so destroying the
+  // engine waits for no peer. The engine is unusable afterwards; only
+  // destruction is left.
+  void Abort();
 
   Status TrainBatch(const BatchView &batch, float *loss);
   Status EvalBatch(const BatchView &batch, float *loss);
@@ -151,6 +157,7 @@ class Engine {
   int64_t steps_ = 0;
   int64_t checkpoint_ops_ = 0;                 // saves + loads so far: names their store keys
   bool failed_ = false;                        // a step failed: no closing handshake
+  bool aborted_ = false;                       // Abort(): no handshake, no wait for peers
   std::unique_ptr<metrics::Monitor> monitor_;  // null unless dstrain.monitor is enabled
 
   // Last step's figures, for metrics.
