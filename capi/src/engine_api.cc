@@ -3,6 +3,7 @@
 #include <string>
 
 #include "capi/src/capi_util.h"
+#include "capi/src/versioned_struct.h"
 #include "core/engine/engine.h"
 #include "core/runtime/threads.h"
 
@@ -21,28 +22,22 @@ namespace {
 
 using dst::capi::Fail;
 using dst::capi::FromStatus;
+using dst::capi::ReadStruct;
+using dst::capi::WriteStruct;
 
-// Checks the struct_size of an options-style struct supplied by the caller.
-template <typename S>
-bool StructSizeOk(const S *s, size_t minimum) {
-  return s->struct_size >= minimum && s->struct_size <= (size_t(1) << 20);
-}
-
-dst_status_t ToBatchView(const dst_batch_t *batch, const char *call, dst::BatchView *out) {
-  if (!StructSizeOk(batch, sizeof(dst_batch_t)))
-    return Fail(DST_ERR_INVALID_ARGUMENT, std::string(call) + ": batch->struct_size is " +
-                                              std::to_string(batch->struct_size) +
-                                              "; initialise the batch with dst_batch_default()");
-  out->n_samples = batch->n_samples;
-  out->seq_len = batch->seq_len;
-  out->tokens = batch->tokens;
-  out->tokens_count = batch->tokens_count;
-  out->targets = batch->targets;
-  out->targets_count = batch->targets_count;
-  out->inputs = batch->inputs;
-  out->inputs_count = batch->inputs_count;
-  out->labels = batch->labels;
-  out->labels_count = batch->labels_count;
+dst_status_t ToBatchView(const dst_batch_t *caller, const char *call, dst::BatchView *out) {
+  dst_batch_t batch;
+  if (dst_status_t st = ReadStruct(caller, call, "batch", &batch); st != DST_OK) return st;
+  out->n_samples = batch.n_samples;
+  out->seq_len = batch.seq_len;
+  out->tokens = batch.tokens;
+  out->tokens_count = batch.tokens_count;
+  out->targets = batch.targets;
+  out->targets_count = batch.targets_count;
+  out->inputs = batch.inputs;
+  out->inputs_count = batch.inputs_count;
+  out->labels = batch.labels;
+  out->labels_count = batch.labels_count;
   return DST_OK;
 }
 
@@ -71,11 +66,10 @@ dst_status_t dst_engine_create(dst_engine_t **out, const dst_engine_options_t *o
   DST_CAPI_REQUIRE_NONNULL(out);
   *out = nullptr;
   DST_CAPI_REQUIRE_NONNULL(options);
-  if (!StructSizeOk(options, sizeof(dst_engine_options_t)))
-    return Fail(DST_ERR_INVALID_ARGUMENT,
-                "dst_engine_create: options->struct_size is " +
-                    std::to_string(options->struct_size) +
-                    "; initialise the options with dst_engine_options_default()");
+  dst_engine_options_t known;  // the caller's options as this library knows them
+  if (dst_status_t st = ReadStruct(options, "dst_engine_create", "options", &known); st != DST_OK)
+    return st;
+  options = &known;
   if (options->total_steps < 0)
     return Fail(DST_ERR_INVALID_ARGUMENT, "dst_engine_create: options->total_steps is " +
                                               std::to_string(options->total_steps) +
@@ -101,33 +95,33 @@ void dst_engine_destroy(dst_engine_t *engine) {
   delete engine;
 }
 
+void dst_engine_abort(dst_engine_t *engine) {
+  if (!engine) return;
+  engine->engine->Abort();
+  delete engine;
+}
+
 dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *info) {
   DST_CAPI_BEGIN
   DST_CAPI_REQUIRE_NONNULL(engine);
   DST_CAPI_REQUIRE_NONNULL(info);
-  if (!StructSizeOk(info, sizeof(dst_engine_info_t)))
-    return Fail(DST_ERR_INVALID_ARGUMENT, "dst_engine_get_info: info->struct_size is " +
-                                              std::to_string(info->struct_size) +
-                                              "; set it to sizeof(dst_engine_info_t)");
   const dst::EngineInfo in = engine->engine->Info();
-  const size_t size = info->struct_size;
-  *info = dst_engine_info_t{};
-  info->struct_size = size;
-  info->model_type =
+  dst_engine_info_t out{};
+  out.model_type =
       in.model_type == dst::ModelSpec::Type::kGpt ? DST_MODEL_GPT : DST_MODEL_SEQUENTIAL;
-  info->loss_type = in.loss == dst::ModelSpec::Loss::kMse ? DST_LOSS_MSE : DST_LOSS_CROSS_ENTROPY;
-  info->num_parameters = in.num_parameters;
-  info->train_batch_size = in.train_batch_size;
-  info->micro_batch_size = in.micro_batch_size;
-  info->grad_accum_steps = in.grad_accum_steps;
-  info->dp_size = in.dp_size;
-  info->rank = in.rank;
-  info->world_size = in.world_size;
-  info->seq_len = in.seq_len;
-  info->vocab_size = in.vocab_size;
-  info->input_dim = in.input_dim;
-  info->output_dim = in.output_dim;
-  return DST_OK;
+  out.loss_type = in.loss == dst::ModelSpec::Loss::kMse ? DST_LOSS_MSE : DST_LOSS_CROSS_ENTROPY;
+  out.num_parameters = in.num_parameters;
+  out.train_batch_size = in.train_batch_size;
+  out.micro_batch_size = in.micro_batch_size;
+  out.grad_accum_steps = in.grad_accum_steps;
+  out.dp_size = in.dp_size;
+  out.rank = in.rank;
+  out.world_size = in.world_size;
+  out.seq_len = in.seq_len;
+  out.vocab_size = in.vocab_size;
+  out.input_dim = in.input_dim;
+  out.output_dim = in.output_dim;
+  return WriteStruct(out, "dst_engine_get_info", "info", info);
   DST_CAPI_END
 }
 
@@ -199,19 +193,13 @@ dst_status_t dst_engine_param_info(const dst_engine_t *engine, size_t index,
     return Fail(DST_ERR_INVALID_ARGUMENT, "dst_engine_param_info: index " + std::to_string(index) +
                                               " is out of range; there are " +
                                               std::to_string(decls.size()) + " parameter tensors");
-  if (!StructSizeOk(info, sizeof(dst_tensor_info_t)))
-    return Fail(DST_ERR_INVALID_ARGUMENT, "dst_engine_param_info: info->struct_size is " +
-                                              std::to_string(info->struct_size) +
-                                              "; set it to sizeof(dst_tensor_info_t)");
   const dst::ParamDecl &d = decls[index];
-  const size_t size = info->struct_size;
-  *info = dst_tensor_info_t{};
-  info->struct_size = size;
-  info->name = d.name.c_str();
-  info->ndim = int32_t(d.shape.size());
-  for (size_t i = 0; i < d.shape.size() && i < DST_MAX_DIMS; ++i) info->shape[i] = d.shape[i];
-  info->numel = d.numel;
-  return DST_OK;
+  dst_tensor_info_t out{};
+  out.name = d.name.c_str();
+  out.ndim = int32_t(d.shape.size());
+  for (size_t i = 0; i < d.shape.size() && i < DST_MAX_DIMS; ++i) out.shape[i] = d.shape[i];
+  out.numel = d.numel;
+  return WriteStruct(out, "dst_engine_param_info", "info", info);
   DST_CAPI_END
 }
 

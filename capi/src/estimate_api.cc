@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "capi/src/capi_util.h"
+#include "capi/src/versioned_struct.h"
 #include "core/config/config.h"
 #include "core/model/model.h"
 #include "core/model/model_spec.h"
@@ -34,6 +35,12 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
   DST_CAPI_BEGIN
   DST_CAPI_REQUIRE_NONNULL(options);
   DST_CAPI_REQUIRE_NONNULL(out_json);
+  dst_engine_options_t known;  // the caller's options as this library knows them
+  if (dst_status_t st =
+          dst::capi::ReadStruct(options, "dst_estimate_memory_json", "options", &known);
+      st != DST_OK)
+    return st;
+  options = &known;
   if (world_size < 1)
     return dst::capi::Fail(DST_ERR_INVALID_ARGUMENT, "dst_estimate_memory_json: world_size is " +
                                                          std::to_string(world_size) +

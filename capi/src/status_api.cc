@@ -14,6 +14,26 @@ dst_status_t Fail(dst_status_t status, const std::string &message) {
   return status;
 }
 
+// FromStatus converts a Code to a dst_status_t by value: every code must equal
+// its C status, so reordering or renumbering either enum breaks the build.
+#define DST_SAME_STATUS(code, c_status)                                     \
+  static_assert(static_cast<int>(Code::code) == static_cast<int>(c_status), \
+                "dst::Code::" #code " must equal " #c_status                \
+                " (core/common/status.h "                                   \
+                "and dstrain.h)")
+DST_SAME_STATUS(kOk, DST_OK);
+DST_SAME_STATUS(kInvalidArgument, DST_ERR_INVALID_ARGUMENT);
+DST_SAME_STATUS(kConfig, DST_ERR_CONFIG);
+DST_SAME_STATUS(kNotSupported, DST_ERR_NOT_SUPPORTED);
+DST_SAME_STATUS(kIo, DST_ERR_IO);
+DST_SAME_STATUS(kCheckpoint, DST_ERR_CHECKPOINT);
+DST_SAME_STATUS(kState, DST_ERR_STATE);
+DST_SAME_STATUS(kOutOfMemory, DST_ERR_OUT_OF_MEMORY);
+DST_SAME_STATUS(kComm, DST_ERR_COMM);
+DST_SAME_STATUS(kNumeric, DST_ERR_NUMERIC);
+DST_SAME_STATUS(kInternal, DST_ERR_INTERNAL);
+#undef DST_SAME_STATUS
+
 dst_status_t FromStatus(const Status &status) {
   if (status.ok()) return DST_OK;
   return Fail(static_cast<dst_status_t>(status.code()), status.message());

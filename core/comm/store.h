@@ -35,6 +35,10 @@ class Store {
   // Atomic counter (the value is stored as decimal text, so Get returns
   // "3"); a missing key counts from 0. Returns the new value.
   virtual Result<int64_t> Add(const std::string &key, int64_t delta) = 0;
+  // Drops the connection now, without saying this rank finished: later calls
+  // fail at once and the server counts the rank as lost. For an engine torn
+  // down after a failure (dst_engine_abort), which must wait for no one.
+  virtual void Abort() = 0;
 };
 
 struct TcpStoreOptions {

@@ -119,6 +119,12 @@ TcpStore::~TcpStore() {
   (void)Set(std::string(kFinishedKey) + std::to_string(rank_), {});
 }
 
+void TcpStore::Abort() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (broken_.empty()) broken_ = "this rank's connection was aborted";
+  socket_.reset();
+}
+
 std::string TcpStore::Where() const {
   return "(rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) +
          ", rendezvous store at " + endpoint_ + ")";

@@ -29,6 +29,7 @@ class TcpStore final : public Store {
                                    std::chrono::milliseconds timeout) override;
   Status Wait(const std::vector<std::string> &keys, std::chrono::milliseconds timeout) override;
   Result<int64_t> Add(const std::string &key, int64_t delta) override;
+  void Abort() override;
 
   // The server's port: the bound one when the options asked for port 0.
   int port() const { return port_; }

@@ -219,8 +219,21 @@ Engine::~Engine() {
   QuiesceBeforeClose();
   dp_.reset();
   dp_comm_.reset();
-  if (store_) FinishJob(*store_, env_.rank, env_.world_size, CommTimeout());
+  if (store_ && !aborted_) FinishJob(*store_, env_.rank, env_.world_size, CommTimeout());
   store_.reset();
+}
+
+// Nothing here waits for a peer: the communicator's worker is idle (calls on
+// an engine never overlap), so it stops at once, and closing the Gloo context
+// drops the connections; the store connection closes without the "finished"
+// round trip (the server, on rank 0, stops in the destructor).
+void Engine::Abort() {
+  failed_ = true;
+  aborted_ = true;
+  telemetry_->StopMonitor();
+  dp_.reset();
+  dp_comm_.reset();
+  if (store_) store_->Abort();
 }
 
 EngineInfo Engine::Info() const {

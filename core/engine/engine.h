@@ -49,6 +49,12 @@ class Engine {
  public:
   static Result<std::unique_ptr<Engine>> Create(const EngineOptions &options);
   ~Engine();
+  // For a caller that has seen a peer fail: closes the monitor, the
+  // communicator and the store connection now, and makes the destructor skip
+  // the closing handshake and rank 0's wait for the others, so destroying the
+  // engine waits for no peer. The engine is unusable afterwards; only
+  // destruction is left.
+  void Abort();
 
   Status TrainBatch(const BatchView &batch, float *loss);
   Status EvalBatch(const BatchView &batch, float *loss);
@@ -134,6 +140,7 @@ class Engine {
   std::unique_ptr<Executor> executor_;    // runs the programs
   int64_t checkpoint_ops_ = 0;            // saves + loads so far: names their store keys
   bool failed_ = false;                   // a step failed: no closing handshake
+  bool aborted_ = false;                  // Abort(): no handshake, no wait for peers
   std::unique_ptr<Telemetry> telemetry_;  // metrics: samples, monitor, JSON
   std::map<std::pair<int, int64_t>, std::vector<Instruction>> programs_;
 };

@@ -4,16 +4,43 @@
  * dstrain is a distributed training engine configured by a DeepSpeed-style
  * ds_config.json. This header is plain C99 and is the stable ABI: every call
  * returns a dst_status_t (DST_OK == 0), results come back through out
- * parameters, options structs begin with `size_t struct_size` and grow only at
- * the end, and C++ exceptions never cross this boundary.
+ * parameters, structs passed by pointer begin with `size_t struct_size` and
+ * grow only at the end, and C++ exceptions never cross this boundary.
  *
  * Errors: when a call returns anything but DST_OK, dst_last_error() returns a
  * thread-local message that names what failed, where, and what to do.
  *
+ * Versioned structs (dst_engine_options_t, dst_batch_t, dst_engine_info_t,
+ * dst_tensor_info_t): struct_size is the size of the struct as the caller was
+ * compiled, so a program built against an older or a newer header keeps
+ * working with this library.
+ *   - Set it to sizeof(the struct), or initialise the struct with its _INIT
+ *     macro or its _default function (see there).
+ *   - Accepted: DST_<STRUCT>_V1_SIZE (the first version of the struct, defined
+ *     after each struct) to DST_STRUCT_SIZE_MAX. Anything else is
+ *     DST_ERR_INVALID_ARGUMENT naming the struct, the size given and the range.
+ *   - Structs the library reads (options, batch): only the first struct_size
+ *     bytes are read; fields the caller's struct lacks take their defaults
+ *     (those of the _default function), and trailing fields this library does
+ *     not know are ignored.
+ *   - Structs the library fills (info structs): only the first
+ *     min(struct_size, the library's size) bytes are written, and struct_size
+ *     is set to the number of bytes written; anything after them in the
+ *     caller's struct is left as it was.
+ *
  * Thread safety: functions that take no handle are safe from any thread. Calls
- * on one dst_engine_t or dst_dataset_t must not run concurrently; different
- * handles may be used from different threads, but the BLAS thread pool is
- * process-wide, so two engines training at once share the cores.
+ * on one dst_engine_t or dst_dataset_t must not run concurrently (this includes
+ * dst_engine_abort); different handles may be used from different threads,
+ * but the BLAS thread pool is process-wide, so two engines training at once
+ * share the cores.
+ *
+ * Multi-process jobs: dst_engine_create, dst_engine_train_batch,
+ * dst_engine_eval_batch, dst_engine_forward_backward, dst_engine_save_checkpoint
+ * and dst_engine_load_checkpoint must be called by every rank, in the same
+ * order (so must dst_engine_get_param at ZeRO stage 3; see there).
+ * dst_engine_destroy says goodbye to the other ranks and may wait for them
+ * (bounded by comm_timeout_seconds); after a rank has failed,
+ * dst_engine_abort tears the engine down without waiting for anyone.
  *
  * Strings returned by the library are owned by the library and stay valid as
  * stated per function.
@@ -28,8 +55,15 @@
 extern "C" {
 #endif
 
+/* DSTRAIN_BUILDING_LIBRARY is defined only while libdstrain itself is
+ * compiled (by its CMake target): the library exports the functions, programs
+ * using it import them. */
 #if defined(_WIN32)
+#if defined(DSTRAIN_BUILDING_LIBRARY)
 #define DST_API __declspec(dllexport)
+#else
+#define DST_API __declspec(dllimport)
+#endif
 #elif defined(__GNUC__)
 #define DST_API __attribute__((visibility("default")))
 #else
@@ -41,6 +75,10 @@ extern "C" {
 #define DST_VERSION_PATCH 0
 #define DST_VERSION_NUMBER (DST_VERSION_MAJOR * 10000 + DST_VERSION_MINOR * 100 + DST_VERSION_PATCH)
 #define DST_VERSION_STRING "0.1.0"
+
+/* The largest struct_size a versioned struct may have (see the top of this
+ * file): a larger value is taken for an uninitialised struct_size. */
+#define DST_STRUCT_SIZE_MAX 65536
 
 /* ------------------------------------------------------------------------- */
 /* Status codes                                                               */
@@ -83,7 +121,7 @@ DST_API dst_status_t dst_build_info_json(const char **out_json);
 typedef struct dst_engine dst_engine_t;
 
 typedef struct dst_engine_options {
-  size_t struct_size;      /* sizeof(dst_engine_options_t), set by _default */
+  size_t struct_size;      /* set by dst_engine_options_default */
   const char *config_json; /* ds_config as a JSON string, or NULL */
   const char *config_path; /* ... or a path to ds_config.json (exactly one of the two) */
   const char *model_json;  /* model spec as a JSON string, or NULL */
@@ -91,8 +129,18 @@ typedef struct dst_engine_options {
   int64_t total_steps;     /* resolves "auto" in scheduler.params.total_num_steps; 0 = unknown */
 } dst_engine_options_t;
 
-/* Fills *options with defaults (all NULL / 0) and the struct size. */
+/* The size of the first version of dst_engine_options_t. */
+#define DST_ENGINE_OPTIONS_V1_SIZE (offsetof(dst_engine_options_t, total_steps) + sizeof(int64_t))
+
+/* Fills *options with defaults (all NULL / 0) and struct_size: the loaded
+ * library's sizeof(dst_engine_options_t), which matches the caller's struct
+ * when header and library are of the same version (the SDKs check the version
+ * when they load the library). A program that may meet a newer library than
+ * its header initialises with DST_ENGINE_OPTIONS_INIT instead, sized by its
+ * own header: dst_engine_options_t options = DST_ENGINE_OPTIONS_INIT; */
 DST_API void dst_engine_options_default(dst_engine_options_t *options);
+#define DST_ENGINE_OPTIONS_INIT \
+  { sizeof(dst_engine_options_t), NULL, NULL, NULL, NULL, 0 }
 
 /* Builds the model, allocates parameters, gradients, optimizer state and
  * activation buffers, and initialises weights from the model spec's seed.
@@ -106,8 +154,25 @@ DST_API void dst_engine_options_default(dst_engine_options_t *options);
  * naming the lost rank instead of killing this process. */
 DST_API dst_status_t dst_engine_create(dst_engine_t **out, const dst_engine_options_t *options);
 
-/* Frees everything the engine owns. NULL is a no-op. */
+/* Frees everything the engine owns (and stops its metrics server). NULL is a
+ * no-op. In a multi-process job it first closes in step with the others: each
+ * rank posts "closing" to the rendezvous store and waits (at most 30 s, and at
+ * most comm_timeout_seconds) until every other rank is closing or gone, and
+ * rank 0, whose process hosts the store, then waits (at most
+ * comm_timeout_seconds) until every other rank has left. The first wait is
+ * skipped once a train, eval or forward_backward step has failed (a call
+ * refused for its arguments does not count). */
 DST_API void dst_engine_destroy(dst_engine_t *engine);
+
+/* Like dst_engine_destroy, but waits for no other rank, as ncclCommAbort does:
+ * for a caller that has seen a peer fail (an error from a collective call, or
+ * word from its launcher) and must not block on it. The connections to the
+ * other ranks are closed at once, without the closing handshake, without rank
+ * 0's wait for the others, and on rank 0 the rendezvous store stops, so the
+ * other ranks' pending calls fail at once. The handle is freed: do not use it
+ * afterwards. NULL is a no-op. Not to be called while another call on the same
+ * engine is running (it is not a way to interrupt one). */
+DST_API void dst_engine_abort(dst_engine_t *engine);
 
 typedef enum dst_model_type { DST_MODEL_GPT = 1, DST_MODEL_SEQUENTIAL = 2 } dst_model_type_t;
 
@@ -131,7 +196,11 @@ typedef struct dst_engine_info {
   int64_t output_dim;       /* sequential: outputs (classes) per sample; GPT: vocab */
 } dst_engine_info_t;
 
-/* Fills *info (set info->struct_size first, or use sizeof). */
+/* The size of the first version of dst_engine_info_t. */
+#define DST_ENGINE_INFO_V1_SIZE (offsetof(dst_engine_info_t, output_dim) + sizeof(int64_t))
+
+/* Fills *info: set info->struct_size to sizeof(dst_engine_info_t) first; on
+ * return it holds the number of bytes written (see the top of this file). */
 DST_API dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *info);
 
 /* One call's samples. For train_batch, n_samples must equal
@@ -160,22 +229,32 @@ typedef struct dst_batch {
   size_t labels_count;
 } dst_batch_t;
 
-/* Zeroes *batch and sets its struct size. */
+/* The size of the first version of dst_batch_t. */
+#define DST_BATCH_V1_SIZE (offsetof(dst_batch_t, labels_count) + sizeof(size_t))
+
+/* Zeroes *batch and sets its struct size (the loaded library's, as for
+ * dst_engine_options_default; DST_BATCH_INIT is sized by the caller's header). */
 DST_API void dst_batch_default(dst_batch_t *batch);
+#define DST_BATCH_INIT \
+  { sizeof(dst_batch_t), 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0 }
 
 /* One optimizer step: forward and backward over grad_accum_steps micro-batches
- * (gradients averaged), clipping, optimizer update, LR schedule step.
- * *out_loss (may be NULL) receives the mean loss over the micro-batches. */
+ * (gradients averaged over them and over the data-parallel ranks), clipping,
+ * optimizer update, LR schedule step. *out_loss (may be NULL) receives the
+ * mean loss over the micro-batches of every data-parallel rank (the same
+ * value on every rank). */
 DST_API dst_status_t dst_engine_train_batch(dst_engine_t *engine, const dst_batch_t *batch,
                                             float *out_loss);
 
-/* Forward only, no state change. *out_loss receives the mean loss. */
+/* Forward only, no state change. *out_loss (may be NULL) receives the mean
+ * loss, over every data-parallel rank as for train_batch. */
 DST_API dst_status_t dst_engine_eval_batch(dst_engine_t *engine, const dst_batch_t *batch,
                                            float *out_loss);
 
 /* Forward and backward without an optimizer step: leaves the gradients (mean
- * over the batch's micro-batches, before clipping) readable with
- * dst_engine_get_grad. Does not advance the step count. */
+ * over the micro-batches of every data-parallel rank, before clipping)
+ * readable with dst_engine_get_grad. Does not advance the step count.
+ * *out_loss (may be NULL) as for eval_batch. */
 DST_API dst_status_t dst_engine_forward_backward(dst_engine_t *engine, const dst_batch_t *batch,
                                                  float *out_loss);
 
@@ -205,10 +284,14 @@ typedef struct dst_tensor_info {
   int64_t numel;
 } dst_tensor_info_t;
 
+/* The size of the first version of dst_tensor_info_t. */
+#define DST_TENSOR_INFO_V1_SIZE (offsetof(dst_tensor_info_t, numel) + sizeof(int64_t))
+
 /* Number of named parameter tensors (a tied weight is listed once). */
 DST_API dst_status_t dst_engine_param_count(const dst_engine_t *engine, size_t *out_count);
 
-/* Describes parameter tensor `index` (0 <= index < count). */
+/* Describes parameter tensor `index` (0 <= index < count). Set
+ * info->struct_size first, as for dst_engine_get_info. */
 DST_API dst_status_t dst_engine_param_info(const dst_engine_t *engine, size_t index,
                                            dst_tensor_info_t *info);
 
@@ -233,20 +316,31 @@ DST_API dst_status_t dst_engine_get_grad(const dst_engine_t *engine, const char 
 /* Checkpoints                                                                */
 /* ------------------------------------------------------------------------- */
 
-/* Writes DIR/TAG/ (model.safetensors with the weights, optimizer.safetensors
- * with the optimizer state, meta.json with step, LR schedule, RNG state,
- * config and model spec) and DIR/latest. The directory is written under a
- * temporary name and renamed, so an interrupted save leaves the previous
- * checkpoint intact. `tag` NULL means "global_stepN". `client_state_json`
- * (may be NULL; must be valid JSON) is stored in meta.json and returned by
- * load re-serialised compactly (DeepSpeed's client_state). */
+/* Writes DIR/TAG/ and then DIR/latest (a text file holding TAG). DIR/TAG/
+ * holds model.safetensors (the consolidated fp32 weights: the master weights
+ * under fp16/bf16), zero_rank_<r>.safetensors (the part of the optimizer state
+ * rank r held, and its part of the weights where the weights are sharded; at
+ * ZeRO stage 0, with the state replicated, only rank 0 writes one) and
+ * meta.json (step, optimizer, LR schedule, loss scaler, RNG seeds, config,
+ * model spec, topology, client state, and every file's size and checksum).
+ * The directory is written as DIR/.TAG.tmp and renamed into place (a previous
+ * DIR/TAG is replaced only then), so an interrupted save leaves the previous
+ * checkpoint intact. Every rank must call it with the same arguments (the
+ * ranks agree through the rendezvous store). `tag` NULL means "global_stepN"
+ * with N the step count; a tag must not contain '/'. `client_state_json` (may
+ * be NULL; must be valid JSON) is stored in meta.json and returned by load
+ * re-serialised compactly (DeepSpeed's client_state). */
 DST_API dst_status_t dst_engine_save_checkpoint(dst_engine_t *engine, const char *dir,
                                                 const char *tag, const char *client_state_json);
 
-/* Restores weights, optimizer state, step and schedule from DIR/TAG (tag NULL:
- * the tag named in DIR/latest). *out_client_state (may be NULL) receives the
- * saved client state ("null" if none), valid until the next call on the engine.
- * Training continued after a load is bit-identical to the uninterrupted run. */
+/* Restores weights, optimizer state, step, LR schedule and loss scaler from
+ * DIR/TAG (tag NULL or "": the tag named in DIR/latest), verifying every
+ * file's checksum; nothing changes unless every rank could load its part.
+ * Every rank must call it. A checkpoint saved with another world size, ZeRO
+ * stage or precision loads too (resharded). *out_client_state (may be NULL)
+ * receives the saved client state ("null" if none), valid until the next load
+ * on the engine. With the same layout and thread count, training continued
+ * after a load is bit-identical to the uninterrupted run. */
 DST_API dst_status_t dst_engine_load_checkpoint(dst_engine_t *engine, const char *dir,
                                                 const char *tag, const char **out_client_state);
 
@@ -274,11 +368,12 @@ DST_API dst_status_t dst_checkpoint_export_weights(const char *dir, const char *
 /* Metrics and configuration                                                  */
 /* ------------------------------------------------------------------------- */
 
-/* A JSON snapshot: step, loss, lr, grad_norm, tokens/s, samples/s, seconds per
- * phase (forward, backward, step) for the last step and in total, and bytes
- * per memory category (parameters, gradients, optimizer_state, activations,
- * communication, offload) current and peak. Valid until the next call on the
- * engine. */
+/* A JSON snapshot of this rank: step, loss, lr, grad_norm, tokens/s,
+ * samples/s, seconds per phase (forward, backward, reduce, step) for the last
+ * step and in total, bytes per memory category (parameters, gradients,
+ * optimizer_state, activations, communication, offload) current and peak,
+ * communication totals per collective, loss scale and skipped steps, among
+ * others. Valid until the next dst_engine_metrics_json on the engine. */
 DST_API dst_status_t dst_engine_metrics_json(dst_engine_t *engine, const char **out_json);
 
 /* The resolved configuration ("auto" filled in) as JSON. Valid for the life of
@@ -293,10 +388,11 @@ DST_API dst_status_t dst_engine_config_json(const dst_engine_t *engine, const ch
 DST_API dst_status_t dst_engine_monitor_url(const dst_engine_t *engine, const char **out_url);
 
 /* Per-rank model-state memory (bytes) for each ZeRO stage 0-3 at `world_size`
- * ranks, for the config and model in `options` (nothing is allocated): a JSON
- * object {num_parameters, world_size, dp_size, optimizer_state_bytes_per_parameter,
- * configured_stage, stages: [{stage, parameters_bytes, gradients_bytes,
- * optimizer_state_bytes, total_bytes, supported}]}. The figures are exactly
+ * ranks, for the config and model in `options` (nothing is allocated; no job
+ * is joined): a JSON object {num_parameters, world_size, dp_size, precision,
+ * optimizer_state_bytes_per_parameter, configured_stage, stages: [{stage,
+ * parameters_bytes, gradients_bytes, optimizer_state_bytes, total_bytes,
+ * persistent_parameters, supported}]}. The figures are exactly
  * what a run of that layout allocates (flat buffers padded to a multiple of
  * dp_size). The string is thread-local, valid until the next call on the
  * same thread. */

@@ -18,6 +18,7 @@ DST_VERSION_PATCH = 0
 
 CDEF = r"""
 #define DST_MAX_DIMS 4
+#define DST_STRUCT_SIZE_MAX 65536
 
 typedef enum dst_status {
   DST_OK = 0,
@@ -53,6 +54,7 @@ typedef struct dst_engine_options {
 void dst_engine_options_default(dst_engine_options_t *options);
 dst_status_t dst_engine_create(dst_engine_t **out, const dst_engine_options_t *options);
 void dst_engine_destroy(dst_engine_t *engine);
+void dst_engine_abort(dst_engine_t *engine);
 
 typedef enum dst_model_type { DST_MODEL_GPT = 1, DST_MODEL_SEQUENTIAL = 2 } dst_model_type_t;
 

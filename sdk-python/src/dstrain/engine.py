@@ -210,9 +210,25 @@ class Engine:
             if handle is not None:
                 ffi.release(handle)  # runs dst_engine_destroy now, exactly once
 
+    def abort(self) -> None:
+        """Frees the engine without waiting for the other ranks
+        (``dst_engine_abort``, like ``ncclCommAbort``): for a rank that has
+        seen a peer fail. :meth:`close` says goodbye to the other ranks and
+        may wait for them (up to ``comm_timeout_seconds``); this closes the
+        connections at once. Idempotent, and a no-op after :meth:`close`;
+        later calls raise :class:`StateError`."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:  # __init__ failed before anything was allocated
+            return
+        with lock:
+            handle, self._handle = self._handle, None
+            if handle is not None:
+                ffi.gc(handle, None)  # detach dst_engine_destroy: abort frees the handle
+                lib.dst_engine_abort(handle)
+
     @property
     def closed(self) -> bool:
-        """True after :meth:`close`."""
+        """True after :meth:`close` or :meth:`abort`."""
         return self._handle is None
 
     def __enter__(self) -> "Engine":

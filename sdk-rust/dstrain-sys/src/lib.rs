@@ -45,6 +45,9 @@ pub const DST_VERSION_NUMBER: c_int =
     DST_VERSION_MAJOR * 10000 + DST_VERSION_MINOR * 100 + DST_VERSION_PATCH;
 /// The header's version string (`DST_VERSION_STRING`), without the NUL terminator.
 pub const DST_VERSION_STRING: &str = "0.1.0";
+/// `DST_STRUCT_SIZE_MAX`: the largest `struct_size` a versioned struct may have. The library
+/// accepts any `struct_size` from the struct's `DST_*_V1_SIZE` up to this (see the header).
+pub const DST_STRUCT_SIZE_MAX: usize = 65536;
 
 // ---------------------------------------------------------------------------
 // Status codes
@@ -109,6 +112,8 @@ pub struct dst_engine_options {
 }
 /// `dst_engine_options_t`.
 pub type dst_engine_options_t = dst_engine_options;
+/// `DST_ENGINE_OPTIONS_V1_SIZE`: the size of the first version of `dst_engine_options_t`.
+pub const DST_ENGINE_OPTIONS_V1_SIZE: usize = 48;
 
 /// `dst_model_type_t`.
 pub type dst_model_type_t = c_uint;
@@ -159,6 +164,8 @@ pub struct dst_engine_info {
 }
 /// `dst_engine_info_t`.
 pub type dst_engine_info_t = dst_engine_info;
+/// `DST_ENGINE_INFO_V1_SIZE`: the size of the first version of `dst_engine_info_t`.
+pub const DST_ENGINE_INFO_V1_SIZE: usize = 104;
 
 /// `dst_batch_t`: one call's samples; see the header for the buffer shapes. Fill with
 /// [`dst_batch_default`] first.
@@ -191,6 +198,8 @@ pub struct dst_batch {
 }
 /// `dst_batch_t`.
 pub type dst_batch_t = dst_batch;
+/// `DST_BATCH_V1_SIZE`: the size of the first version of `dst_batch_t`.
+pub const DST_BATCH_V1_SIZE: usize = 88;
 
 // ---------------------------------------------------------------------------
 // Parameters
@@ -216,6 +225,8 @@ pub struct dst_tensor_info {
 }
 /// `dst_tensor_info_t`.
 pub type dst_tensor_info_t = dst_tensor_info;
+/// `DST_TENSOR_INFO_V1_SIZE`: the size of the first version of `dst_tensor_info_t`.
+pub const DST_TENSOR_INFO_V1_SIZE: usize = 64;
 
 // ---------------------------------------------------------------------------
 // Token datasets
@@ -258,6 +269,9 @@ extern "C" {
     ) -> dst_status_t;
     /// Frees everything the engine owns. NULL is a no-op.
     pub fn dst_engine_destroy(engine: *mut dst_engine_t);
+    /// Frees the engine without waiting for the other ranks (like `ncclCommAbort`); the
+    /// handle must not be used afterwards. NULL is a no-op.
+    pub fn dst_engine_abort(engine: *mut dst_engine_t);
     /// Fills `*info` (set `info.struct_size` first).
     pub fn dst_engine_get_info(
         engine: *const dst_engine_t,

@@ -290,6 +290,17 @@ impl Drop for Engine {
 }
 
 impl Engine {
+    /// Frees the engine without waiting for the other ranks (`dst_engine_abort`, like
+    /// `ncclCommAbort`), for a rank that has seen a peer fail. Dropping an engine says goodbye
+    /// to the other ranks of a multi-process job and may wait for them (up to
+    /// `comm_timeout_seconds`); this closes the connections at once.
+    pub fn abort(self) {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `raw` came from dst_engine_create; ManuallyDrop keeps Drop from freeing it
+        // a second time, and `self` is consumed, so the handle cannot be used afterwards.
+        unsafe { sys::dst_engine_abort(this.raw.as_ptr()) }
+    }
+
     /// A builder for an engine (config, model, planned step count).
     pub fn builder() -> EngineBuilder {
         EngineBuilder::default()

@@ -474,3 +474,12 @@ fn status_codes_round_trip() {
     assert!(dstrain::check_version().is_ok());
     assert!(dstrain::build_info_json().unwrap().contains("0.1.0"));
 }
+
+#[test]
+fn abort_frees_a_training_engine() {
+    let mut engine = tiny_engine(2, 1);
+    let (tokens, targets) = pattern_batch(2, 16, 1);
+    engine.train_batch_tokens(&tokens, &targets, 2, 16).unwrap();
+    engine.abort(); // consumes the engine: it cannot be used or dropped afterwards
+    tiny_engine(2, 1).abort(); // before any step
+}

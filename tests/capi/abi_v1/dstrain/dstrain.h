@@ -1,0 +1,443 @@
+/*
+ * dstrain.h — the one public header of libdstrain.
+ *
+ * dstrain is a distributed training engine configured by a DeepSpeed-style
+ * ds_config.json. This header is plain C99 and is the stable ABI: every call
+ * returns a dst_status_t (DST_OK == 0), results come back through out
+ * parameters, structs passed by pointer begin with `size_t struct_size` and
+ * grow only at the end, and C++ exceptions never cross this boundary.
+ *
+ * Errors: when a call returns anything but DST_OK, dst_last_error() returns a
+ * thread-local message that names what failed, where, and what to do.
+ *
+ * Versioned structs (dst_engine_options_t, dst_batch_t, dst_engine_info_t,
+ * dst_tensor_info_t): struct_size is the size of the struct as the caller was
+ * compiled, so a program built against an older or a newer header keeps
+ * working with this library.
+ *   - Set it to sizeof(the struct), or initialise the struct with its _INIT
+ *     macro or its _default function (see there).
+ *   - Accepted: DST_<STRUCT>_V1_SIZE (the first version of the struct, defined
+ *     after each struct) to DST_STRUCT_SIZE_MAX. Anything else is
+ *     DST_ERR_INVALID_ARGUMENT naming the struct, the size given and the range.
+ *   - Structs the library reads (options, batch): only the first struct_size
+ *     bytes are read; fields the caller's struct lacks take their defaults
+ *     (those of the _default function), and trailing fields this library does
+ *     not know are ignored.
+ *   - Structs the library fills (info structs): only the first
+ *     min(struct_size, the library's size) bytes are written, and struct_size
+ *     is set to the number of bytes written; anything after them in the
+ *     caller's struct is left as it was.
+ *
+ * Thread safety: functions that take no handle are safe from any thread. Calls
+ * on one dst_engine_t or dst_dataset_t must not run concurrently (this includes
+ * dst_engine_abort); different handles may be used from different threads,
+ * but the BLAS thread pool is process-wide, so two engines training at once
+ * share the cores.
+ *
+ * Multi-process jobs: dst_engine_create, dst_engine_train_batch,
+ * dst_engine_eval_batch, dst_engine_forward_backward, dst_engine_save_checkpoint
+ * and dst_engine_load_checkpoint must be called by every rank, in the same
+ * order (so must dst_engine_get_param at ZeRO stage 3; see there).
+ * dst_engine_destroy says goodbye to the other ranks and may wait for them
+ * (bounded by comm_timeout_seconds); after a rank has failed,
+ * dst_engine_abort tears the engine down without waiting for anyone.
+ *
+ * Strings returned by the library are owned by the library and stay valid as
+ * stated per function.
+ */
+#ifndef DSTRAIN_DSTRAIN_H
+#define DSTRAIN_DSTRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* DSTRAIN_BUILDING_LIBRARY is defined only while libdstrain itself is
+ * compiled (by its CMake target): the library exports the functions, programs
+ * using it import them. */
+#if defined(_WIN32)
+#if defined(DSTRAIN_BUILDING_LIBRARY)
+#define DST_API __declspec(dllexport)
+#else
+#define DST_API __declspec(dllimport)
+#endif
+#elif defined(__GNUC__)
+#define DST_API __attribute__((visibility("default")))
+#else
+#define DST_API
+#endif
+
+#define DST_VERSION_MAJOR 0
+#define DST_VERSION_MINOR 1
+#define DST_VERSION_PATCH 0
+#define DST_VERSION_NUMBER (DST_VERSION_MAJOR * 10000 + DST_VERSION_MINOR * 100 + DST_VERSION_PATCH)
+#define DST_VERSION_STRING "0.1.0"
+
+/* The largest struct_size a versioned struct may have (see the top of this
+ * file): a larger value is taken for an uninitialised struct_size. */
+#define DST_STRUCT_SIZE_MAX 65536
+
+/* ------------------------------------------------------------------------- */
+/* Status codes                                                               */
+/* ------------------------------------------------------------------------- */
+
+typedef enum dst_status {
+  DST_OK = 0,
+  DST_ERR_INVALID_ARGUMENT = 1, /* NULL handle or buffer, wrong size, bad value */
+  DST_ERR_CONFIG = 2,           /* ds_config or model spec is malformed or inconsistent */
+  DST_ERR_NOT_SUPPORTED = 3,    /* recognised but not built yet */
+  DST_ERR_IO = 4,               /* file could not be read or written */
+  DST_ERR_CHECKPOINT = 5,       /* checkpoint missing, corrupt or not matching the model */
+  DST_ERR_STATE = 6,            /* call in the wrong order */
+  DST_ERR_OUT_OF_MEMORY = 7,    /* an allocation failed */
+  DST_ERR_COMM = 8,             /* a collective failed or timed out */
+  DST_ERR_NUMERIC = 9,          /* non-finite loss or gradients */
+  DST_ERR_INTERNAL = 10         /* a bug in dstrain: please report it */
+} dst_status_t;
+
+/* Static, never NULL: "ok", "invalid argument", ... */
+DST_API const char *dst_status_string(dst_status_t status);
+
+/* The message of the last failed call on this thread ("" if none). Valid
+ * until the next failing call on the same thread. */
+DST_API const char *dst_last_error(void);
+
+/* Run-time version: "0.1.0" and DST_VERSION_NUMBER of the loaded library. */
+DST_API const char *dst_version(void);
+DST_API int dst_version_number(void);
+
+/* A JSON object describing the build: version, compiler, build type, BLAS and
+ * its thread count, CPU features used, whether CUDA / NCCL are compiled in,
+ * devices seen. Static storage, valid for the life of the process. */
+DST_API dst_status_t dst_build_info_json(const char **out_json);
+
+/* ------------------------------------------------------------------------- */
+/* Engine                                                                     */
+/* ------------------------------------------------------------------------- */
+
+typedef struct dst_engine dst_engine_t;
+
+typedef struct dst_engine_options {
+  size_t struct_size;      /* set by dst_engine_options_default */
+  const char *config_json; /* ds_config as a JSON string, or NULL */
+  const char *config_path; /* ... or a path to ds_config.json (exactly one of the two) */
+  const char *model_json;  /* model spec as a JSON string, or NULL */
+  const char *model_path;  /* ... or a path to it (exactly one of the two) */
+  int64_t total_steps;     /* resolves "auto" in scheduler.params.total_num_steps; 0 = unknown */
+} dst_engine_options_t;
+
+/* The size of the first version of dst_engine_options_t. */
+#define DST_ENGINE_OPTIONS_V1_SIZE (offsetof(dst_engine_options_t, total_steps) + sizeof(int64_t))
+
+/* Fills *options with defaults (all NULL / 0) and struct_size: the loaded
+ * library's sizeof(dst_engine_options_t), which matches the caller's struct
+ * when header and library are of the same version (the SDKs check the version
+ * when they load the library). A program that may meet a newer library than
+ * its header initialises with DST_ENGINE_OPTIONS_INIT instead, sized by its
+ * own header: dst_engine_options_t options = DST_ENGINE_OPTIONS_INIT; */
+DST_API void dst_engine_options_default(dst_engine_options_t *options);
+#define DST_ENGINE_OPTIONS_INIT \
+  { sizeof(dst_engine_options_t), NULL, NULL, NULL, NULL, 0 }
+
+/* Builds the model, allocates parameters, gradients, optimizer state and
+ * activation buffers, and initialises weights from the model spec's seed.
+ * On failure *out is set to NULL.
+ *
+ * In a multi-process job (RANK/WORLD_SIZE, Open MPI or Slurm variables in the
+ * environment) it also joins the job: rank 0 hosts the rendezvous store at
+ * MASTER_ADDR:MASTER_PORT, every rank checks it runs the same config, and the
+ * data-parallel group connects. A process that has not installed its own
+ * SIGPIPE handler gets SIGPIPE ignored, so that a dead peer becomes an error
+ * naming the lost rank instead of killing this process. */
+DST_API dst_status_t dst_engine_create(dst_engine_t **out, const dst_engine_options_t *options);
+
+/* Frees everything the engine owns (and stops its metrics server). NULL is a
+ * no-op. In a multi-process job it first closes in step with the others: each
+ * rank posts "closing" to the rendezvous store and waits (at most 30 s, and at
+ * most comm_timeout_seconds) until every other rank is closing or gone, and
+ * rank 0, whose process hosts the store, then waits (at most
+ * comm_timeout_seconds) until every other rank has left. The first wait is
+ * skipped once a train, eval or forward_backward step has failed (a call
+ * refused for its arguments does not count). */
+DST_API void dst_engine_destroy(dst_engine_t *engine);
+
+/* Like dst_engine_destroy, but waits for no other rank, as ncclCommAbort does:
+ * for a caller that has seen a peer fail (an error from a collective call, or
+ * word from its launcher) and must not block on it. The connections to the
+ * other ranks are closed at once, without the closing handshake, without rank
+ * 0's wait for the others, and on rank 0 the rendezvous store stops, so the
+ * other ranks' pending calls fail at once. The handle is freed: do not use it
+ * afterwards. NULL is a no-op. Not to be called while another call on the same
+ * engine is running (it is not a way to interrupt one). */
+DST_API void dst_engine_abort(dst_engine_t *engine);
+
+typedef enum dst_model_type { DST_MODEL_GPT = 1, DST_MODEL_SEQUENTIAL = 2 } dst_model_type_t;
+
+typedef enum dst_loss_type { DST_LOSS_CROSS_ENTROPY = 1, DST_LOSS_MSE = 2 } dst_loss_type_t;
+
+/* What a caller needs to shape its batches. */
+typedef struct dst_engine_info {
+  size_t struct_size;
+  dst_model_type_t model_type;
+  dst_loss_type_t loss_type;
+  int64_t num_parameters;   /* trainable scalars (tied weights counted once) */
+  int64_t train_batch_size; /* global samples per optimizer step */
+  int64_t micro_batch_size; /* samples per micro-step per rank */
+  int64_t grad_accum_steps; /* micro-steps per optimizer step */
+  int64_t dp_size;          /* data-parallel ranks */
+  int64_t rank;             /* this process's global rank */
+  int64_t world_size;       /* processes in the job */
+  int64_t seq_len;          /* GPT: maximum context (n_ctx); sequential: 0 */
+  int64_t vocab_size;       /* GPT: vocabulary; sequential: 0 */
+  int64_t input_dim;        /* sequential: features per sample; GPT: 0 */
+  int64_t output_dim;       /* sequential: outputs (classes) per sample; GPT: vocab */
+} dst_engine_info_t;
+
+/* The size of the first version of dst_engine_info_t. */
+#define DST_ENGINE_INFO_V1_SIZE (offsetof(dst_engine_info_t, output_dim) + sizeof(int64_t))
+
+/* Fills *info: set info->struct_size to sizeof(dst_engine_info_t) first; on
+ * return it holds the number of bytes written (see the top of this file). */
+DST_API dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *info);
+
+/* One call's samples. For train_batch, n_samples must equal
+ * micro_batch_size * grad_accum_steps (the rank's share of the global batch);
+ * for eval_batch and forward_backward any multiple of micro_batch_size is
+ * accepted. Every *_count is the element count of its buffer and is checked.
+ *
+ *   GPT:                      tokens  [n_samples, seq_len] int32 in [0, vocab)
+ *                             targets [n_samples, seq_len] int32 in [0, vocab), or -1 to ignore
+ *   sequential, MSE:          inputs  [n_samples, input_dim] float
+ *                             labels  [n_samples, output_dim] float
+ *   sequential, cross-entropy: inputs [n_samples, input_dim] float
+ *                             targets [n_samples] int32 class ids
+ */
+typedef struct dst_batch {
+  size_t struct_size;
+  size_t n_samples;
+  size_t seq_len; /* GPT: tokens per sample, 1..n_ctx; sequential: 0 */
+  const int32_t *tokens;
+  size_t tokens_count;
+  const int32_t *targets;
+  size_t targets_count;
+  const float *inputs;
+  size_t inputs_count;
+  const float *labels;
+  size_t labels_count;
+} dst_batch_t;
+
+/* The size of the first version of dst_batch_t. */
+#define DST_BATCH_V1_SIZE (offsetof(dst_batch_t, labels_count) + sizeof(size_t))
+
+/* Zeroes *batch and sets its struct size (the loaded library's, as for
+ * dst_engine_options_default; DST_BATCH_INIT is sized by the caller's header). */
+DST_API void dst_batch_default(dst_batch_t *batch);
+#define DST_BATCH_INIT \
+  { sizeof(dst_batch_t), 0, 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0 }
+
+/* One optimizer step: forward and backward over grad_accum_steps micro-batches
+ * (gradients averaged over them and over the data-parallel ranks), clipping,
+ * optimizer update, LR schedule step. *out_loss (may be NULL) receives the
+ * mean loss over the micro-batches of every data-parallel rank (the same
+ * value on every rank). */
+DST_API dst_status_t dst_engine_train_batch(dst_engine_t *engine, const dst_batch_t *batch,
+                                            float *out_loss);
+
+/* Forward only, no state change. *out_loss (may be NULL) receives the mean
+ * loss, over every data-parallel rank as for train_batch. */
+DST_API dst_status_t dst_engine_eval_batch(dst_engine_t *engine, const dst_batch_t *batch,
+                                           float *out_loss);
+
+/* Forward and backward without an optimizer step: leaves the gradients (mean
+ * over the micro-batches of every data-parallel rank, before clipping)
+ * readable with dst_engine_get_grad. Does not advance the step count.
+ * *out_loss (may be NULL) as for eval_batch. */
+DST_API dst_status_t dst_engine_forward_backward(dst_engine_t *engine, const dst_batch_t *batch,
+                                                 float *out_loss);
+
+/* Optimizer steps taken so far. */
+DST_API dst_status_t dst_engine_step_count(const dst_engine_t *engine, int64_t *out_steps);
+
+/* The learning rate the next optimizer step will use. */
+DST_API dst_status_t dst_engine_learning_rate(const dst_engine_t *engine, double *out_lr);
+
+/* fp16 training: the current loss scale and the optimizer steps skipped so
+ * far because the gradients overflowed (scale 1 and 0 skipped under fp32 and
+ * bf16). Either out pointer may be NULL. */
+DST_API dst_status_t dst_engine_loss_scale(const dst_engine_t *engine, double *out_scale,
+                                           int64_t *out_skipped_steps);
+
+/* ------------------------------------------------------------------------- */
+/* Parameters                                                                 */
+/* ------------------------------------------------------------------------- */
+
+#define DST_MAX_DIMS 4
+
+typedef struct dst_tensor_info {
+  size_t struct_size;
+  const char *name; /* e.g. "transformer.h.0.attn.c_attn.weight"; owned by the engine */
+  int32_t ndim;
+  int64_t shape[DST_MAX_DIMS];
+  int64_t numel;
+} dst_tensor_info_t;
+
+/* The size of the first version of dst_tensor_info_t. */
+#define DST_TENSOR_INFO_V1_SIZE (offsetof(dst_tensor_info_t, numel) + sizeof(int64_t))
+
+/* Number of named parameter tensors (a tied weight is listed once). */
+DST_API dst_status_t dst_engine_param_count(const dst_engine_t *engine, size_t *out_count);
+
+/* Describes parameter tensor `index` (0 <= index < count). Set
+ * info->struct_size first, as for dst_engine_get_info. */
+DST_API dst_status_t dst_engine_param_info(const dst_engine_t *engine, size_t index,
+                                           dst_tensor_info_t *info);
+
+/* Copies a parameter (or its gradient) out of / into the engine. `count` is
+ * the element count of `data` and must equal the tensor's numel.
+ * At ZeRO stage 3 with several ranks a tensor lives in shards: every rank must
+ * call get_param for the same tensors in the same order (it gathers them);
+ * tensors of at most stage3_param_persistence_threshold elements are read
+ * locally. set_param: pass the same data on every rank (each keeps its part).
+ * get_grad: at ZeRO stages 2 and 3 the full gradient exists only after
+ * dst_engine_forward_backward (gathered into a temporary, counted as gradient
+ * memory, freed when the next step begins); after train_batch it returns
+ * DST_ERR_STATE. */
+DST_API dst_status_t dst_engine_get_param(const dst_engine_t *engine, const char *name, float *data,
+                                          size_t count);
+DST_API dst_status_t dst_engine_set_param(dst_engine_t *engine, const char *name, const float *data,
+                                          size_t count);
+DST_API dst_status_t dst_engine_get_grad(const dst_engine_t *engine, const char *name, float *data,
+                                         size_t count);
+
+/* ------------------------------------------------------------------------- */
+/* Checkpoints                                                                */
+/* ------------------------------------------------------------------------- */
+
+/* Writes DIR/TAG/ and then DIR/latest (a text file holding TAG). DIR/TAG/
+ * holds model.safetensors (the consolidated fp32 weights: the master weights
+ * under fp16/bf16), zero_rank_<r>.safetensors (the part of the optimizer state
+ * rank r held, and its part of the weights where the weights are sharded; at
+ * ZeRO stage 0, with the state replicated, only rank 0 writes one) and
+ * meta.json (step, optimizer, LR schedule, loss scaler, RNG seeds, config,
+ * model spec, topology, client state, and every file's size and checksum).
+ * The directory is written as DIR/.TAG.tmp and renamed into place (a previous
+ * DIR/TAG is replaced only then), so an interrupted save leaves the previous
+ * checkpoint intact. Every rank must call it with the same arguments (the
+ * ranks agree through the rendezvous store). `tag` NULL means "global_stepN"
+ * with N the step count; a tag must not contain '/'. `client_state_json` (may
+ * be NULL; must be valid JSON) is stored in meta.json and returned by load
+ * re-serialised compactly (DeepSpeed's client_state). */
+DST_API dst_status_t dst_engine_save_checkpoint(dst_engine_t *engine, const char *dir,
+                                                const char *tag, const char *client_state_json);
+
+/* Restores weights, optimizer state, step, LR schedule and loss scaler from
+ * DIR/TAG (tag NULL or "": the tag named in DIR/latest), verifying every
+ * file's checksum; nothing changes unless every rank could load its part.
+ * Every rank must call it. A checkpoint saved with another world size, ZeRO
+ * stage or precision loads too (resharded). *out_client_state (may be NULL)
+ * receives the saved client state ("null" if none), valid until the next load
+ * on the engine. With the same layout and thread count, training continued
+ * after a load is bit-identical to the uninterrupted run. */
+DST_API dst_status_t dst_engine_load_checkpoint(dst_engine_t *engine, const char *dir,
+                                                const char *tag, const char **out_client_state);
+
+/* Checkpoints on disk, without an engine (what `dstrain ckpt` uses). `tag`
+ * NULL or "" means the tag named by DIR/latest. Thread-safe. */
+
+/* A JSON description of DIR/TAG: {path, tag, format_version, dstrain_version,
+ * step, precision, num_parameters, topology, optimizer, lr_scheduler,
+ * loss_scaler, rng, client_state, shards: [{file, rank, begin, end, tensors}],
+ * tensors: [{name, dtype, shape, numel}] (the consolidated weights), files:
+ * [{name, bytes, checksum, verified, error}], total_bytes, valid}. Every file
+ * is verified against its checksum; a failing file sets "valid": false and
+ * names the problem in its "error" instead of failing the call. The string is
+ * thread-local, valid until the next call on the same thread. */
+DST_API dst_status_t dst_checkpoint_inspect_json(const char *dir, const char *tag,
+                                                 const char **out_json);
+
+/* Writes the checkpoint's consolidated fp32 weights (verified first) to
+ * `out_path` as one safetensors file (loadable by safetensors/torch),
+ * atomically. */
+DST_API dst_status_t dst_checkpoint_export_weights(const char *dir, const char *tag,
+                                                   const char *out_path);
+
+/* ------------------------------------------------------------------------- */
+/* Metrics and configuration                                                  */
+/* ------------------------------------------------------------------------- */
+
+/* A JSON snapshot of this rank: step, loss, lr, grad_norm, tokens/s,
+ * samples/s, seconds per phase (forward, backward, reduce, step) for the last
+ * step and in total, bytes per memory category (parameters, gradients,
+ * optimizer_state, activations, communication, offload) current and peak,
+ * communication totals per collective, loss scale and skipped steps, among
+ * others. Valid until the next dst_engine_metrics_json on the engine. */
+DST_API dst_status_t dst_engine_metrics_json(dst_engine_t *engine, const char **out_json);
+
+/* The resolved configuration ("auto" filled in) as JSON. Valid for the life of
+ * the engine. */
+DST_API dst_status_t dst_engine_config_json(const dst_engine_t *engine, const char **out_json);
+
+/* The address of this rank's metrics server and dashboard, e.g.
+ * "http://127.0.0.1:9401/" (Prometheus text at ".../metrics", JSON at
+ * ".../api/v1/"), or "" when dstrain.monitor.http is off. The server starts
+ * with the engine when the config enables it and stops when the engine is
+ * destroyed. Valid for the life of the engine. */
+DST_API dst_status_t dst_engine_monitor_url(const dst_engine_t *engine, const char **out_url);
+
+/* Per-rank model-state memory (bytes) for each ZeRO stage 0-3 at `world_size`
+ * ranks, for the config and model in `options` (nothing is allocated; no job
+ * is joined): a JSON object {num_parameters, world_size, dp_size, precision,
+ * optimizer_state_bytes_per_parameter, configured_stage, stages: [{stage,
+ * parameters_bytes, gradients_bytes, optimizer_state_bytes, total_bytes,
+ * persistent_parameters, supported}]}. The figures are exactly
+ * what a run of that layout allocates (flat buffers padded to a multiple of
+ * dp_size). The string is thread-local, valid until the next call on the
+ * same thread. */
+DST_API dst_status_t dst_estimate_memory_json(const dst_engine_options_t *options,
+                                              int64_t world_size, const char **out_json);
+
+/* ------------------------------------------------------------------------- */
+/* Token datasets                                                             */
+/* ------------------------------------------------------------------------- */
+
+typedef struct dst_dataset dst_dataset_t;
+
+typedef enum dst_split { DST_SPLIT_TRAIN = 0, DST_SPLIT_VAL = 1 } dst_split_t;
+
+/* Opens a text file as a byte-level token stream (vocab 256). The last
+ * `val_fraction` of the bytes is the validation split. `path` NULL opens the
+ * default corpus: the files without a '.' in /usr/share/games/fortunes
+ * (Debian's `fortunes` package), or in $DSTRAIN_DEFAULT_CORPUS_DIR,
+ * concatenated by name; DST_ERR_IO if absent. dst_dataset_path then returns
+ * that directory. */
+DST_API dst_status_t dst_dataset_open_text(dst_dataset_t **out, const char *path,
+                                           double val_fraction, uint64_t seed);
+DST_API void dst_dataset_destroy(dst_dataset_t *dataset);
+
+/* Tokens in a split. */
+DST_API dst_status_t dst_dataset_num_tokens(const dst_dataset_t *dataset, dst_split_t split,
+                                            size_t *out_tokens);
+
+/* The path the dataset was read from (owned by the dataset). */
+DST_API dst_status_t dst_dataset_path(const dst_dataset_t *dataset, const char **out_path);
+
+/* Fills tokens/targets [n_samples, seq_len] (count = n_samples * seq_len
+ * elements each) with random windows of the split; targets are the tokens
+ * shifted by one. Sample j's window depends only on (seed, split, batch_index,
+ * first_sample + j), so the data position is just batch_index, and a
+ * data-parallel rank r that asks for first_sample = r * n_samples gets its
+ * slice of exactly the batch a single rank would see.
+ * DST_ERR_INVALID_ARGUMENT when a split is shorter than seq_len + 1 or a size is 0. */
+DST_API dst_status_t dst_dataset_batch(const dst_dataset_t *dataset, dst_split_t split,
+                                       uint64_t batch_index, uint64_t first_sample,
+                                       size_t n_samples, size_t seq_len, int32_t *tokens,
+                                       int32_t *targets, size_t count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DSTRAIN_DSTRAIN_H */
