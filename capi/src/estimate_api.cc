@@ -67,10 +67,8 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
       dst::PersistentElements(decls, config.value().zero.stage3_param_persistence_threshold);
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   const dst::DType precision = config.value().precision();
-  const bool mixed = precision != dst::DType::kFloat32;
   for (int stage = 0; stage <= 3; ++stage) {
-    // Mixed precision partitions every tensor at stage 3 (no persistent ones).
-    const int64_t stage_persistent = stage == 3 && !mixed ? persistent : 0;
+    const int64_t stage_persistent = stage == 3 ? persistent : 0;
     const dst::ModelStateBytes b = dst::EstimateModelState(psi, dp, stage, config.value().optimizer,
                                                            stage_persistent, precision);
     stages.push_back({{"stage", stage},

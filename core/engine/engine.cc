@@ -16,7 +16,6 @@
 #include "core/optim/lr_schedule.h"
 #include "core/runtime/threads.h"
 #include "core/zero/data_parallel.h"
-#include "core/zero/mixed_parallel.h"
 #include "metrics/monitor.h"
 
 namespace dst {
@@ -162,13 +161,8 @@ Engine::Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Sto
   if (mixed) activations.half = config_.precision() == DType::kFloat16 ? Half::kFp16 : Half::kBf16;
   model_ = std::make_unique<Model<float>>(
       spec, limits, &memory_,
-      mixed ? StoreOptionsForMixedPrecision(dp_comm_->size())
-            : StoreOptionsForStage(config_.zero.stage, dp_comm_->size()),
-      activations);
-  if (mixed)
-    dp_ = std::make_unique<MixedPrecisionParallel>(config_, model_.get(), dp_comm_.get(), &memory_);
-  else
-    dp_ = std::make_unique<DataParallel>(config_, model_.get(), dp_comm_.get(), &memory_);
+      StoreOptionsForStage(config_.zero.stage, dp_comm_->size(), config_.precision()), activations);
+  dp_ = std::make_unique<DataParallel>(config_, model_.get(), dp_comm_.get(), &memory_);
   executor_ = std::make_unique<Executor>(config_, model_.get(), dp_.get(), &scaler_, &progress_);
   executor_->SetStepObserver([this](const StepRecord &record) { return OnStep(record); });
   const int64_t T = limits.max_T;

@@ -4,41 +4,61 @@
 
 namespace dst {
 
-Optimizer::Optimizer(const OptimizerConfig &config, int64_t numel, MemoryTracker *tracker)
-    : config_(config), numel_(numel) {
-  const auto cat = MemoryCategory::kOptimizerState;
-  const bool adam = config.type != OptimizerType::kSGD;
-  if (adam || config.momentum != 0) state_a_ = Buffer<float>(tracker, cat, size_t(numel));
-  if (adam) state_b_ = Buffer<float>(tracker, cat, size_t(numel));
+namespace {
+std::vector<std::string> StateNames(const OptimizerConfig &config) {
+  if (config.type != OptimizerType::kSGD) return {"exp_avg", "exp_avg_sq"};
+  if (config.momentum != 0) return {"momentum_buffer"};
+  return {};
+}
+}  // namespace
+
+Optimizer::Optimizer(const OptimizerConfig &config, int64_t numel, MemoryTracker *tracker,
+                     bool master_weights)
+    : config_(config), numel_(numel), master_(master_weights) {
+  std::vector<std::string> names;
+  if (master_) names.push_back("master");
+  for (std::string &n : StateNames(config)) names.push_back(std::move(n));
+  state_ = std::make_unique<ResidentStateStore>(std::move(names), numel, tracker);
+}
+
+std::vector<std::string> Optimizer::state_names() const {
+  return StateNames(config_);
 }
 
 void Optimizer::Step(float *params, const float *grads, double lr) {
   BeginStep();
-  UpdateRange(params, grads, lr, 0, numel_);
+  StatePiece piece;
+  (void)AcquireState(0, numel_, &piece);  // resident: the whole range, cannot fail
+  Update(piece, params, grads, lr);
+  (void)ReleaseState(piece);
 }
 
-void Optimizer::UpdateRange(float *params, const float *grads, double lr, int64_t begin,
-                            int64_t count) {
+Status Optimizer::AcquireState(int64_t begin, int64_t count, StatePiece *piece) {
+  return state_->Acquire(begin, count, piece);
+}
+
+void Optimizer::Update(const StatePiece &piece, float *params, const float *grads, double lr) {
+  float *w = params ? params : piece.tensors[0];
+  float *const *s = piece.tensors.data() + first_state_tensor();
   if (config_.type == OptimizerType::kSGD) {
     const cpu::SgdHyper h{
         lr,         config_.momentum, config_.dampening, config_.weight_decay, config_.nesterov,
         steps_ == 1};
-    float *momentum = state_a_.size() ? state_a_.data() + begin : nullptr;
-    cpu::SgdUpdate(params, grads, momentum, count, h);
+    cpu::SgdUpdate(w, grads, config_.momentum != 0 ? s[0] : nullptr, piece.count, h);
     return;
   }
   const bool decoupled = config_.type == OptimizerType::kAdamW || config_.adam_w_mode;
   const cpu::AdamHyper h{
       lr, config_.betas[0], config_.betas[1], config_.eps, config_.weight_decay, steps_, decoupled};
-  cpu::AdamUpdate(params, grads, state_a_.data() + begin, state_b_.data() + begin, count, h);
+  cpu::AdamUpdate(w, grads, s[0], s[1], piece.count, h);
 }
 
 std::vector<OptimizerStateBuffer> Optimizer::StateBuffers() {
-  if (config_.type == OptimizerType::kSGD) {
-    if (state_a_.size() == 0) return {};
-    return {{"momentum_buffer", state_a_.data(), numel_}};
-  }
-  return {{"exp_avg", state_a_.data(), numel_}, {"exp_avg_sq", state_b_.data(), numel_}};
+  std::vector<OptimizerStateBuffer> out;
+  const std::vector<std::string> names = state_names();
+  for (size_t k = 0; k < names.size(); ++k)
+    out.push_back({names[k], state_->data(first_state_tensor() + k), numel_});
+  return out;
 }
 
 const char *Optimizer::Name() const {

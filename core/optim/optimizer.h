@@ -1,6 +1,9 @@
-// Optimizers over one flat parameter range: AdamW, Adam (DeepSpeed's
-// adam_w_mode) and SGD with momentum, with torch.optim's update rules. The
-// state is flat too, aligned with the parameters, so a ZeRO shard is a range.
+// The optimizer of one flat parameter range — the whole model, or this
+// rank's ZeRO shard: AdamW, Adam (DeepSpeed's adam_w_mode) and SGD with
+// momentum, with torch.optim's update rules. Its state (and, under mixed
+// precision, the fp32 master weights it updates) lives in a StateStore
+// aligned with the range, read and written a piece at a time, so a ZeRO
+// shard is a range and a store elsewhere than memory plugs in.
 #pragma once
 
 #include <memory>
@@ -8,6 +11,7 @@
 #include <vector>
 
 #include "core/config/config.h"
+#include "core/optim/state_store.h"
 #include "core/runtime/memory.h"
 
 namespace dst {
@@ -21,20 +25,35 @@ struct OptimizerStateBuffer {
 
 class Optimizer {
  public:
-  Optimizer(const OptimizerConfig &config, int64_t numel, MemoryTracker *tracker);
+  // State for `numel` elements in memory; `master_weights`: the store's
+  // first tensor ("master") holds fp32 weights the updates apply to.
+  Optimizer(const OptimizerConfig &config, int64_t numel, MemoryTracker *tracker,
+            bool master_weights = false);
 
   // One update of params[0, numel) from grads at learning rate `lr`.
   void Step(float *params, const float *grads, double lr);
-  // The same update in pieces (e.g. gradients converted from 16 bits a chunk
-  // at a time): BeginStep once, then UpdateRange over ranges [begin, begin +
-  // count) that together cover [0, numel) once. params/grads point at the
-  // range's first element.
+  // The same update in pieces (e.g. gradients converted from 16 bits a piece
+  // at a time): BeginStep once, then for pieces that together cover [0,
+  // numel) once: AcquireState, Update, ReleaseState.
   void BeginStep() { ++steps_; }
-  void UpdateRange(float *params, const float *grads, double lr, int64_t begin, int64_t count);
+  Status AcquireState(int64_t begin, int64_t count, StatePiece *piece);
+  Status ReleaseState(const StatePiece &piece) { return state_->Release(piece, true); }
+  // Updates `params` (or, when null, the piece's master weights) from grads,
+  // all [piece.count] elements of the piece.
+  void Update(const StatePiece &piece, float *params, const float *grads, double lr);
 
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
   const OptimizerConfig &config() const { return config_; }
+  bool master_weights() const { return master_; }
+  // The store: tensor 0 is "master" when master_weights(), then the
+  // optimizer's own tensors (state_names()).
+  StateStore &state() { return *state_; }
+  const StateStore &state() const { return *state_; }
+  // The optimizer's own state tensors, in store order after the master.
+  std::vector<std::string> state_names() const;
+  size_t first_state_tensor() const { return master_ ? 1 : 0; }
+  // The optimizer's own state as resident buffers (tests).
   std::vector<OptimizerStateBuffer> StateBuffers();
   // "AdamW", "Adam", "SGD".
   const char *Name() const;
@@ -42,9 +61,9 @@ class Optimizer {
  private:
   OptimizerConfig config_;
   int64_t numel_;
+  bool master_;
   int64_t steps_ = 0;
-  Buffer<float> state_a_;  // exp_avg or momentum_buffer [numel]
-  Buffer<float> state_b_;  // exp_avg_sq [numel] (Adam only)
+  std::unique_ptr<ResidentStateStore> state_;
 };
 
 }  // namespace dst

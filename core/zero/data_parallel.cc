@@ -10,87 +10,136 @@
 
 namespace dst {
 
-ParamStoreOptions StoreOptionsForStage(int stage, int64_t dp_size) {
+namespace {
+
+constexpr int64_t kChunk = 4096;  // elements widened at a time in a 16-bit step
+
+void RoundFp16(float *x, int64_t n) {
+  RoundInPlace(Half::kFp16, x, n);
+}
+void RoundBf16(float *x, int64_t n) {
+  RoundInPlace(Half::kBf16, x, n);
+}
+
+}  // namespace
+
+ParamStoreOptions StoreOptionsForStage(int stage, int64_t dp_size, DType precision) {
   ParamStoreOptions options;
   options.pad_multiple = dp_size;
-  options.full_grads = stage < 2;
-  options.full_values = stage < 3;
+  const bool fp32 = precision == DType::kFloat32;
+  options.full_grads = fp32 && stage < 2;
+  options.full_values = fp32 && stage < 3;
   return options;
 }
 
 DataParallel::DataParallel(const Config &config, Model<float> *model, Communicator *dp,
                            MemoryTracker *tracker)
     : stage_(config.zero.stage),
+      storage_(StorageOf(config.precision())),
+      wire_(StorageOf(config.communication_data_type)),
       dp_(dp),
       model_(model),
+      tracker_(tracker),
       layout_(model->params().size(), dp->size()),
-      overlap_(config.zero.overlap_comm && dp->size() > 1),
-      tracker_(tracker) {
-  // Stage 0 steps the whole (padded) buffer; stages 1-3 only their shard.
-  const int64_t state_elements = stage_ == 0 ? layout_.padded : layout_.shard_size();
-  optimizer_ = std::make_unique<Optimizer>(config.optimizer, state_elements, tracker);
-  const int64_t bucket = std::max<int64_t>(1, config.zero.reduce_bucket_size);
-  if (stage_ <= 1) {
-    BuildBuckets(bucket);
-    return;
-  }
+      overlap_(config.zero.overlap_comm && dp->size() > 1) {
+  if (wire_ != StorageType::kFp32 && wire_ != storage_) wire_ = storage_;
+  const ShardInfo all{0, layout_.padded};
+  state_range_ = stage_ == 0 ? all : my_shard();
+  optimizer_ = std::make_unique<Optimizer>(config.optimizer, state_range_.size, tracker, Wide());
   ParamStore<float> &store = model->params();
-  plan_ = BuildPartitionPlan(store.decls(), model->layer_params(),
-                             stage_ >= 3 ? config.zero.stage3_param_persistence_threshold : -1);
-  GradPartitionOptions grad_options;
-  grad_options.double_buffer = overlap_;
-  grad_options.bucket_elements = bucket;
-  grads_ = std::make_unique<GradientPartition>(&plan_, layout_, dp_, &store, tracker, grad_options);
+  const uint64_t seed = model->spec().seed;
+  const int64_t bucket = std::max<int64_t>(1, config.zero.reduce_bucket_size);
+
+  // Stage 3 keeps small tensors whole; 16 bits stage every tensor (no
+  // persistence: nothing is partitioned) to widen it; fp32 below 3 stages none.
+  const int64_t persistence =
+      stage_ >= 3 ? config.zero.stage3_param_persistence_threshold : (Wide() ? 0 : -1);
+  plan_ = BuildPartitionPlan(store.decls(), model->layer_params(), persistence);
+  if (Wide() && stage_ < 3) local_ = MakeSoloCommunicator("local");
+  const ShardLayout local_layout(layout_.padded, 1);
+
   if (stage_ >= 3)
-    params_ = std::make_unique<ParameterPartition>(&plan_, layout_, dp_, &store, tracker,
-                                                   model->spec().seed,
-                                                   config.zero.stage3_prefetch_bucket_size);
+    params_ =
+        std::make_unique<ParameterPartition>(&plan_, layout_, dp_, &store, tracker, seed,
+                                             config.zero.stage3_prefetch_bucket_size, storage_);
+  else if (Wide())
+    params_ = std::make_unique<ParameterPartition>(&plan_, local_layout, local_.get(), &store,
+                                                   tracker, seed, 0, storage_);
+
+  GradPartitionOptions grad_options;
+  grad_options.bucket_elements = bucket;
+  grad_options.storage = storage_;
+  grad_options.wire = wire_;
+  if (stage_ >= 2) {
+    grad_options.double_buffer = overlap_;
+    grads_ =
+        std::make_unique<GradientPartition>(&plan_, layout_, dp_, &store, tracker, grad_options);
+  } else if (Wide()) {
+    grads_ = std::make_unique<GradientPartition>(&plan_, local_layout, local_.get(), &store,
+                                                 tracker, grad_options);
+  }
+  if (stage_ <= 1)
+    buckets_ = std::make_unique<BucketReducer>(layout_, stage_, dp_, FullGrads(), storage_, wire_,
+                                               bucket, tracker);
+
+  // 16 bits: the master weights are the fp32 initialisation of the state
+  // range (a pure function of the element, as the 16-bit parameters are its
+  // rounding).
+  if (Wide()) {
+    StatePiece piece;
+    (void)optimizer_->AcquireState(0, state_range_.size, &piece);
+    store.InitializeRange(seed, state_range_.offset, state_range_.offset + state_range_.size,
+                          piece.tensors[0]);
+    (void)optimizer_->ReleaseState(piece);
+  }
 }
 
 // Waits for collectives in flight before the buffers they use go away.
 DataParallel::~DataParallel() {
+  buckets_.reset();
   params_.reset();
   grads_.reset();
-  pending_.clear();
 }
 
-void DataParallel::BuildBuckets(int64_t bucket_elements) {
-  buckets_.clear();
-  int64_t end = layout_.padded;
-  while (end > 0) {
-    int64_t begin = std::max<int64_t>(0, end - bucket_elements);
-    GradBucket bucket{begin, end, -1};
-    if (stage_ >= 1) {
-      // A stage-1 bucket never straddles two shards: it is reduced to one owner.
-      const int64_t owner = layout_.OwnerOf(end - 1);
-      bucket.begin = std::max(begin, layout_.Shard(owner).offset);
-      bucket.root = owner;
-    }
-    buckets_.push_back(bucket);
-    end = bucket.begin;
-  }
+const std::vector<GradBucket> &DataParallel::buckets() const {
+  static const std::vector<GradBucket> kNone;
+  return buckets_ ? buckets_->buckets() : kNone;
 }
 
-float *DataParallel::ShardGrads() {
-  if (grads_) return grads_->shard();
-  return model_->params().grads() + (stage_ == 0 ? 0 : my_shard().offset);
+LayerHooks::RoundFn DataParallel::activation_rounding() const {
+  if (!Wide()) return nullptr;
+  return storage_ == StorageType::kFp16 ? &RoundFp16 : &RoundBf16;
 }
 
-float *DataParallel::ShardParams() {
-  if (params_) return params_->shard();
-  return model_->params().values() + (stage_ == 0 ? 0 : my_shard().offset);
+void *DataParallel::FullGrads() {
+  return grads_ ? grads_->shard() : model_->params().grads();
+}
+
+void *DataParallel::StateGrads() {
+  if (stage_ >= 2) return grads_->shard();
+  return static_cast<uint8_t *>(FullGrads()) + size_t(state_range_.offset) * ElementBytes(storage_);
+}
+
+float *DataParallel::StateParams() {
+  if (params_) return params_->shard_f32();  // stage 3: the shard is the state range
+  return model_->params().values() + state_range_.offset;
 }
 
 // ---------------------------------------------------------------- backward
 
 Status DataParallel::ZeroGradients() {
-  gathered_grads_ = Buffer<float>();
+  gathered_grads_ = FlatBuffer();
+  grads_gathered_ = false;
   launch_buckets_ = false;
-  if (grads_) return grads_->Zero();
-  std::memset(model_->params().grads(), 0, size_t(layout_.padded) * sizeof(float));
-  pending_.clear();
-  next_bucket_ = 0;
-  return Status::Ok();
+  clip_coef_ = 1;
+  Status st = buckets_ ? buckets_->Reset() : Status::Ok();
+  if (grads_) {
+    Status zero = grads_->Zero();
+    if (st.ok()) st = zero;
+  } else {
+    std::memset(model_->params().grads(), 0, size_t(layout_.padded) * sizeof(float));
+  }
+  return st;
 }
 
 Status DataParallel::BeforeForward(size_t layer) {
@@ -106,78 +155,102 @@ Status DataParallel::BeforeBackward(size_t layer) {
 }
 
 Status DataParallel::AfterBackward(size_t layer) {
-  if (grads_) return grads_->AfterBackward(layer);
-  if (launch_buckets_)
-    GradientsFinalAbove(model_->params().grads(), model_->GradientsFinalBoundary(layer));
+  if (grads_) DST_RETURN_IF_ERROR(grads_->AfterBackward(layer));
+  if (buckets_ && launch_buckets_)
+    return buckets_->LaunchAbove(model_->GradientsFinalBoundary(layer));
   return Status::Ok();
-}
-
-void DataParallel::Launch(float *grads, size_t b) {
-  const GradBucket &bucket = buckets_[b];
-  float *data = grads + bucket.begin;
-  const int64_t count = bucket.end - bucket.begin;
-  pending_.push_back(bucket.root < 0 ? dp_->AllReduceSum(data, count)
-                                     : dp_->ReduceSum(data, count, bucket.root));
-}
-
-void DataParallel::GradientsFinalAbove(float *grads, int64_t boundary) {
-  if (dp_->size() == 1) return;  // nothing to reduce (and nothing to allocate)
-  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= boundary)
-    Launch(grads, next_bucket_++);
 }
 
 // ---------------------------------------------------------------- reduction and step
 
 Status DataParallel::FinishReduction() {
-  if (dp_->size() == 1) return grads_ ? grads_->Drain() : Status::Ok();
-  if (grads_) {
+  if (stage_ >= 2)
     DST_RETURN_IF_ERROR(grads_->Drain());
-  } else {
-    float *grads = model_->params().grads();
-    while (next_bucket_ < buckets_.size()) Launch(grads, next_bucket_++);
-    Status first;
-    for (auto &work : pending_) {
-      Status st = work->Wait();
-      if (!st.ok() && first.ok()) first = st;
-    }
-    pending_.clear();
-    DST_RETURN_IF_ERROR(first);
-  }
+  else
+    DST_RETURN_IF_ERROR(buckets_->Finish());
+  if (Wide() || dp_->size() == 1) return Status::Ok();  // 16 bits: averaged in the step
   const float k = 1.0f / float(dp_->size());
-  cpu::Scale(ShardGrads(), stage_ == 0 ? layout_.padded : layout_.shard_size(), k);
+  cpu::Scale(static_cast<float *>(StateGrads()), state_range_.size, k);
   return Status::Ok();
 }
 
 Result<double> DataParallel::GradNorm() {
-  if (stage_ == 0) return std::sqrt(cpu::SumOfSquares(model_->params().grads(), layout_.padded));
-  float local = float(cpu::SumOfSquares(ShardGrads(), layout_.shard_size()));
-  if (dp_->size() > 1) DST_RETURN_IF_ERROR(dp_->AllReduceSum(&local, 1)->Wait());
-  return std::sqrt(double(local));
+  const double f = GradFactor();
+  double local = SumOfSquares(storage_, StateGrads(), state_range_.size) * f * f;
+  if (stage_ >= 1) {  // summed over the shards in fp32
+    float v = float(local);
+    if (dp_->size() > 1) DST_RETURN_IF_ERROR(dp_->AllReduceSum(&v, 1)->Wait());
+    local = double(v);
+  }
+  return std::sqrt(local);
 }
 
 void DataParallel::ScaleGradients(float k) {
-  cpu::Scale(ShardGrads(), stage_ == 0 ? layout_.padded : layout_.shard_size(), k);
+  if (Wide())
+    clip_coef_ *= double(k);
+  else
+    cpu::Scale(static_cast<float *>(StateGrads()), state_range_.size, k);
+}
+
+void DataParallel::MasterToParams(int64_t begin, int64_t count, const float *master) {
+  // The 16-bit parameters cover the state range: all of them below stage 3
+  // (stage 0: the range is everything), this rank's shard at 3.
+  const int64_t at = stage_ >= 3 ? begin : state_range_.offset + begin;
+  Narrow(storage_, master,
+         static_cast<uint8_t *>(params_->shard()) + size_t(at) * ElementBytes(storage_), count);
+}
+
+Status DataParallel::ShareParams() {
+  if ((stage_ == 1 || stage_ == 2) && dp_->size() > 1) {
+    void *all = Wide() ? params_->shard() : static_cast<void *>(model_->params().values());
+    DST_RETURN_IF_ERROR(AllGather(*dp_, storage_, all, layout_.shard_size())->Wait());
+  }
+  return params_ ? params_->ShardChanged() : Status::Ok();
 }
 
 Status DataParallel::Step(double lr) {
-  if (stage_ == 0) {
-    optimizer_->Step(model_->params().values(), model_->params().grads(), lr);
-    return Status::Ok();
-  }
   if (params_) DST_RETURN_IF_ERROR(params_->Drain());
-  optimizer_->Step(ShardParams(), ShardGrads(), lr);
-  if (params_) return params_->ShardChanged();
-  if (dp_->size() == 1) return Status::Ok();
-  return dp_->AllGather(model_->params().values(), layout_.shard_size())->Wait();
+  optimizer_->BeginStep();
+  const int64_t n_total = state_range_.size;
+  if (!Wide()) {  // fp32: one piece, the parameters updated in place
+    StatePiece piece;
+    DST_RETURN_IF_ERROR(optimizer_->AcquireState(0, n_total, &piece));
+    optimizer_->Update(piece, StateParams(), static_cast<const float *>(StateGrads()), lr);
+    DST_RETURN_IF_ERROR(optimizer_->ReleaseState(piece));
+    return ShareParams();
+  }
+  // 16 bits: widen, unscale and clip the gradients a piece at a time, update
+  // the master weights, round them into the 16-bit parameters.
+  const float factor = float(clip_coef_ * GradFactor());
+  const uint16_t *grads = static_cast<const uint16_t *>(StateGrads());
+  float chunk[kChunk];
+  for (int64_t c = 0; c < n_total; c += kChunk) {
+    const int64_t n = std::min(kChunk, n_total - c);
+    Widen(storage_, grads + c, chunk, n);
+    for (int64_t i = 0; i < n; ++i) chunk[i] *= factor;
+    StatePiece piece;
+    DST_RETURN_IF_ERROR(optimizer_->AcquireState(c, n, &piece));
+    optimizer_->Update(piece, nullptr, chunk, lr);
+    MasterToParams(c, n, piece.tensors[0]);
+    DST_RETURN_IF_ERROR(optimizer_->ReleaseState(piece));
+  }
+  clip_coef_ = 1;
+  return ShareParams();
 }
 
 Status DataParallel::GatherGradients() {
-  if (stage_ == 0) return Status::Ok();
-  if (!grads_) return dp_->AllGather(model_->params().grads(), my_shard().size)->Wait();
-  gathered_grads_ = Buffer<float>(tracker_, MemoryCategory::kGradients, size_t(layout_.padded));
-  const ShardInfo s = my_shard();
-  std::memcpy(gathered_grads_.data() + s.offset, grads_->shard(), size_t(s.size) * sizeof(float));
-  return dp_->AllGather(gathered_grads_.data(), s.size)->Wait();
+  if (stage_ == 1 && dp_->size() > 1)
+    DST_RETURN_IF_ERROR(AllGather(*dp_, storage_, FullGrads(), layout_.shard_size())->Wait());
+  if (stage_ >= 2) {
+    gathered_grads_ = FlatBuffer(tracker_, MemoryCategory::kGradients, storage_, layout_.padded);
+    const ShardInfo s = my_shard();
+    std::memcpy(gathered_grads_.at(s.offset), grads_->shard(),
+                size_t(s.size) * ElementBytes(storage_));
+    if (dp_->size() > 1)
+      DST_RETURN_IF_ERROR(AllGather(*dp_, storage_, gathered_grads_.at(0), s.size)->Wait());
+  }
+  grads_gathered_ = true;
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------- whole tensors
@@ -190,39 +263,67 @@ Status DataParallel::ReadParam(int id, float *out) {
 }
 
 Status DataParallel::WriteParam(int id, const float *in) {
-  if (params_) return params_->Write(id, in);
   const ParamDecl &d = model_->params().decls()[size_t(id)];
+  if (Wide()) {  // the master weights this rank holds, then the 16-bit copy
+    const int64_t b = std::max(state_range_.offset, d.offset);
+    const int64_t e = std::min(state_range_.offset + state_range_.size, d.offset + d.numel);
+    if (b < e)
+      DST_RETURN_IF_ERROR(
+          optimizer_->state().Write(0, b - state_range_.offset, e - b, in + (b - d.offset)));
+  }
+  if (params_) return params_->Write(id, in);
   std::memcpy(model_->params().values() + d.offset, in, size_t(d.numel) * sizeof(float));
   return Status::Ok();
 }
 
 Status DataParallel::ReadGrad(int id, float *out) const {
   const ParamDecl &d = model_->params().decls()[size_t(id)];
-  const float *full = grads_ ? gathered_grads_.data() : model_->params().grads();
-  if (!full)
+  if (stage_ >= 1 && !grads_gathered_ && (stage_ >= 2 || Wide()))
     return StateError("get_grad: at ZeRO stage " + std::to_string(stage_) +
-                      " each rank keeps only its shard of the gradients; the full gradient is "
-                      "gathered by forward_backward and kept until the next train_batch or "
-                      "forward_backward. Call dst_engine_forward_backward first");
-  std::memcpy(out, full + d.offset, size_t(d.numel) * sizeof(float));
+                      " each rank keeps only its shard of the reduced gradients; the full "
+                      "gradient is gathered by forward_backward and kept until the next "
+                      "train_batch or forward_backward. Call dst_engine_forward_backward first");
+  const void *full =
+      stage_ >= 2 ? gathered_grads_.at(0) : const_cast<DataParallel *>(this)->FullGrads();
+  Widen(storage_, static_cast<const uint8_t *>(full) + size_t(d.offset) * ElementBytes(storage_),
+        out, d.numel);
+  if (Wide()) {
+    const float f = float(GradFactor());
+    for (int64_t i = 0; i < d.numel; ++i) out[i] *= f;
+  }
   return Status::Ok();
 }
 
 float *DataParallel::FullParams() {
+  if (Wide())  // the master weights, when they cover everything
+    return state_range_.size == layout_.padded
+               ? const_cast<float *>(optimizer_->state().Resident(0))
+               : nullptr;
   if (!params_) return model_->params().values();
-  return dp_->size() == 1 ? params_->shard() : nullptr;
+  return dp_->size() == 1 ? params_->shard_f32() : nullptr;
 }
 
 float *DataParallel::LocalParams(ShardInfo *range) {
+  if (Wide()) {
+    *range = state_range_;
+    return const_cast<float *>(optimizer_->state().Resident(0));
+  }
   if (params_) {
     *range = my_shard();
-    return params_->shard();
+    return params_->shard_f32();
   }
   *range = ShardInfo{0, layout_.padded};
   return model_->params().values();
 }
 
 Status DataParallel::ParamsChanged() {
+  if (Wide()) {  // the master weights were loaded: round them into the 16-bit copy
+    StatePiece piece;
+    DST_RETURN_IF_ERROR(optimizer_->AcquireState(0, state_range_.size, &piece));
+    MasterToParams(0, state_range_.size, piece.tensors[0]);
+    DST_RETURN_IF_ERROR(optimizer_->ReleaseState(piece));
+    return ShareParams();
+  }
   return params_ ? params_->ShardChanged() : Status::Ok();
 }
 

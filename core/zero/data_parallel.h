@@ -1,18 +1,32 @@
-// Data parallelism over flat gradient and parameter buffers, ZeRO style.
-//   stage 0: gradients all-reduced in buckets (averaged); every rank steps the
-//            whole model.
-//   stage 1: optimizer state partitioned: each bucket of gradients is reduced
-//            to the rank that owns it, each rank steps its shard, and the
-//            updated parameters are all-gathered.
-//   stage 2: gradients partitioned too: no full gradient buffer; each layer's
-//            gradients are reduced to their owners right after its backward
-//            (grad_partition.h), then as stage 1.
-//   stage 3: parameters partitioned too: no full parameter buffer; each
-//            layer's parameters are gathered before it runs (param_partition.h);
-//            the optimizer steps the shard and nothing is all-gathered.
-// Buckets (stages 0 and 1) are contiguous ranges of the flat buffer taken from
-// the top, because backward finishes the last layers (highest offsets) first;
-// with overlap_comm a bucket is launched as soon as backward has passed below it.
+// Data parallelism with ZeRO stages 0-3: one sharding engine for every
+// precision. How parameters and gradients are stored is the only thing
+// precision changes (storage.h): fp32, or 16 bits with fp32 master weights
+// in the optimizer's state store (the ZeRO paper's 2 + 2 + K bytes).
+//
+//   stage   parameters              gradients             optimizer state (+ masters)
+//     0     all                     all, bucketed         all
+//     1     all                     all, bucketed         shard
+//     2     all                     shard (per layer)     shard
+//     3     shard (+ persistent)    shard (per layer)     shard
+//
+// The parts, each written once over the storage type:
+//   - BucketReducer (stages 0, 1): the full gradient buffer reduced in
+//     buckets from the top, launched during the step's last backward with
+//     overlap_comm (all-reduce at 0, reduce to the owner at 1).
+//   - GradientPartition (stages 2, 3): each layer's gradients staged and
+//     reduced to their owners after its backward (two staging buffers with
+//     overlap_comm); tensors several layers write (the tied wte) reduced once,
+//     after the last writer.
+//   - ParameterPartition (stage 3): each layer's parameters gathered before
+//     it runs, the next one prefetched, small tensors (numel <=
+//     stage3_param_persistence_threshold) kept whole on every rank.
+//   - The Optimizer over this rank's state range, its state (and masters) in
+//     a StateStore, stepped a piece at a time.
+// The layers compute in fp32 on the CPU: with 16-bit storage a layer's
+// parameters are widened into a working buffer before it runs (the
+// ParameterPartition over a group of one at stages 0-2) and its fp32
+// gradients staged and rounded as they are added into 16-bit storage (the
+// GradientPartition over a group of one at stages 0, 1).
 //
 // DataParallel is the model's LayerHooks: the engine passes it to
 // Model::Forward/Backward, which stop at the first hook that fails.
@@ -26,110 +40,108 @@
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
 #include "core/runtime/memory.h"
+#include "core/zero/bucket_reducer.h"
 #include "core/zero/grad_partition.h"
 #include "core/zero/parallelism.h"
 #include "core/zero/param_partition.h"
 #include "core/zero/partition_plan.h"
 #include "core/zero/shard_layout.h"
+#include "core/zero/storage.h"
 
 namespace dst {
 
-// One gradient bucket: [begin, end) of the flat buffer, reduced to `root`
-// (stage 1) or all-reduced (root -1, stage 0).
-struct GradBucket {
-  int64_t begin = 0, end = 0;
-  int64_t root = -1;
-};
-
-// The flat buffers a model needs for a ZeRO stage (what its ParamStore
-// allocates; the rest is partitioned here).
-ParamStoreOptions StoreOptionsForStage(int stage, int64_t dp_size);
+// The flat fp32 buffers the model's ParamStore allocates for a ZeRO stage and
+// a training dtype (the rest lives in DataParallel): values at stages 0-2
+// and gradients at 0-1 under fp32, none under 16 bits.
+ParamStoreOptions StoreOptionsForStage(int stage, int64_t dp_size,
+                                       DType precision = DType::kFloat32);
 
 class DataParallel final : public DataParallelism {
  public:
   // `model` must have been built with StoreOptionsForStage(config.zero.stage,
-  // dp->size()); it and `dp` must outlive this object.
+  // dp->size(), config.precision()); it and `dp` must outlive this object.
   DataParallel(const Config &config, Model<float> *model, Communicator *dp, MemoryTracker *tracker);
   ~DataParallel() override;
 
   const ShardLayout &layout() const { return layout_; }
   ShardInfo my_shard() const { return layout_.Shard(dp_->rank()); }
   int stage() const override { return stage_; }
+  StorageType storage() const { return storage_; }
   Optimizer &optimizer() override { return *optimizer_; }
   Communicator &comm() { return *dp_; }
-  const std::vector<GradBucket> &buckets() const { return buckets_; }
+  const std::vector<GradBucket> &buckets() const;
   const PartitionPlan &plan() const { return plan_; }
 
-  // A step begins: gradients are zero, nothing is in flight.
   Status ZeroGradients() override;
-  // A micro-batch's backward follows; during the step's last one stage 0/1
-  // buckets may launch (overlap_comm).
   void BeginBackward(bool last) override { launch_buckets_ = overlap_ && last; }
+  void SetLossScale(double scale) override { loss_scale_ = scale; }
   Status BeforeForward(size_t layer) override;
   Status BeforeBackward(size_t layer) override;
   Status AfterBackward(size_t layer) override;
+  RoundFn activation_rounding() const override;
 
-  // Launches what is left, waits for everything, and averages: the whole
-  // buffer (stage 0) or this rank's shard (stages 1-3).
+  // Launches what is left, waits for everything, and (fp32) averages: the
+  // whole buffer (stage 0) or this rank's shard (stages 1-3).
   Status FinishReduction() override;
-  // Global L2 norm of the averaged gradients (over shards for stages 1-3).
+  // Global L2 norm of the averaged, unscaled gradients (over shards, 1-3).
   Result<double> GradNorm() override;
-  // Scales the gradients this rank will use.
   void ScaleGradients(float k) override;
-  // Optimizer update of this rank's part, then the parameters every rank
-  // needs: all-gathered (stages 1, 2) or refreshed persistent tensors (3).
+  // Optimizer update of this rank's state range, then the parameters every
+  // rank needs: all-gathered (stages 1, 2) or refreshed persistent tensors (3).
   Status Step(double lr) override;
-  // After a forward_backward without a step: makes the full averaged gradient
-  // readable (stage 1: all-gathered in place; stages 2, 3: into a temporary
+  // After a forward_backward without a step: the full averaged gradient
+  // readable (stage 1: all-gathered in place; 2, 3: into a temporary
   // full-size buffer charged to gradients, freed when the next step begins).
   Status GatherGradients() override;
-  // Mean of a per-rank scalar across the group.
   Result<double> Average(double value) override { return AverageOverGroup(*dp_, value); }
 
   // Whole tensors, whatever the stage. ReadParam is collective at stage 3
-  // with dp > 1 unless the tensor is persistent (every rank must call it for
-  // the same tensor); WriteParam expects the same data on every rank.
+  // with dp > 1 unless the tensor is persistent; WriteParam expects the same
+  // data on every rank. Under 16 bits ReadParam returns the 16-bit working
+  // weights widened (the master weights are in the optimizer's state).
   Status ReadParam(int id, float *out) override;
   Status WriteParam(int id, const float *in) override;
-  // Stages 2 and 3: an error unless GatherGradients ran since the step began.
+  // Stages 1-3: an error unless GatherGradients ran since the step began.
   Status ReadGrad(int id, float *out) const override;
-  // The whole flat parameter buffer [padded] if this rank holds one (stages
-  // 0-2, and stage 3 on one rank, where the shard is everything), else null.
   float *FullParams() override;
-  // The parameter values this rank holds and their flat range: the whole
-  // padded buffer (stages 0-2) or this rank's shard (stage 3).
   float *LocalParams(ShardInfo *range) override;
-  // The flat range this rank's optimizer state covers: the whole padded
-  // buffer at stage 0, this rank's shard at stages 1-3.
-  ShardInfo StateRange() const override {
-    return stage_ == 0 ? ShardInfo{0, layout_.padded} : layout_.Shard(dp_->rank());
-  }
-  // The parameters were written through FullParams (a checkpoint load).
+  ShardInfo StateRange() const override { return state_range_; }
   Status ParamsChanged() override;
 
  private:
-  void Launch(float *grads, size_t bucket);
-  void BuildBuckets(int64_t bucket_elements);
-  // Stage 0/1: backward has finished every gradient at offsets >= boundary:
-  // launch the buckets entirely above it.
-  void GradientsFinalAbove(float *grads, int64_t boundary);
-  float *ShardGrads();
-  float *ShardParams();
+  bool Wide() const { return storage_ != StorageType::kFp32; }
+  // The full gradient buffer of stages 0, 1 (storage type).
+  void *FullGrads();
+  // This rank's gradients over the state range (storage type).
+  void *StateGrads();
+  // fp32 weights the optimizer updates in place (fp32 storage).
+  float *StateParams();
+  // From the stored gradient sum to the average the step uses: 1 under fp32
+  // (averaged in place by FinishReduction), 1 / (loss scale x dp) under 16 bits.
+  double GradFactor() const { return Wide() ? 1.0 / (loss_scale_ * double(dp_->size())) : 1.0; }
+  // 16 bits: the updated master weights into the 16-bit parameters.
+  void MasterToParams(int64_t begin, int64_t count, const float *master);
+  // Stages 1, 2: every rank's updated shard of the parameters to all; stage
+  // 3 and 16-bit working copies: forget what is staged.
+  Status ShareParams();
 
   int stage_;
+  StorageType storage_, wire_;
   Communicator *dp_;
   Model<float> *model_;
-  ShardLayout layout_;
-  bool overlap_ = false, launch_buckets_ = false;
-  std::unique_ptr<Optimizer> optimizer_;
-  std::vector<GradBucket> buckets_;  // from the top of the buffer down
-  std::vector<std::unique_ptr<Work>> pending_;
-  size_t next_bucket_ = 0;
-  PartitionPlan plan_;                          // stages 2, 3
-  std::unique_ptr<GradientPartition> grads_;    // stages 2, 3
-  std::unique_ptr<ParameterPartition> params_;  // stage 3
   MemoryTracker *tracker_;
-  Buffer<float> gathered_grads_;  // [padded] stages 2, 3 after GatherGradients
+  ShardLayout layout_;
+  ShardInfo state_range_;
+  bool overlap_ = false, launch_buckets_ = false;
+  std::unique_ptr<Communicator> local_;  // a group of one: 16-bit working copies at stages 0-2
+  PartitionPlan plan_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<BucketReducer> buckets_;      // stages 0, 1
+  std::unique_ptr<GradientPartition> grads_;    // stages 2, 3; 16 bits: also 0, 1 (local)
+  std::unique_ptr<ParameterPartition> params_;  // stage 3; 16 bits: also 0-2 (local)
+  FlatBuffer gathered_grads_;                   // [padded] stages 2, 3 after GatherGradients
+  bool grads_gathered_ = false;
+  double loss_scale_ = 1, clip_coef_ = 1;  // 16 bits: applied in the step
 };
 
 }  // namespace dst

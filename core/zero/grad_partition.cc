@@ -14,12 +14,18 @@ GradientPartition::GradientPartition(const PartitionPlan *plan, const ShardLayou
       store_(store),
       options_(options),
       mine_(layout.Shard(comm->rank())),
-      shard_(tracker, MemoryCategory::kGradients, size_t(layout.shard_size())),
+      shard_(tracker, MemoryCategory::kGradients, options.storage, layout.shard_size()),
       shared_(tracker, MemoryCategory::kCommunication, size_t(plan->shared.size)) {
   const auto comm_category = MemoryCategory::kCommunication;
   const size_t staging = size_t(plan->max_grad_staging);
   staging_[0] = Buffer<float>(tracker, comm_category, staging);
   if (options_.double_buffer) staging_[1] = Buffer<float>(tracker, comm_category, staging);
+  if (options_.wire != StorageType::kFp32 && comm->size() > 1) {
+    for (int b = 0; b < 2; ++b)
+      if (staging_[b].data())
+        wire_[b] = FlatBuffer(tracker, comm_category, options_.wire, int64_t(staging));
+    wire_[kSharedBuffer] = FlatBuffer(tracker, comm_category, options_.wire, plan->shared.size);
+  }
   // Shared gradients stay in their region for good. The others point into
   // the staging buffer from the start, so that a pass cut short by an error
   // still writes only into memory it owns.
@@ -65,20 +71,30 @@ Status GradientPartition::Drain() {
   return Wait(-1);
 }
 
+void GradientPartition::AddToShard(int64_t begin, const void *data, int64_t count) {
+  void *dst = shard_.at(begin - mine_.offset);
+  if (options_.wire == StorageType::kFp32)
+    AddInto(shard_.type(), static_cast<const float *>(data), dst, count);
+  else
+    SumInto(shard_.type(), dst, data, count);
+}
+
 void GradientPartition::Launch(const Segment &segment, float *base, int buffer) {
+  const float *staged = base + segment.staged;
   if (comm_->size() == 1) {  // the whole buffer is this rank's shard: no collective
-    float *dst = shard_.data() + segment.begin;
-    const float *src = base + segment.staged;
-    for (int64_t j = 0; j < segment.size(); ++j) dst[j] += src[j];
+    AddInto(shard_.type(), staged, shard_.at(segment.begin), segment.size());
     return;
   }
+  const bool wide_wire = options_.wire == StorageType::kFp32;
+  if (!wide_wire) Narrow(options_.wire, staged, wire_[buffer].at(segment.staged), segment.size());
   const int64_t bucket = options_.bucket_elements > 0 ? options_.bucket_elements : segment.size();
   layout_.ForEachOwner(segment.begin, segment.end, [&](int64_t owner, int64_t begin, int64_t end) {
     for (int64_t x = begin; x < end; x += bucket) {
       const int64_t count = std::min(bucket, end - x);
-      float *data = base + segment.staged + (x - segment.begin);
-      pending_.push_back(
-          {comm_->ReduceSum(data, count, owner), data, x, count, buffer, owner == comm_->rank()});
+      const int64_t at = segment.staged + (x - segment.begin);
+      void *data = wide_wire ? static_cast<void *>(base + at) : wire_[buffer].at(at);
+      pending_.push_back({ReduceSum(*comm_, options_.wire, data, count, owner), data, x, count,
+                          buffer, owner == comm_->rank()});
     }
   });
 }
@@ -94,10 +110,7 @@ Status GradientPartition::Wait(int buffer) {
       continue;
     }
     Status st = p.work->Wait();
-    if (st.ok() && p.mine) {
-      float *dst = shard_.data() + (p.begin - mine_.offset);
-      for (int64_t j = 0; j < p.count; ++j) dst[j] += p.data[j];
-    }
+    if (st.ok() && p.mine) AddToShard(p.begin, p.data, p.count);
     if (!st.ok() && first.ok()) first = std::move(st);
   }
   pending_.erase(pending_.begin() + std::ptrdiff_t(kept), pending_.end());

@@ -8,6 +8,14 @@
 // full buffer. With overlap_comm two staging buffers alternate: layer i's
 // reduction runs while layer i-1 computes. Gradients written by several layers
 // (the tied wte) accumulate in a shared region, reduced after the last writer.
+//
+// The layers write fp32 gradients; the shard is kept in the storage type
+// (fp32, or 16 bits under mixed precision: each owned piece is rounded as it
+// is added), and the reduction runs in the communication type (fp32, or the
+// 16-bit storage type: the staged piece is rounded to 16 bits for the wire).
+// Over a group of one rank the partition is "local": the shard is the whole
+// buffer and a layer's staged gradients are added into it after its backward
+// (how 16-bit ZeRO 0/1 accumulate fp32 layer gradients into 16-bit storage).
 #pragma once
 
 #include <memory>
@@ -18,12 +26,15 @@
 #include "core/runtime/memory.h"
 #include "core/zero/partition_plan.h"
 #include "core/zero/shard_layout.h"
+#include "core/zero/storage.h"
 
 namespace dst {
 
 struct GradPartitionOptions {
-  bool double_buffer = false;   // overlap_comm
-  int64_t bucket_elements = 0;  // largest single reduction; <= 0: unbounded
+  bool double_buffer = false;                // overlap_comm
+  int64_t bucket_elements = 0;               // largest single reduction; <= 0: unbounded
+  StorageType storage = StorageType::kFp32;  // of the shard
+  StorageType wire = StorageType::kFp32;     // of the reduction: fp32 or `storage`
 };
 
 class GradientPartition {
@@ -34,10 +45,12 @@ class GradientPartition {
                     const GradPartitionOptions &options);
   ~GradientPartition();
 
-  // This rank's gradient shard [shard_size]: after Drain, the sum over ranks
-  // and micro-batches.
-  float *shard() { return shard_.data(); }
-  const float *shard() const { return shard_.data(); }
+  // This rank's gradient shard [shard_size] in the storage type: after
+  // Drain, the sum over ranks and micro-batches.
+  void *shard() { return shard_.at(0); }
+  const void *shard() const { return shard_.at(0); }
+  // The same, for fp32 storage.
+  float *shard_f32() { return static_cast<float *>(shard_.at(0)); }
 
   // A step begins: waits for anything in flight and zeroes the shard.
   Status Zero();
@@ -52,14 +65,18 @@ class GradientPartition {
  private:
   struct Pending {
     std::unique_ptr<Work> work;
-    const float *data;     // the staged piece (summed on the owner once done)
+    const void *data;      // the piece on the wire (summed on the owner once done)
     int64_t begin, count;  // flat range
     int buffer;            // staging buffer index, or kSharedBuffer
     bool mine;
   };
   static constexpr int kSharedBuffer = 2;
 
+  // Reduces segment's staged values (fp32 at base) to their owners; index
+  // `buffer` names the staging buffer (and its wire buffer).
   void Launch(const Segment &segment, float *base, int buffer);
+  // The owned, reduced piece (wire type) into the shard.
+  void AddToShard(int64_t begin, const void *data, int64_t count);
   // Waits for the reductions out of `buffer` (-1: all).
   Status Wait(int buffer);
 
@@ -69,9 +86,10 @@ class GradientPartition {
   ParamStore<float> *store_;
   GradPartitionOptions options_;
   ShardInfo mine_;
-  Buffer<float> shard_;       // [shard_size] kGradients
+  FlatBuffer shard_;          // [shard_size] kGradients, storage type
   Buffer<float> staging_[2];  // [max_grad_staging] kCommunication (one unless double_buffer)
   Buffer<float> shared_;      // [shared.size] kCommunication
+  FlatBuffer wire_[3];        // 16-bit wire: staging_[0], staging_[1], shared_ rounded
   int current_ = 0;           // staging buffer of the layer in backward
   std::vector<Pending> pending_;
 };

@@ -18,7 +18,7 @@ ModelStateBytes EstimateModelState(int64_t num_parameters, int64_t dp_size, int 
   const int64_t k = OptimizerStateBytesPerParameter(optimizer, precision);
   const bool mixed = precision != DType::kFloat32;
   const int64_t width = mixed ? 2 : 4;
-  const int64_t persistent = mixed ? 0 : stage3_persistent_elements;
+  const int64_t persistent = stage3_persistent_elements;
   ModelStateBytes b;
   b.parameters = width * (stage >= 3 ? shard + persistent : full);
   b.gradients = width * (stage >= 2 ? shard : full);

@@ -14,8 +14,9 @@
 //   stage 0: params 2P, grads 2P, optimizer (4 + k) P
 //   stage 1: params 2P, grads 2P, optimizer (4 + k) P/N
 //   stage 2: params 2P, grads 2P/N, optimizer (4 + k) P/N
-//   stage 3: params 2P/N, grads 2P/N, optimizer (4 + k) P/N (no persistent tensors)
-// Communication staging buffers (kCommunication) are not model state.
+//   stage 3: params 2P/N + 2S, grads 2P/N, optimizer (4 + k) P/N
+// Communication staging buffers and the fp32 working copies a layer reads
+// under 16 bits (kCommunication) are not model state.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,9 @@
 // What the engine needs from its data-parallel layer, whatever the precision:
 // gradient reduction, the (possibly sharded) optimizer step, whole-tensor
-// access and the weights a checkpoint saves. DataParallel implements it for
-// fp32 training, MixedPrecisionParallel for fp16/bf16 (16-bit parameters and
-// gradients, fp32 master weights). It is also the model's LayerHooks.
+// access and the weights a checkpoint saves. DataParallel (data_parallel.h)
+// implements it for every ZeRO stage and precision; the interface is the
+// seam the executor, the checkpoint code and tests use. It is also the
+// model's LayerHooks.
 #pragma once
 
 #include <utility>

@@ -9,6 +9,13 @@
 // thread while this one computes; a layer still staged (the head between its
 // forward and backward, the embedding between micro-batches) is not gathered
 // again until the parameters change.
+//
+// The storage type is fp32 or 16 bits (mixed precision). With 16-bit storage
+// the shard, the persistent tensors and the gathers are 16-bit, and a layer
+// reads an fp32 working copy widened after its gather (the persistent
+// tensors' working copy is refreshed when the shard changes). Over a group
+// of one rank the partition is "local": the shard is the whole buffer and a
+// gather is a widening copy (how 16-bit ZeRO 0-2 give layers fp32 weights).
 #pragma once
 
 #include <memory>
@@ -19,6 +26,7 @@
 #include "core/runtime/memory.h"
 #include "core/zero/partition_plan.h"
 #include "core/zero/shard_layout.h"
+#include "core/zero/storage.h"
 
 namespace dst {
 
@@ -29,11 +37,14 @@ class ParameterPartition {
   // `plan`, `comm` and `store` must outlive this object.
   ParameterPartition(const PartitionPlan *plan, const ShardLayout &layout, Communicator *comm,
                      ParamStore<float> *store, MemoryTracker *tracker, uint64_t seed,
-                     int64_t prefetch_elements);
+                     int64_t prefetch_elements, StorageType storage = StorageType::kFp32);
   ~ParameterPartition();
 
-  // This rank's parameter shard [shard_size].
-  float *shard() { return shard_.data(); }
+  StorageType storage() const { return shard_.type(); }
+  // This rank's parameter shard [shard_size] in the storage type.
+  void *shard() { return shard_.at(0); }
+  // The same, for fp32 storage.
+  float *shard_f32() { return static_cast<float *>(shard_.at(0)); }
 
   // Makes `layer`'s parameters readable through the store (gathering them
   // unless still staged) and, when prefetching, starts gathering layer
@@ -54,11 +65,20 @@ class ParameterPartition {
  private:
   struct Staged {
     int64_t layer = -1;
+    bool widened = false;                      // 16 bits: working copy up to date
     std::vector<std::unique_ptr<Work>> works;  // the gather in flight
   };
 
-  // Starts gathering `layout`'s segments into `dst`.
-  void Gather(const StagingLayout &layout, float *dst, std::vector<std::unique_ptr<Work>> *works);
+  bool Wide() const { return shard_.type() != StorageType::kFp32; }
+  // What a layer reads from staging buffer b: fp32 (the buffer itself, or
+  // its widened working copy).
+  float *Working(int b) {
+    return Wide() ? working_[b].data() : static_cast<float *>(staging_[b].at(0));
+  }
+  // Starts gathering `layout`'s segments (storage type) into `dst`.
+  void Gather(const StagingLayout &layout, void *dst, std::vector<std::unique_ptr<Work>> *works);
+  // Widens the persistent tensors into their working copy.
+  void WidenPersistent();
   Status WaitStaged(Staged *staged);
   Status Forget();
 
@@ -68,9 +88,11 @@ class ParameterPartition {
   ParamStore<float> *store_;
   ShardInfo mine_;
   int64_t prefetch_elements_;
-  Buffer<float> shard_;       // [shard_size] kParameters
-  Buffer<float> persistent_;  // [persistent.size] kParameters
-  Buffer<float> staging_[2];  // [max_param_staging] kCommunication (one unless prefetching)
+  FlatBuffer shard_;               // [shard_size] kParameters
+  FlatBuffer persistent_;          // [persistent.size] kParameters
+  Buffer<float> persistent_work_;  // [persistent.size] kCommunication, 16 bits only
+  FlatBuffer staging_[2];          // [max_param_staging] kCommunication (one unless prefetching)
+  Buffer<float> working_[2];       // [max_param_staging] kCommunication, 16 bits only
   Staged staged_[2];
   int current_ = 0;  // staging buffer of the layer acquired last
 };

@@ -20,7 +20,6 @@
 #include "core/model/model_spec.h"
 #include "core/precision/loss_scaler.h"
 #include "core/zero/data_parallel.h"
-#include "core/zero/mixed_parallel.h"
 
 namespace dst {
 namespace {
@@ -129,13 +128,9 @@ struct Rank {
     const bool mixed = config.precision() != DType::kFloat32;
     if (mixed) activations.half = config.precision() == DType::kFloat16 ? Half::kFp16 : Half::kBf16;
     model = std::make_unique<Model<float>>(
-        spec, limits, &tracker,
-        mixed ? StoreOptionsForMixedPrecision(1) : StoreOptionsForStage(config.zero.stage, 1),
+        spec, limits, &tracker, StoreOptionsForStage(config.zero.stage, 1, config.precision()),
         activations);
-    if (mixed)
-      dp = std::make_unique<MixedPrecisionParallel>(config, model.get(), comm.get(), &tracker);
-    else
-      dp = std::make_unique<DataParallel>(config, model.get(), comm.get(), &tracker);
+    dp = std::make_unique<DataParallel>(config, model.get(), comm.get(), &tracker);
     executor = std::make_unique<Executor>(config, model.get(), dp.get(), &scaler, &progress);
   }
 

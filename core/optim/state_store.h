@@ -1,0 +1,77 @@
+// Where an optimizer's state lives: named flat fp32 tensors aligned element
+// for element with the parameter range the optimizer steps (the fp32 master
+// weights under mixed precision first, then exp_avg / exp_avg_sq or
+// momentum_buffer). The optimizer reads and writes them a piece at a time
+// (Acquire, update, Release), so a store that keeps the state somewhere else
+// than memory — NVMe, streamed through a few buffers (the offload issue) —
+// plugs in without the optimizer or the checkpoint code changing.
+// ResidentStateStore, the state in memory, is the one built today.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/common/status.h"
+#include "core/runtime/memory.h"
+
+namespace dst {
+
+// Elements [begin, begin + count) of every state tensor.
+struct StatePiece {
+  static constexpr size_t kMaxTensors = 3;  // master + two optimizer states
+  int64_t begin = 0, count = 0;
+  std::array<float *, kMaxTensors> tensors{};
+};
+
+class StateStore {
+ public:
+  virtual ~StateStore() = default;
+  // "resident" (memory), later "nvme".
+  virtual const char *kind() const = 0;
+  const std::vector<std::string> &names() const { return names_; }
+  int64_t numel() const { return numel_; }
+
+  // Makes [begin, begin + count) of every tensor readable and writable
+  // through piece->tensors until Release.
+  virtual Status Acquire(int64_t begin, int64_t count, StatePiece *piece) = 0;
+  // Done with a piece; `modified`: it was written (a store elsewhere writes it back).
+  virtual Status Release(const StatePiece &piece, bool modified) = 0;
+  // Copies elements [begin, begin + count) of tensor k out / in (checkpoints).
+  virtual Status Read(size_t k, int64_t begin, int64_t count, float *out) const = 0;
+  virtual Status Write(size_t k, int64_t begin, int64_t count, const float *in) = 0;
+  // Tensor k whole in memory, or null when the store keeps it elsewhere (a
+  // checkpoint then copies it through Read).
+  virtual const float *Resident(size_t k) const {
+    (void)k;
+    return nullptr;
+  }
+
+ protected:
+  StateStore(std::vector<std::string> names, int64_t numel)
+      : names_(std::move(names)), numel_(numel) {}
+
+ private:
+  std::vector<std::string> names_;
+  int64_t numel_;
+};
+
+// Every tensor in memory, charged to optimizer_state.
+class ResidentStateStore final : public StateStore {
+ public:
+  ResidentStateStore(std::vector<std::string> names, int64_t numel, MemoryTracker *tracker);
+  const char *kind() const override { return "resident"; }
+  Status Acquire(int64_t begin, int64_t count, StatePiece *piece) override;
+  Status Release(const StatePiece &, bool) override { return Status::Ok(); }
+  Status Read(size_t k, int64_t begin, int64_t count, float *out) const override;
+  Status Write(size_t k, int64_t begin, int64_t count, const float *in) override;
+  const float *Resident(size_t k) const override { return tensors_[k].data(); }
+  float *data(size_t k) { return tensors_[k].data(); }
+
+ private:
+  Status CheckRange(size_t k, int64_t begin, int64_t count) const;
+  std::vector<Buffer<float>> tensors_;
+};
+
+}  // namespace dst

@@ -1,0 +1,99 @@
+#include "core/zero/bucket_reducer.h"
+
+#include <algorithm>
+
+namespace dst {
+
+BucketReducer::BucketReducer(const ShardLayout &layout, int stage, Communicator *comm, void *grads,
+                             StorageType storage, StorageType wire, int64_t bucket_elements,
+                             MemoryTracker *tracker)
+    : layout_(layout), comm_(comm), grads_(grads), storage_(storage), wire_type_(wire) {
+  bucket_elements = std::max<int64_t>(1, bucket_elements);
+  int64_t end = layout_.padded;
+  while (end > 0) {
+    const int64_t begin = std::max<int64_t>(0, end - bucket_elements);
+    GradBucket bucket{begin, end, -1};
+    if (stage >= 1) {
+      // A stage-1 bucket never straddles two shards: it is reduced to one owner.
+      const int64_t owner = layout_.OwnerOf(end - 1);
+      bucket.begin = std::max(begin, layout_.Shard(owner).offset);
+      bucket.root = owner;
+    }
+    buckets_.push_back(bucket);
+    end = bucket.begin;
+  }
+  if (storage_ != wire_type_ && comm_->size() > 1)
+    for (Buffer<float> &w : wire_)
+      w = Buffer<float>(tracker, MemoryCategory::kCommunication,
+                        size_t(std::min(bucket_elements, layout_.padded)));
+}
+
+BucketReducer::~BucketReducer() {
+  (void)Reset();
+}
+
+Status BucketReducer::Reset() {
+  Status first;
+  while (!pending_.empty()) {
+    Status st = WaitOldest();
+    if (!st.ok() && first.ok()) first = std::move(st);
+  }
+  next_ = 0;
+  return first;
+}
+
+Status BucketReducer::Launch(size_t b) {
+  const GradBucket &bucket = buckets_[b];
+  const int64_t n = bucket.end - bucket.begin;
+  void *data = static_cast<uint8_t *>(grads_) + size_t(bucket.begin) * ElementBytes(storage_);
+  if (storage_ == wire_type_) {
+    pending_.push_back({bucket.root < 0 ? AllReduceSum(*comm_, storage_, data, n)
+                                        : ReduceSum(*comm_, storage_, data, n, bucket.root),
+                        b, -1});
+    return Status::Ok();
+  }
+  // Widened for an fp32 wire: at most two buckets in flight.
+  if (pending_.size() >= 2) DST_RETURN_IF_ERROR(WaitOldest());
+  const int w = next_wire_;
+  next_wire_ ^= 1;
+  Widen(storage_, data, wire_[w].data(), n);
+  pending_.push_back({bucket.root < 0 ? comm_->AllReduceSum(wire_[w].data(), n)
+                                      : comm_->ReduceSum(wire_[w].data(), n, bucket.root),
+                      b, w});
+  return Status::Ok();
+}
+
+Status BucketReducer::WaitOldest() {
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  DST_RETURN_IF_ERROR(p.work->Wait());
+  if (p.wire < 0) return Status::Ok();
+  const GradBucket &bucket = buckets_[p.bucket];
+  if (bucket.root >= 0 && bucket.root != comm_->rank()) return Status::Ok();  // scratch here
+  void *data = static_cast<uint8_t *>(grads_) + size_t(bucket.begin) * ElementBytes(storage_);
+  Narrow(storage_, wire_[p.wire].data(), data, bucket.end - bucket.begin);
+  return Status::Ok();
+}
+
+Status BucketReducer::LaunchAbove(int64_t boundary) {
+  if (comm_->size() == 1) return Status::Ok();  // nothing to reduce
+  while (next_ < buckets_.size() && buckets_[next_].begin >= boundary)
+    DST_RETURN_IF_ERROR(Launch(next_++));
+  return Status::Ok();
+}
+
+Status BucketReducer::Finish() {
+  if (comm_->size() == 1) return Status::Ok();
+  Status first;
+  while (next_ < buckets_.size()) {
+    first = Launch(next_++);
+    if (!first.ok()) break;
+  }
+  while (!pending_.empty()) {
+    Status st = WaitOldest();
+    if (!st.ok() && first.ok()) first = std::move(st);
+  }
+  return first;
+}
+
+}  // namespace dst

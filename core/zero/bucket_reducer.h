@@ -1,0 +1,68 @@
+// ZeRO stages 0 and 1: the reduction of a full gradient buffer in buckets.
+// Buckets are contiguous ranges taken from the top of the buffer, because
+// backward finishes the last layers (highest offsets) first; with
+// overlap_comm a bucket launches as soon as backward has passed below it.
+// Stage 0 all-reduces a bucket; stage 1 reduces it to the rank that owns it
+// (buckets never straddle two shards). The buffer holds the storage type
+// (fp32 or 16 bits); the wire carries the communication type: the storage
+// type in place, or fp32 for 16-bit storage (each bucket widened into one of
+// two wire buffers, reduced, and rounded back on the ranks that keep it).
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/runtime/memory.h"
+#include "core/zero/shard_layout.h"
+#include "core/zero/storage.h"
+
+namespace dst {
+
+// One gradient bucket: [begin, end) of the flat buffer, reduced to `root`
+// (stage 1) or all-reduced (root -1, stage 0).
+struct GradBucket {
+  int64_t begin = 0, end = 0;
+  int64_t root = -1;
+};
+
+class BucketReducer {
+ public:
+  // `grads` (storage type, [layout.padded]) and `comm` must outlive this.
+  BucketReducer(const ShardLayout &layout, int stage, Communicator *comm, void *grads,
+                StorageType storage, StorageType wire, int64_t bucket_elements,
+                MemoryTracker *tracker);
+  ~BucketReducer();
+
+  const std::vector<GradBucket> &buckets() const { return buckets_; }
+  // A step begins: nothing in flight, no bucket launched.
+  Status Reset();
+  // Backward has finished every gradient at offsets >= boundary: launches
+  // the buckets entirely above it.
+  Status LaunchAbove(int64_t boundary);
+  // Launches what is left and waits for everything.
+  Status Finish();
+
+ private:
+  struct Pending {
+    std::unique_ptr<Work> work;
+    size_t bucket;
+    int wire;  // wire buffer index (fp32 wire for 16-bit storage), or -1
+  };
+  Status Launch(size_t bucket);
+  // Waits for the oldest reduction; rounds a widened bucket back.
+  Status WaitOldest();
+
+  ShardLayout layout_;
+  Communicator *comm_;
+  void *grads_;
+  StorageType storage_, wire_type_;
+  std::vector<GradBucket> buckets_;  // from the top of the buffer down
+  size_t next_ = 0;
+  std::deque<Pending> pending_;
+  Buffer<float> wire_[2];  // [bucket] kCommunication: fp32 wire for 16-bit storage
+  int next_wire_ = 0;
+};
+
+}  // namespace dst

@@ -1,0 +1,91 @@
+#include "core/zero/storage.h"
+
+#include <cstring>
+
+#include "core/kernels/cpu/reduce.h"
+
+namespace dst {
+
+StorageType StorageOf(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return StorageType::kFp16;
+    case DType::kBFloat16:
+      return StorageType::kBf16;
+    default:
+      return StorageType::kFp32;
+  }
+}
+
+FlatBuffer::FlatBuffer(MemoryTracker *tracker, MemoryCategory category, StorageType type,
+                       int64_t numel)
+    : type_(type), numel_(numel), bytes_(tracker, category, size_t(numel) * ElementBytes(type)) {}
+
+void Widen(StorageType t, const void *src, float *dst, int64_t n) {
+  if (t == StorageType::kFp32)
+    std::memcpy(dst, src, size_t(n) * sizeof(float));
+  else
+    ToFloat(HalfOf(t), static_cast<const uint16_t *>(src), dst, n);
+}
+
+void Narrow(StorageType t, const float *src, void *dst, int64_t n) {
+  if (t == StorageType::kFp32)
+    std::memcpy(dst, src, size_t(n) * sizeof(float));
+  else
+    FromFloat(HalfOf(t), src, static_cast<uint16_t *>(dst), n);
+}
+
+void AddInto(StorageType t, const float *add, void *acc, int64_t n) {
+  if (t == StorageType::kFp32) {
+    float *a = static_cast<float *>(acc);
+    for (int64_t i = 0; i < n; ++i) a[i] += add[i];
+  } else {
+    AccumulateInto(HalfOf(t), add, static_cast<uint16_t *>(acc), n);
+  }
+}
+
+void SumInto(StorageType t, void *acc, const void *add, int64_t n) {
+  if (t == StorageType::kFp32)
+    AddInto(t, static_cast<const float *>(add), acc, n);
+  else
+    Sum16(HalfOf(t), static_cast<uint16_t *>(acc), static_cast<const uint16_t *>(add), n);
+}
+
+double SumOfSquares(StorageType t, const void *x, int64_t n) {
+  if (t == StorageType::kFp32) return cpu::SumOfSquares(static_cast<const float *>(x), n);
+  return SumOfSquares16(HalfOf(t), static_cast<const uint16_t *>(x), n);
+}
+
+std::unique_ptr<Work> AllReduceSum(Communicator &comm, StorageType t, void *data, int64_t n) {
+  if (t == StorageType::kFp32) return comm.AllReduceSum(static_cast<float *>(data), n);
+  return comm.AllReduceSum16(static_cast<uint16_t *>(data), n, HalfOf(t));
+}
+
+std::unique_ptr<Work> ReduceSum(Communicator &comm, StorageType t, void *data, int64_t n,
+                                int64_t root) {
+  if (t == StorageType::kFp32) return comm.ReduceSum(static_cast<float *>(data), n, root);
+  return comm.ReduceSum16(static_cast<uint16_t *>(data), n, root, HalfOf(t));
+}
+
+std::unique_ptr<Work> Broadcast(Communicator &comm, StorageType t, void *data, int64_t n,
+                                int64_t root) {
+  if (t == StorageType::kFp32) return comm.Broadcast(static_cast<float *>(data), n, root);
+  return comm.Broadcast16(static_cast<uint16_t *>(data), n, root);
+}
+
+std::unique_ptr<Work> AllGather(Communicator &comm, StorageType t, void *data, int64_t shard) {
+  if (t == StorageType::kFp32) return comm.AllGather(static_cast<float *>(data), shard);
+  return comm.AllGather16(static_cast<uint16_t *>(data), shard);
+}
+
+Status WaitAll(std::vector<std::unique_ptr<Work>> *works) {
+  Status first;
+  for (auto &work : *works) {
+    Status st = work->Wait();
+    if (!st.ok() && first.ok()) first = std::move(st);
+  }
+  works->clear();
+  return first;
+}
+
+}  // namespace dst
