@@ -91,8 +91,7 @@ std::string Engine::CheckpointKeyPrefix(const char *phase) const {
 }
 
 Json Engine::CheckpointMeta(const Json &client) const {
-  std::vector<std::string> states;
-  for (const OptimizerStateBuffer &s : dp_->optimizer().StateBuffers()) states.push_back(s.name);
+  const std::vector<std::string> states = dp_->optimizer().state_names();
   Json meta = {
       {"dstrain_version", DSTRAIN_VERSION_STRING},
       {"step", progress_.steps},
@@ -145,10 +144,25 @@ Status Engine::WriteOwnCheckpointFiles(const std::string &dir, const std::string
   CheckpointFile shard{
       name, {}, {{"begin", std::to_string(mine.begin)}, {"end", std::to_string(mine.end)}}};
   Json tensors = Json::array();
-  for (const OptimizerStateBuffer &s : dp_->optimizer().StateBuffers()) {
-    shard.tensors.push_back(
-        {s.name, TensorDType::kF32, {mine.size()}, s.data + (mine.begin - held.offset)});
-    tensors.push_back(s.name);
+  // The optimizer's state, read through its store: in place when it is
+  // resident, else copied out for the write.
+  const Optimizer &optimizer = dp_->optimizer();
+  const StateStore &store = optimizer.state();
+  const std::vector<std::string> names = optimizer.state_names();
+  std::vector<std::vector<float>> copies;
+  for (size_t k = 0; k < names.size(); ++k) {
+    const size_t index = optimizer.first_state_tensor() + k;
+    const int64_t at = mine.begin - held.offset;
+    const float *data = store.Resident(index);
+    if (data) {
+      data += at;
+    } else {
+      copies.emplace_back(size_t(mine.size()));
+      DST_RETURN_IF_ERROR(store.Read(index, at, mine.size(), copies.back().data()));
+      data = copies.back().data();
+    }
+    shard.tensors.push_back({names[k], TensorDType::kF32, {mine.size()}, data});
+    tensors.push_back(names[k]);
   }
   if (!full_params) {
     shard.tensors.push_back({kParamsPiece,
@@ -315,9 +329,7 @@ Status Engine::PrepareLoad(const std::string &dir, const std::string &tag, Prepa
     if (saved != dp_->optimizer().Name())
       return CheckpointError(where + " holds " + saved + " optimizer state but this config uses " +
                              dp_->optimizer().Name() + "; load it with the same optimizer type");
-    std::vector<OptimizerStateBuffer> states = dp_->optimizer().StateBuffers();
-    std::vector<std::string> names;
-    for (const OptimizerStateBuffer &s : states) names.push_back(s.name);
+    const std::vector<std::string> names = dp_->optimizer().state_names();
     const auto saved_states = optimizer.at("states").get<std::vector<std::string>>();
     if (saved_states != names)
       return CheckpointError(where + " holds optimizer state [" + Json(saved_states).dump() +
@@ -350,7 +362,7 @@ Status Engine::PrepareLoad(const std::string &dir, const std::string &tag, Prepa
     out->state_range = dp_->StateRange();
     const FlatRange want{out->state_range.offset, out->state_range.offset + out->state_range.size};
     const FlatRange real = RealPart(out->state_range, total);
-    std::vector<std::vector<FlatPiece>> pieces(states.size());
+    std::vector<std::vector<FlatPiece>> pieces(names.size());
     for (const Json &s : ckpt.meta.at("shards")) {
       const FlatRange range{s.at("begin").get<int64_t>(), s.at("end").get<int64_t>()};
       if (range.end <= real.begin || range.begin >= real.end) continue;
@@ -364,10 +376,10 @@ Status Engine::PrepareLoad(const std::string &dir, const std::string &tag, Prepa
             where + "/" + file + " declares elements [" + std::to_string(declared->begin) + ", " +
             std::to_string(declared->end) + ") but meta.json says [" + std::to_string(range.begin) +
             ", " + std::to_string(range.end) + "): the checkpoint is inconsistent");
-      for (size_t k = 0; k < states.size(); ++k) {
-        auto t = shard.tensors.find(states[k].name);
+      for (size_t k = 0; k < names.size(); ++k) {
+        auto t = shard.tensors.find(names[k]);
         if (t == shard.tensors.end())
-          return CheckpointError(where + "/" + file + " has no \"" + states[k].name +
+          return CheckpointError(where + "/" + file + " has no \"" + names[k] +
                                  "\" state: the checkpoint is incomplete");
         pieces[k].push_back({range, t->second.f32(), file});
       }
@@ -375,11 +387,11 @@ Status Engine::PrepareLoad(const std::string &dir, const std::string &tag, Prepa
     if (total > 0 && ckpt.meta.value("num_parameters", total) != total)
       return CheckpointError(where + " holds " + ckpt.meta["num_parameters"].dump() +
                              " parameters but this model has " + std::to_string(total));
-    out->states.resize(states.size());
-    for (size_t k = 0; k < states.size(); ++k) {
+    out->states.resize(names.size());
+    for (size_t k = 0; k < names.size(); ++k) {
       out->states[k].resize(size_t(want.size()));
       DST_RETURN_IF_ERROR(
-          AssembleFlat(pieces[k], want, total, "\"" + states[k].name + "\"", out->states[k].data())
+          AssembleFlat(pieces[k], want, total, "\"" + names[k] + "\"", out->states[k].data())
               .context(where));
     }
   } catch (const Json::exception &e) {
@@ -414,10 +426,11 @@ Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
   ShardInfo held;
   float *params = dp_->LocalParams(&held);
   std::memcpy(params, prepared.params.data(), prepared.params.size() * sizeof(float));
-  std::vector<OptimizerStateBuffer> states = dp_->optimizer().StateBuffers();
-  for (size_t k = 0; k < states.size(); ++k)
-    std::memcpy(states[k].data, prepared.states[k].data(),
-                prepared.states[k].size() * sizeof(float));
+  Optimizer &optimizer = dp_->optimizer();
+  for (size_t k = 0; k < prepared.states.size(); ++k)
+    DST_RETURN_IF_ERROR(optimizer.state().Write(optimizer.first_state_tensor() + k, 0,
+                                                int64_t(prepared.states[k].size()),
+                                                prepared.states[k].data()));
   progress_.steps = prepared.step;
   progress_.skipped_steps = prepared.skipped_steps;
   scaler_ = prepared.scaler;
