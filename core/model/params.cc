@@ -2,15 +2,28 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "core/runtime/rng.h"
 
 namespace dst {
 
-int ParamRegistry::Add(std::string name, std::vector<int64_t> shape, ParamInit init) {
+int ParamRegistry::Add(std::string name, std::vector<int64_t> global_shape, ParamInit init,
+                       TensorSplit split) {
   ParamDecl decl;
   decl.name = std::move(name);
-  decl.shape = std::move(shape);
+  decl.global_shape = std::move(global_shape);
+  decl.shape = decl.global_shape;
+  decl.split = split;
+  if (split.split()) {
+    int64_t &d = decl.shape.at(size_t(split.dim));
+    if (d % split.parts != 0 || split.index < 0 || split.index >= split.parts)
+      throw std::logic_error("ParamRegistry::Add: " + decl.name + " dimension " +
+                             std::to_string(split.dim) + " of " + std::to_string(d) +
+                             " does not split into " + std::to_string(split.parts));
+    d /= split.parts;
+  }
   decl.init = init;
   decl.numel = 1;
   for (int64_t d : decl.shape) decl.numel *= d;
@@ -18,6 +31,19 @@ int ParamRegistry::Add(std::string name, std::vector<int64_t> shape, ParamInit i
   total_ += decl.numel;
   decls_.push_back(std::move(decl));
   return int(decls_.size()) - 1;
+}
+
+int64_t ParamDecl::GlobalElement(int64_t i) const {
+  if (!split.split()) return i;
+  // Row-major: the elements after the split dimension form one contiguous
+  // run ("inner"); the split dimension's local index shifts by the slice.
+  const size_t dim = size_t(split.dim);
+  int64_t inner = 1;
+  for (size_t k = dim + 1; k < shape.size(); ++k) inner *= shape[k];
+  const int64_t local_dim = shape[dim];
+  const int64_t outer = i / (local_dim * inner);
+  const int64_t at = (i / inner) % local_dim + split.index * local_dim;
+  return (outer * global_shape[dim] + at) * inner + i % inner;
 }
 
 template <typename T>
@@ -62,7 +88,7 @@ void ParamStore<T>::InitializeRange(uint64_t seed, int64_t begin, int64_t end, T
     const ParamDecl &d = decls_[k];
     const int64_t lo = std::max(begin, d.offset), hi = std::min(end, d.offset + d.numel);
     for (int64_t x = lo; x < hi; ++x)
-      out[x - begin] = T(InitialValue(d.init, seed, k, uint64_t(x - d.offset)));
+      out[x - begin] = T(InitialValue(d.init, seed, k, uint64_t(d.GlobalElement(x - d.offset))));
   }
 }
 

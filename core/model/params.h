@@ -26,19 +26,38 @@ struct ParamInit {
   static ParamInit Constant(double v) { return {Kind::kConstant, v}; }
 };
 
+// How a tensor is cut across ranks (tensor parallelism): this rank holds
+// part `index` of `parts` equal slices along dimension `dim` of the global
+// tensor. dim < 0: not split (the rank holds the whole tensor).
+struct TensorSplit {
+  int dim = -1;
+  int64_t parts = 1, index = 0;
+  bool split() const { return dim >= 0 && parts > 1; }
+};
+
 struct ParamDecl {
-  std::string name;            // PyTorch-style, e.g. "transformer.h.0.ln_1.weight"
-  std::vector<int64_t> shape;  // row-major
+  std::string name;                   // PyTorch-style, e.g. "transformer.h.0.ln_1.weight"
+  std::vector<int64_t> shape;         // row-major, as this rank stores it (its slice)
+  std::vector<int64_t> global_shape;  // the whole tensor, as checkpoints and get_param speak it
+  TensorSplit split;                  // how `shape` is cut from `global_shape`
   ParamInit init;
-  int64_t numel = 0;
+  int64_t numel = 0;   // of `shape`
   int64_t offset = 0;  // element offset into the flat buffers
+  // The global tensor's flat index of local element i: initialisation and
+  // checkpoints address a slice's elements by where they sit in the whole
+  // tensor, so every split starts from the same global values.
+  int64_t GlobalElement(int64_t i) const;
 };
 
 // Layers declare their parameters here while the model is being built.
 class ParamRegistry {
  public:
-  // Returns the parameter's id (its index in declaration order).
-  int Add(std::string name, std::vector<int64_t> shape, ParamInit init);
+  // Declares a tensor of `global_shape`, stored whole or as the slice
+  // `split` names (the split dimension must divide evenly; an internal error
+  // otherwise: the layers check their sizes first). Returns the parameter's
+  // id (its index in declaration order).
+  int Add(std::string name, std::vector<int64_t> global_shape, ParamInit init,
+          TensorSplit split = {});
   const std::vector<ParamDecl> &decls() const { return decls_; }
   int64_t total_numel() const { return total_; }
 
