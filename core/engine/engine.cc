@@ -179,6 +179,19 @@ Engine::Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Sto
   telemetry.dp_size = dp_comm_->size();
   telemetry.dp_rank = dp_comm_->rank();  // pure data parallelism: tp and pp ranks are 0
   telemetry_ = std::make_unique<Telemetry>(std::move(telemetry));
+  TrainingStateView state;
+  state.config = &config_;
+  state.env = env_;
+  state.spec = &model_->spec();
+  state.decls = &model_->params().decls();
+  state.num_parameters = model_->params().size();
+  state.dp = dp_.get();
+  state.progress = &progress_;
+  state.scaler = &scaler_;
+  state.store = store_.get();
+  state.comm_timeout = CommTimeout();
+  state.next_lr = [this] { return NextLearningRate(); };
+  checkpoints_ = std::make_unique<CheckpointCoordinator>(std::move(state));
   memory_.ResetPeaks();  // e.g. the fp32 activation buffers 16-bit storage replaced
 }
 
@@ -410,6 +423,18 @@ Status Engine::GetGrad(const std::string &name, float *data, size_t count) const
   int id = 0;
   DST_RETURN_IF_ERROR(FindParam(name, "get_grad", count, &id));
   return dp_->ReadGrad(id, data);
+}
+
+// ---------------------------------------------------------------- checkpoints
+
+Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
+                              const std::string &client_state_json) {
+  return checkpoints_->Save(dir, tag, client_state_json);
+}
+
+Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
+                              std::string *client_state_json) {
+  return checkpoints_->Load(dir, tag, client_state_json);
 }
 
 // ---------------------------------------------------------------- metrics

@@ -20,6 +20,7 @@
 #include "core/common/status.h"
 #include "core/config/config.h"
 #include "core/engine/batch.h"
+#include "core/engine/checkpoint_coordinator.h"
 #include "core/engine/executor.h"
 #include "core/engine/schedule.h"
 #include "core/engine/telemetry.h"
@@ -111,17 +112,6 @@ class Engine {
   // train, kBackward: forward_backward, kForward: eval), built on first use
   // and reused, so a step allocates nothing.
   Result<const std::vector<Instruction> *> Program(Op kind, int64_t micro_batches);
-  // Checkpoints (engine_checkpoint.cc).
-  struct PreparedLoad;
-  std::string CheckpointKeyPrefix(const char *phase) const;
-  nlohmann::json CheckpointMeta(const nlohmann::json &client) const;
-  Status WriteOwnCheckpointFiles(const std::string &dir, const std::string &tag,
-                                 std::vector<WrittenFile> *written, nlohmann::json *shards);
-  Result<WrittenFile> ConsolidateWeights(const std::string &dir, const std::string &tag,
-                                         const nlohmann::json &shards);
-  Status CollectAndCommit(const std::string &dir, const std::string &tag, nlohmann::json meta,
-                          const std::string &what);
-  Status PrepareLoad(const std::string &dir, const std::string &tag, PreparedLoad *out);
   std::chrono::milliseconds CommTimeout() const;
 
   // kRecordStep: the step into telemetry (totals, monitor, job table).
@@ -138,10 +128,10 @@ class Engine {
   LossScaler scaler_;                     // fp16 loss scaling (identity otherwise)
   TrainingProgress progress_;             // steps taken and skipped
   std::unique_ptr<Executor> executor_;    // runs the programs
-  int64_t checkpoint_ops_ = 0;            // saves + loads so far: names their store keys
   bool failed_ = false;                   // a step failed: no closing handshake
   bool aborted_ = false;                  // Abort(): no handshake, no wait for peers
   std::unique_ptr<Telemetry> telemetry_;  // metrics: samples, monitor, JSON
+  std::unique_ptr<CheckpointCoordinator> checkpoints_;  // save / load
   std::map<std::pair<int, int64_t>, std::vector<Instruction>> programs_;
 };
 

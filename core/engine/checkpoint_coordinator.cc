@@ -1,4 +1,4 @@
-// Engine <-> checkpoint files. DIR/TAG (format 2) holds:
+// Training state <-> checkpoint files. DIR/TAG (format 2) holds:
 //   model.safetensors          consolidated fp32 weights, one tensor per parameter
 //   zero_rank_<r>.safetensors  the flat pieces [begin, end) of the optimizer state
 //                              (and, at ZeRO-3 across ranks, of the weights) that
@@ -18,7 +18,7 @@
 
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/reshard.h"
-#include "core/engine/engine.h"
+#include "core/engine/checkpoint_coordinator.h"
 #include "core/engine/rank_reports.h"
 
 namespace dst {
@@ -86,34 +86,35 @@ WrittenFile WrittenFileFrom(const Json &j) {
 
 }  // namespace
 
-std::string Engine::CheckpointKeyPrefix(const char *phase) const {
-  return "__dstrain/ckpt/" + std::to_string(checkpoint_ops_) + "/" + phase + "/";
+std::string CheckpointCoordinator::CheckpointKeyPrefix(const char *phase) const {
+  return "__dstrain/ckpt/" + std::to_string(ops_) + "/" + phase + "/";
 }
 
-Json Engine::CheckpointMeta(const Json &client) const {
-  const std::vector<std::string> states = dp_->optimizer().state_names();
+Json CheckpointCoordinator::CheckpointMeta(const Json &client) const {
+  const std::vector<std::string> states = view_.dp->optimizer().state_names();
   Json meta = {
       {"dstrain_version", DSTRAIN_VERSION_STRING},
-      {"step", progress_.steps},
-      {"precision", DTypeName(config_.precision())},
-      {"skipped_steps", progress_.skipped_steps},
-      {"num_parameters", model_->params().size()},
+      {"step", view_.progress->steps},
+      {"precision", DTypeName(view_.config->precision())},
+      {"skipped_steps", view_.progress->skipped_steps},
+      {"num_parameters", view_.num_parameters},
       {"optimizer",
-       {{"type", dp_->optimizer().Name()},
-        {"steps_taken", dp_->optimizer().steps_taken()},
+       {{"type", view_.dp->optimizer().Name()},
+        {"steps_taken", view_.dp->optimizer().steps_taken()},
         {"states", states}}},
-      {"lr_scheduler", {{"iteration", progress_.lr_iteration()}, {"next_lr", NextLearningRate()}}},
-      {"loss_scaler", scaler_.enabled() ? scaler_.ToJson() : Json()},
-      {"rng", {{"model_seed", model_->spec().seed}, {"runtime_seed", config_.runtime.seed}}},
-      {"model_spec", Json::parse(model_->spec().canonical_json)},
-      {"config", Json::parse(config_.resolved_json)},
+      {"lr_scheduler",
+       {{"iteration", view_.progress->lr_iteration()}, {"next_lr", view_.next_lr()}}},
+      {"loss_scaler", view_.scaler->enabled() ? view_.scaler->ToJson() : Json()},
+      {"rng", {{"model_seed", view_.spec->seed}, {"runtime_seed", view_.config->runtime.seed}}},
+      {"model_spec", Json::parse(view_.spec->canonical_json)},
+      {"config", Json::parse(view_.config->resolved_json)},
       {"client_state", client},
   };
-  meta["topology"] = {{"world_size", env_.world_size},
-                      {"dp_size", dp_comm_->size()},
+  meta["topology"] = {{"world_size", view_.env.world_size},
+                      {"dp_size", view_.config->dp_size},
                       {"tp_size", 1},
                       {"pp_size", 1},
-                      {"zero_stage", dp_->stage()}};
+                      {"zero_stage", view_.dp->stage()}};
   return meta;
 }
 
@@ -121,14 +122,16 @@ Json Engine::CheckpointMeta(const Json &client) const {
 // it alone holds (every rank at stages 1-3; rank 0 at stage 0, where the
 // state is replicated) and, on rank 0 when it holds every weight, the
 // consolidated model file.
-Status Engine::WriteOwnCheckpointFiles(const std::string &dir, const std::string &tag,
-                                       std::vector<WrittenFile> *written, Json *shards) {
-  const std::vector<ParamDecl> &decls = model_->params().decls();
-  const int64_t total = model_->params().size();
+Status CheckpointCoordinator::WriteOwnCheckpointFiles(const std::string &dir,
+                                                      const std::string &tag,
+                                                      std::vector<WrittenFile> *written,
+                                                      Json *shards) {
+  const std::vector<ParamDecl> &decls = *view_.decls;
+  const int64_t total = view_.num_parameters;
   ShardInfo params_held;
-  const float *params = dp_->LocalParams(&params_held);
-  const bool full_params = dp_->FullParams() != nullptr;
-  if (env_.rank == 0 && full_params) {
+  const float *params = view_.dp->LocalParams(&params_held);
+  const bool full_params = view_.dp->FullParams() != nullptr;
+  if (view_.env.rank == 0 && full_params) {
     CheckpointFile weights{kModelFile, {}, {{"format", "pt"}}};
     for (const ParamDecl &d : decls)
       weights.tensors.push_back({d.name, TensorDType::kF32, d.shape, params + d.offset});
@@ -136,17 +139,17 @@ Status Engine::WriteOwnCheckpointFiles(const std::string &dir, const std::string
     if (!w.ok()) return w.status();
     written->push_back(w.value());
   }
-  const ShardInfo held = dp_->StateRange();
+  const ShardInfo held = view_.dp->StateRange();
   const FlatRange mine = RealPart(held, total);
-  const bool unique_state = dp_->stage() >= 1 || env_.rank == 0;
+  const bool unique_state = view_.dp->stage() >= 1 || view_.env.rank == 0;
   if (!unique_state || mine.size() == 0) return Status::Ok();
-  const std::string name = ShardFileName(env_.rank);
+  const std::string name = ShardFileName(view_.env.rank);
   CheckpointFile shard{
       name, {}, {{"begin", std::to_string(mine.begin)}, {"end", std::to_string(mine.end)}}};
   Json tensors = Json::array();
   // The optimizer's state, read through its store: in place when it is
   // resident, else copied out for the write.
-  const Optimizer &optimizer = dp_->optimizer();
+  const Optimizer &optimizer = view_.dp->optimizer();
   const StateStore &store = optimizer.state();
   const std::vector<std::string> names = optimizer.state_names();
   std::vector<std::vector<float>> copies;
@@ -175,7 +178,7 @@ Status Engine::WriteOwnCheckpointFiles(const std::string &dir, const std::string
   if (!w.ok()) return w.status();
   written->push_back(w.value());
   shards->push_back({{"file", name},
-                     {"rank", env_.rank},
+                     {"rank", view_.env.rank},
                      {"begin", mine.begin},
                      {"end", mine.end},
                      {"tensors", tensors}});
@@ -184,10 +187,11 @@ Status Engine::WriteOwnCheckpointFiles(const std::string &dir, const std::string
 
 // Rank 0, ZeRO-3 across ranks: model.safetensors from the weight pieces in
 // every rank's shard file.
-Result<WrittenFile> Engine::ConsolidateWeights(const std::string &dir, const std::string &tag,
-                                               const Json &shards) {
-  const std::vector<ParamDecl> &decls = model_->params().decls();
-  const int64_t total = model_->params().size();
+Result<WrittenFile> CheckpointCoordinator::ConsolidateWeights(const std::string &dir,
+                                                              const std::string &tag,
+                                                              const Json &shards) {
+  const std::vector<ParamDecl> &decls = *view_.decls;
+  const int64_t total = view_.num_parameters;
   std::vector<SafetensorsFile> files;
   std::vector<FlatPiece> pieces;
   files.reserve(shards.size());
@@ -209,8 +213,8 @@ Result<WrittenFile> Engine::ConsolidateWeights(const std::string &dir, const std
   return WriteStagedFile(dir, tag, weights);
 }
 
-Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
-                              const std::string &client_state_json) {
+Status CheckpointCoordinator::Save(const std::string &dir, const std::string &tag,
+                                   const std::string &client_state_json) {
   Json client = nullptr;
   if (!client_state_json.empty()) {
     client = Json::parse(client_state_json, nullptr, /*allow_exceptions=*/false);
@@ -218,19 +222,19 @@ Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
       return InvalidArgument("save_checkpoint: client_state is not valid JSON");
   }
   DST_RETURN_IF_ERROR(ValidateTag(tag).context("save_checkpoint"));
-  ++checkpoint_ops_;
-  const bool multi = store_ != nullptr;
-  const auto timeout = CommTimeout();
+  ++ops_;
+  const bool multi = view_.store != nullptr;
+  const auto timeout = view_.comm_timeout;
   const std::string what = "save_checkpoint(\"" + dir + "\", \"" + tag + "\")";
 
   // 1. Rank 0 makes a fresh staging directory; the others wait for it.
-  if (env_.rank == 0) {
+  if (view_.env.rank == 0) {
     Status st = PrepareStaging(dir, tag);
     if (multi)
-      DST_RETURN_IF_ERROR(PostReport(*store_, CheckpointKeyPrefix("prepared"), {0, st, {}}));
+      DST_RETURN_IF_ERROR(PostReport(*view_.store, CheckpointKeyPrefix("prepared"), {0, st, {}}));
     if (!st.ok()) return st.context("save_checkpoint");
   } else {
-    auto prepared = ReadReports(*store_, CheckpointKeyPrefix("prepared"), {0}, timeout, what);
+    auto prepared = ReadReports(*view_.store, CheckpointKeyPrefix("prepared"), {0}, timeout, what);
     if (!prepared.ok()) return prepared.status();
     DST_RETURN_IF_ERROR(FirstFailure(prepared.value()).context("save_checkpoint"));
   }
@@ -250,28 +254,30 @@ Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
   }
   Json files = Json::array();
   for (const WrittenFile &f : written) files.push_back(WrittenFileJson(f));
-  DST_RETURN_IF_ERROR(PostReport(*store_, CheckpointKeyPrefix("written"),
-                                 {env_.rank, own, {{"files", files}, {"shards", shards}}}));
+  DST_RETURN_IF_ERROR(PostReport(*view_.store, CheckpointKeyPrefix("written"),
+                                 {view_.env.rank, own, {{"files", files}, {"shards", shards}}}));
 
   // 3. Rank 0 collects every rank's files, consolidates ZeRO-3 weights, and
   //    commits; the others learn the outcome.
-  if (env_.rank != 0) {
+  if (view_.env.rank != 0) {
     // Rank 0 may itself wait up to `timeout` for the slowest rank first.
-    auto committed = ReadReports(*store_, CheckpointKeyPrefix("committed"), {0}, 2 * timeout, what);
+    auto committed =
+        ReadReports(*view_.store, CheckpointKeyPrefix("committed"), {0}, 2 * timeout, what);
     if (!own.ok()) return own.context("save_checkpoint");
     if (!committed.ok()) return committed.status();
     return FirstFailure(committed.value()).context("save_checkpoint");
   }
   Status outcome = CollectAndCommit(dir, tag, std::move(meta), what);
-  DST_RETURN_IF_ERROR(PostReport(*store_, CheckpointKeyPrefix("committed"), {0, outcome, {}}));
+  DST_RETURN_IF_ERROR(PostReport(*view_.store, CheckpointKeyPrefix("committed"), {0, outcome, {}}));
   return outcome;
 }
 
-Status Engine::CollectAndCommit(const std::string &dir, const std::string &tag, Json meta,
-                                const std::string &what) {
-  std::vector<int64_t> ranks(size_t(env_.world_size));
-  for (int64_t r = 0; r < env_.world_size; ++r) ranks[size_t(r)] = r;
-  auto reports = ReadReports(*store_, CheckpointKeyPrefix("written"), ranks, CommTimeout(), what);
+Status CheckpointCoordinator::CollectAndCommit(const std::string &dir, const std::string &tag,
+                                               Json meta, const std::string &what) {
+  std::vector<int64_t> ranks(size_t(view_.env.world_size));
+  for (int64_t r = 0; r < view_.env.world_size; ++r) ranks[size_t(r)] = r;
+  auto reports =
+      ReadReports(*view_.store, CheckpointKeyPrefix("written"), ranks, view_.comm_timeout, what);
   Status st = reports.ok() ? FirstFailure(reports.value()) : reports.status();
   if (!st.ok()) {
     AbortStaging(dir, tag);
@@ -283,7 +289,7 @@ Status Engine::CollectAndCommit(const std::string &dir, const std::string &tag, 
     for (const Json &f : r.payload.at("files")) files.push_back(WrittenFileFrom(f));
     for (const Json &s : r.payload.at("shards")) shards.push_back(s);
   }
-  if (dp_->FullParams() == nullptr) {
+  if (view_.dp->FullParams() == nullptr) {
     Result<WrittenFile> weights = ConsolidateWeights(dir, tag, shards);
     if (!weights.ok()) {
       AbortStaging(dir, tag);
@@ -300,7 +306,7 @@ Status Engine::CollectAndCommit(const std::string &dir, const std::string &tag, 
 
 // Everything a load will write, validated and assembled before anything in
 // the engine changes.
-struct Engine::PreparedLoad {
+struct CheckpointCoordinator::PreparedLoad {
   std::vector<float> params;  // [params_range.size] this rank's weights
   ShardInfo params_range;
   std::vector<std::vector<float>> states;  // per optimizer state [state_range.size]
@@ -311,13 +317,14 @@ struct Engine::PreparedLoad {
   explicit PreparedLoad(const LossScaler &current) : scaler(current) {}
 };
 
-Status Engine::PrepareLoad(const std::string &dir, const std::string &tag, PreparedLoad *out) {
+Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::string &tag,
+                                          PreparedLoad *out) {
   Result<LoadedCheckpoint> loaded = ReadCheckpointMeta(dir, tag);
   if (!loaded.ok()) return loaded.status();
   LoadedCheckpoint &ckpt = loaded.value();
   const std::string where = ckpt.path;
-  const std::vector<ParamDecl> &decls = model_->params().decls();
-  const int64_t total = model_->params().size();
+  const std::vector<ParamDecl> &decls = *view_.decls;
+  const int64_t total = view_.num_parameters;
   try {
     // Weights: names and shapes first (the first mismatching tensor is named).
     DST_RETURN_IF_ERROR(LoadCheckpointFile(&ckpt, kModelFile));
@@ -326,14 +333,15 @@ Status Engine::PrepareLoad(const std::string &dir, const std::string &tag, Prepa
 
     const Json &optimizer = ckpt.meta.at("optimizer");
     const std::string saved = optimizer.at("type").get<std::string>();
-    if (saved != dp_->optimizer().Name())
+    if (saved != view_.dp->optimizer().Name())
       return CheckpointError(where + " holds " + saved + " optimizer state but this config uses " +
-                             dp_->optimizer().Name() + "; load it with the same optimizer type");
-    const std::vector<std::string> names = dp_->optimizer().state_names();
+                             view_.dp->optimizer().Name() +
+                             "; load it with the same optimizer type");
+    const std::vector<std::string> names = view_.dp->optimizer().state_names();
     const auto saved_states = optimizer.at("states").get<std::vector<std::string>>();
     if (saved_states != names)
       return CheckpointError(where + " holds optimizer state [" + Json(saved_states).dump() +
-                             "] but this config's " + dp_->optimizer().Name() + " keeps " +
+                             "] but this config's " + view_.dp->optimizer().Name() + " keeps " +
                              Json(names).dump() +
                              " (e.g. momentum buffers with momentum 0); load it with the same "
                              "optimizer settings");
@@ -351,7 +359,7 @@ Status Engine::PrepareLoad(const std::string &dir, const std::string &tag, Prepa
     DST_RETURN_IF_ERROR(out->scaler.FromJson(ckpt.meta.value("loss_scaler", Json())));
 
     // This rank's weights, from the consolidated tensors.
-    dp_->LocalParams(&out->params_range);
+    view_.dp->LocalParams(&out->params_range);
     out->params.resize(size_t(out->params_range.size));
     CopyFlatFromTensors(
         weights, FlatTensors(decls),
@@ -359,7 +367,7 @@ Status Engine::PrepareLoad(const std::string &dir, const std::string &tag, Prepa
         out->params.data());
 
     // This rank's optimizer state, from the shard files that overlap it.
-    out->state_range = dp_->StateRange();
+    out->state_range = view_.dp->StateRange();
     const FlatRange want{out->state_range.offset, out->state_range.offset + out->state_range.size};
     const FlatRange real = RealPart(out->state_range, total);
     std::vector<std::vector<FlatPiece>> pieces(names.size());
@@ -401,18 +409,19 @@ Status Engine::PrepareLoad(const std::string &dir, const std::string &tag, Prepa
   return Status::Ok();
 }
 
-Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
-                              std::string *client_state_json) {
-  ++checkpoint_ops_;
-  PreparedLoad prepared(scaler_);
+Status CheckpointCoordinator::Load(const std::string &dir, const std::string &tag,
+                                   std::string *client_state_json) {
+  ++ops_;
+  PreparedLoad prepared(*view_.scaler);
   Status st = PrepareLoad(dir, tag, &prepared);
-  if (store_) {
+  if (view_.store) {
     // Every rank validated its part before any rank changes anything.
-    DST_RETURN_IF_ERROR(PostReport(*store_, CheckpointKeyPrefix("validated"), {env_.rank, st, {}}));
-    std::vector<int64_t> ranks(size_t(env_.world_size));
-    for (int64_t r = 0; r < env_.world_size; ++r) ranks[size_t(r)] = r;
-    auto reports = ReadReports(*store_, CheckpointKeyPrefix("validated"), ranks, CommTimeout(),
-                               "load_checkpoint(\"" + dir + "\")");
+    DST_RETURN_IF_ERROR(
+        PostReport(*view_.store, CheckpointKeyPrefix("validated"), {view_.env.rank, st, {}}));
+    std::vector<int64_t> ranks(size_t(view_.env.world_size));
+    for (int64_t r = 0; r < view_.env.world_size; ++r) ranks[size_t(r)] = r;
+    auto reports = ReadReports(*view_.store, CheckpointKeyPrefix("validated"), ranks,
+                               view_.comm_timeout, "load_checkpoint(\"" + dir + "\")");
     if (!st.ok()) return st.context("load_checkpoint");
     if (!reports.ok()) return reports.status();
     DST_RETURN_IF_ERROR(FirstFailure(reports.value())
@@ -424,18 +433,18 @@ Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
 
   // Commit.
   ShardInfo held;
-  float *params = dp_->LocalParams(&held);
+  float *params = view_.dp->LocalParams(&held);
   std::memcpy(params, prepared.params.data(), prepared.params.size() * sizeof(float));
-  Optimizer &optimizer = dp_->optimizer();
+  Optimizer &optimizer = view_.dp->optimizer();
   for (size_t k = 0; k < prepared.states.size(); ++k)
     DST_RETURN_IF_ERROR(optimizer.state().Write(optimizer.first_state_tensor() + k, 0,
                                                 int64_t(prepared.states[k].size()),
                                                 prepared.states[k].data()));
-  progress_.steps = prepared.step;
-  progress_.skipped_steps = prepared.skipped_steps;
-  scaler_ = prepared.scaler;
-  dp_->optimizer().set_steps_taken(prepared.optimizer_steps);
-  DST_RETURN_IF_ERROR(dp_->ParamsChanged());
+  view_.progress->steps = prepared.step;
+  view_.progress->skipped_steps = prepared.skipped_steps;
+  *view_.scaler = prepared.scaler;
+  view_.dp->optimizer().set_steps_taken(prepared.optimizer_steps);
+  DST_RETURN_IF_ERROR(view_.dp->ParamsChanged());
   if (client_state_json) *client_state_json = prepared.client_state.dump();
   return Status::Ok();
 }

@@ -1,0 +1,68 @@
+// CheckpointCoordinator: saves and loads one rank's share of a checkpoint
+// (DIR/TAG with model.safetensors, zero_rank_<r>.safetensors, meta.json, and
+// DIR/latest) and agrees with the other ranks through the rendezvous store.
+// It sees the training state only through a narrow view: the weights and
+// optimizer state it reads and restores (DataParallelism), the counters, the
+// loss scaler, and the facts a checkpoint records.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/comm/launch_env.h"
+#include "core/comm/store.h"
+#include "core/common/status.h"
+#include "core/config/config.h"
+#include "core/engine/executor.h"
+#include "core/model/model_spec.h"
+#include "core/model/params.h"
+#include "core/precision/loss_scaler.h"
+#include "core/zero/parallelism.h"
+
+namespace dst {
+
+// What a checkpoint reads and writes of one rank's training state.
+struct TrainingStateView {
+  const Config *config = nullptr;
+  LaunchEnv env;
+  const ModelSpec *spec = nullptr;
+  const std::vector<ParamDecl> *decls = nullptr;
+  int64_t num_parameters = 0;
+  DataParallelism *dp = nullptr;         // weights and optimizer state
+  TrainingProgress *progress = nullptr;  // steps taken and skipped
+  LossScaler *scaler = nullptr;          // fp16 loss scale
+  Store *store = nullptr;                // null on a single-rank job
+  std::chrono::milliseconds comm_timeout{300000};
+  std::function<double()> next_lr;  // the LR the next step will use (recorded)
+};
+
+class CheckpointCoordinator {
+ public:
+  explicit CheckpointCoordinator(TrainingStateView view) : view_(std::move(view)) {}
+
+  // Every rank calls them with the same arguments (collective through the store).
+  Status Save(const std::string &dir, const std::string &tag, const std::string &client_state_json);
+  Status Load(const std::string &dir, const std::string &tag, std::string *client_state_json);
+
+ private:
+  struct PreparedLoad;
+  std::string CheckpointKeyPrefix(const char *phase) const;
+  nlohmann::json CheckpointMeta(const nlohmann::json &client) const;
+  Status WriteOwnCheckpointFiles(const std::string &dir, const std::string &tag,
+                                 std::vector<WrittenFile> *written, nlohmann::json *shards);
+  Result<WrittenFile> ConsolidateWeights(const std::string &dir, const std::string &tag,
+                                         const nlohmann::json &shards);
+  Status CollectAndCommit(const std::string &dir, const std::string &tag, nlohmann::json meta,
+                          const std::string &what);
+  Status PrepareLoad(const std::string &dir, const std::string &tag, PreparedLoad *out);
+
+  TrainingStateView view_;
+  int64_t ops_ = 0;  // saves + loads so far: names their store keys
+};
+
+}  // namespace dst
