@@ -269,74 +269,6 @@ double Engine::NextLearningRate() const {
 
 // ---------------------------------------------------------------- batches
 
-Status Engine::CheckTokenRange(const int32_t *ids, size_t count, int64_t limit, bool allow_ignore,
-                               const char *what, const char *call) const {
-  for (size_t i = 0; i < count; ++i) {
-    const int32_t id = ids[i];
-    if ((id >= 0 && id < limit) || (allow_ignore && id == -1)) continue;
-    return InvalidArgument(std::string(call) + ": " + what + "[" + std::to_string(i) + "] = " +
-                           std::to_string(id) + " is outside [0, " + std::to_string(limit) + ")" +
-                           (allow_ignore ? " (or -1 to ignore)" : ""));
-  }
-  return Status::Ok();
-}
-
-namespace {
-Status CheckCount(const char *call, const char *name, const void *ptr, size_t given,
-                  size_t expected, const char *formula) {
-  if (!ptr)
-    return InvalidArgument(std::string(call) + ": batch." + name + " is NULL; this model needs " +
-                           std::string(formula) + " = " + std::to_string(expected) + " values");
-  if (given != expected)
-    return InvalidArgument(std::string(call) + ": batch." + name + "_count is " +
-                           std::to_string(given) + " but " + std::string(formula) + " = " +
-                           std::to_string(expected));
-  return Status::Ok();
-}
-}  // namespace
-
-Result<int64_t> Engine::CheckBatch(const BatchView &b, const char *call, bool exact_train) const {
-  const int64_t micro = config_.train_micro_batch_size_per_gpu;
-  const int64_t accum = config_.gradient_accumulation_steps;
-  const int64_t n = int64_t(b.n_samples);
-  if (exact_train && n != micro * accum)
-    return InvalidArgument(
-        std::string(call) + ": n_samples is " + std::to_string(n) +
-        " but one optimizer step on this rank takes train_micro_batch_size_per_gpu " +
-        std::to_string(micro) + " x gradient_accumulation_steps " + std::to_string(accum) + " = " +
-        std::to_string(micro * accum));
-  if (!exact_train && (n <= 0 || n % micro != 0))
-    return InvalidArgument(std::string(call) + ": n_samples is " + std::to_string(n) +
-                           "; it must be a positive multiple of train_micro_batch_size_per_gpu " +
-                           std::to_string(micro));
-  const ModelSpec &spec = model_->spec();
-  if (spec.type == ModelSpec::Type::kGpt) {
-    const int64_t T = int64_t(b.seq_len);
-    if (T < 1 || T > spec.gpt.n_ctx)
-      return InvalidArgument(std::string(call) + ": seq_len is " + std::to_string(T) +
-                             "; it must be in [1, n_ctx = " + std::to_string(spec.gpt.n_ctx) + "]");
-    const size_t want = size_t(n * T);
-    const char *formula = "n_samples x seq_len";
-    DST_RETURN_IF_ERROR(CheckCount(call, "tokens", b.tokens, b.tokens_count, want, formula));
-    DST_RETURN_IF_ERROR(CheckCount(call, "targets", b.targets, b.targets_count, want, formula));
-    DST_RETURN_IF_ERROR(CheckTokenRange(b.tokens, want, spec.gpt.vocab, false, "tokens", call));
-    DST_RETURN_IF_ERROR(CheckTokenRange(b.targets, want, spec.gpt.vocab, true, "targets", call));
-  } else {
-    DST_RETURN_IF_ERROR(CheckCount(call, "inputs", b.inputs, b.inputs_count,
-                                   size_t(n * spec.input_dim), "n_samples x input_dim"));
-    const int64_t out = spec.SequentialOutputDim();
-    if (spec.loss == ModelSpec::Loss::kMse) {
-      DST_RETURN_IF_ERROR(CheckCount(call, "labels", b.labels, b.labels_count, size_t(n * out),
-                                     "n_samples x output_dim"));
-    } else {
-      DST_RETURN_IF_ERROR(
-          CheckCount(call, "targets", b.targets, b.targets_count, size_t(n), "n_samples"));
-      DST_RETURN_IF_ERROR(CheckTokenRange(b.targets, size_t(n), out, true, "targets", call));
-    }
-  }
-  return n / micro;
-}
-
 // ---------------------------------------------------------------- execution
 
 Status Engine::RunAndNoteFailure(const std::vector<Instruction> &program, const BatchView &batch,
@@ -368,7 +300,8 @@ Result<const std::vector<Instruction> *> Engine::Program(Op kind, int64_t micro_
 
 Status Engine::RunProgram(Op kind, const BatchView &batch, const char *call, bool exact_train,
                           float *loss) {
-  Result<int64_t> micro = CheckBatch(batch, call, exact_train);
+  Result<int64_t> micro = CheckBatch(batch, model_->spec(), config_.train_micro_batch_size_per_gpu,
+                                     config_.gradient_accumulation_steps, call, exact_train);
   if (!micro.ok()) return micro.status();
   Result<const std::vector<Instruction> *> program = Program(kind, micro.value());
   if (!program.ok()) return program.status();

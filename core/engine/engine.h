@@ -20,6 +20,7 @@
 #include "core/common/status.h"
 #include "core/config/config.h"
 #include "core/engine/batch.h"
+#include "core/engine/batch_check.h"
 #include "core/engine/checkpoint_coordinator.h"
 #include "core/engine/executor.h"
 #include "core/engine/schedule.h"
@@ -96,10 +97,6 @@ class Engine {
   Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Store> store,
          std::unique_ptr<Communicator> dp_comm);
 
-  // Checks buffers and sizes; returns the number of micro-batches in `batch`.
-  Result<int64_t> CheckBatch(const BatchView &batch, const char *call, bool exact_train) const;
-  Status CheckTokenRange(const int32_t *ids, size_t count, int64_t limit, bool allow_ignore,
-                         const char *what, const char *call) const;
   // Validates `batch`, then runs the program of `kind` over it.
   Status RunProgram(Op kind, const BatchView &batch, const char *call, bool exact_train,
                     float *loss);

@@ -132,6 +132,19 @@ TEST_F(Misuse, TokenOutOfVocabulary) {
               "targets[7] = -2");
 }
 
+// Sizes whose product wraps around 64 bits are refused with the numbers,
+// not compared (a wrapped count could match) or allocated.
+TEST_F(Misuse, SampleCountsWhoseSizesOverflowAreRefused) {
+  TokenBatch b(2, 16, 1);
+  b.batch.n_samples = size_t(1) << 62;  // a multiple of the micro-batch, x 16 wraps
+  b.batch.tokens_count = 0;
+  ExpectError(dst_engine_eval_batch(engine_, &b.batch, nullptr), DST_ERR_INVALID_ARGUMENT,
+              "does not fit in 64 bits");
+  b.batch.n_samples = ~size_t(0) - 1;
+  ExpectError(dst_engine_eval_batch(engine_, &b.batch, nullptr), DST_ERR_INVALID_ARGUMENT,
+              "more than any buffer can hold");
+}
+
 TEST_F(Misuse, EvalNeedsAMultipleOfTheMicroBatch) {
   TokenBatch b(3, 16, 1);
   ExpectError(dst_engine_eval_batch(engine_, &b.batch, nullptr), DST_ERR_INVALID_ARGUMENT,

@@ -1,0 +1,93 @@
+#include "core/engine/batch_check.h"
+
+#include <limits>
+#include <string>
+
+namespace dst {
+
+namespace {
+
+Status CheckTokenRange(const int32_t *ids, size_t count, int64_t limit, bool allow_ignore,
+                       const char *what, const char *call) {
+  for (size_t i = 0; i < count; ++i) {
+    const int32_t id = ids[i];
+    if ((id >= 0 && id < limit) || (allow_ignore && id == -1)) continue;
+    return InvalidArgument(std::string(call) + ": " + what + "[" + std::to_string(i) + "] = " +
+                           std::to_string(id) + " is outside [0, " + std::to_string(limit) + ")" +
+                           (allow_ignore ? " (or -1 to ignore)" : ""));
+  }
+  return Status::Ok();
+}
+
+Status CheckCount(const char *call, const char *name, const void *ptr, size_t given,
+                  size_t expected, const char *formula) {
+  if (!ptr)
+    return InvalidArgument(std::string(call) + ": batch." + name + " is NULL; this model needs " +
+                           std::string(formula) + " = " + std::to_string(expected) + " values");
+  if (given != expected)
+    return InvalidArgument(std::string(call) + ": batch." + name + "_count is " +
+                           std::to_string(given) + " but " + std::string(formula) + " = " +
+                           std::to_string(expected));
+  return Status::Ok();
+}
+// a * b for sizes a caller supplied, or an error with both numbers when the
+// product does not fit (instead of a wrapped count that might match).
+Result<size_t> CheckedProduct(const char *call, const char *formula, int64_t a, int64_t b) {
+  if (a < 0 || b < 0 || (b != 0 && a > std::numeric_limits<int64_t>::max() / b))
+    return InvalidArgument(std::string(call) + ": " + formula + " = " + std::to_string(a) + " x " +
+                           std::to_string(b) + " does not fit in 64 bits");
+  return size_t(a * b);
+}
+
+}  // namespace
+
+Result<int64_t> CheckBatch(const BatchView &b, const ModelSpec &spec, int64_t micro, int64_t accum,
+                           const char *call, bool exact_train) {
+  if (b.n_samples > size_t(std::numeric_limits<int64_t>::max()))
+    return InvalidArgument(std::string(call) + ": n_samples is " + std::to_string(b.n_samples) +
+                           ", more than any buffer can hold");
+  const int64_t n = int64_t(b.n_samples);
+  if (exact_train && n != micro * accum)
+    return InvalidArgument(
+        std::string(call) + ": n_samples is " + std::to_string(n) +
+        " but one optimizer step on this rank takes train_micro_batch_size_per_gpu " +
+        std::to_string(micro) + " x gradient_accumulation_steps " + std::to_string(accum) + " = " +
+        std::to_string(micro * accum));
+  if (!exact_train && (n <= 0 || n % micro != 0))
+    return InvalidArgument(std::string(call) + ": n_samples is " + std::to_string(n) +
+                           "; it must be a positive multiple of train_micro_batch_size_per_gpu " +
+                           std::to_string(micro));
+  if (spec.type == ModelSpec::Type::kGpt) {
+    const int64_t T = int64_t(b.seq_len);
+    if (T < 1 || T > spec.gpt.n_ctx)
+      return InvalidArgument(std::string(call) + ": seq_len is " + std::to_string(T) +
+                             "; it must be in [1, n_ctx = " + std::to_string(spec.gpt.n_ctx) + "]");
+    const char *formula = "n_samples x seq_len";
+    Result<size_t> product = CheckedProduct(call, formula, n, T);
+    if (!product.ok()) return product.status();
+    const size_t want = product.value();
+    DST_RETURN_IF_ERROR(CheckCount(call, "tokens", b.tokens, b.tokens_count, want, formula));
+    DST_RETURN_IF_ERROR(CheckCount(call, "targets", b.targets, b.targets_count, want, formula));
+    DST_RETURN_IF_ERROR(CheckTokenRange(b.tokens, want, spec.gpt.vocab, false, "tokens", call));
+    DST_RETURN_IF_ERROR(CheckTokenRange(b.targets, want, spec.gpt.vocab, true, "targets", call));
+  } else {
+    Result<size_t> inputs = CheckedProduct(call, "n_samples x input_dim", n, spec.input_dim);
+    if (!inputs.ok()) return inputs.status();
+    DST_RETURN_IF_ERROR(CheckCount(call, "inputs", b.inputs, b.inputs_count, inputs.value(),
+                                   "n_samples x input_dim"));
+    const int64_t out = spec.SequentialOutputDim();
+    if (spec.loss == ModelSpec::Loss::kMse) {
+      Result<size_t> labels = CheckedProduct(call, "n_samples x output_dim", n, out);
+      if (!labels.ok()) return labels.status();
+      DST_RETURN_IF_ERROR(CheckCount(call, "labels", b.labels, b.labels_count, labels.value(),
+                                     "n_samples x output_dim"));
+    } else {
+      DST_RETURN_IF_ERROR(
+          CheckCount(call, "targets", b.targets, b.targets_count, size_t(n), "n_samples"));
+      DST_RETURN_IF_ERROR(CheckTokenRange(b.targets, size_t(n), out, true, "targets", call));
+    }
+  }
+  return n / micro;
+}
+
+}  // namespace dst

@@ -1,0 +1,21 @@
+// Validation of a caller's batch before any compute: sizes against the
+// config's micro-batch and accumulation, buffer counts against the model, and
+// every token id and class target against its range. Errors name the call,
+// the field, the numbers and the rule.
+#pragma once
+
+#include <cstdint>
+
+#include "core/common/status.h"
+#include "core/engine/batch.h"
+#include "core/model/model_spec.h"
+
+namespace dst {
+
+// Checks `batch` for `call` ("train_batch", ...): a training step takes
+// exactly micro x accumulation samples (exact_train), evaluation any positive
+// multiple of micro. Returns the number of micro-batches.
+Result<int64_t> CheckBatch(const BatchView &batch, const ModelSpec &spec, int64_t micro,
+                           int64_t accum, const char *call, bool exact_train);
+
+}  // namespace dst
