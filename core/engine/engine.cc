@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/comm/gloo_communicator.h"
 #include "core/optim/clip.h"
 #include "core/optim/lr_schedule.h"
 #include "core/runtime/threads.h"
@@ -48,70 +47,6 @@ Result<std::string> TextOrFile(const std::string &text, const std::string &path,
 
 // ---------------------------------------------------------------- creation
 
-namespace {
-
-std::chrono::milliseconds CommTimeout(const Config &config) {
-  return std::chrono::milliseconds(int64_t(config.runtime.comm_timeout_seconds * 1000.0));
-}
-
-// Joins the job: the rendezvous store (rank 0 hosts it), a check that every
-// rank parsed the same config, and the data-parallel group.
-Status ConnectJob(const LaunchEnv &env, const Config &config, const std::string &config_text,
-                  std::unique_ptr<Store> *store, std::unique_ptr<Communicator> *dp) {
-  if (env.world_size == 1) {
-    *dp = MakeSoloCommunicator("dp");
-    return Status::Ok();
-  }
-  TcpStoreOptions store_options;
-  store_options.host = env.master_addr;
-  store_options.port = env.master_port;
-  store_options.is_server = env.rank == 0;
-  store_options.rank = env.rank;
-  store_options.world_size = env.world_size;
-  store_options.job_token = env.job_token;
-  store_options.timeout = CommTimeout(config);
-  Result<std::unique_ptr<Store>> connected = ConnectTcpStore(store_options);
-  if (!connected.ok()) return connected.status();
-  *store = std::move(connected).value();
-  DST_RETURN_IF_ERROR(
-      CheckSameConfig(**store, env.rank, env.world_size, config_text, CommTimeout(config)));
-  GlooOptions gloo;
-  gloo.name = "dp";
-  gloo.rank = env.rank;  // pure data parallelism: the DP group is the world
-  gloo.size = env.world_size;
-  const char *bind = std::getenv("DSTRAIN_BIND_ADDR");
-  gloo.bind_host = bind ? bind : "";
-  gloo.master_addr = env.master_addr;
-  gloo.timeout = CommTimeout(config);
-  Result<std::unique_ptr<Communicator>> comm = CreateGlooCommunicator(**store, gloo);
-  if (!comm.ok()) return comm.status();
-  *dp = std::move(comm).value();
-  return Status::Ok();
-}
-
-// Fault injection for tests of the overflow path (documented in the README):
-// DSTRAIN_INJECT_GRAD_OVERFLOW="R:S[,R:S...]" makes rank R's gradients
-// infinite in step S (counted from 0), as an fp16 overflow would.
-Result<std::vector<int64_t>> ParseOverflowInjection(int64_t rank) {
-  std::vector<int64_t> steps;
-  const char *text = std::getenv("DSTRAIN_INJECT_GRAD_OVERFLOW");
-  if (text == nullptr || *text == '\0') return steps;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    long long r = -1, s = -1;
-    char colon = 0;
-    std::stringstream pair(item);
-    if (!(pair >> r >> colon >> s) || colon != ':' || r < 0 || s < 0 || !pair.eof())
-      return InvalidArgument("DSTRAIN_INJECT_GRAD_OVERFLOW=\"" + std::string(text) +
-                             "\": expected rank:step pairs separated by commas, e.g. \"1:3\"");
-    if (r == rank) steps.push_back(s);
-  }
-  return steps;
-}
-
-}  // namespace
-
 Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   Result<std::string> config_text = TextOrFile(options.config_text, options.config_path, "config");
   if (!config_text.ok()) return config_text.status();
@@ -128,14 +63,11 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   Result<ModelSpec> spec = ParseModelSpec(model_text.value());
   if (!spec.ok()) return spec.status();
 
-  std::unique_ptr<Store> store;
-  std::unique_ptr<Communicator> dp;
-  DST_RETURN_IF_ERROR(ConnectJob(env.value(), config.value(),
-                                 config.value().resolved_json + spec.value().canonical_json, &store,
-                                 &dp));
-  std::unique_ptr<Engine> engine(new Engine(std::move(config).value(), std::move(spec).value(),
-                                            std::move(env).value(), std::move(store),
-                                            std::move(dp)));
+  Result<Job> job = JoinJob(env.value(), config.value(),
+                            config.value().resolved_json + spec.value().canonical_json);
+  if (!job.ok()) return job.status();
+  std::unique_ptr<Engine> engine(
+      new Engine(std::move(config).value(), std::move(spec).value(), std::move(job).value()));
   Result<std::vector<int64_t>> inject = ParseOverflowInjection(engine->env_.rank);
   if (!inject.ok()) return inject.status();
   engine->executor_->InjectOverflowAt(std::move(inject).value());
@@ -143,12 +75,11 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   return engine;
 }
 
-Engine::Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Store> store,
-               std::unique_ptr<Communicator> dp_comm)
+Engine::Engine(Config config, ModelSpec spec, Job job)
     : config_(std::move(config)),
-      env_(std::move(env)),
-      store_(std::move(store)),
-      dp_comm_(std::move(dp_comm)),
+      env_(std::move(job.env)),
+      store_(std::move(job.store)),
+      dp_comm_(std::move(job.dp)),
       scaler_(config_.fp16) {
   SetNumThreads(ResolveNumThreads(config_.runtime.num_threads));
   dp_comm_->SetCompletionHook([this](const CommRecord &r) { comm_stats_.Record(r); });
@@ -196,7 +127,7 @@ Engine::Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Sto
 }
 
 std::chrono::milliseconds Engine::CommTimeout() const {
-  return dst::CommTimeout(config_);
+  return CommTimeoutOf(config_);
 }
 
 // Every rank says it is done with collectives, and waits (briefly) until the

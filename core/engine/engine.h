@@ -23,6 +23,7 @@
 #include "core/engine/batch_check.h"
 #include "core/engine/checkpoint_coordinator.h"
 #include "core/engine/executor.h"
+#include "core/engine/job.h"
 #include "core/engine/schedule.h"
 #include "core/engine/telemetry.h"
 #include "core/model/model.h"
@@ -94,8 +95,7 @@ class Engine {
   MemoryTracker &memory() { return memory_; }
 
  private:
-  Engine(Config config, ModelSpec spec, LaunchEnv env, std::unique_ptr<Store> store,
-         std::unique_ptr<Communicator> dp_comm);
+  Engine(Config config, ModelSpec spec, Job job);
 
   // Validates `batch`, then runs the program of `kind` over it.
   Status RunProgram(Op kind, const BatchView &batch, const char *call, bool exact_train,

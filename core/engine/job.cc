@@ -1,0 +1,69 @@
+#include "core/engine/job.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "core/comm/gloo_communicator.h"
+
+namespace dst {
+
+std::chrono::milliseconds CommTimeoutOf(const Config &config) {
+  return std::chrono::milliseconds(int64_t(config.runtime.comm_timeout_seconds * 1000.0));
+}
+
+Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::string &agreement) {
+  Job job;
+  job.env = env;
+  if (env.world_size == 1) {
+    job.dp = MakeSoloCommunicator("dp");
+    return job;
+  }
+  TcpStoreOptions store_options;
+  store_options.host = env.master_addr;
+  store_options.port = env.master_port;
+  store_options.is_server = env.rank == 0;
+  store_options.rank = env.rank;
+  store_options.world_size = env.world_size;
+  store_options.job_token = env.job_token;
+  store_options.timeout = CommTimeoutOf(config);
+  Result<std::unique_ptr<Store>> connected = ConnectTcpStore(store_options);
+  if (!connected.ok()) return connected.status();
+  job.store = std::move(connected).value();
+  DST_RETURN_IF_ERROR(
+      CheckSameConfig(*job.store, env.rank, env.world_size, agreement, CommTimeoutOf(config)));
+  GlooOptions gloo;
+  gloo.name = "dp";
+  gloo.rank = env.rank;  // pure data parallelism: the DP group is the world
+  gloo.size = env.world_size;
+  const char *bind = std::getenv("DSTRAIN_BIND_ADDR");
+  gloo.bind_host = bind ? bind : "";
+  gloo.master_addr = env.master_addr;
+  gloo.timeout = CommTimeoutOf(config);
+  Result<std::unique_ptr<Communicator>> comm = CreateGlooCommunicator(*job.store, gloo);
+  if (!comm.ok()) return comm.status();
+  job.dp = std::move(comm).value();
+  return job;
+}
+
+// Fault injection for tests of the overflow path (documented in the README):
+// DSTRAIN_INJECT_GRAD_OVERFLOW="R:S[,R:S...]" makes rank R's gradients
+// infinite in step S (counted from 0), as an fp16 overflow would.
+Result<std::vector<int64_t>> ParseOverflowInjection(int64_t rank) {
+  std::vector<int64_t> steps;
+  const char *text = std::getenv("DSTRAIN_INJECT_GRAD_OVERFLOW");
+  if (text == nullptr || *text == '\0') return steps;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    long long r = -1, s = -1;
+    char colon = 0;
+    std::stringstream pair(item);
+    if (!(pair >> r >> colon >> s) || colon != ':' || r < 0 || s < 0 || !pair.eof())
+      return InvalidArgument("DSTRAIN_INJECT_GRAD_OVERFLOW=\"" + std::string(text) +
+                             "\": expected rank:step pairs separated by commas, e.g. \"1:3\"");
+    if (r == rank) steps.push_back(s);
+  }
+  return steps;
+}
+
+}  // namespace dst
