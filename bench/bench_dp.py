@@ -1,18 +1,20 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Data-parallel benchmarks (not tests; DESIGN.md §7), in one run:
 
 1. Collective bus bandwidth of dstrain's Gloo communicator over message sizes
    (nccl-tests definitions) on loopback, 2 ranks.
 2. Data-parallel training throughput on 2 ranks, 1 thread each: dstrain
-   (ZeRO stage 0 with overlap_comm, and stage 1) vs PyTorch
-   DistributedDataParallel (gloo backend), same GPT as bench_gpt.py, same
-   micro-batch per rank, printed as a ratio.
+   (ZeRO stages 0-3 with overlap_comm, in fp32 and in each precision of
+   --precisions, e.g. fp16) vs PyTorch DistributedDataParallel (gloo
+   backend, fp32), same GPT as bench_gpt.py, same micro-batch per rank,
+   printed as a ratio.
    The fraction of communication hidden behind backward is 1 - exposed / total,
    exposed being the wait after backward plus the parameter all-gather.
 3. Per-rank model-state memory for ZeRO stages 0-3 at dp 2 and 4 from
    `dstrain estimate`, beside the ZeRO paper's formulas.
 
 Usage: python3 bench/bench_dp.py [--build-dir build] [--steps 4] [--warmup 1]
+                                 [--precisions fp32,fp16]
 """
 import argparse
 import json
@@ -74,12 +76,14 @@ def comm_bandwidth(build):
     return last_json(out)
 
 
-def dstrain_dp(build, tmp, stage, args):
+def dstrain_dp(build, tmp, stage, args, precision="fp32"):
     config = bench_gpt.ds_config(1)
     config["train_batch_size"] = bench_gpt.MICRO_BATCH * WORLD
     config["zero_optimization"] = {"stage": stage, "overlap_comm": True,
                                    "reduce_bucket_size": 2_000_000}
-    cfg, model = tmp / f"dp{stage}.json", tmp / "model.json"
+    if precision != "fp32":
+        config[precision] = {"enabled": True}
+    cfg, model = tmp / f"dp{stage}{precision}.json", tmp / "model.json"
     cfg.write_text(json.dumps(config))
     model.write_text(json.dumps(bench_gpt.MODEL))
     outs = run_ranks([str(build / "bench" / "bench_gpt_dstrain"), "--model", str(model),
@@ -181,6 +185,8 @@ def main():
     p.add_argument("--build-dir", default=str(REPO / "build"))
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--precisions", default="fp32,fp16",
+                   help="dstrain precisions to run, comma-separated (fp32, fp16, bf16)")
     p.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.ddp_worker:
@@ -192,11 +198,12 @@ def main():
         tmp = pathlib.Path(d)
         print(f"\n== data-parallel training, {WORLD} ranks x 1 thread, GPT 6x384, "
               f"micro-batch {bench_gpt.MICRO_BATCH} per rank ==")
-        results = {f"dstrain ZeRO-{s}": dstrain_dp(build, tmp, s, args) for s in (0, 1, 2, 3)}
+        results = {f"dstrain ZeRO-{s} {p}": dstrain_dp(build, tmp, s, args, p)
+                   for p in args.precisions.split(",") for s in (0, 1, 2, 3)}
         ddp = torch_ddp(args)
-        print(f"  {'PyTorch DDP (gloo)':<22} {ddp:10.1f} tok/s")
+        print(f"  {'PyTorch DDP (gloo) fp32':<27} {ddp:10.1f} tok/s")
         for name, (tps, hidden, comm) in results.items():
-            print(f"  {name:<22} {tps:10.1f} tok/s   ratio to DDP {tps / ddp:5.2f}   "
+            print(f"  {name:<27} {tps:10.1f} tok/s   ratio to DDP {tps / ddp:5.2f}   "
                   f"communication {comm:6.2f} s, {100 * hidden:5.1f}% hidden behind backward")
         memory_table(build, tmp)
 

@@ -311,3 +311,17 @@ def test_full_tensors_are_readable_at_stages_2_and_3(tmp_path, tool, stage):
             for key in ("param_norms", "grad_norms"):
                 assert len(r[key]) == len(reference[key])
                 assert relative_gap(r[key], reference[key]) < 1e-5, (key, r[key], reference[key])
+
+
+def test_throughput_figures_have_one_meaning_each(tmp_path, tool):
+    """tokens_per_second is this rank's share (as Prometheus' dstrain_tokens_per_second);
+    job_tokens_per_sec, and the metrics JSON's tokens_per_sec kept for older callers,
+    count every data-parallel rank's tokens."""
+    cfg, model = write_job(tmp_path, 1, 2, 1, 2, "tps")
+    for r in run_ranks(tool, cfg, model, 2):
+        m = r["metrics"]
+        assert m["tokens_per_second"] > 0
+        assert m["job_tokens_per_sec"] == m["tokens_per_sec"]
+        assert m["job_tokens_per_sec"] == pytest.approx(2 * m["tokens_per_second"], rel=1e-9)
+        assert m["job_samples_per_sec"] == pytest.approx(2 * m["samples_per_second"], rel=1e-9)
+        assert m["samples"] == 2 * 2 * STEPS  # micro 2 x dp 2 per step, every rank's
