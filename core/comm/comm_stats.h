@@ -18,7 +18,7 @@ struct CommTotals {
 
 class CommStats {
  public:
-  static constexpr int kOps = 6;  // CommOp values
+  static constexpr int kOps = kNumCommOps;
 
   void Record(const CommRecord &r) {
     std::lock_guard<std::mutex> lock(mu_);

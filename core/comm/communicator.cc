@@ -1,5 +1,7 @@
 #include "core/comm/communicator.h"
 
+#include <string>
+
 namespace dst {
 
 const char *CommOpName(CommOp op) {
@@ -16,6 +18,10 @@ const char *CommOpName(CommOp op) {
       return "broadcast";
     case CommOp::kBarrier:
       return "barrier";
+    case CommOp::kSend:
+      return "send";
+    case CommOp::kRecv:
+      return "recv";
   }
   return "unknown";
 }
@@ -57,8 +63,21 @@ class SoloCommunicator final : public Communicator {
     return std::make_unique<DoneWork>();
   }
   void SetCompletionHook(CompletionHook) override {}
+  // A group of one has no peer to talk to.
+  std::unique_ptr<Work> Send(const void *, int64_t bytes, int64_t peer, uint32_t tag) override {
+    return NoPeer("send", bytes, peer, tag);
+  }
+  std::unique_ptr<Work> Recv(void *, int64_t bytes, int64_t peer, uint32_t tag) override {
+    return NoPeer("recv", bytes, peer, tag);
+  }
 
  private:
+  std::unique_ptr<Work> NoPeer(const char *op, int64_t bytes, int64_t peer, uint32_t tag) const {
+    return std::make_unique<DoneWork>(
+        InternalError(std::string(op) + " of " + std::to_string(bytes) + " bytes with rank " +
+                      std::to_string(peer) + " (tag " + std::to_string(tag) + ") on group '" +
+                      name_ + "', which has one rank: there is no peer"));
+  }
   std::string name_;
 };
 

@@ -15,9 +15,20 @@
 
 namespace dst {
 
-enum class CommOp { kAllReduce, kReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+enum class CommOp {
+  kAllReduce,
+  kReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kBarrier,
+  kSend,
+  kRecv,
+};
+inline constexpr int kNumCommOps = 8;
 
-// "allreduce", "reduce", "reduce_scatter", "allgather", "broadcast", "barrier".
+// "allreduce", "reduce", "reduce_scatter", "allgather", "broadcast",
+// "barrier", "send", "recv".
 const char *CommOpName(CommOp op);
 
 struct CommRecord {
@@ -26,12 +37,15 @@ struct CommRecord {
   double seconds;  // from the start of the collective to its completion
 };
 
-// A pending collective. Wait returns its Status; it must be called before the
+// A pending operation. Wait returns its Status; it must be called before the
 // buffers are touched again (and before the Work is destroyed, which waits).
+// Test never blocks: true once the operation has finished (Wait then returns
+// at once, with its Status).
 class Work {
  public:
   virtual ~Work() = default;
   virtual Status Wait() = 0;
+  virtual bool Test() = 0;
 };
 
 class Communicator {
@@ -55,6 +69,16 @@ class Communicator {
   virtual std::unique_ptr<Work> Broadcast(float *data, int64_t count, int64_t root) = 0;
   virtual Status Barrier() = 0;
 
+  // Point to point: `bytes` bytes to / from `peer` (a rank of this group,
+  // not this one). Both sides name the same `tag`; sends of one (peer, tag)
+  // arrive in the order they were posted. Sends and receives run beside the
+  // collectives (a pipeline stage can post a receive and a send at once), and
+  // their Wait fails after the group's timeout naming the peer, the tag and,
+  // when the store knows it, the rank that was lost.
+  virtual std::unique_ptr<Work> Send(const void *data, int64_t bytes, int64_t peer,
+                                     uint32_t tag) = 0;
+  virtual std::unique_ptr<Work> Recv(void *data, int64_t bytes, int64_t peer, uint32_t tag) = 0;
+
   // The same on 16-bit data (fp16 or bf16 bit patterns, `type`). A sum adds
   // two values in fp32 and rounds the result to `type` at every step, as a
   // 16-bit reduction on a GPU does. Gathers and broadcasts copy bits.
@@ -74,6 +98,7 @@ class DoneWork final : public Work {
  public:
   explicit DoneWork(Status status = Status::Ok()) : status_(std::move(status)) {}
   Status Wait() override { return status_; }
+  bool Test() override { return true; }
 
  private:
   Status status_;

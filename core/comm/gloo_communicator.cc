@@ -18,6 +18,7 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -94,9 +95,120 @@ class TaskWork final : public Work {
     task_->cv.wait(lock, [&] { return task_->done; });
     return task_->status;
   }
+  bool Test() override {
+    std::lock_guard<std::mutex> lock(task_->mu);
+    return task_->done;
+  }
 
  private:
   std::shared_ptr<Task> task_;
+};
+
+// p2p slots live apart from the collectives' (Gloo's algorithms take theirs
+// from the context's counter, from 0 up).
+constexpr uint64_t kP2pSlotBase = uint64_t(0xd5) << 56;
+
+// A send or receive posted on an unbound buffer. Gloo's transport moves the
+// bytes on its own threads, so it runs beside the collectives of the worker
+// thread; a waiter thread (P2pWaiters) blocks in Gloo's wait, because Gloo
+// has no non-blocking test (a wait that times out, even a zero one, breaks
+// every pair of the context).
+struct P2pState {
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+  bool send = false;
+  CommRecord record{CommOp::kSend, 0, 0.0};
+  std::function<std::string(const std::string &cause)> describe;
+  Communicator::CompletionHook hook;
+  Clock::time_point started;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+};
+
+class P2pWork final : public Work {
+ public:
+  explicit P2pWork(std::shared_ptr<P2pState> state) : state_(std::move(state)) {}
+  ~P2pWork() override { (void)Wait(); }
+  Status Wait() override {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    state_->cv.wait(lock, [&] { return state_->done; });
+    return state_->status;
+  }
+  bool Test() override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return state_->done;
+  }
+
+ private:
+  std::shared_ptr<P2pState> state_;
+};
+
+// Threads that wait for posted sends and receives, one operation each at a
+// time; a new thread starts only when every existing one is busy, so a
+// steady pipeline reuses the same few.
+class P2pWaiters {
+ public:
+  explicit P2pWaiters(std::chrono::milliseconds timeout) : timeout_(timeout) {}
+  ~P2pWaiters() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread &t : threads_) t.join();
+  }
+
+  void Post(std::shared_ptr<P2pState> state) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(state));
+      if (idle_ == 0)
+        threads_.emplace_back([this] { Run(); });
+      else
+        --idle_;
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      std::shared_ptr<P2pState> state = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      Complete(*state);
+      lock.lock();
+      ++idle_;
+    }
+  }
+
+  void Complete(P2pState &p) {
+    Status status;
+    try {
+      const bool finished = p.send ? p.buffer->waitSend(timeout_) : p.buffer->waitRecv(timeout_);
+      if (!finished) status = Status(Code::kComm, p.describe("aborted"));
+    } catch (const std::exception &e) {
+      status = Status(Code::kComm, p.describe(e.what()));
+    }
+    p.record.seconds = std::chrono::duration<double>(Clock::now() - p.started).count();
+    if (status.ok() && p.hook) p.hook(p.record);
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.status = std::move(status);
+    p.done = true;
+    p.cv.notify_all();
+  }
+
+  std::chrono::milliseconds timeout_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<P2pState>> queue_;
+  std::vector<std::thread> threads_;
+  int idle_ = 0;  // threads waiting for work
+  bool stopping_ = false;
 };
 
 class GlooCommunicator final : public Communicator {
@@ -106,6 +218,7 @@ class GlooCommunicator final : public Communicator {
       : options_(options),
         context_(std::move(context)),
         store_(store),
+        waiters_(options.timeout),
         worker_([this] { RunWorker(); }) {}
 
   ~GlooCommunicator() override {
@@ -179,6 +292,14 @@ class GlooCommunicator final : public Communicator {
     return BroadcastFrom(data, count, root);
   }
 
+  std::unique_ptr<Work> Send(const void *data, int64_t bytes, int64_t peer, uint32_t tag) override {
+    return PostP2p(const_cast<void *>(data), bytes, peer, tag, /*send=*/true);
+  }
+
+  std::unique_ptr<Work> Recv(void *data, int64_t bytes, int64_t peer, uint32_t tag) override {
+    return PostP2p(data, bytes, peer, tag, /*send=*/false);
+  }
+
   Status Barrier() override {
     return Enqueue(CommOp::kBarrier, 0,
                    [this](uint32_t tag) {
@@ -191,6 +312,47 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
+  std::unique_ptr<Work> PostP2p(void *data, int64_t bytes, int64_t peer, uint32_t tag, bool send) {
+    const CommOp op = send ? CommOp::kSend : CommOp::kRecv;
+    const std::string what = std::string(CommOpName(op)) + " of " + std::to_string(bytes) +
+                             " bytes " + (send ? "to" : "from") + " rank " + std::to_string(peer) +
+                             " (tag " + std::to_string(tag) + ") on group '" + options_.name +
+                             "' (rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
+                             ")";
+    if (peer < 0 || peer >= size() || peer == rank() || bytes < 0)
+      return std::make_unique<DoneWork>(
+          InvalidArgument(what + ": the peer must be another rank of the group"));
+    Store *store = store_;
+    auto describe = [what, store](const std::string &cause) {
+      const std::string lost = DescribeLostRanks(*store, std::chrono::seconds(3));
+      return what + " failed: " + cause + ". " +
+             (lost.empty() ? "The peer rank has died or stalled" : lost) +
+             "; every rank stops within dstrain.comm_timeout_seconds";
+    };
+    CompletionHook hook;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hook = hook_;
+    }
+    try {
+      auto state = std::make_shared<P2pState>();
+      state->buffer = context_->createUnboundBuffer(data, size_t(bytes));
+      state->send = send;
+      state->record = CommRecord{op, bytes, 0.0};
+      state->describe = describe;
+      state->hook = hook;
+      state->started = Clock::now();
+      if (send)
+        state->buffer->send(int(peer), kP2pSlotBase | tag);
+      else
+        state->buffer->recv(int(peer), kP2pSlotBase | tag);
+      waiters_.Post(state);
+      return std::make_unique<P2pWork>(std::move(state));
+    } catch (const std::exception &e) {
+      return std::make_unique<DoneWork>(Status(Code::kComm, describe(e.what())));
+    }
+  }
+
   template <typename T>
   std::unique_ptr<Work> HalvingDoublingSum(CommOp op, T *data, int64_t count,
                                            const gloo::ReductionFunction<T> *sum) {
@@ -303,6 +465,7 @@ class GlooCommunicator final : public Communicator {
   uint32_t next_tag_ = 1;
   CompletionHook hook_;
   Status broken_;       // touched only by the worker thread
+  P2pWaiters waiters_;  // sends and receives in flight
   std::thread worker_;  // last: starts after everything it uses exists
 };
 
@@ -360,7 +523,8 @@ Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(Store &store,
         std::make_shared<gloo::rendezvous::Context>(int(options.rank), int(options.size));
     context->setTimeout(options.timeout);
     GlooStoreAdapter adapter(store, options.timeout);
-    gloo::rendezvous::PrefixStore prefixed("gloo/" + options.name, adapter);
+    gloo::rendezvous::PrefixStore prefixed(
+        "gloo/" + (options.store_prefix.empty() ? options.name : options.store_prefix), adapter);
     context->connectFullMesh(prefixed, device);
     return std::unique_ptr<Communicator>(new GlooCommunicator(options, std::move(context), &store));
   } catch (const std::exception &e) {

@@ -14,7 +14,8 @@
 namespace dst {
 
 struct GlooOptions {
-  std::string name = "world";  // group name, for messages and store keys
+  std::string name = "world";  // group name, for messages (and store keys)
+  std::string store_prefix;    // unique per group in the job ("" = name)
   int64_t rank = 0;            // rank within the group
   int64_t size = 1;            // ranks in the group
   std::string bind_host;       // address peers reach this rank at ("" = detect)

@@ -79,10 +79,12 @@ Engine::Engine(Config config, ModelSpec spec, Job job)
     : config_(std::move(config)),
       env_(std::move(job.env)),
       store_(std::move(job.store)),
-      dp_comm_(std::move(job.dp)),
+      groups_(std::move(job.groups)),
+      dp_comm_(groups_.dp.get()),
       scaler_(config_.fp16) {
   SetNumThreads(ResolveNumThreads(config_.runtime.num_threads));
-  dp_comm_->SetCompletionHook([this](const CommRecord &r) { comm_stats_.Record(r); });
+  for (Communicator *group : {groups_.dp.get(), groups_.tp.get(), groups_.pp.get()})
+    group->SetCompletionHook([this](const CommRecord &r) { comm_stats_.Record(r); });
   ActivationLimits limits;
   limits.max_B = config_.train_micro_batch_size_per_gpu;
   limits.max_T = spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
@@ -93,7 +95,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job)
   model_ = std::make_unique<Model<float>>(
       spec, limits, &memory_,
       StoreOptionsForStage(config_.zero.stage, dp_comm_->size(), config_.precision()), activations);
-  dp_ = std::make_unique<DataParallel>(config_, model_.get(), dp_comm_.get(), &memory_);
+  dp_ = std::make_unique<DataParallel>(config_, model_.get(), dp_comm_, &memory_);
   executor_ = std::make_unique<Executor>(config_, model_.get(), dp_.get(), &scaler_, &progress_);
   executor_->SetStepObserver([this](const StepRecord &record) { return OnStep(record); });
   const int64_t T = limits.max_T;
@@ -108,7 +110,9 @@ Engine::Engine(Config config, ModelSpec spec, Job job)
   telemetry.flops_per_sample_token = 3.0 * model_->ForwardFlops(1, T) / double(T);
   telemetry.zero_stage = dp_->stage();
   telemetry.dp_size = dp_comm_->size();
-  telemetry.dp_rank = dp_comm_->rank();  // pure data parallelism: tp and pp ranks are 0
+  telemetry.dp_rank = groups_.coord.dp;
+  telemetry.tp_rank = groups_.coord.tp;
+  telemetry.pp_rank = groups_.coord.pp;
   telemetry_ = std::make_unique<Telemetry>(std::move(telemetry));
   TrainingStateView state;
   state.config = &config_;
@@ -156,7 +160,9 @@ Engine::~Engine() {
   telemetry_->StopMonitor();  // its HTTP threads read the store (rank 0's job table)
   QuiesceBeforeClose();
   dp_.reset();
-  dp_comm_.reset();
+  groups_.pp.reset();
+  groups_.tp.reset();
+  groups_.dp.reset();
   if (store_ && !aborted_) FinishJob(*store_, env_.rank, env_.world_size, CommTimeout());
   store_.reset();
 }
@@ -170,7 +176,9 @@ void Engine::Abort() {
   aborted_ = true;
   telemetry_->StopMonitor();
   dp_.reset();
-  dp_comm_.reset();
+  groups_.pp.reset();
+  groups_.tp.reset();
+  groups_.dp.reset();
   if (store_) store_->Abort();
 }
 

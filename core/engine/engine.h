@@ -116,9 +116,10 @@ class Engine {
 
   Config config_;
   LaunchEnv env_;
-  CommStats comm_stats_;                   // fed by dp_comm_'s completion hook
+  CommStats comm_stats_;                   // fed by every group's completion hook
   std::unique_ptr<Store> store_;           // rendezvous (multi-rank jobs)
-  std::unique_ptr<Communicator> dp_comm_;  // the data-parallel group
+  ProcessGroups groups_;                   // dp, tp, pp communicators of this rank
+  Communicator *dp_comm_;                  // groups_.dp
   MemoryTracker memory_;                   // declared before everything it accounts
   std::unique_ptr<Model<float>> model_;
   std::unique_ptr<DataParallelism> dp_;   // gradient reduction, (sharded) optimizer, precision

@@ -14,34 +14,36 @@ std::chrono::milliseconds CommTimeoutOf(const Config &config) {
 Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::string &agreement) {
   Job job;
   job.env = env;
-  if (env.world_size == 1) {
-    job.dp = MakeSoloCommunicator("dp");
-    return job;
+  const Topology topology(config.pp_size, config.dp_size, config.tp_size);
+  if (topology.world_size() != env.world_size)
+    return ConfigError("the job has " + std::to_string(env.world_size) + " ranks but pp_size " +
+                       std::to_string(config.pp_size) + " x dp_size " +
+                       std::to_string(config.dp_size) + " x tp_size " +
+                       std::to_string(config.tp_size) + " = " +
+                       std::to_string(topology.world_size()));
+  GlooOptions common;
+  common.timeout = CommTimeoutOf(config);
+  if (env.world_size > 1) {
+    TcpStoreOptions store_options;
+    store_options.host = env.master_addr;
+    store_options.port = env.master_port;
+    store_options.is_server = env.rank == 0;
+    store_options.rank = env.rank;
+    store_options.world_size = env.world_size;
+    store_options.job_token = env.job_token;
+    store_options.timeout = CommTimeoutOf(config);
+    Result<std::unique_ptr<Store>> connected = ConnectTcpStore(store_options);
+    if (!connected.ok()) return connected.status();
+    job.store = std::move(connected).value();
+    DST_RETURN_IF_ERROR(
+        CheckSameConfig(*job.store, env.rank, env.world_size, agreement, CommTimeoutOf(config)));
+    const char *bind = std::getenv("DSTRAIN_BIND_ADDR");
+    common.bind_host = bind ? bind : "";
+    common.master_addr = env.master_addr;
   }
-  TcpStoreOptions store_options;
-  store_options.host = env.master_addr;
-  store_options.port = env.master_port;
-  store_options.is_server = env.rank == 0;
-  store_options.rank = env.rank;
-  store_options.world_size = env.world_size;
-  store_options.job_token = env.job_token;
-  store_options.timeout = CommTimeoutOf(config);
-  Result<std::unique_ptr<Store>> connected = ConnectTcpStore(store_options);
-  if (!connected.ok()) return connected.status();
-  job.store = std::move(connected).value();
-  DST_RETURN_IF_ERROR(
-      CheckSameConfig(*job.store, env.rank, env.world_size, agreement, CommTimeoutOf(config)));
-  GlooOptions gloo;
-  gloo.name = "dp";
-  gloo.rank = env.rank;  // pure data parallelism: the DP group is the world
-  gloo.size = env.world_size;
-  const char *bind = std::getenv("DSTRAIN_BIND_ADDR");
-  gloo.bind_host = bind ? bind : "";
-  gloo.master_addr = env.master_addr;
-  gloo.timeout = CommTimeoutOf(config);
-  Result<std::unique_ptr<Communicator>> comm = CreateGlooCommunicator(*job.store, gloo);
-  if (!comm.ok()) return comm.status();
-  job.dp = std::move(comm).value();
+  Result<ProcessGroups> groups = BuildProcessGroups(job.store.get(), env.rank, topology, common);
+  if (!groups.ok()) return groups.status();
+  job.groups = std::move(groups).value();
   return job;
 }
 

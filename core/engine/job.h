@@ -11,6 +11,7 @@
 
 #include "core/comm/communicator.h"
 #include "core/comm/launch_env.h"
+#include "core/comm/process_groups.h"
 #include "core/comm/store.h"
 #include "core/common/status.h"
 #include "core/config/config.h"
@@ -20,8 +21,8 @@ namespace dst {
 // One rank's membership of the job.
 struct Job {
   LaunchEnv env;
-  std::unique_ptr<Store> store;      // null on a single-rank job
-  std::unique_ptr<Communicator> dp;  // the data-parallel group
+  std::unique_ptr<Store> store;  // null on a single-rank job
+  ProcessGroups groups;          // dp, tp, pp from the (pp, dp, tp) grid of the config
 };
 
 // dstrain.comm_timeout_seconds as a duration.

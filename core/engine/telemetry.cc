@@ -34,6 +34,8 @@ double BusFactor(CommOp op, int64_t n) {
       return ring;
     case CommOp::kReduce:
     case CommOp::kBroadcast:
+    case CommOp::kSend:
+    case CommOp::kRecv:
       return 1;
     case CommOp::kBarrier:
       return 0;

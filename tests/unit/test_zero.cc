@@ -232,6 +232,13 @@ class ThreadCommunicator final : public Communicator {
   Status Barrier() override {
     return Run(nullptr, [](std::vector<float *> &) {})->Wait();
   }
+  // The ZeRO engine uses no point-to-point.
+  std::unique_ptr<Work> Send(const void *, int64_t, int64_t, uint32_t) override {
+    return std::make_unique<DoneWork>(InternalError("ThreadCommunicator has no send"));
+  }
+  std::unique_ptr<Work> Recv(void *, int64_t, int64_t, uint32_t) override {
+    return std::make_unique<DoneWork>(InternalError("ThreadCommunicator has no recv"));
+  }
   // 16-bit data rides through the same group (pointers are only passed along).
   std::unique_ptr<Work> AllReduceSum16(uint16_t *data, int64_t count, Half type) override {
     return Run16(data, [count, type](std::vector<uint16_t *> &p) {

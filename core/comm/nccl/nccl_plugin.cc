@@ -43,6 +43,13 @@ class NcclWork final : public Work {
     (void)Wait();
     if (event_) cudaEventDestroy(event_);
   }
+  bool Test() override {
+    if (done_ || !status_.ok()) return true;
+    const cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaErrorNotReady) return false;
+    (void)Wait();  // finished or failed: Wait records which
+    return true;
+  }
   Status Wait() override {
     if (done_ || !status_.ok()) return status_;
     const auto deadline = Clock::now() + timeout_;
@@ -137,6 +144,15 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Work> Broadcast16(uint16_t *data, int64_t count, int64_t root) override {
     return Launch(CommOp::kBroadcast, count * 2,
                   ncclBroadcast(data, data, size_t(count), ncclFloat16, int(root), comm_, stream_));
+  }
+  // tag: NCCL matches sends and receives by order per peer, not by tag.
+  std::unique_ptr<Work> Send(const void *data, int64_t bytes, int64_t peer, uint32_t) override {
+    return Launch(CommOp::kSend, bytes,
+                  ncclSend(data, size_t(bytes), ncclUint8, int(peer), comm_, stream_));
+  }
+  std::unique_ptr<Work> Recv(void *data, int64_t bytes, int64_t peer, uint32_t) override {
+    return Launch(CommOp::kRecv, bytes,
+                  ncclRecv(data, size_t(bytes), ncclUint8, int(peer), comm_, stream_));
   }
   Status Barrier() override {
     float *one = nullptr;

@@ -1,0 +1,64 @@
+#include "core/comm/process_groups.h"
+
+#include <algorithm>
+
+namespace dst {
+
+std::string GroupKey(const std::string &name, const std::vector<int64_t> &members) {
+  std::string key = name + "[";
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (i > 0) key += ',';
+    key += std::to_string(members[i]);
+  }
+  return key + "]";
+}
+
+namespace {
+
+Result<std::unique_ptr<Communicator>> Connect(Store *store, int64_t rank, const std::string &name,
+                                              const std::vector<int64_t> &members,
+                                              const GlooOptions &common) {
+  if (members.size() == 1) return MakeSoloCommunicator(name);
+  GlooOptions options = common;
+  options.name = name;
+  options.store_prefix = GroupKey(name, members);
+  options.rank = std::find(members.begin(), members.end(), rank) - members.begin();
+  options.size = int64_t(members.size());
+  return CreateGlooCommunicator(*store, options);
+}
+
+}  // namespace
+
+Result<ProcessGroups> BuildProcessGroups(Store *store, int64_t rank, const Topology &topology,
+                                         const GlooOptions &common) {
+  const int64_t world = topology.world_size();
+  if (rank < 0 || rank >= world)
+    return InvalidArgument(
+        "rank " + std::to_string(rank) + " is outside the " + std::to_string(topology.pp_size()) +
+        " x " + std::to_string(topology.dp_size()) + " x " + std::to_string(topology.tp_size()) +
+        " (pp x dp x tp) grid of " + std::to_string(world) + " ranks");
+  if (world > 1 && store == nullptr)
+    return InternalError("process groups of a " + std::to_string(world) +
+                         "-rank job need the rendezvous store");
+  ProcessGroups groups;
+  groups.topology = topology;
+  groups.coord = topology.CoordOf(rank);
+  groups.dp_members = topology.DataParallelGroup(rank);
+  groups.tp_members = topology.TensorParallelGroup(rank);
+  groups.pp_members = topology.PipelineGroup(rank);
+  struct Wanted {
+    const char *name;
+    const std::vector<int64_t> *members;
+    std::unique_ptr<Communicator> *out;
+  };
+  for (const Wanted &w :
+       {Wanted{"dp", &groups.dp_members, &groups.dp}, Wanted{"tp", &groups.tp_members, &groups.tp},
+        Wanted{"pp", &groups.pp_members, &groups.pp}}) {
+    Result<std::unique_ptr<Communicator>> comm = Connect(store, rank, w.name, *w.members, common);
+    if (!comm.ok()) return comm.status();
+    *w.out = std::move(comm).value();
+  }
+  return groups;
+}
+
+}  // namespace dst

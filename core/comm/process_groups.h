@@ -1,0 +1,38 @@
+// This rank's process groups, built from the rank grid (core/topology):
+// tensor parallelism fastest-varying, then data parallelism, then pipeline
+// stages, as Megatron-LM lays them out. Each group is its own communicator
+// (a group of one is the SoloCommunicator) connected through the rendezvous
+// store under a key prefix naming its members, so groups never collide.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/comm/gloo_communicator.h"
+#include "core/comm/store.h"
+#include "core/common/status.h"
+#include "core/topology/topology.h"
+
+namespace dst {
+
+struct ProcessGroups {
+  Topology topology{1, 1, 1};
+  GridCoord coord;  // this rank's (pp, dp, tp)
+  // Global ranks of each group, in group-rank order.
+  std::vector<int64_t> dp_members, tp_members, pp_members;
+  std::unique_ptr<Communicator> dp, tp, pp;
+};
+
+// "dp[0,2,4,6]": a group's name with its members (its store prefix).
+std::string GroupKey(const std::string &name, const std::vector<int64_t> &members);
+
+// Connects this rank's dp, tp and pp groups (in that order on every rank, so
+// the connections of different groups never wait on each other). `common`
+// gives the bind address and the timeout; `rank` is the global rank.
+Result<ProcessGroups> BuildProcessGroups(Store *store, int64_t rank, const Topology &topology,
+                                         const GlooOptions &common);
+
+}  // namespace dst
