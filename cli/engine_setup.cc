@@ -1,8 +1,6 @@
 #include "engine_setup.h"
 
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -41,11 +39,12 @@ std::string WithMetricsServer(const std::string &text, int port) {
   return config.dump();
 }
 
+// The config file through the library's one reader; "" when it cannot be
+// read (the engine then reads the path itself and reports why).
 std::string ReadText(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  const char *text = nullptr;
+  if (dst_config_file_read(path.c_str(), &text) != DST_OK || text == nullptr) return "";
+  return text;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "capi/src/capi_util.h"
 #include "capi/src/versioned_struct.h"
 #include "core/config/config.h"
+#include "core/config/config_file.h"
 #include "core/model/model.h"
 #include "core/model/model_spec.h"
 #include "core/zero/memory_estimate.h"
@@ -19,16 +20,23 @@ dst::Result<std::string> ReadSource(const char *text, const char *path, const ch
     return dst::InvalidArgument(std::string("dst_estimate_memory_json: pass exactly one of the ") +
                                 what + " JSON string and the " + what + " path");
   if (text) return std::string(text);
-  std::FILE *f = std::fopen(path, "rb");
-  if (!f) return dst::IoError(std::string("cannot read the ") + what + " file " + path);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  std::fclose(f);
-  return out;
+  return dst::ReadConfigFile(path, what);
 }
 }  // namespace
+
+thread_local std::string g_config_file_text;
+
+extern "C" dst_status_t dst_config_file_read(const char *path, const char **out_text) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(path);
+  DST_CAPI_REQUIRE_NONNULL(out_text);
+  dst::Result<std::string> text = dst::ReadConfigFile(path, "config");
+  if (!text.ok()) return dst::capi::FromStatus(text.status());
+  g_config_file_text = std::move(text).value();
+  *out_text = g_config_file_text.c_str();
+  return DST_OK;
+  DST_CAPI_END
+}
 
 extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *options,
                                                  int64_t world_size, const char **out_json) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/config/config_file.h"
 #include "core/optim/clip.h"
 #include "core/optim/lr_schedule.h"
 #include "core/runtime/threads.h"
@@ -18,32 +19,6 @@
 #include "metrics/monitor.h"
 
 namespace dst {
-
-namespace {
-
-Result<std::string> ReadWholeFile(const std::string &path, const char *what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return IoError(std::string("cannot read the ") + what + " file " + path + ": " +
-                   std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Exactly one of text/path must be given; returns the text.
-Result<std::string> TextOrFile(const std::string &text, const std::string &path, const char *what) {
-  if (!text.empty() && !path.empty())
-    return InvalidArgument(std::string("both a ") + what + " JSON string and a " + what +
-                           " path were given; pass exactly one");
-  if (text.empty() && path.empty())
-    return InvalidArgument(std::string("no ") + what + " given; pass a " + what +
-                           " JSON string or a path to one");
-  if (!text.empty()) return text;
-  return ReadWholeFile(path, what);
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------- creation
 

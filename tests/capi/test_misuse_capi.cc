@@ -67,6 +67,22 @@ TEST(MisuseNoEngine, CreateWithMissingConfigFile) {
   ExpectError(dst_engine_create(&e, &opts), DST_ERR_IO, "/nonexistent/ds_config.json");
 }
 
+// Config files that are not regular files are refused by name, at once,
+// through the engine and through dst_config_file_read (the CLI's reader).
+TEST(MisuseNoEngine, ConfigPathsThatAreNotRegularFilesAreRefused) {
+  dst_engine_options_t opts;
+  dst_engine_options_default(&opts);
+  opts.config_path = "/dev/zero";
+  opts.model_json = kTinyGpt;
+  dst_engine_t *e = nullptr;
+  ExpectError(dst_engine_create(&e, &opts), DST_ERR_IO, "is a character device");
+  opts.config_path = "/";
+  ExpectError(dst_engine_create(&e, &opts), DST_ERR_IO, "is a directory");
+  const char *text = nullptr;
+  ExpectError(dst_config_file_read("/dev/zero", &text), DST_ERR_IO, "/dev/zero");
+  ExpectError(dst_config_file_read(nullptr, &text), DST_ERR_INVALID_ARGUMENT, "path");
+}
+
 TEST(MisuseNoEngine, CreateWithBadModelSpec) {
   dst_engine_options_t opts;
   dst_engine_options_default(&opts);

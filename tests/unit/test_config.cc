@@ -3,6 +3,9 @@
 // user needs (path, expectation, finding, suggestion).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -13,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config/config.h"
+#include "core/config/config_file.h"
 #include "core/config/config_keys.h"
 
 namespace dst {
@@ -833,6 +837,52 @@ TEST(ConfigMonitor, BadValuesNameThePath) {
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
       "dstrain": {"monitor": {"htpp": {}}}})"),
                         Code::kConfig, {"http"}));
+}
+
+// ---------------------------------------------------------------------------
+// The one config-file reader (engine, estimate, LoadConfigFile, the CLI).
+
+std::string ReaderError(const std::string &path) {
+  Result<std::string> text = ReadConfigFile(path, "config");
+  EXPECT_FALSE(text.ok()) << path;
+  return text.ok() ? "" : text.status().message();
+}
+
+TEST(ConfigFile, ReadsARegularFileAndRefusesEverythingElseByName) {
+  const std::string dir = testing::TempDir();
+  const std::string path = dir + "/dstrain_reader.json";
+  {
+    std::ofstream out(path);
+    out << R"({"train_batch_size": 4})";
+  }
+  Result<std::string> text = ReadConfigFile(path, "config");
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  EXPECT_EQ(text.value(), R"({"train_batch_size": 4})");
+  std::remove(path.c_str());
+  EXPECT_NE(ReaderError(path).find("cannot open config file " + path), std::string::npos);
+  EXPECT_NE(ReaderError(dir).find("is a directory"), std::string::npos);
+  // A device would grow memory without bound; a FIFO with no writer would block.
+  EXPECT_NE(ReaderError("/dev/zero").find("is a character device"), std::string::npos);
+  const std::string fifo = dir + "/dstrain_reader.fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(ReaderError(fifo).find("is a FIFO"), std::string::npos);
+  std::remove(fifo.c_str());
+  // Oversized (sparse: costs no disk): the size and the limit are named.
+  const std::string big = dir + "/dstrain_reader_big.json";
+  { std::ofstream out(big); }
+  ASSERT_EQ(truncate(big.c_str(), kMaxConfigFileBytes + 1), 0);
+  const std::string message = ReaderError(big);
+  EXPECT_NE(message.find(std::to_string(kMaxConfigFileBytes + 1) + " bytes"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find(std::to_string(kMaxConfigFileBytes)), std::string::npos);
+  std::remove(big.c_str());
+}
+
+TEST(ConfigFile, TextOrFileWantsExactlyOne) {
+  EXPECT_EQ(TextOrFile("{}", "", "model").value(), "{}");
+  EXPECT_FALSE(TextOrFile("{}", "/x", "model").ok());
+  EXPECT_FALSE(TextOrFile("", "", "model").ok());
 }
 
 }  // namespace

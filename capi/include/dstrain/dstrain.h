@@ -399,6 +399,13 @@ DST_API dst_status_t dst_engine_monitor_url(const dst_engine_t *engine, const ch
 DST_API dst_status_t dst_estimate_memory_json(const dst_engine_options_t *options,
                                               int64_t world_size, const char **out_json);
 
+/* Reads a config or model-spec file exactly as dst_engine_create and
+ * dst_estimate_memory_json do: a regular file of at most 16 MiB; a
+ * directory, a FIFO or a device (such as /dev/zero) is refused by name
+ * (DST_ERR_IO) rather than blocking or filling memory. *out_text is
+ * thread-local, valid until the next call on the same thread. */
+DST_API dst_status_t dst_config_file_read(const char *path, const char **out_text);
+
 /* ------------------------------------------------------------------------- */
 /* Token datasets                                                             */
 /* ------------------------------------------------------------------------- */

@@ -395,6 +395,10 @@ extern "C" {
         world_size: i64,
         out_json: *mut *const c_char,
     ) -> dst_status_t;
+    /// Reads a config or model-spec file as the engine does (a regular file up to
+    /// 16 MiB). The text is thread-local, valid until the next call on the same thread.
+    pub fn dst_config_file_read(path: *const c_char, out_text: *mut *const c_char)
+        -> dst_status_t;
 
     /// Opens a text file (NULL: the default corpus) as byte-level tokens.
     pub fn dst_dataset_open_text(

@@ -1,0 +1,195 @@
+// ds_config phase 2: the gates (see config_phases.h).
+#include "core/config/config_phases.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <new>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config/config_keys.h"
+
+namespace dst::config_phases {
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Phase 2: gates. Each decides whether this build can run one feature as
+// configured; the issue that builds the feature relaxes its gate.
+
+Status CheckOffloadSupported(const ZeroConfig &zero) {
+  if (zero.offload_optimizer_device != "none") {
+    return NotSupported("zero_optimization.offload_optimizer.device: offloading to \"" +
+                        zero.offload_optimizer_device +
+                        "\" is not supported yet; set it to \"none\"");
+  }
+  if (zero.offload_param_device != "none") {
+    return NotSupported("zero_optimization.offload_param.device: offloading to \"" +
+                        zero.offload_param_device + "\" is not supported yet; set it to \"none\"");
+  }
+  return Status::Ok();
+}
+
+// Every ZeRO stage is built: 0 (data parallelism), 1 (partitioned optimizer
+// state), 2 (and gradients), 3 (and parameters). ReadZero has already limited
+// the stage to 0-3; the gate stays for stages added later.
+Status CheckZeroStageSupported(const ZeroConfig &zero) {
+  if (zero.stage <= 3) return Status::Ok();
+  return NotSupported("zero_optimization.stage: ZeRO stage " + std::to_string(zero.stage) +
+                      " is not supported; this build implements stages 0, 1, 2 and 3");
+}
+
+// fp16 and bf16 train with 16-bit parameters, activations and gradients and
+// fp32 master weights; gradients are reduced in fp32 or in the training dtype.
+Status CheckCommunicationTypeSupported(DType precision, DType dtype) {
+  if (dtype == DType::kFloat32 || dtype == precision) return Status::Ok();
+  const std::string name = dtype == DType::kFloat16 ? "fp16" : "bf16";
+  if (precision == DType::kFloat32)
+    return NotSupported("communication_data_type: \"" + name +
+                        "\" with fp32 training is not supported yet (gradients would be "
+                        "compressed for the wire); use \"fp32\", or train in " +
+                        name);
+  return NotSupported("communication_data_type: \"" + name + "\" while training in " +
+                      (precision == DType::kFloat16 ? "fp16" : "bf16") +
+                      " is not supported; reduce in \"fp32\" or in the training dtype");
+}
+
+Status CheckTensorParallelSupported(int64_t tp_size, const std::string &key) {
+  if (tp_size == 1) return Status::Ok();
+  return NotSupported(key + ": tensor parallelism (size " + std::to_string(tp_size) +
+                      ") is not supported yet; this build runs tensor-parallel size 1");
+}
+
+Status CheckPipelineParallelSupported(int64_t pp_size, const std::string &key) {
+  if (pp_size == 1) return Status::Ok();
+  return NotSupported(key + ": pipeline parallelism (" + std::to_string(pp_size) +
+                      " stages) is not supported yet; this build runs a single stage");
+}
+
+Status CheckActivationCheckpointingSupported(const ActivationCheckpointingConfig &c) {
+  if (c.partition_activations) {
+    return NotSupported(
+        "activation_checkpointing.partition_activations: partitioning checkpointed activations "
+        "across model-parallel ranks is not supported yet");
+  }
+  if (c.cpu_checkpointing) {
+    return NotSupported(
+        "activation_checkpointing.cpu_checkpointing: keeping checkpointed activations in CPU "
+        "memory is not supported yet");
+  }
+  return Status::Ok();
+}
+
+Status CheckOptimizerSupported(const ExtraSettings &extra) {
+  if (!extra.unsupported_optimizer.empty()) {
+    return NotSupported("optimizer.type: \"" + extra.unsupported_optimizer +
+                        "\" is not supported yet; dstrain implements Adam, AdamW and SGD");
+  }
+  if (!extra.bias_correction) {
+    return NotSupported(
+        "optimizer.params.bias_correction: false is not supported; dstrain's Adam always "
+        "corrects the moment bias");
+  }
+  if (extra.amsgrad) {
+    return NotSupported("optimizer.params.amsgrad: AMSGrad is not supported yet");
+  }
+  return Status::Ok();
+}
+
+Status CheckSchedulerSupported(const ExtraSettings &extra) {
+  if (extra.unsupported_scheduler.empty()) return Status::Ok();
+  return NotSupported("scheduler.type: \"" + extra.unsupported_scheduler +
+                      "\" is not supported yet; dstrain implements WarmupLR, WarmupDecayLR and "
+                      "WarmupCosineLR");
+}
+
+Status CheckGradientAveragingSupported(const ExtraSettings &extra) {
+  if (extra.prescale_gradients) {
+    return NotSupported(
+        "prescale_gradients: true is not supported yet; dstrain averages gradients after the "
+        "all-reduce");
+  }
+  if (extra.gradient_predivide_factor != 1.0) {
+    return NotSupported(
+        "gradient_predivide_factor: " + Shorten(Json(extra.gradient_predivide_factor)) +
+        " is not supported yet; only 1.0 is");
+  }
+  if (extra.sparse_gradients) {
+    return NotSupported("sparse_gradients: true is not supported; gradients are dense");
+  }
+  return Status::Ok();
+}
+
+Status CheckGradAccumTypeSupported(const ExtraSettings &extra) {
+  if (extra.grad_accum_dtype == "fp32") return Status::Ok();
+  return NotSupported("data_types.grad_accum_dtype: \"" + extra.grad_accum_dtype +
+                      "\" is not supported yet; gradients accumulate in fp32");
+}
+
+Status CheckCheckpointOptionsSupported(const ExtraSettings &extra) {
+  if (!extra.load_universal) return Status::Ok();
+  return NotSupported(
+      "checkpoint.load_universal: universal checkpoints are not supported yet; dstrain "
+      "checkpoints reshard on load by themselves");
+}
+
+Status CheckMonitoringSupported(const ExtraSettings &extra) {
+  if (!extra.enabled_monitor.empty()) {
+    return NotSupported(extra.enabled_monitor + ".enabled: DeepSpeed's " + extra.enabled_monitor +
+                        " is not supported yet; use dstrain.monitor (Prometheus /metrics, "
+                        "the web dashboard, a CSV/JSON-lines log) or csv_monitor");
+  }
+  if (extra.memory_breakdown) {
+    return NotSupported(
+        "memory_breakdown: true is not supported yet; dstrain reports memory by category "
+        "through dstrain.monitor (Prometheus, dashboard, log) and dst_engine_metrics_json");
+  }
+  return Status::Ok();
+}
+
+Status CheckAmpSupported(const ExtraSettings &extra) {
+  if (!extra.amp_enabled) return Status::Ok();
+  return NotSupported(
+      "amp.enabled: NVIDIA apex AMP is not supported; use fp16 or bf16 instead "
+      "once they are built");
+}
+
+Status CheckFeatureSectionsSupported(const ExtraSettings &extra) {
+  if (extra.enabled_feature.empty()) return Status::Ok();
+  return NotSupported(extra.enabled_feature +
+                      ": this DeepSpeed feature is not supported by dstrain; remove the section "
+                      "or set \"enabled\": false");
+}
+
+}  // namespace
+
+Status CheckSupported(const Config &config, const ExtraSettings &extra) {
+  // Offload before stage: offload implies a stage > 0, and naming the offload
+  // is the more specific message.
+  DST_RETURN_IF_ERROR(CheckOffloadSupported(config.zero));
+  DST_RETURN_IF_ERROR(CheckZeroStageSupported(config.zero));
+  DST_RETURN_IF_ERROR(
+      CheckCommunicationTypeSupported(config.precision(), config.communication_data_type));
+  DST_RETURN_IF_ERROR(CheckTensorParallelSupported(config.tp_size, extra.tp_size_key));
+  DST_RETURN_IF_ERROR(CheckPipelineParallelSupported(config.pp_size, extra.pp_size_key));
+  DST_RETURN_IF_ERROR(CheckActivationCheckpointingSupported(config.activation_checkpointing));
+  DST_RETURN_IF_ERROR(CheckOptimizerSupported(extra));
+  DST_RETURN_IF_ERROR(CheckSchedulerSupported(extra));
+  DST_RETURN_IF_ERROR(CheckGradientAveragingSupported(extra));
+  DST_RETURN_IF_ERROR(CheckGradAccumTypeSupported(extra));
+  DST_RETURN_IF_ERROR(CheckCheckpointOptionsSupported(extra));
+  DST_RETURN_IF_ERROR(CheckMonitoringSupported(extra));
+  DST_RETURN_IF_ERROR(CheckAmpSupported(extra));
+  return CheckFeatureSectionsSupported(extra);
+}
+
+}  // namespace dst::config_phases

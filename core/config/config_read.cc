@@ -1,0 +1,842 @@
+// ds_config phase 1: reading the JSON into typed sections (see config_phases.h).
+#include "core/config/config_phases.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <new>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config/config_keys.h"
+
+namespace dst::config_phases {
+
+namespace {
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+// Key-table sections (see config_keys.cc).
+constexpr std::string_view kZero = "zero_optimization";
+constexpr std::string_view kOffloadOpt = "zero_optimization.offload_optimizer";
+constexpr std::string_view kOffloadParam = "zero_optimization.offload_param";
+constexpr std::string_view kFp16 = "fp16";
+constexpr std::string_view kBf16 = "bf16";
+constexpr std::string_view kBfloat16 = "bfloat16";
+constexpr std::string_view kOptimizer = "optimizer";
+constexpr std::string_view kScheduler = "scheduler";
+constexpr std::string_view kActCkpt = "activation_checkpointing";
+constexpr std::string_view kTensorParallel = "tensor_parallel";
+constexpr std::string_view kPipelineParallel = "pipeline_parallel";
+constexpr std::string_view kPipeline = "pipeline";
+constexpr std::string_view kDataTypes = "data_types";
+constexpr std::string_view kCheckpoint = "checkpoint";
+constexpr std::string_view kAmp = "amp";
+constexpr std::string_view kAio = "aio";
+constexpr std::string_view kDstrain = "dstrain";
+
+// Defaults that "auto" stands for where config.h has no better source.
+constexpr double kAutoGradientClipping = 1.0;  // Hugging Face's max_grad_norm default
+const OptimizerConfig kDefaultOptimizer{};
+const ZeroConfig kDefaultZero{};
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
+  });
+}
+
+// The entry of `names` equal to `typed` ignoring case, or "".
+std::string_view MatchName(std::string_view typed, const std::vector<std::string_view> &names) {
+  for (std::string_view name : names) {
+    if (EqualsIgnoreCase(typed, name)) return name;
+  }
+  return {};
+}
+
+std::string JoinNames(const std::vector<std::string_view> &names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    out += i == 0 ? "" : (i + 1 == names.size() ? " and " : ", ");
+    out += names[i];
+  }
+  return out;
+}
+
+// Reads the object parent[key] with `read` after checking its keys; an absent
+// section reads as an empty one, so `read` leaves the defaults.
+template <typename ReadFn>
+Status ReadSection(const ObjectReader &parent, std::string_view key, std::string_view section,
+                   ReadFn &&read) {
+  Result<ObjectReader> child = parent.Child(key, section);
+  if (!child.ok()) return child.status();
+  DST_RETURN_IF_ERROR(child->CheckKeys());
+  return read(child.value());
+}
+
+// ---------------------------------------------------------------------------
+// Phase 1: reading
+
+// A batch key: a positive integer, or absent/null/"auto" meaning "derive it".
+Status ReadBatchKey(const ObjectReader &root, std::string_view key, std::optional<int64_t> *out) {
+  const Json *value = root.Find(key);
+  if (value == nullptr || value->is_null() || IsAuto(*value)) return Status::Ok();
+  const std::optional<int64_t> n = AsInt64(*value);
+  if (!n || *n < 1) return root.MismatchAt(key, *value);
+  *out = n;
+  return Status::Ok();
+}
+
+Status ReadBatchKeys(const ObjectReader &root, BatchKeys *batch) {
+  DST_RETURN_IF_ERROR(ReadBatchKey(root, "train_batch_size", &batch->train_batch_size));
+  DST_RETURN_IF_ERROR(ReadBatchKey(root, "train_micro_batch_size_per_gpu", &batch->micro_batch));
+  return ReadBatchKey(root, "gradient_accumulation_steps", &batch->accumulation);
+}
+
+Status ReadBetas(const ObjectReader &params, std::array<double, 2> *betas) {
+  const Json *value = params.Find("betas");
+  if (value == nullptr) return Status::Ok();
+  if (IsAuto(*value)) {
+    *betas = kDefaultOptimizer.betas;
+    return Status::Ok();
+  }
+  if (!value->is_array() || value->size() != 2) return params.MismatchAt("betas", *value);
+  for (size_t i = 0; i < 2; ++i) {
+    const std::optional<double> beta = AsDouble((*value)[i]);
+    if (!beta || !Range{0.0, 1.0, false, /*max_open=*/true}.Contains(*beta)) {
+      return Mismatch(ElementPath(params.PathOf("betas"), i), "a number in [0, 1)", (*value)[i]);
+    }
+    (*betas)[i] = *beta;
+  }
+  return Status::Ok();
+}
+
+Status ReadAdamParams(const ObjectReader &params, bool is_adamw, OptimizerConfig *optimizer,
+                      ExtraSettings *extra) {
+  DST_RETURN_IF_ERROR(params.ReadNumber("lr", &optimizer->lr, AtLeast(0), kDefaultOptimizer.lr));
+  DST_RETURN_IF_ERROR(ReadBetas(params, &optimizer->betas));
+  DST_RETURN_IF_ERROR(
+      params.ReadNumber("eps", &optimizer->eps, GreaterThan(0), kDefaultOptimizer.eps));
+  DST_RETURN_IF_ERROR(params.ReadNumber("weight_decay", &optimizer->weight_decay, AtLeast(0),
+                                        kDefaultOptimizer.weight_decay));
+  DST_RETURN_IF_ERROR(params.ReadBool("adam_w_mode", &optimizer->adam_w_mode));
+  if (is_adamw && !optimizer->adam_w_mode) {
+    return ConfigError(params.PathOf("adam_w_mode") +
+                       ": AdamW always decouples weight decay, found false; for L2-style decay "
+                       "use \"type\": \"Adam\" with \"adam_w_mode\": false");
+  }
+  bool torch_adam = false;  // which implementation DeepSpeed picks; ours is one
+  DST_RETURN_IF_ERROR(params.ReadBool("torch_adam", &torch_adam));
+  DST_RETURN_IF_ERROR(params.ReadBool("bias_correction", &extra->bias_correction));
+  return params.ReadBool("amsgrad", &extra->amsgrad);
+}
+
+Status ReadSgdParams(const ObjectReader &params, OptimizerConfig *optimizer) {
+  DST_RETURN_IF_ERROR(params.ReadNumber("lr", &optimizer->lr, AtLeast(0), kDefaultOptimizer.lr));
+  DST_RETURN_IF_ERROR(params.ReadNumber("momentum", &optimizer->momentum, AtLeast(0)));
+  DST_RETURN_IF_ERROR(params.ReadNumber("dampening", &optimizer->dampening, AtLeast(0)));
+  DST_RETURN_IF_ERROR(params.ReadNumber("weight_decay", &optimizer->weight_decay, AtLeast(0),
+                                        kDefaultOptimizer.weight_decay));
+  DST_RETURN_IF_ERROR(params.ReadBool("nesterov", &optimizer->nesterov));
+  // torch.optim.SGD's rule: Nesterov needs a momentum and zero dampening.
+  if (optimizer->nesterov && (optimizer->momentum <= 0 || optimizer->dampening != 0)) {
+    return ConfigError(params.PathOf("nesterov") +
+                       ": Nesterov momentum needs momentum > 0 and dampening 0 (as "
+                       "torch.optim.SGD), found momentum " +
+                       Shorten(Json(optimizer->momentum)) + " and dampening " +
+                       Shorten(Json(optimizer->dampening)));
+  }
+  return Status::Ok();
+}
+
+// The optimizer's "type": reading needs its canonical name to pick the
+// parameter section, and unknown names get a suggestion.
+struct NamedType {
+  std::string_view name;  // canonical spelling; "" when only recognised
+  std::string_view unsupported_name;
+};
+
+Result<NamedType> ReadTypeName(const ObjectReader &section,
+                               const std::vector<std::string_view> &supported,
+                               const std::vector<std::string_view> &unsupported) {
+  const Json *type = section.Find("type");
+  if (type == nullptr) {
+    return ConfigError(section.PathOf("type") + " is missing; expected " +
+                       std::string(JoinNames(supported)) + " (any case)");
+  }
+  if (!type->is_string()) return section.MismatchAt("type", *type);
+  const auto &typed = type->get_ref<const std::string &>();
+  if (std::string_view name = MatchName(typed, supported); !name.empty()) {
+    return NamedType{name, {}};
+  }
+  if (std::string_view name = MatchName(typed, unsupported); !name.empty()) {
+    return NamedType{{}, name};
+  }
+  std::vector<std::string_view> all = supported;
+  all.insert(all.end(), unsupported.begin(), unsupported.end());
+  Status error = section.MismatchAt("type", *type);
+  const std::string_view nearest = config_internal::NearestName(typed, all);
+  if (nearest.empty()) return error;
+  return ConfigError(error.message() + "; did you mean \"" + std::string(nearest) + "\"?");
+}
+
+Status ReadOptimizer(const ObjectReader &root, Parsed *parsed) {
+  if (!root.Has("optimizer")) return Status::Ok();  // AdamW with config.h's defaults
+  return ReadSection(root, "optimizer", kOptimizer, [&](const ObjectReader &section) -> Status {
+    // DeepSpeed's own optimizers and the torch.optim ones it falls back to.
+    static const std::vector<std::string_view> kSupported = {"Adam", "AdamW", "SGD"};
+    static const std::vector<std::string_view> kRecognised = {
+        "Lamb",    "OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adagrad",   "Lion",   "MuAdam",
+        "MuAdamW", "MuSGD",      "Muon",        "RMSprop",    "Adadelta",  "Adamax", "NAdam",
+        "RAdam",   "ASGD",       "LBFGS",       "Rprop",      "SparseAdam"};
+    Result<NamedType> type = ReadTypeName(section, kSupported, kRecognised);
+    if (!type.ok()) return type.status();
+    if (!type->unsupported_name.empty()) {
+      // Its parameters follow another schema; the gate reports it.
+      parsed->extra.unsupported_optimizer = std::string(type->unsupported_name);
+      return Status::Ok();
+    }
+    OptimizerConfig &optimizer = parsed->config.optimizer;
+    if (type->name == "SGD") {
+      optimizer.type = OptimizerType::kSGD;
+      return ReadSection(
+          section, "params", "optimizer.params:SGD",
+          [&](const ObjectReader &params) { return ReadSgdParams(params, &optimizer); });
+    }
+    const bool is_adamw = type->name == "AdamW";
+    optimizer.type = is_adamw ? OptimizerType::kAdamW : OptimizerType::kAdam;
+    return ReadSection(section, "params",
+                       is_adamw ? "optimizer.params:AdamW" : "optimizer.params:Adam",
+                       [&](const ObjectReader &params) {
+                         return ReadAdamParams(params, is_adamw, &optimizer, &parsed->extra);
+                       });
+  });
+}
+
+Status ReadWarmupType(const ObjectReader &params, WarmupType *type) {
+  std::string name = *type == WarmupType::kLog ? "log" : "linear";
+  DST_RETURN_IF_ERROR(params.ReadChoice("warmup_type", {"log", "linear"}, &name));
+  *type = name == "log" ? WarmupType::kLog : WarmupType::kLinear;
+  return Status::Ok();
+}
+
+Status ReadLastBatchIteration(const ObjectReader &params) {
+  int64_t last_batch_iteration = -1;
+  return params.ReadInt("last_batch_iteration", &last_batch_iteration, -1, -1);
+}
+
+// Warm-up keys shared by WarmupLR and WarmupDecayLR.
+Status ReadWarmupLrParams(const ObjectReader &params, double optimizer_lr,
+                          SchedulerConfig *scheduler) {
+  DST_RETURN_IF_ERROR(
+      params.ReadNumber("warmup_min_lr", &scheduler->warmup_min_lr, AtLeast(0), 0.0));
+  DST_RETURN_IF_ERROR(
+      params.ReadNumber("warmup_max_lr", &scheduler->warmup_max_lr, AtLeast(0), optimizer_lr));
+  DST_RETURN_IF_ERROR(
+      params.ReadInt("warmup_num_steps", &scheduler->warmup_num_steps, 0, kInt64Max, 0));
+  DST_RETURN_IF_ERROR(ReadWarmupType(params, &scheduler->warmup_type));
+  return ReadLastBatchIteration(params);
+}
+
+// total_num_steps: required, "auto" = the run's step count, and it must
+// leave room after the warm-up.
+Status ReadTotalNumSteps(const ObjectReader &params, std::string_view type_name,
+                         const ConfigContext &context, SchedulerConfig *scheduler) {
+  const std::string path = params.PathOf("total_num_steps");
+  const Json *value = params.Find("total_num_steps");
+  if (value == nullptr) {
+    return ConfigError(path + " is missing; " + std::string(type_name) +
+                       " needs the length of the schedule: write a number or \"auto\" (= the "
+                       "run's step count)");
+  }
+  const bool is_auto = IsAuto(*value);
+  if (is_auto) {
+    if (context.total_steps <= 0) {
+      return ConfigError(path +
+                         " is \"auto\" but the number of training steps is not known; pass the "
+                         "number of steps (e.g. dstrain train --steps N) or write a number");
+    }
+    scheduler->total_num_steps = context.total_steps;
+  } else {
+    DST_RETURN_IF_ERROR(
+        params.ReadInt("total_num_steps", &scheduler->total_num_steps, 1, kInt64Max));
+  }
+  if (scheduler->total_num_steps <= scheduler->warmup_num_steps) {
+    return ConfigError(path + ": expected more than warmup_num_steps " +
+                       std::to_string(scheduler->warmup_num_steps) + ", found " +
+                       std::to_string(scheduler->total_num_steps) +
+                       (is_auto ? " (\"auto\" = the run's step count)" : ""));
+  }
+  return Status::Ok();
+}
+
+Status ReadWarmupCosineParams(const ObjectReader &params, const ConfigContext &context,
+                              SchedulerConfig *scheduler) {
+  DST_RETURN_IF_ERROR(
+      params.ReadNumber("warmup_min_ratio", &scheduler->warmup_min_ratio, Between(0, 1)));
+  DST_RETURN_IF_ERROR(params.ReadNumber("cos_min_ratio", &scheduler->cos_min_ratio, Between(0, 1)));
+  DST_RETURN_IF_ERROR(
+      params.ReadInt("warmup_num_steps", &scheduler->warmup_num_steps, 0, kInt64Max, 0));
+  DST_RETURN_IF_ERROR(ReadWarmupType(params, &scheduler->warmup_type));
+  DST_RETURN_IF_ERROR(ReadLastBatchIteration(params));
+  return ReadTotalNumSteps(params, "WarmupCosineLR", context, scheduler);
+}
+
+Status ReadScheduler(const ObjectReader &root, const ConfigContext &context, Parsed *parsed) {
+  if (!root.Has("scheduler")) return Status::Ok();
+  return ReadSection(root, "scheduler", kScheduler, [&](const ObjectReader &section) -> Status {
+    static const std::vector<std::string_view> kSupported = {"WarmupLR", "WarmupDecayLR",
+                                                             "WarmupCosineLR"};
+    static const std::vector<std::string_view> kRecognised = {"OneCycle", "LRRangeTest"};
+    Result<NamedType> type = ReadTypeName(section, kSupported, kRecognised);
+    if (!type.ok()) return type.status();
+    if (!type->unsupported_name.empty()) {
+      parsed->extra.unsupported_scheduler = std::string(type->unsupported_name);
+      return Status::Ok();
+    }
+    SchedulerConfig &scheduler = parsed->config.scheduler;
+    const double optimizer_lr = parsed->config.optimizer.lr;  // read before the scheduler
+    if (type->name == "WarmupLR") {
+      scheduler.type = SchedulerType::kWarmupLR;
+      return ReadSection(section, "params", "scheduler.params:WarmupLR",
+                         [&](const ObjectReader &params) {
+                           return ReadWarmupLrParams(params, optimizer_lr, &scheduler);
+                         });
+    }
+    if (type->name == "WarmupDecayLR") {
+      scheduler.type = SchedulerType::kWarmupDecayLR;
+      return ReadSection(
+          section, "params", "scheduler.params:WarmupDecayLR", [&](const ObjectReader &params) {
+            DST_RETURN_IF_ERROR(ReadWarmupLrParams(params, optimizer_lr, &scheduler));
+            return ReadTotalNumSteps(params, "WarmupDecayLR", context, &scheduler);
+          });
+    }
+    scheduler.type = SchedulerType::kWarmupCosineLR;
+    return ReadSection(section, "params", "scheduler.params:WarmupCosineLR",
+                       [&](const ObjectReader &params) {
+                         return ReadWarmupCosineParams(params, context, &scheduler);
+                       });
+  });
+}
+
+// offload_optimizer / offload_param. Only the device reaches Config; the
+// rest is validated so that a pasted config is checked whole.
+Status ReadOffload(const ObjectReader &zero, std::string_view key, std::string_view section,
+                   std::string *device) {
+  return ReadSection(zero, key, section, [&](const ObjectReader &offload) -> Status {
+    DST_RETURN_IF_ERROR(offload.ReadChoice("device", {"none", "cpu", "nvme"}, device));
+    bool flag = false;
+    DST_RETURN_IF_ERROR(offload.ReadBool("pin_memory", &flag));
+    std::string nvme_path;
+    DST_RETURN_IF_ERROR(offload.ReadString("nvme_path", &nvme_path, /*nullable=*/true));
+    int64_t count = 0;
+    DST_RETURN_IF_ERROR(offload.ReadInt("buffer_count", &count, 0, kInt64Max));
+    if (section == kOffloadOpt) {
+      double ratio = 1.0;
+      DST_RETURN_IF_ERROR(offload.ReadBool("fast_init", &flag));
+      DST_RETURN_IF_ERROR(offload.ReadNumber("ratio", &ratio, Between(0, 1)));
+    } else {
+      DST_RETURN_IF_ERROR(offload.ReadInt("buffer_size", &count, 0, kInt64Max));
+      DST_RETURN_IF_ERROR(offload.ReadInt("max_in_cpu", &count, 0, kInt64Max));
+    }
+    if (*device == "nvme" && nvme_path.empty()) {
+      return ConfigError(offload.PathOf("nvme_path") +
+                         " is missing; device \"nvme\" needs the directory for its swap files");
+    }
+    return Status::Ok();
+  });
+}
+
+// DeepSpeed applies optimizer offload to stages 1-3 and parameter offload to
+// stage 3 only; elsewhere it would silently do nothing.
+Status CheckOffloadMatchesStage(const ZeroConfig &zero) {
+  if (zero.offload_optimizer_device != "none" && zero.stage == 0) {
+    return ConfigError(
+        "zero_optimization.offload_optimizer.device: offloading the optimizer needs ZeRO stage "
+        "1, 2 or 3, but zero_optimization.stage is 0; set device to \"none\" or raise the stage");
+  }
+  if (zero.offload_param_device != "none" && zero.stage != 3) {
+    return ConfigError(
+        "zero_optimization.offload_param.device: offloading parameters needs ZeRO stage 3, but "
+        "zero_optimization.stage is " +
+        std::to_string(zero.stage) + "; set device to \"none\" or use stage 3");
+  }
+  return Status::Ok();
+}
+
+// stage3_gather_16bit_weights_on_model_save and its deprecated fp16 spelling.
+Status ReadGatherWeightsOnSave(const ObjectReader &zero_section, ZeroConfig *zero) {
+  constexpr std::string_view kCurrent = "stage3_gather_16bit_weights_on_model_save";
+  constexpr std::string_view kDeprecated = "stage3_gather_fp16_weights_on_model_save";
+  bool deprecated_value = zero->stage3_gather_16bit_weights_on_model_save;
+  DST_RETURN_IF_ERROR(zero_section.ReadBool(kDeprecated, &deprecated_value));
+  DST_RETURN_IF_ERROR(
+      zero_section.ReadBool(kCurrent, &zero->stage3_gather_16bit_weights_on_model_save));
+  if (!zero_section.Has(kCurrent)) {
+    zero->stage3_gather_16bit_weights_on_model_save = deprecated_value;
+  } else if (zero_section.Has(kDeprecated) &&
+             deprecated_value != zero->stage3_gather_16bit_weights_on_model_save) {
+    return ConfigError(zero_section.PathOf(kDeprecated) + " contradicts " +
+                       zero_section.PathOf(kCurrent) + " (the same setting); keep the latter");
+  }
+  return Status::Ok();
+}
+
+Status ReadZero(const ObjectReader &root, ZeroConfig *zero) {
+  return ReadSection(root, "zero_optimization", kZero, [&](const ObjectReader &section) -> Status {
+    DST_RETURN_IF_ERROR(section.ReadInt("stage", &zero->stage, 0, 3));
+    DST_RETURN_IF_ERROR(section.ReadBool("overlap_comm", &zero->overlap_comm));
+    DST_RETURN_IF_ERROR(section.ReadBool("contiguous_gradients", &zero->contiguous_gradients));
+    DST_RETURN_IF_ERROR(section.ReadInt("reduce_bucket_size", &zero->reduce_bucket_size, 0,
+                                        kInt64Max, kDefaultZero.reduce_bucket_size));
+    DST_RETURN_IF_ERROR(section.ReadInt("allgather_bucket_size", &zero->allgather_bucket_size, 0,
+                                        kInt64Max, kDefaultZero.allgather_bucket_size));
+    DST_RETURN_IF_ERROR(section.ReadInt("stage3_prefetch_bucket_size",
+                                        &zero->stage3_prefetch_bucket_size, 0, kInt64Max,
+                                        kDefaultZero.stage3_prefetch_bucket_size));
+    DST_RETURN_IF_ERROR(section.ReadInt("stage3_param_persistence_threshold",
+                                        &zero->stage3_param_persistence_threshold, 0, kInt64Max,
+                                        kDefaultZero.stage3_param_persistence_threshold));
+    DST_RETURN_IF_ERROR(section.ReadInt("stage3_max_live_parameters",
+                                        &zero->stage3_max_live_parameters, 0, kInt64Max));
+    DST_RETURN_IF_ERROR(section.ReadInt("stage3_max_reuse_distance",
+                                        &zero->stage3_max_reuse_distance, 0, kInt64Max));
+    DST_RETURN_IF_ERROR(ReadGatherWeightsOnSave(section, zero));
+    // Stage 1-3 tuning with no stage-0 meaning; validated, not stored yet.
+    bool flag = false;
+    int64_t sub_group_size = 0;
+    DST_RETURN_IF_ERROR(section.ReadBool("reduce_scatter", &flag));
+    DST_RETURN_IF_ERROR(section.ReadBool("allgather_partitions", &flag));
+    DST_RETURN_IF_ERROR(section.ReadBool("round_robin_gradients", &flag));
+    DST_RETURN_IF_ERROR(section.ReadInt("sub_group_size", &sub_group_size, 0, kInt64Max));
+    DST_RETURN_IF_ERROR(
+        ReadOffload(section, "offload_optimizer", kOffloadOpt, &zero->offload_optimizer_device));
+    DST_RETURN_IF_ERROR(
+        ReadOffload(section, "offload_param", kOffloadParam, &zero->offload_param_device));
+    return CheckOffloadMatchesStage(*zero);
+  });
+}
+
+Status ReadFp16(const ObjectReader &root, Fp16Config *fp16) {
+  return ReadSection(root, "fp16", kFp16, [&](const ObjectReader &section) -> Status {
+    constexpr int kIntMax = std::numeric_limits<int>::max();
+    bool flag = false;
+    DST_RETURN_IF_ERROR(section.ReadBool("enabled", &fp16->enabled, /*if_auto=*/false));
+    DST_RETURN_IF_ERROR(section.ReadBool("auto_cast", &flag));
+    DST_RETURN_IF_ERROR(section.ReadNumber("loss_scale", &fp16->loss_scale, AtLeast(0)));
+    DST_RETURN_IF_ERROR(section.ReadInt("initial_scale_power", &fp16->initial_scale_power, 0, 64));
+    DST_RETURN_IF_ERROR(section.ReadInt("loss_scale_window", &fp16->loss_scale_window, 1, kIntMax));
+    DST_RETURN_IF_ERROR(section.ReadInt("hysteresis", &fp16->hysteresis, 1, kIntMax));
+    DST_RETURN_IF_ERROR(section.ReadBool("consecutive_hysteresis", &fp16->consecutive_hysteresis));
+    return section.ReadNumber("min_loss_scale", &fp16->min_loss_scale, GreaterThan(0));
+  });
+}
+
+// "bf16" or DeepSpeed's alias "bfloat16", not both.
+Status ReadBf16(const ObjectReader &root, bool *enabled) {
+  if (root.Has("bf16") && root.Has("bfloat16")) {
+    return ConfigError(
+        "bf16 and bfloat16 are both given; they are the same section (bfloat16 is DeepSpeed's "
+        "alias), keep one");
+  }
+  const bool alias = root.Has("bfloat16");
+  return ReadSection(root, alias ? "bfloat16" : "bf16", alias ? kBfloat16 : kBf16,
+                     [&](const ObjectReader &section) {
+                       return section.ReadBool("enabled", enabled, /*if_auto=*/false);
+                     });
+}
+
+Status ReadPrecision(const ObjectReader &root, Config *config) {
+  DST_RETURN_IF_ERROR(ReadFp16(root, &config->fp16));
+  DST_RETURN_IF_ERROR(ReadBf16(root, &config->bf16_enabled));
+  if (config->fp16.enabled && config->bf16_enabled) {
+    return ConfigError(
+        "fp16.enabled and bf16.enabled are both true; choose one mixed-precision mode");
+  }
+  return Status::Ok();
+}
+
+Status ReadActivationCheckpointing(const ObjectReader &root,
+                                   ActivationCheckpointingConfig *checkpointing) {
+  return ReadSection(
+      root, "activation_checkpointing", kActCkpt, [&](const ObjectReader &section) -> Status {
+        auto &c = *checkpointing;
+        DST_RETURN_IF_ERROR(section.ReadBool("partition_activations", &c.partition_activations));
+        DST_RETURN_IF_ERROR(section.ReadBool("cpu_checkpointing", &c.cpu_checkpointing));
+        DST_RETURN_IF_ERROR(
+            section.ReadBool("contiguous_memory_optimization", &c.contiguous_memory_optimization));
+        const Json *number = section.Find("number_checkpoints");
+        if (number == nullptr || !number->is_null()) {  // null = DeepSpeed's unset
+          DST_RETURN_IF_ERROR(
+              section.ReadInt("number_checkpoints", &c.number_checkpoints, 0, kInt64Max));
+        }
+        DST_RETURN_IF_ERROR(section.ReadBool("synchronize_checkpoint_boundary",
+                                             &c.synchronize_checkpoint_boundary));
+        DST_RETURN_IF_ERROR(section.ReadBool("profile", &c.profile));
+        // DeepSpeed's rule: contiguous buffers hold partitioned activations.
+        if (c.contiguous_memory_optimization && !c.partition_activations) {
+          return ConfigError(
+              "activation_checkpointing.contiguous_memory_optimization needs "
+              "partition_activations: true (as in DeepSpeed)");
+        }
+        return Status::Ok();
+      });
+}
+
+// tensor_parallel: DeepSpeed's autotp_size or the tutorials' {enabled, tp_size}.
+Status ReadTensorParallel(const ObjectReader &root, Parsed *parsed) {
+  return ReadSection(
+      root, "tensor_parallel", kTensorParallel, [&](const ObjectReader &section) -> Status {
+        int64_t autotp_size = 0, tp_size = 1;
+        bool enabled = true;
+        DST_RETURN_IF_ERROR(section.ReadInt("autotp_size", &autotp_size, 0, kInt64Max));
+        DST_RETURN_IF_ERROR(section.ReadBool("enabled", &enabled));
+        DST_RETURN_IF_ERROR(section.ReadInt("tp_size", &tp_size, 1, kInt64Max));
+        const int64_t autotp_degree = std::max<int64_t>(autotp_size, 1);
+        if (section.Has("autotp_size") && section.Has("tp_size") && autotp_degree != tp_size) {
+          return ConfigError("tensor_parallel.autotp_size " + std::to_string(autotp_size) +
+                             " and tensor_parallel.tp_size " + std::to_string(tp_size) +
+                             " disagree; keep one of them");
+        }
+        const int64_t degree = section.Has("tp_size") ? tp_size : autotp_degree;
+        if (!enabled && degree > 1) {
+          return ConfigError("tensor_parallel: the size is " + std::to_string(degree) +
+                             " but tensor_parallel.enabled is false; remove one of them");
+        }
+        parsed->config.tp_size = degree;
+        if (!section.Has("tp_size")) parsed->extra.tp_size_key = "tensor_parallel.autotp_size";
+        return Status::Ok();
+      });
+}
+
+// pipeline_parallel: the tutorials' {enabled, pp_size, micro_batches}.
+Status ReadPipelineParallel(const ObjectReader &root, Config *config) {
+  return ReadSection(
+      root, "pipeline_parallel", kPipelineParallel, [&](const ObjectReader &section) -> Status {
+        bool enabled = true;
+        DST_RETURN_IF_ERROR(section.ReadBool("enabled", &enabled));
+        DST_RETURN_IF_ERROR(section.ReadInt("pp_size", &config->pp_size, 1, kInt64Max));
+        DST_RETURN_IF_ERROR(
+            section.ReadInt("micro_batches", &config->pipeline_micro_batches, 1, kInt64Max));
+        if (!enabled && config->pp_size > 1) {
+          return ConfigError("pipeline_parallel.pp_size is " + std::to_string(config->pp_size) +
+                             " but pipeline_parallel.enabled is false; remove one of them");
+        }
+        return Status::Ok();
+      });
+}
+
+// DeepSpeed's own "pipeline" section (PipelineEngine options).
+Status ReadDeepSpeedPipeline(const ObjectReader &root, Parsed *parsed) {
+  return ReadSection(root, "pipeline", kPipeline, [&](const ObjectReader &section) -> Status {
+    int64_t stages = 0;  // 0: "auto" or absent
+    DST_RETURN_IF_ERROR(section.ReadInt("stages", &stages, 1, kInt64Max, /*if_auto=*/0));
+    std::string partition;
+    bool flag = false;
+    int64_t interval = 0;
+    DST_RETURN_IF_ERROR(section.ReadString("partition", &partition));
+    DST_RETURN_IF_ERROR(section.ReadBool("seed_layers", &flag));
+    DST_RETURN_IF_ERROR(section.ReadInt("activation_checkpoint_interval", &interval, 0, kInt64Max));
+    DST_RETURN_IF_ERROR(section.ReadBool("pipe_partitioned", &flag));
+    DST_RETURN_IF_ERROR(section.ReadBool("grad_partitioned", &flag));
+    if (stages == 0) return Status::Ok();
+    const bool pp_size_given = root.Find("pipeline_parallel") != nullptr &&
+                               root.Find("pipeline_parallel")->contains("pp_size");
+    if (pp_size_given && stages != parsed->config.pp_size) {
+      return ConfigError("pipeline.stages " + std::to_string(stages) +
+                         " and pipeline_parallel.pp_size " +
+                         std::to_string(parsed->config.pp_size) + " disagree; keep one of them");
+    }
+    parsed->config.pp_size = stages;
+    parsed->extra.pp_size_key = "pipeline.stages";
+    return Status::Ok();
+  });
+}
+
+// A pipeline runs one micro-batch per accumulation step, so
+// pipeline_parallel.micro_batches is another way to write the accumulation.
+Status MergePipelineMicroBatches(const Config &config, BatchKeys *batch) {
+  if (config.pipeline_micro_batches == 0) return Status::Ok();
+  if (batch->accumulation && *batch->accumulation != config.pipeline_micro_batches) {
+    return ConfigError("pipeline_parallel.micro_batches " +
+                       std::to_string(config.pipeline_micro_batches) +
+                       " != gradient_accumulation_steps " + std::to_string(*batch->accumulation) +
+                       "; a pipeline runs one micro-batch per accumulation step, so set them "
+                       "equal or drop one");
+  }
+  batch->accumulation = config.pipeline_micro_batches;
+  return Status::Ok();
+}
+
+Status ReadCommunicationDataType(const ObjectReader &root, DType precision, DType *dtype) {
+  const Json *value = root.Find("communication_data_type");
+  if (value == nullptr || value->is_null()) {  // DeepSpeed's default: the gradients' dtype
+    *dtype = precision;
+    return Status::Ok();
+  }
+  std::string name;
+  DST_RETURN_IF_ERROR(
+      root.ReadChoice("communication_data_type",
+                      {"fp32", "float32", "fp16", "float16", "bf16", "bfloat16", "bfp16"}, &name));
+  if (name == "fp32" || name == "float32") {
+    *dtype = DType::kFloat32;
+  } else if (name == "fp16" || name == "float16") {
+    *dtype = DType::kFloat16;
+  } else {
+    *dtype = DType::kBFloat16;
+  }
+  return Status::Ok();
+}
+
+Status ReadTopLevelScalars(const ObjectReader &root, Parsed *parsed) {
+  Config &config = parsed->config;
+  ExtraSettings &extra = parsed->extra;
+  DST_RETURN_IF_ERROR(root.ReadNumber("gradient_clipping", &config.gradient_clipping, AtLeast(0),
+                                      kAutoGradientClipping));
+  DST_RETURN_IF_ERROR(
+      ReadCommunicationDataType(root, config.precision(), &config.communication_data_type));
+  DST_RETURN_IF_ERROR(root.ReadInt("steps_per_print", &config.steps_per_print, 1, kInt64Max));
+  DST_RETURN_IF_ERROR(root.ReadBool("wall_clock_breakdown", &config.wall_clock_breakdown));
+  DST_RETURN_IF_ERROR(root.ReadBool("prescale_gradients", &extra.prescale_gradients));
+  DST_RETURN_IF_ERROR(root.ReadNumber("gradient_predivide_factor", &extra.gradient_predivide_factor,
+                                      GreaterThan(0)));
+  DST_RETURN_IF_ERROR(root.ReadBool("sparse_gradients", &extra.sparse_gradients));
+  DST_RETURN_IF_ERROR(root.ReadBool("memory_breakdown", &extra.memory_breakdown));
+  bool no_effect = false;
+  DST_RETURN_IF_ERROR(root.ReadBool("zero_allow_untested_optimizer", &no_effect));
+  DST_RETURN_IF_ERROR(root.ReadBool("zero_force_ds_cpu_optimizer", &no_effect));
+  return root.ReadBool("dump_state", &no_effect);
+}
+
+Status ReadDataTypes(const ObjectReader &root, ExtraSettings *extra) {
+  return ReadSection(root, "data_types", kDataTypes, [&](const ObjectReader &section) -> Status {
+    const Json *value = section.Find("grad_accum_dtype");
+    if (value != nullptr && value->is_null()) return Status::Ok();
+    return section.ReadChoice("grad_accum_dtype", {"fp32", "fp16", "bf16"},
+                              &extra->grad_accum_dtype);
+  });
+}
+
+Status ReadCheckpointOptions(const ObjectReader &root, ExtraSettings *extra) {
+  return ReadSection(root, "checkpoint", kCheckpoint, [&](const ObjectReader &section) -> Status {
+    std::string tag_validation = "Warn";
+    bool node_local = false;
+    DST_RETURN_IF_ERROR(
+        section.ReadChoice("tag_validation", {"Ignore", "Warn", "Fail"}, &tag_validation));
+    DST_RETURN_IF_ERROR(section.ReadBool("load_universal", &extra->load_universal));
+    return section.ReadBool("use_node_local_storage", &node_local);
+  });
+}
+
+// DeepSpeed's monitors and profilers: recognised, and off unless enabled.
+Status ReadMonitors(const ObjectReader &root, ExtraSettings *extra) {
+  const auto record_enabled = [&](std::string_view name, bool enabled) {
+    if (enabled && extra->enabled_monitor.empty()) extra->enabled_monitor = name;
+  };
+  DST_RETURN_IF_ERROR(
+      ReadSection(root, "flops_profiler", "flops_profiler", [&](const ObjectReader &s) -> Status {
+        bool enabled = false, flag = false;
+        double factor = 0;
+        int64_t n = 0;
+        std::string file;
+        DST_RETURN_IF_ERROR(s.ReadBool("enabled", &enabled));
+        DST_RETURN_IF_ERROR(s.ReadNumber("recompute_fwd_factor", &factor, AtLeast(0)));
+        DST_RETURN_IF_ERROR(s.ReadInt("profile_step", &n, 0, kInt64Max));
+        DST_RETURN_IF_ERROR(s.ReadInt("module_depth", &n, -1, kInt64Max));
+        DST_RETURN_IF_ERROR(s.ReadInt("top_modules", &n, 0, kInt64Max));
+        DST_RETURN_IF_ERROR(s.ReadBool("detailed", &flag));
+        DST_RETURN_IF_ERROR(s.ReadString("output_file", &file, /*nullable=*/true));
+        record_enabled("flops_profiler", enabled);
+        return Status::Ok();
+      }));
+  for (std::string_view name : {"tensorboard"}) {
+    DST_RETURN_IF_ERROR(ReadSection(root, name, name, [&](const ObjectReader &s) -> Status {
+      bool enabled = false;
+      std::string text;
+      DST_RETURN_IF_ERROR(s.ReadBool("enabled", &enabled));
+      DST_RETURN_IF_ERROR(s.ReadString("output_path", &text));
+      DST_RETURN_IF_ERROR(s.ReadString("job_name", &text));
+      record_enabled(name, enabled);
+      return Status::Ok();
+    }));
+  }
+  DST_RETURN_IF_ERROR(ReadSection(root, "wandb", "wandb", [&](const ObjectReader &s) -> Status {
+    bool enabled = false;
+    std::string text;
+    DST_RETURN_IF_ERROR(s.ReadBool("enabled", &enabled));
+    DST_RETURN_IF_ERROR(s.ReadString("group", &text, /*nullable=*/true));
+    DST_RETURN_IF_ERROR(s.ReadString("team", &text, /*nullable=*/true));
+    DST_RETURN_IF_ERROR(s.ReadString("project", &text));
+    record_enabled("wandb", enabled);
+    return Status::Ok();
+  }));
+  return ReadSection(root, "comms_logger", "comms_logger", [&](const ObjectReader &s) -> Status {
+    bool enabled = false, flag = false;
+    DST_RETURN_IF_ERROR(s.ReadBool("enabled", &enabled));
+    DST_RETURN_IF_ERROR(s.ReadBool("verbose", &flag));
+    DST_RETURN_IF_ERROR(s.ReadBool("prof_all", &flag));
+    DST_RETURN_IF_ERROR(s.ReadBool("debug", &flag));
+    DST_RETURN_IF_ERROR(s.ReadStringList("prof_ops"));
+    record_enabled("comms_logger", enabled);
+    return Status::Ok();
+  });
+}
+
+Status ReadAmp(const ObjectReader &root, ExtraSettings *extra) {
+  // The other keys are apex options, passed through untouched by DeepSpeed.
+  return ReadSection(root, "amp", kAmp, [&](const ObjectReader &section) {
+    return section.ReadBool("enabled", &extra->amp_enabled);
+  });
+}
+
+Status ReadAio(const ObjectReader &root) {
+  return ReadSection(root, "aio", kAio, [&](const ObjectReader &section) -> Status {
+    int64_t n = 0;
+    bool flag = false;
+    for (std::string_view key :
+         {"block_size", "queue_depth", "intra_op_parallelism", "thread_count"}) {
+      DST_RETURN_IF_ERROR(section.ReadInt(key, &n, 1, kInt64Max));
+    }
+    for (std::string_view key : {"single_submit", "overlap_events", "use_gds"}) {
+      DST_RETURN_IF_ERROR(section.ReadBool(key, &flag));
+    }
+    return Status::Ok();
+  });
+}
+
+// DeepSpeed features without a dstrain counterpart: accepted only when the
+// section says "enabled": false (their other keys are then irrelevant).
+Status ReadFeatureSections(const ObjectReader &root, ExtraSettings *extra) {
+  for (std::string_view name : {"elasticity", "autotuning", "compression_training",
+                                "curriculum_learning", "data_efficiency", "progressive_layer_drop",
+                                "eigenvalue", "sparse_attention", "hybrid_engine", "nebula"}) {
+    const Json *section = root.Find(name);
+    if (section == nullptr) continue;
+    if (!section->is_object()) return root.MismatchAt(name, *section);
+    const auto enabled = section->find("enabled");
+    if (enabled != section->end() && !enabled->is_boolean()) {
+      return Mismatch(root.PathOf(name) + ".enabled", "true or false", *enabled);
+    }
+    const bool disabled = enabled != section->end() && !enabled->get<bool>();
+    if (!disabled && extra->enabled_feature.empty()) extra->enabled_feature = name;
+  }
+  return Status::Ok();
+}
+
+// DeepSpeed's csv_monitor: our metrics log in CSV, in output_path/job_name/.
+Status ReadCsvMonitor(const ObjectReader &root, MonitorConfig *monitor) {
+  return ReadSection(root, "csv_monitor", "csv_monitor", [&](const ObjectReader &s) -> Status {
+    bool enabled = false;
+    std::string output_path = "csv_monitor", job_name = "DeepSpeedJobName";
+    DST_RETURN_IF_ERROR(s.ReadBool("enabled", &enabled));
+    DST_RETURN_IF_ERROR(s.ReadString("output_path", &output_path));
+    DST_RETURN_IF_ERROR(s.ReadString("job_name", &job_name));
+    if (!enabled) return Status::Ok();
+    monitor->log.enabled = true;
+    monitor->log.format = "csv";
+    monitor->log.path = (output_path.empty() ? std::string(".") : output_path) + "/" + job_name;
+    return Status::Ok();
+  });
+}
+
+// A job label goes into every metric's labels and into file names.
+bool IsJobLabel(const std::string &text) {
+  if (text.empty() || text.size() > 128) return false;
+  for (char c : text) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Status ReadMonitorHttp(const ObjectReader &monitor, MonitorHttpConfig *http) {
+  return ReadSection(monitor, "http", "dstrain.monitor.http", [&](const ObjectReader &s) -> Status {
+    DST_RETURN_IF_ERROR(s.ReadBool("enabled", &http->enabled));
+    DST_RETURN_IF_ERROR(s.ReadString("host", &http->host));
+    if (http->host.empty()) {
+      return ConfigError(s.PathOf("host") +
+                         ": expected an IP address such as \"127.0.0.1\", found \"\"");
+    }
+    DST_RETURN_IF_ERROR(s.ReadInt("port", &http->port, 0, 65535));
+    return s.ReadString("token", &http->token);
+  });
+}
+
+Status ReadMonitorLog(const ObjectReader &monitor, MonitorLogConfig *log) {
+  return ReadSection(monitor, "log", "dstrain.monitor.log", [&](const ObjectReader &s) -> Status {
+    DST_RETURN_IF_ERROR(s.ReadBool("enabled", &log->enabled));
+    DST_RETURN_IF_ERROR(s.ReadString("path", &log->path));
+    return s.ReadChoice("format", {"csv", "jsonl"}, &log->format);
+  });
+}
+
+Status ReadMonitor(const ObjectReader &dstrain, MonitorConfig *monitor) {
+  return ReadSection(dstrain, "monitor", "dstrain.monitor", [&](const ObjectReader &s) -> Status {
+    DST_RETURN_IF_ERROR(s.ReadBool("enabled", &monitor->enabled));
+    if (s.Has("job")) {
+      DST_RETURN_IF_ERROR(s.ReadString("job", &monitor->job));
+      if (!IsJobLabel(monitor->job)) {
+        return ConfigError(s.PathOf("job") +
+                           ": expected 1-128 characters of [A-Za-z0-9_.-], found \"" +
+                           monitor->job + "\"");
+      }
+    }
+    DST_RETURN_IF_ERROR(s.ReadInt("history_steps", &monitor->history_steps, 1, 10000000));
+    DST_RETURN_IF_ERROR(
+        s.ReadNumber("peak_flops_per_second", &monitor->peak_flops_per_second, AtLeast(0)));
+    DST_RETURN_IF_ERROR(ReadMonitorHttp(s, &monitor->http));
+    return ReadMonitorLog(s, &monitor->log);
+  });
+}
+
+Status ReadDstrain(const ObjectReader &root, Config *config) {
+  RuntimeConfig *runtime = &config->runtime;
+  return ReadSection(root, "dstrain", kDstrain, [&](const ObjectReader &section) -> Status {
+    DST_RETURN_IF_ERROR(
+        section.ReadInt("num_threads", &runtime->num_threads, 0, std::numeric_limits<int>::max()));
+    DST_RETURN_IF_ERROR(
+        section.ReadNumber("comm_timeout_seconds", &runtime->comm_timeout_seconds, GreaterThan(0)));
+    DST_RETURN_IF_ERROR(section.ReadUint("seed", &runtime->seed));
+    return ReadMonitor(section, &config->monitor);
+  });
+}
+
+}  // namespace
+
+Status ReadAll(const ObjectReader &root, const ConfigContext &context, Parsed *parsed) {
+  Config &config = parsed->config;
+  DST_RETURN_IF_ERROR(root.CheckKeys());
+  DST_RETURN_IF_ERROR(ReadBatchKeys(root, &parsed->batch));
+  DST_RETURN_IF_ERROR(ReadOptimizer(root, parsed));
+  DST_RETURN_IF_ERROR(ReadScheduler(root, context, parsed));  // after: "auto" lr = optimizer lr
+  DST_RETURN_IF_ERROR(ReadZero(root, &config.zero));
+  DST_RETURN_IF_ERROR(ReadPrecision(root, &config));
+  DST_RETURN_IF_ERROR(ReadActivationCheckpointing(root, &config.activation_checkpointing));
+  DST_RETURN_IF_ERROR(ReadTensorParallel(root, parsed));
+  DST_RETURN_IF_ERROR(ReadPipelineParallel(root, &config));
+  DST_RETURN_IF_ERROR(ReadDeepSpeedPipeline(root, parsed));  // after: compares with pp_size
+  DST_RETURN_IF_ERROR(MergePipelineMicroBatches(config, &parsed->batch));
+  DST_RETURN_IF_ERROR(ReadTopLevelScalars(root, parsed));
+  DST_RETURN_IF_ERROR(ReadDataTypes(root, &parsed->extra));
+  DST_RETURN_IF_ERROR(ReadCheckpointOptions(root, &parsed->extra));
+  DST_RETURN_IF_ERROR(ReadMonitors(root, &parsed->extra));
+  DST_RETURN_IF_ERROR(ReadCsvMonitor(root, &config.monitor));
+  DST_RETURN_IF_ERROR(ReadAmp(root, &parsed->extra));
+  DST_RETURN_IF_ERROR(ReadAio(root));
+  DST_RETURN_IF_ERROR(ReadFeatureSections(root, &parsed->extra));
+  DST_RETURN_IF_ERROR(ReadDstrain(root, &config));  // after: dstrain.monitor.log wins
+  MonitorConfig &monitor = config.monitor;
+  if (monitor.http.enabled || monitor.log.enabled) monitor.enabled = true;
+  return Status::Ok();
+}
+
+}  // namespace dst::config_phases

@@ -1,0 +1,161 @@
+// ds_config phase 4: the resolved config (see config_phases.h).
+#include "core/config/config_phases.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <new>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config/config_keys.h"
+
+namespace dst::config_phases {
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Phase 4: the resolved config, in DeepSpeed's spelling. Parsing it again
+// (with the same context) yields the same Config.
+
+const char *WarmupTypeName(WarmupType type) {
+  return type == WarmupType::kLog ? "log" : "linear";
+}
+
+Json OptimizerJson(const OptimizerConfig &optimizer) {
+  Json params = Json::object();
+  params["lr"] = optimizer.lr;
+  if (optimizer.type == OptimizerType::kSGD) {
+    params["momentum"] = optimizer.momentum;
+    params["dampening"] = optimizer.dampening;
+    params["weight_decay"] = optimizer.weight_decay;
+    params["nesterov"] = optimizer.nesterov;
+    return Json{{"type", "SGD"}, {"params", params}};
+  }
+  params["betas"] = optimizer.betas;
+  params["eps"] = optimizer.eps;
+  params["weight_decay"] = optimizer.weight_decay;
+  params["adam_w_mode"] = optimizer.adam_w_mode;
+  const bool is_adamw = optimizer.type == OptimizerType::kAdamW;
+  return Json{{"type", is_adamw ? "AdamW" : "Adam"}, {"params", params}};
+}
+
+Json SchedulerJson(const SchedulerConfig &scheduler) {
+  Json params = Json::object();
+  const char *type = "WarmupCosineLR";
+  if (scheduler.type == SchedulerType::kWarmupCosineLR) {
+    params["total_num_steps"] = scheduler.total_num_steps;
+    params["warmup_min_ratio"] = scheduler.warmup_min_ratio;
+    params["warmup_num_steps"] = scheduler.warmup_num_steps;
+    params["cos_min_ratio"] = scheduler.cos_min_ratio;
+    params["warmup_type"] = WarmupTypeName(scheduler.warmup_type);
+  } else {
+    type = scheduler.type == SchedulerType::kWarmupLR ? "WarmupLR" : "WarmupDecayLR";
+    params["warmup_min_lr"] = scheduler.warmup_min_lr;
+    params["warmup_max_lr"] = scheduler.warmup_max_lr;
+    params["warmup_num_steps"] = scheduler.warmup_num_steps;
+    params["warmup_type"] = WarmupTypeName(scheduler.warmup_type);
+    if (scheduler.type == SchedulerType::kWarmupDecayLR) {
+      params["total_num_steps"] = scheduler.total_num_steps;
+    }
+  }
+  return Json{{"type", type}, {"params", params}};
+}
+
+Json ZeroJson(const ZeroConfig &zero) {
+  Json out = Json::object();
+  out["stage"] = zero.stage;
+  out["overlap_comm"] = zero.overlap_comm;
+  out["contiguous_gradients"] = zero.contiguous_gradients;
+  out["reduce_bucket_size"] = zero.reduce_bucket_size;
+  out["allgather_bucket_size"] = zero.allgather_bucket_size;
+  out["stage3_prefetch_bucket_size"] = zero.stage3_prefetch_bucket_size;
+  out["stage3_param_persistence_threshold"] = zero.stage3_param_persistence_threshold;
+  out["stage3_max_live_parameters"] = zero.stage3_max_live_parameters;
+  out["stage3_max_reuse_distance"] = zero.stage3_max_reuse_distance;
+  out["stage3_gather_16bit_weights_on_model_save"] = zero.stage3_gather_16bit_weights_on_model_save;
+  out["offload_optimizer"] = Json{{"device", zero.offload_optimizer_device}};
+  out["offload_param"] = Json{{"device", zero.offload_param_device}};
+  return out;
+}
+
+Json Fp16Json(const Fp16Config &fp16) {
+  Json out = Json::object();
+  out["enabled"] = fp16.enabled;
+  out["loss_scale"] = fp16.loss_scale;
+  out["initial_scale_power"] = fp16.initial_scale_power;
+  out["loss_scale_window"] = fp16.loss_scale_window;
+  out["hysteresis"] = fp16.hysteresis;
+  out["consecutive_hysteresis"] = fp16.consecutive_hysteresis;
+  out["min_loss_scale"] = fp16.min_loss_scale;
+  return out;
+}
+
+Json ActivationCheckpointingJson(const ActivationCheckpointingConfig &c) {
+  Json out = Json::object();
+  out["partition_activations"] = c.partition_activations;
+  out["cpu_checkpointing"] = c.cpu_checkpointing;
+  out["contiguous_memory_optimization"] = c.contiguous_memory_optimization;
+  out["number_checkpoints"] = c.number_checkpoints;
+  out["synchronize_checkpoint_boundary"] = c.synchronize_checkpoint_boundary;
+  out["profile"] = c.profile;
+  return out;
+}
+
+// The token is a secret: the resolved config (served by /api/v1/config and
+// printed by reports) says only whether one is set.
+Json MonitorJson(const MonitorConfig &m) {
+  return Json{
+      {"enabled", m.enabled},
+      {"job", m.job},
+      {"history_steps", m.history_steps},
+      {"peak_flops_per_second", m.peak_flops_per_second},
+      {"http",
+       {{"enabled", m.http.enabled},
+        {"host", m.http.host},
+        {"port", m.http.port},
+        {"token", m.http.token.empty() ? "" : "<set>"}}},
+      {"log", {{"enabled", m.log.enabled}, {"path", m.log.path}, {"format", m.log.format}}}};
+}
+
+}  // namespace
+
+std::string ResolvedJson(const Config &config) {
+  Json out = Json::object();
+  out["train_batch_size"] = config.train_batch_size;
+  out["train_micro_batch_size_per_gpu"] = config.train_micro_batch_size_per_gpu;
+  out["gradient_accumulation_steps"] = config.gradient_accumulation_steps;
+  out["optimizer"] = OptimizerJson(config.optimizer);
+  if (config.scheduler.type != SchedulerType::kNone) {
+    out["scheduler"] = SchedulerJson(config.scheduler);
+  }
+  out["zero_optimization"] = ZeroJson(config.zero);
+  out["fp16"] = Fp16Json(config.fp16);
+  out["bf16"] = Json{{"enabled", config.bf16_enabled}};
+  out["gradient_clipping"] = config.gradient_clipping;
+  out["communication_data_type"] = DTypeName(config.communication_data_type);
+  out["steps_per_print"] = config.steps_per_print;
+  out["wall_clock_breakdown"] = config.wall_clock_breakdown;
+  out["activation_checkpointing"] = ActivationCheckpointingJson(config.activation_checkpointing);
+  out["tensor_parallel"] = Json{{"tp_size", config.tp_size}};
+  Json pipeline = Json{{"pp_size", config.pp_size}};
+  if (config.pipeline_micro_batches > 0) {
+    pipeline["micro_batches"] = config.pipeline_micro_batches;
+  }
+  out["pipeline_parallel"] = pipeline;
+  out["dstrain"] = Json{{"num_threads", config.runtime.num_threads},
+                        {"seed", config.runtime.seed},
+                        {"comm_timeout_seconds", config.runtime.comm_timeout_seconds},
+                        {"monitor", MonitorJson(config.monitor)}};
+  return out.dump(2, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace dst::config_phases
