@@ -1,4 +1,6 @@
 // dst_engine_*: the C ABI over dst::Engine.
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -8,17 +10,81 @@
 #include "core/runtime/threads.h"
 
 struct dst_engine {
+  // A handle is checked on entry, as sqlite checks its connections: a live
+  // engine carries kLiveMagic; destroy writes kDeadMagic before freeing it,
+  // so a call on a destroyed handle is caught while its memory has not been
+  // reused (the header says the rest is undefined). Not the first field:
+  // the allocator keeps its free-list links in a freed block's first bytes.
+  static constexpr uint64_t kLiveMagic = 0x6473747261696e21;  // "dstrain!"
+  static constexpr uint64_t kDeadMagic = 0x646561646561640a;
   std::unique_ptr<dst::Engine> engine;
   // OpenMP's thread count is per calling thread: it is set again before every
   // call that computes, so an engine works from any thread and next to other
   // engines with other thread counts.
   int threads = 1;
+  std::atomic<uint64_t> magic{kLiveMagic};
+  // Calls on one engine must not overlap: the second is refused, not run.
+  mutable std::atomic<bool> busy{false};
   std::string metrics_json;  // returned by dst_engine_metrics_json
   std::string monitor_url;   // returned by dst_engine_monitor_url
   std::string client_state;  // returned by dst_engine_load_checkpoint
 };
 
 namespace {
+
+// Entry into a call on one engine: the handle is live and no other call on
+// it is running (another thread's call is refused with DST_ERR_STATE, so
+// no update is silently lost); released when the call returns.
+class EngineCall {
+ public:
+  EngineCall(const dst_engine_t *engine, const char *call) : engine_(engine) {
+    if (engine == nullptr) {
+      status_ = dst::capi::Fail(DST_ERR_INVALID_ARGUMENT, std::string(call) +
+                                                              ": argument 'engine' is NULL; pass "
+                                                              "a handle from dst_engine_create");
+    } else if (engine->magic.load() != dst_engine::kLiveMagic) {
+      status_ = dst::capi::Fail(DST_ERR_INVALID_ARGUMENT,
+                                std::string(call) +
+                                    ": the engine handle is not a live engine (used after "
+                                    "dst_engine_destroy or dst_engine_abort, or not from "
+                                    "dst_engine_create)");
+    } else if (engine->busy.exchange(true)) {
+      status_ = dst::capi::Fail(DST_ERR_STATE,
+                                std::string(call) +
+                                    ": another call on this engine is still running on another "
+                                    "thread; calls on one dst_engine_t must not overlap (serialize "
+                                    "them, or give each thread its own engine)");
+    } else {
+      entered_ = true;
+    }
+  }
+  ~EngineCall() {
+    if (entered_) engine_->busy.store(false);
+  }
+  EngineCall(const EngineCall &) = delete;
+  EngineCall &operator=(const EngineCall &) = delete;
+  bool ok() const { return entered_; }
+  dst_status_t status() const { return status_; }
+
+ private:
+  const dst_engine_t *engine_;
+  bool entered_ = false;
+  dst_status_t status_ = DST_OK;
+};
+
+// The first statement of every call on an engine.
+#define DST_ENGINE_ENTER(engine)                  \
+  EngineCall engine_call_guard(engine, __func__); \
+  if (!engine_call_guard.ok()) return engine_call_guard.status()
+
+// Destroy and abort: a handle already destroyed is left alone (a second
+// destroy is a no-op where the memory still reads as destroyed); one that is
+// running a call on another thread is not torn down under it.
+bool ReleasableHandle(dst_engine_t *engine) {
+  if (engine == nullptr) return false;
+  if (engine->magic.load() != dst_engine::kLiveMagic) return false;
+  return !engine->busy.load();
+}
 
 using dst::capi::Fail;
 using dst::capi::FromStatus;
@@ -92,18 +158,23 @@ dst_status_t dst_engine_create(dst_engine_t **out, const dst_engine_options_t *o
 }
 
 void dst_engine_destroy(dst_engine_t *engine) {
+  if (!ReleasableHandle(engine)) return;
+  engine->engine.reset();
+  engine->magic.store(dst_engine::kDeadMagic);
   delete engine;
 }
 
 void dst_engine_abort(dst_engine_t *engine) {
-  if (!engine) return;
+  if (!ReleasableHandle(engine)) return;
   engine->engine->Abort();
+  engine->engine.reset();
+  engine->magic.store(dst_engine::kDeadMagic);
   delete engine;
 }
 
 dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *info) {
   DST_CAPI_BEGIN
-  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(info);
   const dst::EngineInfo in = engine->engine->Info();
   dst_engine_info_t out{};
@@ -127,7 +198,7 @@ dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *
 
 #define DST_BATCH_CALL(method, call_name)                                           \
   DST_CAPI_BEGIN                                                                    \
-  DST_CAPI_REQUIRE_NONNULL(engine);                                                 \
+  DST_ENGINE_ENTER(engine);                                                         \
   DST_CAPI_REQUIRE_NONNULL(batch);                                                  \
   dst::BatchView view;                                                              \
   if (dst_status_t s = ToBatchView(batch, call_name, &view); s != DST_OK) return s; \
@@ -148,7 +219,7 @@ dst_status_t
 
 dst_status_t dst_engine_step_count(const dst_engine_t *engine, int64_t *out_steps) {
   DST_CAPI_BEGIN
-  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(out_steps);
   *out_steps = engine->engine->steps();
   return DST_OK;
@@ -157,7 +228,7 @@ dst_status_t dst_engine_step_count(const dst_engine_t *engine, int64_t *out_step
 
 dst_status_t dst_engine_learning_rate(const dst_engine_t *engine, double *out_lr) {
   DST_CAPI_BEGIN
-  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(out_lr);
   *out_lr = engine->engine->NextLearningRate();
   return DST_OK;
@@ -167,7 +238,7 @@ dst_status_t dst_engine_learning_rate(const dst_engine_t *engine, double *out_lr
 dst_status_t dst_engine_loss_scale(const dst_engine_t *engine, double *out_scale,
                                    int64_t *out_skipped_steps) {
   DST_CAPI_BEGIN
-  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_ENGINE_ENTER(engine);
   if (out_scale) *out_scale = engine->engine->loss_scale();
   if (out_skipped_steps) *out_skipped_steps = engine->engine->skipped_steps();
   return DST_OK;
@@ -176,7 +247,7 @@ dst_status_t dst_engine_loss_scale(const dst_engine_t *engine, double *out_scale
 
 dst_status_t dst_engine_param_count(const dst_engine_t *engine, size_t *out_count) {
   DST_CAPI_BEGIN
-  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(out_count);
   *out_count = engine->engine->ParamDecls().size();
   return DST_OK;
@@ -186,7 +257,7 @@ dst_status_t dst_engine_param_count(const dst_engine_t *engine, size_t *out_coun
 dst_status_t dst_engine_param_info(const dst_engine_t *engine, size_t index,
                                    dst_tensor_info_t *info) {
   DST_CAPI_BEGIN
-  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(info);
   const auto &decls = engine->engine->ParamDecls();
   if (index >= decls.size())
@@ -206,7 +277,7 @@ dst_status_t dst_engine_param_info(const dst_engine_t *engine, size_t index,
 dst_status_t dst_engine_get_param(const dst_engine_t *engine, const char *name, float *data,
                                   size_t count) {
   DST_CAPI_BEGIN
-  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(name);
   DST_CAPI_REQUIRE_NONNULL(data);
   return FromStatus(engine->engine->GetParam(name, data, count));
@@ -216,7 +287,7 @@ dst_status_t dst_engine_get_param(const dst_engine_t *engine, const char *name, 
 dst_status_t dst_engine_set_param(dst_engine_t *engine, const char *name, const float *data,
                                   size_t count) {
   DST_CAPI_BEGIN
-  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(name);
   DST_CAPI_REQUIRE_NONNULL(data);
   return FromStatus(engine->engine->SetParam(name, data, count));
@@ -226,7 +297,7 @@ dst_status_t dst_engine_set_param(dst_engine_t *engine, const char *name, const 
 dst_status_t dst_engine_get_grad(const dst_engine_t *engine, const char *name, float *data,
                                  size_t count) {
   DST_CAPI_BEGIN
-  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(name);
   DST_CAPI_REQUIRE_NONNULL(data);
   return FromStatus(engine->engine->GetGrad(name, data, count));
@@ -236,7 +307,7 @@ dst_status_t dst_engine_get_grad(const dst_engine_t *engine, const char *name, f
 dst_status_t dst_engine_save_checkpoint(dst_engine_t *engine, const char *dir, const char *tag,
                                         const char *client_state_json) {
   DST_CAPI_BEGIN
-  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(dir);
   const std::string resolved_tag =
       tag ? std::string(tag) : "global_step" + std::to_string(engine->engine->steps());
@@ -247,7 +318,7 @@ dst_status_t dst_engine_save_checkpoint(dst_engine_t *engine, const char *dir, c
 dst_status_t dst_engine_load_checkpoint(dst_engine_t *engine, const char *dir, const char *tag,
                                         const char **out_client_state) {
   DST_CAPI_BEGIN
-  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(dir);
   std::string client;
   dst::Status st = engine->engine->LoadCheckpoint(dir, OrEmpty(tag), &client);
@@ -260,7 +331,7 @@ dst_status_t dst_engine_load_checkpoint(dst_engine_t *engine, const char *dir, c
 
 dst_status_t dst_engine_metrics_json(dst_engine_t *engine, const char **out_json) {
   DST_CAPI_BEGIN
-  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(out_json);
   engine->metrics_json = engine->engine->MetricsJson();
   *out_json = engine->metrics_json.c_str();
@@ -270,7 +341,7 @@ dst_status_t dst_engine_metrics_json(dst_engine_t *engine, const char **out_json
 
 dst_status_t dst_engine_config_json(const dst_engine_t *engine, const char **out_json) {
   DST_CAPI_BEGIN
-  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(out_json);
   *out_json = engine->engine->ConfigJson().c_str();
   return DST_OK;
@@ -279,7 +350,7 @@ dst_status_t dst_engine_config_json(const dst_engine_t *engine, const char **out
 
 dst_status_t dst_engine_monitor_url(const dst_engine_t *engine, const char **out_url) {
   DST_CAPI_BEGIN
-  DST_CAPI_REQUIRE_NONNULL(engine);
+  DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(out_url);
   *out_url = engine->monitor_url.c_str();
   return DST_OK;
