@@ -17,8 +17,11 @@ const char *DefaultModelJson() {
 // The global batch is 64 samples whatever the number of ranks: DeepSpeed's
 // rules derive gradient_accumulation_steps = 64 / (32 x data-parallel size),
 // so `dstrain launch --nproc-per-node 2 -- dstrain train` trains the same model.
-const char *DefaultConfigJson() {
-  return R"json({
+// The warm-up is 30 steps, or a tenth of a shorter run (any --steps works).
+std::string DefaultConfigJson(int64_t steps) {
+  const int64_t warmup = steps >= 300 || steps <= 0 ? 30 : steps / 10;
+  // (built by concatenation: GCC 12 warns falsely on std::string::replace here)
+  return std::string(R"json({
   "train_batch_size": 64,
   "train_micro_batch_size_per_gpu": 32,
   "optimizer": {
@@ -27,7 +30,8 @@ const char *DefaultConfigJson() {
   },
   "scheduler": {
     "type": "WarmupCosineLR",
-    "params": {"total_num_steps": "auto", "warmup_num_steps": 30, "warmup_type": "linear"}
+    "params": {"total_num_steps": "auto", "warmup_num_steps": )json") +
+         std::to_string(warmup) + R"json(, "warmup_type": "linear"}
   },
   "gradient_clipping": 1.0,
   "steps_per_print": 10

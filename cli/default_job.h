@@ -5,13 +5,15 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace dstrain_cli {
 
 inline constexpr int64_t kDefaultSteps = 300;
 
-// The model spec and ds_config of the built-in job, as JSON text.
+// The model spec and ds_config of the built-in job, as JSON text; the
+// config's warm-up fits a run of `steps` optimizer steps (0: the default run).
 const char *DefaultModelJson();
-const char *DefaultConfigJson();
+std::string DefaultConfigJson(int64_t steps = kDefaultSteps);
 
 }  // namespace dstrain_cli

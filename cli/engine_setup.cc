@@ -53,14 +53,15 @@ Engine CreateEngine(const std::string &config_path, const std::string &model_pat
                     int64_t total_steps, std::optional<int> metrics_port) {
   dst_engine_options_t options;
   dst_engine_options_default(&options);
-  std::string with_server;  // outlives dst_engine_create
+  const std::string default_config = DefaultConfigJson(total_steps);  // outlives the create
+  std::string with_server;
   if (metrics_port)
-    with_server = WithMetricsServer(
-        config_path.empty() ? DefaultConfigJson() : ReadText(config_path), *metrics_port);
+    with_server = WithMetricsServer(config_path.empty() ? default_config : ReadText(config_path),
+                                    *metrics_port);
   if (!with_server.empty()) {
     options.config_json = with_server.c_str();
   } else if (config_path.empty()) {
-    options.config_json = DefaultConfigJson();
+    options.config_json = default_config.c_str();
   } else {
     options.config_path = config_path.c_str();
   }

@@ -31,8 +31,9 @@ EstimateCommand::EstimateCommand(CLI::App &parent) {
 int EstimateCommand::Run() {
   dst_engine_options_t opts;
   dst_engine_options_default(&opts);
+  const std::string default_config = DefaultConfigJson();
   if (config_path_.empty())
-    opts.config_json = DefaultConfigJson();
+    opts.config_json = default_config.c_str();
   else
     opts.config_path = config_path_.c_str();
   if (model_path_.empty())

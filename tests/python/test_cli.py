@@ -160,6 +160,15 @@ def test_tiny_job_trains_and_prints_a_summary(dstrain, job):
     assert last < first - 0.5, f"validation loss did not fall: {first} -> {last}"
 
 
+@pytest.mark.parametrize("steps", [1, 10])
+def test_the_built_in_job_accepts_any_step_count(dstrain, steps):
+    """The default job's warm-up (30 steps) shrinks to a tenth of a shorter
+    run: `bash scripts/setup.sh --steps 10` works."""
+    result = run(dstrain, "train", "--steps", str(steps), "--quiet", "--eval-batches", "1")
+    assert result.returncode == 0, result.stderr
+    assert f"final: step {steps}" in result.stdout, result.stdout
+
+
 def test_quiet_prints_only_the_summary(dstrain, job):
     result = run(dstrain, *train_args(job, "config", 10, "--quiet"))
     assert result.returncode == 0, result.stderr
