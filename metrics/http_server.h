@@ -49,8 +49,12 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";  // an IPv4/IPv6 literal or "localhost"
   int port = 0;                    // 0 = any free port
   std::string token;               // empty = no authentication
-  int num_threads = 2;
-  int request_timeout_ms = 10000;
+  // CivetWeb gives each open connection a worker thread until it sends its
+  // request or the request timeout passes: enough workers that a scraper and
+  // a browser still get one while idle connections hold others, and a short
+  // timeout that frees a worker an idle (or hostile) connection holds.
+  int num_threads = 24;
+  int request_timeout_ms = 1500;
   // Names the setting to change when the port is taken (for the message).
   std::string port_setting = "dstrain.monitor.http.port";
 };

@@ -13,8 +13,8 @@
 namespace dst::metrics {
 
 // Communication op types, in the order of dst::CommOp.
-inline constexpr std::array<const char *, 6> kCommOpNames = {
-    "allreduce", "reduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
+inline constexpr std::array<const char *, 8> kCommOpNames = {
+    "allreduce", "reduce", "reduce_scatter", "allgather", "broadcast", "barrier", "send", "recv"};
 
 // Memory categories, in the order of dst::MemoryCategory.
 inline constexpr std::array<const char *, 6> kMemoryCategoryNames = {
