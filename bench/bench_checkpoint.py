@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Mixed-precision memory and checkpoint benchmarks (not tests; DESIGN.md §7),
 in one run:
 
