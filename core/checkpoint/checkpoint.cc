@@ -21,7 +21,17 @@ namespace {
 constexpr const char *kMetaFile = "meta.json";
 constexpr const char *kLatestFile = "latest";
 constexpr const char *kFormat = "dstrain-checkpoint";
-constexpr int kFormatVersion = 2;  // 2: per-rank optimizer shards (flat ranges)
+// 2: per-rank optimizer shards (flat ranges); 3: meta.json protected by
+// meta.json.sum (version 2 checkpoints still load, without that check).
+constexpr int kFormatVersion = 3;
+constexpr int kOldestFormatVersion = 2;
+constexpr const char *kMetaSumFile = "meta.json.sum";
+
+std::string TextChecksum(const std::string &text) {
+  Checksum64 sum;
+  sum.Update(reinterpret_cast<const unsigned char *>(text.data()), text.size());
+  return sum.Hex();
+}
 
 std::string ErrnoText() {
   return std::strerror(errno);
@@ -89,6 +99,14 @@ Status ValidateTag(const std::string &tag) {
       return InvalidArgument("checkpoint tag \"" + tag + "\" contains '" + std::string(1, c) +
                              "'; use letters, digits, '.', '_' and '-' only");
   }
+  // Names the checkpoint directory itself uses: "latest" (the pointer file),
+  // hidden ".TAG.tmp" staging directories.
+  if (tag == kLatestFile || tag.front() == '.' ||
+      (tag.size() >= 4 && tag.compare(tag.size() - 4, 4, ".tmp") == 0))
+    return InvalidArgument("checkpoint tag \"" + tag +
+                           "\" is reserved (\"latest\", names beginning with '.' and ending "
+                           "in '.tmp' are the checkpoint directory's own); use e.g. "
+                           "\"global_step100\"");
   return Status::Ok();
 }
 
@@ -156,7 +174,14 @@ Status CommitStaging(const std::string &dir, const std::string &tag,
   for (const WrittenFile &f : files)
     listed[f.name] = {{"bytes", f.bytes}, {"checksum", f.checksum}};
   meta["files"] = listed;
-  Status st = WriteTextFile((fs::path(staged) / kMetaFile).string(), meta.dump(2));
+  const std::string meta_text = meta.dump(2);
+  Status st = WriteTextFile((fs::path(staged) / kMetaFile).string(), meta_text);
+  // The checksum of meta.json lives in a file of its own, so an edit of
+  // meta.json (the step, the optimizer's step count, the seeds) cannot also
+  // make the checksum agree.
+  if (st.ok())
+    st = WriteTextFile((fs::path(staged) / kMetaSumFile).string(),
+                       TextChecksum(meta_text) + "  " + kMetaFile + "\n");
   if (st.ok()) st = FsyncPath(staged, true);
   if (st.ok()) st = SwapDirectoryIntoPlace(staged, (fs::path(dir) / tag).string());
   if (!st.ok()) {
@@ -217,6 +242,20 @@ Result<LoadedCheckpoint> ReadCheckpointMeta(const std::string &dir, const std::s
   const std::string meta_path = (fs::path(ckpt.path) / kMetaFile).string();
   Result<std::string> meta_text = ReadTextFile(meta_path);
   if (!meta_text.ok()) return CheckpointError(meta_text.status().message());
+  const std::string sum_path = (fs::path(ckpt.path) / kMetaSumFile).string();
+  const bool has_sum = fs::exists(sum_path);
+  if (has_sum) {
+    Result<std::string> sum_text = ReadTextFile(sum_path);
+    if (!sum_text.ok()) return CheckpointError(sum_text.status().message());
+    const std::string saved = sum_text.value().substr(0, sum_text.value().find(' '));
+    const std::string now = TextChecksum(meta_text.value());
+    if (saved != now)
+      return CheckpointError(meta_path + " does not match the checksum saved with it in " +
+                             sum_path + " (" + saved + ", now " + now +
+                             "): it was edited or damaged. It decides the step, the optimizer's "
+                             "step count, the LR schedule and the seeds, so it is not loaded; "
+                             "restore it, or load another tag");
+  }
   try {
     ckpt.meta = nlohmann::json::parse(meta_text.value());
   } catch (const nlohmann::json::exception &e) {
@@ -227,10 +266,16 @@ Result<LoadedCheckpoint> ReadCheckpointMeta(const std::string &dir, const std::s
     if (!ckpt.meta.is_object() || ckpt.meta.value("format", "") != kFormat)
       return CheckpointError(meta_path + " is not a dstrain checkpoint (format \"" +
                              (ckpt.meta.is_object() ? ckpt.meta.value("format", "") : "") + "\")");
-    if (ckpt.meta.value("format_version", 0) != kFormatVersion)
+    const int version = ckpt.meta.value("format_version", 0);
+    if (version < kOldestFormatVersion || version > kFormatVersion)
       return CheckpointError(meta_path + " has format_version " +
-                             ckpt.meta["format_version"].dump() + "; this build reads version " +
+                             ckpt.meta["format_version"].dump() + "; this build reads versions " +
+                             std::to_string(kOldestFormatVersion) + "-" +
                              std::to_string(kFormatVersion));
+    if (version >= 3 && !has_sum)
+      return CheckpointError(sum_path + " is missing: a format " + std::to_string(version) +
+                             " checkpoint keeps meta.json's checksum there, so meta.json "
+                             "cannot be verified; restore the file, or load another tag");
     if (!ckpt.meta.at("files").is_object())
       return CheckpointError(meta_path + ": \"files\" is not an object");
   } catch (const nlohmann::json::exception &e) {

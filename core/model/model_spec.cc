@@ -193,4 +193,69 @@ Result<ModelSpec> ParseModelSpec(std::string_view json_text) {
   return spec;
 }
 
+namespace {
+
+std::string Differs(const std::string &field, const std::string &saved,
+                    const std::string &current) {
+  return field + ": " + saved + " in the checkpoint, " + current + " here";
+}
+
+const char *LayerKindName(SequentialLayerSpec::Kind kind) {
+  switch (kind) {
+    case SequentialLayerSpec::Kind::kLinear:
+      return "linear";
+    case SequentialLayerSpec::Kind::kRelu:
+      return "relu";
+    case SequentialLayerSpec::Kind::kGelu:
+      return "gelu";
+    case SequentialLayerSpec::Kind::kLayerNorm:
+      return "layernorm";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string FirstComputationDifference(const ModelSpec &saved, const ModelSpec &current) {
+  auto type = [](const ModelSpec &s) {
+    return std::string(s.type == ModelSpec::Type::kGpt ? "gpt" : "sequential");
+  };
+  if (saved.type != current.type) return Differs("type", type(saved), type(current));
+  if (saved.type == ModelSpec::Type::kGpt) {
+    const struct {
+      const char *name;
+      int64_t a, b;
+    } fields[] = {{"vocab_size", saved.gpt.vocab, current.gpt.vocab},
+                  {"n_ctx", saved.gpt.n_ctx, current.gpt.n_ctx},
+                  {"n_layer", saved.gpt.n_layer, current.gpt.n_layer},
+                  {"n_head", saved.gpt.n_head, current.gpt.n_head},
+                  {"d_model", saved.gpt.d_model, current.gpt.d_model}};
+    for (const auto &f : fields)
+      if (f.a != f.b) return Differs(f.name, std::to_string(f.a), std::to_string(f.b));
+    return "";
+  }
+  auto loss = [](const ModelSpec &s) {
+    return std::string(s.loss == ModelSpec::Loss::kMse ? "mse" : "cross_entropy");
+  };
+  if (saved.loss != current.loss) return Differs("loss", loss(saved), loss(current));
+  if (saved.input_dim != current.input_dim)
+    return Differs("input_dim", std::to_string(saved.input_dim), std::to_string(current.input_dim));
+  if (saved.layers.size() != current.layers.size())
+    return Differs("layers (count)", std::to_string(saved.layers.size()),
+                   std::to_string(current.layers.size()));
+  for (size_t i = 0; i < saved.layers.size(); ++i) {
+    const SequentialLayerSpec &a = saved.layers[i], &b = current.layers[i];
+    const std::string at = "layers[" + std::to_string(i) + "]";
+    if (a.kind != b.kind)
+      return Differs(at + ".type", LayerKindName(a.kind), LayerKindName(b.kind));
+    if (a.kind != SequentialLayerSpec::Kind::kLinear) continue;
+    if (a.out_features != b.out_features)
+      return Differs(at + ".out_features", std::to_string(a.out_features),
+                     std::to_string(b.out_features));
+    if (a.bias != b.bias)
+      return Differs(at + ".bias", a.bias ? "true" : "false", b.bias ? "true" : "false");
+  }
+  return "";
+}
+
 }  // namespace dst

@@ -41,4 +41,11 @@ struct ModelSpec {
 // Parses and validates; errors name the JSON path, expected and found.
 Result<ModelSpec> ParseModelSpec(std::string_view json_text);
 
+// The first field in which `saved` and `current` compute differently (the
+// seed only sets the initial weights, so it is not compared), as
+// "n_head: 4 in the checkpoint, 2 here"; "" when they compute the same.
+// Fields such as n_head change the computation without changing any
+// tensor's shape, so a checkpoint's tensors alone cannot show them.
+std::string FirstComputationDifference(const ModelSpec &saved, const ModelSpec &current);
+
 }  // namespace dst

@@ -70,3 +70,43 @@ def test_failed_load_leaves_the_engine_unchanged(dst, tmp_path):
             engine.load_checkpoint(tmp_path, tag="good")
         for name, value in before.items():
             np.testing.assert_array_equal(engine.get_param(name), value)
+
+
+def test_an_edited_meta_json_is_refused_and_inspect_says_so(dst, tmp_path):
+    """meta.json decides the step, the optimizer's step count and the seeds; its
+    checksum is kept in meta.json.sum, so editing it cannot go unnoticed."""
+    with dst.Engine(config=config(), model=TINY_GPT) as engine:
+        engine.save_checkpoint(tmp_path, tag="t")
+    meta = tmp_path / "t" / "meta.json"
+    assert (tmp_path / "t" / "meta.json.sum").exists()
+    meta.write_text(meta.read_text().replace('"step": 0', '"step": 7', 1))
+    with dst.Engine(config=config(), model=TINY_GPT) as engine:
+        with pytest.raises(dst.CheckpointError, match="does not match the checksum"):
+            engine.load_checkpoint(tmp_path, tag="t")
+        assert engine.step == 0  # nothing was loaded
+    with pytest.raises(dst.CheckpointError, match="meta.json does not match"):
+        dst.inspect_checkpoint(tmp_path, tag="t")
+    (tmp_path / "t" / "meta.json.sum").unlink()
+    with dst.Engine(config=config(), model=TINY_GPT) as engine:
+        with pytest.raises(dst.CheckpointError, match="meta.json.sum is missing"):
+            engine.load_checkpoint(tmp_path, tag="t")
+
+
+def test_a_model_that_computes_differently_is_refused_naming_the_field(dst, tmp_path):
+    """n_head changes no tensor's shape, so the tensors alone cannot show it."""
+    with dst.Engine(config=config(), model=TINY_GPT) as engine:
+        engine.save_checkpoint(tmp_path, tag="t")
+    other = dict(TINY_GPT, n_head=4)
+    with dst.Engine(config=config(), model=other) as engine:
+        with pytest.raises(dst.CheckpointError,
+                           match="n_head: 2 in the checkpoint, 4 here"):
+            engine.load_checkpoint(tmp_path, tag="t")
+
+
+@pytest.mark.parametrize("tag", ["latest", ".hidden", "global_step1.tmp", "a/b", "..", ""])
+def test_reserved_and_unsafe_tags_are_refused_before_anything_is_written(dst, tmp_path, tag):
+    target = tmp_path / "ckpt"
+    with dst.Engine(config=config(), model=TINY_GPT) as engine:
+        with pytest.raises(dst.InvalidArgumentError, match="checkpoint tag"):
+            engine.save_checkpoint(target, tag=tag)
+    assert not target.exists() or not any(target.iterdir())
