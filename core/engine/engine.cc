@@ -35,6 +35,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   context.total_steps = options.total_steps;
   Result<Config> config = ParseConfig(config_text.value(), context);
   if (!config.ok()) return config.status();
+  DST_RETURN_IF_ERROR(CheckThreadCount(config.value().runtime.num_threads));
   Result<ModelSpec> spec = ParseModelSpec(model_text.value());
   if (!spec.ok()) return spec.status();
 

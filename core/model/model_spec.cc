@@ -67,6 +67,13 @@ Status ParseGpt(const Json &root, ModelSpec *spec) {
                  "n_embd", "seed", "dropout", "bias", "tie_word_embeddings"}));
   GptDims &d = spec->gpt;
   const int64_t kMax = int64_t(1) << 24;
+  // Two spellings of one key: which one would win is a guess, so neither does.
+  for (const auto &[a, b] :
+       {std::pair<const char *, const char *>{"n_ctx", "block_size"}, {"d_model", "n_embd"}})
+    if (root.contains(a) && root.contains(b))
+      return ConfigError(std::string("model spec: both $.") + a + " (" + Shorten(root.at(a)) +
+                         ") and $." + b + " (" + Shorten(root.at(b)) +
+                         ") are given; they are two names of one setting: keep one");
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "vocab_size", 2, kMax, &d.vocab, false));
   const bool ctx_alias = root.contains("block_size");
   DST_RETURN_IF_ERROR(
@@ -108,6 +115,9 @@ Status ParseSequentialLayer(const Json &layer, const std::string &path, Sequenti
     return Expected(path + ".type", "one of \"linear\", \"relu\", \"gelu\", \"layernorm\"",
                     layer.contains("type") ? layer.at("type") : Json());
   const std::string type = layer.at("type").get<std::string>();
+  if (type != "linear" && type != "relu" && type != "gelu" && type != "layernorm")
+    return Expected(path + ".type", "one of \"linear\", \"relu\", \"gelu\", \"layernorm\"",
+                    layer.at("type"));
   if (type == "linear") {
     DST_RETURN_IF_ERROR(CheckKeys(layer, path, {"type", "out_features", "bias"}));
     out->kind = SequentialLayerSpec::Kind::kLinear;
@@ -124,11 +134,8 @@ Status ParseSequentialLayer(const Json &layer, const std::string &path, Sequenti
     out->kind = SequentialLayerSpec::Kind::kRelu;
   else if (type == "gelu")
     out->kind = SequentialLayerSpec::Kind::kGelu;
-  else if (type == "layernorm")
-    out->kind = SequentialLayerSpec::Kind::kLayerNorm;
   else
-    return Expected(path + ".type", "one of \"linear\", \"relu\", \"gelu\", \"layernorm\"",
-                    layer.at("type"));
+    out->kind = SequentialLayerSpec::Kind::kLayerNorm;
   return Status::Ok();
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 namespace dst {
@@ -18,6 +19,17 @@ int PositiveIntFromEnv(const char *name) {
   return (*end == '\0' && value > 0 && value < 4096) ? static_cast<int>(value) : 0;
 }
 }  // namespace
+
+Status CheckThreadCount(int configured) {
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (configured > 8 * cores)
+    return ConfigError("dstrain.num_threads " + std::to_string(configured) + " is far above the " +
+                       std::to_string(cores) +
+                       " cores this process can use; threads beyond the cores only fight "
+                       "over them: set at most " +
+                       std::to_string(cores) + " (or leave it unset to use every core)");
+  return Status::Ok();
+}
 
 int ResolveNumThreads(int configured) {
   if (configured > 0) return configured;

@@ -3,8 +3,13 @@
 // regions, so the two never oversubscribe the cores).
 #pragma once
 
+#include "core/common/status.h"
+
 namespace dst {
 
+// dstrain.num_threads far above the cores (more than 8 per core) would only
+// make the threads fight: an error naming both numbers and the fix.
+Status CheckThreadCount(int configured);
 // configured > 0 wins; else DSTRAIN_NUM_THREADS, else OMP_NUM_THREADS, else
 // the online cores divided among the ranks on this node (LOCAL_WORLD_SIZE).
 int ResolveNumThreads(int configured);

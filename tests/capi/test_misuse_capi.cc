@@ -85,6 +85,16 @@ TEST(MisuseNoEngine, ConfigPathsThatAreNotRegularFilesAreRefused) {
   ExpectError(dst_config_file_read(nullptr, &text), DST_ERR_INVALID_ARGUMENT, "path");
 }
 
+TEST(MisuseNoEngine, ThreadCountsFarAboveTheCoresAreRefused) {
+  dst_engine_options_t opts;
+  dst_engine_options_default(&opts);
+  opts.config_json =
+      "{\"train_micro_batch_size_per_gpu\": 2, \"dstrain\": {\"num_threads\": 100000}}";
+  opts.model_json = kTinyGpt;
+  dst_engine_t *e = nullptr;
+  ExpectError(dst_engine_create(&e, &opts), DST_ERR_CONFIG, "num_threads 100000 is far above");
+}
+
 TEST(MisuseNoEngine, CreateWithBadModelSpec) {
   dst_engine_options_t opts;
   dst_engine_options_default(&opts);
