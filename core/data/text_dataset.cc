@@ -1,5 +1,9 @@
 #include "core/data/text_dataset.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -38,15 +42,45 @@ struct FileCloser {
 };
 using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
-// Appends the bytes of the file at `path` to `bytes`.
+const char *FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Memory this process could still get (the kernel's available pages).
+int64_t AvailableMemoryBytes() {
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : INT64_MAX;
+}
+
+// Appends the bytes of the file at `path` to `bytes`: a regular file only (a
+// device such as /dev/zero would grow memory without bound, a FIFO block),
+// and one that fits in the memory available (one byte per token).
 Status AppendFile(const std::string &path, std::vector<uint8_t> &bytes) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    return IoError("cannot read data file '" + path +
-                   "': it is a directory; pass a text file with --data FILE");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return IoError("cannot open data file '" + path + "': " + ErrnoText(errno));
+  FilePtr file(::fdopen(fd, "rb"));
+  if (!file) {
+    ::close(fd);
+    return IoError("cannot open data file '" + path + "': " + ErrnoText(errno));
   }
-  FilePtr file(std::fopen(path.c_str(), "rb"));
-  if (!file) return IoError("cannot open data file '" + path + "': " + ErrnoText(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    return IoError("cannot read data file '" + path + "': " + ErrnoText(errno));
+  if (!S_ISREG(st.st_mode))
+    return IoError("cannot read data file '" + path + "': it is " + FileKind(st.st_mode) +
+                   "; pass a text file with --data FILE");
+  const int64_t available = AvailableMemoryBytes();
+  if (int64_t(st.st_size) > available)
+    return IoError("data file '" + path + "' is " + std::to_string(int64_t(st.st_size)) +
+                   " bytes, more than the " + std::to_string(available) +
+                   " bytes of memory available (a byte-level corpus is held in memory, one byte "
+                   "per token); use a smaller file or free memory");
+  bytes.reserve(bytes.size() + size_t(st.st_size));
   char chunk[1 << 16];
   size_t n = 0;
   while ((n = std::fread(chunk, 1, sizeof(chunk), file.get())) > 0) {

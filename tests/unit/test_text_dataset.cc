@@ -1,5 +1,7 @@
 // TextDataset: splits, deterministic counter-based windows, rank slices, errors.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -178,6 +180,36 @@ TEST(TextDatasetTest, DirectoryAndEmptyFileAreRejected) {
   const Result<TextDataset> empty = TextDataset::Open(dir.Write("empty", ""), 0.1, 1);
   ASSERT_FALSE(empty.ok());
   EXPECT_NE(empty.status().message().find("empty"), std::string::npos);
+}
+
+// A device would grow memory without bound and a FIFO block forever: both
+// are refused by name, at once.
+TEST(TextDatasetTest, DevicesAndFifosAreRefusedByName) {
+  const Result<TextDataset> zero = TextDataset::Open("/dev/zero", 0.1, 1);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("is a character device"), std::string::npos)
+      << zero.status().message();
+  TempDir dir;
+  const std::string fifo = dir.path() + "/corpus.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const Result<TextDataset> pipe = TextDataset::Open(fifo, 0.1, 1);
+  ASSERT_FALSE(pipe.ok());
+  EXPECT_NE(pipe.status().message().find("is a FIFO"), std::string::npos)
+      << pipe.status().message();
+}
+
+// A file larger than the memory available is refused with both numbers
+// (sparse, so it costs no disk).
+TEST(TextDatasetTest, AFileLargerThanMemoryIsRefusedWithTheNumbers) {
+  TempDir dir;
+  const std::string path = dir.Write("huge", "x");
+  ASSERT_EQ(truncate(path.c_str(), off_t(1) << 42), 0);  // 4 TiB
+  const Result<TextDataset> data = TextDataset::Open(path, 0.1, 1);
+  ASSERT_FALSE(data.ok());
+  EXPECT_NE(data.status().message().find(std::to_string(int64_t(1) << 42) + " bytes"),
+            std::string::npos)
+      << data.status().message();
+  EXPECT_NE(data.status().message().find("of memory available"), std::string::npos);
 }
 
 TEST(TextDatasetTest, ValFractionOutsideZeroOneIsRejected) {
