@@ -11,6 +11,7 @@
 #include "interrupt.h"
 #include "progress.h"
 #include "resume.h"
+#include "save_dir.h"
 #include "train_summary.h"
 #include "trainer.h"
 #include "training_loop.h"
@@ -162,6 +163,7 @@ int TrainCommand::Run() {
   CheckModelFitsByteData(info);
   const BatchShape shape = ChooseBatchShape(info, options.seq_len);
   const ResolvedConfig config = ReadResolvedConfig(engine.get());
+  if (!options.save_dir.empty()) CheckSaveDir(options.save_dir, engine.get(), info.rank);
   PrintMonitorUrl(engine.get(), info);
 
   const ResumePoint resume = options.load_dir.empty()

@@ -169,6 +169,29 @@ def test_the_built_in_job_accepts_any_step_count(dstrain, steps):
     assert f"final: step {steps}" in result.stdout, result.stdout
 
 
+def test_save_dir_is_checked_before_the_first_step(dstrain, job, tmp_path):
+    """An unusable --save fails at once, not after the whole run."""
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    result = run(dstrain, *train_args(job, "config", 20), "--save", str(not_a_dir / "ckpt"))
+    assert result.returncode == 1, result.stdout
+    assert f"--save {not_a_dir / 'ckpt'}: cannot create the directory" in result.stderr
+    assert not re.search(r"^step \d", result.stdout, re.M), result.stdout  # nothing trained
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        result = run(dstrain, *train_args(job, "config", 20), "--save", str(disk))
+        assert result.returncode == 1, result.stdout
+        assert "MiB free, but one checkpoint of this rank needs about" in result.stderr
+        assert not re.search(r"^step \d", result.stdout, re.M), result.stdout
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
 def test_quiet_prints_only_the_summary(dstrain, job):
     result = run(dstrain, *train_args(job, "config", 10, "--quiet"))
     assert result.returncode == 0, result.stderr
