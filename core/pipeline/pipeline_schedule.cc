@@ -35,42 +35,50 @@ const char *PipeScheduleName(PipeScheduleKind kind) {
       return "1f1b";
     case PipeScheduleKind::kZeroBubbleH1:
       return "zb-h1";
+    case PipeScheduleKind::kInterleaved1F1B:
+      return "interleaved";
   }
   return "?";
 }
 
 Result<PipeScheduleKind> ParsePipeSchedule(const std::string &name) {
-  for (PipeScheduleKind kind : {PipeScheduleKind::kGPipe, PipeScheduleKind::kOneForwardOneBackward,
-                                PipeScheduleKind::kZeroBubbleH1})
+  for (PipeScheduleKind kind :
+       {PipeScheduleKind::kGPipe, PipeScheduleKind::kOneForwardOneBackward,
+        PipeScheduleKind::kZeroBubbleH1, PipeScheduleKind::kInterleaved1F1B})
     if (name == PipeScheduleName(kind)) return kind;
   return ConfigError("pipeline schedule \"" + name +
-                     "\" is not one of \"1f1b\" (default), \"gpipe\", \"zb-h1\"");
+                     "\" is not one of \"1f1b\" (default), \"gpipe\", \"zb-h1\", "
+                     "\"interleaved\"");
 }
 
 namespace {
 
-// The actions of one stage, appended in order.
+// The actions of one rank, appended in order; `first`/`last` say whether a
+// chunk is the pipeline's first / last virtual stage.
 class StageWriter {
  public:
-  StageWriter(int64_t stage, int64_t stages) : first_(stage == 0), last_(stage == stages - 1) {}
+  StageWriter(int64_t stage, int64_t stages, int64_t chunks = 1)
+      : rank_(stage), ranks_(stages), chunks_(chunks) {}
   std::vector<PipeAction> &actions() { return actions_; }
 
-  void Forward(int64_t i) {
-    if (!first_) Add(PipeOp::kRecvActivation, i);
-    Add(PipeOp::kForward, i);
-    if (!last_) Add(PipeOp::kSendActivation, i);
+  void Forward(int64_t i, int64_t chunk = 0) {
+    if (!First(chunk)) Add(PipeOp::kRecvActivation, i, chunk);
+    Add(PipeOp::kForward, i, chunk);
+    if (!Last(chunk)) Add(PipeOp::kSendActivation, i, chunk);
   }
   // The whole backward, or (split) its input-gradient half.
-  void Backward(int64_t i, bool split) {
-    if (!last_) Add(PipeOp::kRecvGradient, i);
-    Add(split ? PipeOp::kBackwardInput : PipeOp::kBackward, i);
-    if (!first_) Add(PipeOp::kSendGradient, i);
+  void Backward(int64_t i, bool split, int64_t chunk = 0) {
+    if (!Last(chunk)) Add(PipeOp::kRecvGradient, i, chunk);
+    Add(split ? PipeOp::kBackwardInput : PipeOp::kBackward, i, chunk);
+    if (!First(chunk)) Add(PipeOp::kSendGradient, i, chunk);
   }
-  void Weight(int64_t i) { Add(PipeOp::kBackwardWeight, i); }
+  void Weight(int64_t i) { Add(PipeOp::kBackwardWeight, i, 0); }
 
  private:
-  void Add(PipeOp op, int64_t i) { actions_.push_back({op, i}); }
-  bool first_, last_;
+  bool First(int64_t chunk) const { return chunk == 0 && rank_ == 0; }
+  bool Last(int64_t chunk) const { return chunk == chunks_ - 1 && rank_ == ranks_ - 1; }
+  void Add(PipeOp op, int64_t i, int64_t chunk) { actions_.push_back({op, i, chunk}); }
+  int64_t rank_, ranks_, chunks_;
   std::vector<PipeAction> actions_;
 };
 
@@ -93,6 +101,31 @@ std::vector<PipeAction> OneForwardOneBackwardStage(int64_t r, int64_t p, int64_t
     w.Backward(next_backward++, false);
   }
   while (next_backward < m) w.Backward(next_backward++, false);
+  return std::move(w.actions());
+}
+
+// Interleaved 1F1B (Megatron): rank r holds chunks 0..v-1 (virtual stages
+// c * p + r). Micro-batches go in rounds of k = m / max(1, m / p) (PyTorch's
+// rule, so any m that divides into rounds works): the n-th forward of a rank
+// is micro-batch (n / (k v)) k + n % k of chunk (n / k) % v, its n-th
+// backward the same micro-batch of chunk v - 1 - (n / k) % v. A rank runs
+// (v - 1) k + 2 (p - r - 1) warm-up forwards (Megatron's count), then one
+// forward and one backward alternately, then the remaining backwards.
+std::vector<PipeAction> InterleavedStage(int64_t r, int64_t p, int64_t m, int64_t v) {
+  StageWriter w(r, p, v);
+  const int64_t rounds = std::max<int64_t>(1, m / p), k = m / rounds, total = m * v;
+  auto micro = [&](int64_t n) { return (n / (k * v)) * k + n % k; };
+  auto chunk = [&](int64_t n) { return (n / k) % v; };
+  const int64_t warmup = std::min((v - 1) * k + 2 * (p - r - 1), total);
+  int64_t f = 0, b = 0;
+  for (; f < warmup; ++f) w.Forward(micro(f), chunk(f));
+  while (f < total) {
+    w.Forward(micro(f), chunk(f));
+    ++f;
+    w.Backward(micro(b), false, v - 1 - chunk(b));
+    ++b;
+  }
+  for (; b < total; ++b) w.Backward(micro(b), false, v - 1 - chunk(b));
   return std::move(w.actions());
 }
 
@@ -157,7 +190,8 @@ std::vector<std::vector<PipeAction>> ZeroBubbleH1(int64_t p, int64_t m) {
 }  // namespace
 
 std::vector<std::vector<PipeAction>> BuildPipeSchedule(PipeScheduleKind kind, int64_t stages,
-                                                       int64_t micro_batches) {
+                                                       int64_t micro_batches,
+                                                       int64_t virtual_stages) {
   std::vector<std::vector<PipeAction>> programs;
   for (int64_t r = 0; r < stages; ++r) {
     switch (kind) {
@@ -169,6 +203,10 @@ std::vector<std::vector<PipeAction>> BuildPipeSchedule(PipeScheduleKind kind, in
         break;
       case PipeScheduleKind::kZeroBubbleH1:
         break;  // built for all stages at once, below
+      case PipeScheduleKind::kInterleaved1F1B:
+        programs.push_back(
+            InterleavedStage(r, stages, micro_batches, std::max<int64_t>(1, virtual_stages)));
+        break;
     }
   }
   if (kind == PipeScheduleKind::kZeroBubbleH1) return ZeroBubbleH1(stages, micro_batches);
@@ -185,28 +223,40 @@ struct MicroState {
   int64_t recv_grad = -1, backward = -1, weight = -1, send_grad = -1;
 };
 
+// Programs are per rank; dependencies are per virtual stage (c * p + r for
+// chunk c on rank r; with one chunk, the rank).
 struct Simulation {
   const std::vector<std::vector<PipeAction>> &programs;
-  int64_t m;
-  std::vector<std::vector<MicroState>> state;  // [stage][micro-batch]
-  std::vector<size_t> next;                    // [stage] next action
-  std::vector<int64_t> in_flight, peak;        // [stage]
+  int64_t m, v;
+  std::vector<std::vector<MicroState>> state;  // [virtual stage][micro-batch]
+  std::vector<size_t> next;                    // [rank] next action
+  std::vector<int64_t> in_flight, peak;        // [rank]
 
   int64_t p() const { return int64_t(programs.size()); }
+  int64_t Virtual(int64_t r, const PipeAction &a) const { return a.chunk * p() + r; }
+  std::string StageName(int64_t vs) const {
+    if (v == 1) return "stage " + std::to_string(vs);
+    return "rank " + std::to_string(vs % p()) + " chunk " + std::to_string(vs / p());
+  }
 
   std::string Where(int64_t s, size_t k) const {
     const PipeAction &a = programs[size_t(s)][k];
-    return "stage " + std::to_string(s) + " action " + std::to_string(k) + " (" + PipeOpName(a.op) +
-           " of micro-batch " + std::to_string(a.micro_batch) + ")";
+    return (v == 1 ? "stage " + std::to_string(s) : StageName(Virtual(s, a))) + " action " +
+           std::to_string(k) + " (" + PipeOpName(a.op) + " of micro-batch " +
+           std::to_string(a.micro_batch) + ")";
   }
 
   // Rule violations that no waiting can fix.
   Status Validate(int64_t s, size_t k) const {
     const PipeAction &a = programs[size_t(s)][k];
-    const bool first = s == 0, last = s == p() - 1;
     if (a.micro_batch < 0 || a.micro_batch >= m)
       return InternalError(Where(s, k) + ": the step has " + std::to_string(m) + " micro-batches");
-    const MicroState &x = state[size_t(s)][size_t(a.micro_batch)];
+    if (a.chunk < 0 || a.chunk >= v)
+      return InternalError(Where(s, k) + ": chunk " + std::to_string(a.chunk) + " of " +
+                           std::to_string(v));
+    const int64_t vs = Virtual(s, a);
+    const bool first = vs == 0, last = vs == p() * v - 1;
+    const MicroState &x = state[size_t(vs)][size_t(a.micro_batch)];
     auto twice = [&](int64_t done) {
       return done >= 0 ? InternalError(Where(s, k) + ": it already ran") : Status::Ok();
     };
@@ -242,21 +292,22 @@ struct Simulation {
   // Whether stage s's next action can run at `step` (what it waits for was
   // done in an earlier step). `waits` says for what, when not.
   bool Ready(int64_t s, const PipeAction &a, int64_t step, std::string *waits) const {
-    const MicroState &x = state[size_t(s)][size_t(a.micro_batch)];
-    const bool first = s == 0, last = s == p() - 1;
+    const int64_t vs = Virtual(s, a);
+    const MicroState &x = state[size_t(vs)][size_t(a.micro_batch)];
+    const bool first = vs == 0, last = vs == p() * v - 1;
     // Another stage's send is visible from the next step; this stage's own
     // receive can be followed by its compute in the same step.
     auto before = [step](int64_t done) { return done >= 0 && done < step; };
     auto by = [step](int64_t done) { return done >= 0 && done <= step; };
     switch (a.op) {
       case PipeOp::kRecvActivation: {
-        const int64_t sent = state[size_t(s - 1)][size_t(a.micro_batch)].send_act;
-        *waits = "stage " + std::to_string(s - 1) + " to send it";
+        const int64_t sent = state[size_t(vs - 1)][size_t(a.micro_batch)].send_act;
+        *waits = StageName(vs - 1) + " to send it";
         return before(sent);
       }
       case PipeOp::kRecvGradient: {
-        const int64_t sent = state[size_t(s + 1)][size_t(a.micro_batch)].send_grad;
-        *waits = "stage " + std::to_string(s + 1) + " to send it";
+        const int64_t sent = state[size_t(vs + 1)][size_t(a.micro_batch)].send_grad;
+        *waits = StageName(vs + 1) + " to send it";
         return before(sent);
       }
       case PipeOp::kForward:
@@ -272,7 +323,7 @@ struct Simulation {
   }
 
   void Run(int64_t s, const PipeAction &a, int64_t step) {
-    MicroState &x = state[size_t(s)][size_t(a.micro_batch)];
+    MicroState &x = state[size_t(Virtual(s, a))][size_t(a.micro_batch)];
     const bool split_done = a.op == PipeOp::kBackwardWeight;
     switch (a.op) {
       case PipeOp::kRecvActivation:
@@ -314,14 +365,15 @@ bool IsCompute(PipeOp op) {
 }  // namespace
 
 Result<PipeScheduleCheck> CheckPipeSchedule(const std::vector<std::vector<PipeAction>> &programs,
-                                            int64_t micro_batches) {
-  const int64_t p = int64_t(programs.size());
-  if (p < 1 || micro_batches < 1)
-    return InternalError("a pipeline schedule needs at least one stage and one micro-batch");
+                                            int64_t micro_batches, int64_t virtual_stages) {
+  const int64_t p = int64_t(programs.size()), v = virtual_stages;
+  if (p < 1 || micro_batches < 1 || v < 1)
+    return InternalError("a pipeline schedule needs at least one stage, chunk and micro-batch");
   Simulation sim{programs,
                  micro_batches,
+                 v,
                  std::vector<std::vector<MicroState>>(
-                     size_t(p), std::vector<MicroState>(size_t(micro_batches))),
+                     size_t(p * v), std::vector<MicroState>(size_t(micro_batches))),
                  std::vector<size_t>(size_t(p), 0),
                  std::vector<int64_t>(size_t(p), 0),
                  std::vector<int64_t>(size_t(p), 0)};
@@ -367,18 +419,18 @@ Result<PipeScheduleCheck> CheckPipeSchedule(const std::vector<std::vector<PipeAc
       return InternalError("the pipeline schedule cannot finish: " + stuck);
     }
   }
-  // Everything each stage must do, done exactly once.
-  for (int64_t s = 0; s < p; ++s)
+  // Everything each virtual stage must do, done exactly once.
+  for (int64_t vs = 0; vs < p * v; ++vs)
     for (int64_t i = 0; i < micro_batches; ++i) {
-      const MicroState &x = sim.state[size_t(s)][size_t(i)];
+      const MicroState &x = sim.state[size_t(vs)][size_t(i)];
       const std::string who =
-          "stage " + std::to_string(s) + " never runs micro-batch " + std::to_string(i) + "'s ";
+          sim.StageName(vs) + " never runs micro-batch " + std::to_string(i) + "'s ";
       if (x.forward < 0) return InternalError(who + "forward");
       if (x.backward < 0) return InternalError(who + "backward");
       if (x.weight < 0) return InternalError(who + "weight gradient");
-      if (s > 0 && (x.recv_act < 0 || x.send_grad < 0))
+      if (vs > 0 && (x.recv_act < 0 || x.send_grad < 0))
         return InternalError(who + "activation receive or gradient send");
-      if (s < p - 1 && (x.send_act < 0 || x.recv_grad < 0))
+      if (vs < p * v - 1 && (x.send_act < 0 || x.recv_grad < 0))
         return InternalError(who + "activation send or gradient receive");
     }
   check.peak_in_flight = sim.peak;

@@ -38,22 +38,32 @@ const char *PipeOpName(PipeOp op);
 struct PipeAction {
   PipeOp op;
   int64_t micro_batch = 0;
+  // Interleaved schedules: which of the rank's v model chunks (chunk c on
+  // rank r is virtual stage c * p + r, as in Megatron). 0 otherwise.
+  int64_t chunk = 0;
 };
 
 enum class PipeScheduleKind {
   kGPipe,                  // all forwards, then all backwards
   kOneForwardOneBackward,  // DeepSpeed's TrainSchedule / Megatron's non-interleaved 1F1B
   kZeroBubbleH1,           // 1F1B with the backward split, weight gradients deferred (ZB-H1)
+  kInterleaved1F1B,        // Megatron's interleaved 1F1B over v model chunks per rank
 };
 
-// "gpipe", "1f1b", "zb-h1".
+// "gpipe", "1f1b", "zb-h1", "interleaved".
 const char *PipeScheduleName(PipeScheduleKind kind);
 // Parses a schedule name (the config's spelling); errors list the choices.
 Result<PipeScheduleKind> ParsePipeSchedule(const std::string &name);
 
-// stage_programs[s]: stage s's actions for m micro-batches on p stages.
+// programs[r]: rank r's actions for m micro-batches on p ranks, each rank
+// holding `virtual_stages` model chunks (interleaved only; 1 otherwise).
+// Interleaved 1F1B takes the micro-batches in rounds as PyTorch does (rounds
+// = max(1, m / p), each of m / rounds micro-batches; with v > 1, m must
+// divide into them: the checker refuses a schedule that does not), so m
+// need not be a multiple of p.
 std::vector<std::vector<PipeAction>> BuildPipeSchedule(PipeScheduleKind kind, int64_t stages,
-                                                       int64_t micro_batches);
+                                                       int64_t micro_batches,
+                                                       int64_t virtual_stages = 1);
 
 struct PipeScheduleCheck {
   // Per stage: the most micro-batches whose activations it holds at once
@@ -67,13 +77,15 @@ struct PipeScheduleCheck {
   std::vector<int64_t> idle;
 };
 
-// Simulates `programs` (stage s sends activations to s + 1 and gradients to
-// s - 1; sends never block, a receive waits for its send): an error names
+// Simulates `programs` (virtual stage s sends activations to s + 1 and
+// gradients to s - 1; sends never block, a receive waits for its send): an error names
 // the stage, the action and what it waits for if any stage could wait
 // forever, and the first action that breaks the rules (a backward before
 // its forward, an action twice, a micro-batch left out, a send with nothing
 // to send).
+// `virtual_stages` v: each rank's programs run chunks 0..v-1 (virtual stage
+// c * p + r sends activations to virtual stage c * p + r + 1).
 Result<PipeScheduleCheck> CheckPipeSchedule(const std::vector<std::vector<PipeAction>> &programs,
-                                            int64_t micro_batches);
+                                            int64_t micro_batches, int64_t virtual_stages = 1);
 
 }  // namespace dst

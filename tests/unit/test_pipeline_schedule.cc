@@ -5,6 +5,7 @@
 // the theory says; broken programs are named errors, not hangs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -71,10 +72,36 @@ TEST(PipeSchedule, BubblesMatchTheTheory) {
     }
 }
 
+// Interleaved 1F1B over v chunks per rank: every shape whose micro-batches
+// divide into PyTorch's rounds checks, and the bubble is Megatron's (p - 1) /
+// (v m + p - 1) exactly; a count that does not divide is a named error.
+TEST(PipeSchedule, InterleavedChecksAndShrinksTheBubbleByV) {
+  for (int64_t p = 1; p <= 8; ++p)
+    for (int64_t m = 1; m <= 32; ++m)
+      for (int64_t v = 1; v <= 4; ++v) {
+        const int64_t rounds = std::max<int64_t>(1, m / p);
+        const auto programs = BuildPipeSchedule(PipeScheduleKind::kInterleaved1F1B, p, m, v);
+        Result<PipeScheduleCheck> c = CheckPipeSchedule(programs, m, v);
+        if (v > 1 && m % rounds != 0) {  // with one chunk the rounds do not matter
+          EXPECT_FALSE(c.ok()) << "p " << p << " m " << m << " v " << v;
+          continue;
+        }
+        ASSERT_TRUE(c.ok()) << "p " << p << " m " << m << " v " << v << ": "
+                            << c.status().message();
+        if (m >= p && (p == 2 || p == 4 || p == 8)) {
+          const double theory = double(p - 1) / double(v * m + p - 1);
+          for (int64_t r = 0; r < p; ++r)
+            EXPECT_NEAR(Bubble(c.value(), r), theory, 1e-12)
+                << "p " << p << " m " << m << " v " << v << " rank " << r;
+        }
+      }
+}
+
 TEST(PipeSchedule, NamesParse) {
   EXPECT_EQ(ParsePipeSchedule("1f1b").value(), PipeScheduleKind::kOneForwardOneBackward);
   EXPECT_EQ(ParsePipeSchedule("gpipe").value(), PipeScheduleKind::kGPipe);
   EXPECT_EQ(ParsePipeSchedule("zb-h1").value(), PipeScheduleKind::kZeroBubbleH1);
+  EXPECT_EQ(ParsePipeSchedule("interleaved").value(), PipeScheduleKind::kInterleaved1F1B);
   Result<PipeScheduleKind> bad = ParsePipeSchedule("zigzag");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("\"1f1b\" (default)"), std::string::npos);
