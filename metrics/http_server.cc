@@ -360,6 +360,7 @@ int HttpServer::HandleRequest(mg_connection *conn, void *self) {
 // What CivetWeb's request holds that the answer depends on, copied so the
 // answer can be computed on another thread.
 struct HttpServer::Incoming {
+  std::string client;  // remote address
   std::string method;
   std::optional<std::string> path;  // percent-decoded, dot segments kept
   std::string query;
@@ -378,8 +379,15 @@ HttpServer::Answer HttpServer::Decide(const Incoming &in) const {
   // token (from its URL fragment) with every API call.
   const bool public_asset = (in.method == "GET" || head) && in.path &&
                             IsSafeRequestPath(*in.path) && FindDashboardAsset(*in.path) != nullptr;
+  if (!token_.empty() && !public_asset) {
+    if (const int64_t wait = BlockedFor(in.client); wait > 0)
+      return {ErrorResponse(429, "too many requests with a wrong token from " + in.client +
+                                     "; try again in " + std::to_string(wait) + " s"),
+              {{"Retry-After", std::to_string(wait)}}};
+  }
   if (!token_.empty() && !public_asset &&
       !(in.authorization && BearerTokenMatches(*in.authorization, token_))) {
+    NoteFailedToken(in.client);
     return {ErrorResponse(401,
                           "missing or wrong bearer token: send the header \"Authorization: Bearer "
                           "<token>\" (dstrain.monitor.http.token or DSTRAIN_MONITOR_TOKEN)"),
@@ -398,12 +406,34 @@ HttpServer::Answer HttpServer::Decide(const Incoming &in) const {
   }
 }
 
+int64_t HttpServer::BlockedFor(const std::string &client) const {
+  std::lock_guard<std::mutex> lock(failures_mu_);
+  auto it = failures_.find(client);
+  if (it == failures_.end()) return 0;
+  const auto elapsed = std::chrono::steady_clock::now() - it->second.since;
+  if (elapsed >= kFailureWindow) {
+    failures_.erase(it);
+    return 0;
+  }
+  if (it->second.count < kMaxFailedTokens) return 0;
+  return std::chrono::duration_cast<std::chrono::seconds>(kFailureWindow - elapsed).count() + 1;
+}
+
+void HttpServer::NoteFailedToken(const std::string &client) const {
+  std::lock_guard<std::mutex> lock(failures_mu_);
+  if (failures_.size() > 4096) failures_.clear();  // bounded: a flood forgets, it does not grow
+  Failures &f = failures_[client];
+  if (f.count == 0) f.since = std::chrono::steady_clock::now();
+  ++f.count;
+}
+
 void HttpServer::Handle(mg_connection *conn) {
   // This runs on a CivetWeb thread, whose stack is small (see
   // kCivetWebStackSize): only the copying and the socket I/O happen here; the
   // answer is computed on a thread of ours with a default-size stack.
   const mg_request_info *info = mg_get_request_info(conn);
   Incoming in;
+  in.client = info->remote_addr;
   in.method = info->request_method ? info->request_method : "";
   if (info->local_uri_raw) in.path = info->local_uri_raw;
   if (info->query_string) in.query = info->query_string;

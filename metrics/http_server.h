@@ -16,8 +16,11 @@
 // refuses with an explanation when even CivetWeb's own needs do not fit.
 #pragma once
 
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -83,9 +86,24 @@ class HttpServer {
   void Handle(mg_connection *conn);
   Answer Decide(const Incoming &in) const;
 
+  // Failed token attempts per client address: after kMaxFailedTokens within
+  // kFailureWindow a client gets 429 until the window passes, so a token
+  // cannot be guessed at the speed of the network.
+  static constexpr int kMaxFailedTokens = 20;
+  static constexpr std::chrono::seconds kFailureWindow{60};
+  struct Failures {
+    int count = 0;
+    std::chrono::steady_clock::time_point since;
+  };
+  // Seconds the client must still wait (0: it may try).
+  int64_t BlockedFor(const std::string &client) const;
+  void NoteFailedToken(const std::string &client) const;
+
   HttpHandler handler_;
   std::string token_;
-  mg_context *ctx_ = nullptr;  // owned; mg_stop in the destructor
+  mutable std::mutex failures_mu_;
+  mutable std::map<std::string, Failures> failures_;  // by client address
+  mg_context *ctx_ = nullptr;                         // owned; mg_stop in the destructor
   int port_ = 0;
   std::string address_;
 };

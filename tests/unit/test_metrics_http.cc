@@ -389,6 +389,28 @@ TEST(MetricsHttpToken, EveryDataRequestNeedsTheBearerToken) {
   EXPECT_EQ(Get(port, "/../etc/passwd", "Authorization: Bearer s3cret-token\r\n").status, 404);
 }
 
+// Guessing the token is rate-limited per client: after 20 wrong attempts
+// within a minute the client gets 429 with Retry-After, even with the right
+// token, until the minute has passed; the public page stays reachable.
+TEST(MetricsHttpToken, FailedTokenAttemptsAreRateLimited) {
+  SKIP_UNLESS_HTTP_CAN_RUN();
+  unsetenv("DSTRAIN_MONITOR_TOKEN");
+  auto monitor = Start(HttpOptions(0, "s3cret-token"));
+  ASSERT_TRUE(monitor);
+  const int port = monitor->http_port();
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(
+        Get(port, "/metrics", "Authorization: Bearer guess" + std::to_string(i) + "\r\n").status,
+        401);
+  const HttpReply blocked = Get(port, "/metrics", "Authorization: Bearer s3cret-token\r\n");
+  EXPECT_EQ(blocked.status, 429);
+  EXPECT_FALSE(blocked.header("retry-after").empty());
+  EXPECT_NE(blocked.body.find("too many requests with a wrong token from 127.0.0.1"),
+            std::string::npos)
+      << blocked.body;
+  EXPECT_EQ(Get(port, "/").status, 200);
+}
+
 TEST(MetricsHttpToken, EnvironmentTokenOverridesTheConfig) {
   SKIP_UNLESS_HTTP_CAN_RUN();
   setenv("DSTRAIN_MONITOR_TOKEN", "from-env", 1);
