@@ -14,6 +14,7 @@ PACKAGES=(
   python3-pip mypy python3-typeshed  # Python SDK: offline install test, strict typing (cffi stubs)
   fortunes                 # the default training corpus (/usr/share/games/fortunes)
   iproute2 procps          # two-host test (ip netns), fault tests (pgrep)
+  openmpi-bin              # a real mpirun launches a job in the tests
   prometheus-cpp-dev       # per-rank metrics registry and text exposition
   libcivetweb-dev          # the metrics HTTP server (/metrics, /api/v1, dashboard)
   prometheus               # promtool check metrics; the real-scrape test
