@@ -26,14 +26,14 @@ std::string MiB(int64_t bytes) {
 
 // Bytes this rank writes into one checkpoint: its optimizer state (the
 // master weights included under 16 bits) and, on rank 0, the consolidated
-// fp32 weights; plus a little for meta.json.
+// fp32 weights; plus 64 KiB for meta.json and the file headers.
 int64_t CheckpointBytes(dst_engine_t *engine, int64_t rank) {
   const char *text = nullptr;
   Check(dst_engine_metrics_json(engine, &text), "reading the engine's memory figures");
   const nlohmann::json m = nlohmann::json::parse(text);
   const int64_t state = m.at("memory").at("optimizer_state").at("bytes").get<int64_t>();
   const int64_t weights = 4 * m.at("num_parameters").get<int64_t>();
-  return state + (rank == 0 ? weights : 0) + (int64_t(1) << 20);
+  return state + (rank == 0 ? weights : 0) + (int64_t(64) << 10);
 }
 
 }  // namespace

@@ -7,18 +7,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/common/file_kind.h"
+
 namespace dst {
 
 namespace {
-
-const char *KindOf(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
 
 // Closes a descriptor on every path out.
 struct Fd {
@@ -40,7 +33,7 @@ Result<std::string> ReadConfigFile(const std::string &path, const char *what) {
   if (::fstat(in.fd, &st) != 0)
     return IoError("cannot read the " + file + ": " + std::strerror(errno));
   if (!S_ISREG(st.st_mode))
-    return IoError("cannot read the " + file + ": it is " + KindOf(st.st_mode) +
+    return IoError("cannot read the " + file + ": it is " + NonRegularFileKind(st.st_mode) +
                    "; pass a regular JSON file");
   if (int64_t(st.st_size) > kMaxConfigFileBytes)
     return ConfigError("the " + file + " is " + std::to_string(int64_t(st.st_size)) +

@@ -18,6 +18,8 @@
 #define DSTRAIN_DEFAULT_CORPUS_DIR "/usr/share/games/fortunes"
 #endif
 
+#include "core/common/file_kind.h"
+
 namespace dst {
 namespace {
 
@@ -42,15 +44,6 @@ struct FileCloser {
 };
 using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
-const char *FileKind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 // Memory this process could still get (the kernel's available pages).
 int64_t AvailableMemoryBytes() {
   const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -72,7 +65,7 @@ Status AppendFile(const std::string &path, std::vector<uint8_t> &bytes) {
   if (::fstat(fd, &st) != 0)
     return IoError("cannot read data file '" + path + "': " + ErrnoText(errno));
   if (!S_ISREG(st.st_mode))
-    return IoError("cannot read data file '" + path + "': it is " + FileKind(st.st_mode) +
+    return IoError("cannot read data file '" + path + "': it is " + NonRegularFileKind(st.st_mode) +
                    "; pass a text file with --data FILE");
   const int64_t available = AvailableMemoryBytes();
   if (int64_t(st.st_size) > available)

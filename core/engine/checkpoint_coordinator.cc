@@ -326,8 +326,12 @@ Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::str
   const std::vector<ParamDecl> &decls = *view_.decls;
   const int64_t total = view_.num_parameters;
   try {
-    // The model first: a spec that computes differently (n_head, say, changes
-    // no tensor's shape) is refused naming the field and both values.
+    // Weights: names and shapes (the first mismatching tensor is named).
+    DST_RETURN_IF_ERROR(LoadCheckpointFile(&ckpt, kModelFile));
+    const SafetensorsFile &weights = ckpt.files.at(kModelFile);
+    DST_RETURN_IF_ERROR(MatchTensors(weights, decls, where + "/" + kModelFile));
+    // Then the model: a spec that computes differently with the same tensors
+    // (n_head, say) is refused naming the field and both values.
     Result<ModelSpec> saved_spec = ParseModelSpec(ckpt.meta.at("model_spec").dump());
     if (!saved_spec.ok())
       return CheckpointError(where + "/meta.json: its model_spec does not parse (" +
@@ -338,10 +342,6 @@ Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::str
                              "); load it with the model spec it was saved with (dstrain ckpt "
                              "inspect shows it), or export its weights (dstrain ckpt export) "
                              "to start a different model from them");
-    // Weights: names and shapes (the first mismatching tensor is named).
-    DST_RETURN_IF_ERROR(LoadCheckpointFile(&ckpt, kModelFile));
-    const SafetensorsFile &weights = ckpt.files.at(kModelFile);
-    DST_RETURN_IF_ERROR(MatchTensors(weights, decls, where + "/" + kModelFile));
 
     const Json &optimizer = ckpt.meta.at("optimizer");
     const std::string saved = optimizer.at("type").get<std::string>();

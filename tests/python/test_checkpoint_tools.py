@@ -157,9 +157,12 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint_loadable(dstrain, t
 
 
 def test_a_full_disk_fails_the_save_by_name_and_keeps_the_previous_checkpoint(dstrain, tmp_path):
-    """On a small tmpfs filled up after a first save, the second save fails
-    with an error naming the file and the cause; `latest` still names the
-    first checkpoint, which verifies and loads, and no partial tag is left."""
+    """On a small tmpfs with room for about one and a half checkpoints, a run
+    that saves every step starts (--save is checked up front and there is
+    room for one), its first save lands, and the next one fails with an
+    error naming the file and the cause; `latest` still names the last good
+    checkpoint, which verifies and loads, and no partial tag is left. With
+    no room at all the run is refused before its first step."""
     disk = tmp_path / "small"
     disk.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
@@ -172,18 +175,27 @@ def test_a_full_disk_fails_the_save_by_name_and_keeps_the_previous_checkpoint(ds
         train(dstrain, cfg, spec, "--steps", "2", "--save", str(ckpt))
         used = sum(p.stat().st_size for p in (ckpt / "global_step2").iterdir())
         free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
-        (disk / "filler").write_bytes(b"\0" * max(0, free - used // 4))
+        (disk / "filler").write_bytes(b"\0" * max(0, free - used * 3 // 2))
         out = run([dstrain, "train", "--config", str(cfg), "--model", str(spec), "--quiet",
-                   "--steps", "3", "--load", str(ckpt), "--save", str(ckpt)])
+                   "--steps", "4", "--load", str(ckpt), "--save", str(ckpt),
+                   "--save-interval", "1"])
         assert out.returncode != 0
         assert "No space left on device" in out.stderr or "disk full" in out.stderr, out.stderr
-        assert "global_step3" in out.stderr, out.stderr
-        assert (ckpt / "latest").read_text().strip() == "global_step2"
-        assert not (ckpt / "global_step3").exists()
+        assert "global_step4" in out.stderr, out.stderr
+        assert (ckpt / "latest").read_text().strip() == "global_step3"
+        assert not (ckpt / "global_step4").exists()
         assert not list(ckpt.glob(".*.tmp")), "the partial checkpoint was not removed"
+        # No room for one checkpoint: refused before the first step.
+        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+        (disk / "filler2").write_bytes(b"\0" * max(0, free - 4096))
+        out = run([dstrain, "train", "--config", str(cfg), "--model", str(spec), "--quiet",
+                   "--steps", "5", "--load", str(ckpt), "--save", str(ckpt)])
+        assert out.returncode != 0
+        assert "one checkpoint of this rank needs about" in out.stderr, out.stderr
         (disk / "filler").unlink()
+        (disk / "filler2").unlink()
         info = json.loads(run([dstrain, "ckpt", "inspect", str(ckpt), "--json"]).stdout)
-        assert info["valid"] and info["step"] == 2
-        train(dstrain, cfg, spec, "--steps", "3", "--load", str(ckpt))
+        assert info["valid"] and info["step"] == 3
+        train(dstrain, cfg, spec, "--steps", "4", "--load", str(ckpt))
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
