@@ -1,5 +1,7 @@
 #include "core/comm/gloo_communicator.h"
 
+#include "core/comm/heartbeat.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <signal.h>
@@ -86,13 +88,31 @@ struct Task {
   Status status;
 };
 
+// Whoever runs tasks and can tell, while one waits, that a peer stalled.
+class StallChecker {
+ public:
+  virtual ~StallChecker() = default;
+  // Called every ~100 ms while a caller waits for a task the worker runs;
+  // returns why the wait must end now ("" to go on waiting).
+  virtual std::string WhileWaiting(CommOp op, int64_t bytes) = 0;
+};
+
 class TaskWork final : public Work {
  public:
-  explicit TaskWork(std::shared_ptr<Task> task) : task_(std::move(task)) {}
+  TaskWork(std::shared_ptr<Task> task, StallChecker *checker)
+      : task_(std::move(task)), checker_(checker) {}
   ~TaskWork() override { (void)Wait(); }
   Status Wait() override {
     std::unique_lock<std::mutex> lock(task_->mu);
-    task_->cv.wait(lock, [&] { return task_->done; });
+    while (!task_->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return task_->done; })) {
+      if (!checker_) continue;
+      lock.unlock();
+      const std::string stalled = checker_->WhileWaiting(task_->op, task_->bytes);
+      lock.lock();
+      // A stalled peer: the wait ends now; the worker stays in Gloo's read
+      // until its own timeout and then finds the communicator broken.
+      if (!stalled.empty() && !task_->done) return Status(Code::kComm, stalled);
+    }
     return task_->status;
   }
   bool Test() override {
@@ -102,6 +122,7 @@ class TaskWork final : public Work {
 
  private:
   std::shared_ptr<Task> task_;
+  StallChecker *checker_;
 };
 
 // p2p slots live apart from the collectives' (Gloo's algorithms take theirs
@@ -211,23 +232,66 @@ class P2pWaiters {
   bool stopping_ = false;
 };
 
-class GlooCommunicator final : public Communicator {
+// The communicator's state, shared by the handle (GlooCommunicator) and its
+// worker thread, so that a worker stuck in Gloo's read on a stalled peer can
+// be left behind (detached) while the handle goes away: it finishes that read
+// at Gloo's timeout, finds the communicator broken and exits.
+class GlooGroup final : public Communicator, public StallChecker {
  public:
   // `store` must outlive the communicator: after a failure it names the lost rank.
-  GlooCommunicator(const GlooOptions &options, std::shared_ptr<gloo::Context> context, Store *store)
-      : options_(options),
-        context_(std::move(context)),
-        store_(store),
-        waiters_(options.timeout),
-        worker_([this] { RunWorker(); }) {}
+  GlooGroup(const GlooOptions &options, std::shared_ptr<gloo::Context> context, Store *store)
+      : options_(options), context_(std::move(context)), store_(store), waiters_(options.timeout) {
+    std::vector<int64_t> peers;
+    for (int64_t r = 0; r < int64_t(options.global_ranks.size()); ++r)
+      if (r != options.rank) peers.push_back(options.global_ranks[size_t(r)]);
+    if (!peers.empty())
+      watch_ = std::make_unique<StallWatch>(
+          store, std::move(peers), std::max(std::chrono::milliseconds(1500), options.timeout / 2));
+  }
 
-  ~GlooCommunicator() override {
+  // A peer that stopped beating ends the wait at once with its name; the
+  // communicator is broken from then on (later operations fail at once).
+  std::string WhileWaiting(CommOp op, int64_t bytes) override {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    if (!watch_) return "";
+    if (stall_.empty()) {
+      std::string stalled = watch_->Check();
+      if (stalled.empty()) return "";
+      std::lock_guard<std::mutex> reason(mu_);
+      stall_ = std::move(stalled);
+    }
+    return std::string(CommOpName(op)) + " of " + std::to_string(bytes) + " bytes on group '" +
+           options_.name + "' (rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
+           ") failed: " + stall_ + "; every rank stops";
+  }
+
+  // Ends the worker's loop once its queue is empty.
+  void Stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
     }
     cv_.notify_all();
-    worker_.join();
+  }
+  // Whether the worker may still be inside Gloo on a stalled peer.
+  bool Stalled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !stall_.empty();
+  }
+
+  void RunWorker() {
+    for (;;) {
+      std::shared_ptr<Task> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = queue_.front();
+        queue_.pop_front();
+      }
+      task->started = Clock::now();
+      Finish(*task, Execute(*task));
+    }
   }
 
   int64_t rank() const override { return options_.rank; }
@@ -399,33 +463,41 @@ class GlooCommunicator final : public Communicator {
       queue_.push_back(task);
     }
     cv_.notify_all();
-    return std::make_unique<TaskWork>(task);
-  }
-
-  void RunWorker() {
-    for (;;) {
-      std::shared_ptr<Task> task;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        task = queue_.front();
-        queue_.pop_front();
-      }
-      task->started = Clock::now();
-      Finish(*task, Execute(*task));
-    }
+    return std::make_unique<TaskWork>(task, this);
   }
 
   // Runs one collective; after a failure every later one fails at once with
   // the first error, so no rank waits on a mesh that is already broken.
   Status Execute(Task &task) {
     if (!broken_.ok()) return broken_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!stall_.empty())
+        broken_ = Status(Code::kComm, "group '" + options_.name + "': " + stall_);
+    }
+    if (!broken_.ok()) return broken_;
     try {
       task.run();
       return Status::Ok();
     } catch (const std::exception &e) {
-      const std::string lost = DescribeLostRanks(*store_, std::chrono::seconds(3));
+      std::string stalled;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stalled = stall_;
+      }
+      if (!stalled.empty()) {
+        broken_ = Status(Code::kComm, std::string(CommOpName(task.op)) + " of " +
+                                          std::to_string(task.bytes) + " bytes on group '" +
+                                          options_.name + "' (rank " + std::to_string(rank()) +
+                                          " of " + std::to_string(size()) + ") failed: " + stalled +
+                                          "; every rank stops");
+        return broken_;
+      }
+      std::string lost = DescribeLostRanks(*store_, std::chrono::seconds(1));
+      if (lost.empty() && watch_) {
+        std::lock_guard<std::mutex> watching(watch_mu_);
+        lost = watch_->Behind(options_.global_ranks[size_t(options_.rank)]);
+      }
       broken_ =
           Status(Code::kComm, std::string(CommOpName(task.op)) + " of " +
                                   std::to_string(task.bytes) + " bytes on group '" + options_.name +
@@ -464,9 +536,71 @@ class GlooCommunicator final : public Communicator {
   bool stopping_ = false;
   uint32_t next_tag_ = 1;
   CompletionHook hook_;
-  Status broken_;       // touched only by the worker thread
-  P2pWaiters waiters_;  // sends and receives in flight
-  std::thread worker_;  // last: starts after everything it uses exists
+  Status broken_;  // touched only by the worker thread
+  std::mutex watch_mu_;
+  std::unique_ptr<StallWatch> watch_;  // null without global_ranks
+  std::string stall_;                  // set once a peer stalled (under mu_)
+  P2pWaiters waiters_;                 // sends and receives in flight
+};
+
+// The handle: starts the worker on the shared group and, when it goes, stops
+// it — waiting for it, unless a peer stalled and the worker may be stuck in
+// Gloo until its timeout, when the worker is left to finish on its own.
+class GlooCommunicator final : public Communicator {
+ public:
+  explicit GlooCommunicator(std::shared_ptr<GlooGroup> group)
+      : group_(std::move(group)), worker_([g = group_] { g->RunWorker(); }) {}
+  ~GlooCommunicator() override {
+    group_->Stop();
+    if (group_->Stalled())
+      worker_.detach();
+    else
+      worker_.join();
+  }
+  int64_t rank() const override { return group_->rank(); }
+  int64_t size() const override { return group_->size(); }
+  const std::string &name() const override { return group_->name(); }
+  std::unique_ptr<Work> AllReduceSum(float *d, int64_t n) override {
+    return group_->AllReduceSum(d, n);
+  }
+  std::unique_ptr<Work> ReduceSum(float *d, int64_t n, int64_t root) override {
+    return group_->ReduceSum(d, n, root);
+  }
+  std::unique_ptr<Work> ReduceScatterSum(float *d, int64_t shard) override {
+    return group_->ReduceScatterSum(d, shard);
+  }
+  std::unique_ptr<Work> AllGather(float *d, int64_t shard) override {
+    return group_->AllGather(d, shard);
+  }
+  std::unique_ptr<Work> Broadcast(float *d, int64_t n, int64_t root) override {
+    return group_->Broadcast(d, n, root);
+  }
+  Status Barrier() override { return group_->Barrier(); }
+  std::unique_ptr<Work> AllReduceSum16(uint16_t *d, int64_t n, Half type) override {
+    return group_->AllReduceSum16(d, n, type);
+  }
+  std::unique_ptr<Work> ReduceSum16(uint16_t *d, int64_t n, int64_t root, Half type) override {
+    return group_->ReduceSum16(d, n, root, type);
+  }
+  std::unique_ptr<Work> AllGather16(uint16_t *d, int64_t shard) override {
+    return group_->AllGather16(d, shard);
+  }
+  std::unique_ptr<Work> Broadcast16(uint16_t *d, int64_t n, int64_t root) override {
+    return group_->Broadcast16(d, n, root);
+  }
+  std::unique_ptr<Work> Send(const void *d, int64_t bytes, int64_t peer, uint32_t tag) override {
+    return group_->Send(d, bytes, peer, tag);
+  }
+  std::unique_ptr<Work> Recv(void *d, int64_t bytes, int64_t peer, uint32_t tag) override {
+    return group_->Recv(d, bytes, peer, tag);
+  }
+  void SetCompletionHook(CompletionHook hook) override {
+    group_->SetCompletionHook(std::move(hook));
+  }
+
+ private:
+  std::shared_ptr<GlooGroup> group_;
+  std::thread worker_;
 };
 
 }  // namespace
@@ -526,7 +660,8 @@ Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(Store &store,
     gloo::rendezvous::PrefixStore prefixed(
         "gloo/" + (options.store_prefix.empty() ? options.name : options.store_prefix), adapter);
     context->connectFullMesh(prefixed, device);
-    return std::unique_ptr<Communicator>(new GlooCommunicator(options, std::move(context), &store));
+    return std::unique_ptr<Communicator>(
+        new GlooCommunicator(std::make_shared<GlooGroup>(options, std::move(context), &store)));
   } catch (const std::exception &e) {
     return Status(Code::kComm, "connecting group '" + options.name + "' (rank " +
                                    std::to_string(options.rank) + " of " +

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/comm/communicator.h"
 #include "core/comm/store.h"
@@ -21,6 +22,12 @@ struct GlooOptions {
   std::string bind_host;       // address peers reach this rank at ("" = detect)
   std::string master_addr;     // used to detect bind_host when it is empty
   std::chrono::milliseconds timeout{300000};
+  // The job's ranks of the group, in group order. When given, a rank that
+  // waits in an operation of the group watches the others' heartbeats
+  // (heartbeat.h) and fails the operation, naming the peer, once one has
+  // not beaten for max(1.5 s, timeout / 2): a stopped peer is found well
+  // within the timeout instead of after several read timeouts.
+  std::vector<int64_t> global_ranks;
 };
 
 // Connects the full mesh of the group. Errors name the group and the cause.

@@ -22,6 +22,7 @@ Result<std::unique_ptr<Communicator>> Connect(Store *store, int64_t rank, const 
   GlooOptions options = common;
   options.name = name;
   options.store_prefix = GroupKey(name, members);
+  options.global_ranks = members;
   options.rank = std::find(members.begin(), members.end(), rank) - members.begin();
   options.size = int64_t(members.size());
   return CreateGlooCommunicator(*store, options);

@@ -222,19 +222,30 @@ Status TcpStore::Set(const std::string &key, const std::vector<uint8_t> &value) 
   return Status::Ok();
 }
 
+// Blocking waits are sent in slices of at most kWaitSlice, releasing the
+// connection between them, so another thread of this rank (the heartbeat)
+// can use it while one waits for a key for minutes.
+constexpr std::chrono::milliseconds kWaitSlice(250);
+
 Result<std::vector<uint8_t>> TcpStore::Get(const std::string &key,
                                            std::chrono::milliseconds timeout) {
   DST_RETURN_IF_ERROR(CheckKey(key));
-  Request request;
-  request.op = Op::kGet;
-  request.keys = {key};
-  request.number = ClampedMs(timeout);
   const std::string doing = "getting key '" + key + "' " + Where();
-  auto reply = Call(request, ReplyDeadline(timeout), doing);
-  if (!reply.ok()) return reply.status();
-  if (reply->kind == ReplyKind::kTimeout) return TimedOut({key}, timeout);
-  if (reply->kind != ReplyKind::kValue) return Unexpected(reply.value(), doing);
-  return std::move(reply.value().value);
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto slice = std::max(std::chrono::milliseconds(0), std::min(left, kWaitSlice));
+    Request request;
+    request.op = Op::kGet;
+    request.keys = {key};
+    request.number = ClampedMs(slice);
+    auto reply = Call(request, ReplyDeadline(slice), doing);
+    if (!reply.ok()) return reply.status();
+    if (reply->kind == ReplyKind::kValue) return std::move(reply.value().value);
+    if (reply->kind != ReplyKind::kTimeout) return Unexpected(reply.value(), doing);
+    if (Clock::now() >= deadline) return TimedOut({key}, timeout);
+  }
 }
 
 Status TcpStore::Wait(const std::vector<std::string> &keys, std::chrono::milliseconds timeout) {
@@ -244,16 +255,22 @@ Status TcpStore::Wait(const std::vector<std::string> &keys, std::chrono::millise
                            std::to_string(tcp_store::kMaxKeysPerWait));
   }
   for (const std::string &key : keys) DST_RETURN_IF_ERROR(CheckKey(key));
-  Request request;
-  request.op = Op::kWait;
-  request.keys = keys;
-  request.number = ClampedMs(timeout);
   const std::string doing = "waiting for keys " + QuoteKeys(keys) + " " + Where();
-  auto reply = Call(request, ReplyDeadline(timeout), doing);
-  if (!reply.ok()) return reply.status();
-  if (reply->kind == ReplyKind::kTimeout) return TimedOut(reply->keys, timeout);
-  if (reply->kind != ReplyKind::kOk) return Unexpected(reply.value(), doing);
-  return Status::Ok();
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto slice = std::max(std::chrono::milliseconds(0), std::min(left, kWaitSlice));
+    Request request;
+    request.op = Op::kWait;
+    request.keys = keys;
+    request.number = ClampedMs(slice);
+    auto reply = Call(request, ReplyDeadline(slice), doing);
+    if (!reply.ok()) return reply.status();
+    if (reply->kind == ReplyKind::kOk) return Status::Ok();
+    if (reply->kind != ReplyKind::kTimeout) return Unexpected(reply.value(), doing);
+    if (Clock::now() >= deadline) return TimedOut(reply->keys, timeout);
+  }
 }
 
 Result<int64_t> TcpStore::Add(const std::string &key, int64_t delta) {

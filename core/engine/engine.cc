@@ -55,6 +55,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job)
     : config_(std::move(config)),
       env_(std::move(job.env)),
       store_(std::move(job.store)),
+      heartbeat_(std::move(job.heartbeat)),
       groups_(std::move(job.groups)),
       dp_comm_(groups_.dp.get()),
       scaler_(config_.fp16) {
@@ -139,7 +140,12 @@ Engine::~Engine() {
   groups_.pp.reset();
   groups_.tp.reset();
   groups_.dp.reset();
-  if (store_ && !aborted_) FinishJob(*store_, env_.rank, env_.world_size, CommTimeout());
+  heartbeat_.reset();
+  // After a failure rank 0 keeps the store up only briefly for the other
+  // survivors: a stalled rank would never say it finished.
+  if (store_ && !aborted_)
+    FinishJob(*store_, env_.rank, env_.world_size,
+              failed_ ? std::min(CommTimeout(), std::chrono::milliseconds(1000)) : CommTimeout());
   store_.reset();
 }
 
@@ -155,6 +161,7 @@ void Engine::Abort() {
   groups_.pp.reset();
   groups_.tp.reset();
   groups_.dp.reset();
+  heartbeat_.reset();
   if (store_) store_->Abort();
 }
 
@@ -218,6 +225,7 @@ Status Engine::RunProgram(Op kind, const BatchView &batch, const char *call, boo
   Result<int64_t> micro = CheckBatch(batch, model_->spec(), config_.train_micro_batch_size_per_gpu,
                                      config_.gradient_accumulation_steps, call, exact_train);
   if (!micro.ok()) return micro.status();
+  if (heartbeat_) heartbeat_->SetProgress(progress_.steps);
   Result<const std::vector<Instruction> *> program = Program(kind, micro.value());
   if (!program.ok()) return program.status();
   double mean = 0;

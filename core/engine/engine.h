@@ -116,11 +116,12 @@ class Engine {
 
   Config config_;
   LaunchEnv env_;
-  CommStats comm_stats_;                   // fed by every group's completion hook
-  std::unique_ptr<Store> store_;           // rendezvous (multi-rank jobs)
-  ProcessGroups groups_;                   // dp, tp, pp communicators of this rank
-  Communicator *dp_comm_;                  // groups_.dp
-  MemoryTracker memory_;                   // declared before everything it accounts
+  CommStats comm_stats_;                  // fed by every group's completion hook
+  std::unique_ptr<Store> store_;          // rendezvous (multi-rank jobs)
+  std::unique_ptr<Heartbeat> heartbeat_;  // this rank's liveness (multi-rank jobs)
+  ProcessGroups groups_;                  // dp, tp, pp communicators of this rank
+  Communicator *dp_comm_;                 // groups_.dp
+  MemoryTracker memory_;                  // declared before everything it accounts
   std::unique_ptr<Model<float>> model_;
   std::unique_ptr<DataParallelism> dp_;   // gradient reduction, (sharded) optimizer, precision
   LossScaler scaler_;                     // fp16 loss scaling (identity otherwise)

@@ -37,6 +37,7 @@ Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::strin
     job.store = std::move(connected).value();
     DST_RETURN_IF_ERROR(
         CheckSameConfig(*job.store, env.rank, env.world_size, agreement, CommTimeoutOf(config)));
+    job.heartbeat = std::make_unique<Heartbeat>(job.store.get(), env.rank);
     const char *bind = std::getenv("DSTRAIN_BIND_ADDR");
     common.bind_host = bind ? bind : "";
     common.master_addr = env.master_addr;

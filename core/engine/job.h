@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/comm/heartbeat.h"
 #include "core/comm/launch_env.h"
 #include "core/comm/process_groups.h"
 #include "core/comm/store.h"
@@ -21,8 +22,9 @@ namespace dst {
 // One rank's membership of the job.
 struct Job {
   LaunchEnv env;
-  std::unique_ptr<Store> store;  // null on a single-rank job
-  ProcessGroups groups;          // dp, tp, pp from the (pp, dp, tp) grid of the config
+  std::unique_ptr<Store> store;          // null on a single-rank job
+  std::unique_ptr<Heartbeat> heartbeat;  // this rank's liveness, with the store
+  ProcessGroups groups;                  // dp, tp, pp from the (pp, dp, tp) grid of the config
 };
 
 // dstrain.comm_timeout_seconds as a duration.

@@ -14,11 +14,13 @@
 //                    [--skip-save-rank R]  (rank R does not take part in the save)
 #include <dstrain/dstrain.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -94,6 +96,7 @@ std::string InspectJson(dst_engine_t *engine, const dst_batch_t &batch) {
 int main(int argc, char **argv) {
   std::string model, config, data, ckpt;
   int steps = 20, save_at = -1, skip_save_rank = -1;
+  int sleep_rank = -1, sleep_at = -1, sleep_seconds = 0;  // --sleep RANK:STEP:SECONDS
   bool progress = false, resume = false, inspect = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
@@ -124,6 +127,8 @@ int main(int argc, char **argv) {
       skip_save_rank = std::atoi(argv[i + 1]);
     else if (flag == "--progress")
       progress = std::atoi(argv[i + 1]) != 0;
+    else if (flag == "--sleep")  // user code that keeps one rank away between two steps
+      std::sscanf(argv[i + 1], "%d:%d:%d", &sleep_rank, &sleep_at, &sleep_seconds);
     else {
       std::fprintf(stderr, "dst_dp_tool: unknown flag %s\n", flag.c_str());
       return 2;
@@ -170,6 +175,8 @@ int main(int argc, char **argv) {
           "dst_dataset_batch");
   };
   for (int step = first_step; step < steps; ++step) {
+    if (info.rank == sleep_rank && step == sleep_at)
+      std::this_thread::sleep_for(std::chrono::seconds(sleep_seconds));
     load_batch(step);
     float loss = 0;
     Check(dst_engine_train_batch(engine, &batch, &loss), "dst_engine_train_batch");

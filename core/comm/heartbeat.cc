@@ -1,0 +1,84 @@
+#include "core/comm/heartbeat.h"
+
+#include <sstream>
+#include <string>
+
+namespace dst {
+
+Heartbeat::Heartbeat(Store *store, int64_t rank)
+    : store_(store), rank_(rank), thread_([this] { Run(); }) {}
+
+Heartbeat::~Heartbeat() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Heartbeat::Run() {
+  const std::string key = kBeatKey + std::to_string(rank_);
+  for (int64_t beats = 1;; ++beats) {
+    const std::string text = std::to_string(beats) + " " + std::to_string(progress_.load());
+    (void)store_->Set(key, std::vector<uint8_t>(text.begin(), text.end()));
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_for(lock, kBeatInterval, [&] { return stopping_; })) return;
+  }
+}
+
+Beat ReadBeat(Store &store, int64_t rank) {
+  Beat beat;
+  Result<std::vector<uint8_t>> value =
+      store.Get(kBeatKey + std::to_string(rank), std::chrono::milliseconds(1));
+  if (!value.ok()) return beat;
+  std::istringstream in(std::string(value->begin(), value->end()));
+  in >> beat.beats >> beat.progress;
+  return beat;
+}
+
+std::string StallWatch::Check() {
+  using Clock = std::chrono::steady_clock;
+  const auto now = Clock::now();
+  if (now - last_read_ < kBeatInterval) return "";
+  last_read_ = now;
+  if (seen_.size() != peers_.size()) seen_.assign(peers_.size(), Seen{Beat{}, now});
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    const Beat beat = ReadBeat(*store_, peers_[i]);
+    if (beat.beats < 0) continue;  // not beating yet (or the store is gone): no verdict
+    Seen &seen = seen_[i];
+    if (beat.beats != seen.beat.beats) {
+      seen = Seen{beat, now};
+      continue;
+    }
+    const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - seen.since);
+    if (quiet >= stall_after_)
+      return "rank " + std::to_string(peers_[i]) + " has stalled: no heartbeat for " +
+             std::to_string(quiet.count() / 1000.0).substr(0, 4) +
+             " s (its process is stopped — SIGSTOP, a debugger — or hung in the kernel; its "
+             "last heartbeat reported step " +
+             std::to_string(beat.progress) + ")";
+  }
+  return "";
+}
+
+std::string StallWatch::Behind(int64_t self) {
+  const Beat mine = ReadBeat(*store_, self);
+  if (mine.progress < 0) return "";
+  for (int64_t peer : peers_) {
+    const Beat beat = ReadBeat(*store_, peer);
+    if (beat.beats >= 0 && beat.progress < mine.progress)
+      return "rank " + std::to_string(peer) +
+             " is alive (its heartbeat goes on) but has not "
+             "reached step " +
+             std::to_string(mine.progress) +
+             " (its last heartbeat reported "
+             "step " +
+             std::to_string(beat.progress) +
+             "): it is busy outside train_batch, e.g. "
+             "in user code between two steps";
+  }
+  return "";
+}
+
+}  // namespace dst
