@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 
 namespace dstrain_cli {
 namespace {
@@ -224,11 +225,40 @@ void RankSupervisor::OnExit(pid_t pid, int wait_status) {
   if (!decide_at_) decide_at_ = Clock::now() + kFailureWindow;
 }
 
-// The cause is the first rank killed by a signal if any (its peers' errors
+namespace {
+// Whether `pid` is stopped (SIGSTOP, SIGTSTP, or a debugger's stop): the
+// state letter of /proc/PID/stat is 'T' or 't'.
+bool IsStopped(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const size_t paren = text.rfind(')');  // the command name may hold spaces
+  if (paren == std::string::npos || paren + 2 >= text.size()) return false;
+  const char state = text[paren + 2];
+  return state == 'T' || state == 't';
+}
+}  // namespace
+
+// The cause is a rank that is stopped while the others fail (they failed
+// waiting for it), else the first rank killed by a signal (its peers' errors
 // follow from it), else the first failure reaped.
 void RankSupervisor::DecideFirstFailure() {
   decide_at_.reset();
   if (failures_.empty() || failure_reported_) return;
+  for (const RankProcess &rank : ranks_) {
+    if (!rank.running || !IsStopped(rank.pid)) continue;
+    failure_reported_ = true;
+    exit_code_ = failures_.front().exit.code;
+    Report(RankLabel(rank) +
+           " is stopped (SIGSTOP or a debugger) and is the cause: the others failed waiting "
+           "for it");
+    for (const Failure &f : failures_) Report(RankLabel(f.rank) + " failed: " + f.exit.text);
+    // A stopped process cannot act on SIGTERM until continued: it is killed.
+    Report("killing " + RankLabel(rank) + " (SIGKILL): it is stopped");
+    kill(rank.pid, SIGKILL);
+    TerminateAll();
+    return;
+  }
   auto cause = std::find_if(failures_.begin(), failures_.end(),
                             [](const Failure &f) { return f.by_signal; });
   if (cause == failures_.end()) cause = failures_.begin();

@@ -75,3 +75,33 @@ def test_a_rank_busy_in_user_code_is_named(tmp_path, build_dir):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_the_launcher_names_the_stopped_rank_as_the_cause(tmp_path, build_dir):
+    tool = os.path.join(build_dir, "tests", "dst_dp_tool")
+    cli = os.path.join(build_dir, "dstrain")
+    cfg, model = job(tmp_path, 2)
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    launcher = subprocess.Popen(
+        [cli, "launch", "--nproc-per-node", "2", "--master-port", str(dp_tests.free_port()),
+         "--", tool, "--model", str(model), "--config", str(cfg), "--steps", "100000",
+         "--progress", "1"], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    victim = None
+    try:
+        faults.wait_for_progress(launcher)
+        children = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True,
+                                  text=True).stdout.split()
+        assert len(children) == 2, children
+        victim = int(sorted(children, key=int)[1])  # spawned in order: rank 1
+        os.kill(victim, signal.SIGSTOP)
+        _, err = launcher.communicate(timeout=TIMEOUT + 60)
+        assert launcher.returncode != 0
+        assert f"rank 1 (pid {victim}) is stopped" in err and "is the cause" in err, err
+    finally:
+        if victim:
+            try:
+                os.kill(victim, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        if launcher.poll() is None:
+            launcher.kill()
