@@ -1,7 +1,11 @@
 #include "core/engine/batch_check.h"
 
+#include <unistd.h>
+#include <algorithm>
+
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace dst {
 
@@ -40,6 +44,48 @@ Result<size_t> CheckedProduct(const char *call, const char *formula, int64_t a, 
 }
 
 }  // namespace
+
+Status CheckActivationSizes(const ModelSpec &spec, int64_t micro) {
+  // One activation tensor larger than the machine's memory cannot be held.
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const int64_t memory = pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : INT64_MAX;
+  const int64_t kMaxElements = memory / int64_t(sizeof(float));
+  struct Product {
+    std::string what;
+    std::vector<int64_t> factors;
+  };
+  std::vector<Product> products;
+  if (spec.type == ModelSpec::Type::kGpt) {
+    const GptDims &g = spec.gpt;
+    const int64_t widest = std::max({4 * g.d_model, 3 * g.d_model, g.vocab});
+    products.push_back({"train_micro_batch_size_per_gpu x n_ctx x max(4 d_model, vocab_size)",
+                        {micro, g.n_ctx, widest}});
+    products.push_back({"train_micro_batch_size_per_gpu x n_head x n_ctx x n_ctx",
+                        {micro, g.n_head, g.n_ctx, g.n_ctx}});
+  } else {
+    int64_t widest = spec.input_dim;
+    for (const SequentialLayerSpec &l : spec.layers) widest = std::max(widest, l.out_features);
+    products.push_back({"train_micro_batch_size_per_gpu x the widest layer", {micro, widest}});
+  }
+  for (const Product &p : products) {
+    int64_t total = 1;
+    std::string numbers;
+    bool overflow = false;
+    for (int64_t f : p.factors) {
+      numbers += (numbers.empty() ? "" : " x ") + std::to_string(f);
+      overflow |= __builtin_mul_overflow(total, f, &total);
+    }
+    if (overflow || total > kMaxElements)
+      return ConfigError("one micro-batch's activations would need " + p.what + " = " + numbers +
+                         (overflow ? " elements, more than 64 bits hold"
+                                   : " = " + std::to_string(total) +
+                                         " fp32 values, more than "
+                                         "this machine's " +
+                                         std::to_string(memory) + " bytes of memory") +
+                         "; lower train_micro_batch_size_per_gpu or the model's sizes");
+  }
+  return Status::Ok();
+}
 
 Result<int64_t> CheckBatch(const BatchView &b, const ModelSpec &spec, int64_t micro, int64_t accum,
                            const char *call, bool exact_train) {

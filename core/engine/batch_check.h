@@ -18,4 +18,11 @@ namespace dst {
 Result<int64_t> CheckBatch(const BatchView &batch, const ModelSpec &spec, int64_t micro,
                            int64_t accum, const char *call, bool exact_train);
 
+// The activation sizes a config and a model imply for one micro-batch (rows x
+// widest activation, and the attention scores B x heads x T x T), checked
+// before anything is allocated: a product that overflows, or one tensor
+// larger than this machine's memory, is an error with the numbers rather
+// than "out of memory" after a wrapped allocation request.
+Status CheckActivationSizes(const ModelSpec &spec, int64_t micro_batch);
+
 }  // namespace dst

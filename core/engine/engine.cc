@@ -38,6 +38,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   DST_RETURN_IF_ERROR(CheckThreadCount(config.value().runtime.num_threads));
   Result<ModelSpec> spec = ParseModelSpec(model_text.value());
   if (!spec.ok()) return spec.status();
+  DST_RETURN_IF_ERROR(
+      CheckActivationSizes(spec.value(), config.value().train_micro_batch_size_per_gpu));
 
   Result<Job> job = JoinJob(env.value(), config.value(),
                             config.value().resolved_json + spec.value().canonical_json);

@@ -95,6 +95,19 @@ TEST(MisuseNoEngine, ThreadCountsFarAboveTheCoresAreRefused) {
   ExpectError(dst_engine_create(&e, &opts), DST_ERR_CONFIG, "num_threads 100000 is far above");
 }
 
+// Config-supplied sizes whose products overflow (or exceed any machine) are
+// refused with the numbers before anything is allocated.
+TEST(MisuseNoEngine, ActivationSizesThatOverflowAreRefusedWithTheNumbers) {
+  dst_engine_options_t opts;
+  dst_engine_options_default(&opts);
+  opts.config_json = "{\"train_micro_batch_size_per_gpu\": 4000000000000000000}";
+  opts.model_json = kTinyGpt;
+  dst_engine_t *e = nullptr;
+  ExpectError(dst_engine_create(&e, &opts), DST_ERR_CONFIG, "more than 64 bits hold");
+  opts.config_json = "{\"train_micro_batch_size_per_gpu\": 100000000}";
+  ExpectError(dst_engine_create(&e, &opts), DST_ERR_CONFIG, "100000000 x 16");
+}
+
 TEST(MisuseNoEngine, CreateWithBadModelSpec) {
   dst_engine_options_t opts;
   dst_engine_options_default(&opts);
