@@ -15,6 +15,7 @@ PACKAGES=(
   fortunes                 # the default training corpus (/usr/share/games/fortunes)
   iproute2 procps          # two-host test (ip netns), fault tests (pgrep)
   openmpi-bin              # a real mpirun launches a job in the tests
+  slurmd slurmctld slurm-client munge  # a one-node Slurm cluster runs srun in the tests
   prometheus-cpp-dev       # per-rank metrics registry and text exposition
   libcivetweb-dev          # the metrics HTTP server (/metrics, /api/v1, dashboard)
   prometheus               # promtool check metrics; the real-scrape test
