@@ -329,6 +329,15 @@ dst_status_t dst_engine_load_checkpoint(dst_engine_t *engine, const char *dir, c
   DST_CAPI_END
 }
 
+dst_status_t dst_engine_load_weights(dst_engine_t *engine, const char *dir, const char *tag) {
+  DST_CAPI_BEGIN
+  DST_ENGINE_ENTER(engine);
+  DST_CAPI_REQUIRE_NONNULL(dir);
+  dst::SetNumThreads(engine->threads);
+  return FromStatus(engine->engine->LoadWeights(dir, OrEmpty(tag)));
+  DST_CAPI_END
+}
+
 dst_status_t dst_engine_metrics_json(dst_engine_t *engine, const char **out_json) {
   DST_CAPI_BEGIN
   DST_ENGINE_ENTER(engine);

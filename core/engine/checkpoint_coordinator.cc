@@ -461,4 +461,35 @@ Status CheckpointCoordinator::Load(const std::string &dir, const std::string &ta
   return Status::Ok();
 }
 
+Status CheckpointCoordinator::LoadWeights(const std::string &dir, const std::string &tag) {
+  ++ops_;
+  const std::string what = "load_weights(\"" + dir + "\")";
+  Result<LoadedCheckpoint> ckpt = ReadCheckpointMeta(dir, tag);
+  Status st = ckpt.status();
+  if (st.ok()) st = LoadCheckpointFile(&ckpt.value(), kModelFile);
+  if (st.ok())
+    st = MatchTensors(ckpt->files.at(kModelFile), *view_.decls, ckpt->path + "/" + kModelFile);
+  if (view_.store) {  // every rank validated before any rank changes anything
+    DST_RETURN_IF_ERROR(
+        PostReport(*view_.store, CheckpointKeyPrefix("weights"), {view_.env.rank, st, {}}));
+    std::vector<int64_t> ranks(size_t(view_.env.world_size));
+    for (int64_t r = 0; r < view_.env.world_size; ++r) ranks[size_t(r)] = r;
+    auto reports =
+        ReadReports(*view_.store, CheckpointKeyPrefix("weights"), ranks, view_.comm_timeout, what);
+    if (!st.ok()) return st.context("load_weights");
+    if (!reports.ok()) return reports.status();
+    DST_RETURN_IF_ERROR(FirstFailure(reports.value())
+                            .context("load_weights: another rank could not read them; nothing "
+                                     "was changed"));
+  } else if (!st.ok()) {
+    return st.context("load_weights");
+  }
+  const SafetensorsFile &weights = ckpt->files.at(kModelFile);
+  const std::vector<ParamDecl> &decls = *view_.decls;
+  for (size_t id = 0; id < decls.size(); ++id)
+    DST_RETURN_IF_ERROR(
+        view_.dp->WriteParam(int(id), weights.tensors.at(decls[id].name).f32()).context(what));
+  return Status::Ok();
+}
+
 }  // namespace dst

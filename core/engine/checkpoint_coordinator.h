@@ -48,6 +48,11 @@ class CheckpointCoordinator {
   // Every rank calls them with the same arguments (collective through the store).
   Status Save(const std::string &dir, const std::string &tag, const std::string &client_state_json);
   Status Load(const std::string &dir, const std::string &tag, std::string *client_state_json);
+  // Only the weights of DIR/TAG's model.safetensors (names and shapes must
+  // match; its checksums are verified), with no optimizer state, step or
+  // model-spec check: what a user asks for to start a model that computes
+  // differently (another n_head, say) from a checkpoint's weights.
+  Status LoadWeights(const std::string &dir, const std::string &tag);
 
  private:
   struct PreparedLoad;

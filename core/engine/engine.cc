@@ -295,6 +295,10 @@ Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
   return checkpoints_->Load(dir, tag, client_state_json);
 }
 
+Status Engine::LoadWeights(const std::string &dir, const std::string &tag) {
+  return checkpoints_->LoadWeights(dir, tag);
+}
+
 // ---------------------------------------------------------------- metrics
 
 nlohmann::json Engine::CommJson() const {

@@ -85,6 +85,8 @@ class Engine {
                         const std::string &client_state_json);
   Status LoadCheckpoint(const std::string &dir, const std::string &tag,
                         std::string *client_state_json);
+  // The checkpoint's weights alone (CheckpointCoordinator::LoadWeights).
+  Status LoadWeights(const std::string &dir, const std::string &tag);
 
   std::string MetricsJson() const;
   // The dashboard's address ("http://host:port/"), or "" when HTTP is off.

@@ -352,6 +352,16 @@ DST_API dst_status_t dst_engine_save_checkpoint(dst_engine_t *engine, const char
 DST_API dst_status_t dst_engine_load_checkpoint(dst_engine_t *engine, const char *dir,
                                                 const char *tag, const char **out_client_state);
 
+/* Only the weights of DIR/TAG (model.safetensors; tag NULL or "": DIR/latest),
+ * verified by their checksums, with names and shapes matching this model:
+ * no optimizer state, step, schedule or loss scale, and no comparison of the
+ * model specs. dst_engine_load_checkpoint refuses a checkpoint saved from a
+ * model that computes differently (another n_head, say); this is how to ask
+ * for its weights anyway. Every rank must call it; nothing changes unless
+ * every rank could read them. */
+DST_API dst_status_t dst_engine_load_weights(dst_engine_t *engine, const char *dir,
+                                             const char *tag);
+
 /* Checkpoints on disk, without an engine (what `dstrain ckpt` uses). `tag`
  * NULL or "" means the tag named by DIR/latest. Thread-safe. */
 

@@ -125,6 +125,7 @@ dst_status_t dst_engine_get_grad(const dst_engine_t *engine, const char *name,
 
 dst_status_t dst_engine_save_checkpoint(dst_engine_t *engine, const char *dir,
                                         const char *tag, const char *client_state_json);
+dst_status_t dst_engine_load_weights(dst_engine_t *engine, const char *dir, const char *tag);
 dst_status_t dst_engine_load_checkpoint(dst_engine_t *engine, const char *dir,
                                         const char *tag, const char **out_client_state);
 

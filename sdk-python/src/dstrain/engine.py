@@ -615,6 +615,21 @@ class Engine:
             text = string(out[0])
         return json.loads(text) if text else None
 
+    def load_weights(
+        self, load_dir: Union[str, "os.PathLike[str]"], tag: Optional[str] = None
+    ) -> None:
+        """Loads only the checkpoint's weights (checksums verified, names and
+        shapes matching): no optimizer state, step or model-spec check. How to
+        start a model that computes differently (another ``n_head``) from a
+        checkpoint's weights, which :meth:`load_checkpoint` refuses.
+
+        Raises:
+            CheckpointError: missing, corrupt, or tensors not matching.
+        """
+        c_dir, c_tag = encode(os.fspath(load_dir)), encode(tag)
+        with self._lock:
+            check(lib.dst_engine_load_weights(self._h(), c_dir, c_tag))
+
     # ------------------------------------------------------------ metrics
 
     def metrics(self) -> Dict[str, Any]:

@@ -358,6 +358,12 @@ extern "C" {
         tag: *const c_char,
         out_client_state: *mut *const c_char,
     ) -> dst_status_t;
+    /// Only a checkpoint's weights: no optimizer state, step or model-spec check.
+    pub fn dst_engine_load_weights(
+        engine: *mut dst_engine_t,
+        dir: *const c_char,
+        tag: *const c_char,
+    ) -> dst_status_t;
 
     /// A JSON metrics snapshot, valid until the next call on the engine.
     pub fn dst_engine_metrics_json(

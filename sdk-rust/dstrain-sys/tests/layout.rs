@@ -302,6 +302,10 @@ fn every_header_function_is_declared() {
             dst_engine_load_checkpoint as *const () as usize,
         ),
         (
+            "dst_engine_load_weights",
+            dst_engine_load_weights as *const () as usize,
+        ),
+        (
             "dst_engine_metrics_json",
             dst_engine_metrics_json as *const () as usize,
         ),

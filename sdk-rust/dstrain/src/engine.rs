@@ -658,6 +658,21 @@ impl Engine {
         Ok(unsafe { string_from_ptr(client) })
     }
 
+    /// Loads only a checkpoint's weights (checksums verified, names and shapes matching):
+    /// no optimizer state, step or model-spec check. Every rank must call it.
+    pub fn load_weights(&mut self, dir: impl AsRef<Path>, tag: Option<&str>) -> Result<()> {
+        let dir = path_cstring(dir.as_ref(), "checkpoint directory")?;
+        let tag = tag.map(|t| cstring(t, "checkpoint tag")).transpose()?;
+        // SAFETY: valid handle; the strings live until the call returns.
+        check(unsafe {
+            sys::dst_engine_load_weights(
+                self.raw.as_ptr(),
+                dir.as_ptr(),
+                tag.as_ref().map_or(ptr::null(), |t| t.as_ptr()),
+            )
+        })
+    }
+
     /// A JSON snapshot of the training metrics: step, loss, lr, grad norm, tokens/s,
     /// samples/s, FLOPs, seconds per phase, and bytes per memory category (current, peak).
     pub fn metrics_json(&mut self) -> Result<String> {

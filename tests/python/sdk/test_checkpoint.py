@@ -103,6 +103,24 @@ def test_a_model_that_computes_differently_is_refused_naming_the_field(dst, tmp_
             engine.load_checkpoint(tmp_path, tag="t")
 
 
+def test_load_weights_takes_the_weights_of_a_differently_computing_model(dst, tmp_path):
+    """Asked for explicitly, the weights alone load into another n_head: the
+    tensors, not the step or the optimizer state."""
+    with dst.Engine(config=config(), model=TINY_GPT) as engine:
+        engine.set_param("transformer.wpe.weight",
+                         np.full_like(engine.get_param("transformer.wpe.weight"), 0.25))
+        saved = engine.state_dict()
+        engine.save_checkpoint(tmp_path, tag="t")
+    with dst.Engine(config=config(), model=dict(TINY_GPT, n_head=4)) as engine:
+        engine.load_weights(tmp_path, tag="t")
+        assert engine.step == 0
+        for name, value in saved.items():
+            np.testing.assert_array_equal(engine.get_param(name), value, err_msg=name)
+    with dst.Engine(config=config(), model=dict(TINY_GPT, d_model=32)) as engine:
+        with pytest.raises(dst.CheckpointError, match="transformer"):  # shapes differ
+            engine.load_weights(tmp_path, tag="t")
+
+
 @pytest.mark.parametrize("tag", ["latest", ".hidden", "global_step1.tmp", "a/b", "..", ""])
 def test_reserved_and_unsafe_tags_are_refused_before_anything_is_written(dst, tmp_path, tag):
     target = tmp_path / "ckpt"
