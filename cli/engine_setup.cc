@@ -124,7 +124,7 @@ BatchShape ChooseBatchShape(const dst_engine_info_t &info, int64_t requested_seq
   BatchShape shape;
   shape.n_samples = static_cast<size_t>(info.micro_batch_size * info.grad_accum_steps);
   shape.seq_len = static_cast<size_t>(seq_len);
-  shape.rank = info.rank;
+  shape.rank = info.dp_rank;  // every pipeline stage of a replica reads the same samples
   shape.dp_size = info.dp_size;
   return shape;
 }

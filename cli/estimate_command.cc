@@ -28,6 +28,36 @@ EstimateCommand::EstimateCommand(CLI::App &parent) {
   app_->add_flag("--json", json_, "print the raw JSON");
 }
 
+namespace {
+
+// Layers per pipeline rank, their parameters, model state at the configured
+// ZeRO stage and saved activations at the schedule's peak.
+void PrintPipeline(const nlohmann::json &p) {
+  std::printf(
+      "\npipeline: %lld stages x %lld virtual, schedule %s, partition %s, %lld "
+      "micro-batches per step\n",
+      p["stages"].get<long long>(), p["virtual_stages"].get<long long>(),
+      p["schedule"].get<std::string>().c_str(), p["partition_method"].get<std::string>().c_str(),
+      p["micro_batches"].get<long long>());
+  std::printf("%-5s %-24s %12s %14s %10s %16s\n", "rank", "layers", "parameters", "model state",
+              "in flight", "activations");
+  for (const auto &r : p["ranks"]) {
+    std::string layers;
+    for (const auto &c : r["chunks"]) {
+      if (!layers.empty()) layers += " + ";
+      layers += std::to_string(c["first"].get<long long>()) + "-" +
+                std::to_string(c["last"].get<long long>());
+    }
+    std::printf("%-5lld %-24s %12lld %14s %10lld %16s\n", r["rank"].get<long long>(),
+                layers.c_str(), r["parameters"].get<long long>(),
+                Mebibytes(r["model_state_bytes"]).c_str(),
+                r["micro_batches_in_flight"].get<long long>(),
+                Mebibytes(r["saved_activation_bytes"]).c_str());
+  }
+}
+
+}  // namespace
+
 int EstimateCommand::Run() {
   dst_engine_options_t opts;
   dst_engine_options_default(&opts);
@@ -66,6 +96,7 @@ int EstimateCommand::Run() {
                 configured ? "<- configured " : "",
                 supported ? "" : "(not supported by this build yet)");
   }
+  if (e.contains("pipeline")) PrintPipeline(e["pipeline"]);
   return kExitOk;
 }
 

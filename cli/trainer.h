@@ -16,11 +16,11 @@ namespace dstrain_cli {
 struct BatchShape {
   size_t n_samples = 0;  // micro_batch_size * grad_accum_steps
   size_t seq_len = 0;
-  int64_t rank = 0;
+  int64_t rank = 0;  // the data-parallel rank (pipeline stages of one replica share it)
   int64_t dp_size = 1;
 
-  // The one place where the rank enters the data arithmetic: rank r takes
-  // samples [r * n_samples, (r + 1) * n_samples) of every global batch.
+  // The one place where the rank enters the data arithmetic: data-parallel
+  // rank r takes samples [r * n_samples, (r + 1) * n_samples) of every global batch.
   uint64_t first_sample() const { return static_cast<uint64_t>(rank) * n_samples; }
   size_t num_elements() const { return n_samples * seq_len; }
 };

@@ -192,6 +192,11 @@ dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *
   out.vocab_size = in.vocab_size;
   out.input_dim = in.input_dim;
   out.output_dim = in.output_dim;
+  out.dp_rank = in.dp_rank;
+  out.pp_size = in.pp_size;
+  out.pp_rank = in.pp_rank;
+  out.tp_size = in.tp_size;
+  out.tp_rank = in.tp_rank;
   return WriteStruct(out, "dst_engine_get_info", "info", info);
   DST_CAPI_END
 }

@@ -9,6 +9,7 @@
 #include "core/config/config_file.h"
 #include "core/model/model.h"
 #include "core/model/model_spec.h"
+#include "core/pipeline/stage_plan.h"
 #include "core/zero/memory_estimate.h"
 #include "core/zero/partition_plan.h"
 
@@ -22,6 +23,60 @@ dst::Result<std::string> ReadSource(const char *text, const char *path, const ch
   if (text) return std::string(text);
   return dst::ReadConfigFile(path, what);
 }
+}  // namespace
+
+namespace {
+
+// The partition each pipeline rank gets and what it holds: its layers, their
+// parameters, its model-state bytes at the configured ZeRO stage (the stage's
+// parameters in place of the model's; the last stage's own copy of a tied
+// wte counted there) and the activations it saves with the schedule's peak
+// of micro-batches in flight.
+dst::Result<nlohmann::ordered_json> PipelineEstimate(const dst::ModelSpec &spec,
+                                                     const dst::Config &config) {
+  dst::Result<dst::StagePlan> plan = dst::PlanStages(spec, config);
+  if (!plan.ok()) return plan.status();
+  const dst::StagePlan &p = plan.value();
+  dst::ActivationLimits limits;
+  limits.max_B = config.train_micro_batch_size_per_gpu;
+  limits.max_T = spec.type == dst::ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (int64_t r = 0; r < p.stages; ++r) {
+    const std::vector<dst::LayerRange> chunks = p.ChunksOf(r);
+    nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+    for (const dst::LayerRange &c : chunks) {
+      nlohmann::ordered_json kinds = nlohmann::ordered_json::array();
+      for (size_t g = c.begin; g < c.end; ++g) kinds.push_back(p.layers[g].kind);
+      layers.push_back({{"first", c.begin}, {"last", c.end - 1}, {"kinds", kinds}});
+    }
+    const std::vector<dst::ParamDecl> decls = dst::DeclarePartParameters(spec, chunks);
+    int64_t params = 0;
+    for (const dst::ParamDecl &d : decls) params += d.numel;
+    const int64_t persistent =
+        config.zero.stage == 3
+            ? dst::PersistentElements(decls, config.zero.stage3_param_persistence_threshold)
+            : 0;
+    const dst::ModelStateBytes b =
+        dst::EstimateModelState(params, config.dp_size, config.zero.stage, config.optimizer,
+                                persistent, config.precision());
+    const int64_t in_flight = p.PeakInFlight(r, config.gradient_accumulation_steps);
+    const int64_t saved = dst::SavedActivationElements(spec, chunks, limits);
+    ranks.push_back({{"rank", r},
+                     {"chunks", layers},
+                     {"parameters", params},
+                     {"model_state_bytes", b.total()},
+                     {"micro_batches_in_flight", in_flight},
+                     {"saved_activation_bytes_per_micro_batch", saved * int64_t(sizeof(float))},
+                     {"saved_activation_bytes", saved * int64_t(sizeof(float)) * in_flight}});
+  }
+  return nlohmann::ordered_json{{"stages", p.stages},
+                                {"virtual_stages", p.virtual_stages},
+                                {"schedule", dst::PipeScheduleName(p.schedule)},
+                                {"partition_method", config.pipeline.partition_method},
+                                {"micro_batches", config.gradient_accumulation_steps},
+                                {"ranks", ranks}};
+}
+
 }  // namespace
 
 thread_local std::string g_config_file_text;
@@ -96,6 +151,11 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
        dst::OptimizerStateBytesPerParameter(config.value().optimizer, precision)},
       {"configured_stage", config.value().zero.stage},
       {"stages", stages}};
+  if (config.value().pp_size > 1) {
+    dst::Result<nlohmann::ordered_json> pipeline = PipelineEstimate(spec.value(), config.value());
+    if (!pipeline.ok()) return dst::capi::FromStatus(pipeline.status());
+    out["pipeline"] = std::move(pipeline).value();
+  }
   g_estimate_json = out.dump();
   *out_json = g_estimate_json.c_str();
   return DST_OK;

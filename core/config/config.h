@@ -75,6 +75,24 @@ struct ActivationCheckpointingConfig {
   int64_t number_checkpoints = 0;  // 0 = unset
   bool synchronize_checkpoint_boundary = false;
   bool profile = false;
+  // The section was given: since dstrain owns the model, that turns full
+  // recomputation on (every block), unless pipeline.activation_checkpoint_interval
+  // says otherwise.
+  bool present = false;
+};
+
+// Pipeline parallelism: DeepSpeed's "pipeline" section and the tutorials'
+// "pipeline_parallel" (pp_size lives in Config beside dp_size and tp_size).
+struct PipelineConfig {
+  // How layers are cut into stages: "parameters" (DeepSpeed's default:
+  // balanced parameter counts), "uniform" (layer counts), "type:REGEX"
+  // (balanced count of layers whose kind matches), "cost" (balanced forward +
+  // backward FLOPs, embedding and loss included).
+  std::string partition_method = "parameters";
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1
+  int64_t virtual_stages = 1;     // model chunks per rank (interleaved)
+  // Layers between activation checkpoints: -1 unset, 0 off, 1 every layer.
+  int64_t activation_checkpoint_interval = -1;
 };
 
 // Metrics export: "dstrain": {"monitor": {...}} (dstrain's own keys), and
@@ -132,6 +150,7 @@ struct Config {
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   ActivationCheckpointingConfig activation_checkpointing;
+  PipelineConfig pipeline;
   RuntimeConfig runtime;
   MonitorConfig monitor;
 
@@ -139,6 +158,14 @@ struct Config {
 
   // The training dtype of parameters, activations and gradients (fp32 master
   // weights and optimizer state under fp16/bf16).
+  // Full activation recomputation (keep each layer's input, recompute the
+  // rest in backward): an activation_checkpointing section turns it on unless
+  // pipeline.activation_checkpoint_interval is 0.
+  bool recompute_activations() const {
+    if (pipeline.activation_checkpoint_interval >= 0)
+      return pipeline.activation_checkpoint_interval > 0;
+    return activation_checkpointing.present;
+  }
   DType precision() const {
     return fp16.enabled ? DType::kFloat16 : bf16_enabled ? DType::kBFloat16 : DType::kFloat32;
   }

@@ -69,22 +69,18 @@ Status CheckTensorParallelSupported(int64_t tp_size, const std::string &key) {
                       ") is not supported yet; this build runs tensor-parallel size 1");
 }
 
-Status CheckPipelineParallelSupported(int64_t pp_size, const std::string &key) {
-  if (pp_size == 1) return Status::Ok();
-  return NotSupported(key + ": pipeline parallelism (" + std::to_string(pp_size) +
-                      " stages) is not supported yet; this build runs a single stage");
-}
-
-Status CheckActivationCheckpointingSupported(const ActivationCheckpointingConfig &c) {
-  if (c.partition_activations) {
-    return NotSupported(
-        "activation_checkpointing.partition_activations: partitioning checkpointed activations "
-        "across model-parallel ranks is not supported yet");
+// The pipeline settings this build cannot honour yet.
+Status CheckPipelineSupported(const Config &config) {
+  const int64_t interval = config.pipeline.activation_checkpoint_interval;
+  if (interval > 1) {
+    return NotSupported("pipeline.activation_checkpoint_interval " + std::to_string(interval) +
+                        " is not supported yet; use 1 (recompute every layer) or 0 (off)");
   }
-  if (c.cpu_checkpointing) {
+  if (config.pp_size > 1 && config.pipeline.schedule == "zb-h1") {
     return NotSupported(
-        "activation_checkpointing.cpu_checkpointing: keeping checkpointed activations in CPU "
-        "memory is not supported yet");
+        "pipeline.schedule \"zb-h1\": the zero-bubble schedule needs each layer's backward "
+        "split into input and weight gradients, which is not built yet; use \"1f1b\", "
+        "\"interleaved\" or \"gpipe\"");
   }
   return Status::Ok();
 }
@@ -180,8 +176,7 @@ Status CheckSupported(const Config &config, const ExtraSettings &extra) {
   DST_RETURN_IF_ERROR(
       CheckCommunicationTypeSupported(config.precision(), config.communication_data_type));
   DST_RETURN_IF_ERROR(CheckTensorParallelSupported(config.tp_size, extra.tp_size_key));
-  DST_RETURN_IF_ERROR(CheckPipelineParallelSupported(config.pp_size, extra.pp_size_key));
-  DST_RETURN_IF_ERROR(CheckActivationCheckpointingSupported(config.activation_checkpointing));
+  DST_RETURN_IF_ERROR(CheckPipelineSupported(config));
   DST_RETURN_IF_ERROR(CheckOptimizerSupported(extra));
   DST_RETURN_IF_ERROR(CheckSchedulerSupported(extra));
   DST_RETURN_IF_ERROR(CheckGradientAveragingSupported(extra));

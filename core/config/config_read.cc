@@ -470,6 +470,7 @@ Status ReadActivationCheckpointing(const ObjectReader &root,
   return ReadSection(
       root, "activation_checkpointing", kActCkpt, [&](const ObjectReader &section) -> Status {
         auto &c = *checkpointing;
+        c.present = root.Has("activation_checkpointing");
         DST_RETURN_IF_ERROR(section.ReadBool("partition_activations", &c.partition_activations));
         DST_RETURN_IF_ERROR(section.ReadBool("cpu_checkpointing", &c.cpu_checkpointing));
         DST_RETURN_IF_ERROR(
@@ -535,17 +536,59 @@ Status ReadPipelineParallel(const ObjectReader &root, Config *config) {
       });
 }
 
-// DeepSpeed's own "pipeline" section (PipelineEngine options).
+// A partition method: "parameters", "uniform", "cost" or "type:REGEX" (any
+// case for the word, as DeepSpeed compares them lower-cased).
+Status CheckPartitionMethod(const std::string &key, std::string *method) {
+  std::string lower = *method;
+  for (char &c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "parameters" || lower == "uniform" || lower == "cost") {
+    *method = lower;
+    return Status::Ok();
+  }
+  if (lower.rfind("type:", 0) == 0 && method->size() > 5) {
+    *method = "type:" + method->substr(5);
+    return Status::Ok();
+  }
+  return ConfigError(key + ": \"" + *method +
+                     "\" is not a partition method; use \"parameters\" (balanced parameter "
+                     "counts), \"uniform\" (layer counts), \"type:REGEX\" (layers whose kind "
+                     "matches) or \"cost\" (balanced FLOPs)");
+}
+
+// DeepSpeed's own "pipeline" section (PipelineEngine options), with dstrain's
+// schedule choice.
 Status ReadDeepSpeedPipeline(const ObjectReader &root, Parsed *parsed) {
+  PipelineConfig &pipe = parsed->config.pipeline;
   return ReadSection(root, "pipeline", kPipeline, [&](const ObjectReader &section) -> Status {
     int64_t stages = 0;  // 0: "auto" or absent
     DST_RETURN_IF_ERROR(section.ReadInt("stages", &stages, 1, kInt64Max, /*if_auto=*/0));
-    std::string partition;
     bool flag = false;
-    int64_t interval = 0;
-    DST_RETURN_IF_ERROR(section.ReadString("partition", &partition));
+    if (section.Has("partition") && section.Has("partition_method")) {
+      return ConfigError(
+          "pipeline.partition and pipeline.partition_method are both given; they are the same "
+          "setting, keep one");
+    }
+    const char *partition_key = section.Has("partition_method") ? "partition_method" : "partition";
+    if (section.Has(partition_key)) {
+      DST_RETURN_IF_ERROR(section.ReadString(partition_key, &pipe.partition_method));
+      DST_RETURN_IF_ERROR(
+          CheckPartitionMethod(std::string("pipeline.") + partition_key, &pipe.partition_method));
+    }
+    if (section.Has("schedule")) {
+      DST_RETURN_IF_ERROR(section.ReadChoice("schedule", {"1f1b", "gpipe", "interleaved", "zb-h1"},
+                                             &pipe.schedule));
+    }
+    DST_RETURN_IF_ERROR(section.ReadInt("virtual_stages", &pipe.virtual_stages, 1, kInt64Max));
+    if (pipe.virtual_stages > 1 && pipe.schedule != "interleaved") {
+      return ConfigError("pipeline.virtual_stages is " + std::to_string(pipe.virtual_stages) +
+                         " but pipeline.schedule is \"" + pipe.schedule +
+                         "\"; model chunks per rank need \"schedule\": \"interleaved\"");
+    }
     DST_RETURN_IF_ERROR(section.ReadBool("seed_layers", &flag));
-    DST_RETURN_IF_ERROR(section.ReadInt("activation_checkpoint_interval", &interval, 0, kInt64Max));
+    if (section.Has("activation_checkpoint_interval")) {
+      DST_RETURN_IF_ERROR(section.ReadInt("activation_checkpoint_interval",
+                                          &pipe.activation_checkpoint_interval, 0, kInt64Max));
+    }
     DST_RETURN_IF_ERROR(section.ReadBool("pipe_partitioned", &flag));
     DST_RETURN_IF_ERROR(section.ReadBool("grad_partitioned", &flag));
     if (stages == 0) return Status::Ok();
@@ -806,6 +849,7 @@ Status ReadDstrain(const ObjectReader &root, Config *config) {
     DST_RETURN_IF_ERROR(
         section.ReadNumber("comm_timeout_seconds", &runtime->comm_timeout_seconds, GreaterThan(0)));
     DST_RETURN_IF_ERROR(section.ReadUint("seed", &runtime->seed));
+    DST_RETURN_IF_ERROR(section.ReadStringList("notes"));
     return ReadMonitor(section, &config->monitor);
   });
 }

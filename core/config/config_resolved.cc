@@ -99,6 +99,25 @@ Json Fp16Json(const Fp16Config &fp16) {
   return out;
 }
 
+// What some settings mean on this engine, so nobody expects more of them.
+Json Notes(const Config &config) {
+  Json notes = Json::array();
+  notes.push_back(std::string("activation recomputation: ") +
+                  (config.recompute_activations()
+                       ? "on (each layer's input kept, the rest recomputed in backward)"
+                       : "off"));
+  const ActivationCheckpointingConfig &c = config.activation_checkpointing;
+  if (c.partition_activations && config.tp_size == 1)
+    notes.push_back(
+        "activation_checkpointing.partition_activations: tensor-parallel size 1, there is "
+        "nothing to partition the kept inputs across");
+  if (c.cpu_checkpointing)
+    notes.push_back(
+        "activation_checkpointing.cpu_checkpointing: the CPU engine keeps activations in host "
+        "memory already");
+  return notes;
+}
+
 Json ActivationCheckpointingJson(const ActivationCheckpointingConfig &c) {
   Json out = Json::object();
   out["partition_activations"] = c.partition_activations;
@@ -144,14 +163,24 @@ std::string ResolvedJson(const Config &config) {
   out["communication_data_type"] = DTypeName(config.communication_data_type);
   out["steps_per_print"] = config.steps_per_print;
   out["wall_clock_breakdown"] = config.wall_clock_breakdown;
-  out["activation_checkpointing"] = ActivationCheckpointingJson(config.activation_checkpointing);
+  // Present only when given: the section itself turns recomputation on.
+  if (config.activation_checkpointing.present)
+    out["activation_checkpointing"] = ActivationCheckpointingJson(config.activation_checkpointing);
   out["tensor_parallel"] = Json{{"tp_size", config.tp_size}};
   Json pipeline = Json{{"pp_size", config.pp_size}};
   if (config.pipeline_micro_batches > 0) {
     pipeline["micro_batches"] = config.pipeline_micro_batches;
   }
   out["pipeline_parallel"] = pipeline;
-  out["dstrain"] = Json{{"num_threads", config.runtime.num_threads},
+  Json deepspeed_pipeline = Json{{"partition_method", config.pipeline.partition_method},
+                                 {"schedule", config.pipeline.schedule},
+                                 {"virtual_stages", config.pipeline.virtual_stages}};
+  if (config.pipeline.activation_checkpoint_interval >= 0)
+    deepspeed_pipeline["activation_checkpoint_interval"] =
+        config.pipeline.activation_checkpoint_interval;
+  out["pipeline"] = deepspeed_pipeline;
+  out["dstrain"] = Json{{"notes", Notes(config)},
+                        {"num_threads", config.runtime.num_threads},
                         {"seed", config.runtime.seed},
                         {"comm_timeout_seconds", config.runtime.comm_timeout_seconds},
                         {"monitor", MonitorJson(config.monitor)}};

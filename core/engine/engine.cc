@@ -41,11 +41,21 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   DST_RETURN_IF_ERROR(
       CheckActivationSizes(spec.value(), config.value().train_micro_batch_size_per_gpu));
 
+  std::optional<StagePlan> plan;
+  if (config.value().pp_size > 1) {
+    Result<StagePlan> planned = PlanStages(spec.value(), config.value());
+    if (!planned.ok()) return planned.status();
+    // The schedule of a step is checked before anything runs.
+    Result<std::vector<std::vector<PipeAction>>> actions =
+        planned.value().Actions(config.value().gradient_accumulation_steps);
+    if (!actions.ok()) return actions.status();
+    plan = std::move(planned).value();
+  }
   Result<Job> job = JoinJob(env.value(), config.value(),
                             config.value().resolved_json + spec.value().canonical_json);
   if (!job.ok()) return job.status();
-  std::unique_ptr<Engine> engine(
-      new Engine(std::move(config).value(), std::move(spec).value(), std::move(job).value()));
+  std::unique_ptr<Engine> engine(new Engine(std::move(config).value(), std::move(spec).value(),
+                                            std::move(job).value(), std::move(plan)));
   Result<std::vector<int64_t>> inject = ParseOverflowInjection(engine->env_.rank);
   if (!inject.ok()) return inject.status();
   engine->executor_->InjectOverflowAt(std::move(inject).value());
@@ -53,14 +63,15 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   return engine;
 }
 
-Engine::Engine(Config config, ModelSpec spec, Job job)
+Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> plan)
     : config_(std::move(config)),
       env_(std::move(job.env)),
       store_(std::move(job.store)),
       heartbeat_(std::move(job.heartbeat)),
       groups_(std::move(job.groups)),
       dp_comm_(groups_.dp.get()),
-      scaler_(config_.fp16) {
+      scaler_(config_.fp16),
+      plan_(std::move(plan)) {
   SetNumThreads(ResolveNumThreads(config_.runtime.num_threads));
   for (Communicator *group : {groups_.dp.get(), groups_.tp.get(), groups_.pp.get()})
     group->SetCompletionHook([this](const CommRecord &r) { comm_stats_.Record(r); });
@@ -71,11 +82,22 @@ Engine::Engine(Config config, ModelSpec spec, Job job)
   const bool mixed = config_.precision() != DType::kFloat32;
   ActivationOptions activations;
   if (mixed) activations.half = config_.precision() == DType::kFloat16 ? Half::kFp16 : Half::kBf16;
+  activations.recompute = config_.recompute_activations();
+  ModelPart part;
+  const int64_t pp_rank = groups_.coord.pp;
+  if (plan_) {
+    part.chunks = plan_->ChunksOf(pp_rank);
+    activations.slots = plan_->PeakInFlight(pp_rank, config_.gradient_accumulation_steps);
+  }
   model_ = std::make_unique<Model<float>>(
       spec, limits, &memory_,
-      StoreOptionsForStage(config_.zero.stage, dp_comm_->size(), config_.precision()), activations);
+      StoreOptionsForStage(config_.zero.stage, dp_comm_->size(), config_.precision()), activations,
+      part);
   dp_ = std::make_unique<DataParallel>(config_, model_.get(), dp_comm_, &memory_);
   executor_ = std::make_unique<Executor>(config_, model_.get(), dp_.get(), &scaler_, &progress_);
+  whole_decls_ = DeclareParameters(spec);
+  holder_.assign(whole_decls_.size(), 0);
+  if (plan_) SetUpPipeline(limits);
   executor_->SetStepObserver([this](const StepRecord &record) { return OnStep(record); });
   const int64_t T = limits.max_T;
   TelemetryContext telemetry;
@@ -87,6 +109,10 @@ Engine::Engine(Config config, ModelSpec spec, Job job)
   telemetry.gpt = spec.type == ModelSpec::Type::kGpt;
   telemetry.num_parameters = model_->params().size();
   telemetry.flops_per_sample_token = 3.0 * model_->ForwardFlops(1, T) / double(T);
+  double model_flops = 0;
+  for (const LayerSummary &l : SummarizeLayers(spec, 1, T)) model_flops += l.forward_flops;
+  telemetry.model_flops_per_sample_token = 3.0 * model_flops / double(T);
+  telemetry.pp_size = config_.pp_size;
   telemetry.zero_stage = dp_->stage();
   telemetry.dp_size = dp_comm_->size();
   telemetry.dp_rank = groups_.coord.dp;
@@ -107,6 +133,32 @@ Engine::Engine(Config config, ModelSpec spec, Job job)
   state.next_lr = [this] { return NextLearningRate(); };
   checkpoints_ = std::make_unique<CheckpointCoordinator>(std::move(state));
   memory_.ResetPeaks();  // e.g. the fp32 activation buffers 16-bit storage replaced
+}
+
+// The link to the other stages, the tied weight's copies, and which stage
+// answers for each tensor (the first holding it).
+void Engine::SetUpPipeline(const ActivationLimits &limits) {
+  const int64_t p = plan_->stages, pp_rank = groups_.coord.pp;
+  std::vector<ChunkShape> shapes;
+  for (size_t c = 0; c < model_->num_chunks(); ++c) {
+    const LayerRange r = model_->chunk(c);
+    shapes.push_back({model_->InWidth(r.begin), model_->layers()[r.end - 1]->OutWidth()});
+  }
+  link_ =
+      std::make_unique<StageLink>(groups_.pp.get(), std::move(shapes), limits.max_rows(), &memory_);
+  for (int64_t r = p - 1; r >= 0; --r) {  // the lowest rank holding a tensor answers for it
+    const std::vector<ParamDecl> held = DeclarePartParameters(model_->spec(), plan_->ChunksOf(r));
+    for (size_t k = 0; k < whole_decls_.size(); ++k)
+      for (const ParamDecl &d : held)
+        if (d.name == whole_decls_[k].name) holder_[k] = r;
+  }
+  int tied = -1;
+  if (model_->spec().type == ModelSpec::Type::kGpt && (pp_rank == 0 || pp_rank == p - 1))
+    tied = model_->params().Find("transformer.wte.weight");
+  const int64_t numel = tied >= 0 ? model_->params().decls()[size_t(tied)].numel : 0;
+  tied_ = std::make_unique<TiedWeights>(groups_.pp.get(), tied, numel, pp_rank == 0 ? p - 1 : 0,
+                                        &memory_);
+  executor_->SetPipeline(link_.get(), tied_.get());
 }
 
 std::chrono::milliseconds Engine::CommTimeout() const {
@@ -139,6 +191,8 @@ Engine::~Engine() {
   telemetry_->StopMonitor();  // its HTTP threads read the store (rank 0's job table)
   QuiesceBeforeClose();
   dp_.reset();
+  link_.reset();  // waits for its sends while the pipeline group is up
+  tied_.reset();
   groups_.pp.reset();
   groups_.tp.reset();
   groups_.dp.reset();
@@ -160,6 +214,8 @@ void Engine::Abort() {
   aborted_ = true;
   telemetry_->StopMonitor();
   dp_.reset();
+  link_.reset();
+  tied_.reset();
   groups_.pp.reset();
   groups_.tp.reset();
   groups_.dp.reset();
@@ -173,7 +229,7 @@ EngineInfo Engine::Info() const {
   EngineInfo info{};
   info.model_type = spec.type;
   info.loss = spec.loss;
-  info.num_parameters = model_->params().size();
+  info.num_parameters = CountParameters(spec);
   info.train_batch_size = config_.train_batch_size;
   info.micro_batch_size = config_.train_micro_batch_size_per_gpu;
   info.grad_accum_steps = config_.gradient_accumulation_steps;
@@ -184,6 +240,11 @@ EngineInfo Engine::Info() const {
   info.vocab_size = gpt ? spec.gpt.vocab : 0;
   info.input_dim = gpt ? 0 : spec.input_dim;
   info.output_dim = gpt ? spec.gpt.vocab : spec.SequentialOutputDim();
+  info.dp_rank = groups_.coord.dp;
+  info.pp_size = config_.pp_size;
+  info.pp_rank = groups_.coord.pp;
+  info.tp_size = config_.tp_size;
+  info.tp_rank = groups_.coord.tp;
   return info;
 }
 
@@ -212,7 +273,14 @@ Result<const std::vector<Instruction> *> Engine::Program(Op kind, int64_t micro_
   auto it = programs_.find(key);
   if (it != programs_.end()) return &it->second;
   std::vector<Instruction> program;
-  if (kind == Op::kOptimizerStep)
+  if (plan_) {
+    Result<std::vector<std::vector<PipeAction>>> actions = plan_->Actions(micro_batches);
+    if (!actions.ok()) return actions.status();
+    const ProgramKind what = kind == Op::kOptimizerStep ? ProgramKind::kTrain
+                             : kind == Op::kBackward    ? ProgramKind::kForwardBackward
+                                                        : ProgramKind::kEval;
+    program = PipelineProgram(actions.value()[size_t(groups_.coord.pp)], what);
+  } else if (kind == Op::kOptimizerStep)
     program = TrainSchedule(micro_batches);
   else if (kind == Op::kBackward)
     program = ForwardBackwardSchedule(micro_batches);
@@ -250,52 +318,80 @@ Status Engine::ForwardBackward(const BatchView &batch, float *loss) {
 
 // ---------------------------------------------------------------- parameters
 
-Status Engine::FindParam(const std::string &name, const char *call, size_t count, int *id) const {
-  const int k = model_->params().Find(name);
+Status Engine::FindParam(const std::string &name, const char *call, size_t count, int *whole,
+                         int *local) const {
+  int k = -1;
+  for (size_t i = 0; i < whole_decls_.size() && k < 0; ++i)
+    if (whole_decls_[i].name == name) k = int(i);
   if (k < 0)
     return InvalidArgument(std::string(call) + ": no parameter named \"" + name +
                            "\"; list them with dst_engine_param_info");
-  const int64_t numel = model_->params().decls()[k].numel;
+  const int64_t numel = whole_decls_[size_t(k)].numel;
   if (int64_t(count) != numel)
     return InvalidArgument(std::string(call) + ": \"" + name + "\" has " + std::to_string(numel) +
                            " elements but the buffer holds " + std::to_string(count));
-  *id = k;
+  *whole = k;
+  *local = model_->params().Find(name);
   return Status::Ok();
 }
 
+Status Engine::ShareOverStages(int whole, float *data) const {
+  if (!plan_) return Status::Ok();
+  return groups_.pp->Broadcast(data, whole_decls_[size_t(whole)].numel, holder_[size_t(whole)])
+      ->Wait();
+}
+
 Status Engine::GetParam(const std::string &name, float *data, size_t count) const {
-  int id = 0;
-  DST_RETURN_IF_ERROR(FindParam(name, "get_param", count, &id));
-  Status st = dp_->ReadParam(id, data);
+  int whole = 0, id = 0;
+  DST_RETURN_IF_ERROR(FindParam(name, "get_param", count, &whole, &id));
+  Status st;
+  if (groups_.coord.pp == holder_[size_t(whole)]) st = dp_->ReadParam(id, data);
+  if (st.ok()) st = ShareOverStages(whole, data);
   return st.context("get_param \"" + name + "\"");
 }
 
 Status Engine::SetParam(const std::string &name, const float *data, size_t count) {
-  int id = 0;
-  DST_RETURN_IF_ERROR(FindParam(name, "set_param", count, &id));
+  int whole = 0, id = 0;
+  DST_RETURN_IF_ERROR(FindParam(name, "set_param", count, &whole, &id));
+  if (id < 0) return Status::Ok();  // another stage holds it (every copy is written)
   Status st = dp_->WriteParam(id, data);
   return st.context("set_param \"" + name + "\"");
 }
 
 Status Engine::GetGrad(const std::string &name, float *data, size_t count) const {
-  int id = 0;
-  DST_RETURN_IF_ERROR(FindParam(name, "get_grad", count, &id));
-  return dp_->ReadGrad(id, data);
+  int whole = 0, id = 0;
+  DST_RETURN_IF_ERROR(FindParam(name, "get_grad", count, &whole, &id));
+  Status st;
+  if (groups_.coord.pp == holder_[size_t(whole)]) st = dp_->ReadGrad(id, data);
+  // Every stage joins the broadcast, even after the holder's error (it
+  // sends what it has), so nobody waits: the holder's error is returned.
+  Status shared = ShareOverStages(whole, data);
+  return st.ok() ? shared : st;
+}
+
+Status Engine::CheckNoPipeline(const char *call) const {
+  if (!plan_) return Status::Ok();
+  return NotSupported(std::string(call) + " with pipeline parallelism (pp_size " +
+                      std::to_string(config_.pp_size) +
+                      ") is not supported yet; train with pp_size 1 to save or load checkpoints");
 }
 
 // ---------------------------------------------------------------- checkpoints
 
 Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
                               const std::string &client_state_json) {
+  DST_RETURN_IF_ERROR(CheckNoPipeline("save_checkpoint"));
   return checkpoints_->Save(dir, tag, client_state_json);
 }
 
 Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
                               std::string *client_state_json) {
+  DST_RETURN_IF_ERROR(CheckNoPipeline("load_checkpoint"));
   return checkpoints_->Load(dir, tag, client_state_json);
 }
 
 Status Engine::LoadWeights(const std::string &dir, const std::string &tag) {
+  DST_RETURN_IF_ERROR(CheckNoPipeline("load_weights"));
   return checkpoints_->LoadWeights(dir, tag);
 }
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,9 @@
 #include "core/engine/telemetry.h"
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
+#include "core/pipeline/stage_link.h"
+#include "core/pipeline/stage_plan.h"
+#include "core/pipeline/tied_weights.h"
 #include "core/precision/loss_scaler.h"
 #include "core/runtime/memory.h"
 #include "core/zero/parallelism.h"
@@ -46,6 +50,7 @@ struct EngineInfo {
   ModelSpec::Loss loss;
   int64_t num_parameters, train_batch_size, micro_batch_size, grad_accum_steps, dp_size, rank,
       world_size, seq_len, vocab_size, input_dim, output_dim;
+  int64_t dp_rank, pp_size, pp_rank, tp_size, tp_rank;
 };
 
 class Engine {
@@ -70,8 +75,13 @@ class Engine {
   int64_t skipped_steps() const { return progress_.skipped_steps; }
   EngineInfo Info() const;
 
-  const std::vector<ParamDecl> &ParamDecls() const { return model_->params().decls(); }
-  // Whole tensors at every ZeRO stage. At stage 3 with dp > 1, GetParam
+  // The whole model's tensors (single-rank names and shapes), whichever
+  // pipeline stage holds them.
+  const std::vector<ParamDecl> &ParamDecls() const { return whole_decls_; }
+  // Whole tensors at every ZeRO stage and pipeline layout. With pp > 1 the
+  // stage holding the tensor reads it and broadcasts it over the pipeline
+  // group, so every rank must call for the same tensors in the same order.
+  // At stage 3 with dp > 1, GetParam
   // gathers the tensor from its owners: every rank must call it for the same
   // tensors in the same order (tensors kept whole, under
   // stage3_param_persistence_threshold, are read locally). SetParam expects
@@ -97,7 +107,7 @@ class Engine {
   MemoryTracker &memory() { return memory_; }
 
  private:
-  Engine(Config config, ModelSpec spec, Job job);
+  Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> plan);
 
   // Validates `batch`, then runs the program of `kind` over it.
   Status RunProgram(Op kind, const BatchView &batch, const char *call, bool exact_train,
@@ -106,7 +116,15 @@ class Engine {
   Status RunAndNoteFailure(const std::vector<Instruction> &program, const BatchView &batch,
                            double *mean_loss);
   void QuiesceBeforeClose();
-  Status FindParam(const std::string &name, const char *call, size_t count, int *id) const;
+  void SetUpPipeline(const ActivationLimits &limits);
+  // The whole model's tensor `name` (*whole) and its id in this rank's
+  // model (*local, -1 when another pipeline stage holds it).
+  Status FindParam(const std::string &name, const char *call, size_t count, int *whole,
+                   int *local) const;
+  // With pp > 1: the tensor read on the stage holding it, sent to every stage.
+  Status ShareOverStages(int whole, float *data) const;
+  // Refuses what a pipeline cannot do yet.
+  Status CheckNoPipeline(const char *call) const;
   // The prepared program for `micro_batches` of a kind (kOptimizerStep:
   // train, kBackward: forward_backward, kForward: eval), built on first use
   // and reused, so a step allocates nothing.
@@ -128,6 +146,11 @@ class Engine {
   std::unique_ptr<DataParallelism> dp_;   // gradient reduction, (sharded) optimizer, precision
   LossScaler scaler_;                     // fp16 loss scaling (identity otherwise)
   TrainingProgress progress_;             // steps taken and skipped
+  std::optional<StagePlan> plan_;         // pp > 1: the stages and the schedule
+  std::vector<ParamDecl> whole_decls_;    // the whole model's tensors
+  std::vector<int64_t> holder_;           // per whole tensor: the pp rank that reads it
+  std::unique_ptr<StageLink> link_;       // pp > 1: sends and receives between stages
+  std::unique_ptr<TiedWeights> tied_;     // pp > 1, GPT: the wte copies
   std::unique_ptr<Executor> executor_;    // runs the programs
   bool failed_ = false;                   // a step failed: no closing handshake
   bool aborted_ = false;                  // Abort(): no handshake, no wait for peers

@@ -45,12 +45,27 @@ MicroBatch<float> Executor::MicroBatchAt(const BatchView &b, int64_t index) cons
   return mb;
 }
 
+Result<double> Executor::GlobalGradNorm() {
+  if (!link_) return dp_->GradNorm();
+  Result<double> squared = dp_->GradSquaredNorm(tied_ ? tied_->excluded_from_norm() : -1);
+  if (!squared.ok()) return squared.status();
+  Result<double> total = link_->SumOverStages(squared.value());
+  if (!total.ok()) return total.status();
+  return std::sqrt(total.value());
+}
+
+Result<double> Executor::JobLoss(double loss_sum) {
+  Result<double> mean = dp_->Average(loss_sum);
+  if (!mean.ok() || !link_) return mean;
+  return link_->SumOverStages(mean.value());  // the other stages add 0
+}
+
 Status Executor::Clip(double loss_sum, StepRecord *rec) {
   const int64_t step = progress_->steps;
-  Result<double> norm = dp_->GradNorm();
+  Result<double> norm = GlobalGradNorm();
   if (!norm.ok()) return norm.status();
   rec->grad_norm = norm.value();
-  Result<double> global_loss = dp_->Average(loss_sum);
+  Result<double> global_loss = JobLoss(loss_sum);
   if (!global_loss.ok()) return global_loss.status();
   if (!std::isfinite(rec->grad_norm) || !std::isfinite(global_loss.value())) {
     if (scaler_->enabled()) {  // fp16 overflow: every rank skips this step
@@ -76,21 +91,51 @@ Status Executor::Clip(double loss_sum, StepRecord *rec) {
 
 Status Executor::Finish(const BatchView &batch, double loss_sum,
                         std::chrono::steady_clock::time_point start, StepRecord *rec) {
-  Result<double> mean = dp_->Average(loss_sum / double(rec->micro_batches));
+  Result<double> mean = JobLoss(loss_sum / double(rec->micro_batches));
   if (!mean.ok()) return mean.status();
   rec->loss = mean.value();
   rec->seconds = SecondsSince(start);
   rec->phases.total = rec->seconds;
+  if (link_) {
+    const PipeTimes &t = link_->times();
+    rec->phases.send_output = t.send_output, rec->phases.recv_input = t.recv_input;
+    rec->phases.send_grad = t.send_grad, rec->phases.recv_grad = t.recv_grad;
+  }
   rec->samples = int64_t(batch.n_samples) * config_.dp_size;
   const bool gpt = model_->spec().type == ModelSpec::Type::kGpt;
   rec->tokens = rec->samples * (gpt ? int64_t(batch.seq_len) : 1);
   return Status::Ok();
 }
 
+Status Executor::RunPipeOp(const Instruction &ins, const BatchView &batch, PhaseTimes *phases) {
+  if (!link_)
+    return InternalError(std::string("executor: ") + OpName(ins.op) +
+                         " in a program without a pipeline");
+  const int64_t rows = MicroBatchAt(batch, ins.micro_batch).rows();
+  switch (ins.op) {
+    case Op::kRecvActivation:
+      return link_->RecvActivation(ins.chunk, ins.micro_batch, rows);
+    case Op::kSendActivation:
+      return link_->SendActivation(ins.chunk, ins.micro_batch);
+    case Op::kRecvGradient:
+      return link_->RecvGradient(ins.chunk, ins.micro_batch, rows);
+    case Op::kSendGradient:
+      return link_->SendGradient(ins.chunk, ins.micro_batch);
+    default:
+      break;
+  }
+  (void)phases;
+  return InternalError(std::string("executor: ") + OpName(ins.op) + " is not a pipeline op");
+}
+
 Status Executor::Run(const std::vector<Instruction> &program, const BatchView &batch,
                      StepRecord *record) {
   int64_t micro_batches = 0;
-  for (const Instruction &ins : program) micro_batches += ins.op == Op::kForward;
+  bool training = false;
+  for (const Instruction &ins : program) {
+    micro_batches += ins.op == Op::kForward && ins.chunk == 0;
+    training |= ins.op == Op::kBackward;
+  }
   // fp16: the loss is scaled up before backward (scale() is 1 otherwise).
   const float grad_scale = float(scaler_->scale()) / float(micro_batches);
   dp_->SetLossScale(scaler_->scale());
@@ -101,10 +146,13 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
   rec.micro_batches = micro_batches;
   const auto step_start = Clock::now();
   double loss_sum = 0;
-  const LayerRange layers = model_->all_layers();
   auto at_step = [step](const char *what) {
     return std::string(what) + " at step " + std::to_string(step);
   };
+  if (link_) DST_RETURN_IF_ERROR(link_->BeginStep(micro_batches));
+  // With a pipeline, a chunk's input and output gradient cross stages.
+  auto receives = [this](int64_t chunk) { return link_ && !link_->is_first(chunk); };
+  auto sends = [this](int64_t chunk) { return link_ && !link_->is_last(chunk); };
   for (const Instruction &ins : program) {
     const auto t0 = Clock::now();
     switch (ins.op) {
@@ -115,9 +163,16 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
       }
       case Op::kForward: {
         MicroBatch<float> mb = MicroBatchAt(batch, ins.micro_batch);
-        Status st = model_->Forward(ins.slot, layers, nullptr, mb, dp_);
+        const LayerRange range = model_->chunk(size_t(ins.chunk));
+        const float *input =
+            receives(ins.chunk) ? link_->activation_input(ins.chunk, ins.micro_batch) : nullptr;
+        const float *output = nullptr;
+        Status st = model_->Forward(ins.slot, range, input, mb, dp_, &output);
         if (!st.ok()) return st.context(at_step("forward"));
-        loss_sum += model_->Loss(ins.slot);
+        if (sends(ins.chunk)) link_->KeepOutput(ins.chunk, ins.micro_batch, output, mb.rows());
+        if (range.end == model_->all_layers().end && model_->has_loss())
+          loss_sum += model_->Loss(ins.slot);
+        if (link_ && !training) link_->Release(ins.chunk, ins.micro_batch);
         rec.phases.forward += SecondsSince(t0);
         break;
       }
@@ -126,15 +181,42 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
         mb.grad_scale = grad_scale;
         if (inject_overflow && ins.last_backward)
           mb.grad_scale = std::numeric_limits<float>::infinity();
+        const LayerRange range = model_->chunk(size_t(ins.chunk));
+        float *dout =
+            sends(ins.chunk) ? link_->gradient_input(ins.chunk, ins.micro_batch) : nullptr;
+        float *din = receives(ins.chunk)
+                         ? link_->GradientOutput(ins.chunk, ins.micro_batch, mb.rows())
+                         : nullptr;
         dp_->BeginBackward(ins.last_backward);
-        Status st = model_->Backward(ins.slot, layers, nullptr, nullptr, mb, dp_);
+        Status st = model_->Backward(ins.slot, range, dout, din, mb, dp_);
         if (!st.ok()) return st.context(at_step("backward"));
+        if (link_) link_->Release(ins.chunk, ins.micro_batch);
         rec.phases.backward += SecondsSince(t0);
         break;
       }
+      case Op::kRecvActivation:
+      case Op::kSendActivation:
+      case Op::kRecvGradient:
+      case Op::kSendGradient: {
+        Status st = RunPipeOp(ins, batch, &rec.phases);
+        if (!st.ok()) return st.context(at_step(OpName(ins.op)));
+        break;
+      }
       case Op::kReduceGradients: {
+        if (link_) {
+          Status sent = link_->FinishSends();
+          if (!sent.ok()) return sent.context(at_step("finishing the pipeline's sends"));
+        }
         Status st = dp_->FinishReduction();
         if (!st.ok()) return st.context(at_step("reducing gradients"));
+        rec.phases.reduce += SecondsSince(t0);
+        break;
+      }
+      case Op::kReduceTiedGradients: {
+        if (tied_) {
+          Status st = tied_->SumGradients(*dp_);
+          if (!st.ok()) return st.context(at_step("reducing tied gradients"));
+        }
         rec.phases.reduce += SecondsSince(t0);
         break;
       }
@@ -160,6 +242,7 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
         break;
       }
       case Op::kRecordStep: {
+        if (link_) DST_RETURN_IF_ERROR(link_->FinishSends());
         DST_RETURN_IF_ERROR(Finish(batch, loss_sum, step_start, &rec));
         *record = rec;
         if (observer_) DST_RETURN_IF_ERROR(observer_(rec));
@@ -168,6 +251,7 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
     }
   }
   if (program.empty() || program.back().op != Op::kRecordStep) {
+    if (link_) DST_RETURN_IF_ERROR(link_->FinishSends());
     DST_RETURN_IF_ERROR(Finish(batch, loss_sum, step_start, &rec));
     *record = rec;
   }

@@ -15,6 +15,8 @@
 #include "core/engine/batch.h"
 #include "core/engine/schedule.h"
 #include "core/model/model.h"
+#include "core/pipeline/stage_link.h"
+#include "core/pipeline/tied_weights.h"
 #include "core/precision/loss_scaler.h"
 #include "core/zero/parallelism.h"
 
@@ -25,11 +27,16 @@ namespace dst {
 // reductions launched and waited for inside it) + backward_allreduce
 // (stage 0/1) or backward_reduce_scatter (2/3) = `reduce` (finishing the
 // reduction after the last layer); step = clipping + optimizer update.
+// A pipeline's sends and receives are timed apart from them (DeepSpeed's
+// pipe_send_output, pipe_recv_input, pipe_send_grad, pipe_recv_grad).
 struct PhaseTimes {
   double forward = 0, backward = 0, reduce = 0, step = 0, total = 0;
+  double send_output = 0, recv_input = 0, send_grad = 0, recv_grad = 0;
   void Add(const PhaseTimes &o) {
     forward += o.forward, backward += o.backward, reduce += o.reduce, step += o.step;
     total += o.total;
+    send_output += o.send_output, recv_input += o.recv_input;
+    send_grad += o.send_grad, recv_grad += o.recv_grad;
   }
 };
 
@@ -61,6 +68,10 @@ class Executor {
            TrainingProgress *progress);
 
   void SetStepObserver(StepObserver observer) { observer_ = std::move(observer); }
+  // Pipeline parallelism: this rank's link to the other stages and the tied
+  // weight it may hold a copy of (both outlive the executor). Without them
+  // the program's pipeline instructions are errors.
+  void SetPipeline(StageLink *link, TiedWeights *tied) { link_ = link, tied_ = tied; }
   // Test hook (DSTRAIN_INJECT_GRAD_OVERFLOW): the steps at which this rank's
   // gradients are made infinite, as an fp16 overflow would.
   void InjectOverflowAt(std::vector<int64_t> steps) { inject_overflow_at_ = std::move(steps); }
@@ -79,6 +90,14 @@ class Executor {
                 std::chrono::steady_clock::time_point start, StepRecord *rec);
   // kClipGradients: the global norm; an fp16 overflow marks the step skipped.
   Status Clip(double loss_sum, StepRecord *rec);
+  // The global gradient norm: over the data-parallel group, and with a
+  // pipeline over every stage (a tied weight counted once).
+  Result<double> GlobalGradNorm();
+  // A per-rank loss sum as the job's: averaged over the data-parallel group,
+  // and with a pipeline taken from the last stage to every stage.
+  Result<double> JobLoss(double loss_sum);
+  // Runs one pipeline send or receive instruction.
+  Status RunPipeOp(const Instruction &ins, const BatchView &batch, PhaseTimes *phases);
 
   const Config &config_;
   Model<float> *model_;
@@ -86,6 +105,8 @@ class Executor {
   LossScaler *scaler_;
   TrainingProgress *progress_;
   StepObserver observer_;
+  StageLink *link_ = nullptr;
+  TiedWeights *tied_ = nullptr;
   std::vector<int64_t> inject_overflow_at_;
 };
 

@@ -22,6 +22,16 @@ const char *OpName(Op op) {
       return "optimizer_step";
     case Op::kRecordStep:
       return "record_step";
+    case Op::kRecvActivation:
+      return "recv_activation";
+    case Op::kSendActivation:
+      return "send_activation";
+    case Op::kRecvGradient:
+      return "recv_gradient";
+    case Op::kSendGradient:
+      return "send_gradient";
+    case Op::kReduceTiedGradients:
+      return "reduce_tied_gradients";
   }
   return "?";
 }
@@ -31,6 +41,7 @@ namespace {
 std::string Where(size_t index, const Instruction &ins) {
   std::string s = "instruction " + std::to_string(index) + " (" + OpName(ins.op);
   if (ins.micro_batch >= 0) s += " of micro-batch " + std::to_string(ins.micro_batch);
+  if (ins.chunk > 0) s += ", chunk " + std::to_string(ins.chunk);
   return s + ")";
 }
 
@@ -55,9 +66,16 @@ void AppendStep(std::vector<Instruction> *program) {
 
 Status PrepareProgram(std::vector<Instruction> *program, int64_t micro_batches, int64_t slots) {
   bool training = false;
-  for (const Instruction &ins : *program) training |= ins.op == Op::kBackward;
-  std::vector<int64_t> slot_of(size_t(std::max<int64_t>(micro_batches, 0)), -1);
-  std::vector<int> forwards(slot_of.size(), 0), backwards(slot_of.size(), 0);
+  int64_t chunks = 1;
+  for (const Instruction &ins : *program) {
+    training |= ins.op == Op::kBackward;
+    if (ins.op == Op::kForward || ins.op == Op::kBackward) chunks = std::max(chunks, ins.chunk + 1);
+  }
+  // Per (chunk, micro-batch): key = chunk * micro_batches + micro_batch.
+  const size_t keys = size_t(std::max<int64_t>(micro_batches, 0) * chunks);
+  std::vector<int64_t> slot_of(keys, -1);
+  std::vector<int> forwards(keys, 0), backwards(keys, 0);
+  std::vector<bool> used(keys, false);
   std::vector<bool> busy(size_t(std::max<int64_t>(slots, 0)), false);
   int64_t last_backward = -1;
   for (size_t i = 0; i < program->size(); ++i) {
@@ -66,9 +84,11 @@ Status PrepareProgram(std::vector<Instruction> *program, int64_t micro_batches, 
     if (ins.micro_batch < 0 || ins.micro_batch >= micro_batches)
       return InternalError(Where(i, ins) + ": the batch has " + std::to_string(micro_batches) +
                            " micro-batches");
-    const size_t mb = size_t(ins.micro_batch);
+    if (ins.chunk < 0) return InternalError(Where(i, ins) + ": negative model chunk");
+    const size_t key = size_t(ins.chunk * micro_batches + ins.micro_batch);
+    used[key] = true;
     if (ins.op == Op::kForward) {
-      if (forwards[mb]++ > 0)
+      if (forwards[key]++ > 0)
         return InternalError(Where(i, ins) + ": the micro-batch was already forwarded");
       auto free_slot = std::find(busy.begin(), busy.end(), false);
       if (free_slot == busy.end())
@@ -76,25 +96,34 @@ Status PrepareProgram(std::vector<Instruction> *program, int64_t micro_batches, 
                              " micro-batches would be in flight (the model has " +
                              std::to_string(slots) + " activation slots)");
       ins.slot = int64_t(free_slot - busy.begin());
-      slot_of[mb] = ins.slot;
+      slot_of[key] = ins.slot;
       *free_slot = training;  // eval: the slot is free again at once
     } else {
-      if (forwards[mb] == 0)
+      if (forwards[key] == 0)
         return InternalError(Where(i, ins) + ": backward before the micro-batch's forward");
-      if (backwards[mb]++ > 0)
+      if (backwards[key]++ > 0)
         return InternalError(Where(i, ins) + ": the micro-batch was already run backward");
-      ins.slot = slot_of[mb];
+      ins.slot = slot_of[key];
       busy[size_t(ins.slot)] = false;
       ins.last_backward = false;
       last_backward = int64_t(i);
     }
   }
-  for (size_t mb = 0; mb < forwards.size(); ++mb) {
-    if (forwards[mb] == 0)
-      return InternalError("the program never runs micro-batch " + std::to_string(mb) + " forward");
-    if (training && backwards[mb] == 0)
-      return InternalError("the program never runs micro-batch " + std::to_string(mb) +
-                           " backward");
+  for (int64_t c = 0; c < chunks; ++c) {
+    bool chunk_used = false;
+    for (int64_t mb = 0; mb < micro_batches; ++mb)
+      chunk_used |= used[size_t(c * micro_batches + mb)];
+    if (!chunk_used) continue;
+    const std::string of_chunk = c > 0 ? " of chunk " + std::to_string(c) : "";
+    for (int64_t mb = 0; mb < micro_batches; ++mb) {
+      const size_t key = size_t(c * micro_batches + mb);
+      if (forwards[key] == 0)
+        return InternalError("the program never runs micro-batch " + std::to_string(mb) + of_chunk +
+                             " forward");
+      if (training && backwards[key] == 0)
+        return InternalError("the program never runs micro-batch " + std::to_string(mb) + of_chunk +
+                             " backward");
+    }
   }
   if (last_backward >= 0) (*program)[size_t(last_backward)].last_backward = true;
   return Status::Ok();
@@ -139,6 +168,55 @@ std::vector<Instruction> OneForwardOneBackwardSchedule(int64_t micro_batches, in
   }
   while (next_backward < micro_batches) program.push_back({Op::kBackward, next_backward++});
   program.push_back({Op::kReduceGradients});
+  AppendStep(&program);
+  return program;
+}
+
+namespace {
+
+Op InstructionOp(PipeOp op) {
+  switch (op) {
+    case PipeOp::kForward:
+      return Op::kForward;
+    case PipeOp::kBackward:
+    case PipeOp::kBackwardInput:  // refused by the config until layers split their backward
+    case PipeOp::kBackwardWeight:
+      return Op::kBackward;
+    case PipeOp::kSendActivation:
+      return Op::kSendActivation;
+    case PipeOp::kRecvActivation:
+      return Op::kRecvActivation;
+    case PipeOp::kSendGradient:
+      return Op::kSendGradient;
+    case PipeOp::kRecvGradient:
+      break;
+  }
+  return Op::kRecvGradient;
+}
+
+bool IsForwardAction(PipeOp op) {
+  return op == PipeOp::kForward || op == PipeOp::kSendActivation || op == PipeOp::kRecvActivation;
+}
+
+}  // namespace
+
+std::vector<Instruction> PipelineProgram(const std::vector<PipeAction> &actions, ProgramKind kind) {
+  std::vector<Instruction> program;
+  if (kind != ProgramKind::kEval) program.push_back({Op::kZeroGradients});
+  for (const PipeAction &a : actions) {
+    if (a.op == PipeOp::kBackwardWeight) continue;  // its input half ran the whole backward
+    if (kind == ProgramKind::kEval && !IsForwardAction(a.op)) continue;
+    Instruction ins{InstructionOp(a.op), a.micro_batch};
+    ins.chunk = a.chunk;
+    program.push_back(ins);
+  }
+  if (kind == ProgramKind::kEval) return program;
+  program.push_back({Op::kReduceGradients});
+  program.push_back({Op::kReduceTiedGradients});
+  if (kind == ProgramKind::kForwardBackward) {
+    program.push_back({Op::kGatherGradients});
+    return program;
+  }
   AppendStep(&program);
   return program;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/common/status.h"
+#include "core/pipeline/pipeline_schedule.h"
 
 namespace dst {
 
@@ -24,6 +25,12 @@ enum class Op {
   kClipGradients,    // global norm, overflow check, clipping
   kOptimizerStep,    // update, then advance the LR schedule and the step counter
   kRecordStep,       // the step's figures into the metrics
+  // Pipeline parallelism (each names its micro-batch and model chunk):
+  kRecvActivation,       // the chunk's input from the previous stage (waits for it)
+  kSendActivation,       // the chunk's output to the next stage (posted; waited for at the end)
+  kRecvGradient,         // the gradient of the chunk's output from the next stage
+  kSendGradient,         // the gradient of the chunk's input to the previous stage
+  kReduceTiedGradients,  // sum the tied weights' gradients over the stages holding copies
 };
 
 // "zero_gradients", "forward", "backward", ...
@@ -31,18 +38,19 @@ const char *OpName(Op op);
 
 struct Instruction {
   Op op;
-  int64_t micro_batch = -1;    // kForward, kBackward
+  int64_t micro_batch = -1;    // kForward, kBackward and the pipeline's sends and receives
   int64_t slot = -1;           // kForward, kBackward: set by PrepareProgram
   bool last_backward = false;  // kBackward: the step's last (set by PrepareProgram)
+  int64_t chunk = 0;           // pipeline: the rank's model chunk (interleaved schedules)
 };
 
 // Checks a program over `micro_batches` micro-batches and fills in what the
-// executor reads: each forward/backward's activation slot (at most `slots`
-// micro-batches in flight) and the last backward. A training program must
-// forward each micro-batch once and backward it once, after its forward; an
-// eval program (no backward) frees each slot after its forward. Errors name
-// the instruction and what is wrong (a schedule that fails is an error, not
-// a hang or a corrupted activation).
+// executor reads: each forward/backward's activation slot (one per (chunk,
+// micro-batch) in flight; at most `slots`) and the last backward. A training
+// program must forward each micro-batch of each chunk it names once and
+// backward it once, after its forward; an eval program (no backward) frees
+// each slot after its forward. Errors name the instruction and what is wrong
+// (a schedule that fails is an error, not a hang or a corrupted activation).
 Status PrepareProgram(std::vector<Instruction> *program, int64_t micro_batches, int64_t slots);
 // The most micro-batches a program holds in flight at once.
 int64_t PeakInFlight(const std::vector<Instruction> &program);
@@ -57,5 +65,13 @@ std::vector<Instruction> EvalSchedule(int64_t micro_batches);
 // min(stages - 1, m) forwards first, then one forward and one backward
 // alternately, then the remaining backwards; reduce, clip, step, record.
 std::vector<Instruction> OneForwardOneBackwardSchedule(int64_t micro_batches, int64_t stages);
+
+// What a pipeline program is for.
+enum class ProgramKind { kTrain, kForwardBackward, kEval };
+// One pipeline stage's program from its actions (core/pipeline's schedules):
+// zero, the actions as instructions, then per kind: train = wait for the
+// reductions, sum tied gradients, clip, step, record; forward_backward = the
+// same up to the tied sum, then gather; eval = the forward actions only.
+std::vector<Instruction> PipelineProgram(const std::vector<PipeAction> &actions, ProgramKind kind);
 
 }  // namespace dst

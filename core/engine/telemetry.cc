@@ -146,6 +146,16 @@ metrics::StepSample Telemetry::BuildStepSample(const StepRecord &rec,
               {"backward_inner_microstep", p.backward / m},
               {reduce_micro, p.reduce / m},
               {"step_microstep", p.step}};
+  if (ctx_.pp_size > 1) {
+    // DeepSpeed's pipeline timers; a send is the time to post it, a receive
+    // the time spent waiting for it: the stage's bubble (pipe_bubble) plus
+    // the transfer itself.
+    s.timers.push_back({"pipe_send_output", p.send_output});
+    s.timers.push_back({"pipe_recv_input", p.recv_input});
+    s.timers.push_back({"pipe_send_grad", p.send_grad});
+    s.timers.push_back({"pipe_recv_grad", p.recv_grad});
+    s.timers.push_back({"pipe_bubble", p.recv_input + p.recv_grad});
+  }
 
   FillLive(&s);
   s.unix_time = UnixNow();
@@ -229,7 +239,9 @@ std::string Telemetry::MetricsJson(const TrainingState &state) const {
   const double n = double(ctx_.dp_size);
   const double job_tokens_per_sec = s.tokens_per_second * n;  // tokens (GPT) or samples
   const double job_samples_per_sec = s.samples_per_second * n;
-  const double job_flops = s.achieved_flops_per_second * n;
+  // The whole model's FLOPs at the job's sample rate (a pipeline rank
+  // computes only its stage's share).
+  const double job_flops = ctx_.model_flops_per_sample_token * job_tokens_per_sec;
   Json j = {
       {"step", state.progress->steps},
       {"samples", job_samples_},
@@ -259,6 +271,15 @@ std::string Telemetry::MetricsJson(const TrainingState &state) const {
       {"rank", ctx_.env.rank},
       {"world_size", ctx_.env.world_size},
       {"zero_stage", ctx_.zero_stage},
+      {"pipeline",
+       {{"stages", ctx_.pp_size},
+        {"stage", ctx_.pp_rank},
+        {"last_step",
+         {{"send_output", timer("pipe_send_output")},
+          {"recv_input", timer("pipe_recv_input")},
+          {"send_grad", timer("pipe_send_grad")},
+          {"recv_grad", timer("pipe_recv_grad")},
+          {"bubble", timer("pipe_bubble")}}}}},
       {"precision", DTypeName(ctx_.config->precision())},
       {"loss_scale", state.loss_scale},
       {"skipped_steps", state.progress->skipped_steps},

@@ -41,9 +41,10 @@ struct TelemetryContext {
   Store *store = nullptr;  // null on a single-rank job
   bool gpt = true;         // throughput in tokens (GPT) or samples
   int64_t num_parameters = 0;
-  double flops_per_sample_token = 0;  // training FLOPs per token (GPT) or sample
+  double flops_per_sample_token = 0;        // this rank's training FLOPs per token (GPT) or sample
+  double model_flops_per_sample_token = 0;  // the whole model's (differs with a pipeline)
   int zero_stage = 0;
-  int64_t dp_size = 1, dp_rank = 0, tp_rank = 0, pp_rank = 0;
+  int64_t dp_size = 1, dp_rank = 0, tp_rank = 0, pp_rank = 0, pp_size = 1;
 };
 
 // The engine's state a metrics JSON reports beside the last sample.

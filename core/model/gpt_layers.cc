@@ -171,6 +171,11 @@ double GptBlock<T>::ForwardFlops(int64_t B, int64_t seq) const {
 template <typename T>
 GptHead<T>::GptHead(const GptDims &dims, int wte_id, ParamRegistry &registry)
     : dims_(dims), wte_(wte_id) {
+  // A pipeline's last stage holds its own copy of the tied weight (same name,
+  // same initial values); the engine sums the two copies' gradients.
+  if (wte_ < 0)
+    wte_ = registry.Add("transformer.wte.weight", {dims.vocab, dims.d_model},
+                        ParamInit::Normal(kInitStd));
   lnf_w_ = registry.Add("transformer.ln_f.weight", {dims.d_model}, ParamInit::Constant(1));
   lnf_b_ = registry.Add("transformer.ln_f.bias", {dims.d_model}, ParamInit::Constant(0));
 }

@@ -42,7 +42,7 @@ template <typename T>
 class GptBlock final : public Layer<T> {
  public:
   GptBlock(const GptDims &dims, int index, ParamRegistry &registry);
-  std::string_view Kind() const override { return "gpt_block"; }
+  std::string_view Kind() const override { return "gpt_transformer_block"; }
   int64_t OutWidth() const override { return dims_.d_model; }
   std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
   int64_t ScratchSize(const ActivationLimits &limits) const override;

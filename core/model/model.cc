@@ -17,55 +17,63 @@ namespace {
 template <typename T>
 using LayerList = std::vector<std::unique_ptr<Layer<T>>>;
 
-// Returns the id of the tied wte, which the head (last layer) also uses.
-template <typename T>
-int BuildGpt(const ModelSpec &spec_, ParamRegistry &registry, LayerList<T> &layers_,
-             std::vector<int64_t> &first_offset_) {
-  first_offset_.push_back(registry.total_numel());
-  auto embedding = std::make_unique<GptEmbedding<T>>(spec_.gpt, registry);
-  const int wte = embedding->wte_id();
-  layers_.push_back(std::move(embedding));
-  for (int i = 0; i < spec_.gpt.n_layer; ++i) {
-    first_offset_.push_back(registry.total_numel());
-    layers_.push_back(std::make_unique<GptBlock<T>>(spec_.gpt, i, registry));
-  }
-  first_offset_.push_back(registry.total_numel());
-  layers_.push_back(std::make_unique<GptHead<T>>(spec_.gpt, wte, registry));
-  return wte;
+// Layers of the whole model: GPT = embedding, n_layer blocks, head;
+// sequential = its layers, then the loss.
+size_t GlobalLayerCount(const ModelSpec &spec) {
+  if (spec.type == ModelSpec::Type::kGpt) return size_t(spec.gpt.n_layer) + 2;
+  return spec.layers.size() + 1;
 }
 
-template <typename T>
-void BuildSequential(const ModelSpec &spec_, ParamRegistry &registry, LayerList<T> &layers_,
-                     std::vector<int64_t> &first_offset_) {
-  int64_t width = spec_.input_dim;
-  for (size_t i = 0; i < spec_.layers.size(); ++i) {
-    first_offset_.push_back(registry.total_numel());
-    const SequentialLayerSpec &l = spec_.layers[i];
-    const std::string prefix = "layers." + std::to_string(i);
-    switch (l.kind) {
-      case SequentialLayerSpec::Kind::kLinear:
-        layers_.push_back(
-            std::make_unique<LinearLayer<T>>(prefix, width, l.out_features, l.bias, registry));
-        width = l.out_features;
-        break;
-      case SequentialLayerSpec::Kind::kRelu:
-        layers_.push_back(
-            std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kRelu, width));
-        break;
-      case SequentialLayerSpec::Kind::kGelu:
-        layers_.push_back(
-            std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kGelu, width));
-        break;
-      case SequentialLayerSpec::Kind::kLayerNorm:
-        layers_.push_back(std::make_unique<LayerNormLayer<T>>(prefix, width, registry));
-        break;
-    }
+// The input width of each layer of the whole model (0: the GPT embedding).
+std::vector<int64_t> GlobalInWidths(const ModelSpec &spec) {
+  std::vector<int64_t> widths;
+  if (spec.type == ModelSpec::Type::kGpt) {
+    widths.assign(GlobalLayerCount(spec), spec.gpt.d_model);
+    widths[0] = 0;
+    return widths;
   }
-  first_offset_.push_back(registry.total_numel());
-  if (spec_.loss == ModelSpec::Loss::kMse)
-    layers_.push_back(std::make_unique<MseLossLayer<T>>(width));
-  else
-    layers_.push_back(std::make_unique<CrossEntropyLossLayer<T>>(width));
+  int64_t width = spec.input_dim;
+  for (const SequentialLayerSpec &l : spec.layers) {
+    widths.push_back(width);
+    if (l.kind == SequentialLayerSpec::Kind::kLinear) width = l.out_features;
+  }
+  widths.push_back(width);  // the loss
+  return widths;
+}
+
+// Builds layer g of the whole model, declaring its tensors into `registry`.
+// *wte: the GPT embedding's wte id once built here (the head uses it, or
+// declares its own copy when the embedding lives on another stage).
+template <typename T>
+std::unique_ptr<Layer<T>> MakeLayer(const ModelSpec &spec, size_t g, int64_t in_width,
+                                    ParamRegistry &registry, int *wte) {
+  if (spec.type == ModelSpec::Type::kGpt) {
+    if (g == 0) {
+      auto embedding = std::make_unique<GptEmbedding<T>>(spec.gpt, registry);
+      *wte = embedding->wte_id();
+      return embedding;
+    }
+    if (g <= size_t(spec.gpt.n_layer))
+      return std::make_unique<GptBlock<T>>(spec.gpt, int(g) - 1, registry);
+    return std::make_unique<GptHead<T>>(spec.gpt, *wte, registry);
+  }
+  if (g == spec.layers.size()) {
+    if (spec.loss == ModelSpec::Loss::kMse) return std::make_unique<MseLossLayer<T>>(in_width);
+    return std::make_unique<CrossEntropyLossLayer<T>>(in_width);
+  }
+  const SequentialLayerSpec &l = spec.layers[g];
+  const std::string prefix = "layers." + std::to_string(g);
+  switch (l.kind) {
+    case SequentialLayerSpec::Kind::kLinear:
+      return std::make_unique<LinearLayer<T>>(prefix, in_width, l.out_features, l.bias, registry);
+    case SequentialLayerSpec::Kind::kRelu:
+      return std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kRelu, in_width);
+    case SequentialLayerSpec::Kind::kGelu:
+      return std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kGelu, in_width);
+    case SequentialLayerSpec::Kind::kLayerNorm:
+      break;
+  }
+  return std::make_unique<LayerNormLayer<T>>(prefix, in_width, registry);
 }
 
 // Per layer: the tensors declared while it was built (their offsets lie in
@@ -86,25 +94,48 @@ std::vector<LayerParamUse> LayerUses(const ParamRegistry &registry,
   return uses;
 }
 
-// Builds the layers of `spec`; each declares its parameters into `registry`
-// (nothing is allocated until Reserve and the ParamStore).
+// The whole model as one chunk.
+std::vector<LayerRange> WholeModel(const ModelSpec &spec) {
+  return {LayerRange{0, GlobalLayerCount(spec)}};
+}
+
+// What one rank builds: the layers of `chunks` (global indices) in order,
+// each declaring its parameters into `registry` (nothing is allocated until
+// the ParamStore).
 template <typename T>
-void BuildLayers(const ModelSpec &spec, ParamRegistry &registry, LayerList<T> *layers,
-                 std::vector<int64_t> *first_offsets, std::vector<LayerParamUse> *uses) {
-  int tied = -1;
-  if (spec.type == ModelSpec::Type::kGpt)
-    tied = BuildGpt<T>(spec, registry, *layers, *first_offsets);
-  else
-    BuildSequential<T>(spec, registry, *layers, *first_offsets);
-  *uses = LayerUses(registry, *first_offsets, tied);
+struct BuiltLayers {
+  LayerList<T> layers;
+  std::vector<size_t> global;          // per local layer
+  std::vector<int64_t> first_offsets;  // per local layer
+  std::vector<LayerParamUse> uses;
+  std::vector<LayerRange> chunks;  // local ranges
+};
+
+template <typename T>
+BuiltLayers<T> BuildLayers(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
+                           ParamRegistry &registry) {
+  BuiltLayers<T> built;
+  const std::vector<int64_t> widths = GlobalInWidths(spec);
+  int wte = -1;
+  for (const LayerRange &chunk : chunks) {
+    const size_t local_begin = built.layers.size();
+    for (size_t g = chunk.begin; g < chunk.end; ++g) {
+      built.first_offsets.push_back(registry.total_numel());
+      built.layers.push_back(MakeLayer<T>(spec, g, widths[g], registry, &wte));
+      built.global.push_back(g);
+    }
+    built.chunks.push_back({local_begin, built.layers.size()});
+  }
+  // The head uses the embedding's wte when both are here (one model).
+  const bool tied = spec.type == ModelSpec::Type::kGpt && !built.global.empty() &&
+                    built.global.front() == 0 && built.global.back() + 1 == GlobalLayerCount(spec);
+  built.uses = LayerUses(registry, built.first_offsets, tied ? wte : -1);
+  return built;
 }
 
 ParamRegistry Declare(const ModelSpec &spec) {
   ParamRegistry registry;
-  LayerList<float> layers;
-  std::vector<int64_t> offsets;
-  std::vector<LayerParamUse> uses;
-  BuildLayers<float>(spec, registry, &layers, &offsets, &uses);
+  BuildLayers<float>(spec, WholeModel(spec), registry);
   return registry;
 }
 
@@ -118,12 +149,62 @@ std::vector<ParamDecl> DeclareParameters(const ModelSpec &spec) {
   return Declare(spec).decls();
 }
 
+std::vector<ParamDecl> DeclarePartParameters(const ModelSpec &spec,
+                                             const std::vector<LayerRange> &chunks) {
+  ParamRegistry registry;
+  BuildLayers<float>(spec, chunks, registry);
+  return registry.decls();
+}
+
+int64_t SavedActivationElements(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
+                                const ActivationLimits &limits) {
+  ParamRegistry registry;
+  BuiltLayers<float> built =
+      BuildLayers<float>(spec, chunks.empty() ? WholeModel(spec) : chunks, registry);
+  int64_t total = 0;
+  for (const auto &layer : built.layers)
+    for (const SavedTensorSpec &t : layer->SavedTensors(limits)) total += t.numel;
+  return total;
+}
+
+std::vector<LayerSummary> SummarizeLayers(const ModelSpec &spec, int64_t B, int64_t seq) {
+  ParamRegistry registry;
+  BuiltLayers<float> built = BuildLayers<float>(spec, WholeModel(spec), registry);
+  std::vector<LayerSummary> out;
+  for (size_t i = 0; i < built.layers.size(); ++i) {
+    LayerSummary s;
+    s.kind = std::string(built.layers[i]->Kind());
+    const int64_t end =
+        i + 1 < built.layers.size() ? built.first_offsets[i + 1] : registry.total_numel();
+    s.parameters = end - built.first_offsets[i];
+    s.forward_flops = built.layers[i]->ForwardFlops(B, seq);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 template <typename T>
 Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTracker *tracker,
-                const ParamStoreOptions &store, const ActivationOptions &activations)
+                const ParamStoreOptions &store, const ActivationOptions &activations,
+                const ModelPart &part)
     : spec_(spec), limits_(limits) {
   ParamRegistry registry;
-  BuildLayers(spec, registry, &layers_, &first_offset_, &layer_params_);
+  BuiltLayers<T> built =
+      BuildLayers<T>(spec, part.chunks.empty() ? WholeModel(spec) : part.chunks, registry);
+  layers_ = std::move(built.layers);
+  global_layers_ = std::move(built.global);
+  first_offset_ = std::move(built.first_offsets);
+  layer_params_ = std::move(built.uses);
+  chunks_ = std::move(built.chunks);
+  const std::vector<int64_t> widths = GlobalInWidths(spec);
+  for (size_t g : global_layers_) in_widths_.push_back(widths[g]);
+  if (!part.chunks.empty()) {  // a stage's tensors start as the whole model's do
+    const ParamRegistry whole = Declare(spec);
+    for (size_t k = 0; k < registry.decls().size(); ++k)
+      for (size_t g = 0; g < whole.decls().size(); ++g)
+        if (whole.decls()[g].name == registry.decls()[k].name)
+          registry.SetInitKey(int(k), int64_t(g));
+  }
 
   store_ = std::make_unique<ParamStore<T>>(registry, tracker, store);
   store_->Initialize(spec.seed);
@@ -164,8 +245,13 @@ template <typename T>
 const T *Model<T>::InputOf(size_t i, int64_t slot, LayerRange range,
                            const MicroBatch<T> &mb) const {
   if (i > range.begin) return activations_.at(slot, i - 1)[0];
-  if (i == 0) return mb.inputs;  // null for a GPT: its embedding reads the tokens
+  if (global_layers_[i] == 0) return mb.inputs;  // null for a GPT: its embedding reads tokens
   return range_input_[size_t(slot)];
+}
+
+template <typename T>
+int64_t Model<T>::InWidth(size_t i) const {
+  return in_widths_[i];
 }
 
 template <typename T>
@@ -220,8 +306,8 @@ Status Model<T>::Backward(int64_t slot, LayerRange range, T *dout, T *din, Micro
     if (activations_.NeedsRecompute(slot, i)) ForwardLayer(i, slot, in, mb, hooks);
     layers_[i]->Backward(in, activations_.at(slot, i), dout, layer_din, mb);
     if (hooks) DST_RETURN_IF_ERROR(hooks->AfterBackward(i));
-    if (layer_din && i > 0)
-      RoundActivations(hooks, layer_din, mb.rows() * layers_[i - 1]->OutWidth());
+    if (layer_din && global_layers_[i] > 0)  // also the gradient a stage sends back
+      RoundActivations(hooks, layer_din, mb.rows() * InWidth(i));
     dout = layer_din;
     next ^= 1;
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/common/status.h"
@@ -18,6 +19,15 @@ namespace dst {
 int64_t CountParameters(const ModelSpec &spec);
 // The parameter declarations of a spec (names, shapes, flat offsets), without allocating.
 std::vector<ParamDecl> DeclareParameters(const ModelSpec &spec);
+
+// What a stage partitioner knows of one layer of the whole model.
+struct LayerSummary {
+  std::string kind;        // Layer::Kind(): "gpt_embedding", "gpt_transformer_block", "linear", ...
+  int64_t parameters = 0;  // declared by the layer
+  double forward_flops = 0;  // one micro-batch of B x seq
+};
+// The layers of a whole model, in order (GPT: embedding, blocks, head).
+std::vector<LayerSummary> SummarizeLayers(const ModelSpec &spec, int64_t B, int64_t seq);
 
 // The parameters one layer touches: the flat range [begin, end) of the
 // tensors it declared, and the ids of every tensor it reads or writes (its own
@@ -59,6 +69,26 @@ struct LayerRange {
   size_t size() const { return end - begin; }
 };
 
+// The part of a model one rank builds: contiguous runs of the whole model's
+// layers (its pipeline stage, or with interleaving its v model chunks), in
+// global layer indices. Empty: the whole model. The model's local layers are
+// the chunks' layers in order; chunk c runs as one LayerRange (chunk(c)).
+// Tensors keep their single-rank names and initial values; a part holding
+// the GPT head but not the embedding declares its own copy of the tied wte.
+struct ModelPart {
+  std::vector<LayerRange> chunks;
+};
+
+// The tensors a part of the model (ModelPart::chunks, global layer ranges)
+// declares, without allocating.
+std::vector<ParamDecl> DeclarePartParameters(const ModelSpec &spec,
+                                             const std::vector<LayerRange> &chunks);
+// Elements the layers of `chunks` (global ranges; empty = the whole model)
+// save for one micro-batch of `limits` between forward and backward (the
+// fp32 keep policy's per-slot size).
+int64_t SavedActivationElements(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
+                                const ActivationLimits &limits);
+
 template <typename T>
 class Model {
  public:
@@ -68,7 +98,8 @@ class Model {
   // says how many micro-batches can be in flight and how their saved values
   // are kept (ActivationStore), each slot sized for `limits`.
   Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTracker *tracker,
-        const ParamStoreOptions &store = {}, const ActivationOptions &activations = {});
+        const ParamStoreOptions &store = {}, const ActivationOptions &activations = {},
+        const ModelPart &part = {});
 
   // Runs layers [range.begin, range.end) forward on the micro-batch held in
   // activation slot `slot` (0 <= slot < activation_slots()). `input` is the
@@ -92,6 +123,17 @@ class Model {
   Status Backward(MicroBatch<T> &mb, LayerHooks *hooks = nullptr);
 
   LayerRange all_layers() const { return {0, layers_.size()}; }
+  // Model chunk c of the part (local layer indices); chunk 0 is everything
+  // when the model was built whole.
+  LayerRange chunk(size_t c) const { return chunks_[c]; }
+  size_t num_chunks() const { return chunks_.size(); }
+  // The whole model's index of local layer i.
+  size_t global_layer(size_t i) const { return global_layers_[i]; }
+  // Whether local layer i is the loss layer (the last stage's last layer).
+  bool has_loss() const { return !layers_.empty() && layers_.back()->IsLoss(); }
+  // Width of the activations entering local layer i ([rows, width]); 0 for
+  // the GPT embedding (it reads tokens).
+  int64_t InWidth(size_t i) const;
   int64_t activation_slots() const { return activations_.slots(); }
   // After layer i's backward, the lowest flat offset whose gradients can
   // still change: everything at or above it is final.
@@ -120,6 +162,9 @@ class Model {
   ModelSpec spec_;
   ActivationLimits limits_;
   std::vector<std::unique_ptr<Layer<T>>> layers_;
+  std::vector<LayerRange> chunks_;     // local layer ranges, one per model chunk
+  std::vector<size_t> global_layers_;  // per local layer: its index in the whole model
+  std::vector<int64_t> in_widths_;     // per local layer: width of its input (0: tokens)
   std::vector<int64_t> first_offset_;  // per layer: lowest offset of the params it writes
   std::vector<LayerParamUse> layer_params_;
   std::unique_ptr<ParamStore<T>> store_;

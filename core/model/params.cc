@@ -88,7 +88,8 @@ void ParamStore<T>::InitializeRange(uint64_t seed, int64_t begin, int64_t end, T
     const ParamDecl &d = decls_[k];
     const int64_t lo = std::max(begin, d.offset), hi = std::min(end, d.offset + d.numel);
     for (int64_t x = lo; x < hi; ++x)
-      out[x - begin] = T(InitialValue(d.init, seed, k, uint64_t(d.GlobalElement(x - d.offset))));
+      out[x - begin] = T(InitialValue(d.init, seed, d.init_key >= 0 ? uint64_t(d.init_key) : k,
+                                      uint64_t(d.GlobalElement(x - d.offset))));
   }
 }
 

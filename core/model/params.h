@@ -43,6 +43,10 @@ struct ParamDecl {
   ParamInit init;
   int64_t numel = 0;   // of `shape`
   int64_t offset = 0;  // element offset into the flat buffers
+  // The tensor's index in the whole model's declarations, which seeds its
+  // initial values: a pipeline stage declares a subset of the tensors, and
+  // each must start as it would on one rank. -1: its index here.
+  int64_t init_key = -1;
   // The global tensor's flat index of local element i: initialisation and
   // checkpoints address a slice's elements by where they sit in the whole
   // tensor, so every split starts from the same global values.
@@ -60,6 +64,8 @@ class ParamRegistry {
           TensorSplit split = {});
   const std::vector<ParamDecl> &decls() const { return decls_; }
   int64_t total_numel() const { return total_; }
+  // Tensor `id` initialises as the whole model's tensor `key` does.
+  void SetInitKey(int id, int64_t key) { decls_[size_t(id)].init_key = key; }
 
  private:
   std::vector<ParamDecl> decls_;
@@ -108,8 +114,9 @@ class ParamStore {
   int Find(std::string_view name) const;
 
  private:
+  // At least one element per rank, as ShardLayout (a stage of parameter-free layers).
   static int64_t Padded(int64_t n, int64_t multiple) {
-    return (n + multiple - 1) / multiple * multiple;
+    return n == 0 ? multiple : (n + multiple - 1) / multiple * multiple;
   }
   std::vector<ParamDecl> decls_;
   int64_t numel_;

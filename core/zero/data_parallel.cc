@@ -185,6 +185,53 @@ Result<double> DataParallel::GradNorm() {
   return std::sqrt(local);
 }
 
+Result<double> DataParallel::GradSquaredNorm(int excluded) {
+  const double f = GradFactor();
+  double local = SumOfSquares(storage_, StateGrads(), state_range_.size);
+  if (excluded >= 0) {
+    const ShardInfo part = StatePartOf(excluded);
+    const uint8_t *grads = static_cast<const uint8_t *>(StateGrads());
+    local -= SumOfSquares(
+        storage_, grads + size_t(part.offset - state_range_.offset) * ElementBytes(storage_),
+        part.size);
+  }
+  local *= f * f;
+  if (stage_ >= 1 && dp_->size() > 1) {  // summed over the shards in fp32
+    float v = float(local);
+    DST_RETURN_IF_ERROR(dp_->AllReduceSum(&v, 1)->Wait());
+    local = double(v);
+  }
+  return local;
+}
+
+ShardInfo DataParallel::StatePartOf(int id) const {
+  const ParamDecl &d = model_->params().decls()[size_t(id)];
+  const int64_t begin = std::max(d.offset, state_range_.offset);
+  const int64_t end = std::min(d.offset + d.numel, state_range_.offset + state_range_.size);
+  return {begin, std::max<int64_t>(end - begin, 0)};
+}
+
+Status DataParallel::ReadStoredGradient(int id, float *out) {
+  const ParamDecl &d = model_->params().decls()[size_t(id)];
+  const ShardInfo part = StatePartOf(id);
+  std::fill(out, out + d.numel, 0.0f);
+  const uint8_t *grads = static_cast<const uint8_t *>(StateGrads());
+  Widen(storage_, grads + size_t(part.offset - state_range_.offset) * ElementBytes(storage_),
+        out + (part.offset - d.offset), part.size);
+  // Stages 1-3: the shards are disjoint, so their sum is the whole tensor.
+  if (stage_ >= 1 && dp_->size() > 1) DST_RETURN_IF_ERROR(dp_->AllReduceSum(out, d.numel)->Wait());
+  return Status::Ok();
+}
+
+Status DataParallel::AddStoredGradient(int id, const float *in) {
+  const ParamDecl &d = model_->params().decls()[size_t(id)];
+  const ShardInfo part = StatePartOf(id);
+  uint8_t *grads = static_cast<uint8_t *>(StateGrads());
+  AddInto(storage_, in + (part.offset - d.offset),
+          grads + size_t(part.offset - state_range_.offset) * ElementBytes(storage_), part.size);
+  return Status::Ok();
+}
+
 void DataParallel::ScaleGradients(float k) {
   if (Wide())
     clip_coef_ *= double(k);

@@ -85,6 +85,9 @@ class DataParallel final : public DataParallelism {
   Status FinishReduction() override;
   // Global L2 norm of the averaged, unscaled gradients (over shards, 1-3).
   Result<double> GradNorm() override;
+  Result<double> GradSquaredNorm(int excluded) override;
+  Status ReadStoredGradient(int id, float *out) override;
+  Status AddStoredGradient(int id, const float *in) override;
   void ScaleGradients(float k) override;
   // Optimizer update of this rank's state range, then the parameters every
   // rank needs: all-gathered (stages 1, 2) or refreshed persistent tensors (3).
@@ -110,6 +113,9 @@ class DataParallel final : public DataParallelism {
 
  private:
   bool Wide() const { return storage_ != StorageType::kFp32; }
+  // The part of tensor `id` this rank's state range holds: [begin, end) in
+  // flat offsets (empty when begin == end).
+  ShardInfo StatePartOf(int id) const;
   // The full gradient buffer of stages 0, 1 (storage type).
   void *FullGrads();
   // This rank's gradients over the state range (storage type).

@@ -38,6 +38,18 @@ class DataParallelism : public LayerHooks {
   // Global L2 norm of the averaged (unscaled) gradients; not finite when a
   // gradient overflowed on any rank.
   virtual Result<double> GradNorm() = 0;
+  // The squared norm of the same, summed over the group, leaving out tensor
+  // `excluded` (-1: none): a pipeline stage's share of the global norm, a
+  // tied weight's second copy left out so it counts once.
+  virtual Result<double> GradSquaredNorm(int excluded) = 0;
+
+  // After FinishReduction, tensor `id`'s gradient as the group stores it
+  // (widened to fp32; under 16 bits still scaled by the loss scale and the
+  // group size), whole on every rank (collective over the group), and
+  // adding to it (each rank adds to the part it holds): how a pipeline sums
+  // the two stages' copies of a tied weight.
+  virtual Status ReadStoredGradient(int id, float *out) = 0;
+  virtual Status AddStoredGradient(int id, const float *in) = 0;
   // Multiplies the gradients the step will use by k (clipping).
   virtual void ScaleGradients(float k) = 0;
   // Optimizer update of this rank's part, then the parameters every rank needs.

@@ -6,7 +6,7 @@
 `dstrain launch` (or the `dstrain-launch` console script, torchrun, mpirun or
 srun) starts the ranks; the engine reads RANK/WORLD_SIZE/MASTER_ADDR/... and
 joins the job. Each rank feeds its slice of every global batch — rank r takes
-samples [r*n, (r+1)*n) — so the job trains on exactly the batches a single
+samples [r*n, (r+1)*n), r its data-parallel rank (info.dp_rank) — so the job trains on exactly the batches a single
 process would, and reproduces its losses. ZeRO stage 1 partitions the AdamW
 state across ranks. Only rank 0 prints.
 """
@@ -36,7 +36,7 @@ def main():
         n = info.local_batch_size  # this rank's samples per step
         for step in range(args.steps):
             tokens, targets = data.batch("train", step, n, MODEL["n_ctx"],
-                                         first_sample=info.rank * n)
+                                         first_sample=info.dp_rank * n)
             loss = engine.train_batch(tokens, targets)  # the mean over all ranks
             if info.rank == 0 and (step + 1) % 10 == 0:
                 print(f"step {step + 1:4d} | loss {loss:.6f} | ranks {info.world_size}",

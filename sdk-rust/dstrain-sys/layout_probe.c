@@ -91,6 +91,11 @@ int main(void) {
   FIELD(dst_engine_info_t, vocab_size);
   FIELD(dst_engine_info_t, input_dim);
   FIELD(dst_engine_info_t, output_dim);
+  FIELD(dst_engine_info_t, dp_rank);
+  FIELD(dst_engine_info_t, pp_size);
+  FIELD(dst_engine_info_t, pp_rank);
+  FIELD(dst_engine_info_t, tp_size);
+  FIELD(dst_engine_info_t, tp_rank);
 
   SIZE(dst_batch_t);
   ALIGN(dst_batch_t);

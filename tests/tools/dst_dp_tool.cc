@@ -170,8 +170,8 @@ int main(int argc, char **argv) {
   batch.targets = targets.data();
   batch.targets_count = targets.size();
   auto load_batch = [&](int index) {
-    Check(dst_dataset_batch(dataset, DST_SPLIT_TRAIN, uint64_t(index), uint64_t(info.rank) * n, n,
-                            T, tokens.data(), targets.data(), tokens.size()),
+    Check(dst_dataset_batch(dataset, DST_SPLIT_TRAIN, uint64_t(index), uint64_t(info.dp_rank) * n,
+                            n, T, tokens.data(), targets.data(), tokens.size()),
           "dst_dataset_batch");
   };
   for (int step = first_step; step < steps; ++step) {

@@ -696,14 +696,63 @@ TEST(ConfigErrors, TensorParallelSize2IsNotSupportedYet) {
                         Code::kConfig, {"tensor_parallel.enabled is false"}));
 }
 
-TEST(ConfigErrors, PipelineSize2IsNotSupportedYet) {
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2,
-                                  "pipeline_parallel": {"enabled": true, "pp_size": 2}})"),
-                        Code::kNotSupported,
-                        {"pipeline_parallel.pp_size: pipeline parallelism (2 stages) is not "
-                         "supported yet"}));
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "pipeline": {"stages": 4}})"),
-                        Code::kNotSupported, {"pipeline.stages: pipeline parallelism (4 stages)"}));
+TEST(ConfigPipeline, BothSpellingsAndTheDivisibilityRule) {
+  Result<Config> tutorial = Parse(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+      "pipeline_parallel": {"enabled": true, "pp_size": 2, "micro_batches": 4}})",
+                                  2);
+  ASSERT_PARSED(tutorial);
+  EXPECT_EQ(tutorial->pp_size, 2);
+  EXPECT_EQ(tutorial->dp_size, 1);  // pp does not multiply the batch
+  EXPECT_EQ(tutorial->gradient_accumulation_steps, 4);
+  Result<Config> deepspeed = Parse(R"({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 1,
+      "pipeline": {"stages": 4, "partition_method": "type:transformer", "schedule": "interleaved",
+                   "virtual_stages": 2, "activation_checkpoint_interval": 1}})",
+                                   8);
+  ASSERT_PARSED(deepspeed);
+  EXPECT_EQ(deepspeed->pp_size, 4);
+  EXPECT_EQ(deepspeed->dp_size, 2);
+  EXPECT_EQ(deepspeed->pipeline.partition_method, "type:transformer");
+  EXPECT_EQ(deepspeed->pipeline.schedule, "interleaved");
+  EXPECT_EQ(deepspeed->pipeline.virtual_stages, 2);
+  EXPECT_TRUE(deepspeed->recompute_activations());
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "pipeline": {"stages": 4}})", 6),
+                        Code::kConfig,
+                        {"world size 6 is not divisible", "pipeline-parallel size 4"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 8, "gradient_accumulation_steps": 2,
+      "pipeline_parallel": {"pp_size": 2, "micro_batches": 4}})",
+                              2),
+                        Code::kConfig,
+                        {"pipeline_parallel.micro_batches 4 != gradient_accumulation_steps 2"}));
+}
+
+TEST(ConfigPipeline, RefusalsNameTheSetting) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "pipeline": {"stages": 2,
+      "schedule": "zb-h1"}})",
+                              2),
+                        Code::kNotSupported, {"pipeline.schedule \"zb-h1\"", "use \"1f1b\""}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "pipeline": {"virtual_stages": 2}})"),
+                        Code::kConfig, {"pipeline.virtual_stages is 2", "\"interleaved\""}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "pipeline": {"partition": "balanced"}})"),
+                        Code::kConfig, {"\"balanced\" is not a partition method"}));
+  EXPECT_TRUE(FailsWith(
+      Parse(R"({"train_batch_size": 2, "pipeline": {"activation_checkpoint_interval": 2}})"),
+      Code::kNotSupported, {"activation_checkpoint_interval 2 is not supported yet"}));
+}
+
+TEST(ConfigPipeline, ActivationCheckpointingTurnsRecomputationOn) {
+  Result<Config> plain = Parse(R"({"train_batch_size": 1})");
+  ASSERT_PARSED(plain);
+  EXPECT_FALSE(plain->recompute_activations());
+  Result<Config> section = Parse(R"({"train_batch_size": 1, "activation_checkpointing": {
+      "partition_activations": true, "cpu_checkpointing": true}})");
+  ASSERT_PARSED(section);
+  EXPECT_TRUE(section->recompute_activations());
+  EXPECT_NE(section->resolved_json.find("nothing to partition"), std::string::npos);
+  EXPECT_NE(section->resolved_json.find("host memory already"), std::string::npos);
+  Result<Config> off = Parse(R"({"train_batch_size": 1, "activation_checkpointing": {},
+      "pipeline": {"activation_checkpoint_interval": 0}})");
+  ASSERT_PARSED(off);
+  EXPECT_FALSE(off->recompute_activations());
 }
 
 TEST(ConfigErrors, CommunicationDataType) {
@@ -736,9 +785,6 @@ TEST(ConfigErrors, NumThreadsNegative) {
 }
 
 TEST(ConfigErrors, ActivationCheckpointingOptions) {
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
-    "activation_checkpointing": {"partition_activations": true}})"),
-                        Code::kNotSupported, {"activation_checkpointing.partition_activations"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
     "activation_checkpointing": {"contiguous_memory_optimization": true}})"),
                         Code::kConfig, {"needs partition_activations: true"}));

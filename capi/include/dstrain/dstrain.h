@@ -202,6 +202,14 @@ typedef struct dst_engine_info {
   int64_t vocab_size;       /* GPT: vocabulary; sequential: 0 */
   int64_t input_dim;        /* sequential: features per sample; GPT: 0 */
   int64_t output_dim;       /* sequential: outputs (classes) per sample; GPT: vocab */
+  /* Version 2: where this rank sits in the (pp, dp, tp) grid. A data loader
+   * takes its slice of each global batch by dp_rank (every pipeline stage of
+   * one data-parallel replica passes the same samples). */
+  int64_t dp_rank;
+  int64_t pp_size; /* pipeline stages */
+  int64_t pp_rank; /* this rank's stage */
+  int64_t tp_size; /* tensor-parallel ranks */
+  int64_t tp_rank;
 } dst_engine_info_t;
 
 /* The size of the first version of dst_engine_info_t. */

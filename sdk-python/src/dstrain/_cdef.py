@@ -75,6 +75,11 @@ typedef struct dst_engine_info {
   int64_t vocab_size;
   int64_t input_dim;
   int64_t output_dim;
+  int64_t dp_rank;
+  int64_t pp_size;
+  int64_t pp_rank;
+  int64_t tp_size;
+  int64_t tp_rank;
 } dst_engine_info_t;
 
 dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *info);

@@ -67,6 +67,11 @@ class EngineInfo:
     vocab_size: int  #: GPT: vocabulary; sequential: 0
     input_dim: int  #: sequential: features per sample; GPT: 0
     output_dim: int  #: sequential: outputs (classes) per sample; GPT: vocab
+    dp_rank: int  #: this rank's data-parallel index (its slice of each global batch)
+    pp_size: int  #: pipeline stages
+    pp_rank: int  #: this rank's pipeline stage
+    tp_size: int  #: tensor-parallel ranks
+    tp_rank: int  #: this rank's tensor-parallel index
 
     @property
     def local_batch_size(self) -> int:

@@ -161,6 +161,16 @@ pub struct dst_engine_info {
     pub input_dim: i64,
     /// Sequential: outputs (classes) per sample; GPT: vocab.
     pub output_dim: i64,
+    /// Version 2: this rank's data-parallel index.
+    pub dp_rank: i64,
+    /// Pipeline stages.
+    pub pp_size: i64,
+    /// This rank's pipeline stage.
+    pub pp_rank: i64,
+    /// Tensor-parallel ranks.
+    pub tp_size: i64,
+    /// This rank's tensor-parallel index.
+    pub tp_rank: i64,
 }
 /// `dst_engine_info_t`.
 pub type dst_engine_info_t = dst_engine_info;

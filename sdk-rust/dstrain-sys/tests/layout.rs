@@ -132,6 +132,11 @@ fn rust_layout() -> BTreeMap<String, String> {
     field!(m, dst_engine_info_t, vocab_size);
     field!(m, dst_engine_info_t, input_dim);
     field!(m, dst_engine_info_t, output_dim);
+    field!(m, dst_engine_info_t, dp_rank);
+    field!(m, dst_engine_info_t, pp_size);
+    field!(m, dst_engine_info_t, pp_rank);
+    field!(m, dst_engine_info_t, tp_size);
+    field!(m, dst_engine_info_t, tp_rank);
 
     size_align!(m, dst_batch_t);
     field!(m, dst_batch_t, struct_size);

@@ -231,6 +231,14 @@ pub struct Info {
     pub input_dim: usize,
     /// Sequential: outputs (classes) per sample; GPT: the vocabulary size.
     pub output_dim: usize,
+    /// This rank's data-parallel index (its slice of each global batch).
+    pub dp_rank: usize,
+    /// Pipeline stages, and this rank's stage.
+    pub pp_size: usize,
+    pub pp_rank: usize,
+    /// Tensor-parallel ranks, and this rank's index.
+    pub tp_size: usize,
+    pub tp_rank: usize,
 }
 
 impl Info {
@@ -347,6 +355,11 @@ impl Engine {
             vocab_size: size(raw.vocab_size),
             input_dim: size(raw.input_dim),
             output_dim: size(raw.output_dim),
+            dp_rank: size(raw.dp_rank),
+            pp_size: size(raw.pp_size),
+            pp_rank: size(raw.pp_rank),
+            tp_size: size(raw.tp_size),
+            tp_rank: size(raw.tp_rank),
         })
     }
 

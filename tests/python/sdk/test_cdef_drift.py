@@ -170,11 +170,11 @@ def test_reader_reports_a_drift():
     """The reader notices an added field, a changed prototype and a new enum value."""
     changed = (
         HEADER.read_text()
-        .replace("int64_t output_dim;", "int64_t output_dim;\n  int64_t pp_size;")
+        .replace("int64_t output_dim;", "int64_t output_dim;\n  int64_t future_field;")
         .replace("int dst_version_number(void);", "long dst_version_number(void);")
         .replace("DST_ERR_INTERNAL = 10", "DST_ERR_INTERNAL = 10,\n  DST_ERR_TIMEOUT = 11")
     )
     diff = set(header_reader.read(changed).render()) ^ set(HEADER_DECLS.render())
-    assert "  int64_t pp_size;" in diff
+    assert "  int64_t future_field;" in diff
     assert "long dst_version_number();" in diff
     assert "  DST_ERR_TIMEOUT = 11" in diff

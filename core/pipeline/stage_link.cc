@@ -1,0 +1,211 @@
+#include "core/pipeline/stage_link.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+namespace dst {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+constexpr int64_t kMaxMicroBatches = int64_t(1) << 20;  // what a tag can name
+constexpr int64_t kMaxVirtualStages = 512;
+}  // namespace
+
+StageLink::StageLink(Communicator *pp, std::vector<ChunkShape> chunks, int64_t max_rows,
+                     MemoryTracker *tracker)
+    : pp_(pp), chunks_(std::move(chunks)), max_rows_(max_rows), tracker_(tracker) {
+  for (const ChunkShape &c : chunks_) max_width_ = std::max({max_width_, c.in_width, c.out_width});
+}
+
+StageLink::~StageLink() {
+  (void)Reap(/*all=*/true);
+}
+
+Status StageLink::BeginStep(int64_t micro_batches) {
+  if (micro_batches >= kMaxMicroBatches)
+    return InvalidArgument("a pipeline step takes at most " + std::to_string(kMaxMicroBatches - 1) +
+                           " micro-batches; this one has " + std::to_string(micro_batches));
+  if (stages() * virtual_stages() > kMaxVirtualStages)
+    return InvalidArgument("at most " + std::to_string(kMaxVirtualStages) +
+                           " pipeline stages x virtual stages");
+  DST_RETURN_IF_ERROR(Reap(/*all=*/true));
+  for (Held &h : held_) {  // a failed step may have left buffers held
+    Free(&h.activation_in), Free(&h.output), Free(&h.gradient_in), Free(&h.gradient_out);
+  }
+  micro_batches_ = micro_batches;
+  const size_t keys = size_t(micro_batches * virtual_stages());
+  if (held_.size() < keys) held_.resize(keys);
+  ResetTimes();
+  return Status::Ok();
+}
+
+uint32_t StageLink::Tag(Kind kind, int64_t to_virtual_stage, int64_t mb) const {
+  return (uint32_t(kind) << 30) | (uint32_t(to_virtual_stage) << 20) | uint32_t(mb);
+}
+
+Result<int> StageLink::Acquire() {
+  if (free_.empty()) DST_RETURN_IF_ERROR(Reap(/*all=*/false));
+  if (free_.empty()) {  // the pool grows to the schedule's peak in the first step
+    pool_.emplace_back(tracker_, MemoryCategory::kCommunication, size_t(max_rows_ * max_width_));
+    free_.reserve(pool_.size());
+    return int(pool_.size() - 1);
+  }
+  const int b = free_.back();
+  free_.pop_back();
+  return b;
+}
+
+void StageLink::Free(int *buffer) {
+  if (*buffer < 0) return;
+  free_.push_back(*buffer);
+  *buffer = -1;
+}
+
+Status StageLink::Reap(bool all) {
+  Status first;
+  size_t kept = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Pending &p = pending_[i];
+    if (!all && !p.work->Test()) {
+      if (kept != i) pending_[kept] = std::move(p);
+      ++kept;
+      continue;
+    }
+    Status st = p.work->Wait();
+    free_.push_back(p.buffer);
+    if (!st.ok() && first.ok()) first = std::move(st);
+  }
+  pending_.erase(pending_.begin() + std::ptrdiff_t(kept), pending_.end());
+  return first;
+}
+
+Status StageLink::Post(Kind kind, int64_t to_virtual_stage, int64_t mb, int buffer, int64_t bytes,
+                       double *seconds) {
+  const auto t0 = Clock::now();
+  pending_.push_back({pp_->Send(pool_[size_t(buffer)].data(), bytes, RankOf(to_virtual_stage),
+                                Tag(kind, to_virtual_stage, mb)),
+                      buffer});
+  bytes_sent_ += bytes;
+  *seconds += SecondsSince(t0);
+  return Status::Ok();
+}
+
+Status StageLink::Receive(Kind kind, int64_t from_virtual_stage, int64_t my_virtual_stage,
+                          int64_t mb, int buffer, int64_t bytes, double *seconds) {
+  const auto t0 = Clock::now();
+  Status st = pp_->Recv(pool_[size_t(buffer)].data(), bytes, RankOf(from_virtual_stage),
+                        Tag(kind, my_virtual_stage, mb))
+                  ->Wait();
+  *seconds += SecondsSince(t0);
+  if (st.ok()) return st;
+  return st.context(std::string("pipeline stage ") + std::to_string(stage()) + " receiving the " +
+                    (kind == kActivation ? "activations" : "gradients") + " of micro-batch " +
+                    std::to_string(mb) + " from stage " +
+                    std::to_string(RankOf(from_virtual_stage)));
+}
+
+Status StageLink::RecvActivation(int64_t chunk, int64_t mb, int64_t rows) {
+  Held &h = held_[Key(chunk, mb)];
+  if (h.activation_in < 0) {
+    Result<int> b = Acquire();
+    if (!b.ok()) return b.status();
+    h.activation_in = b.value();
+  }
+  const int64_t bytes = rows * chunks_[size_t(chunk)].in_width * int64_t(sizeof(float));
+  const int64_t vs = virtual_stage(chunk);
+  return Receive(kActivation, vs - 1, vs, mb, h.activation_in, bytes, &times_.recv_input);
+}
+
+const float *StageLink::activation_input(int64_t chunk, int64_t mb) const {
+  const Held &h = held_[Key(chunk, mb)];
+  return h.activation_in < 0 ? nullptr : pool_[size_t(h.activation_in)].data();
+}
+
+void StageLink::KeepOutput(int64_t chunk, int64_t mb, const float *output, int64_t rows) {
+  Held &h = held_[Key(chunk, mb)];
+  if (h.output < 0) {
+    Result<int> b = Acquire();
+    if (!b.ok()) return;  // SendActivation reports the missing buffer
+    h.output = b.value();
+  }
+  h.output_rows = rows;
+  std::memcpy(pool_[size_t(h.output)].data(), output,
+              size_t(rows * chunks_[size_t(chunk)].out_width) * sizeof(float));
+}
+
+Status StageLink::SendActivation(int64_t chunk, int64_t mb) {
+  Held &h = held_[Key(chunk, mb)];
+  if (h.output < 0)
+    return InternalError("pipeline: send_activation of micro-batch " + std::to_string(mb) +
+                         " before its forward");
+  const int64_t bytes = h.output_rows * chunks_[size_t(chunk)].out_width * int64_t(sizeof(float));
+  const int buffer = h.output;
+  h.output = -1;  // the pending send owns it now
+  return Post(kActivation, virtual_stage(chunk) + 1, mb, buffer, bytes, &times_.send_output);
+}
+
+Status StageLink::RecvGradient(int64_t chunk, int64_t mb, int64_t rows) {
+  Held &h = held_[Key(chunk, mb)];
+  if (h.gradient_in < 0) {
+    Result<int> b = Acquire();
+    if (!b.ok()) return b.status();
+    h.gradient_in = b.value();
+  }
+  const int64_t bytes = rows * chunks_[size_t(chunk)].out_width * int64_t(sizeof(float));
+  const int64_t vs = virtual_stage(chunk);
+  return Receive(kGradient, vs + 1, vs, mb, h.gradient_in, bytes, &times_.recv_grad);
+}
+
+float *StageLink::gradient_input(int64_t chunk, int64_t mb) {
+  const Held &h = held_[Key(chunk, mb)];
+  return h.gradient_in < 0 ? nullptr : pool_[size_t(h.gradient_in)].data();
+}
+
+float *StageLink::GradientOutput(int64_t chunk, int64_t mb, int64_t rows) {
+  Held &h = held_[Key(chunk, mb)];
+  if (h.gradient_out < 0) {
+    Result<int> b = Acquire();
+    if (!b.ok()) return nullptr;
+    h.gradient_out = b.value();
+  }
+  h.gradient_rows = rows;
+  return pool_[size_t(h.gradient_out)].data();
+}
+
+Status StageLink::SendGradient(int64_t chunk, int64_t mb) {
+  Held &h = held_[Key(chunk, mb)];
+  if (h.gradient_out < 0)
+    return InternalError("pipeline: send_gradient of micro-batch " + std::to_string(mb) +
+                         " before its backward");
+  const int64_t bytes = h.gradient_rows * chunks_[size_t(chunk)].in_width * int64_t(sizeof(float));
+  const int buffer = h.gradient_out;
+  h.gradient_out = -1;
+  return Post(kGradient, virtual_stage(chunk) - 1, mb, buffer, bytes, &times_.send_grad);
+}
+
+void StageLink::Release(int64_t chunk, int64_t mb) {
+  Held &h = held_[Key(chunk, mb)];
+  Free(&h.activation_in);
+  Free(&h.gradient_in);
+}
+
+Status StageLink::FinishSends() {
+  return Reap(/*all=*/true);
+}
+
+Result<double> StageLink::SumOverStages(double value) {
+  double v = value;
+  // In double: the loss and squared norms keep their precision across stages.
+  float parts[2];
+  parts[0] = float(v);
+  parts[1] = float(v - double(parts[0]));  // the rounding error, so the sum stays exact-ish
+  DST_RETURN_IF_ERROR(pp_->AllReduceSum(parts, 2)->Wait());
+  return double(parts[0]) + double(parts[1]);
+}
+
+}  // namespace dst

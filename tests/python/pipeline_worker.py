@@ -1,0 +1,84 @@
+"""One rank of a parallel-equivalence run, through the Python SDK.
+
+    python3 pipeline_worker.py CONFIG.json MODEL.json STEPS
+
+Rank, world and rendezvous come from the environment (torchrun's contract).
+Each rank first runs a forward_backward on the first batch and fingerprints
+the gradients (before any step), then trains STEPS steps on its data-parallel slice of every global batch
+(GPT: the default corpus; sequential: a seeded regression task), then runs
+one forward_backward on the next batch and fingerprints every tensor of the
+whole model (get_param / get_grad gather them from whichever stage, shard or
+rank holds them): its L2 norm, its sum and its dot product with a fixed
+random vector seeded by the tensor's name — three numbers that move when any
+element moves. Prints one JSON line.
+"""
+import json
+import pathlib
+import sys
+import zlib
+
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "sdk-python" / "src"))
+
+import dstrain  # noqa: E402
+
+
+def fingerprint(name, values):
+    v = np.asarray(values, dtype=np.float64).ravel()
+    w = np.random.default_rng(zlib.crc32(name.encode())).standard_normal(v.size)
+    return [float(np.sqrt(v @ v)), float(v.sum()), float(v @ w)]
+
+
+def sequential_batch(model, index, first, n):
+    """Samples [first, first + n) of global batch `index` of the regression task."""
+    out_dim = [layer for layer in model["layers"] if layer["type"] == "linear"][-1]["out_features"]
+    total = first + n  # one stream each, so a sample does not depend on the slice size
+    inputs = np.random.default_rng([index, 0]).standard_normal((total, model["input_dim"]))
+    labels = np.random.default_rng([index, 1]).standard_normal((total, out_dim))
+    return inputs[first:].astype(np.float32), labels[first:].astype(np.float32)
+
+
+def main():
+    config = json.loads(pathlib.Path(sys.argv[1]).read_text())
+    model = json.loads(pathlib.Path(sys.argv[2]).read_text())
+    steps = int(sys.argv[3])
+    save_dir = sys.argv[4] if len(sys.argv) > 4 else None  # try a checkpoint save at the end
+    gpt = model["type"] == "gpt"
+    data = dstrain.Dataset.open_text(seed=7) if gpt else None
+    with dstrain.Engine(config=config, model=model) as engine:
+        info = engine.info
+        n = info.local_batch_size
+        first = info.dp_rank * n
+
+        def batch(index):
+            if gpt:
+                return data.batch("train", index, n, model["n_ctx"], first_sample=first)
+            return sequential_batch(model, index, first, n)
+
+        # The gradients of the untrained weights first: 16-bit layouts are
+        # compared there, before their roundings have moved the weights apart.
+        engine.forward_backward(*batch(0))
+        first_grads = {p.name: fingerprint(p.name, engine.get_grad(p.name))
+                       for p in engine.parameters()}
+        losses = [float(engine.train_batch(*batch(step))) for step in range(steps)]
+        fb_loss = float(engine.forward_backward(*batch(steps)))
+        params, grads = {}, {}
+        for p in engine.parameters():
+            params[p.name] = fingerprint(p.name, engine.get_param(p.name))
+            grads[p.name] = fingerprint(p.name, engine.get_grad(p.name))
+        save = None
+        if save_dir:
+            try:
+                engine.save_checkpoint(save_dir)
+                save = "ok"
+            except dstrain.DstrainError as e:
+                save = f"{type(e).__name__}: {e}"
+        print(json.dumps({"rank": info.rank, "save": save, "pp_rank": info.pp_rank, "dp_rank": info.dp_rank,
+                          "losses": losses, "fb_loss": fb_loss, "params": params,
+                          "grads": grads, "first_grads": first_grads, "metrics": engine.metrics()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Pipeline parallelism: clear errors instead of hangs or silent surprises.
+
+A stage killed mid-training is named, with the operation, by every survivor
+within the timeout; ranks started with different pipeline sizes are refused
+at start-up; a layout the model cannot fill, a partition that matches no
+layer, and what is not built yet (checkpoints of a pipeline, the zero-bubble
+schedule) are errors that name the setting and the way out.
+"""
+import json
+import secrets
+import signal
+import time
+
+import pytest
+
+import pipeline_support as ps
+import test_data_parallel as dp_tests
+import test_faults as faults
+
+COMM_TIMEOUT = 15
+
+
+def write(tmp_path, name, value):
+    path = tmp_path / name
+    path.write_text(json.dumps(value))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tool(build_dir):
+    return str(build_dir / "tests" / "dst_dp_tool")
+
+
+def test_killed_stage_is_named_by_every_survivor(tmp_path, tool):
+    world = 3
+    cfg = write(tmp_path, "cfg.json", ps.make_config(pp=3, accum=4, timeout=COMM_TIMEOUT))
+    model = write(tmp_path, "model.json", ps.GPT)
+    port, token = dp_tests.free_port(), secrets.token_hex(8)
+    procs = [faults.spawn_rank(tool, cfg, model, r, world, port, token) for r in range(world)]
+    try:
+        faults.wait_for_progress(procs[0])
+        killed_at = time.monotonic()
+        procs[1].send_signal(signal.SIGKILL)
+        for rank in (0, 2):
+            _, err = procs[rank].communicate(timeout=COMM_TIMEOUT + 30)
+            elapsed = time.monotonic() - killed_at
+            assert procs[rank].returncode != 0, f"rank {rank} survived silently"
+            assert elapsed < COMM_TIMEOUT + 10, f"rank {rank} took {elapsed:.0f} s to give up"
+            assert "rank 1" in err, f"rank {rank} did not name the lost rank:\n{err}"
+            assert any(op in err for op in ("recv", "send", "allreduce")), err
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
+def test_ranks_with_different_pipeline_sizes_are_refused(tmp_path, tool):
+    model = write(tmp_path, "model.json", ps.GPT)
+    cfg_a = write(tmp_path, "a.json", ps.make_config(pp=2, accum=4, timeout=COMM_TIMEOUT))
+    cfg_b = write(tmp_path, "b.json", ps.make_config(pp=1, accum=2, timeout=COMM_TIMEOUT))
+    token = secrets.token_hex(8)
+    outs = faults.run_pair(tool, [cfg_a, cfg_b], model, [token, token], dp_tests.free_port())
+    assert all(code != 0 for code, _ in outs)
+    assert any("different config" in err for _, err in outs), outs
+
+
+def one_rank_error(tmp_path, build_dir, config, model, world=2):
+    with pytest.raises(AssertionError) as failure:
+        ps.run_job(tmp_path, config, model, world, "bad", steps=1, build_dir=build_dir)
+    return str(failure.value)
+
+
+def test_more_stages_than_layers_names_the_numbers(tmp_path, build_dir):
+    tiny = dict(ps.GPT, n_layer=1)  # embedding, one block, head: 3 layers
+    err = one_rank_error(tmp_path, build_dir, ps.make_config(pp=4, accum=4), tiny, world=4)
+    assert "3 layers" in err and "4 pipeline stages" in err, err
+
+
+def test_partition_matching_no_layer_lists_the_kinds(tmp_path, build_dir):
+    err = one_rank_error(tmp_path, build_dir,
+                         ps.make_config(pp=2, accum=4, partition="type:conv"), ps.GPT)
+    assert "matches none of the model's layers" in err and "gpt_transformer_block" in err, err
+
+
+def test_zero_bubble_is_refused_by_name(tmp_path, build_dir):
+    err = one_rank_error(tmp_path, build_dir, ps.make_config(pp=2, accum=4, schedule="zb-h1"),
+                         ps.GPT)
+    assert 'pipeline.schedule "zb-h1"' in err and "not built yet" in err, err
+
+
+def test_checkpoint_of_a_pipeline_is_refused_not_written(tmp_path, build_dir):
+    reports = ps.run_job(tmp_path, ps.make_config(pp=2, accum=4), ps.GPT, 2, "save", steps=1,
+                         build_dir=build_dir, extra=[str(tmp_path / "ckpt")])
+    for report in reports:
+        assert report["save"].startswith("NotSupportedError"), report["save"]
+        assert "pipeline parallelism" in report["save"], report["save"]
+    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
