@@ -54,7 +54,8 @@ Result<ProcessGroups> BuildProcessGroups(Store *store, int64_t rank, const Topol
   };
   for (const Wanted &w :
        {Wanted{"dp", &groups.dp_members, &groups.dp}, Wanted{"tp", &groups.tp_members, &groups.tp},
-        Wanted{"pp", &groups.pp_members, &groups.pp}}) {
+        Wanted{"pp", &groups.pp_members, &groups.pp},
+        Wanted{"pp_p2p", &groups.pp_members, &groups.pp_p2p}}) {
     Result<std::unique_ptr<Communicator>> comm = Connect(store, rank, w.name, *w.members, common);
     if (!comm.ok()) return comm.status();
     *w.out = std::move(comm).value();

@@ -24,6 +24,12 @@ struct ProcessGroups {
   // Global ranks of each group, in group-rank order.
   std::vector<int64_t> dp_members, tp_members, pp_members;
   std::unique_ptr<Communicator> dp, tp, pp;
+  // The pipeline's sends and receives: the same members as pp, its own
+  // connections. Gloo shrinks a socket's send buffer to the message size when
+  // a collective runs on it, after which a one-way 1 MB activation crawls at
+  // one TCP segment per delayed ACK (40 ms): p2p traffic never shares a
+  // socket with collectives.
+  std::unique_ptr<Communicator> pp_p2p;
 };
 
 // "dp[0,2,4,6]": a group's name with its members (its store prefix).

@@ -73,7 +73,8 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
       scaler_(config_.fp16),
       plan_(std::move(plan)) {
   SetNumThreads(ResolveNumThreads(config_.runtime.num_threads));
-  for (Communicator *group : {groups_.dp.get(), groups_.tp.get(), groups_.pp.get()})
+  for (Communicator *group :
+       {groups_.dp.get(), groups_.tp.get(), groups_.pp.get(), groups_.pp_p2p.get()})
     group->SetCompletionHook([this](const CommRecord &r) { comm_stats_.Record(r); });
   ActivationLimits limits;
   limits.max_B = config_.train_micro_batch_size_per_gpu;
@@ -144,8 +145,8 @@ void Engine::SetUpPipeline(const ActivationLimits &limits) {
     const LayerRange r = model_->chunk(c);
     shapes.push_back({model_->InWidth(r.begin), model_->layers()[r.end - 1]->OutWidth()});
   }
-  link_ =
-      std::make_unique<StageLink>(groups_.pp.get(), std::move(shapes), limits.max_rows(), &memory_);
+  link_ = std::make_unique<StageLink>(groups_.pp_p2p.get(), groups_.pp.get(), std::move(shapes),
+                                      limits.max_rows(), &memory_);
   for (int64_t r = p - 1; r >= 0; --r) {  // the lowest rank holding a tensor answers for it
     const std::vector<ParamDecl> held = DeclarePartParameters(model_->spec(), plan_->ChunksOf(r));
     for (size_t k = 0; k < whole_decls_.size(); ++k)
@@ -156,7 +157,7 @@ void Engine::SetUpPipeline(const ActivationLimits &limits) {
   if (model_->spec().type == ModelSpec::Type::kGpt && (pp_rank == 0 || pp_rank == p - 1))
     tied = model_->params().Find("transformer.wte.weight");
   const int64_t numel = tied >= 0 ? model_->params().decls()[size_t(tied)].numel : 0;
-  tied_ = std::make_unique<TiedWeights>(groups_.pp.get(), tied, numel, pp_rank == 0 ? p - 1 : 0,
+  tied_ = std::make_unique<TiedWeights>(groups_.pp_p2p.get(), tied, numel, pp_rank == 0 ? p - 1 : 0,
                                         &memory_);
   executor_->SetPipeline(link_.get(), tied_.get());
 }
@@ -193,6 +194,7 @@ Engine::~Engine() {
   dp_.reset();
   link_.reset();  // waits for its sends while the pipeline group is up
   tied_.reset();
+  groups_.pp_p2p.reset();
   groups_.pp.reset();
   groups_.tp.reset();
   groups_.dp.reset();
@@ -216,6 +218,7 @@ void Engine::Abort() {
   dp_.reset();
   link_.reset();
   tied_.reset();
+  groups_.pp_p2p.reset();
   groups_.pp.reset();
   groups_.tp.reset();
   groups_.dp.reset();

@@ -149,7 +149,8 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
   auto at_step = [step](const char *what) {
     return std::string(what) + " at step " + std::to_string(step);
   };
-  if (link_) DST_RETURN_IF_ERROR(link_->BeginStep(micro_batches));
+  if (link_)
+    DST_RETURN_IF_ERROR(link_->BeginStep(micro_batches, MicroBatchAt(batch, 0).rows(), training));
   // With a pipeline, a chunk's input and output gradient cross stages.
   auto receives = [this](int64_t chunk) { return link_ && !link_->is_first(chunk); };
   auto sends = [this](int64_t chunk) { return link_ && !link_->is_last(chunk); };

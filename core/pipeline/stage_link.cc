@@ -16,17 +16,20 @@ constexpr int64_t kMaxMicroBatches = int64_t(1) << 20;  // what a tag can name
 constexpr int64_t kMaxVirtualStages = 512;
 }  // namespace
 
-StageLink::StageLink(Communicator *pp, std::vector<ChunkShape> chunks, int64_t max_rows,
-                     MemoryTracker *tracker)
-    : pp_(pp), chunks_(std::move(chunks)), max_rows_(max_rows), tracker_(tracker) {
+StageLink::StageLink(Communicator *p2p, Communicator *pp, std::vector<ChunkShape> chunks,
+                     int64_t max_rows, MemoryTracker *tracker)
+    : p2p_(p2p), pp_(pp), chunks_(std::move(chunks)), max_rows_(max_rows), tracker_(tracker) {
   for (const ChunkShape &c : chunks_) max_width_ = std::max({max_width_, c.in_width, c.out_width});
 }
 
 StageLink::~StageLink() {
   (void)Reap(/*all=*/true);
+  for (std::vector<Posted> &kind : posted_)
+    for (Posted &p : kind)
+      if (p.work) (void)p.work->Wait();
 }
 
-Status StageLink::BeginStep(int64_t micro_batches) {
+Status StageLink::BeginStep(int64_t micro_batches, int64_t rows, bool training) {
   if (micro_batches >= kMaxMicroBatches)
     return InvalidArgument("a pipeline step takes at most " + std::to_string(kMaxMicroBatches - 1) +
                            " micro-batches; this one has " + std::to_string(micro_batches));
@@ -37,10 +40,22 @@ Status StageLink::BeginStep(int64_t micro_batches) {
   for (Held &h : held_) {  // a failed step may have left buffers held
     Free(&h.activation_in), Free(&h.output), Free(&h.gradient_in), Free(&h.gradient_out);
   }
+  for (std::vector<Posted> &kind : posted_)
+    for (Posted &p : kind) {
+      if (p.work) (void)p.work->Wait();  // left by a failed step
+      p.work.reset();
+      Free(&p.buffer);
+    }
   micro_batches_ = micro_batches;
+  rows_ = rows;
   const size_t keys = size_t(micro_batches * virtual_stages());
   if (held_.size() < keys) held_.resize(keys);
+  for (std::vector<Posted> &kind : posted_) kind.resize(size_t(virtual_stages()));
   ResetTimes();
+  for (int64_t c = 0; c < virtual_stages(); ++c) {
+    if (!is_first(c)) DST_RETURN_IF_ERROR(PostReceive(kActivation, c, 0));
+    if (training && !is_last(c)) DST_RETURN_IF_ERROR(PostReceive(kGradient, c, 0));
+  }
   return Status::Ok();
 }
 
@@ -87,38 +102,64 @@ Status StageLink::Reap(bool all) {
 Status StageLink::Post(Kind kind, int64_t to_virtual_stage, int64_t mb, int buffer, int64_t bytes,
                        double *seconds) {
   const auto t0 = Clock::now();
-  pending_.push_back({pp_->Send(pool_[size_t(buffer)].data(), bytes, RankOf(to_virtual_stage),
-                                Tag(kind, to_virtual_stage, mb)),
+  pending_.push_back({p2p_->Send(pool_[size_t(buffer)].data(), bytes, RankOf(to_virtual_stage),
+                                 Tag(kind, to_virtual_stage, mb)),
                       buffer});
   bytes_sent_ += bytes;
   *seconds += SecondsSince(t0);
   return Status::Ok();
 }
 
-Status StageLink::Receive(Kind kind, int64_t from_virtual_stage, int64_t my_virtual_stage,
-                          int64_t mb, int buffer, int64_t bytes, double *seconds) {
+int64_t StageLink::Bytes(Kind kind, int64_t chunk) const {
+  const ChunkShape &c = chunks_[size_t(chunk)];
+  return rows_ * (kind == kActivation ? c.in_width : c.out_width) * int64_t(sizeof(float));
+}
+
+Status StageLink::PostReceive(Kind kind, int64_t chunk, int64_t mb) {
+  Posted &p = posted_[kind][size_t(chunk)];
+  Result<int> b = Acquire();
+  if (!b.ok()) return b.status();
+  const int64_t vs = virtual_stage(chunk);
+  const int64_t from = kind == kActivation ? vs - 1 : vs + 1;
+  p.buffer = b.value();
+  p.mb = mb;
+  p.work = p2p_->Recv(pool_[size_t(p.buffer)].data(), Bytes(kind, chunk), RankOf(from),
+                      Tag(kind, vs, mb));
+  return Status::Ok();
+}
+
+Status StageLink::Receive(Kind kind, int64_t chunk, int64_t mb, int *buffer, double *seconds) {
   const auto t0 = Clock::now();
-  Status st = pp_->Recv(pool_[size_t(buffer)].data(), bytes, RankOf(from_virtual_stage),
-                        Tag(kind, my_virtual_stage, mb))
-                  ->Wait();
+  Posted &p = posted_[kind][size_t(chunk)];
+  if (p.mb != mb || !p.work) {  // not the one posted ahead: a program out of order
+    if (p.work)
+      return InternalError("pipeline: receive of micro-batch " + std::to_string(mb) +
+                           " while micro-batch " + std::to_string(p.mb) + " was expected next");
+    DST_RETURN_IF_ERROR(PostReceive(kind, chunk, mb));
+  }
+  Status st = p.work->Wait();
+  p.work.reset();
+  *buffer = p.buffer;
+  p.buffer = -1;
   *seconds += SecondsSince(t0);
-  if (st.ok()) return st;
-  return st.context(std::string("pipeline stage ") + std::to_string(stage()) + " receiving the " +
-                    (kind == kActivation ? "activations" : "gradients") + " of micro-batch " +
-                    std::to_string(mb) + " from stage " +
-                    std::to_string(RankOf(from_virtual_stage)));
+  if (!st.ok()) {
+    const int64_t vs = virtual_stage(chunk);
+    return st.context(std::string("pipeline stage ") + std::to_string(stage()) + " receiving the " +
+                      (kind == kActivation ? "activations" : "gradients") + " of micro-batch " +
+                      std::to_string(mb) + " from stage " +
+                      std::to_string(RankOf(kind == kActivation ? vs - 1 : vs + 1)));
+  }
+  if (mb + 1 < micro_batches_) return PostReceive(kind, chunk, mb + 1);
+  return Status::Ok();
 }
 
 Status StageLink::RecvActivation(int64_t chunk, int64_t mb, int64_t rows) {
+  if (rows != rows_)
+    return InternalError("pipeline: micro-batch of " + std::to_string(rows) +
+                         " rows in a step of " + std::to_string(rows_));
   Held &h = held_[Key(chunk, mb)];
-  if (h.activation_in < 0) {
-    Result<int> b = Acquire();
-    if (!b.ok()) return b.status();
-    h.activation_in = b.value();
-  }
-  const int64_t bytes = rows * chunks_[size_t(chunk)].in_width * int64_t(sizeof(float));
-  const int64_t vs = virtual_stage(chunk);
-  return Receive(kActivation, vs - 1, vs, mb, h.activation_in, bytes, &times_.recv_input);
+  Free(&h.activation_in);
+  return Receive(kActivation, chunk, mb, &h.activation_in, &times_.recv_input);
 }
 
 const float *StageLink::activation_input(int64_t chunk, int64_t mb) const {
@@ -150,15 +191,12 @@ Status StageLink::SendActivation(int64_t chunk, int64_t mb) {
 }
 
 Status StageLink::RecvGradient(int64_t chunk, int64_t mb, int64_t rows) {
+  if (rows != rows_)
+    return InternalError("pipeline: micro-batch of " + std::to_string(rows) +
+                         " rows in a step of " + std::to_string(rows_));
   Held &h = held_[Key(chunk, mb)];
-  if (h.gradient_in < 0) {
-    Result<int> b = Acquire();
-    if (!b.ok()) return b.status();
-    h.gradient_in = b.value();
-  }
-  const int64_t bytes = rows * chunks_[size_t(chunk)].out_width * int64_t(sizeof(float));
-  const int64_t vs = virtual_stage(chunk);
-  return Receive(kGradient, vs + 1, vs, mb, h.gradient_in, bytes, &times_.recv_grad);
+  Free(&h.gradient_in);
+  return Receive(kGradient, chunk, mb, &h.gradient_in, &times_.recv_grad);
 }
 
 float *StageLink::gradient_input(int64_t chunk, int64_t mb) {

@@ -36,9 +36,11 @@ struct PipeTimes {
 
 class StageLink {
  public:
-  // `pp`: the pipeline group (rank = stage); `chunks`: this rank's model
-  // chunks; `max_rows`: rows of the largest micro-batch (B x context).
-  StageLink(Communicator *pp, std::vector<ChunkShape> chunks, int64_t max_rows,
+  // `p2p`: the pipeline group's connections for sends and receives only
+  // (rank = stage; ProcessGroups::pp_p2p), `pp`: the same members for the
+  // step's collectives; `chunks`: this rank's model chunks; `max_rows`: rows
+  // of the largest micro-batch (B x context).
+  StageLink(Communicator *p2p, Communicator *pp, std::vector<ChunkShape> chunks, int64_t max_rows,
             MemoryTracker *tracker);
   ~StageLink();
 
@@ -52,8 +54,13 @@ class StageLink {
   }
 
   // Called once per step before its first action: the step has
-  // `micro_batches` micro-batches (their keys are sized for it).
-  Status BeginStep(int64_t micro_batches);
+  // `micro_batches` micro-batches of `rows` rows each (their keys are sized
+  // for it); `training`: gradients will flow back. The first receive of each
+  // kind is posted at once, and each receive posts the next (every schedule
+  // takes a chunk's micro-batches in order), so a message always finds its
+  // buffer waiting: Gloo leaves a message nobody has asked for in the
+  // socket, and TCP's window then stalls the sender for hundreds of ms.
+  Status BeginStep(int64_t micro_batches, int64_t rows, bool training);
 
   // Forward: the chunk's input for micro-batch mb of `rows` rows, received
   // from the previous virtual stage (waits for it) and held until the
@@ -96,6 +103,11 @@ class StageLink {
     std::unique_ptr<Work> work;
     int buffer;
   };
+  struct Posted {  // a receive posted ahead
+    std::unique_ptr<Work> work;
+    int buffer = -1;
+    int64_t mb = -1;
+  };
 
   size_t Key(int64_t chunk, int64_t mb) const { return size_t(chunk * micro_batches_ + mb); }
   uint32_t Tag(Kind kind, int64_t to_virtual_stage, int64_t mb) const;
@@ -107,10 +119,13 @@ class StageLink {
   Status Reap(bool all);
   Status Post(Kind kind, int64_t to_virtual_stage, int64_t mb, int buffer, int64_t bytes,
               double *seconds);
-  Status Receive(Kind kind, int64_t from_virtual_stage, int64_t my_virtual_stage, int64_t mb,
-                 int buffer, int64_t bytes, double *seconds);
+  // Waits for the receive of micro-batch mb of (kind, chunk) — posted ahead,
+  // or now — into *buffer, then posts the next one.
+  Status Receive(Kind kind, int64_t chunk, int64_t mb, int *buffer, double *seconds);
+  Status PostReceive(Kind kind, int64_t chunk, int64_t mb);
+  int64_t Bytes(Kind kind, int64_t chunk) const;
 
-  Communicator *pp_;
+  Communicator *p2p_, *pp_;
   std::vector<ChunkShape> chunks_;
   int64_t max_rows_, max_width_ = 0;
   MemoryTracker *tracker_;
@@ -119,6 +134,8 @@ class StageLink {
   std::vector<Buffer<float>> pool_;
   std::vector<int> free_;
   std::vector<Pending> pending_;
+  std::vector<Posted> posted_[2];  // [kind][chunk]
+  int64_t rows_ = 0;
   PipeTimes times_;
   int64_t bytes_sent_ = 0;
 };
