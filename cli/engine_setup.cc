@@ -103,17 +103,6 @@ ResolvedConfig ReadResolvedConfig(const dst_engine_t *engine) {
   return resolved;
 }
 
-void CheckModelFitsByteData(const dst_engine_info_t &info) {
-  if (info.model_type != DST_MODEL_GPT) {
-    UsageError(
-        "dstrain train feeds byte-level text, so the model must be a GPT (\"type\": \"gpt\")");
-  }
-  if (info.vocab_size < 256) {
-    UsageError("byte-level text needs vocab_size >= 256, the model has " +
-               std::to_string(info.vocab_size));
-  }
-}
-
 BatchShape ChooseBatchShape(const dst_engine_info_t &info, int64_t requested_seq_len) {
   const int64_t seq_len = requested_seq_len > 0 ? requested_seq_len : info.seq_len;
   if (seq_len > info.seq_len) {

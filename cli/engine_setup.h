@@ -28,9 +28,6 @@ struct ResolvedConfig {
 
 ResolvedConfig ReadResolvedConfig(const dst_engine_t *engine);
 
-// Usage error unless the model is a GPT that can take byte tokens.
-void CheckModelFitsByteData(const dst_engine_info_t &info);
-
 // n_samples = micro_batch_size * grad_accum_steps; seq_len = `requested_seq_len`
 // (0: the model's n_ctx), a usage error when longer than n_ctx.
 BatchShape ChooseBatchShape(const dst_engine_info_t &info, int64_t requested_seq_len);

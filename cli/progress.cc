@@ -24,7 +24,7 @@ std::string StatusText(const ProgressState &state, bool with_val) {
   if (with_val && state.val_loss) text += "  val " + FormatLoss(*state.val_loss);
   if (state.loss) {
     text += "  lr " + FormatLearningRate(state.learning_rate);
-    text += "  " + FormatCount(state.tokens_per_second) + " tok/s";
+    text += "  " + FormatCount(state.tokens_per_second) + " " + state.rate_unit;
     if (state.loss_scale) {
       char scale[48];
       std::snprintf(scale, sizeof scale, "  scale %g", *state.loss_scale);

@@ -10,12 +10,13 @@ namespace dstrain_cli {
 
 // What the display knows after a step or an evaluation.
 struct ProgressState {
-  int64_t step = 0;                // optimizer steps done
-  int64_t total_steps = 0;         // --steps
-  std::optional<double> loss;      // training loss of the last step
-  std::optional<double> val_loss;  // last validation loss
-  double learning_rate = 0.0;      // the LR the last step used
-  double tokens_per_second = 0.0;
+  int64_t step = 0;                 // optimizer steps done
+  int64_t total_steps = 0;          // --steps
+  std::optional<double> loss;       // training loss of the last step
+  std::optional<double> val_loss;   // last validation loss
+  double learning_rate = 0.0;       // the LR the last step used
+  double tokens_per_second = 0.0;   // tokens (GPT) or samples (sequential) per second
+  const char *rate_unit = "tok/s";  // "tok/s" or "samples/s"
   double eta_seconds = 0.0;
   std::optional<double> loss_scale;  // fp16 only
   int64_t skipped_steps = 0;         // fp16 steps skipped on overflow

@@ -1,5 +1,7 @@
 #include "train_command.h"
 
+#include "batch_source.h"
+
 #include <charconv>
 #include <cstdio>
 #include <system_error>
@@ -36,27 +38,6 @@ CLI::Validator AtLeast(int64_t minimum) {
       "");
 }
 
-Dataset OpenDataset(const TrainOptions &options, uint64_t seed) {
-  dst_dataset_t *dataset = nullptr;
-  const char *path = options.data_path.empty() ? nullptr : options.data_path.c_str();
-  Check(dst_dataset_open_text(&dataset, path, options.val_fraction, seed),
-        options.data_path.empty() ? std::string("opening the default corpus")
-                                  : "opening the data file '" + options.data_path + "'");
-  return Dataset(dataset);
-}
-
-size_t NumTokens(const dst_dataset_t *dataset, dst_split_t split) {
-  size_t tokens = 0;
-  Check(dst_dataset_num_tokens(dataset, split, &tokens), "reading the dataset size");
-  return tokens;
-}
-
-std::string DatasetPath(const dst_dataset_t *dataset) {
-  const char *path = nullptr;
-  Check(dst_dataset_path(dataset, &path), "reading the dataset path");
-  return path;
-}
-
 // Every rank serves its own metrics; each says where (stderr, even with
 // --quiet: the address is what a user or a scraper needs to find it).
 void PrintMonitorUrl(const dst_engine_t *engine, const dst_engine_info_t &info) {
@@ -68,19 +49,22 @@ void PrintMonitorUrl(const dst_engine_t *engine, const dst_engine_info_t &info) 
   std::fflush(stderr);
 }
 
-void PrintPlan(const dst_engine_info_t &info, const dst_dataset_t *dataset, const BatchShape &shape,
-               const LoopPlan &plan, const TrainOptions &options) {
-  std::printf("dstrain: GPT with %s parameters on %s (%s train / %s val tokens)\n",
+void PrintPlan(const dst_engine_info_t &info, const BatchSource &batches, const LoopPlan &plan,
+               const TrainOptions &options) {
+  std::printf("dstrain: %s with %s parameters on %s\n",
+              info.model_type == DST_MODEL_GPT ? "GPT" : "sequential model",
               FormatCount(static_cast<double>(info.num_parameters)).c_str(),
-              DatasetPath(dataset).c_str(),
-              FormatCount(static_cast<double>(NumTokens(dataset, DST_SPLIT_TRAIN))).c_str(),
-              FormatCount(static_cast<double>(NumTokens(dataset, DST_SPLIT_VAL))).c_str());
+              batches.Describe().c_str());
+  std::string layout =
+      std::to_string(info.world_size) + " rank" + (info.world_size == 1 ? "" : "s");
+  if (info.pp_size > 1)
+    layout += ": " + std::to_string(info.pp_size) + " pipeline stages x " +
+              std::to_string(info.dp_size) + " data-parallel";
   std::printf(
-      "dstrain: steps %lld -> %lld, %zu x %zu tokens per step (%lld rank%s), eval every %lld "
-      "steps on %lld batches\n",
+      "dstrain: steps %lld -> %lld, %zu %s per step (%s), eval every %lld steps on %lld "
+      "batches\n",
       static_cast<long long>(plan.start_step), static_cast<long long>(plan.total_steps),
-      shape.n_samples * size_t(shape.dp_size), shape.seq_len,
-      static_cast<long long>(info.world_size), info.world_size == 1 ? "" : "s",
+      batches.units_per_batch() * size_t(info.dp_size), batches.unit(), layout.c_str(),
       static_cast<long long>(plan.eval_interval), static_cast<long long>(options.eval_batches));
   std::fflush(stdout);
 }
@@ -99,7 +83,10 @@ LoopPlan MakeLoopPlan(const TrainOptions &options, int64_t start_step, uint64_t 
 }  // namespace
 
 TrainCommand::TrainCommand(CLI::App &parent)
-    : app_(parent.add_subcommand("train", "Train a model (built-in byte-level GPT by default)")) {
+    : app_(parent.add_subcommand(
+          "train",
+          "Train a model (built-in byte-level GPT by default, or a sequential model on "
+          "--data synthetic)")) {
   TrainOptions &o = options_;
   const CLI::Validator existing_file = CLI::ExistingFile.description("");
   app_->add_option("--config", o.config_path, "ds_config.json (default: built-in)")
@@ -108,7 +95,9 @@ TrainCommand::TrainCommand(CLI::App &parent)
   app_->add_option("--model", o.model_path, "model spec JSON (default: built-in small GPT)")
       ->type_name("FILE")
       ->check(existing_file);
-  app_->add_option("--data", o.data_path, "text file to train on (default: the fortunes corpus)")
+  app_->add_option("--data", o.data_path,
+                   "GPT: text file to train on (default: the fortunes corpus); sequential model: "
+                   "synthetic (inputs ~ N(0, 1), labels from a fixed random teacher)")
       ->type_name("FILE");
   app_->add_option("--val-fraction", o.val_fraction, "last fraction of the text held out")
       ->type_name("F")
@@ -160,7 +149,6 @@ int TrainCommand::Run() {
   Engine engine =
       CreateEngine(options.config_path, options.model_path, options.steps, options.metrics_port);
   const dst_engine_info_t info = ReadEngineInfo(engine.get());
-  CheckModelFitsByteData(info);
   const BatchShape shape = ChooseBatchShape(info, options.seq_len);
   const ResolvedConfig config = ReadResolvedConfig(engine.get());
   if (!options.save_dir.empty()) CheckSaveDir(options.save_dir, engine.get(), info.rank);
@@ -174,7 +162,8 @@ int TrainCommand::Run() {
          std::to_string(options.steps) + ": nothing to train (raise --steps to continue)");
   }
   const uint64_t data_seed = ChooseDataSeed(options.seed, config.data_seed, resume);
-  Dataset dataset = OpenDataset(options, data_seed);
+  const std::unique_ptr<BatchSource> batches = OpenBatchSource(
+      info, options.model_path, options.data_path, options.val_fraction, shape, data_seed);
 
   const LoopPlan plan = MakeLoopPlan(options, resume.step, data_seed);
 
@@ -182,8 +171,8 @@ int TrainCommand::Run() {
   // global), but only rank 0 talks; errors still come from every rank.
   const bool speaker = info.rank == 0;
   const ProgressStyle style = ChooseProgressStyle(options.quiet || !speaker);
-  if (style != ProgressStyle::kQuiet) PrintPlan(info, dataset.get(), shape, plan, options);
-  Trainer trainer(engine.get(), dataset.get(), shape, options.eval_batches);
+  if (style != ProgressStyle::kQuiet) PrintPlan(info, *batches, plan, options);
+  Trainer trainer(engine.get(), *batches, info.dp_size, options.eval_batches);
   const std::unique_ptr<Progress> progress = MakeProgress(style, config.steps_per_print);
   const LoopResult result = RunTrainingLoop(trainer, plan, *progress);
 

@@ -23,10 +23,10 @@ void PrintSummary(const LoopResult &result) {
   const int64_t steps_run = result.end_step - result.start_step;
   const double tokens_per_second =
       result.train_seconds > 0 ? result.train_tokens / result.train_seconds : 0.0;
-  std::printf("summary: %lld steps (%lld -> %lld) in %s, %s tok/s mean\n",
+  std::printf("summary: %lld steps (%lld -> %lld) in %s, %s %s mean\n",
               static_cast<long long>(steps_run), static_cast<long long>(result.start_step),
               static_cast<long long>(result.end_step), FormatElapsed(result.total_seconds).c_str(),
-              FormatCount(tokens_per_second).c_str());
+              FormatCount(tokens_per_second).c_str(), result.rate_unit);
   std::printf("summary: validation loss %s -> %s\n", ValText(result.first_val).c_str(),
               ValText(result.last_val).c_str());
   std::printf("final: step %lld  loss %s  val %s\n", static_cast<long long>(result.end_step),

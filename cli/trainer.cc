@@ -5,18 +5,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "batch_source.h"
 #include "cli_error.h"
 
 namespace dstrain_cli {
 
-Trainer::Trainer(dst_engine_t *engine, const dst_dataset_t *dataset, BatchShape shape,
-                 int64_t eval_batches)
-    : engine_(engine),
-      dataset_(dataset),
-      shape_(shape),
-      eval_batches_(eval_batches),
-      tokens_(shape.num_elements()),
-      targets_(shape.num_elements()) {
+Trainer::Trainer(dst_engine_t *engine, BatchSource &batches, int64_t dp_size, int64_t eval_batches)
+    : engine_(engine), batches_(batches), dp_size_(dp_size), eval_batches_(eval_batches) {
   const char *text = nullptr;
   Check(dst_engine_config_json(engine_, &text), "reading the resolved config");
   const nlohmann::json config = nlohmann::json::parse(text, nullptr, false);
@@ -32,28 +27,16 @@ std::optional<Trainer::LossScaleState> Trainer::LossScale() const {
   return state;
 }
 
-void Trainer::FillBatch(dst_split_t split, uint64_t batch_index) {
-  Check(dst_dataset_batch(dataset_, split, batch_index, shape_.first_sample(), shape_.n_samples,
-                          shape_.seq_len, tokens_.data(), targets_.data(), tokens_.size()),
-        split == DST_SPLIT_TRAIN ? "reading training batch " + std::to_string(batch_index)
-                                 : "reading validation batch " + std::to_string(batch_index));
+const char *Trainer::rate_unit() const {
+  return std::string(batches_.unit()) == "tokens" ? "tok/s" : "samples/s";
 }
 
-dst_batch_t Trainer::BatchView() const {
-  dst_batch_t batch;
-  dst_batch_default(&batch);
-  batch.n_samples = shape_.n_samples;
-  batch.seq_len = shape_.seq_len;
-  batch.tokens = tokens_.data();
-  batch.tokens_count = tokens_.size();
-  batch.targets = targets_.data();
-  batch.targets_count = targets_.size();
-  return batch;
+size_t Trainer::tokens_per_step() const {
+  return batches_.units_per_batch() * size_t(dp_size_);
 }
 
 double Trainer::TrainStep(int64_t step) {
-  FillBatch(DST_SPLIT_TRAIN, static_cast<uint64_t>(step));
-  const dst_batch_t batch = BatchView();
+  const dst_batch_t batch = batches_.Fill(DST_SPLIT_TRAIN, static_cast<uint64_t>(step));
   float loss = 0.0f;
   Check(dst_engine_train_batch(engine_, &batch, &loss),
         "training step " + std::to_string(step + 1));
@@ -63,8 +46,7 @@ double Trainer::TrainStep(int64_t step) {
 double Trainer::Evaluate() {
   double sum = 0.0;
   for (int64_t i = 0; i < eval_batches_; ++i) {
-    FillBatch(DST_SPLIT_VAL, static_cast<uint64_t>(i));
-    const dst_batch_t batch = BatchView();
+    const dst_batch_t batch = batches_.Fill(DST_SPLIT_VAL, static_cast<uint64_t>(i));
     float loss = 0.0f;
     Check(dst_engine_eval_batch(engine_, &batch, &loss),
           "evaluating validation batch " + std::to_string(i));

@@ -25,11 +25,13 @@ struct BatchShape {
   size_t num_elements() const { return n_samples * seq_len; }
 };
 
+class BatchSource;
+
 class Trainer {
  public:
-  // Borrows `engine` and `dataset`; both must outlive the Trainer.
-  Trainer(dst_engine_t *engine, const dst_dataset_t *dataset, BatchShape shape,
-          int64_t eval_batches);
+  // Borrows `engine` and `batches`; both must outlive the Trainer. `dp_size`:
+  // data-parallel ranks, each feeding its share of every global batch.
+  Trainer(dst_engine_t *engine, BatchSource &batches, int64_t dp_size, int64_t eval_batches);
 
   // One optimizer step on training batch `step`: the batch index is the step
   // number, so a resumed run sees the data an uninterrupted one would.
@@ -51,20 +53,17 @@ class Trainer {
   // the checkpoint's directory (DIR/<tag named in DIR/latest>).
   std::string SaveCheckpoint(const std::string &dir, uint64_t data_seed);
 
-  // Tokens one optimizer step trains on across the job (every rank's share).
-  size_t tokens_per_step() const { return shape_.num_elements() * size_t(shape_.dp_size); }
+  // Tokens (GPT) or samples one optimizer step trains on across the job.
+  size_t tokens_per_step() const;
+  // How their rate is printed: "tok/s" or "samples/s".
+  const char *rate_unit() const;
 
  private:
-  void FillBatch(dst_split_t split, uint64_t batch_index);
-  dst_batch_t BatchView() const;
-
   dst_engine_t *engine_;
-  const dst_dataset_t *dataset_;
-  BatchShape shape_;
+  BatchSource &batches_;
+  int64_t dp_size_;
   int64_t eval_batches_;
   bool fp16_ = false;  // from the resolved config
-  std::vector<int32_t> tokens_;
-  std::vector<int32_t> targets_;
 };
 
 // The checkpoint directory DIR/latest points at, or DIR when it cannot be read.

@@ -19,6 +19,7 @@ class TrainingLoop {
   TrainingLoop(Trainer &trainer, const LoopPlan &plan, Progress &progress)
       : trainer_(trainer), plan_(plan), progress_(progress) {
     result_.start_step = result_.end_step = plan.start_step;
+    result_.rate_unit = state_.rate_unit = trainer.rate_unit();
     state_.step = plan.start_step;
     state_.total_steps = plan.total_steps;
   }

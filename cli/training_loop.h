@@ -33,10 +33,11 @@ struct LoopResult {
   std::optional<double> last_train_loss;
   std::optional<ValPoint> first_val;
   std::optional<ValPoint> last_val;
-  int64_t train_tokens = 0;
-  double train_seconds = 0.0;  // wall time inside training steps
-  double total_seconds = 0.0;  // wall time of the whole loop, evaluations included
-  std::string checkpoint;      // where the last checkpoint went; empty if none
+  int64_t train_tokens = 0;         // tokens (GPT) or samples (sequential)
+  const char *rate_unit = "tok/s";  // how their rate is printed
+  double train_seconds = 0.0;       // wall time inside training steps
+  double total_seconds = 0.0;       // wall time of the whole loop, evaluations included
+  std::string checkpoint;           // where the last checkpoint went; empty if none
   bool interrupted = false;
 };
 

@@ -1,0 +1,199 @@
+#include "batch_source.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cli_error.h"
+#include "default_job.h"
+#include "format.h"
+
+namespace dstrain_cli {
+
+// ---------------------------------------------------------------- text
+
+TextBatches::TextBatches(Dataset dataset, BatchShape shape)
+    : dataset_(std::move(dataset)),
+      shape_(shape),
+      tokens_(shape.num_elements()),
+      targets_(shape.num_elements()) {}
+
+dst_batch_t TextBatches::Fill(dst_split_t split, uint64_t index) {
+  Check(dst_dataset_batch(dataset_.get(), split, index, shape_.first_sample(), shape_.n_samples,
+                          shape_.seq_len, tokens_.data(), targets_.data(), tokens_.size()),
+        split == DST_SPLIT_TRAIN ? "reading training batch " + std::to_string(index)
+                                 : "reading validation batch " + std::to_string(index));
+  dst_batch_t batch;
+  dst_batch_default(&batch);
+  batch.n_samples = shape_.n_samples;
+  batch.seq_len = shape_.seq_len;
+  batch.tokens = tokens_.data();
+  batch.tokens_count = tokens_.size();
+  batch.targets = targets_.data();
+  batch.targets_count = targets_.size();
+  return batch;
+}
+
+std::string TextBatches::Describe() const {
+  const char *path = nullptr;
+  Check(dst_dataset_path(dataset_.get(), &path), "reading the dataset path");
+  size_t train = 0, val = 0;
+  Check(dst_dataset_num_tokens(dataset_.get(), DST_SPLIT_TRAIN, &train), "reading the dataset");
+  Check(dst_dataset_num_tokens(dataset_.get(), DST_SPLIT_VAL, &val), "reading the dataset");
+  return std::string(path) + " (" + FormatCount(double(train)) + " train / " +
+         FormatCount(double(val)) + " val tokens)";
+}
+
+// ---------------------------------------------------------------- synthetic
+
+namespace {
+
+// SplitMix64: a counter-based stream, so a value depends only on its key.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// A standard normal value for `key` (Box-Muller on two hashed uniforms).
+float Normal(uint64_t key) {
+  const double u1 = (double(Mix(key) >> 11) + 1.0) / 9007199254740993.0;  // (0, 1]
+  const double u2 = double(Mix(key ^ 0x5bd1e995u) >> 11) / 9007199254740992.0;
+  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+uint64_t Key(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  return Mix(Mix(Mix(Mix(a) ^ b) ^ c) ^ d);
+}
+
+}  // namespace
+
+SyntheticRegression::SyntheticRegression(const nlohmann::json &model, size_t n_samples,
+                                         uint64_t first_sample, uint64_t seed)
+    : n_samples_(n_samples), first_sample_(first_sample), seed_(seed) {
+  input_dim_ = model.value("input_dim", int64_t(0));
+  classes_ = model.value("loss", std::string("mse")) == "cross_entropy";
+  int64_t width = input_dim_;
+  uint64_t layer_index = 0;
+  for (const auto &spec : model.value("layers", nlohmann::json::array())) {
+    TeacherLayer layer;
+    layer.kind = spec.value("type", std::string());
+    if (layer.kind == "linear") {
+      layer.in = width;
+      layer.out = spec.value("out_features", int64_t(1));
+      const float scale = 1.0f / std::sqrt(float(std::max<int64_t>(layer.in, 1)));
+      for (int64_t i = 0; i < layer.in * layer.out; ++i)
+        layer.w.push_back(scale * Normal(Key(seed_ ^ 0x7eac4e7, layer_index, 0, uint64_t(i))));
+      for (int64_t i = 0; i < layer.out; ++i)
+        layer.b.push_back(0.1f * Normal(Key(seed_ ^ 0x7eac4e7, layer_index, 1, uint64_t(i))));
+      width = layer.out;
+    }
+    layers_.push_back(std::move(layer));
+    ++layer_index;
+  }
+  output_dim_ = width;
+  inputs_.resize(n_samples_ * size_t(input_dim_));
+  labels_.resize(classes_ ? 0 : n_samples_ * size_t(output_dim_));
+  targets_.resize(classes_ ? n_samples_ : 0);
+}
+
+std::vector<float> SyntheticRegression::Teach(const float *x) const {
+  std::vector<float> h(x, x + input_dim_);
+  for (const TeacherLayer &layer : layers_) {
+    if (layer.kind == "linear") {
+      std::vector<float> y(size_t(layer.out));
+      for (int64_t o = 0; o < layer.out; ++o) {
+        double sum = layer.b[size_t(o)];
+        for (int64_t i = 0; i < layer.in; ++i)
+          sum += double(layer.w[size_t(o * layer.in + i)]) * double(h[size_t(i)]);
+        y[size_t(o)] = float(sum);
+      }
+      h = std::move(y);
+    } else if (layer.kind == "relu") {
+      for (float &v : h) v = std::max(v, 0.0f);
+    } else if (layer.kind == "gelu") {
+      for (float &v : h)
+        v = 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+    } else if (layer.kind == "layernorm") {
+      double mean = 0, var = 0;
+      for (float v : h) mean += v;
+      mean /= double(h.size());
+      for (float v : h) var += (v - mean) * (v - mean);
+      const double rstd = 1.0 / std::sqrt(var / double(h.size()) + 1e-5);
+      for (float &v : h) v = float((v - mean) * rstd);
+    }
+  }
+  return h;
+}
+
+dst_batch_t SyntheticRegression::Fill(dst_split_t split, uint64_t index) {
+  for (size_t j = 0; j < n_samples_; ++j) {
+    const uint64_t sample = first_sample_ + j;
+    float *x = inputs_.data() + j * size_t(input_dim_);
+    for (int64_t f = 0; f < input_dim_; ++f)
+      x[f] = Normal(Key(seed_, uint64_t(split), index, sample * uint64_t(input_dim_) + f));
+    const std::vector<float> y = Teach(x);
+    if (classes_)
+      targets_[j] = int32_t(std::max_element(y.begin(), y.end()) - y.begin());
+    else
+      std::memcpy(labels_.data() + j * size_t(output_dim_), y.data(), y.size() * sizeof(float));
+  }
+  dst_batch_t batch;
+  dst_batch_default(&batch);
+  batch.n_samples = n_samples_;
+  batch.inputs = inputs_.data();
+  batch.inputs_count = inputs_.size();
+  if (classes_) {
+    batch.targets = targets_.data();
+    batch.targets_count = targets_.size();
+  } else {
+    batch.labels = labels_.data();
+    batch.labels_count = labels_.size();
+  }
+  return batch;
+}
+
+std::string SyntheticRegression::Describe() const {
+  return std::string("synthetic ") + (classes_ ? "classification" : "regression") + " (" +
+         std::to_string(input_dim_) + " inputs, " + std::to_string(output_dim_) +
+         (classes_ ? " classes" : " outputs") +
+         " from a fixed random teacher with the model's shapes; the loss floor is " +
+         (classes_ ? "below ln(classes)" : "0") + ")";
+}
+
+// ---------------------------------------------------------------- choice
+
+std::unique_ptr<BatchSource> OpenBatchSource(const dst_engine_info_t &info,
+                                             const std::string &model_path,
+                                             const std::string &data_path, double val_fraction,
+                                             const BatchShape &shape, uint64_t seed) {
+  if (info.model_type == DST_MODEL_GPT) {
+    if (data_path == "synthetic")
+      UsageError(
+          "--data synthetic is a regression task for sequential models; a GPT trains on "
+          "text (omit --data for the default corpus, or pass a text file)");
+    if (info.vocab_size < 256)
+      UsageError("byte-level text needs vocab_size >= 256, the model has " +
+                 std::to_string(info.vocab_size));
+    dst_dataset_t *dataset = nullptr;
+    const char *path = data_path.empty() ? nullptr : data_path.c_str();
+    Check(dst_dataset_open_text(&dataset, path, val_fraction, seed),
+          data_path.empty() ? std::string("opening the default corpus")
+                            : "opening the data file '" + data_path + "'");
+    return std::make_unique<TextBatches>(Dataset(dataset), shape);
+  }
+  if (data_path != "synthetic")
+    UsageError(
+        "a sequential model trains on --data synthetic (a regression task with labels from "
+        "a fixed random teacher network); reading inputs and labels from .npy or "
+        "safetensors files is not supported yet" +
+        std::string(data_path.empty() ? "" : " (got --data " + data_path + ")"));
+  const char *text = nullptr;
+  if (dst_config_file_read(model_path.c_str(), &text) != DST_OK || text == nullptr)
+    UsageError("cannot read the model spec '" + model_path + "': " + dst_last_error());
+  const nlohmann::json model = nlohmann::json::parse(text, nullptr, false);
+  return std::make_unique<SyntheticRegression>(model, shape.n_samples, shape.first_sample(), seed);
+}
+
+}  // namespace dstrain_cli

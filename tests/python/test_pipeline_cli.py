@@ -1,0 +1,78 @@
+"""The seeds' pipeline example from the command line: a PipelineModule-style
+Linear/ReLU stack with MSE, `pipeline_parallel {pp_size: 2, micro_batches: 4}`
+and fp16, trained by `dstrain train --data synthetic` under
+`dstrain launch --nproc-per-node 2`; the pipelined run ends where one process
+does (fp32); `dstrain estimate` prints the partition."""
+import json
+import pathlib
+import re
+
+import test_cli as cli_tests
+from test_cli import dstrain  # noqa: F401  (fixture)
+import test_data_parallel as dp_tests
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "pipeline"
+
+
+def launch(dstrain, *args, ranks=2):  # noqa: F811
+    return cli_tests.run(dstrain, "launch", "--nproc-per-node", str(ranks), "--master-port",
+                         dp_tests.free_port(), "--", dstrain, *args)
+
+
+def val_losses(out):
+    return [float(v) for v in re.findall(r"val loss ([0-9.]+)", out)]
+
+
+def test_seeds_pipeline_example_trains_under_launch(dstrain):  # noqa: F811
+    result = launch(dstrain, "train", "--config", EXAMPLES / "ds_config.json", "--model",
+                    EXAMPLES / "linear_relu.json", "--data", "synthetic", "--steps", "40",
+                    "--eval-interval", "20")
+    assert result.returncode == 0, result.stderr
+    assert "2 pipeline stages x 1 data-parallel" in result.stdout, result.stdout
+    assert "samples/s" in result.stdout
+    losses = val_losses(result.stdout)
+    assert losses[-1] < 0.6 * losses[0], result.stdout
+
+
+def test_pipelined_cli_run_ends_where_one_process_does(dstrain, tmp_path):  # noqa: F811
+    config = json.loads((EXAMPLES / "ds_config.json").read_text())
+    del config["fp16"]
+    single = dict(config)
+    del single["pipeline_parallel"]
+    single["gradient_accumulation_steps"] = 4
+    for name, value in (("pp.json", config), ("single.json", single)):
+        (tmp_path / name).write_text(json.dumps(value))
+    args = ["--model", str(EXAMPLES / "linear_relu.json"), "--data", "synthetic", "--steps", "10",
+            "--eval-interval", "10"]
+    one = cli_tests.run(dstrain, "train", "--config", tmp_path / "single.json", *args)
+    two = launch(dstrain, "train", "--config", tmp_path / "pp.json", *args)
+    assert one.returncode == 0 and two.returncode == 0, (one.stderr, two.stderr)
+    a, b = cli_tests.final_line(one.stdout).split(), cli_tests.final_line(two.stdout).split()
+    assert a[:3] == b[:3]
+    for x, y in zip(a[3:], b[3:]):
+        if x.replace(".", "").isdigit():
+            assert abs(float(x) - float(y)) <= 1e-5 * max(1.0, abs(float(x))), (one.stdout,
+                                                                                 two.stdout)
+
+
+def test_sequential_model_needs_synthetic_data(dstrain):  # noqa: F811
+    result = cli_tests.run(dstrain, "train", "--model", EXAMPLES / "linear_relu.json",
+                           "--steps", "1")
+    assert result.returncode != 0
+    assert "--data synthetic" in result.stderr and "not supported yet" in result.stderr
+
+
+def test_estimate_prints_the_partition(dstrain):  # noqa: F811
+    result = cli_tests.run(dstrain, "estimate", "--config", EXAMPLES / "ds_config.json",
+                           "--model", EXAMPLES / "linear_relu.json", "--world-size", "2")
+    assert result.returncode == 0, result.stderr
+    assert "pipeline: 2 stages x 1 virtual, schedule 1f1b, partition parameters" in result.stdout
+    rows = [line for line in result.stdout.splitlines() if re.match(r"^[01]\s+\d+-\d+", line)]
+    assert len(rows) == 2, result.stdout
+    estimate = json.loads(cli_tests.run(dstrain, "estimate", "--config",
+                                        EXAMPLES / "ds_config.json", "--model",
+                                        EXAMPLES / "linear_relu.json", "--world-size", "2",
+                                        "--json").stdout)
+    ranks = estimate["pipeline"]["ranks"]
+    assert sum(r["parameters"] for r in ranks) == estimate["num_parameters"]
+    assert [r["micro_batches_in_flight"] for r in ranks] == [2, 1]  # 1F1B: p - rank
