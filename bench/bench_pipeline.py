@@ -3,11 +3,13 @@
 
 1. Measured bubble fraction per schedule beside the theory: p stages (one
    rank x 1 thread each) x m micro-batches per step, bench_gpt.py's GPT with
-   a smaller micro-batch so that a step of 16 micro-batches stays short. The
-   measured bubble of a stage is the time it waits in receives
-   (`pipe_bubble` = pipe_recv_input + pipe_recv_grad: idle time plus the
-   transfers) over the step's time, averaged over the stages. Theory: GPipe
-   and 1F1B (p-1)/(m+p-1), interleaved 1F1B (p-1)/(v*m+p-1).
+   a smaller micro-batch so that a step of 16 micro-batches stays short. Two
+   measures, averaged over the stages: the idle fraction 1 - (forward +
+   backward seconds) / step seconds (everything a stage does not compute:
+   waits, transfers, and the optimizer step, about 1% here), and the time it
+   waits in receives (`pipe_bubble`) over the step (it misses the wait for the
+   last stage inside the step's final all-reduce). Theory: GPipe and 1F1B
+   (p-1)/(m+p-1), interleaved 1F1B (p-1)/(v*m+p-1).
 2. Throughput on 2 cores, same GPT and global batch (m micro-batches):
    pp = 2 (1F1B) vs dp = 2 (ZeRO-0) vs one rank with 2 threads.
 3. Saved activations per stage from `dstrain estimate` (the first stage holds
@@ -61,8 +63,9 @@ def run(build, tmp, name, cfg, world, args, threads=1):
 
 
 def bubble_table(build, tmp, args):
-    print("== bubble fraction: measured (mean over stages of receive wait / step) vs theory ==")
-    print(f"{'p':>2} {'schedule':>12} {'m':>3} {'measured':>9} {'theory':>7} {'step s':>7}")
+    print("== bubble fraction: measured (mean over stages) vs theory ==")
+    print(f"{'p':>2} {'schedule':>15} {'m':>3} {'idle':>6} {'recv wait':>9} {'theory':>7} "
+          f"{'step s':>7}")
     for p in [int(x) for x in args.stages.split(",")]:
         for schedule, v in SCHEDULES:
             for m in [int(x) for x in args.micro_batches.split(",")]:
@@ -70,16 +73,18 @@ def bubble_table(build, tmp, args):
                     continue
                 ranks = run(build, tmp, f"b{p}{schedule}{m}",
                             config(m, pp=p, schedule=schedule, virtual=v), p, args)
-                fractions = []
+                idle, waits = [], []
                 for r in ranks:
-                    pipe = r["metrics"]["pipeline"]["last_step"]
-                    fractions.append(pipe["bubble"] / r["metrics"]["step_seconds"])
+                    m_ = r["metrics"]
+                    t = m_["time_seconds"]["last_step"]
+                    idle.append(1 - (t["forward"] + t["backward"]) / m_["step_seconds"])
+                    waits.append(m_["pipeline"]["last_step"]["bubble"] / m_["step_seconds"])
                 theory = (p - 1) / (v * m + p - 1)
                 step = max(r["mean_step_seconds"] for r in ranks)
                 note = "  (4 ranks on 2 cores)" if p > 2 else ""
-                print(f"{p:>2} {schedule + (f' v={v}' if v > 1 else ''):>12} {m:>3} "
-                      f"{statistics.mean(fractions):>9.3f} {theory:>7.3f} {step:>7.3f}{note}",
-                      flush=True)
+                print(f"{p:>2} {schedule + (f' v={v}' if v > 1 else ''):>15} {m:>3} "
+                      f"{statistics.mean(idle):>6.3f} {statistics.mean(waits):>9.3f} "
+                      f"{theory:>7.3f} {step:>7.3f}{note}", flush=True)
 
 
 def throughput(build, tmp, args):
