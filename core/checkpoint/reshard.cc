@@ -74,13 +74,109 @@ Result<FlatRange> ShardFileRange(const SafetensorsFile &file, const std::string 
   if (end.value() < begin.value())
     return CheckpointError(where + ": metadata range [" + std::to_string(begin.value()) + ", " +
                            std::to_string(end.value()) + ") is empty or reversed");
+  // A pipeline stage's shard holds several pieces of [begin, end), its
+  // tensors their concatenation.
+  int64_t count = end.value() - begin.value();
+  auto pieces_text = file.metadata.find("pieces");
+  if (pieces_text != file.metadata.end()) {
+    Result<std::vector<FlatRange>> pieces = ParsePieces(pieces_text->second, where);
+    if (!pieces.ok()) return pieces.status();
+    count = 0;
+    int64_t previous_end = begin.value();
+    for (const FlatRange &r : pieces.value()) {
+      if (r.begin < previous_end || r.end > end.value())
+        return CheckpointError(where + ": its pieces are not ordered ranges inside [" +
+                               std::to_string(begin.value()) + ", " + std::to_string(end.value()) +
+                               ")");
+      previous_end = r.end;
+      count += r.size();
+    }
+  }
   for (const auto &[name, t] : file.tensors) {
-    if (t.dtype != TensorDType::kF32 || t.numel() != end.value() - begin.value())
+    if (t.dtype != TensorDType::kF32 || t.numel() != count)
       return CheckpointError(where + ": tensor \"" + name + "\" holds " +
                              std::to_string(t.numel()) + " elements but the file's range has " +
-                             std::to_string(end.value() - begin.value()));
+                             std::to_string(count));
   }
   return FlatRange{begin.value(), end.value()};
+}
+
+FlatMap::FlatMap(const std::vector<FlatTensor> &local, const std::vector<FlatTensor> &whole) {
+  for (const FlatTensor &t : local) {
+    for (const FlatTensor &w : whole) {
+      if (w.name != t.name) continue;
+      tensors_.push_back(
+          {t.name, {{t.offset, t.offset + t.numel}, {w.offset, w.offset + w.numel}}});
+      break;
+    }
+  }
+}
+
+std::vector<FlatMap::Segment> FlatMap::Cut(FlatRange range, const std::string &skip) const {
+  std::vector<Segment> out;
+  for (const Tensor &t : tensors_) {
+    if (!skip.empty() && t.name == skip) continue;
+    const int64_t lo = std::max(range.begin, t.span.local.begin);
+    const int64_t hi = std::min(range.end, t.span.local.end);
+    if (lo >= hi) continue;
+    const int64_t shift = t.span.whole.begin - t.span.local.begin;
+    Segment seg{{lo, hi}, {lo + shift, hi + shift}};
+    if (!out.empty() && out.back().local.end == seg.local.begin &&
+        out.back().whole.end == seg.whole.begin) {
+      out.back().local.end = seg.local.end;
+      out.back().whole.end = seg.whole.end;
+    } else {
+      out.push_back(seg);
+    }
+  }
+  return out;
+}
+
+std::string PiecesText(const std::vector<FlatRange> &pieces) {
+  std::string text = "[";
+  for (size_t i = 0; i < pieces.size(); ++i)
+    text += (i ? ",[" : "[") + std::to_string(pieces[i].begin) + "," +
+            std::to_string(pieces[i].end) + "]";
+  return text + "]";
+}
+
+Result<std::vector<FlatRange>> ParsePieces(const std::string &text, const std::string &where) {
+  std::vector<FlatRange> out;
+  size_t i = 0;
+  auto fail = [&]() -> Status {
+    return CheckpointError(where + ": metadata \"pieces\" = \"" + text.substr(0, 200) +
+                           "\" is not a list of [begin, end] ranges");
+  };
+  auto number = [&](int64_t *v) {
+    size_t used = 0;
+    try {
+      const long long x = std::stoll(text.substr(i), &used);
+      if (x < 0 || used == 0) return false;
+      *v = x;
+    } catch (const std::exception &) {
+      return false;
+    }
+    i += used;
+    return true;
+  };
+  auto expect = [&](char c) {
+    if (i < text.size() && text[i] == c) {
+      ++i;
+      return true;
+    }
+    return false;
+  };
+  if (!expect('[')) return fail();
+  if (expect(']')) return out;
+  do {
+    FlatRange r;
+    if (!expect('[') || !number(&r.begin) || !expect(',') || !number(&r.end) || !expect(']') ||
+        r.end < r.begin)
+      return fail();
+    out.push_back(r);
+  } while (expect(','));
+  if (!expect(']') || i != text.size()) return fail();
+  return out;
 }
 
 }  // namespace dst

@@ -53,4 +53,35 @@ Status AssembleFlat(const std::vector<FlatPiece> &pieces, FlatRange want, int64_
 // Reads the flat range a shard file's metadata declares ("begin", "end").
 Result<FlatRange> ShardFileRange(const SafetensorsFile &file, const std::string &where);
 
+// How one rank's flat buffer maps onto the checkpoint's flat state (the
+// whole model's tensors in declaration order). The identity for a whole
+// model; a pipeline stage holds a subset of the tensors, so one of its
+// ranges is several pieces of the whole.
+class FlatMap {
+ public:
+  struct Segment {
+    FlatRange local, whole;  // the same elements in both spaces
+  };
+  // `local`: this rank's tensors (their offsets in its buffer); `whole`: the
+  // whole model's. Tensors match by name.
+  FlatMap(const std::vector<FlatTensor> &local, const std::vector<FlatTensor> &whole);
+  // The segments of local range `range` (clipped to tensors; padding has
+  // none), in local order, neighbours that are contiguous in both spaces
+  // merged. `skip`: a local tensor left out (a pipeline's second copy of a
+  // tied weight), or "".
+  std::vector<Segment> Cut(FlatRange range, const std::string &skip = "") const;
+
+ private:
+  struct Tensor {
+    std::string name;
+    Segment span;
+  };
+  std::vector<Tensor> tensors_;  // local order
+};
+
+// "[[b0,e0],[b1,e1]]" and back: the pieces of a shard file that holds
+// several ranges of the flat state (a pipeline stage's).
+std::string PiecesText(const std::vector<FlatRange> &pieces);
+Result<std::vector<FlatRange>> ParsePieces(const std::string &text, const std::string &where);
+
 }  // namespace dst

@@ -86,6 +86,14 @@ WrittenFile WrittenFileFrom(const Json &j) {
 
 }  // namespace
 
+CheckpointCoordinator::CheckpointCoordinator(TrainingStateView view)
+    : view_(std::move(view)),
+      map_(FlatTensors(*view_.decls),
+           FlatTensors(view_.whole_decls ? *view_.whole_decls : *view_.decls)) {
+  if (!view_.whole_decls) view_.whole_decls = view_.decls;
+  if (view_.local_parameters == 0) view_.local_parameters = view_.num_parameters;
+}
+
 std::string CheckpointCoordinator::CheckpointKeyPrefix(const char *phase) const {
   return "__dstrain/ckpt/" + std::to_string(ops_) + "/" + phase + "/";
 }
@@ -113,7 +121,7 @@ Json CheckpointCoordinator::CheckpointMeta(const Json &client) const {
   meta["topology"] = {{"world_size", view_.env.world_size},
                       {"dp_size", view_.config->dp_size},
                       {"tp_size", 1},
-                      {"pp_size", 1},
+                      {"pp_size", view_.pp_size},
                       {"zero_stage", view_.dp->stage()}};
   return meta;
 }
@@ -127,10 +135,10 @@ Status CheckpointCoordinator::WriteOwnCheckpointFiles(const std::string &dir,
                                                       std::vector<WrittenFile> *written,
                                                       Json *shards) {
   const std::vector<ParamDecl> &decls = *view_.decls;
-  const int64_t total = view_.num_parameters;
   ShardInfo params_held;
   const float *params = view_.dp->LocalParams(&params_held);
-  const bool full_params = view_.dp->FullParams() != nullptr;
+  const bool pipeline = view_.pp_size > 1;
+  const bool full_params = view_.dp->FullParams() != nullptr && !pipeline;
   if (view_.env.rank == 0 && full_params) {
     CheckpointFile weights{kModelFile, {}, {{"format", "pt"}}};
     for (const ParamDecl &d : decls)
@@ -140,57 +148,107 @@ Status CheckpointCoordinator::WriteOwnCheckpointFiles(const std::string &dir,
     written->push_back(w.value());
   }
   const ShardInfo held = view_.dp->StateRange();
-  const FlatRange mine = RealPart(held, total);
-  const bool unique_state = view_.dp->stage() >= 1 || view_.env.rank == 0;
-  if (!unique_state || mine.size() == 0) return Status::Ok();
+  const FlatRange mine = RealPart(held, view_.local_parameters);
+  const bool unique_state = view_.dp->stage() >= 1 || view_.dp_rank == 0;
+  // The checkpoint's flat state this rank writes: its state range, as pieces
+  // of the whole model's flat state (one piece without a pipeline).
+  const std::vector<FlatMap::Segment> segments = map_.Cut(mine, view_.tied_copy);
+  if (!unique_state || segments.empty()) return Status::Ok();
+  std::vector<FlatRange> pieces;
+  int64_t count = 0;
+  for (const FlatMap::Segment &seg : segments) {
+    pieces.push_back(seg.whole);
+    count += seg.whole.size();
+  }
+  const FlatRange hull{pieces.front().begin, pieces.back().end};
   const std::string name = ShardFileName(view_.env.rank);
   CheckpointFile shard{
-      name, {}, {{"begin", std::to_string(mine.begin)}, {"end", std::to_string(mine.end)}}};
+      name, {}, {{"begin", std::to_string(hull.begin)}, {"end", std::to_string(hull.end)}}};
+  if (pieces.size() > 1) shard.metadata["pieces"] = PiecesText(pieces);
   Json tensors = Json::array();
-  // The optimizer's state, read through its store: in place when it is
-  // resident, else copied out for the write.
+  // The optimizer's state, read through its store a segment at a time: in
+  // place when it is resident and one segment, else copied out for the write.
   const Optimizer &optimizer = view_.dp->optimizer();
   const StateStore &store = optimizer.state();
   const std::vector<std::string> names = optimizer.state_names();
   std::vector<std::vector<float>> copies;
+  auto gather = [&](const float *resident, size_t index, const float *base,
+                    int64_t base_offset) -> Result<const float *> {
+    if ((resident || base) && segments.size() == 1)
+      return (resident ? resident : base) + (segments[0].local.begin - base_offset);
+    copies.emplace_back(size_t(count));
+    float *out = copies.back().data();
+    for (const FlatMap::Segment &seg : segments) {
+      const int64_t at = seg.local.begin - base_offset;
+      if (resident || base)
+        std::memcpy(out, (resident ? resident : base) + at, size_t(seg.local.size()) * 4);
+      else
+        DST_RETURN_IF_ERROR(store.Read(index, at, seg.local.size(), out));
+      out += seg.local.size();
+    }
+    return static_cast<const float *>(copies.back().data());
+  };
   for (size_t k = 0; k < names.size(); ++k) {
     const size_t index = optimizer.first_state_tensor() + k;
-    const int64_t at = mine.begin - held.offset;
-    const float *data = store.Resident(index);
-    if (data) {
-      data += at;
-    } else {
-      copies.emplace_back(size_t(mine.size()));
-      DST_RETURN_IF_ERROR(store.Read(index, at, mine.size(), copies.back().data()));
-      data = copies.back().data();
-    }
-    shard.tensors.push_back({names[k], TensorDType::kF32, {mine.size()}, data});
+    Result<const float *> data = gather(store.Resident(index), index, nullptr, held.offset);
+    if (!data.ok()) return data.status();
+    shard.tensors.push_back({names[k], TensorDType::kF32, {count}, data.value()});
     tensors.push_back(names[k]);
   }
   if (!full_params) {
-    shard.tensors.push_back({kParamsPiece,
-                             TensorDType::kF32,
-                             {mine.size()},
-                             params + (mine.begin - params_held.offset)});
+    Result<const float *> data = gather(nullptr, 0, params, params_held.offset);
+    if (!data.ok()) return data.status();
+    shard.tensors.push_back({kParamsPiece, TensorDType::kF32, {count}, data.value()});
     tensors.push_back(kParamsPiece);
   }
   Result<WrittenFile> w = WriteStagedFile(dir, tag, shard);
   if (!w.ok()) return w.status();
   written->push_back(w.value());
-  shards->push_back({{"file", name},
-                     {"rank", view_.env.rank},
-                     {"begin", mine.begin},
-                     {"end", mine.end},
-                     {"tensors", tensors}});
+  Json entry = {{"file", name},
+                {"rank", view_.env.rank},
+                {"begin", hull.begin},
+                {"end", hull.end},
+                {"tensors", tensors}};
+  if (pieces.size() > 1) {
+    Json list = Json::array();
+    for (const FlatRange &r : pieces) list.push_back({r.begin, r.end});
+    entry["pieces"] = list;
+  }
+  shards->push_back(entry);
   return Status::Ok();
 }
 
-// Rank 0, ZeRO-3 across ranks: model.safetensors from the weight pieces in
-// every rank's shard file.
+namespace {
+
+// The flat ranges a shard holds, in the order its tensors concatenate them:
+// "pieces" when present (a pipeline stage's shard), else [begin, end).
+std::vector<FlatRange> ShardPieces(const Json &s) {
+  if (s.contains("pieces")) {
+    std::vector<FlatRange> out;
+    for (const Json &p : s.at("pieces"))
+      out.push_back({p.at(0).get<int64_t>(), p.at(1).get<int64_t>()});
+    return out;
+  }
+  return {{s.at("begin").get<int64_t>(), s.at("end").get<int64_t>()}};
+}
+
+// The pieces of one tensor of a shard file, its data cut along `ranges`.
+void AddPieces(const std::vector<FlatRange> &ranges, const float *data, const std::string &file,
+               std::vector<FlatPiece> *pieces) {
+  for (const FlatRange &r : ranges) {
+    pieces->push_back({r, data, file});
+    data += r.size();
+  }
+}
+
+}  // namespace
+
+// Rank 0, ZeRO-3 across ranks or a pipeline: model.safetensors from the
+// weight pieces in every rank's shard file.
 Result<WrittenFile> CheckpointCoordinator::ConsolidateWeights(const std::string &dir,
                                                               const std::string &tag,
                                                               const Json &shards) {
-  const std::vector<ParamDecl> &decls = *view_.decls;
+  const std::vector<ParamDecl> &decls = *view_.whole_decls;
   const int64_t total = view_.num_parameters;
   std::vector<SafetensorsFile> files;
   std::vector<FlatPiece> pieces;
@@ -201,9 +259,7 @@ Result<WrittenFile> CheckpointCoordinator::ConsolidateWeights(const std::string 
     Result<SafetensorsFile> file = ReadSafetensors(path);
     if (!file.ok()) return file.status();
     files.push_back(std::move(file).value());
-    pieces.push_back({{s.at("begin").get<int64_t>(), s.at("end").get<int64_t>()},
-                      files.back().tensors.at(kParamsPiece).f32(),
-                      name});
+    AddPieces(ShardPieces(s), files.back().tensors.at(kParamsPiece).f32(), name, &pieces);
   }
   std::vector<float> flat(static_cast<size_t>(total));
   DST_RETURN_IF_ERROR(AssembleFlat(pieces, {0, total}, total, "weight", flat.data()));
@@ -289,12 +345,12 @@ Status CheckpointCoordinator::CollectAndCommit(const std::string &dir, const std
     for (const Json &f : r.payload.at("files")) files.push_back(WrittenFileFrom(f));
     for (const Json &s : r.payload.at("shards")) shards.push_back(s);
   }
-  if (view_.dp->FullParams() == nullptr) {
+  if (view_.dp->FullParams() == nullptr || view_.pp_size > 1) {
     Result<WrittenFile> weights = ConsolidateWeights(dir, tag, shards);
     if (!weights.ok()) {
       AbortStaging(dir, tag);
       Status failed = weights.status();
-      return failed.context("save_checkpoint: consolidating the ZeRO-3 weights");
+      return failed.context("save_checkpoint: consolidating the weights");
     }
     files.push_back(weights.value());
   }
@@ -329,7 +385,7 @@ Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::str
     // Weights: names and shapes (the first mismatching tensor is named).
     DST_RETURN_IF_ERROR(LoadCheckpointFile(&ckpt, kModelFile));
     const SafetensorsFile &weights = ckpt.files.at(kModelFile);
-    DST_RETURN_IF_ERROR(MatchTensors(weights, decls, where + "/" + kModelFile));
+    DST_RETURN_IF_ERROR(MatchTensors(weights, *view_.whole_decls, where + "/" + kModelFile));
     // Then the model: a spec that computes differently with the same tensors
     // (n_head, say) is refused naming the field and both values.
     Result<ModelSpec> saved_spec = ParseModelSpec(ckpt.meta.at("model_spec").dump());
@@ -378,14 +434,20 @@ Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::str
         {out->params_range.offset, out->params_range.offset + out->params_range.size},
         out->params.data());
 
-    // This rank's optimizer state, from the shard files that overlap it.
+    // This rank's optimizer state, from the shard files that overlap it: its
+    // range is one or more ranges of the checkpoint's flat state (a pipeline
+    // stage's tensors; a tied copy takes the first copy's state).
     out->state_range = view_.dp->StateRange();
     const FlatRange want{out->state_range.offset, out->state_range.offset + out->state_range.size};
-    const FlatRange real = RealPart(out->state_range, total);
+    const std::vector<FlatMap::Segment> segments =
+        map_.Cut(RealPart(out->state_range, view_.local_parameters));
     std::vector<std::vector<FlatPiece>> pieces(names.size());
     for (const Json &s : ckpt.meta.at("shards")) {
       const FlatRange range{s.at("begin").get<int64_t>(), s.at("end").get<int64_t>()};
-      if (range.end <= real.begin || range.begin >= real.end) continue;
+      const bool overlaps = std::any_of(segments.begin(), segments.end(), [&](const auto &seg) {
+        return range.end > seg.whole.begin && range.begin < seg.whole.end;
+      });
+      if (!overlaps) continue;
       const std::string file = s.at("file").get<std::string>();
       DST_RETURN_IF_ERROR(LoadCheckpointFile(&ckpt, file));
       const SafetensorsFile &shard = ckpt.files.at(file);
@@ -396,12 +458,29 @@ Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::str
             where + "/" + file + " declares elements [" + std::to_string(declared->begin) + ", " +
             std::to_string(declared->end) + ") but meta.json says [" + std::to_string(range.begin) +
             ", " + std::to_string(range.end) + "): the checkpoint is inconsistent");
+      const std::vector<FlatRange> ranges = ShardPieces(s);
+      int64_t count = 0;
+      for (const FlatRange &r : ranges) count += r.size();
+      auto declared_pieces = shard.metadata.find("pieces");
+      if (declared_pieces != shard.metadata.end()) {
+        Result<std::vector<FlatRange>> parsed =
+            ParsePieces(declared_pieces->second, where + "/" + file);
+        if (!parsed.ok()) return parsed.status();
+        if (PiecesText(parsed.value()) != PiecesText(ranges))
+          return CheckpointError(where + "/" + file +
+                                 " declares other pieces than meta.json: the checkpoint is "
+                                 "inconsistent");
+      }
       for (size_t k = 0; k < names.size(); ++k) {
         auto t = shard.tensors.find(names[k]);
         if (t == shard.tensors.end())
           return CheckpointError(where + "/" + file + " has no \"" + names[k] +
                                  "\" state: the checkpoint is incomplete");
-        pieces[k].push_back({range, t->second.f32(), file});
+        if (t->second.numel() != count)
+          return CheckpointError(where + "/" + file + ": \"" + names[k] + "\" has " +
+                                 std::to_string(t->second.numel()) + " elements but its pieces " +
+                                 std::to_string(count) + ": the checkpoint is inconsistent");
+        AddPieces(ranges, t->second.f32(), file, &pieces[k]);
       }
     }
     if (total > 0 && ckpt.meta.value("num_parameters", total) != total)
@@ -409,10 +488,11 @@ Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::str
                              " parameters but this model has " + std::to_string(total));
     out->states.resize(names.size());
     for (size_t k = 0; k < names.size(); ++k) {
-      out->states[k].resize(size_t(want.size()));
-      DST_RETURN_IF_ERROR(
-          AssembleFlat(pieces[k], want, total, "\"" + names[k] + "\"", out->states[k].data())
-              .context(where));
+      out->states[k].assign(size_t(want.size()), 0.0f);  // padding stays 0
+      for (const FlatMap::Segment &seg : segments)
+        DST_RETURN_IF_ERROR(AssembleFlat(pieces[k], seg.whole, total, "\"" + names[k] + "\"",
+                                         out->states[k].data() + (seg.local.begin - want.begin))
+                                .context(where));
     }
   } catch (const Json::exception &e) {
     return CheckpointError(where + "/meta.json is missing fields or has wrong types (" + e.what() +
@@ -468,7 +548,8 @@ Status CheckpointCoordinator::LoadWeights(const std::string &dir, const std::str
   Status st = ckpt.status();
   if (st.ok()) st = LoadCheckpointFile(&ckpt.value(), kModelFile);
   if (st.ok())
-    st = MatchTensors(ckpt->files.at(kModelFile), *view_.decls, ckpt->path + "/" + kModelFile);
+    st =
+        MatchTensors(ckpt->files.at(kModelFile), *view_.whole_decls, ckpt->path + "/" + kModelFile);
   if (view_.store) {  // every rank validated before any rank changes anything
     DST_RETURN_IF_ERROR(
         PostReport(*view_.store, CheckpointKeyPrefix("weights"), {view_.env.rank, st, {}}));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/reshard.h"
 #include "core/comm/launch_env.h"
 #include "core/comm/store.h"
 #include "core/common/status.h"
@@ -31,8 +32,14 @@ struct TrainingStateView {
   const Config *config = nullptr;
   LaunchEnv env;
   const ModelSpec *spec = nullptr;
-  const std::vector<ParamDecl> *decls = nullptr;
-  int64_t num_parameters = 0;
+  const std::vector<ParamDecl> *decls = nullptr;        // this rank's tensors
+  const std::vector<ParamDecl> *whole_decls = nullptr;  // the whole model's (= decls without pp)
+  int64_t num_parameters = 0;                           // the whole model's
+  int64_t local_parameters = 0;                         // this rank's (its stage's)
+  // A tensor this rank holds a second copy of (a pipeline's last stage and
+  // the tied wte): not saved from here, loaded like the first copy.
+  std::string tied_copy;
+  int64_t dp_rank = 0, pp_size = 1;
   DataParallelism *dp = nullptr;         // weights and optimizer state
   TrainingProgress *progress = nullptr;  // steps taken and skipped
   LossScaler *scaler = nullptr;          // fp16 loss scale
@@ -43,7 +50,7 @@ struct TrainingStateView {
 
 class CheckpointCoordinator {
  public:
-  explicit CheckpointCoordinator(TrainingStateView view) : view_(std::move(view)) {}
+  explicit CheckpointCoordinator(TrainingStateView view);
 
   // Every rank calls them with the same arguments (collective through the store).
   Status Save(const std::string &dir, const std::string &tag, const std::string &client_state_json);
@@ -67,6 +74,7 @@ class CheckpointCoordinator {
   Status PrepareLoad(const std::string &dir, const std::string &tag, PreparedLoad *out);
 
   TrainingStateView view_;
+  FlatMap map_;      // this rank's flat buffer -> the checkpoint's flat state
   int64_t ops_ = 0;  // saves + loads so far: names their store keys
 };
 

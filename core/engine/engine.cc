@@ -125,7 +125,14 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   state.env = env_;
   state.spec = &model_->spec();
   state.decls = &model_->params().decls();
-  state.num_parameters = model_->params().size();
+  state.whole_decls = &whole_decls_;
+  state.num_parameters = CountParameters(spec);
+  state.local_parameters = model_->params().size();
+  const bool last_stage_of_gpt =
+      plan_ && spec.type == ModelSpec::Type::kGpt && groups_.coord.pp == config_.pp_size - 1;
+  if (last_stage_of_gpt) state.tied_copy = "transformer.wte.weight";
+  state.dp_rank = groups_.coord.dp;
+  state.pp_size = config_.pp_size;
   state.dp = dp_.get();
   state.progress = &progress_;
   state.scaler = &scaler_;
@@ -372,29 +379,19 @@ Status Engine::GetGrad(const std::string &name, float *data, size_t count) const
   return st.ok() ? shared : st;
 }
 
-Status Engine::CheckNoPipeline(const char *call) const {
-  if (!plan_) return Status::Ok();
-  return NotSupported(std::string(call) + " with pipeline parallelism (pp_size " +
-                      std::to_string(config_.pp_size) +
-                      ") is not supported yet; train with pp_size 1 to save or load checkpoints");
-}
-
 // ---------------------------------------------------------------- checkpoints
 
 Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
                               const std::string &client_state_json) {
-  DST_RETURN_IF_ERROR(CheckNoPipeline("save_checkpoint"));
   return checkpoints_->Save(dir, tag, client_state_json);
 }
 
 Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
                               std::string *client_state_json) {
-  DST_RETURN_IF_ERROR(CheckNoPipeline("load_checkpoint"));
   return checkpoints_->Load(dir, tag, client_state_json);
 }
 
 Status Engine::LoadWeights(const std::string &dir, const std::string &tag) {
-  DST_RETURN_IF_ERROR(CheckNoPipeline("load_weights"));
   return checkpoints_->LoadWeights(dir, tag);
 }
 

@@ -123,8 +123,6 @@ class Engine {
                    int *local) const;
   // With pp > 1: the tensor read on the stage holding it, sent to every stage.
   Status ShareOverStages(int whole, float *data) const;
-  // Refuses what a pipeline cannot do yet.
-  Status CheckNoPipeline(const char *call) const;
   // The prepared program for `micro_batches` of a kind (kOptimizerStep:
   // train, kBackward: forward_backward, kForward: eval), built on first use
   // and reused, so a step allocates nothing.

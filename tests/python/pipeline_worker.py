@@ -1,6 +1,6 @@
 """One rank of a parallel-equivalence run, through the Python SDK.
 
-    python3 pipeline_worker.py CONFIG.json MODEL.json STEPS
+    python3 pipeline_worker.py CONFIG.json MODEL.json STEPS [SAVE_DIR [SAVE_AT]] [--load DIR]
 
 Rank, world and rendezvous come from the environment (torchrun's contract).
 Each rank first runs a forward_backward on the first batch and fingerprints
@@ -10,7 +10,9 @@ one forward_backward on the next batch and fingerprints every tensor of the
 whole model (get_param / get_grad gather them from whichever stage, shard or
 rank holds them): its L2 norm, its sum and its dot product with a fixed
 random vector seeded by the tensor's name — three numbers that move when any
-element moves. Prints one JSON line.
+element moves. Prints one JSON line. With SAVE_DIR it saves a checkpoint
+after SAVE_AT steps (default: at the end) and reports how that went; with
+--load DIR it resumes from DIR and trains the steps that remain.
 """
 import json
 import pathlib
@@ -41,10 +43,17 @@ def sequential_batch(model, index, first, n):
 
 
 def main():
-    config = json.loads(pathlib.Path(sys.argv[1]).read_text())
-    model = json.loads(pathlib.Path(sys.argv[2]).read_text())
-    steps = int(sys.argv[3])
-    save_dir = sys.argv[4] if len(sys.argv) > 4 else None  # try a checkpoint save at the end
+    args = sys.argv[1:]
+    load_dir = None
+    if "--load" in args:
+        at = args.index("--load")
+        load_dir = args[at + 1]
+        del args[at:at + 2]
+    config = json.loads(pathlib.Path(args[0]).read_text())
+    model = json.loads(pathlib.Path(args[1]).read_text())
+    steps = int(args[2])
+    save_dir = args[3] if len(args) > 3 else None
+    save_at = int(args[4]) if len(args) > 4 else steps
     gpt = model["type"] == "gpt"
     data = dstrain.Dataset.open_text(seed=7) if gpt else None
     with dstrain.Engine(config=config, model=model) as engine:
@@ -62,21 +71,27 @@ def main():
         engine.forward_backward(*batch(0))
         first_grads = {p.name: fingerprint(p.name, engine.get_grad(p.name))
                        for p in engine.parameters()}
-        losses = [float(engine.train_batch(*batch(step))) for step in range(steps)]
+        start = 0
+        if load_dir:
+            engine.load_checkpoint(load_dir)
+            start = engine.step
+        save = None
+        losses = []
+        for step in range(start, steps):
+            losses.append(float(engine.train_batch(*batch(step))))
+            if save_dir and step + 1 == save_at:
+                try:
+                    engine.save_checkpoint(save_dir)
+                    save = "ok"
+                except dstrain.DstrainError as e:
+                    save = f"{type(e).__name__}: {e}"
         fb_loss = float(engine.forward_backward(*batch(steps)))
         params, grads = {}, {}
         for p in engine.parameters():
             params[p.name] = fingerprint(p.name, engine.get_param(p.name))
             grads[p.name] = fingerprint(p.name, engine.get_grad(p.name))
-        save = None
-        if save_dir:
-            try:
-                engine.save_checkpoint(save_dir)
-                save = "ok"
-            except dstrain.DstrainError as e:
-                save = f"{type(e).__name__}: {e}"
-        print(json.dumps({"rank": info.rank, "save": save, "pp_rank": info.pp_rank, "dp_rank": info.dp_rank,
-                          "losses": losses, "fb_loss": fb_loss, "params": params,
+        print(json.dumps({"rank": info.rank, "save": save, "pp_rank": info.pp_rank,
+                          "dp_rank": info.dp_rank, "losses": losses, "fb_loss": fb_loss, "params": params,
                           "grads": grads, "first_grads": first_grads, "metrics": engine.metrics()}))
 
 

@@ -3,8 +3,8 @@
 A stage killed mid-training is named, with the operation, by every survivor
 within the timeout; ranks started with different pipeline sizes are refused
 at start-up; a layout the model cannot fill, a partition that matches no
-layer, and what is not built yet (checkpoints of a pipeline, the zero-bubble
-schedule) are errors that name the setting and the way out.
+layer, and what is not built yet (the zero-bubble schedule) are errors that
+name the setting and the way out.
 """
 import json
 import secrets
@@ -86,12 +86,3 @@ def test_zero_bubble_is_refused_by_name(tmp_path, build_dir):
     err = one_rank_error(tmp_path, build_dir, ps.make_config(pp=2, accum=4, schedule="zb-h1"),
                          ps.GPT)
     assert 'pipeline.schedule "zb-h1"' in err and "not built yet" in err, err
-
-
-def test_checkpoint_of_a_pipeline_is_refused_not_written(tmp_path, build_dir):
-    reports = ps.run_job(tmp_path, ps.make_config(pp=2, accum=4), ps.GPT, 2, "save", steps=1,
-                         build_dir=build_dir, extra=[str(tmp_path / "ckpt")])
-    for report in reports:
-        assert report["save"].startswith("NotSupportedError"), report["save"]
-        assert "pipeline parallelism" in report["save"], report["save"]
-    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())

@@ -101,3 +101,47 @@ TEST(Reshard, ConsolidatedTensorsFillAnyFlatRange) {
 
 }  // namespace
 }  // namespace dst
+
+namespace dst {
+namespace {
+
+// A pipeline stage's buffer [b1 (4), b2 (6), wte copy (3)] against the whole
+// model [wte (3), b0 (5), b1 (4), b2 (6)]: its ranges become pieces of the
+// whole model's flat state, contiguous neighbours merged, the copy skipped.
+TEST(FlatMapTest, CutsAStageRangeIntoPiecesOfTheWholeModel) {
+  const std::vector<FlatTensor> whole = {{"wte", 0, 3}, {"b0", 3, 5}, {"b1", 8, 4}, {"b2", 12, 6}};
+  const std::vector<FlatTensor> stage = {{"b1", 0, 4}, {"b2", 4, 6}, {"wte", 10, 3}};
+  const FlatMap map(stage, whole);
+  const auto all = map.Cut({0, 13}, "wte");
+  ASSERT_EQ(all.size(), 1u);  // b1, b2 are contiguous in both spaces
+  EXPECT_EQ(all[0].local.begin, 0);
+  EXPECT_EQ(all[0].whole.begin, 8);
+  EXPECT_EQ(all[0].whole.end, 18);
+  const auto with_copy = map.Cut({2, 12});
+  ASSERT_EQ(with_copy.size(), 2u);
+  EXPECT_EQ(with_copy[0].whole.begin, 10);  // b1 from its element 2
+  EXPECT_EQ(with_copy[0].whole.end, 18);
+  EXPECT_EQ(with_copy[1].local.begin, 10);  // the copy maps onto wte
+  EXPECT_EQ(with_copy[1].whole.begin, 0);
+  EXPECT_EQ(with_copy[1].whole.end, 2);
+  EXPECT_TRUE(map.Cut({13, 16}).empty());  // padding maps to nothing
+}
+
+TEST(FlatMapTest, PiecesRoundTripAndMalformedTextIsNamed) {
+  const std::vector<FlatRange> pieces = {{0, 5}, {9, 12}};
+  Result<std::vector<FlatRange>> back = ParsePieces(PiecesText(pieces), "f");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ(back.value()[1].begin, 9);
+  EXPECT_EQ(back.value()[1].end, 12);
+  for (const char *bad : {"", "[", "[[1,2]", "[[2,1]]", "[[1,2],]", "[[1,x]]", "[[1,2]]x"}) {
+    Result<std::vector<FlatRange>> r = ParsePieces(bad, "zero_rank_0.safetensors");
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("zero_rank_0.safetensors"), std::string::npos);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dst
