@@ -153,13 +153,19 @@ Status StageLink::Receive(Kind kind, int64_t chunk, int64_t mb, int *buffer, dou
   return Status::Ok();
 }
 
-Status StageLink::RecvActivation(int64_t chunk, int64_t mb, int64_t rows) {
+Status StageLink::ReceiveHeld(Kind kind, int64_t chunk, int64_t mb, int64_t rows) {
   if (rows != rows_)
     return InternalError("pipeline: micro-batch of " + std::to_string(rows) +
                          " rows in a step of " + std::to_string(rows_));
   Held &h = held_[Key(chunk, mb)];
-  Free(&h.activation_in);
-  return Receive(kActivation, chunk, mb, &h.activation_in, &times_.recv_input);
+  int *slot = kind == kActivation ? &h.activation_in : &h.gradient_in;
+  Free(slot);
+  return Receive(kind, chunk, mb, slot,
+                 kind == kActivation ? &times_.recv_input : &times_.recv_grad);
+}
+
+Status StageLink::RecvActivation(int64_t chunk, int64_t mb, int64_t rows) {
+  return ReceiveHeld(kActivation, chunk, mb, rows);
 }
 
 const float *StageLink::activation_input(int64_t chunk, int64_t mb) const {
@@ -191,12 +197,7 @@ Status StageLink::SendActivation(int64_t chunk, int64_t mb) {
 }
 
 Status StageLink::RecvGradient(int64_t chunk, int64_t mb, int64_t rows) {
-  if (rows != rows_)
-    return InternalError("pipeline: micro-batch of " + std::to_string(rows) +
-                         " rows in a step of " + std::to_string(rows_));
-  Held &h = held_[Key(chunk, mb)];
-  Free(&h.gradient_in);
-  return Receive(kGradient, chunk, mb, &h.gradient_in, &times_.recv_grad);
+  return ReceiveHeld(kGradient, chunk, mb, rows);
 }
 
 float *StageLink::gradient_input(int64_t chunk, int64_t mb) {

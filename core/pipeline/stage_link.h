@@ -123,6 +123,8 @@ class StageLink {
   // or now — into *buffer, then posts the next one.
   Status Receive(Kind kind, int64_t chunk, int64_t mb, int *buffer, double *seconds);
   Status PostReceive(Kind kind, int64_t chunk, int64_t mb);
+  // Receive into the micro-batch's held buffer of that kind (checked rows).
+  Status ReceiveHeld(Kind kind, int64_t chunk, int64_t mb, int64_t rows);
   int64_t Bytes(Kind kind, int64_t chunk) const;
 
   Communicator *p2p_, *pp_;

@@ -1,6 +1,7 @@
 """One rank of a parallel-equivalence run, through the Python SDK.
 
     python3 pipeline_worker.py CONFIG.json MODEL.json STEPS [SAVE_DIR [SAVE_AT]] [--load DIR]
+                               [--seq-lens T1,T2,...]
 
 Rank, world and rendezvous come from the environment (torchrun's contract).
 Each rank first runs a forward_backward on the first batch and fingerprints
@@ -49,6 +50,11 @@ def main():
         at = args.index("--load")
         load_dir = args[at + 1]
         del args[at:at + 2]
+    seq_lens = None  # GPT: the context of step i's batch cycles through these
+    if "--seq-lens" in args:
+        at = args.index("--seq-lens")
+        seq_lens = [int(x) for x in args[at + 1].split(",")]
+        del args[at:at + 2]
     config = json.loads(pathlib.Path(args[0]).read_text())
     model = json.loads(pathlib.Path(args[1]).read_text())
     steps = int(args[2])
@@ -63,7 +69,8 @@ def main():
 
         def batch(index):
             if gpt:
-                return data.batch("train", index, n, model["n_ctx"], first_sample=first)
+                seq = seq_lens[index % len(seq_lens)] if seq_lens else model["n_ctx"]
+                return data.batch("train", index, n, seq, first_sample=first)
             return sequential_batch(model, index, first, n)
 
         # The gradients of the untrained weights first: 16-bit layouts are

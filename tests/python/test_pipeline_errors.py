@@ -8,8 +8,6 @@ name the setting and the way out.
 """
 import json
 import secrets
-import signal
-import time
 
 import pytest
 
@@ -32,26 +30,9 @@ def tool(build_dir):
 
 
 def test_killed_stage_is_named_by_every_survivor(tmp_path, tool):
-    world = 3
     cfg = write(tmp_path, "cfg.json", ps.make_config(pp=3, accum=4, timeout=COMM_TIMEOUT))
     model = write(tmp_path, "model.json", ps.GPT)
-    port, token = dp_tests.free_port(), secrets.token_hex(8)
-    procs = [faults.spawn_rank(tool, cfg, model, r, world, port, token) for r in range(world)]
-    try:
-        faults.wait_for_progress(procs[0])
-        killed_at = time.monotonic()
-        procs[1].send_signal(signal.SIGKILL)
-        for rank in (0, 2):
-            _, err = procs[rank].communicate(timeout=COMM_TIMEOUT + 30)
-            elapsed = time.monotonic() - killed_at
-            assert procs[rank].returncode != 0, f"rank {rank} survived silently"
-            assert elapsed < COMM_TIMEOUT + 10, f"rank {rank} took {elapsed:.0f} s to give up"
-            assert "rank 1" in err, f"rank {rank} did not name the lost rank:\n{err}"
-            assert any(op in err for op in ("recv", "send", "allreduce")), err
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    faults.kill_rank_1_and_check_survivors(tool, cfg, model, 3, ("recv", "send", "allreduce"))
 
 
 def test_ranks_with_different_pipeline_sizes_are_refused(tmp_path, tool):

@@ -41,3 +41,15 @@ def check_layout(tmp_path, build_dir, model, pp, dp, schedule, virtual, stage, *
 @pytest.mark.parametrize("pp", [2, 4])
 def test_gpt_layout_equals_single_rank(tmp_path, build_dir, pp, schedule, virtual, stage, dp):
     check_layout(tmp_path, build_dir, ps.GPT, pp, dp, schedule, virtual, stage)
+
+
+def test_sequence_length_may_change_between_batches(tmp_path, build_dir):
+    """Each micro-batch's shape comes with its batch (DeepSpeed's pipeline
+    crashes when it changes, #4777): contexts 16, 8, 12 in turn, pp 2 x dp 2
+    at ZeRO 2, equal the single-rank run."""
+    extra = ["--seq-lens", "16,8,12"]
+    ref = ps.run_job(tmp_path, ps.make_config(accum=GLOBAL_MICRO_BATCHES), ps.GPT, 1, "ref",
+                     build_dir=build_dir, extra=extra)[0]
+    config = ps.make_config(pp=2, dp=2, accum=GLOBAL_MICRO_BATCHES // 2, stage=2)
+    reports = ps.run_job(tmp_path, config, ps.GPT, 4, "seq", build_dir=build_dir, extra=extra)
+    ps.assert_equivalent(reports, ref, "fp32", "changing sequence lengths")
