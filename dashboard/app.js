@@ -4,6 +4,7 @@ import { ApiError, fragmentOptions, getJson } from './lib/api.js';
 import * as fmt from './lib/format.js';
 import { History } from './lib/history.js';
 import { renderCommTable, renderRankTable } from './lib/tables.js';
+import { renderTimeline } from './lib/timeline.js';
 import { BreakdownChart, CommChart, LossChart, MemoryChart, ThroughputChart } from './lib/views.js';
 
 const MAX_BACKOFF_MS = 30000;
@@ -24,6 +25,7 @@ const charts = {
 const state = {
   identity: null,
   sample: null,
+  timeline: null,
   ranks: [],
   config: null,
   failures: 0,
@@ -110,6 +112,7 @@ function render() {
   charts.memory.update(state.ranks);
   renderRankTable($('rank-table'), state.ranks);
   renderCommTable($('comm-table'), state.sample);
+  renderTimeline($('timeline-panel'), $('timeline'), $('timeline-summary'), state.timeline);
   renderConfig();
 }
 
@@ -137,6 +140,7 @@ async function poll() {
   const snapshot = await getJson('api/v1/snapshot', token);
   state.identity = snapshot.identity || null;
   state.sample = snapshot.sample || null;
+  state.timeline = snapshot.timeline || null;
   const step = state.sample ? state.sample.step : -1;
   if (step >= 0 && step < history.lastStep) history.reset();  // a new run
   if (step > history.lastStep) {

@@ -104,7 +104,10 @@ struct Monitor::Impl {
     return s ? SampleToJson(*s) : Json(nullptr);
   }
   Json Snapshot() const {
-    return Json{{"identity", identity_json}, {"sample", SampleOrNull(history.Latest())}};
+    const std::shared_ptr<const StepSample> latest = history.Latest();
+    Json j{{"identity", identity_json}, {"sample", SampleOrNull(latest)}};
+    if (latest && !latest->timeline.empty()) j["timeline"] = TimelineToJson(latest->timeline);
+    return j;
   }
   std::string Exposition() const {
     std::lock_guard<std::mutex> lock(registry_mu);

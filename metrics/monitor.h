@@ -34,6 +34,8 @@ namespace dst::metrics {
 
 nlohmann::json IdentityToJson(const RankIdentity &id);
 nlohmann::json SampleToJson(const StepSample &sample);
+// [{"op", "micro_batch", "chunk", "start", "end"}, ...]
+nlohmann::json TimelineToJson(const std::vector<TimelineEvent> &timeline);
 
 // Rank 0's job-wide table: the "ranks" array of /api/v1/ranks. Called from
 // an HTTP worker thread; must be thread-safe.

@@ -14,6 +14,17 @@ nlohmann::json IdentityToJson(const RankIdentity &id) {
                         {"pp_rank", id.pp_rank}};
 }
 
+nlohmann::json TimelineToJson(const std::vector<TimelineEvent> &timeline) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const TimelineEvent &e : timeline)
+    out.push_back({{"op", e.op},
+                   {"micro_batch", e.micro_batch},
+                   {"chunk", e.chunk},
+                   {"start", e.start},
+                   {"end", e.end}});
+  return out;
+}
+
 nlohmann::json SampleToJson(const StepSample &s) {
   nlohmann::json j = nlohmann::json::object();
   j["step"] = s.step;

@@ -39,6 +39,14 @@ struct RankIdentity {
   int64_t dp_rank = 0, tp_rank = 0, pp_rank = 0;
 };
 
+// One action of a pipeline stage's last step: what ran when (seconds from
+// the step's start), so a user sees the bubble.
+struct TimelineEvent {
+  const char *op = "";  // "forward", "backward", "recv_activation", ... (static strings)
+  int64_t micro_batch = -1, chunk = 0;
+  double start = 0, end = 0;
+};
+
 struct StepSample {
   int64_t step = 0;                 // optimizer steps taken so far (after this one)
   int64_t samples_total = 0;        // samples this rank has trained on
@@ -63,6 +71,9 @@ struct StepSample {
   std::array<MemorySample, kMemoryCategoryNames.size()> memory{};
   int64_t process_rss_bytes = 0;
   double unix_time = 0;  // seconds since the epoch when the step ended
+  // Pipeline stages: the step's actions in order (empty otherwise). Served by
+  // /api/v1/snapshot with the latest sample only, not kept in the history.
+  std::vector<TimelineEvent> timeline;
 };
 
 }  // namespace dst::metrics

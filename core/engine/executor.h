@@ -19,6 +19,7 @@
 #include "core/pipeline/tied_weights.h"
 #include "core/precision/loss_scaler.h"
 #include "core/zero/parallelism.h"
+#include "metrics/step_sample.h"
 
 namespace dst {
 
@@ -48,6 +49,9 @@ struct StepRecord {
   int64_t micro_batches = 1;
   bool skipped = false;  // fp16 overflow: no update
   PhaseTimes phases;
+  // Pipeline stages: every compute and communication action of the step
+  // with its start and end (seconds from the step's start).
+  std::vector<metrics::TimelineEvent> timeline;
 };
 
 // The training counters a step advances.

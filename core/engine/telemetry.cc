@@ -157,6 +157,7 @@ metrics::StepSample Telemetry::BuildStepSample(const StepRecord &rec,
     s.timers.push_back({"pipe_bubble", p.recv_input + p.recv_grad});
   }
 
+  s.timeline = rec.timeline;
   FillLive(&s);
   s.unix_time = UnixNow();
   return s;
@@ -279,7 +280,8 @@ std::string Telemetry::MetricsJson(const TrainingState &state) const {
           {"recv_input", timer("pipe_recv_input")},
           {"send_grad", timer("pipe_send_grad")},
           {"recv_grad", timer("pipe_recv_grad")},
-          {"bubble", timer("pipe_bubble")}}}}},
+          {"bubble", timer("pipe_bubble")}}},
+        {"timeline", metrics::TimelineToJson(s.timeline)}}},
       {"precision", DTypeName(ctx_.config->precision())},
       {"loss_scale", state.loss_scale},
       {"skipped_steps", state.progress->skipped_steps},

@@ -28,6 +28,8 @@ export const COLORS = {
   allgather: '#36b37e',
   broadcast: '#f5c542',
   barrier: '#ef5da8',
+  send: '#2bc5c5',
+  recv: '#e8c547',
 };
 
 export function color(name) {

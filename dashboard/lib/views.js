@@ -9,7 +9,9 @@ import * as fmt from './format.js';
 export const MEMORY_CATEGORIES = [
   'parameters', 'gradients', 'optimizer_state', 'activations', 'communication', 'offload',
 ];
-export const COMM_OPS = ['allreduce', 'reduce', 'reduce_scatter', 'allgather', 'broadcast', 'barrier'];
+export const COMM_OPS = [
+  'allreduce', 'reduce', 'reduce_scatter', 'allgather', 'broadcast', 'barrier', 'send', 'recv',
+];
 
 function stepSeries() {
   return { label: 'step', value: legendValue(String) };

@@ -3,7 +3,7 @@
 // real `dstrain train` with monitor.http on, or dashboard/dev/mock_server.mjs).
 //
 //   node tests/browser/dashboard.test.mjs URL SCREENSHOT.png [--outage] [--timeout-ms N]
-//        [--color-scheme dark|light]
+//        [--color-scheme dark|light] [--expect-timeline]
 //
 // Loads URL in Debian's /usr/bin/chromium (playwright-core from
 // dashboard/node_modules; no downloaded browsers), waits until #current-step
@@ -13,6 +13,8 @@
 // the header is filled, no banner is shown and the page threw no errors; saves
 // a full-page screenshot. --outage (mock server only) then makes the API fail
 // for a few seconds and checks the "disconnected" banner appears and clears.
+// --expect-timeline (a pipeline rank) checks the pipeline panel shows the
+// stage's last step with forward, backward and waiting bars.
 // Exit status 0 = pass, 1 = a check failed, 2 = usage, 3 = overall timeout.
 import { mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -32,10 +34,12 @@ function usage(message) {
 const args = process.argv.slice(2);
 const positional = [];
 let outage = false;
+let expectTimeline = false;
 let totalMs = 150000;
 let colorScheme = 'dark';
 for (let i = 0; i < args.length; i++) {
   if (args[i] === '--outage') outage = true;
+  else if (args[i] === '--expect-timeline') expectTimeline = true;
   else if (args[i] === '--color-scheme') colorScheme = args[++i];
   else if (args[i] === '--timeout-ms') totalMs = Number(args[++i]);
   else if (args[i].startsWith('--')) usage(`unknown option ${args[i]}`);
@@ -124,6 +128,16 @@ try {
       .some((tr) => /^\d/.test(tr.cells[2].textContent)), null, ADVANCE_MS);
   await waitFor(page, 'the memory chart has a rank',
     () => window.dstrainDashboard.charts.memory.panel.length > 0, null, 15000);
+  if (expectTimeline) {
+    await waitFor(page, 'the pipeline panel shows forward, backward and waiting bars', () => {
+      const panel = document.querySelector('#timeline-panel');
+      const count = (sel) => document.querySelectorAll(`#timeline ${sel}`).length;
+      return panel && !panel.hidden && count('.op-forward') > 0 && count('.op-backward') > 0 &&
+        count('[data-lane="waiting"] .timeline-bar') > 0 &&
+        /waiting for neighbours/.test(document.querySelector('#timeline-summary').textContent);
+    }, null, ADVANCE_MS);
+    console.log('dashboard.test: pipeline timeline drawn');
+  }
 
   const report = await page.evaluate((ids) => {
     const d = window.dstrainDashboard;

@@ -202,3 +202,29 @@ def test_dashboard_served_by_a_real_training_run(browser_ready, build_dir, tmp_p
         assert run.proc.poll() is None, f"the training run ended early:\n{run.tail()}"
     finally:
         run.stop()
+
+
+def test_dashboard_of_a_pipeline_stage_draws_its_timeline(browser_ready, build_dir, tmp_path):
+    """Two pipeline stages under `dstrain launch` (the seeds' Linear/ReLU
+    example): a stage's page shows its last step's forward, backward and
+    waiting bars."""
+    binary = build_dir / "dstrain"
+    examples = ROOT / "examples" / "pipeline"
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env.pop("DSTRAIN_MONITOR_TOKEN", None)
+    run = Server([binary, "launch", "--nproc-per-node", "2", "--", binary, "train",
+                  "--config", examples / "ds_config.json", "--model",
+                  examples / "linear_relu.json", "--data", "synthetic", "--steps", 100000,
+                  "--eval-interval", 100000, "--metrics-port", 0], env=env, cwd=tmp_path)
+    try:
+        m = run.wait_for(r"metrics: (http://[^\s/]+/?)", URL_TIMEOUT)
+        assert m, f"no 'metrics: http://...' line within {URL_TIMEOUT} s:\n{run.tail()}"
+        url = m.group(1) if m.group(1).endswith("/") else m.group(1) + "/"
+        snapshot = json.loads(fetch(url + "api/v1/snapshot")[2] or b"{}")
+        result = run_browser_test(url, artifact(tmp_path, "dashboard-pipeline.png"),
+                                  "--expect-timeline")
+        assert result.returncode == 0, (result.stdout + result.stderr + f"\n{run.tail()}")
+        assert "pipeline timeline drawn" in result.stdout, result.stdout
+        assert snapshot.get("identity", {}).get("pp_rank") in (0, 1), snapshot
+    finally:
+        run.stop()
