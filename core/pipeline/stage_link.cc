@@ -185,15 +185,27 @@ void StageLink::KeepOutput(int64_t chunk, int64_t mb, const float *output, int64
               size_t(rows * chunks_[size_t(chunk)].out_width) * sizeof(float));
 }
 
-Status StageLink::SendActivation(int64_t chunk, int64_t mb) {
+Status StageLink::SendHeld(Kind kind, int64_t chunk, int64_t mb) {
   Held &h = held_[Key(chunk, mb)];
-  if (h.output < 0)
-    return InternalError("pipeline: send_activation of micro-batch " + std::to_string(mb) +
-                         " before its forward");
-  const int64_t bytes = h.output_rows * chunks_[size_t(chunk)].out_width * int64_t(sizeof(float));
-  const int buffer = h.output;
-  h.output = -1;  // the pending send owns it now
-  return Post(kActivation, virtual_stage(chunk) + 1, mb, buffer, bytes, &times_.send_output);
+  const bool activation = kind == kActivation;
+  int &buffer = activation ? h.output : h.gradient_out;
+  if (buffer < 0)
+    return InternalError(std::string("pipeline: ") +
+                         (activation ? "send_activation" : "send_gradient") + " of micro-batch " +
+                         std::to_string(mb) + " before its " +
+                         (activation ? "forward" : "backward"));
+  const ChunkShape &shape = chunks_[size_t(chunk)];
+  const int64_t bytes =
+      (activation ? h.output_rows * shape.out_width : h.gradient_rows * shape.in_width) *
+      int64_t(sizeof(float));
+  const int posted = buffer;
+  buffer = -1;  // the pending send owns it now
+  return Post(kind, virtual_stage(chunk) + (activation ? 1 : -1), mb, posted, bytes,
+              activation ? &times_.send_output : &times_.send_grad);
+}
+
+Status StageLink::SendActivation(int64_t chunk, int64_t mb) {
+  return SendHeld(kActivation, chunk, mb);
 }
 
 Status StageLink::RecvGradient(int64_t chunk, int64_t mb, int64_t rows) {
@@ -217,14 +229,7 @@ float *StageLink::GradientOutput(int64_t chunk, int64_t mb, int64_t rows) {
 }
 
 Status StageLink::SendGradient(int64_t chunk, int64_t mb) {
-  Held &h = held_[Key(chunk, mb)];
-  if (h.gradient_out < 0)
-    return InternalError("pipeline: send_gradient of micro-batch " + std::to_string(mb) +
-                         " before its backward");
-  const int64_t bytes = h.gradient_rows * chunks_[size_t(chunk)].in_width * int64_t(sizeof(float));
-  const int buffer = h.gradient_out;
-  h.gradient_out = -1;
-  return Post(kGradient, virtual_stage(chunk) - 1, mb, buffer, bytes, &times_.send_grad);
+  return SendHeld(kGradient, chunk, mb);
 }
 
 void StageLink::Release(int64_t chunk, int64_t mb) {

@@ -125,6 +125,8 @@ class StageLink {
   Status PostReceive(Kind kind, int64_t chunk, int64_t mb);
   // Receive into the micro-batch's held buffer of that kind (checked rows).
   Status ReceiveHeld(Kind kind, int64_t chunk, int64_t mb, int64_t rows);
+  // Post the micro-batch's held output (activation) or input gradient.
+  Status SendHeld(Kind kind, int64_t chunk, int64_t mb);
   int64_t Bytes(Kind kind, int64_t chunk) const;
 
   Communicator *p2p_, *pp_;
