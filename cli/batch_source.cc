@@ -162,13 +162,120 @@ std::string SyntheticRegression::Describe() const {
          (classes_ ? "below ln(classes)" : "0") + ")";
 }
 
+// ---------------------------------------------------------------- arrays
+
+ArrayBatches::ArrayBatches(NpyArray inputs, NpyArray labels, std::string description, bool classes,
+                           size_t n_samples, uint64_t first_sample, int64_t dp_size,
+                           double val_fraction)
+    : inputs_(std::move(inputs)),
+      labels_(std::move(labels)),
+      description_(std::move(description)),
+      classes_(classes),
+      n_samples_(n_samples),
+      first_sample_(first_sample),
+      dp_size_(dp_size) {
+  const int64_t rows = inputs_.rows();
+  const int64_t val =
+      val_fraction > 0 ? std::max<int64_t>(1, int64_t(double(rows) * val_fraction)) : 0;
+  train_rows_ = rows - val;
+  if (train_rows_ < 1)
+    UsageError("the arrays have " + std::to_string(rows) + " rows and --val-fraction " +
+               std::to_string(val_fraction) + " leaves none to train on");
+  x_.resize(n_samples_ * size_t(inputs_.row_size()));
+  if (classes_)
+    t_.resize(n_samples_);
+  else
+    y_.resize(n_samples_ * size_t(labels_.row_size()));
+}
+
+dst_batch_t ArrayBatches::Fill(dst_split_t split, uint64_t index) {
+  const int64_t rows = inputs_.rows();
+  const bool train = split == DST_SPLIT_TRAIN;
+  const int64_t begin = train ? 0 : train_rows_;
+  const int64_t count = train ? train_rows_ : std::max<int64_t>(rows - train_rows_, 1);
+  const uint64_t global = uint64_t(n_samples_) * uint64_t(dp_size_);
+  const int64_t in = inputs_.row_size(), out = labels_.row_size();
+  for (size_t j = 0; j < n_samples_; ++j) {
+    const int64_t row = (train || rows > train_rows_ ? begin : 0) +
+                        int64_t((index * global + first_sample_ + j) % uint64_t(count));
+    std::memcpy(x_.data() + j * size_t(in), inputs_.f32.data() + row * in, size_t(in) * 4);
+    if (classes_)
+      t_[j] = int32_t(labels_.ints[size_t(row)]);
+    else
+      std::memcpy(y_.data() + j * size_t(out), labels_.f32.data() + row * out, size_t(out) * 4);
+  }
+  dst_batch_t batch;
+  dst_batch_default(&batch);
+  batch.n_samples = n_samples_;
+  batch.inputs = x_.data();
+  batch.inputs_count = x_.size();
+  if (classes_) {
+    batch.targets = t_.data();
+    batch.targets_count = t_.size();
+  } else {
+    batch.labels = y_.data();
+    batch.labels_count = y_.size();
+  }
+  return batch;
+}
+
+namespace {
+
+// Checks the arrays against the model and builds their batch source.
+std::unique_ptr<BatchSource> OpenArrays(const dst_engine_info_t &info,
+                                        const std::string &inputs_path,
+                                        const std::string &labels_path, double val_fraction,
+                                        const BatchShape &shape) {
+  if (labels_path.empty())
+    UsageError("--data " + inputs_path + " needs --labels LABELS.npy (one row per sample)");
+  NpyArray x = ReadNpy(inputs_path);
+  NpyArray y = ReadNpy(labels_path);
+  const bool classes = info.loss_type == DST_LOSS_CROSS_ENTROPY;
+  if (!x.is_float() || x.shape.size() != 2 || x.shape[1] != info.input_dim)
+    UsageError("'" + inputs_path + "' must be float32 [samples, " + std::to_string(info.input_dim) +
+               "] (the model's input_dim)");
+  if (y.rows() != x.rows())
+    UsageError("'" + labels_path + "' has " + std::to_string(y.rows()) + " rows but '" +
+               inputs_path + "' has " + std::to_string(x.rows()) + ": one label row per sample");
+  if (classes) {
+    if (y.is_float() || y.shape.size() != 1)
+      UsageError("'" + labels_path +
+                 "' must hold int32/int64 class ids [samples] for the "
+                 "cross-entropy loss");
+    for (int64_t c : y.ints)
+      if (c < 0 || c >= info.output_dim)
+        UsageError("'" + labels_path + "' holds class " + std::to_string(c) + ", outside [0, " +
+                   std::to_string(info.output_dim) + ")");
+  } else if (!y.is_float() || y.shape.size() != 2 || y.shape[1] != info.output_dim) {
+    UsageError("'" + labels_path + "' must be float32 [samples, " +
+               std::to_string(info.output_dim) + "] (the model's outputs) for the MSE loss");
+  }
+  const std::string description =
+      inputs_path + " / " + labels_path + " (" + std::to_string(x.rows()) + " samples)";
+  return std::make_unique<ArrayBatches>(std::move(x), std::move(y), description, classes,
+                                        shape.n_samples, shape.first_sample(), shape.dp_size,
+                                        val_fraction);
+}
+
+bool EndsWith(const std::string &s, const std::string &suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- choice
 
 std::unique_ptr<BatchSource> OpenBatchSource(const dst_engine_info_t &info,
                                              const std::string &model_path,
-                                             const std::string &data_path, double val_fraction,
+                                             const std::string &data_path,
+                                             const std::string &labels_path, double val_fraction,
                                              const BatchShape &shape, uint64_t seed) {
   if (info.model_type == DST_MODEL_GPT) {
+    if (!labels_path.empty())
+      UsageError(
+          "--labels is for sequential models; a GPT's targets are the next tokens of its "
+          "text");
     if (data_path == "synthetic")
       UsageError(
           "--data synthetic is a regression task for sequential models; a GPT trains on "
@@ -183,11 +290,13 @@ std::unique_ptr<BatchSource> OpenBatchSource(const dst_engine_info_t &info,
                             : "opening the data file '" + data_path + "'");
     return std::make_unique<TextBatches>(Dataset(dataset), shape);
   }
+  if (EndsWith(data_path, ".npy"))
+    return OpenArrays(info, data_path, labels_path, val_fraction, shape);
   if (data_path != "synthetic")
     UsageError(
         "a sequential model trains on --data synthetic (a regression task with labels from "
-        "a fixed random teacher network); reading inputs and labels from .npy or "
-        "safetensors files is not supported yet" +
+        "a fixed random teacher network) or on --data INPUTS.npy --labels LABELS.npy; "
+        "reading a safetensors file is not supported yet" +
         std::string(data_path.empty() ? "" : " (got --data " + data_path + ")"));
   const char *text = nullptr;
   if (dst_config_file_read(model_path.c_str(), &text) != DST_OK || text == nullptr)

@@ -2,6 +2,8 @@
 // of a split, as a dst_batch_t the engine reads.
 //
 //   TextBatches          byte-level text (GPT models): the default corpus or --data FILE
+//   ArrayBatches         --data INPUTS.npy --labels LABELS.npy (sequential models):
+//                        rows of the arrays, the last --val-fraction held out
 //   SyntheticRegression  --data synthetic (sequential models): inputs drawn from
 //                        N(0, 1), labels computed by a fixed random teacher
 //                        network with the model's own shapes, so the loss can
@@ -21,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "handles.h"
+#include "npy.h"
 #include "trainer.h"
 
 namespace dstrain_cli {
@@ -81,12 +84,36 @@ class SyntheticRegression final : public BatchSource {
   std::vector<int32_t> targets_;
 };
 
+class ArrayBatches final : public BatchSource {
+ public:
+  // `inputs` [N, input_dim] float32; `labels` [N, outputs] float32 (MSE) or
+  // [N] class ids (cross-entropy). Sample j of batch i of a split is row
+  // (i x global batch + first_sample + j) mod the split's rows.
+  ArrayBatches(NpyArray inputs, NpyArray labels, std::string description, bool classes,
+               size_t n_samples, uint64_t first_sample, int64_t dp_size, double val_fraction);
+  dst_batch_t Fill(dst_split_t split, uint64_t index) override;
+  std::string Describe() const override { return description_; }
+  size_t units_per_batch() const override { return n_samples_; }
+  const char *unit() const override { return "samples"; }
+
+ private:
+  NpyArray inputs_, labels_;
+  std::string description_;
+  bool classes_;
+  size_t n_samples_;
+  uint64_t first_sample_;
+  int64_t dp_size_, train_rows_;
+  std::vector<float> x_, y_;
+  std::vector<int32_t> t_;
+};
+
 // The batch source `dstrain train` uses for the model: text for a GPT; for a
-// sequential model --data synthetic (.npy / safetensors inputs are not
-// supported yet: a usage error says so).
+// sequential model --data synthetic or a .npy pair (--data INPUTS.npy
+// --labels LABELS.npy); other formats are a usage error.
 std::unique_ptr<BatchSource> OpenBatchSource(const dst_engine_info_t &info,
                                              const std::string &model_path,
-                                             const std::string &data_path, double val_fraction,
+                                             const std::string &data_path,
+                                             const std::string &labels_path, double val_fraction,
                                              const BatchShape &shape, uint64_t seed);
 
 }  // namespace dstrain_cli

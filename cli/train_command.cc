@@ -97,9 +97,15 @@ TrainCommand::TrainCommand(CLI::App &parent)
       ->check(existing_file);
   app_->add_option("--data", o.data_path,
                    "GPT: text file to train on (default: the fortunes corpus); sequential model: "
-                   "synthetic (inputs ~ N(0, 1), labels from a fixed random teacher)")
+                   "synthetic (inputs ~ N(0, 1), labels from a fixed random teacher) or "
+                   "INPUTS.npy with --labels")
       ->type_name("FILE");
-  app_->add_option("--val-fraction", o.val_fraction, "last fraction of the text held out")
+  app_->add_option("--labels", o.labels_path,
+                   "sequential model: LABELS.npy beside --data INPUTS.npy (float32 [samples, "
+                   "outputs] for MSE, int class ids [samples] for cross-entropy)")
+      ->type_name("FILE");
+  app_->add_option("--val-fraction", o.val_fraction,
+                   "last fraction of the text (or of the .npy rows) held out")
       ->type_name("F")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0).description(""));
@@ -162,8 +168,9 @@ int TrainCommand::Run() {
          std::to_string(options.steps) + ": nothing to train (raise --steps to continue)");
   }
   const uint64_t data_seed = ChooseDataSeed(options.seed, config.data_seed, resume);
-  const std::unique_ptr<BatchSource> batches = OpenBatchSource(
-      info, options.model_path, options.data_path, options.val_fraction, shape, data_seed);
+  const std::unique_ptr<BatchSource> batches =
+      OpenBatchSource(info, options.model_path, options.data_path, options.labels_path,
+                      options.val_fraction, shape, data_seed);
 
   const LoopPlan plan = MakeLoopPlan(options, resume.step, data_seed);
 

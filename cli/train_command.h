@@ -16,6 +16,7 @@ struct TrainOptions {
   std::string config_path;  // empty: the built-in ds_config
   std::string model_path;   // empty: the built-in model
   std::string data_path;    // empty: the default corpus
+  std::string labels_path;  // sequential models with --data INPUTS.npy
   double val_fraction = 0.1;
   int64_t steps = kDefaultSteps;
   int64_t seq_len = 0;  // 0: the model's n_ctx

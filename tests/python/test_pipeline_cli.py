@@ -2,10 +2,13 @@
 Linear/ReLU stack with MSE, `pipeline_parallel {pp_size: 2, micro_batches: 4}`
 and fp16, trained by `dstrain train --data synthetic` under
 `dstrain launch --nproc-per-node 2`; the pipelined run ends where one process
-does (fp32); `dstrain estimate` prints the partition."""
+does (fp32), also on .npy inputs and labels (MSE and cross-entropy);
+`dstrain estimate` prints the partition."""
 import json
 import pathlib
 import re
+
+import pytest
 
 import test_cli as cli_tests
 from test_cli import dstrain  # noqa: F401  (fixture)
@@ -59,7 +62,7 @@ def test_sequential_model_needs_synthetic_data(dstrain):  # noqa: F811
     result = cli_tests.run(dstrain, "train", "--model", EXAMPLES / "linear_relu.json",
                            "--steps", "1")
     assert result.returncode != 0
-    assert "--data synthetic" in result.stderr and "not supported yet" in result.stderr
+    assert "--data synthetic" in result.stderr and "--labels LABELS.npy" in result.stderr
 
 
 def test_estimate_prints_the_partition(dstrain):  # noqa: F811
@@ -76,3 +79,64 @@ def test_estimate_prints_the_partition(dstrain):  # noqa: F811
     ranks = estimate["pipeline"]["ranks"]
     assert sum(r["parameters"] for r in ranks) == estimate["num_parameters"]
     assert [r["micro_batches_in_flight"] for r in ranks] == [2, 1]  # 1F1B: p - rank
+
+
+def write_arrays(tmp_path, rows=64, features=16, outputs=4, classes=False):
+    import numpy as np
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((rows, features)).astype(np.float32)
+    w = rng.standard_normal((features, outputs)).astype(np.float32)
+    y = (x @ w).argmax(axis=1).astype(np.int64) if classes else (x @ w).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    return tmp_path / "x.npy", tmp_path / "y.npy"
+
+
+def small_model(tmp_path, loss="mse", outputs=4):
+    model = {"type": "sequential", "input_dim": 16, "loss": loss, "seed": 2,
+             "layers": [{"type": "linear", "out_features": 32}, {"type": "relu"},
+                        {"type": "linear", "out_features": 32}, {"type": "relu"},
+                        {"type": "linear", "out_features": outputs}]}
+    path = tmp_path / f"model_{loss}.json"
+    path.write_text(json.dumps(model))
+    return path
+
+
+@pytest.mark.parametrize("loss", ["mse", "cross_entropy"])
+def test_npy_arrays_train_and_pipeline_matches_one_process(dstrain, tmp_path, loss):  # noqa: F811
+    x, y = write_arrays(tmp_path, classes=loss == "cross_entropy")
+    model = small_model(tmp_path, loss)
+    base = {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW",
+                                                              "params": {"lr": 0.003}}}
+    single = dict(base, gradient_accumulation_steps=4)
+    piped = dict(base, pipeline_parallel={"pp_size": 2, "micro_batches": 4})
+    for name, value in (("one.json", single), ("pp.json", piped)):
+        (tmp_path / name).write_text(json.dumps(value))
+    args = ["--model", model, "--data", x, "--labels", y, "--steps", "20",
+            "--eval-interval", "10", "--eval-batches", "2"]
+    one = cli_tests.run(dstrain, "train", "--config", tmp_path / "one.json", *args)
+    two = launch(dstrain, "train", "--config", tmp_path / "pp.json", *args)
+    assert one.returncode == 0 and two.returncode == 0, (one.stderr, two.stderr)
+    assert "x.npy / " in one.stdout and "(64 samples)" in one.stdout, one.stdout
+    losses = val_losses(one.stdout)
+    assert losses[-1] < losses[0], one.stdout
+    a, b = cli_tests.final_line(one.stdout).split(), cli_tests.final_line(two.stdout).split()
+    for p, q in zip(a[3:], b[3:]):
+        if p.replace(".", "").isdigit():
+            assert abs(float(p) - float(q)) <= 1e-5 * max(1.0, abs(float(p))), (one.stdout,
+                                                                                 two.stdout)
+
+
+def test_npy_arrays_that_do_not_fit_the_model_are_named(dstrain, tmp_path):  # noqa: F811
+    x, y = write_arrays(tmp_path, features=8)
+    model = small_model(tmp_path)
+    result = cli_tests.run(dstrain, "train", "--model", model, "--data", x, "--labels", y,
+                           "--steps", "1")
+    assert result.returncode != 0 and "float32 [samples, 16]" in result.stderr, result.stderr
+    x, y = write_arrays(tmp_path)
+    result = cli_tests.run(dstrain, "train", "--model", model, "--data", x, "--steps", "1")
+    assert result.returncode != 0 and "needs --labels" in result.stderr, result.stderr
+    (tmp_path / "bad.npy").write_bytes(b"not an array")
+    result = cli_tests.run(dstrain, "train", "--model", model, "--data", tmp_path / "bad.npy",
+                           "--labels", y, "--steps", "1")
+    assert result.returncode != 0 and "no .npy magic" in result.stderr, result.stderr
