@@ -48,6 +48,25 @@ std::string TextBatches::Describe() const {
 
 namespace {
 
+// A sequential model's batch: inputs, and float labels (MSE) or class ids.
+dst_batch_t SequentialBatch(size_t n_samples, const std::vector<float> &inputs,
+                            const std::vector<float> &labels, const std::vector<int32_t> &targets,
+                            bool classes) {
+  dst_batch_t batch;
+  dst_batch_default(&batch);
+  batch.n_samples = n_samples;
+  batch.inputs = inputs.data();
+  batch.inputs_count = inputs.size();
+  if (classes) {
+    batch.targets = targets.data();
+    batch.targets_count = targets.size();
+  } else {
+    batch.labels = labels.data();
+    batch.labels_count = labels.size();
+  }
+  return batch;
+}
+
 // SplitMix64: a counter-based stream, so a value depends only on its key.
 uint64_t Mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -139,19 +158,7 @@ dst_batch_t SyntheticRegression::Fill(dst_split_t split, uint64_t index) {
     else
       std::memcpy(labels_.data() + j * size_t(output_dim_), y.data(), y.size() * sizeof(float));
   }
-  dst_batch_t batch;
-  dst_batch_default(&batch);
-  batch.n_samples = n_samples_;
-  batch.inputs = inputs_.data();
-  batch.inputs_count = inputs_.size();
-  if (classes_) {
-    batch.targets = targets_.data();
-    batch.targets_count = targets_.size();
-  } else {
-    batch.labels = labels_.data();
-    batch.labels_count = labels_.size();
-  }
-  return batch;
+  return SequentialBatch(n_samples_, inputs_, labels_, targets_, classes_);
 }
 
 std::string SyntheticRegression::Describe() const {
@@ -204,19 +211,7 @@ dst_batch_t ArrayBatches::Fill(dst_split_t split, uint64_t index) {
     else
       std::memcpy(y_.data() + j * size_t(out), labels_.f32.data() + row * out, size_t(out) * 4);
   }
-  dst_batch_t batch;
-  dst_batch_default(&batch);
-  batch.n_samples = n_samples_;
-  batch.inputs = x_.data();
-  batch.inputs_count = x_.size();
-  if (classes_) {
-    batch.targets = t_.data();
-    batch.targets_count = t_.size();
-  } else {
-    batch.labels = y_.data();
-    batch.labels_count = y_.size();
-  }
-  return batch;
+  return SequentialBatch(n_samples_, x_, y_, t_, classes_);
 }
 
 namespace {
