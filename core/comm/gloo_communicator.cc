@@ -21,6 +21,8 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -149,11 +151,21 @@ struct P2pState {
 
 class P2pWork final : public Work {
  public:
-  explicit P2pWork(std::shared_ptr<P2pState> state) : state_(std::move(state)) {}
+  P2pWork(std::shared_ptr<P2pState> state, StallChecker *checker)
+      : state_(std::move(state)), checker_(checker) {}
   ~P2pWork() override { (void)Wait(); }
+  // Like TaskWork::Wait: a peer that stopped beating ends the wait with its
+  // name (a waiter thread stays in Gloo's wait until the group's timeout).
   Status Wait() override {
     std::unique_lock<std::mutex> lock(state_->mu);
-    state_->cv.wait(lock, [&] { return state_->done; });
+    while (
+        !state_->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return state_->done; })) {
+      if (!checker_) continue;
+      lock.unlock();
+      const std::string stalled = checker_->WhileWaiting(state_->record.op, state_->record.bytes);
+      lock.lock();
+      if (!stalled.empty() && !state_->done) return Status(Code::kComm, stalled);
+    }
     return state_->status;
   }
   bool Test() override {
@@ -163,6 +175,7 @@ class P2pWork final : public Work {
 
  private:
   std::shared_ptr<P2pState> state_;
+  StallChecker *checker_;
 };
 
 // Threads that wait for posted sends and receives, one operation each at a
@@ -171,10 +184,15 @@ class P2pWork final : public Work {
 class P2pWaiters {
  public:
   explicit P2pWaiters(std::chrono::milliseconds timeout) : timeout_(timeout) {}
+  // Waits still running (a stalled or dead peer's: the communicator is
+  // going away after an error) are aborted rather than left to the timeout.
   ~P2pWaiters() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
+      closing_ = true;
+      for (const std::shared_ptr<P2pState> &p : queue_) Abort(*p);
+      for (const std::shared_ptr<P2pState> &p : active_) Abort(*p);
     }
     cv_.notify_all();
     for (std::thread &t : threads_) t.join();
@@ -200,18 +218,31 @@ class P2pWaiters {
       if (queue_.empty()) return;
       std::shared_ptr<P2pState> state = std::move(queue_.front());
       queue_.pop_front();
+      active_.push_back(state);
       lock.unlock();
       Complete(*state);
       lock.lock();
+      active_.erase(std::find(active_.begin(), active_.end(), state));
       ++idle_;
     }
+  }
+
+  static void Abort(P2pState &p) {
+    if (p.send)
+      p.buffer->abortWaitSend();
+    else
+      p.buffer->abortWaitRecv();
   }
 
   void Complete(P2pState &p) {
     Status status;
     try {
       const bool finished = p.send ? p.buffer->waitSend(timeout_) : p.buffer->waitRecv(timeout_);
-      if (!finished) status = Status(Code::kComm, p.describe("aborted"));
+      // Aborted by the closing communicator: nobody reads the reason, and
+      // asking the store for lost ranks would hold the close up for seconds.
+      if (!finished)
+        status = Status(Code::kComm, closing_ ? std::string("aborted: the group is closing")
+                                              : p.describe("aborted"));
     } catch (const std::exception &e) {
       status = Status(Code::kComm, p.describe(e.what()));
     }
@@ -227,6 +258,8 @@ class P2pWaiters {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<P2pState>> queue_;
+  std::vector<std::shared_ptr<P2pState>> active_;  // being waited for
+  std::atomic<bool> closing_{false};               // the destructor aborts the waits
   std::vector<std::thread> threads_;
   int idle_ = 0;  // threads waiting for work
   bool stopping_ = false;
@@ -411,7 +444,7 @@ class GlooGroup final : public Communicator, public StallChecker {
       else
         state->buffer->recv(int(peer), kP2pSlotBase | tag);
       waiters_.Post(state);
-      return std::make_unique<P2pWork>(std::move(state));
+      return std::make_unique<P2pWork>(std::move(state), this);
     } catch (const std::exception &e) {
       return std::make_unique<DoneWork>(Status(Code::kComm, describe(e.what())));
     }

@@ -199,9 +199,12 @@ Engine::~Engine() {
   telemetry_->StopMonitor();  // its HTTP threads read the store (rank 0's job table)
   QuiesceBeforeClose();
   dp_.reset();
-  link_.reset();  // waits for its sends while the pipeline group is up
-  tied_.reset();
+  // The p2p group first: it joins the threads that wait in Gloo for posted
+  // sends and receives (a stalled peer's ends at the timeout), so no Gloo
+  // wait outlives the link's and the tied weights' buffers.
   groups_.pp_p2p.reset();
+  link_.reset();
+  tied_.reset();
   groups_.pp.reset();
   groups_.tp.reset();
   groups_.dp.reset();
@@ -223,9 +226,9 @@ void Engine::Abort() {
   aborted_ = true;
   telemetry_->StopMonitor();
   dp_.reset();
+  groups_.pp_p2p.reset();  // before the buffers its waits may still use
   link_.reset();
   tied_.reset();
-  groups_.pp_p2p.reset();
   groups_.pp.reset();
   groups_.tp.reset();
   groups_.dp.reset();

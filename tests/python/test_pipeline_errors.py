@@ -1,7 +1,7 @@
 """Pipeline parallelism: clear errors instead of hangs or silent surprises.
 
 A stage killed mid-training is named, with the operation, by every survivor
-within the timeout; ranks started with different pipeline sizes are refused
+within the timeout, and so is a stage stopped by SIGSTOP (from its heartbeat); ranks started with different pipeline sizes are refused
 at start-up; a layout the model cannot fill, a partition that matches no
 layer, and what is not built yet (the zero-bubble schedule) are errors that
 name the setting and the way out.
@@ -33,6 +33,36 @@ def test_killed_stage_is_named_by_every_survivor(tmp_path, tool):
     cfg = write(tmp_path, "cfg.json", ps.make_config(pp=3, accum=4, timeout=COMM_TIMEOUT))
     model = write(tmp_path, "model.json", ps.GPT)
     faults.kill_rank_1_and_check_survivors(tool, cfg, model, 3, ("recv", "send", "allreduce"))
+
+
+def test_stopped_stage_is_named_within_the_timeout(tmp_path, tool):
+    """A stage stopped by SIGSTOP (alive, silent) while its neighbours wait in
+    point-to-point receives: they name it from its missing heartbeat and exit
+    within about the timeout, not after a Gloo timeout per posted receive."""
+    import signal
+    import time
+
+    import test_stalls as stalls
+    cfg = write(tmp_path, "cfg.json", ps.make_config(pp=3, accum=4, timeout=stalls.TIMEOUT))
+    model = write(tmp_path, "model.json", ps.GPT)
+    port, token = dp_tests.free_port(), secrets.token_hex(8)
+    procs = [stalls.spawn(tool, cfg, model, r, 3, port, token) for r in range(3)]
+    try:
+        faults.wait_for_progress(procs[0], steps=3)
+        stopped_at = time.monotonic()
+        procs[1].send_signal(signal.SIGSTOP)
+        for rank in (0, 2):
+            _, err = procs[rank].communicate(timeout=stalls.TIMEOUT + 60)
+            elapsed = time.monotonic() - stopped_at
+            assert procs[rank].returncode != 0, f"rank {rank} survived silently"
+            assert elapsed < stalls.TIMEOUT + stalls.SLACK, f"rank {rank} took {elapsed:.1f} s"
+            assert "rank 1 has stalled" in err and "pp_p2p" in err, err
+            assert "receiving the" in err and "from stage 1" in err, err
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
 
 
 def test_ranks_with_different_pipeline_sizes_are_refused(tmp_path, tool):
