@@ -9,7 +9,9 @@
    waits, transfers, and the optimizer step, about 1% here), and the time it
    waits in receives (`pipe_bubble`) over the step (it misses the wait for the
    last stage inside the step's final all-reduce). Theory: GPipe and 1F1B
-   (p-1)/(m+p-1), interleaved 1F1B (p-1)/(v*m+p-1).
+   (p-1)/(m+p-1), interleaved 1F1B (p-1)/(v*m+p-1), ZB-H1 (p-1)/(3m+p-1)
+   (the zero-bubble paper's, when a forward, an input-gradient half and a
+   weight-gradient half take equal time).
 2. Throughput on 2 cores, same GPT and global batch (m micro-batches):
    pp = 2 (1F1B) vs dp = 2 (ZeRO-0) vs one rank with 2 threads.
 3. Saved activations per stage from `dstrain estimate` (the first stage holds
@@ -20,6 +22,7 @@ timings say little; pass --stages 2,4 to include it anyway.
 
 Usage: python3 bench/bench_pipeline.py [--build-dir build] [--steps 3] [--warmup 1]
                                        [--stages 2] [--micro-batches 4,8,16]
+                                       [--schedules gpipe,1f1b,interleaved,zb-h1]
 """
 import argparse
 import json
@@ -35,7 +38,13 @@ import bench_dp  # noqa: E402  (run_ranks, last_json)
 import bench_gpt  # noqa: E402  (MODEL, ADAMW)
 
 MICRO = 2  # samples per micro-batch (x 256 tokens)
-SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2)]
+SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)]
+
+
+def bubble_theory(schedule, p, m, v):
+    if schedule == "zb-h1":
+        return (p - 1) / (3 * m + p - 1)
+    return (p - 1) / (v * m + p - 1)
 
 
 def config(m, pp=1, dp=1, threads=1, schedule="1f1b", virtual=1):
@@ -68,6 +77,8 @@ def bubble_table(build, tmp, args):
           f"{'step s':>7}")
     for p in [int(x) for x in args.stages.split(",")]:
         for schedule, v in SCHEDULES:
+            if schedule not in args.schedules.split(","):
+                continue
             for m in [int(x) for x in args.micro_batches.split(",")]:
                 if schedule == "interleaved" and m % p:
                     continue
@@ -79,7 +90,7 @@ def bubble_table(build, tmp, args):
                     t = m_["time_seconds"]["last_step"]
                     idle.append(1 - (t["forward"] + t["backward"]) / m_["step_seconds"])
                     waits.append(m_["pipeline"]["last_step"]["bubble"] / m_["step_seconds"])
-                theory = (p - 1) / (v * m + p - 1)
+                theory = bubble_theory(schedule, p, m, v)
                 step = max(r["mean_step_seconds"] for r in ranks)
                 note = "  (4 ranks on 2 cores)" if p > 2 else ""
                 print(f"{p:>2} {schedule + (f' v={v}' if v > 1 else ''):>15} {m:>3} "
@@ -125,6 +136,7 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--stages", default="2")
     p.add_argument("--micro-batches", default="4,8,16")
+    p.add_argument("--schedules", default=",".join(s for s, _ in SCHEDULES))
     p.add_argument("--skip", default="", help="comma-separated: bubble, throughput, activations")
     args = p.parse_args()
     build = pathlib.Path(args.build_dir).resolve()

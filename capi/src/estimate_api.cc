@@ -60,7 +60,9 @@ dst::Result<nlohmann::ordered_json> PipelineEstimate(const dst::ModelSpec &spec,
         dst::EstimateModelState(params, config.dp_size, config.zero.stage, config.optimizer,
                                 persistent, config.precision());
     const int64_t in_flight = p.PeakInFlight(r, config.gradient_accumulation_steps);
-    const int64_t saved = dst::SavedActivationElements(spec, chunks, limits);
+    // Zero bubble: the split backward's deferred gradients are held per micro-batch too.
+    const bool split = p.schedule == dst::PipeScheduleKind::kZeroBubbleH1;
+    const int64_t saved = dst::SavedActivationElements(spec, chunks, limits, split);
     ranks.push_back({{"rank", r},
                      {"chunks", layers},
                      {"parameters", params},

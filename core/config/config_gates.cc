@@ -76,12 +76,6 @@ Status CheckPipelineSupported(const Config &config) {
     return NotSupported("pipeline.activation_checkpoint_interval " + std::to_string(interval) +
                         " is not supported yet; use 1 (recompute every layer) or 0 (off)");
   }
-  if (config.pp_size > 1 && config.pipeline.schedule == "zb-h1") {
-    return NotSupported(
-        "pipeline.schedule \"zb-h1\": the zero-bubble schedule needs each layer's backward "
-        "split into input and weight gradients, which is not built yet; use \"1f1b\", "
-        "\"interleaved\" or \"gpipe\"");
-  }
   return Status::Ok();
 }
 

@@ -89,6 +89,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   if (plan_) {
     part.chunks = plan_->ChunksOf(pp_rank);
     activations.slots = plan_->PeakInFlight(pp_rank, config_.gradient_accumulation_steps);
+    activations.split_backward = plan_->schedule == PipeScheduleKind::kZeroBubbleH1;
   }
   model_ = std::make_unique<Model<float>>(
       spec, limits, &memory_,

@@ -134,7 +134,7 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
   bool training = false;
   for (const Instruction &ins : program) {
     micro_batches += ins.op == Op::kForward && ins.chunk == 0;
-    training |= ins.op == Op::kBackward;
+    training |= ins.op == Op::kBackward || ins.op == Op::kBackwardInput;
   }
   // fp16: the loss is scaled up before backward (scale() is 1 otherwise).
   const float grad_scale = float(scaler_->scale()) / float(micro_batches);
@@ -183,21 +183,34 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
         rec.phases.forward += SecondsSince(t0);
         break;
       }
-      case Op::kBackward: {
+      case Op::kBackward:
+      case Op::kBackwardInput:
+      case Op::kBackwardWeight: {
         MicroBatch<float> mb = MicroBatchAt(batch, ins.micro_batch);
         mb.grad_scale = grad_scale;
         if (inject_overflow && ins.last_backward)
           mb.grad_scale = std::numeric_limits<float>::infinity();
         const LayerRange range = model_->chunk(size_t(ins.chunk));
-        float *dout =
-            sends(ins.chunk) ? link_->gradient_input(ins.chunk, ins.micro_batch) : nullptr;
-        float *din = receives(ins.chunk)
-                         ? link_->GradientOutput(ins.chunk, ins.micro_batch, mb.rows())
-                         : nullptr;
-        dp_->BeginBackward(ins.last_backward);
-        Status st = model_->Backward(ins.slot, range, dout, din, mb, dp_);
-        if (!st.ok()) return st.context(at_step("backward"));
-        if (link_) link_->Release(ins.chunk, ins.micro_batch);
+        Status st;
+        if (ins.op == Op::kBackwardWeight) {
+          dp_->BeginBackward(ins.last_backward);
+          st = model_->BackwardWeight(ins.slot, range, mb, dp_);
+        } else {
+          float *dout =
+              sends(ins.chunk) ? link_->gradient_input(ins.chunk, ins.micro_batch) : nullptr;
+          float *din = receives(ins.chunk)
+                           ? link_->GradientOutput(ins.chunk, ins.micro_batch, mb.rows())
+                           : nullptr;
+          if (ins.op == Op::kBackward) {
+            dp_->BeginBackward(ins.last_backward);
+            st = model_->Backward(ins.slot, range, dout, din, mb, dp_);
+          } else {
+            st = model_->BackwardInput(ins.slot, range, dout, din, mb, dp_);
+          }
+        }
+        if (!st.ok()) return st.context(at_step(OpName(ins.op)));
+        // The received buffers are read until the micro-batch's last half.
+        if (link_ && ins.op != Op::kBackwardInput) link_->Release(ins.chunk, ins.micro_batch);
         rec.phases.backward += SecondsSince(t0);
         break;
       }

@@ -32,11 +32,19 @@ const char *OpName(Op op) {
       return "send_gradient";
     case Op::kReduceTiedGradients:
       return "reduce_tied_gradients";
+    case Op::kBackwardInput:
+      return "backward_input";
+    case Op::kBackwardWeight:
+      return "backward_weight";
   }
   return "?";
 }
 
 namespace {
+
+bool IsBackward(Op op) {
+  return op == Op::kBackward || op == Op::kBackwardInput || op == Op::kBackwardWeight;
+}
 
 std::string Where(size_t index, const Instruction &ins) {
   std::string s = "instruction " + std::to_string(index) + " (" + OpName(ins.op);
@@ -68,19 +76,19 @@ Status PrepareProgram(std::vector<Instruction> *program, int64_t micro_batches, 
   bool training = false;
   int64_t chunks = 1;
   for (const Instruction &ins : *program) {
-    training |= ins.op == Op::kBackward;
-    if (ins.op == Op::kForward || ins.op == Op::kBackward) chunks = std::max(chunks, ins.chunk + 1);
+    training |= IsBackward(ins.op);
+    if (ins.op == Op::kForward || IsBackward(ins.op)) chunks = std::max(chunks, ins.chunk + 1);
   }
   // Per (chunk, micro-batch): key = chunk * micro_batches + micro_batch.
   const size_t keys = size_t(std::max<int64_t>(micro_batches, 0) * chunks);
   std::vector<int64_t> slot_of(keys, -1);
-  std::vector<int> forwards(keys, 0), backwards(keys, 0);
+  std::vector<int> forwards(keys, 0), backwards(keys, 0), input_halves(keys, 0);
   std::vector<bool> used(keys, false);
   std::vector<bool> busy(size_t(std::max<int64_t>(slots, 0)), false);
   int64_t last_backward = -1;
   for (size_t i = 0; i < program->size(); ++i) {
     Instruction &ins = (*program)[i];
-    if (ins.op != Op::kForward && ins.op != Op::kBackward) continue;
+    if (ins.op != Op::kForward && !IsBackward(ins.op)) continue;
     if (ins.micro_batch < 0 || ins.micro_batch >= micro_batches)
       return InternalError(Where(i, ins) + ": the batch has " + std::to_string(micro_batches) +
                            " micro-batches");
@@ -98,9 +106,19 @@ Status PrepareProgram(std::vector<Instruction> *program, int64_t micro_batches, 
       ins.slot = int64_t(free_slot - busy.begin());
       slot_of[key] = ins.slot;
       *free_slot = training;  // eval: the slot is free again at once
+    } else if (ins.op == Op::kBackwardInput) {
+      if (forwards[key] == 0)
+        return InternalError(Where(i, ins) + ": backward before the micro-batch's forward");
+      if (input_halves[key]++ > 0 || backwards[key] > 0)
+        return InternalError(Where(i, ins) + ": the micro-batch was already run backward");
+      ins.slot = slot_of[key];
     } else {
       if (forwards[key] == 0)
         return InternalError(Where(i, ins) + ": backward before the micro-batch's forward");
+      if (ins.op == Op::kBackwardWeight && input_halves[key] == 0)
+        return InternalError(Where(i, ins) + ": weight gradients before the input gradients");
+      if (ins.op == Op::kBackward && input_halves[key] > 0)
+        return InternalError(Where(i, ins) + ": a whole backward after its input half");
       if (backwards[key]++ > 0)
         return InternalError(Where(i, ins) + ": the micro-batch was already run backward");
       ins.slot = slot_of[key];
@@ -131,12 +149,12 @@ Status PrepareProgram(std::vector<Instruction> *program, int64_t micro_batches, 
 
 int64_t PeakInFlight(const std::vector<Instruction> &program) {
   bool training = false;
-  for (const Instruction &ins : program) training |= ins.op == Op::kBackward;
+  for (const Instruction &ins : program) training |= IsBackward(ins.op);
   int64_t in_flight = 0, peak = 0;
   for (const Instruction &ins : program) {
     if (ins.op == Op::kForward) peak = std::max(peak, ++in_flight);
     if (ins.op == Op::kForward && !training) --in_flight;
-    if (ins.op == Op::kBackward) --in_flight;
+    if (ins.op == Op::kBackward || ins.op == Op::kBackwardWeight) --in_flight;
   }
   return peak;
 }
@@ -179,9 +197,11 @@ Op InstructionOp(PipeOp op) {
     case PipeOp::kForward:
       return Op::kForward;
     case PipeOp::kBackward:
-    case PipeOp::kBackwardInput:  // refused by the config until layers split their backward
-    case PipeOp::kBackwardWeight:
       return Op::kBackward;
+    case PipeOp::kBackwardInput:
+      return Op::kBackwardInput;
+    case PipeOp::kBackwardWeight:
+      return Op::kBackwardWeight;
     case PipeOp::kSendActivation:
       return Op::kSendActivation;
     case PipeOp::kRecvActivation:
@@ -204,7 +224,6 @@ std::vector<Instruction> PipelineProgram(const std::vector<PipeAction> &actions,
   std::vector<Instruction> program;
   if (kind != ProgramKind::kEval) program.push_back({Op::kZeroGradients});
   for (const PipeAction &a : actions) {
-    if (a.op == PipeOp::kBackwardWeight) continue;  // its input half ran the whole backward
     if (kind == ProgramKind::kEval && !IsForwardAction(a.op)) continue;
     Instruction ins{InstructionOp(a.op), a.micro_batch};
     ins.chunk = a.chunk;

@@ -31,6 +31,10 @@ enum class Op {
   kRecvGradient,         // the gradient of the chunk's output from the next stage
   kSendGradient,         // the gradient of the chunk's input to the previous stage
   kReduceTiedGradients,  // sum the tied weights' gradients over the stages holding copies
+  // Zero-bubble schedules: the backward in two halves, each naming its
+  // micro-batch, chunk and slot (held until the weight half).
+  kBackwardInput,   // the input gradients (what the previous stage waits for)
+  kBackwardWeight,  // the parameter gradients, later
 };
 
 // "zero_gradients", "forward", "backward", ...
@@ -40,7 +44,7 @@ struct Instruction {
   Op op;
   int64_t micro_batch = -1;    // kForward, kBackward and the pipeline's sends and receives
   int64_t slot = -1;           // kForward, kBackward: set by PrepareProgram
-  bool last_backward = false;  // kBackward: the step's last (set by PrepareProgram)
+  bool last_backward = false;  // kBackward / kBackwardWeight: the step's last (PrepareProgram)
   int64_t chunk = 0;           // pipeline: the rank's model chunk (interleaved schedules)
 };
 
@@ -48,7 +52,8 @@ struct Instruction {
 // executor reads: each forward/backward's activation slot (one per (chunk,
 // micro-batch) in flight; at most `slots`) and the last backward. A training
 // program must forward each micro-batch of each chunk it names once and
-// backward it once, after its forward; an eval program (no backward) frees
+// backward it once, after its forward — whole, or as an input half then a
+// weight half (the slot is freed after the weight half); an eval program (no backward) frees
 // each slot after its forward. Errors name the instruction and what is wrong
 // (a schedule that fails is an error, not a hang or a corrupted activation).
 Status PrepareProgram(std::vector<Instruction> *program, int64_t micro_batches, int64_t slots);

@@ -85,6 +85,27 @@ ActivationStore<T>::ActivationStore(const std::vector<LayerSaveSpec> &layers,
       if (Keeps16()) stash_[s].emplace_back(tracker, cat, size_t(stash_numel[l]));
     }
   }
+  if (options_.split_backward) AllocateDeferred(slots, tracker);
+}
+
+template <typename T>
+void ActivationStore<T>::AllocateDeferred(size_t slots, MemoryTracker *tracker) {
+  int64_t per_slot = 0;
+  for (const LayerSaveSpec &spec : specs_)
+    for (const SavedTensorSpec &t : spec.deferred) per_slot += Aligned(t.numel);
+  deferred_.resize(slots);
+  deferred_own_.resize(slots);
+  for (size_t s = 0; s < slots; ++s) {
+    deferred_own_[s] = Buffer<T>(tracker, MemoryCategory::kActivations, size_t(per_slot));
+    int64_t offset = 0;
+    for (const LayerSaveSpec &spec : specs_) {
+      LayerActivations<T> &d = deferred_[s].emplace_back();
+      for (const SavedTensorSpec &t : spec.deferred) {
+        d.tensors.push_back(deferred_own_[s].data() + offset);
+        offset += Aligned(t.numel);
+      }
+    }
+  }
 }
 
 template <typename T>

@@ -16,6 +16,10 @@
 //                   training the recomputed values are rounded exactly as the
 //                   16-bit keep policy rounds them, so the two agree bit for bit.
 //
+// Zero-bubble schedules (split_backward) also keep, per slot, the gradients a
+// layer's input half leaves for its weight half (Layer::DeferredTensors), in
+// fp32, from the one to the other.
+//
 // A slot holds one micro-batch in flight; a schedule that runs k forwards
 // before their backwards (1F1B: up to pp_size on the first stage) needs k.
 #pragma once
@@ -31,9 +35,10 @@
 namespace dst {
 
 struct ActivationOptions {
-  int64_t slots = 1;         // micro-batches that can be in flight at once
-  bool recompute = false;    // keep only layer outputs; recompute the rest in backward
-  std::optional<Half> half;  // 16-bit training: saved values on the 16-bit grid
+  int64_t slots = 1;            // micro-batches that can be in flight at once
+  bool recompute = false;       // keep only layer outputs; recompute the rest in backward
+  std::optional<Half> half;     // 16-bit training: saved values on the 16-bit grid
+  bool split_backward = false;  // keep each layer's deferred gradients per slot
 };
 
 // What one layer saves: its tensors, and whether tensor 0 is its output (the
@@ -41,6 +46,7 @@ struct ActivationOptions {
 struct LayerSaveSpec {
   std::vector<SavedTensorSpec> tensors;
   bool first_is_output = false;
+  std::vector<SavedTensorSpec> deferred;  // Layer::DeferredTensors (split backward only)
 };
 
 template <typename T>
@@ -57,6 +63,11 @@ class ActivationStore {
     return acts_[size_t(slot)][layer];
   }
 
+  // The gradients `layer`'s input half keeps for its weight half (split_backward).
+  LayerActivations<T> &deferred(int64_t slot, size_t layer) {
+    return deferred_[size_t(slot)][layer];
+  }
+
   // After `layer`'s forward in `slot` (also after a recomputation): rounds
   // its saved values onto the 16-bit grid and, under the 16-bit keep
   // policy, stores them in 16 bits. Returns whether its output was rounded
@@ -70,6 +81,7 @@ class ActivationStore {
   void Restore(int64_t slot, size_t layer);
 
  private:
+  void AllocateDeferred(size_t slots, MemoryTracker *tracker);
   bool Keeps16() const { return options_.half.has_value() && !options_.recompute; }
   struct Resident {
     int64_t slot = -1;
@@ -85,6 +97,8 @@ class ActivationStore {
                                                         // recompute: [0] the work region
   std::vector<std::vector<Buffer<uint16_t>>> stash_;    // 16-bit keep: [slot][layer]
   Resident resident_[2];  // which (slot, layer) each shared region holds
+  std::vector<std::vector<LayerActivations<T>>> deferred_;  // [slot][layer] split backward
+  std::vector<Buffer<T>> deferred_own_;                     // [slot]
 };
 
 }  // namespace dst

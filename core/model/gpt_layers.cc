@@ -50,6 +50,25 @@ void GptEmbedding<T>::Backward(const T *, const LayerActivations<T> &, T *dout, 
                          this->store_->grad(wpe_));
 }
 
+template <typename T>
+std::vector<SavedTensorSpec> GptEmbedding<T>::DeferredTensors(
+    const ActivationLimits &limits) const {
+  return {{limits.max_rows() * dims_.d_model}};
+}
+
+template <typename T>
+void GptEmbedding<T>::BackwardInput(const T *, const LayerActivations<T> &, T *dout, T *,
+                                    LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
+  std::memcpy(deferred[0], dout, size_t(mb.rows() * dims_.d_model) * sizeof(T));
+}
+
+template <typename T>
+void GptEmbedding<T>::BackwardWeight(const T *, const LayerActivations<T> &,
+                                     const LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
+  cpu::EmbeddingBackward(deferred[0], mb.tokens, mb.B, mb.seq, dims_.d_model,
+                         this->store_->grad(wte_), this->store_->grad(wpe_));
+}
+
 // ---------------------------------------------------------------- block
 
 template <typename T>
@@ -159,6 +178,69 @@ void GptBlock<T>::Backward(const T *in, const LayerActivations<T> &a, T *dout, T
 }
 
 template <typename T>
+std::vector<SavedTensorSpec> GptBlock<T>::DeferredTensors(const ActivationLimits &limits) const {
+  const int64_t N = limits.max_rows(), C = dims_.d_model;
+  std::vector<SavedTensorSpec> deferred(kNumDeferred);
+  deferred[kDOut] = {N * C};
+  deferred[kDFch] = {N * 4 * C};
+  deferred[kDLn2] = {N * C};
+  deferred[kDRes2] = {N * C};
+  deferred[kDQkv] = {N * 3 * C};
+  deferred[kDLn1] = {N * C};
+  return deferred;
+}
+
+// Backward's chain of input gradients, each intermediate gradient a weight
+// reads kept in `d` (the same GEMMs as Backward, without the weight ones).
+template <typename T>
+void GptBlock<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *dout, T *din,
+                                LayerActivations<T> &d, const MicroBatch<T> &mb) {
+  ParamStore<T> &p = *this->store_;
+  const int64_t N = mb.rows(), C = dims_.d_model;
+  const size_t row_bytes = size_t(N * C) * sizeof(T);
+  T *d_att = mb.scratch;                                                    // [N, C]
+  T *att_scratch = d_att + N * C;                                           // [threads, T, T]
+  T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
+  std::memcpy(d[kDOut], dout, row_bytes);
+  cpu::LinearBackward<T>(dout, nullptr, p.param(fcproj_w_), N, 4 * C, C, d[kDFch], nullptr,
+                         nullptr);
+  cpu::GeluBackward(d[kDFch], a[kFch], N * 4 * C, d[kDFch]);
+  cpu::LinearBackward<T>(d[kDFch], nullptr, p.param(fc_w_), N, C, 4 * C, d[kDLn2], nullptr,
+                         nullptr);
+  cpu::LayerNormBackward<T>(d[kDLn2], a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C,
+                            dout, nullptr, nullptr, ln_scratch, mb.max_threads);
+  std::memcpy(d[kDRes2], dout, row_bytes);
+  cpu::LinearBackward<T>(dout, nullptr, p.param(proj_w_), N, C, C, d_att, nullptr, nullptr);
+  cpu::AttentionBackward(d_att, a[kQkv], a[kAtt],
+                         cpu::AttentionShape{mb.B, mb.seq, C, dims_.n_head}, d[kDQkv], att_scratch);
+  cpu::LinearBackward<T>(d[kDQkv], nullptr, p.param(attn_w_), N, C, 3 * C, d[kDLn1], nullptr,
+                         nullptr);
+  if (!din)
+    din = dout;
+  else
+    std::memcpy(din, dout, row_bytes);
+  cpu::LayerNormBackward<T>(d[kDLn1], in, p.param(ln1_w_), a[kLn1Mean], a[kLn1Rstd], N, C, din,
+                            nullptr, nullptr, ln_scratch, mb.max_threads);
+}
+
+template <typename T>
+void GptBlock<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
+                                 const LayerActivations<T> &d, const MicroBatch<T> &mb) {
+  ParamStore<T> &p = *this->store_;
+  const int64_t N = mb.rows(), C = dims_.d_model;
+  T *ln_scratch = mb.scratch;  // [threads, 2C]
+  cpu::LinearWeightBackward(d[kDOut], a[kFchGelu], N, 4 * C, C, p.grad(fcproj_w_),
+                            p.grad(fcproj_b_));
+  cpu::LinearWeightBackward(d[kDFch], a[kLn2], N, C, 4 * C, p.grad(fc_w_), p.grad(fc_b_));
+  cpu::LayerNormParamBackward(d[kDLn2], a[kRes2], a[kLn2Mean], a[kLn2Rstd], N, C, p.grad(ln2_w_),
+                              p.grad(ln2_b_), ln_scratch, mb.max_threads);
+  cpu::LinearWeightBackward(d[kDRes2], a[kAttY], N, C, C, p.grad(proj_w_), p.grad(proj_b_));
+  cpu::LinearWeightBackward(d[kDQkv], a[kLn1], N, C, 3 * C, p.grad(attn_w_), p.grad(attn_b_));
+  cpu::LayerNormParamBackward(d[kDLn1], in, a[kLn1Mean], a[kLn1Rstd], N, C, p.grad(ln1_w_),
+                              p.grad(ln1_b_), ln_scratch, mb.max_threads);
+}
+
+template <typename T>
 double GptBlock<T>::ForwardFlops(int64_t B, int64_t seq) const {
   const double N = double(B * seq), C = double(dims_.d_model);
   const double linear = 2.0 * N * C * (3 * C + C + 4 * C + 4 * C);
@@ -221,6 +303,40 @@ void GptHead<T>::Backward(const T *in, const LayerActivations<T> &a, T *, T *din
   std::memset(din, 0, size_t(N * C) * sizeof(T));
   cpu::LayerNormBackward(d_lnf, in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], N, C, din,
                          p.grad(lnf_w_), p.grad(lnf_b_), ln_scratch, mb.max_threads);
+}
+
+template <typename T>
+std::vector<SavedTensorSpec> GptHead<T>::DeferredTensors(const ActivationLimits &limits) const {
+  return {{limits.max_rows() * dims_.d_model}};
+}
+
+template <typename T>
+void GptHead<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *, T *din,
+                               LayerActivations<T> &d, const MicroBatch<T> &mb) {
+  ParamStore<T> &p = *this->store_;
+  const int64_t N = mb.rows(), C = dims_.d_model, V = dims_.vocab;
+  T *dlogits = mb.scratch;                // [N, V]
+  T *ln_scratch = dlogits + N * (V + C);  // [threads, 2C]
+  cpu::SoftmaxCrossEntropyBackward(a[kProbs], mb.targets, N, V, a.counted, mb.grad_scale, dlogits);
+  cpu::LinearBackward<T>(dlogits, nullptr, p.param(wte_), N, C, V, d[0], nullptr, nullptr);
+  std::memset(din, 0, size_t(N * C) * sizeof(T));
+  cpu::LayerNormBackward<T>(d[0], in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], N, C, din, nullptr,
+                            nullptr, ln_scratch, mb.max_threads);
+}
+
+// The logits' gradient again (an element-wise pass over the probabilities,
+// far cheaper than keeping [N, V] per micro-batch), then the weights'.
+template <typename T>
+void GptHead<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
+                                const LayerActivations<T> &d, const MicroBatch<T> &mb) {
+  ParamStore<T> &p = *this->store_;
+  const int64_t N = mb.rows(), C = dims_.d_model, V = dims_.vocab;
+  T *dlogits = mb.scratch;                // [N, V]
+  T *ln_scratch = dlogits + N * (V + C);  // [threads, 2C]
+  cpu::SoftmaxCrossEntropyBackward(a[kProbs], mb.targets, N, V, a.counted, mb.grad_scale, dlogits);
+  cpu::LinearWeightBackward<T>(dlogits, a[kLnf], N, C, V, p.grad(wte_), nullptr);
+  cpu::LayerNormParamBackward(d[0], in, a[kLnfMean], a[kLnfRstd], N, C, p.grad(lnf_w_),
+                              p.grad(lnf_b_), ln_scratch, mb.max_threads);
 }
 
 template <typename T>

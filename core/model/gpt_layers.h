@@ -28,6 +28,12 @@ class GptEmbedding final : public Layer<T> {
   void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
   void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
                 const MicroBatch<T> &mb) override;
+  std::vector<SavedTensorSpec> DeferredTensors(const ActivationLimits &limits) const override;
+  void BackwardInput(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                     LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
+  void BackwardWeight(const T *in, const LayerActivations<T> &act,
+                      const LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
+  // Deferred: the output gradient [N, C] (the input half has nothing to do).
   double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
   int wte_id() const { return wte_; }
 
@@ -49,6 +55,11 @@ class GptBlock final : public Layer<T> {
   void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
   void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
                 const MicroBatch<T> &mb) override;
+  std::vector<SavedTensorSpec> DeferredTensors(const ActivationLimits &limits) const override;
+  void BackwardInput(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                     LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
+  void BackwardWeight(const T *in, const LayerActivations<T> &act,
+                      const LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
   double ForwardFlops(int64_t B, int64_t seq) const override;
 
   // The saved tensors, N = B*T rows:
@@ -67,6 +78,16 @@ class GptBlock final : public Layer<T> {
     kFch,      // [N, 4C]
     kFchGelu,  // [N, 4C]
     kNumSaved,
+  };
+  // The gradients the input half keeps for the weight half (zero bubble):
+  enum Deferred {
+    kDOut,   // [N, C] of the block output (mlp.c_proj's output gradient)
+    kDFch,   // [N, 4C] of mlp.c_fc's output
+    kDLn2,   // [N, C] of ln_2's output
+    kDRes2,  // [N, C] of the first residual (attn.c_proj's output gradient)
+    kDQkv,   // [N, 3C] of attn.c_attn's output
+    kDLn1,   // [N, C] of ln_1's output
+    kNumDeferred,
   };
 
  private:
@@ -87,6 +108,13 @@ class GptHead final : public Layer<T> {
   void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
   void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
                 const MicroBatch<T> &mb) override;
+  std::vector<SavedTensorSpec> DeferredTensors(const ActivationLimits &limits) const override;
+  void BackwardInput(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                     LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
+  void BackwardWeight(const T *in, const LayerActivations<T> &act,
+                      const LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
+  // Deferred: the gradient of ln_f's output [N, C]; the weight half
+  // recomputes the logits' gradient from the saved probabilities.
   bool IsLoss() const override { return true; }
   double ForwardFlops(int64_t B, int64_t seq) const override;
 

@@ -85,6 +85,26 @@ class Layer {
   // needs it. Parameter gradients are accumulated (+=) into the store.
   virtual void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
                         const MicroBatch<T> &mb) = 0;
+  // Zero-bubble schedules split the backward in two halves. BackwardInput
+  // computes the input gradient only (din, dout as in Backward) and keeps in
+  // `deferred` (the tensors DeferredTensors declares, one set per
+  // micro-batch in flight) what BackwardWeight needs to accumulate the
+  // parameter gradients later, once other micro-batches have run. `in` and
+  // `act` are the same in both halves. A layer with parameters must override
+  // all three (and declare at least one deferred tensor); one without keeps
+  // the defaults: the whole backward in the input half, nothing after.
+  virtual std::vector<SavedTensorSpec> DeferredTensors(const ActivationLimits &) const {
+    return {};
+  }
+  virtual void BackwardInput(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                             LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
+    (void)deferred;
+    Backward(in, act, dout, din, mb);
+  }
+  virtual void BackwardWeight(const T *in, const LayerActivations<T> &act,
+                              const LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
+    (void)in, (void)act, (void)deferred, (void)mb;
+  }
   virtual bool IsLoss() const { return false; }
   // Floating-point operations of one forward over rows (GEMMs counted as 2mnk).
   virtual double ForwardFlops(int64_t B, int64_t seq) const = 0;

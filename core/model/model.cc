@@ -157,13 +157,16 @@ std::vector<ParamDecl> DeclarePartParameters(const ModelSpec &spec,
 }
 
 int64_t SavedActivationElements(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
-                                const ActivationLimits &limits) {
+                                const ActivationLimits &limits, bool deferred) {
   ParamRegistry registry;
   BuiltLayers<float> built =
       BuildLayers<float>(spec, chunks.empty() ? WholeModel(spec) : chunks, registry);
   int64_t total = 0;
-  for (const auto &layer : built.layers)
+  for (const auto &layer : built.layers) {
     for (const SavedTensorSpec &t : layer->SavedTensors(limits)) total += t.numel;
+    if (deferred)
+      for (const SavedTensorSpec &t : layer->DeferredTensors(limits)) total += t.numel;
+  }
   return total;
 }
 
@@ -214,7 +217,9 @@ Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTra
   std::vector<LayerSaveSpec> saves;
   for (auto &layer : layers_) {
     layer->Bind(store_.get());
-    saves.push_back({layer->SavedTensors(limits), layer->OutWidth() > 0});
+    saves.push_back({layer->SavedTensors(limits), layer->OutWidth() > 0,
+                     activations.split_backward ? layer->DeferredTensors(limits)
+                                                : std::vector<SavedTensorSpec>{}});
     max_width = std::max(max_width, layer->OutWidth());
     max_scratch = std::max(max_scratch, layer->ScratchSize(limits));
   }
@@ -265,14 +270,20 @@ void Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &
 }
 
 template <typename T>
+Status Model<T>::CheckPass(const char *what, int64_t slot, LayerRange range) const {
+  if (slot >= 0 && slot < activations_.slots() && range.end <= layers_.size() &&
+      range.begin < range.end)
+    return Status::Ok();
+  return InternalError(std::string("Model::") + what + ": slot " + std::to_string(slot) + " of " +
+                       std::to_string(activations_.slots()) + ", layers [" +
+                       std::to_string(range.begin) + ", " + std::to_string(range.end) + ") of " +
+                       std::to_string(layers_.size()));
+}
+
+template <typename T>
 Status Model<T>::Forward(int64_t slot, LayerRange range, const T *input, MicroBatch<T> &mb,
                          LayerHooks *hooks, const T **output) {
-  if (slot < 0 || slot >= activations_.slots() || range.end > layers_.size() ||
-      range.begin >= range.end)
-    return InternalError("Model::Forward: slot " + std::to_string(slot) + " of " +
-                         std::to_string(activations_.slots()) + ", layers [" +
-                         std::to_string(range.begin) + ", " + std::to_string(range.end) + ") of " +
-                         std::to_string(layers_.size()));
+  DST_RETURN_IF_ERROR(CheckPass("Forward", slot, range));
   Prepare(mb);
   range_input_[size_t(slot)] = input;
   for (size_t i = range.begin; i < range.end; ++i) {
@@ -288,12 +299,22 @@ Status Model<T>::Forward(int64_t slot, LayerRange range, const T *input, MicroBa
 template <typename T>
 Status Model<T>::Backward(int64_t slot, LayerRange range, T *dout, T *din, MicroBatch<T> &mb,
                           LayerHooks *hooks) {
-  if (slot < 0 || slot >= activations_.slots() || range.end > layers_.size() ||
-      range.begin >= range.end)
-    return InternalError("Model::Backward: slot " + std::to_string(slot) + " of " +
-                         std::to_string(activations_.slots()) + ", layers [" +
-                         std::to_string(range.begin) + ", " + std::to_string(range.end) + ") of " +
-                         std::to_string(layers_.size()));
+  DST_RETURN_IF_ERROR(CheckPass("Backward", slot, range));
+  return RunBackward(BackwardHalf::kWhole, slot, range, dout, din, mb, hooks);
+}
+
+template <typename T>
+Status Model<T>::BackwardInput(int64_t slot, LayerRange range, T *dout, T *din, MicroBatch<T> &mb,
+                               LayerHooks *hooks) {
+  DST_RETURN_IF_ERROR(CheckPass("BackwardInput", slot, range));
+  if (!activations_.options().split_backward)
+    return InternalError("Model::BackwardInput: the model keeps no deferred gradients");
+  return RunBackward(BackwardHalf::kInput, slot, range, dout, din, mb, hooks);
+}
+
+template <typename T>
+Status Model<T>::RunBackward(BackwardHalf half, int64_t slot, LayerRange range, T *dout, T *din,
+                             MicroBatch<T> &mb, LayerHooks *hooks) {
   Prepare(mb);
   T *buffers[2] = {grad_a_.data(), grad_b_.data()};
   int next = 0;
@@ -301,15 +322,45 @@ Status Model<T>::Backward(int64_t slot, LayerRange range, T *dout, T *din, Micro
     T *layer_din = i > range.begin ? buffers[next] : din;
     activations_.Restore(slot, i);
     if (i > range.begin) activations_.Restore(slot, i - 1);  // its output is this layer's input
-    if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeBackward(i));
+    if (hooks) {
+      if (half == BackwardHalf::kWhole)
+        DST_RETURN_IF_ERROR(hooks->BeforeBackward(i));
+      else
+        DST_RETURN_IF_ERROR(hooks->BeforeInputGradient(i));
+    }
     const T *in = InputOf(i, slot, range, mb);
     if (activations_.NeedsRecompute(slot, i)) ForwardLayer(i, slot, in, mb, hooks);
-    layers_[i]->Backward(in, activations_.at(slot, i), dout, layer_din, mb);
-    if (hooks) DST_RETURN_IF_ERROR(hooks->AfterBackward(i));
+    if (half == BackwardHalf::kWhole) {
+      layers_[i]->Backward(in, activations_.at(slot, i), dout, layer_din, mb);
+      if (hooks) DST_RETURN_IF_ERROR(hooks->AfterBackward(i));
+    } else {
+      layers_[i]->BackwardInput(in, activations_.at(slot, i), dout, layer_din,
+                                activations_.deferred(slot, i), mb);
+    }
     if (layer_din && global_layers_[i] > 0)  // also the gradient a stage sends back
       RoundActivations(hooks, layer_din, mb.rows() * InWidth(i));
     dout = layer_din;
     next ^= 1;
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status Model<T>::BackwardWeight(int64_t slot, LayerRange range, MicroBatch<T> &mb,
+                                LayerHooks *hooks) {
+  DST_RETURN_IF_ERROR(CheckPass("BackwardWeight", slot, range));
+  if (!activations_.options().split_backward)
+    return InternalError("Model::BackwardWeight: the model keeps no deferred gradients");
+  Prepare(mb);
+  for (size_t i = range.end; i-- > range.begin;) {
+    activations_.Restore(slot, i);
+    if (i > range.begin) activations_.Restore(slot, i - 1);
+    const bool recompute = activations_.NeedsRecompute(slot, i);
+    if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeWeightGradient(i, recompute));
+    const T *in = InputOf(i, slot, range, mb);
+    if (recompute) ForwardLayer(i, slot, in, mb, hooks);
+    layers_[i]->BackwardWeight(in, activations_.at(slot, i), activations_.deferred(slot, i), mb);
+    if (hooks) DST_RETURN_IF_ERROR(hooks->AfterBackward(i));
   }
   return Status::Ok();
 }

@@ -56,6 +56,19 @@ class LayerHooks {
     (void)layer;
     return Status::Ok();
   }
+  // Split backward (zero-bubble schedules): before a layer's input half
+  // (it reads the layer's parameters, writes no parameter gradient), and
+  // before its weight half (it writes the parameter gradients; it reads the
+  // parameters only when `recompute` says its forward must run again first).
+  // AfterBackward follows the weight half.
+  virtual Status BeforeInputGradient(size_t layer) {
+    (void)layer;
+    return Status::Ok();
+  }
+  virtual Status BeforeWeightGradient(size_t layer, bool recompute) {
+    (void)layer, (void)recompute;
+    return Status::Ok();
+  }
   // Mixed precision: rounds fp32 activations onto the 16-bit grid in place;
   // Model<float> applies it to every layer's output and input gradient, so
   // what crosses a layer boundary is a 16-bit value. Null: leave them alone.
@@ -85,9 +98,10 @@ std::vector<ParamDecl> DeclarePartParameters(const ModelSpec &spec,
                                              const std::vector<LayerRange> &chunks);
 // Elements the layers of `chunks` (global ranges; empty = the whole model)
 // save for one micro-batch of `limits` between forward and backward (the
-// fp32 keep policy's per-slot size).
+// fp32 keep policy's per-slot size); with `deferred`, also the gradients a
+// split backward keeps from its input half to its weight half (zero bubble).
 int64_t SavedActivationElements(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
-                                const ActivationLimits &limits);
+                                const ActivationLimits &limits, bool deferred = false);
 
 template <typename T>
 class Model {
@@ -115,6 +129,14 @@ class Model {
   // where to write the gradient of the range's input, or null.
   Status Backward(int64_t slot, LayerRange range, T *dout, T *din, MicroBatch<T> &mb,
                   LayerHooks *hooks);
+  // The backward in two halves (a model built with
+  // ActivationOptions::split_backward): BackwardInput takes the arguments of
+  // Backward and computes the input gradients only; BackwardWeight, later,
+  // accumulates the same range's parameter gradients. The slot stays taken
+  // until the weight half.
+  Status BackwardInput(int64_t slot, LayerRange range, T *dout, T *din, MicroBatch<T> &mb,
+                       LayerHooks *hooks);
+  Status BackwardWeight(int64_t slot, LayerRange range, MicroBatch<T> &mb, LayerHooks *hooks);
   // The loss the slot's last forward through the loss layer computed.
   double Loss(int64_t slot) const { return activations_.at(slot, layers_.size() - 1).loss; }
 
@@ -158,6 +180,11 @@ class Model {
   // The input layer i read in the slot's forward.
   const T *InputOf(size_t i, int64_t slot, LayerRange range, const MicroBatch<T> &mb) const;
   void Prepare(MicroBatch<T> &mb);
+  // Whether (slot, range) name a slot and a non-empty range of the model.
+  Status CheckPass(const char *what, int64_t slot, LayerRange range) const;
+  enum class BackwardHalf { kWhole, kInput };
+  Status RunBackward(BackwardHalf half, int64_t slot, LayerRange range, T *dout, T *din,
+                     MicroBatch<T> &mb, LayerHooks *hooks);
 
   ModelSpec spec_;
   ActivationLimits limits_;

@@ -40,6 +40,27 @@ void LinearLayer<T>::Backward(const T *in, const LayerActivations<T> &, T *dout,
                       din, this->store_->grad(w_), b_ >= 0 ? this->store_->grad(b_) : nullptr);
 }
 
+template <typename T>
+std::vector<SavedTensorSpec> LinearLayer<T>::DeferredTensors(const ActivationLimits &limits) const {
+  return {{limits.max_rows() * out_features_}};
+}
+
+template <typename T>
+void LinearLayer<T>::BackwardInput(const T *, const LayerActivations<T> &, T *dout, T *din,
+                                   LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
+  std::memcpy(deferred[0], dout, size_t(mb.rows() * out_features_) * sizeof(T));
+  if (din)
+    cpu::LinearBackward<T>(dout, nullptr, this->store_->param(w_), mb.rows(), in_features_,
+                           out_features_, din, nullptr, nullptr);
+}
+
+template <typename T>
+void LinearLayer<T>::BackwardWeight(const T *in, const LayerActivations<T> &,
+                                    const LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
+  cpu::LinearWeightBackward(deferred[0], in, mb.rows(), in_features_, out_features_,
+                            this->store_->grad(w_), b_ >= 0 ? this->store_->grad(b_) : nullptr);
+}
+
 // ---------------------------------------------------------------- activations
 
 // Saves its output [B, width].
@@ -104,6 +125,31 @@ void LayerNormLayer<T>::Backward(const T *in, const LayerActivations<T> &act, T 
   cpu::LayerNormBackward(dout, in, this->store_->param(w_), act[1], act[2], mb.rows(), width_, dx,
                          this->store_->grad(w_), this->store_->grad(b_), mb.scratch,
                          mb.max_threads);
+}
+
+template <typename T>
+std::vector<SavedTensorSpec> LayerNormLayer<T>::DeferredTensors(
+    const ActivationLimits &limits) const {
+  return {{limits.max_rows() * width_}};
+}
+
+template <typename T>
+void LayerNormLayer<T>::BackwardInput(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                                      LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
+  std::memcpy(deferred[0], dout, size_t(mb.rows() * width_) * sizeof(T));
+  if (!din) return;
+  std::memset(din, 0, size_t(mb.rows() * width_) * sizeof(T));
+  cpu::LayerNormBackward<T>(dout, in, this->store_->param(w_), act[1], act[2], mb.rows(), width_,
+                            din, nullptr, nullptr, mb.scratch, mb.max_threads);
+}
+
+template <typename T>
+void LayerNormLayer<T>::BackwardWeight(const T *in, const LayerActivations<T> &act,
+                                       const LayerActivations<T> &deferred,
+                                       const MicroBatch<T> &mb) {
+  cpu::LayerNormParamBackward(deferred[0], in, act[1], act[2], mb.rows(), width_,
+                              this->store_->grad(w_), this->store_->grad(b_), mb.scratch,
+                              mb.max_threads);
 }
 
 // ---------------------------------------------------------------- losses

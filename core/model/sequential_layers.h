@@ -21,6 +21,12 @@ class LinearLayer final : public Layer<T> {
   void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
   void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
                 const MicroBatch<T> &mb) override;
+  // Deferred: the output gradient [B, out].
+  std::vector<SavedTensorSpec> DeferredTensors(const ActivationLimits &limits) const override;
+  void BackwardInput(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                     LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
+  void BackwardWeight(const T *in, const LayerActivations<T> &act,
+                      const LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
   double ForwardFlops(int64_t B, int64_t) const override {
     return 2.0 * double(B) * double(in_features_) * double(out_features_);
   }
@@ -63,6 +69,12 @@ class LayerNormLayer final : public Layer<T> {
   void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
   void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
                 const MicroBatch<T> &mb) override;
+  // Deferred: the output gradient [B, out].
+  std::vector<SavedTensorSpec> DeferredTensors(const ActivationLimits &limits) const override;
+  void BackwardInput(const T *in, const LayerActivations<T> &act, T *dout, T *din,
+                     LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
+  void BackwardWeight(const T *in, const LayerActivations<T> &act,
+                      const LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
   double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
 
  private:

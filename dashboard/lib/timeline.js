@@ -1,12 +1,13 @@
 // The pipeline timeline: what this rank's stage did during its last step
 // (the snapshot's "timeline": op, micro_batch, chunk, start, end in seconds),
-// drawn as bars on three lanes — compute (forward, backward), waiting for a
+// drawn as bars on three lanes — compute (forward, backward, or a zero-bubble
+// schedule's two backward halves), waiting for a
 // neighbour (the receives: the bubble) and the rest of the step (reductions,
 // clipping, the optimizer). Hidden on ranks without a pipeline.
 import * as fmt from './format.js';
 
 const LANES = [
-  { name: 'compute', ops: ['forward', 'backward'] },
+  { name: 'compute', ops: ['forward', 'backward', 'backward_input', 'backward_weight'] },
   { name: 'waiting', ops: ['recv_activation', 'recv_gradient'] },
   { name: 'step', ops: ['zero_gradients', 'reduce_gradients', 'reduce_tied_gradients',
     'gather_gradients', 'clip_gradients', 'optimizer_step', 'record_step'] },

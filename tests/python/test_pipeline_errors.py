@@ -91,9 +91,3 @@ def test_partition_matching_no_layer_lists_the_kinds(tmp_path, build_dir):
     err = one_rank_error(tmp_path, build_dir,
                          ps.make_config(pp=2, accum=4, partition="type:conv"), ps.GPT)
     assert "matches none of the model's layers" in err and "gpt_transformer_block" in err, err
-
-
-def test_zero_bubble_is_refused_by_name(tmp_path, build_dir):
-    err = one_rank_error(tmp_path, build_dir, ps.make_config(pp=2, accum=4, schedule="zb-h1"),
-                         ps.GPT)
-    assert 'pipeline.schedule "zb-h1"' in err and "not built yet" in err, err

@@ -33,6 +33,7 @@ def check_layout(tmp_path, build_dir, model, pp, dp, schedule, virtual, stage, *
     assert {r["dp_rank"] for r in reports} == set(range(dp))
     ps.assert_equivalent(reports, ref, kw.get("precision", "fp32"),
                          f"pp {pp} x dp {dp}, {schedule} (v {virtual}), ZeRO {stage}")
+    return reports
 
 
 @pytest.mark.parametrize("dp", [1, 2])

@@ -113,6 +113,26 @@ TEST(Programs, BadProgramsAreNamedErrors) {
   EXPECT_NE(error({{Op::kForward, 3}}, 2, 1).find("has 2 micro-batches"), std::string::npos);
   EXPECT_NE(error(OneForwardOneBackwardSchedule(4, 3), 4, 2).find("would be in flight"),
             std::string::npos);
+  // Split backward: the weight half after the input half, each once; the
+  // slot stays taken until the weight half.
+  EXPECT_NE(error({{Op::kForward, 0}, {Op::kBackwardWeight, 0}, {Op::kBackwardInput, 0}}, 1, 1)
+                .find("weight gradients before the input gradients"),
+            std::string::npos);
+  EXPECT_NE(error({{Op::kForward, 0}, {Op::kBackwardInput, 0}, {Op::kBackward, 0}}, 1, 1)
+                .find("whole backward after its input half"),
+            std::string::npos);
+  EXPECT_NE(error({{Op::kForward, 0},
+                   {Op::kBackwardInput, 0},
+                   {Op::kForward, 1},
+                   {Op::kBackwardWeight, 0},
+                   {Op::kBackwardInput, 1},
+                   {Op::kBackwardWeight, 1}},
+                  2, 1)
+                .find("more than 1 micro-batches would be in flight"),
+            std::string::npos);
+  EXPECT_NE(error({{Op::kForward, 0}, {Op::kBackwardInput, 0}}, 1, 1)
+                .find("never runs micro-batch 0 backward"),
+            std::string::npos);
 }
 
 // ---------------------------------------------------------------- one rank
@@ -240,6 +260,46 @@ TEST_P(ExecutorPrograms, RecomputeEqualsStoredActivationsBitForBit) {
   if (c.spec == kGpt) {  // a block keeps 1 of its 13 tensors (a Linear/ReLU stack: all it has)
     EXPECT_LT(recompute.tracker.Current(MemoryCategory::kActivations),
               plain.tracker.Current(MemoryCategory::kActivations));
+  }
+}
+
+// A zero-bubble-shaped program (each backward split into its input half and
+// a deferred weight half, the weight halves in micro-batch order) equals the
+// plain schedule bit for bit: the same GEMMs, the same accumulation order.
+// Also with recomputation, where the weight half recomputes the forward.
+TEST_P(ExecutorPrograms, SplitBackwardEqualsTheWholeBackwardBitForBit) {
+  const Case &c = GetParam();
+  const Config config = MakeConfig(2, 3, c.precision);
+  Rank plain(c.spec, config, {});
+  const std::vector<float> expected = plain.Train(TrainSchedule(3), 3);
+  std::vector<Instruction> split = {{Op::kZeroGradients},     {Op::kForward, 0},
+                                    {Op::kForward, 1},        {Op::kBackwardInput, 0},
+                                    {Op::kForward, 2},        {Op::kBackwardWeight, 0},
+                                    {Op::kBackwardInput, 1},  {Op::kBackwardInput, 2},
+                                    {Op::kBackwardWeight, 1}, {Op::kBackwardWeight, 2}};
+  for (Op op : {Op::kReduceGradients, Op::kClipGradients, Op::kOptimizerStep, Op::kRecordStep})
+    split.push_back({op});
+  EXPECT_EQ(PeakInFlight(Prepared(split, 3, 3)), 3);
+  for (bool recompute : {false, true}) {
+    ActivationOptions options = Slots(3, recompute);
+    options.split_backward = true;
+    Rank zero_bubble(c.spec, config, options);
+    ExpectBitwiseEqual(zero_bubble.Train(split, 3), expected);
+  }
+}
+
+// Every layer that owns parameters splits its backward (a layer that kept
+// the defaults would write gradients in its input half, outside ZeRO's
+// staging): it declares what its weight half reads.
+TEST(SplitBackward, EveryLayerWithParametersDefersItsWeightGradients) {
+  for (const char *text : {kGpt, kSequential}) {
+    MemoryTracker tracker;
+    Model<float> model(Spec(text), {2, 8, 1}, &tracker);
+    for (size_t i = 0; i < model.layers().size(); ++i) {
+      if (model.layer_params()[i].ids.empty()) continue;
+      EXPECT_FALSE(model.layers()[i]->DeferredTensors({2, 8, 1}).empty())
+          << model.layers()[i]->Kind();
+    }
   }
 }
 

@@ -32,14 +32,35 @@ void LayerNormForward(const T *x, const T *weight, const T *bias, int64_t rows, 
   }
 }
 
-// dx (+=): [rows, C]; dweight, dbias (+=): [C]. scratch: [threads, 2C] zeroed
-// here, used for per-thread partial sums of dweight/dbias (fixed reduction
-// order, so results do not depend on scheduling).
+// Adds the per-thread partial sums [threads][dw C | db C] into dweight, dbias.
+template <typename T>
+inline void LayerNormSumPartials(const T *scratch, int threads, int64_t C, T *dweight, T *dbias) {
+  for (int t = 0; t < threads; ++t) {
+    const T *dw = scratch + int64_t(t) * 2 * C;
+    for (int64_t i = 0; i < C; ++i) {
+      dweight[i] += dw[i];
+      dbias[i] += dw[C + i];
+    }
+  }
+}
+
+// The normalised input of row r, element i.
+template <typename T>
+inline T LayerNormNorm(const T *xr, T m, T s, int64_t i) {
+  return (xr[i] - m) * s;
+}
+
+// dx (+=): [rows, C]; dweight, dbias (+=): [C], or both null to compute the
+// input gradient only. scratch: [threads, 2C] zeroed here, used for
+// per-thread partial sums of dweight/dbias (fixed reduction order, so results
+// do not depend on scheduling).
 template <typename T>
 void LayerNormBackward(const T *dout, const T *x, const T *weight, const T *mean, const T *rstd,
                        int64_t rows, int64_t C, T *dx, T *dweight, T *dbias, T *scratch,
                        int max_threads) {
-  for (int64_t i = 0; i < int64_t(max_threads) * 2 * C; ++i) scratch[i] = 0;
+  const bool params = dweight != nullptr;
+  if (params)
+    for (int64_t i = 0; i < int64_t(max_threads) * 2 * C; ++i) scratch[i] = 0;
   int used_threads = 1;
 #pragma omp parallel num_threads(max_threads)
   {
@@ -57,7 +78,7 @@ void LayerNormBackward(const T *dout, const T *x, const T *weight, const T *mean
       T dnorm_mean = 0, dnorm_norm_mean = 0;
 #pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
       for (int64_t i = 0; i < C; ++i) {
-        const T norm = (xr[i] - m) * s;
+        const T norm = LayerNormNorm(xr, m, s, i);
         const T dnorm = g[i] * weight[i];
         dnorm_mean += dnorm;
         dnorm_norm_mean += dnorm * norm;
@@ -66,21 +87,47 @@ void LayerNormBackward(const T *dout, const T *x, const T *weight, const T *mean
       dnorm_norm_mean /= T(C);
       T *dxr = dx + r * C;
       for (int64_t i = 0; i < C; ++i) {
-        const T norm = (xr[i] - m) * s;
+        const T norm = LayerNormNorm(xr, m, s, i);
         const T dnorm = g[i] * weight[i];
         dxr[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-        dw[i] += g[i] * norm;
+      }
+      if (params)
+        for (int64_t i = 0; i < C; ++i) {
+          dw[i] += g[i] * LayerNormNorm(xr, m, s, i);
+          db[i] += g[i];
+        }
+    }
+  }
+  if (params) LayerNormSumPartials(scratch, used_threads, C, dweight, dbias);
+}
+
+// The weight half of LayerNormBackward: dweight, dbias (+=) [C] only, with
+// the same partial sums (and so the same bits).
+template <typename T>
+void LayerNormParamBackward(const T *dout, const T *x, const T *mean, const T *rstd, int64_t rows,
+                            int64_t C, T *dweight, T *dbias, T *scratch, int max_threads) {
+  for (int64_t i = 0; i < int64_t(max_threads) * 2 * C; ++i) scratch[i] = 0;
+  int used_threads = 1;
+#pragma omp parallel num_threads(max_threads)
+  {
+    const int tid = omp_get_thread_num();
+    const int nth = omp_get_num_threads();
+#pragma omp single
+    used_threads = nth;
+    T *dw = scratch + int64_t(tid) * 2 * C;
+    T *db = dw + C;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *xr = x + r * C;
+      const T *g = dout + r * C;
+      const T m = mean[r], s = rstd[r];
+      for (int64_t i = 0; i < C; ++i) {
+        dw[i] += g[i] * LayerNormNorm(xr, m, s, i);
         db[i] += g[i];
       }
     }
   }
-  for (int t = 0; t < used_threads; ++t) {
-    const T *dw = scratch + int64_t(t) * 2 * C;
-    for (int64_t i = 0; i < C; ++i) {
-      dweight[i] += dw[i];
-      dbias[i] += dw[C + i];
-    }
-  }
+  LayerNormSumPartials(scratch, used_threads, C, dweight, dbias);
 }
 
 }  // namespace dst::cpu

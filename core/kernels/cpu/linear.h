@@ -21,14 +21,12 @@ void LinearForward(const T *x, const T *weight, const T *bias, int64_t rows, int
        bias ? T(1) : T(0), y, int(out));
 }
 
-// dx (assigns, if non-null): [rows, in] = dy W; dweight (+=): [out, in] = dy^T x;
-// dbias (+=): [out] = column sums of dy.
+// dweight (+=): [out, in] = dy^T x; dbias (+=, if non-null): [out] = column
+// sums of dy. The weight half of LinearBackward (zero-bubble schedules run it
+// later than the input half).
 template <typename T>
-void LinearBackward(const T *dy, const T *x, const T *weight, int64_t rows, int64_t in, int64_t out,
-                    T *dx, T *dweight, T *dbias) {
-  if (dx)
-    Gemm(false, false, int(rows), int(in), int(out), T(1), dy, int(out), weight, int(in), T(0), dx,
-         int(in));
+void LinearWeightBackward(const T *dy, const T *x, int64_t rows, int64_t in, int64_t out,
+                          T *dweight, T *dbias) {
   Gemm(true, false, int(out), int(in), int(rows), T(1), dy, int(out), x, int(in), T(1), dweight,
        int(in));
   if (dbias) {
@@ -44,6 +42,17 @@ void LinearBackward(const T *dy, const T *x, const T *weight, int64_t rows, int6
       }
     }
   }
+}
+
+// dx (assigns, if non-null): [rows, in] = dy W; then, if dweight is non-null,
+// LinearWeightBackward (dweight, dbias +=).
+template <typename T>
+void LinearBackward(const T *dy, const T *x, const T *weight, int64_t rows, int64_t in, int64_t out,
+                    T *dx, T *dweight, T *dbias) {
+  if (dx)
+    Gemm(false, false, int(rows), int(in), int(out), T(1), dy, int(out), weight, int(in), T(0), dx,
+         int(in));
+  if (dweight) LinearWeightBackward(dy, x, rows, in, out, dweight, dbias);
 }
 
 }  // namespace dst::cpu
