@@ -75,6 +75,11 @@ struct ActivationCheckpointingConfig {
   int64_t number_checkpoints = 0;  // 0 = unset
   bool synchronize_checkpoint_boundary = false;
   bool profile = false;
+  // Ours (Megatron's recompute_granularity): "full" recomputes every kept
+  // block's forward in backward; "selective" keeps everything but the
+  // attention core's softmax probabilities ([B, H, T, T]: cheap to
+  // recompute, expensive to keep), recomputed from Q and K in backward.
+  std::string recompute_granularity = "full";
   // The section was given: since dstrain owns the model, that turns full
   // recomputation on (every block), unless pipeline.activation_checkpoint_interval
   // says otherwise.
@@ -158,13 +163,20 @@ struct Config {
 
   // The training dtype of parameters, activations and gradients (fp32 master
   // weights and optimizer state under fp16/bf16).
-  // Full activation recomputation (keep each layer's input, recompute the
-  // rest in backward): an activation_checkpointing section turns it on unless
-  // pipeline.activation_checkpoint_interval is 0.
-  bool recompute_activations() const {
+  // Full activation recomputation in groups of this many layers (keep each
+  // group's input, recompute the group's forward in its backward), 0 = off:
+  // pipeline.activation_checkpoint_interval when given, else 1 when an
+  // activation_checkpointing section asks for full recomputation.
+  int64_t recompute_interval() const {
     if (pipeline.activation_checkpoint_interval >= 0)
-      return pipeline.activation_checkpoint_interval > 0;
-    return activation_checkpointing.present;
+      return pipeline.activation_checkpoint_interval;
+    return activation_checkpointing.present && !selective_recompute() ? 1 : 0;
+  }
+  bool recompute_activations() const { return recompute_interval() > 0; }
+  // Megatron's selective recomputation: only the attention core's probabilities.
+  bool selective_recompute() const {
+    return activation_checkpointing.present &&
+           activation_checkpointing.recompute_granularity == "selective";
   }
   DType precision() const {
     return fp16.enabled ? DType::kFloat16 : bf16_enabled ? DType::kBFloat16 : DType::kFloat32;

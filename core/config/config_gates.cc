@@ -72,9 +72,13 @@ Status CheckTensorParallelSupported(int64_t tp_size, const std::string &key) {
 // The pipeline settings this build cannot honour yet.
 Status CheckPipelineSupported(const Config &config) {
   const int64_t interval = config.pipeline.activation_checkpoint_interval;
-  if (interval > 1) {
-    return NotSupported("pipeline.activation_checkpoint_interval " + std::to_string(interval) +
-                        " is not supported yet; use 1 (recompute every layer) or 0 (off)");
+  if (interval > 0 && config.selective_recompute()) {
+    return ConfigError(
+        "activation_checkpointing.recompute_granularity \"selective\" and "
+        "pipeline.activation_checkpoint_interval " +
+        std::to_string(interval) +
+        " ask for two kinds of recomputation; choose one (\"full\" with the "
+        "interval, or selective with the interval 0 or unset)");
   }
   return Status::Ok();
 }

@@ -243,6 +243,8 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kActCkpt, "number_checkpoints", "an integer >= 0 or null", "checkpoints per step; 0 = unset"},
     {kActCkpt, "synchronize_checkpoint_boundary", kBool, "synchronise at checkpoint boundaries"},
     {kActCkpt, "profile", kBool, "time the checkpointed forward/backward"},
+    {kActCkpt, "recompute_granularity", "\"full\" or \"selective\"",
+     "ours (Megatron's): full = recompute whole blocks, selective = only the attention core"},
 
     // ---- model parallelism ----
     {kTensorParallel, "autotp_size", "an integer >= 0 (0 or 1 = off)",

@@ -483,6 +483,8 @@ Status ReadActivationCheckpointing(const ObjectReader &root,
         DST_RETURN_IF_ERROR(section.ReadBool("synchronize_checkpoint_boundary",
                                              &c.synchronize_checkpoint_boundary));
         DST_RETURN_IF_ERROR(section.ReadBool("profile", &c.profile));
+        DST_RETURN_IF_ERROR(section.ReadChoice("recompute_granularity", {"full", "selective"},
+                                               &c.recompute_granularity));
         // DeepSpeed's rule: contiguous buffers hold partitioned activations.
         if (c.contiguous_memory_optimization && !c.partition_activations) {
           return ConfigError(

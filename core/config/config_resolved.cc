@@ -99,13 +99,22 @@ Json Fp16Json(const Fp16Config &fp16) {
   return out;
 }
 
+std::string RecomputeNote(const Config &config) {
+  const int64_t interval = config.recompute_interval();
+  if (config.selective_recompute())
+    return "selective (every transformer block keeps its activations but the attention "
+           "probabilities, recomputed from Q and K in backward)";
+  if (interval == 1) return "full, every layer (each layer's input kept, the rest recomputed)";
+  if (interval > 1)
+    return "full, every " + std::to_string(interval) +
+           " layers (each group's input kept, the group's forward recomputed in its backward)";
+  return "off";
+}
+
 // What some settings mean on this engine, so nobody expects more of them.
 Json Notes(const Config &config) {
   Json notes = Json::array();
-  notes.push_back(std::string("activation recomputation: ") +
-                  (config.recompute_activations()
-                       ? "on (each layer's input kept, the rest recomputed in backward)"
-                       : "off"));
+  notes.push_back("activation recomputation: " + RecomputeNote(config));
   const ActivationCheckpointingConfig &c = config.activation_checkpointing;
   if (c.partition_activations && config.tp_size == 1)
     notes.push_back(
@@ -126,6 +135,7 @@ Json ActivationCheckpointingJson(const ActivationCheckpointingConfig &c) {
   out["number_checkpoints"] = c.number_checkpoints;
   out["synchronize_checkpoint_boundary"] = c.synchronize_checkpoint_boundary;
   out["profile"] = c.profile;
+  out["recompute_granularity"] = c.recompute_granularity;
   return out;
 }
 

@@ -84,6 +84,8 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   ActivationOptions activations;
   if (mixed) activations.half = config_.precision() == DType::kFloat16 ? Half::kFp16 : Half::kBf16;
   activations.recompute = config_.recompute_activations();
+  activations.recompute_interval = std::max<int64_t>(1, config_.recompute_interval());
+  activations.selective = config_.selective_recompute();
   ModelPart part;
   const int64_t pp_rank = groups_.coord.pp;
   if (plan_) {

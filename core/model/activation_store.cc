@@ -18,15 +18,26 @@ bool IsOutput(const LayerSaveSpec &spec, size_t k) {
   return k == 0 && spec.first_is_output;
 }
 
-// Where a tensor lives under each policy.
-enum class Home { kOwn, kShared };
+// Where a tensor lives: kept per slot, in the shared work region(s), or in
+// the transient region (selective recomputation).
+enum class Home { kOwn, kShared, kTransient };
 
 template <typename T>
-Home HomeOf(const LayerSaveSpec &spec, size_t k, const ActivationOptions &options) {
-  if (options.recompute) return IsOutput(spec, k) ? Home::kOwn : Home::kShared;
+Home HomeOf(const LayerSaveSpec &spec, size_t k, bool group_last,
+            const ActivationOptions &options) {
+  if (options.recompute) return IsOutput(spec, k) && group_last ? Home::kOwn : Home::kShared;
+  if (options.selective && spec.tensors[k].recomputable) return Home::kTransient;
   if (options.half.has_value() && std::is_same_v<T, float>)
     return spec.tensors[k].exact ? Home::kOwn : Home::kShared;
   return Home::kOwn;
+}
+
+bool StartsGroup(const std::vector<LayerSaveSpec> &layers, size_t l) {
+  return l == 0 || layers[l - 1].group != layers[l].group;
+}
+
+bool EndsGroup(const std::vector<LayerSaveSpec> &layers, size_t l) {
+  return l + 1 == layers.size() || layers[l + 1].group != layers[l].group;
 }
 
 }  // namespace
@@ -36,50 +47,86 @@ ActivationStore<T>::ActivationStore(const std::vector<LayerSaveSpec> &layers,
                                     const ActivationOptions &options, MemoryTracker *tracker)
     : options_(options), specs_(layers) {
   if constexpr (!std::is_same_v<T, float>) options_.half.reset();  // 16 bits: fp32 models only
+  if (options_.recompute) options_.selective = false;  // full recomputation rebuilds everything
   const auto cat = MemoryCategory::kActivations;
   const size_t L = layers.size();
   const size_t slots = size_t(std::max<int64_t>(1, options_.slots));
+  auto home = [&](size_t l, size_t k) {
+    return HomeOf<T>(layers[l], k, EndsGroup(layers, l), options_);
+  };
 
-  // Sizes: per slot (own) and per shared region.
-  int64_t own = 0, shared[2] = {0, 0};
+  // Sizes: per slot (own), per shared region (one layer's under 16-bit keep,
+  // alternating; one group's under recompute), the transient region.
+  int64_t own = 0, shared[2] = {0, 0}, transient = 0, group_shared = 0;
   std::vector<int64_t> stash_numel(L, 0);
+  group_needs_work_.assign(L, false);
   for (size_t l = 0; l < L; ++l) {
-    int64_t layer_shared = 0;
+    int64_t layer_shared = 0, layer_transient = 0;
     for (size_t k = 0; k < layers[l].tensors.size(); ++k) {
       const int64_t n = layers[l].tensors[k].numel;
-      if (HomeOf<T>(layers[l], k, options_) == Home::kOwn) {
-        own += Aligned(n);
-      } else {
-        layer_shared += Aligned(n);
-        stash_numel[l] += n;
+      switch (home(l, k)) {
+        case Home::kOwn:
+          own += Aligned(n);
+          break;
+        case Home::kShared:
+          layer_shared += Aligned(n);
+          stash_numel[l] += n;
+          break;
+        case Home::kTransient:
+          layer_transient += Aligned(n);
+          break;
       }
     }
-    const int region = options_.recompute ? 0 : int(l % 2);
-    shared[region] = std::max(shared[region], layer_shared);
+    transient = std::max(transient, layer_transient);
+    if (options_.recompute) {
+      if (StartsGroup(layers, l)) group_shared = 0;
+      group_shared += layer_shared;
+      shared[0] = std::max(shared[0], group_shared);
+    } else {
+      shared[l % 2] = std::max(shared[l % 2], layer_shared);
+    }
+  }
+  if (options_.recompute) {  // a group needs recomputing when one of its layers keeps less
+    for (size_t l = 0, begin = 0; l < L; ++l) {
+      if (StartsGroup(layers, l)) begin = l;
+      if (!EndsGroup(layers, l)) continue;
+      bool needs = false;
+      for (size_t j = begin; j <= l; ++j) needs |= stash_numel[j] > 0;
+      for (size_t j = begin; j <= l; ++j) group_needs_work_[j] = needs;
+    }
   }
   for (int r = 0; r < 2; ++r)
     if (shared[r] > 0) shared_[r] = Buffer<T>(tracker, cat, size_t(shared[r]));
+  if (transient > 0) transient_ = Buffer<T>(tracker, cat, size_t(transient));
 
   acts_.resize(slots);
   own_.resize(slots);
   if (Keeps16()) stash_.resize(slots);
   for (size_t s = 0; s < slots; ++s) {
     own_[s] = Buffer<T>(tracker, cat, size_t(own));
-    int64_t own_offset = 0;
+    int64_t own_offset = 0, shared_offset = 0;
     acts_[s].resize(L);
     for (size_t l = 0; l < L; ++l) {
       const int region = options_.recompute ? 0 : int(l % 2);
-      int64_t shared_offset = 0;
+      if (!options_.recompute || StartsGroup(layers, l)) shared_offset = 0;
+      int64_t transient_offset = 0;
       LayerActivations<T> &act = acts_[s][l];
       act.tensors.resize(layers[l].tensors.size());
       for (size_t k = 0; k < layers[l].tensors.size(); ++k) {
-        const int64_t n = layers[l].tensors[k].numel;
-        if (HomeOf<T>(layers[l], k, options_) == Home::kOwn) {
-          act.tensors[k] = own_[s].data() + own_offset;
-          own_offset += Aligned(n);
-        } else {
-          act.tensors[k] = shared_[region].data() + shared_offset;
-          shared_offset += Aligned(n);
+        const int64_t n = Aligned(layers[l].tensors[k].numel);
+        switch (home(l, k)) {
+          case Home::kOwn:
+            act.tensors[k] = own_[s].data() + own_offset;
+            own_offset += n;
+            break;
+          case Home::kShared:
+            act.tensors[k] = shared_[region].data() + shared_offset;
+            shared_offset += n;
+            break;
+          case Home::kTransient:
+            act.tensors[k] = transient_.data() + transient_offset;
+            transient_offset += n;
+            break;
         }
       }
       if (Keeps16()) stash_[s].emplace_back(tracker, cat, size_t(stash_numel[l]));
@@ -111,7 +158,8 @@ void ActivationStore<T>::AllocateDeferred(size_t slots, MemoryTracker *tracker) 
 template <typename T>
 bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer) {
   const LayerSaveSpec &spec = specs_[layer];
-  if (options_.recompute) resident_[0] = {slot, int64_t(layer)};
+  if (options_.recompute) resident_[0] = {slot, spec.group};
+  if (options_.selective) transient_resident_ = {slot, int64_t(layer)};
   if constexpr (std::is_same_v<T, float>) {
     if (!options_.half.has_value()) return false;
     const Half half = *options_.half;
@@ -120,7 +168,8 @@ bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer) {
     for (size_t k = 0; k < spec.tensors.size(); ++k) {
       if (spec.tensors[k].exact) continue;
       const int64_t n = spec.tensors[k].numel;
-      if (stash) {
+      const bool transient = options_.selective && spec.tensors[k].recomputable;
+      if (stash && !transient) {
         // Into 16 bits, and the fp32 copy in the region rounded the same way,
         // so the backward sees what the 16-bit store gives back whether or
         // not the region is reused first.
@@ -141,22 +190,40 @@ bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer) {
 
 template <typename T>
 bool ActivationStore<T>::NeedsRecompute(int64_t slot, size_t layer) const {
-  if (!options_.recompute || resident_[0].is(slot, layer)) return false;
-  const LayerSaveSpec &spec = specs_[layer];
-  for (size_t k = 0; k < spec.tensors.size(); ++k)
-    if (!IsOutput(spec, k)) return true;
-  return false;  // its backward reads only its input and output, both kept
+  if (!options_.recompute || resident_[0].is(slot, specs_[layer].group)) return false;
+  return group_needs_work_[layer];  // otherwise every layer of the group reads only what is kept
+}
+
+template <typename T>
+bool ActivationStore<T>::NeedsRecomputeSaved(int64_t slot, size_t layer) const {
+  if (!options_.selective || transient_resident_.is(slot, int64_t(layer))) return false;
+  for (const SavedTensorSpec &t : specs_[layer].tensors)
+    if (t.recomputable) return true;
+  return false;
+}
+
+template <typename T>
+void ActivationStore<T>::AfterRecomputeSaved(int64_t slot, size_t layer) {
+  transient_resident_ = {slot, int64_t(layer)};
+  if constexpr (std::is_same_v<T, float>) {
+    if (!options_.half.has_value()) return;
+    const LayerSaveSpec &spec = specs_[layer];
+    LayerActivations<T> &act = at(slot, layer);
+    for (size_t k = 0; k < spec.tensors.size(); ++k)
+      if (spec.tensors[k].recomputable && !spec.tensors[k].exact)
+        RoundInPlace(*options_.half, act[k], spec.tensors[k].numel);
+  }
 }
 
 template <typename T>
 void ActivationStore<T>::Restore(int64_t slot, size_t layer) {
   if constexpr (std::is_same_v<T, float>) {
-    if (!Keeps16() || resident_[layer % 2].is(slot, layer)) return;
+    if (!Keeps16() || resident_[layer % 2].is(slot, int64_t(layer))) return;
     const LayerSaveSpec &spec = specs_[layer];
     LayerActivations<T> &act = at(slot, layer);
     const uint16_t *stash = stash_[size_t(slot)][layer].data();
     for (size_t k = 0; k < spec.tensors.size(); ++k) {
-      if (spec.tensors[k].exact) continue;
+      if (spec.tensors[k].exact || (options_.selective && spec.tensors[k].recomputable)) continue;
       ToFloat(*options_.half, stash, act[k], spec.tensors[k].numel);
       stash += spec.tensors[k].numel;
     }

@@ -9,12 +9,19 @@
 //                   in 16 bits per slot from the end of its forward to its
 //                   backward, which widens them back (2 bytes per value plus
 //                   the two regions). Exact tensors stay fp32 per slot.
-//   recompute       a slot keeps only each layer's output (the next layer's
+//   recompute       layers form groups of `recompute_interval` consecutive
+//                   layers (DeepSpeed's activation_checkpoint_interval); a
+//                   slot keeps only each group's output (the next group's
 //                   input); everything else is computed in one shared work
-//                   region and recomputed by the layer's forward right before
-//                   its backward (full activation checkpointing). Under 16-bit
-//                   training the recomputed values are rounded exactly as the
-//                   16-bit keep policy rounds them, so the two agree bit for bit.
+//                   region holding one group, and the group's forward is run
+//                   again right before the backward of its last layer (full
+//                   activation checkpointing). Under 16-bit training the
+//                   recomputed values are rounded exactly as the 16-bit keep
+//                   policy rounds them, so the two agree bit for bit.
+//
+// Selective recomputation (with either keep policy) keeps the tensors a
+// layer declares `recomputable` in one shared region instead of per slot; the
+// layer rebuilds them (Layer::RecomputeSaved) before its backward.
 //
 // Zero-bubble schedules (split_backward) also keep, per slot, the gradients a
 // layer's input half leaves for its weight half (Layer::DeferredTensors), in
@@ -35,10 +42,12 @@
 namespace dst {
 
 struct ActivationOptions {
-  int64_t slots = 1;            // micro-batches that can be in flight at once
-  bool recompute = false;       // keep only layer outputs; recompute the rest in backward
-  std::optional<Half> half;     // 16-bit training: saved values on the 16-bit grid
-  bool split_backward = false;  // keep each layer's deferred gradients per slot
+  int64_t slots = 1;               // micro-batches that can be in flight at once
+  bool recompute = false;          // keep only group outputs; recompute the rest in backward
+  int64_t recompute_interval = 1;  // layers per recomputed group (LayerSaveSpec::group)
+  bool selective = false;          // recomputable tensors in one shared region
+  std::optional<Half> half;        // 16-bit training: saved values on the 16-bit grid
+  bool split_backward = false;     // keep each layer's deferred gradients per slot
 };
 
 // What one layer saves: its tensors, and whether tensor 0 is its output (the
@@ -47,6 +56,9 @@ struct LayerSaveSpec {
   std::vector<SavedTensorSpec> tensors;
   bool first_is_output = false;
   std::vector<SavedTensorSpec> deferred;  // Layer::DeferredTensors (split backward only)
+  // Recompute policy: the layer's group; consecutive layers of one group
+  // share it (the model numbers them within each model chunk).
+  int64_t group = 0;
 };
 
 template <typename T>
@@ -74,8 +86,12 @@ class ActivationStore {
   // (otherwise the caller rounds it, if it wants 16-bit outputs).
   bool AfterForward(int64_t slot, size_t layer);
   // Before `layer`'s backward in `slot`: true when its saved values are not
-  // held and the caller must run its forward again (recompute policy).
+  // held and the caller must run its group's forward again (recompute policy).
   bool NeedsRecompute(int64_t slot, size_t layer) const;
+  // Selective: true when the layer's recomputable tensors do not hold the
+  // slot's values (the caller runs Layer::RecomputeSaved, then AfterRecomputeSaved).
+  bool NeedsRecomputeSaved(int64_t slot, size_t layer) const;
+  void AfterRecomputeSaved(int64_t slot, size_t layer);
   // Before `layer`'s backward in `slot`: makes its saved values readable
   // again (16-bit keep policy: widens them into the shared region).
   void Restore(int64_t slot, size_t layer);
@@ -83,10 +99,10 @@ class ActivationStore {
  private:
   void AllocateDeferred(size_t slots, MemoryTracker *tracker);
   bool Keeps16() const { return options_.half.has_value() && !options_.recompute; }
-  struct Resident {
+  struct Resident {  // one slot's values of one layer (16-bit keep) or group (recompute)
     int64_t slot = -1;
-    int64_t layer = -1;
-    bool is(int64_t s, size_t l) const { return slot == s && layer == int64_t(l); }
+    int64_t unit = -1;
+    bool is(int64_t s, int64_t u) const { return slot == s && unit == u; }
   };
 
   ActivationOptions options_;
@@ -96,7 +112,10 @@ class ActivationStore {
   Buffer<T> shared_[2];                                 // 16-bit keep: [even / odd layers];
                                                         // recompute: [0] the work region
   std::vector<std::vector<Buffer<uint16_t>>> stash_;    // 16-bit keep: [slot][layer]
-  Resident resident_[2];  // which (slot, layer) each shared region holds
+  Resident resident_[2];  // which (slot, layer / group) each shared region holds
+  Buffer<T> transient_;   // selective: [max over layers] the recomputable tensors
+  Resident transient_resident_;
+  std::vector<bool> group_needs_work_;  // [layer] recompute: its group keeps something shared
   std::vector<std::vector<LayerActivations<T>>> deferred_;  // [slot][layer] split backward
   std::vector<Buffer<T>> deferred_own_;                     // [slot]
 };

@@ -103,7 +103,7 @@ std::vector<SavedTensorSpec> GptBlock<T>::SavedTensors(const ActivationLimits &l
   saved[kLn1Mean] = {N, true};
   saved[kLn1Rstd] = {N, true};
   saved[kQkv] = {N * 3 * C};
-  saved[kAtt] = {limits.max_B * dims_.n_head * limits.max_T * limits.max_T};
+  saved[kAtt] = {limits.max_B * dims_.n_head * limits.max_T * limits.max_T, false, true};
   saved[kAttY] = {N * C};
   saved[kRes2] = {N * C};
   saved[kLn2] = {N * C};
@@ -238,6 +238,14 @@ void GptBlock<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
   cpu::LinearWeightBackward(d[kDQkv], a[kLn1], N, C, 3 * C, p.grad(attn_w_), p.grad(attn_b_));
   cpu::LayerNormParamBackward(d[kDLn1], in, a[kLn1Mean], a[kLn1Rstd], N, C, p.grad(ln1_w_),
                               p.grad(ln1_b_), ln_scratch, mb.max_threads);
+}
+
+// The attention core once more; its output (already saved as kAttY) goes to
+// the backward workspace, which is free until the backward starts.
+template <typename T>
+void GptBlock<T>::RecomputeSaved(const T *, LayerActivations<T> &a, const MicroBatch<T> &mb) {
+  cpu::AttentionForward(a[kQkv], cpu::AttentionShape{mb.B, mb.seq, dims_.d_model, dims_.n_head},
+                        a[kAtt], mb.scratch);
 }
 
 template <typename T>

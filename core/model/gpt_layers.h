@@ -60,6 +60,8 @@ class GptBlock final : public Layer<T> {
                      LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
   void BackwardWeight(const T *in, const LayerActivations<T> &act,
                       const LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
+  // Selective recomputation: the attention probabilities from the saved QKV.
+  void RecomputeSaved(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
   double ForwardFlops(int64_t B, int64_t seq) const override;
 
   // The saved tensors, N = B*T rows:
@@ -69,7 +71,7 @@ class GptBlock final : public Layer<T> {
     kLn1Mean,  // [N] (exact)
     kLn1Rstd,  // [N] (exact)
     kQkv,      // [N, 3C]
-    kAtt,      // [B, H, T, T] softmax probabilities
+    kAtt,      // [B, H, T, T] softmax probabilities (recomputable)
     kAttY,     // [N, C] attention output, heads merged
     kRes2,     // [N, C] residual after attention
     kLn2,      // [N, C]

@@ -48,6 +48,10 @@ struct SavedTensorSpec {
   // Kept in fp32 even when the store keeps activations in 16 bits
   // (LayerNorm statistics, softmax probabilities: small or precision-critical).
   bool exact = false;
+  // The layer's RecomputeSaved can rebuild it from its other saved tensors:
+  // selective recomputation keeps it in one shared region instead of per
+  // micro-batch (the attention probabilities of a transformer block).
+  bool recomputable = false;
 };
 
 // One micro-batch's saved activations of one layer: a pointer per tensor the
@@ -106,6 +110,13 @@ class Layer {
     (void)in, (void)act, (void)deferred, (void)mb;
   }
   virtual bool IsLoss() const { return false; }
+  // Selective recomputation: rebuilds the tensors declared `recomputable` in
+  // `act` from its other saved tensors (and `in`), exactly as Forward wrote
+  // them; called before Backward / BackwardInput when they were not kept
+  // (BackwardWeight must not read them). May use mb.scratch.
+  virtual void RecomputeSaved(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) {
+    (void)in, (void)act, (void)mb;
+  }
   // Floating-point operations of one forward over rows (GEMMs counted as 2mnk).
   virtual double ForwardFlops(int64_t B, int64_t seq) const = 0;
 

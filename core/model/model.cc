@@ -223,6 +223,21 @@ Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTra
     max_width = std::max(max_width, layer->OutWidth());
     max_scratch = std::max(max_scratch, layer->ScratchSize(limits));
   }
+  // Recomputation groups: runs of `recompute_interval` layers from each
+  // chunk's first layer (DeepSpeed counts the interval over a stage's layers).
+  const size_t interval = size_t(std::max<int64_t>(1, activations.recompute_interval));
+  group_begin_.assign(layers_.size(), 0);
+  group_end_.assign(layers_.size(), 0);
+  int64_t group = -1;
+  for (const LayerRange &c : chunks_)
+    for (size_t i = c.begin; i < c.end; i += interval) {
+      ++group;
+      for (size_t j = i; j < std::min(c.end, i + interval); ++j) {
+        saves[j].group = group;
+        group_begin_[j] = i;
+        group_end_[j] = std::min(c.end, i + interval);
+      }
+    }
   activations_ = ActivationStore<T>(saves, activations, tracker);
   range_input_.assign(size_t(activations_.slots()), nullptr);
   const auto act = MemoryCategory::kActivations;
@@ -281,6 +296,29 @@ Status Model<T>::CheckPass(const char *what, int64_t slot, LayerRange range) con
 }
 
 template <typename T>
+Status Model<T>::EnsureSaved(size_t i, int64_t slot, LayerRange range, MicroBatch<T> &mb,
+                             LayerHooks *hooks, bool recomputable_too) {
+  activations_.Restore(slot, i);
+  if (i > range.begin) activations_.Restore(slot, i - 1);  // its output is this layer's input
+  if (activations_.NeedsRecompute(slot, i)) {
+    if (group_begin_[i] < range.begin || group_end_[i] > range.end)
+      return InternalError("Model: recomputation group [" + std::to_string(group_begin_[i]) + ", " +
+                           std::to_string(group_end_[i]) + ") crosses the pass's layers [" +
+                           std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
+    for (size_t j = group_begin_[i]; j < group_end_[i]; ++j) {
+      if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeForward(j));
+      ForwardLayer(j, slot, InputOf(j, slot, range, mb), mb, hooks);
+    }
+  }
+  if (recomputable_too && activations_.NeedsRecomputeSaved(slot, i)) {
+    if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeForward(i));
+    layers_[i]->RecomputeSaved(InputOf(i, slot, range, mb), activations_.at(slot, i), mb);
+    activations_.AfterRecomputeSaved(slot, i);
+  }
+  return Status::Ok();
+}
+
+template <typename T>
 Status Model<T>::Forward(int64_t slot, LayerRange range, const T *input, MicroBatch<T> &mb,
                          LayerHooks *hooks, const T **output) {
   DST_RETURN_IF_ERROR(CheckPass("Forward", slot, range));
@@ -320,8 +358,7 @@ Status Model<T>::RunBackward(BackwardHalf half, int64_t slot, LayerRange range, 
   int next = 0;
   for (size_t i = range.end; i-- > range.begin;) {
     T *layer_din = i > range.begin ? buffers[next] : din;
-    activations_.Restore(slot, i);
-    if (i > range.begin) activations_.Restore(slot, i - 1);  // its output is this layer's input
+    DST_RETURN_IF_ERROR(EnsureSaved(i, slot, range, mb, hooks, /*recomputable_too=*/true));
     if (hooks) {
       if (half == BackwardHalf::kWhole)
         DST_RETURN_IF_ERROR(hooks->BeforeBackward(i));
@@ -329,7 +366,6 @@ Status Model<T>::RunBackward(BackwardHalf half, int64_t slot, LayerRange range, 
         DST_RETURN_IF_ERROR(hooks->BeforeInputGradient(i));
     }
     const T *in = InputOf(i, slot, range, mb);
-    if (activations_.NeedsRecompute(slot, i)) ForwardLayer(i, slot, in, mb, hooks);
     if (half == BackwardHalf::kWhole) {
       layers_[i]->Backward(in, activations_.at(slot, i), dout, layer_din, mb);
       if (hooks) DST_RETURN_IF_ERROR(hooks->AfterBackward(i));
@@ -353,12 +389,9 @@ Status Model<T>::BackwardWeight(int64_t slot, LayerRange range, MicroBatch<T> &m
     return InternalError("Model::BackwardWeight: the model keeps no deferred gradients");
   Prepare(mb);
   for (size_t i = range.end; i-- > range.begin;) {
-    activations_.Restore(slot, i);
-    if (i > range.begin) activations_.Restore(slot, i - 1);
-    const bool recompute = activations_.NeedsRecompute(slot, i);
-    if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeWeightGradient(i, recompute));
+    DST_RETURN_IF_ERROR(EnsureSaved(i, slot, range, mb, hooks, /*recomputable_too=*/false));
+    if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeWeightGradient(i));
     const T *in = InputOf(i, slot, range, mb);
-    if (recompute) ForwardLayer(i, slot, in, mb, hooks);
     layers_[i]->BackwardWeight(in, activations_.at(slot, i), activations_.deferred(slot, i), mb);
     if (hooks) DST_RETURN_IF_ERROR(hooks->AfterBackward(i));
   }

@@ -58,15 +58,16 @@ class LayerHooks {
   }
   // Split backward (zero-bubble schedules): before a layer's input half
   // (it reads the layer's parameters, writes no parameter gradient), and
-  // before its weight half (it writes the parameter gradients; it reads the
-  // parameters only when `recompute` says its forward must run again first).
-  // AfterBackward follows the weight half.
+  // before its weight half (it writes the parameter gradients and reads no
+  // parameter). AfterBackward follows the weight half. A recomputation
+  // before either (or before a whole backward) calls BeforeForward for each
+  // layer it runs again.
   virtual Status BeforeInputGradient(size_t layer) {
     (void)layer;
     return Status::Ok();
   }
-  virtual Status BeforeWeightGradient(size_t layer, bool recompute) {
-    (void)layer, (void)recompute;
+  virtual Status BeforeWeightGradient(size_t layer) {
+    (void)layer;
     return Status::Ok();
   }
   // Mixed precision: rounds fp32 activations onto the 16-bit grid in place;
@@ -182,6 +183,11 @@ class Model {
   void Prepare(MicroBatch<T> &mb);
   // Whether (slot, range) name a slot and a non-empty range of the model.
   Status CheckPass(const char *what, int64_t slot, LayerRange range) const;
+  // Before layer i's backward (or a half of it) in `slot`: runs its
+  // recomputation group's forward again when the store does not hold it,
+  // or (selective) rebuilds its recomputable tensors.
+  Status EnsureSaved(size_t i, int64_t slot, LayerRange range, MicroBatch<T> &mb, LayerHooks *hooks,
+                     bool recomputable_too);
   enum class BackwardHalf { kWhole, kInput };
   Status RunBackward(BackwardHalf half, int64_t slot, LayerRange range, T *dout, T *din,
                      MicroBatch<T> &mb, LayerHooks *hooks);
@@ -193,6 +199,8 @@ class Model {
   std::vector<size_t> global_layers_;  // per local layer: its index in the whole model
   std::vector<int64_t> in_widths_;     // per local layer: width of its input (0: tokens)
   std::vector<int64_t> first_offset_;  // per layer: lowest offset of the params it writes
+  std::vector<size_t> group_begin_;    // per layer: first layer of its recomputation group
+  std::vector<size_t> group_end_;      // per layer: one past the last layer of its group
   std::vector<LayerParamUse> layer_params_;
   std::unique_ptr<ParamStore<T>> store_;
   ActivationStore<T> activations_;

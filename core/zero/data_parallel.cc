@@ -156,14 +156,14 @@ Status DataParallel::BeforeBackward(size_t layer) {
 
 // Split backward: the input half reads the layer's parameters only; the
 // weight half writes its gradients (staged and reduced as a whole backward's
-// would be) and needs the parameters only to recompute the forward.
+// would be) and reads no parameter (a recomputed forward acquires them
+// through BeforeForward).
 Status DataParallel::BeforeInputGradient(size_t layer) {
   if (params_) DST_RETURN_IF_ERROR(params_->Acquire(layer, int64_t(layer) - 1));
   return Status::Ok();
 }
 
-Status DataParallel::BeforeWeightGradient(size_t layer, bool recompute) {
-  if (params_ && recompute) DST_RETURN_IF_ERROR(params_->Acquire(layer, -1));
+Status DataParallel::BeforeWeightGradient(size_t layer) {
   if (grads_) DST_RETURN_IF_ERROR(grads_->BeforeBackward(layer));
   return Status::Ok();
 }

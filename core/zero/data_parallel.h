@@ -79,7 +79,7 @@ class DataParallel final : public DataParallelism {
   Status BeforeBackward(size_t layer) override;
   Status AfterBackward(size_t layer) override;
   Status BeforeInputGradient(size_t layer) override;
-  Status BeforeWeightGradient(size_t layer, bool recompute) override;
+  Status BeforeWeightGradient(size_t layer) override;
   RoundFn activation_rounding() const override;
 
   // Launches what is left, waits for everything, and (fp32) averages: the

@@ -57,8 +57,14 @@ def make_config(pp=1, dp=1, accum=4, micro=2, stage=0, schedule="1f1b", virtual=
         config["fp16"] = {"enabled": True, "initial_scale_power": 8}
     elif precision == "bf16":
         config["bf16"] = {"enabled": True}
-    if recompute:
+    # recompute: True (every layer), an int k (DeepSpeed's
+    # activation_checkpoint_interval: groups of k layers) or "selective".
+    if recompute == "selective":
+        config["activation_checkpointing"] = {"recompute_granularity": "selective"}
+    elif recompute is not False:
         config["activation_checkpointing"] = {"partition_activations": False}
+        if recompute is not True:
+            config.setdefault("pipeline", {})["activation_checkpoint_interval"] = recompute
     return config
 
 

@@ -45,6 +45,28 @@ def test_recomputation_is_bit_identical(tmp_path, build_dir, precision, pp, stag
     assert recomputed == plain, "recomputed activations changed the run"
 
 
+@pytest.mark.parametrize("recompute,schedule,precision", [
+    (2, "1f1b", "fp32"), (3, "interleaved", "bf16"), (2, "zb-h1", "fp32"),
+    ("selective", "1f1b", "fp32"), ("selective", "zb-h1", "fp32")])
+def test_interval_and_selective_recomputation_are_bit_identical(tmp_path, build_dir, recompute,
+                                                                 schedule, precision):
+    """DeepSpeed's activation_checkpoint_interval (groups of k layers, their
+    forward recomputed together) and Megatron's selective recomputation (the
+    attention probabilities only) leave every loss, parameter and gradient
+    unchanged, at pp 2 x dp 2 with ZeRO 2, under 1F1B, interleaving and the
+    zero-bubble split backward."""
+    virtual = 2 if schedule == "interleaved" else 1
+    runs = []
+    for setting in (False, recompute):
+        config = ps.make_config(pp=2, dp=2, accum=4, stage=2, precision=precision,
+                                schedule=schedule, virtual=virtual, recompute=setting)
+        reports = ps.run_job(tmp_path, config, ps.GPT, 4, f"recompute_{setting}",
+                             build_dir=build_dir)
+        runs.append([{k: r[k] for k in ("losses", "fb_loss", "params", "grads")}
+                     for r in reports])
+    assert runs[1] == runs[0], f"recomputation {recompute} changed the run"
+
+
 def test_recomputation_lowers_activation_memory(tmp_path, build_dir):
     model = dict(ps.GPT, n_ctx=64, d_model=64)
     peaks = []
@@ -54,3 +76,19 @@ def test_recomputation_lowers_activation_memory(tmp_path, build_dir):
                             build_dir=build_dir)[0]
         peaks.append(report["metrics"]["memory"]["activations"]["peak_bytes"])
     assert peaks[1] < 0.6 * peaks[0], f"activation peak {peaks[0]} -> {peaks[1]} bytes"
+
+
+def test_selective_recomputation_keeps_the_attention_probabilities_once(tmp_path, build_dir):
+    """Selective recomputation keeps one [B, H, T, T] region for all blocks
+    instead of one per block: the activation peak drops by exactly
+    (n_layer - 1) x B x H x T x T floats (one slot: the plain schedule)."""
+    model = dict(ps.GPT, n_ctx=64, d_model=64)
+    micro = 4
+    peaks = []
+    for recompute in (False, "selective"):
+        config = ps.make_config(accum=2, micro=micro, recompute=recompute)
+        report = ps.run_job(tmp_path, config, model, 1, f"selective_{recompute}", steps=1,
+                            build_dir=build_dir)[0]
+        peaks.append(report["metrics"]["memory"]["activations"]["peak_bytes"])
+    probabilities = micro * model["n_head"] * model["n_ctx"] ** 2 * 4
+    assert peaks[0] - peaks[1] == (model["n_layer"] - 1) * probabilities, peaks

@@ -732,9 +732,12 @@ TEST(ConfigPipeline, RefusalsNameTheSetting) {
                         Code::kConfig, {"pipeline.virtual_stages is 2", "\"interleaved\""}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "pipeline": {"partition": "balanced"}})"),
                         Code::kConfig, {"\"balanced\" is not a partition method"}));
-  EXPECT_TRUE(FailsWith(
-      Parse(R"({"train_batch_size": 2, "pipeline": {"activation_checkpoint_interval": 2}})"),
-      Code::kNotSupported, {"activation_checkpoint_interval 2 is not supported yet"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "activation_checkpointing": {
+      "recompute_granularity": "selective"}, "pipeline": {"activation_checkpoint_interval": 2}})"),
+                        Code::kConfig, {"two kinds of recomputation", "choose one"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "activation_checkpointing": {
+      "recompute_granularity": "attention"}})"),
+                        Code::kConfig, {"recompute_granularity", "\"selective\""}));
 }
 
 TEST(ConfigPipeline, ActivationCheckpointingTurnsRecomputationOn) {
@@ -751,6 +754,19 @@ TEST(ConfigPipeline, ActivationCheckpointingTurnsRecomputationOn) {
       "pipeline": {"activation_checkpoint_interval": 0}})");
   ASSERT_PARSED(off);
   EXPECT_FALSE(off->recompute_activations());
+  // DeepSpeed's interval: groups of that many layers.
+  Result<Config> every3 = Parse(R"({"train_batch_size": 1,
+      "pipeline": {"activation_checkpoint_interval": 3}})");
+  ASSERT_PARSED(every3);
+  EXPECT_EQ(every3->recompute_interval(), 3);
+  EXPECT_NE(every3->resolved_json.find("full, every 3 layers"), std::string::npos);
+  // Megatron's selective recomputation: no full recomputation.
+  Result<Config> selective = Parse(R"({"train_batch_size": 1, "activation_checkpointing": {
+      "recompute_granularity": "selective"}})");
+  ASSERT_PARSED(selective);
+  EXPECT_TRUE(selective->selective_recompute());
+  EXPECT_FALSE(selective->recompute_activations());
+  EXPECT_NE(selective->resolved_json.find("selective (every transformer block"), std::string::npos);
 }
 
 TEST(ConfigErrors, CommunicationDataType) {
