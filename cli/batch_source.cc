@@ -7,6 +7,7 @@
 #include "cli_error.h"
 #include "default_job.h"
 #include "format.h"
+#include "safetensors_input.h"
 
 namespace dstrain_cli {
 
@@ -217,14 +218,12 @@ dst_batch_t ArrayBatches::Fill(dst_split_t split, uint64_t index) {
 namespace {
 
 // Checks the arrays against the model and builds their batch source.
-std::unique_ptr<BatchSource> OpenArrays(const dst_engine_info_t &info,
-                                        const std::string &inputs_path,
-                                        const std::string &labels_path, double val_fraction,
-                                        const BatchShape &shape) {
-  if (labels_path.empty())
-    UsageError("--data " + inputs_path + " needs --labels LABELS.npy (one row per sample)");
-  NpyArray x = ReadNpy(inputs_path);
-  NpyArray y = ReadNpy(labels_path);
+// Inputs and labels (named `inputs_path` and `labels_path` in errors: two
+// .npy files, or two tensors of one safetensors file) checked against the model.
+std::unique_ptr<BatchSource> ArraysFor(const dst_engine_info_t &info, NpyArray x, NpyArray y,
+                                       const std::string &inputs_path,
+                                       const std::string &labels_path, double val_fraction,
+                                       const BatchShape &shape) {
   const bool classes = info.loss_type == DST_LOSS_CROSS_ENTROPY;
   if (!x.is_float() || x.shape.size() != 2 || x.shape[1] != info.input_dim)
     UsageError("'" + inputs_path + "' must be float32 [samples, " + std::to_string(info.input_dim) +
@@ -250,6 +249,27 @@ std::unique_ptr<BatchSource> OpenArrays(const dst_engine_info_t &info,
   return std::make_unique<ArrayBatches>(std::move(x), std::move(y), description, classes,
                                         shape.n_samples, shape.first_sample(), shape.dp_size,
                                         val_fraction);
+}
+
+std::unique_ptr<BatchSource> OpenNpyPair(const dst_engine_info_t &info,
+                                         const std::string &inputs_path,
+                                         const std::string &labels_path, double val_fraction,
+                                         const BatchShape &shape) {
+  if (labels_path.empty())
+    UsageError("--data " + inputs_path + " needs --labels LABELS.npy (one row per sample)");
+  return ArraysFor(info, ReadNpy(inputs_path), ReadNpy(labels_path), inputs_path, labels_path,
+                   val_fraction, shape);
+}
+
+std::unique_ptr<BatchSource> OpenSafetensors(const dst_engine_info_t &info, const std::string &path,
+                                             const std::string &labels_path, double val_fraction,
+                                             const BatchShape &shape) {
+  if (!labels_path.empty())
+    UsageError("--labels is for a .npy pair; " + path +
+               " holds the labels itself (tensor \"labels\")");
+  InputLabelArrays arrays = ReadSafetensorsPair(path);
+  return ArraysFor(info, std::move(arrays.inputs), std::move(arrays.labels),
+                   path + " tensor \"inputs\"", path + " tensor \"labels\"", val_fraction, shape);
 }
 
 bool EndsWith(const std::string &s, const std::string &suffix) {
@@ -286,12 +306,14 @@ std::unique_ptr<BatchSource> OpenBatchSource(const dst_engine_info_t &info,
     return std::make_unique<TextBatches>(Dataset(dataset), shape);
   }
   if (EndsWith(data_path, ".npy"))
-    return OpenArrays(info, data_path, labels_path, val_fraction, shape);
+    return OpenNpyPair(info, data_path, labels_path, val_fraction, shape);
+  if (EndsWith(data_path, ".safetensors"))
+    return OpenSafetensors(info, data_path, labels_path, val_fraction, shape);
   if (data_path != "synthetic")
     UsageError(
         "a sequential model trains on --data synthetic (a regression task with labels from "
-        "a fixed random teacher network) or on --data INPUTS.npy --labels LABELS.npy; "
-        "reading a safetensors file is not supported yet" +
+        "a fixed random teacher network), on --data INPUTS.npy --labels LABELS.npy, or on "
+        "--data DATA.safetensors (tensors \"inputs\" and \"labels\")" +
         std::string(data_path.empty() ? "" : " (got --data " + data_path + ")"));
   const char *text = nullptr;
   if (dst_config_file_read(model_path.c_str(), &text) != DST_OK || text == nullptr)

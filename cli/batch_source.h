@@ -2,8 +2,10 @@
 // of a split, as a dst_batch_t the engine reads.
 //
 //   TextBatches          byte-level text (GPT models): the default corpus or --data FILE
-//   ArrayBatches         --data INPUTS.npy --labels LABELS.npy (sequential models):
-//                        rows of the arrays, the last --val-fraction held out
+//   ArrayBatches         --data INPUTS.npy --labels LABELS.npy, or --data
+//                        DATA.safetensors (tensors "inputs" and "labels";
+//                        sequential models): rows of the arrays, the last
+//                        --val-fraction held out
 //   SyntheticRegression  --data synthetic (sequential models): inputs drawn from
 //                        N(0, 1), labels computed by a fixed random teacher
 //                        network with the model's own shapes, so the loss can
@@ -108,8 +110,8 @@ class ArrayBatches final : public BatchSource {
 };
 
 // The batch source `dstrain train` uses for the model: text for a GPT; for a
-// sequential model --data synthetic or a .npy pair (--data INPUTS.npy
-// --labels LABELS.npy); other formats are a usage error.
+// sequential model --data synthetic, a .npy pair (--data INPUTS.npy --labels
+// LABELS.npy) or a safetensors file; other formats are a usage error.
 std::unique_ptr<BatchSource> OpenBatchSource(const dst_engine_info_t &info,
                                              const std::string &model_path,
                                              const std::string &data_path,

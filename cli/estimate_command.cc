@@ -54,6 +54,12 @@ void PrintPipeline(const nlohmann::json &p) {
                 r["micro_batches_in_flight"].get<long long>(),
                 Mebibytes(r["saved_activation_bytes"]).c_str());
   }
+  for (const auto &r : p["ranks"])
+    if (r["step_gradient_bytes"].get<long long>() > 0)
+      std::printf(
+          "rank %lld also holds %s during a step: ZeRO 2 accumulates the stage's gradients "
+          "over its micro-batches and reduces each layer once\n",
+          r["rank"].get<long long>(), Mebibytes(r["step_gradient_bytes"]).c_str());
 }
 
 }  // namespace

@@ -97,15 +97,16 @@ TrainCommand::TrainCommand(CLI::App &parent)
       ->check(existing_file);
   app_->add_option("--data", o.data_path,
                    "GPT: text file to train on (default: the fortunes corpus); sequential model: "
-                   "synthetic (inputs ~ N(0, 1), labels from a fixed random teacher) or "
-                   "INPUTS.npy with --labels")
+                   "synthetic (inputs ~ N(0, 1), labels from a fixed random teacher), "
+                   "INPUTS.npy with --labels, or DATA.safetensors with tensors \"inputs\" "
+                   "and \"labels\"")
       ->type_name("FILE");
   app_->add_option("--labels", o.labels_path,
                    "sequential model: LABELS.npy beside --data INPUTS.npy (float32 [samples, "
                    "outputs] for MSE, int class ids [samples] for cross-entropy)")
       ->type_name("FILE");
   app_->add_option("--val-fraction", o.val_fraction,
-                   "last fraction of the text (or of the .npy rows) held out")
+                   "last fraction of the text (or of the array rows) held out")
       ->type_name("F")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0).description(""));

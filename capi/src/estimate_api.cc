@@ -63,10 +63,15 @@ dst::Result<nlohmann::ordered_json> PipelineEstimate(const dst::ModelSpec &spec,
     // Zero bubble: the split backward's deferred gradients are held per micro-batch too.
     const bool split = p.schedule == dst::PipeScheduleKind::kZeroBubbleH1;
     const int64_t saved = dst::SavedActivationElements(spec, chunks, limits, split);
+    // ZeRO 2 with a pipeline: the step's gradients accumulate in a step-wide
+    // fp32 buffer (freed once reduced), on top of the model state at rest.
+    const int64_t step_gradients =
+        config.zero.stage == 2 && p.stages > 1 ? params * int64_t(sizeof(float)) : 0;
     ranks.push_back({{"rank", r},
                      {"chunks", layers},
                      {"parameters", params},
                      {"model_state_bytes", b.total()},
+                     {"step_gradient_bytes", step_gradients},
                      {"micro_batches_in_flight", in_flight},
                      {"saved_activation_bytes_per_micro_batch", saved * int64_t(sizeof(float))},
                      {"saved_activation_bytes", saved * int64_t(sizeof(float)) * in_flight}});

@@ -193,7 +193,7 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
         const LayerRange range = model_->chunk(size_t(ins.chunk));
         Status st;
         if (ins.op == Op::kBackwardWeight) {
-          dp_->BeginBackward(ins.last_backward);
+          dp_->BeginBackward(ins.last_backward, ins.last_of_chunk);
           st = model_->BackwardWeight(ins.slot, range, mb, dp_);
         } else {
           float *dout =
@@ -202,7 +202,7 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
                            ? link_->GradientOutput(ins.chunk, ins.micro_batch, mb.rows())
                            : nullptr;
           if (ins.op == Op::kBackward) {
-            dp_->BeginBackward(ins.last_backward);
+            dp_->BeginBackward(ins.last_backward, ins.last_of_chunk);
             st = model_->Backward(ins.slot, range, dout, din, mb, dp_);
           } else {
             st = model_->BackwardInput(ins.slot, range, dout, din, mb, dp_);

@@ -86,6 +86,7 @@ Status PrepareProgram(std::vector<Instruction> *program, int64_t micro_batches, 
   std::vector<bool> used(keys, false);
   std::vector<bool> busy(size_t(std::max<int64_t>(slots, 0)), false);
   int64_t last_backward = -1;
+  std::vector<int64_t> last_of_chunk(size_t(chunks), -1);
   for (size_t i = 0; i < program->size(); ++i) {
     Instruction &ins = (*program)[i];
     if (ins.op != Op::kForward && !IsBackward(ins.op)) continue;
@@ -123,8 +124,9 @@ Status PrepareProgram(std::vector<Instruction> *program, int64_t micro_batches, 
         return InternalError(Where(i, ins) + ": the micro-batch was already run backward");
       ins.slot = slot_of[key];
       busy[size_t(ins.slot)] = false;
-      ins.last_backward = false;
+      ins.last_backward = ins.last_of_chunk = false;
       last_backward = int64_t(i);
+      last_of_chunk[size_t(ins.chunk)] = int64_t(i);
     }
   }
   for (int64_t c = 0; c < chunks; ++c) {
@@ -144,6 +146,8 @@ Status PrepareProgram(std::vector<Instruction> *program, int64_t micro_batches, 
     }
   }
   if (last_backward >= 0) (*program)[size_t(last_backward)].last_backward = true;
+  for (int64_t i : last_of_chunk)
+    if (i >= 0) (*program)[size_t(i)].last_of_chunk = true;
   return Status::Ok();
 }
 

@@ -45,6 +45,7 @@ struct Instruction {
   int64_t micro_batch = -1;    // kForward, kBackward and the pipeline's sends and receives
   int64_t slot = -1;           // kForward, kBackward: set by PrepareProgram
   bool last_backward = false;  // kBackward / kBackwardWeight: the step's last (PrepareProgram)
+  bool last_of_chunk = false;  // kBackward / kBackwardWeight: its chunk's last (PrepareProgram)
   int64_t chunk = 0;           // pipeline: the rank's model chunk (interleaved schedules)
 };
 

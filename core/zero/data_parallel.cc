@@ -72,6 +72,9 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   grad_options.wire = wire_;
   if (stage_ >= 2) {
     grad_options.double_buffer = overlap_;
+    // A pipeline stage's micro-batches run a layer's backward at times spread
+    // over the step: ZeRO 2 accumulates them locally and reduces once.
+    grad_options.once_per_step = stage_ == 2 && config.pp_size > 1;
     grads_ =
         std::make_unique<GradientPartition>(&plan_, layout_, dp_, &store, tracker, grad_options);
   } else if (Wide()) {

@@ -73,7 +73,10 @@ class DataParallel final : public DataParallelism {
   const PartitionPlan &plan() const { return plan_; }
 
   Status ZeroGradients() override;
-  void BeginBackward(bool last) override { launch_buckets_ = overlap_ && last; }
+  void BeginBackward(bool last, bool last_of_chunk) override {
+    launch_buckets_ = overlap_ && last;
+    if (grads_) grads_->SetFinalPass(last_of_chunk);
+  }
   void SetLossScale(double scale) override { loss_scale_ = scale; }
   Status BeforeForward(size_t layer) override;
   Status BeforeBackward(size_t layer) override;

@@ -13,6 +13,7 @@ GradientPartition::GradientPartition(const PartitionPlan *plan, const ShardLayou
       comm_(comm),
       store_(store),
       options_(options),
+      tracker_(tracker),
       mine_(layout.Shard(comm->rank())),
       shard_(tracker, MemoryCategory::kGradients, options.storage, layout.shard_size()),
       shared_(tracker, MemoryCategory::kCommunication, size_t(plan->shared.size)) {
@@ -26,12 +27,19 @@ GradientPartition::GradientPartition(const PartitionPlan *plan, const ShardLayou
         wire_[b] = FlatBuffer(tracker, comm_category, options_.wire, int64_t(staging));
     wire_[kSharedBuffer] = FlatBuffer(tracker, comm_category, options_.wire, plan->shared.size);
   }
-  // Shared gradients stay in their region for good. The others point into
-  // the staging buffer from the start, so that a pass cut short by an error
-  // still writes only into memory it owns.
+  // Shared gradients stay in their region for good.
   for (const TensorSlot &slot : plan->shared.slots)
     store_->SetGradPointer(slot.id, shared_.data() + slot.staged);
-  for (const StagingLayout &layer : plan->grads)
+  PointAtStaging();
+  int64_t step = 0;
+  for (const StagingLayout &layer : plan->grads) {
+    step_offset_.push_back(step);
+    step += layer.size;
+  }
+}
+
+void GradientPartition::PointAtStaging() {
+  for (const StagingLayout &layer : plan_->grads)
     for (const TensorSlot &slot : layer.slots)
       store_->SetGradPointer(slot.id, staging_[0].data() + slot.staged);
 }
@@ -43,10 +51,22 @@ GradientPartition::~GradientPartition() {
 Status GradientPartition::Zero() {
   Status st = Wait(-1);
   shard_.zero();
+  if (options_.once_per_step) {
+    const int64_t total = step_offset_.empty() ? 0 : step_offset_.back() + plan_->grads.back().size;
+    step_ = Buffer<float>(tracker_, MemoryCategory::kGradients, size_t(total));  // zeroed
+    if (options_.wire != StorageType::kFp32 && comm_->size() > 1)
+      wire_[kStepBuffer] =
+          FlatBuffer(tracker_, MemoryCategory::kCommunication, options_.wire, total);
+    shared_.zero();
+    for (size_t layer = 0; layer < plan_->grads.size(); ++layer)
+      for (const TensorSlot &slot : plan_->grads[layer].slots)
+        store_->SetGradPointer(slot.id, step_.data() + step_offset_[layer] + slot.staged);
+  }
   return st;
 }
 
 Status GradientPartition::BeforeBackward(size_t layer) {
+  if (options_.once_per_step) return Status::Ok();  // the step buffer accumulates
   // The first layer of a backward pass (the last one) starts the shared sums.
   if (layer + 1 == plan_->grads.size()) shared_.zero();
   Status st = Wait(current_);  // the buffer is free once waited on, even after an error
@@ -58,6 +78,15 @@ Status GradientPartition::BeforeBackward(size_t layer) {
 }
 
 Status GradientPartition::AfterBackward(size_t layer) {
+  if (options_.once_per_step) {
+    if (!final_pass_) return Status::Ok();
+    float *base = step_.data() + step_offset_[layer];
+    for (const Segment &segment : plan_->grads[layer].segments)
+      Launch(segment, base, kStepBuffer, step_offset_[layer]);
+    for (const Segment &segment : plan_->shared_after[layer])
+      Launch(segment, shared_.data(), kSharedBuffer);
+    return Status::Ok();
+  }
   float *base = staging_[current_].data();
   for (const Segment &segment : plan_->grads[layer].segments) Launch(segment, base, current_);
   for (const Segment &segment : plan_->shared_after[layer])
@@ -68,7 +97,13 @@ Status GradientPartition::AfterBackward(size_t layer) {
 }
 
 Status GradientPartition::Drain() {
-  return Wait(-1);
+  Status st = Wait(-1);
+  if (options_.once_per_step && step_.data()) {  // reduced: the step buffer goes
+    PointAtStaging();
+    step_ = Buffer<float>();
+    wire_[kStepBuffer] = FlatBuffer();
+  }
+  return st;
 }
 
 void GradientPartition::AddToShard(int64_t begin, const void *data, int64_t count) {
@@ -79,20 +114,22 @@ void GradientPartition::AddToShard(int64_t begin, const void *data, int64_t coun
     SumInto(shard_.type(), dst, data, count);
 }
 
-void GradientPartition::Launch(const Segment &segment, float *base, int buffer) {
+void GradientPartition::Launch(const Segment &segment, float *base, int buffer,
+                               int64_t wire_offset) {
   const float *staged = base + segment.staged;
   if (comm_->size() == 1) {  // the whole buffer is this rank's shard: no collective
     AddInto(shard_.type(), staged, shard_.at(segment.begin), segment.size());
     return;
   }
   const bool wide_wire = options_.wire == StorageType::kFp32;
-  if (!wide_wire) Narrow(options_.wire, staged, wire_[buffer].at(segment.staged), segment.size());
+  if (!wide_wire)
+    Narrow(options_.wire, staged, wire_[buffer].at(wire_offset + segment.staged), segment.size());
   const int64_t bucket = options_.bucket_elements > 0 ? options_.bucket_elements : segment.size();
   layout_.ForEachOwner(segment.begin, segment.end, [&](int64_t owner, int64_t begin, int64_t end) {
     for (int64_t x = begin; x < end; x += bucket) {
       const int64_t count = std::min(bucket, end - x);
       const int64_t at = segment.staged + (x - segment.begin);
-      void *data = wide_wire ? static_cast<void *>(base + at) : wire_[buffer].at(at);
+      void *data = wide_wire ? static_cast<void *>(base + at) : wire_[buffer].at(wire_offset + at);
       pending_.push_back({ReduceSum(*comm_, options_.wire, data, count, owner), data, x, count,
                           buffer, owner == comm_->rank()});
     }

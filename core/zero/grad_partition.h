@@ -13,6 +13,14 @@
 // (fp32, or 16 bits under mixed precision: each owned piece is rounded as it
 // is added), and the reduction runs in the communication type (fp32, or the
 // 16-bit storage type: the staged piece is rounded to 16 bits for the wire).
+// Once per step (a pipeline stage at ZeRO 2, whose micro-batches' backwards
+// of one layer are spread over the step): each layer's gradients accumulate
+// over the step's micro-batches in a step-wide buffer (allocated when the
+// step begins, charged to gradients, freed once reduced), and are reduced
+// once, after the layer's last backward of the step (SetFinalPass) — one
+// reduction per step instead of one per micro-batch, for 4 bytes per stage
+// parameter held during the step.
+//
 // Over a group of one rank the partition is "local": the shard is the whole
 // buffer and a layer's staged gradients are added into it after its backward
 // (how 16-bit ZeRO 0/1 accumulate fp32 layer gradients into 16-bit storage).
@@ -35,6 +43,7 @@ struct GradPartitionOptions {
   int64_t bucket_elements = 0;               // largest single reduction; <= 0: unbounded
   StorageType storage = StorageType::kFp32;  // of the shard
   StorageType wire = StorageType::kFp32;     // of the reduction: fp32 or `storage`
+  bool once_per_step = false;                // accumulate locally, reduce once per step
 };
 
 class GradientPartition {
@@ -57,8 +66,12 @@ class GradientPartition {
   // Points layer's gradients at a free staging buffer (zeroed).
   Status BeforeBackward(size_t layer);
   // Launches the reductions of what layer's backward finished; the last
-  // layer of the pass (index 0) drains everything.
+  // layer of the pass (index 0) drains everything. Once per step: only in a
+  // final pass, and nothing is waited for until Drain.
   Status AfterBackward(size_t layer);
+  // Once per step: whether the backward that follows is each of its layers'
+  // last of the step (its chunk's last backward).
+  void SetFinalPass(bool final) { final_pass_ = final; }
   // Waits for every reduction in flight and adds the owned pieces to the shard.
   Status Drain();
 
@@ -71,26 +84,35 @@ class GradientPartition {
     bool mine;
   };
   static constexpr int kSharedBuffer = 2;
+  static constexpr int kStepBuffer = 3;  // once per step: the step-wide accumulation
 
   // Reduces segment's staged values (fp32 at base) to their owners; index
   // `buffer` names the staging buffer (and its wire buffer).
-  void Launch(const Segment &segment, float *base, int buffer);
+  // `wire_offset`: where `base` starts in the buffer's 16-bit wire copy.
+  void Launch(const Segment &segment, float *base, int buffer, int64_t wire_offset = 0);
   // The owned, reduced piece (wire type) into the shard.
   void AddToShard(int64_t begin, const void *data, int64_t count);
   // Waits for the reductions out of `buffer` (-1: all).
   Status Wait(int buffer);
+  // Points every single-writer gradient at the first staging buffer (where a
+  // pass cut short by an error still writes only into memory it owns).
+  void PointAtStaging();
 
   const PartitionPlan *plan_;
   ShardLayout layout_;
   Communicator *comm_;
   ParamStore<float> *store_;
   GradPartitionOptions options_;
+  MemoryTracker *tracker_;
   ShardInfo mine_;
   FlatBuffer shard_;          // [shard_size] kGradients, storage type
   Buffer<float> staging_[2];  // [max_grad_staging] kCommunication (one unless double_buffer)
   Buffer<float> shared_;      // [shared.size] kCommunication
-  FlatBuffer wire_[3];        // 16-bit wire: staging_[0], staging_[1], shared_ rounded
-  int current_ = 0;           // staging buffer of the layer in backward
+  FlatBuffer wire_[4];        // 16-bit wire: staging_[0], staging_[1], shared_, step_ rounded
+  Buffer<float> step_;        // once per step: [sum of the layers' staging sizes]
+  std::vector<int64_t> step_offset_;  // once per step: [layer] its gradients in step_
+  bool final_pass_ = false;
+  int current_ = 0;  // staging buffer of the layer in backward
   std::vector<Pending> pending_;
 };
 

@@ -27,8 +27,10 @@ class DataParallelism : public LayerHooks {
   virtual Status ZeroGradients() = 0;
   // A micro-batch's backward follows; `last` marks the step's last backward
   // (the program says which: Instruction::last_backward), during which
-  // reductions may launch as layers finish (overlap_comm).
-  virtual void BeginBackward(bool last) = 0;
+  // reductions may launch as layers finish (overlap_comm); `last_of_chunk`
+  // the last backward of its model chunk (Instruction::last_of_chunk): the
+  // chunk's layers will not change their gradients again this step.
+  virtual void BeginBackward(bool last, bool last_of_chunk) = 0;
   // The loss was multiplied by `scale` before backward (fp16 loss scaling):
   // gradients are divided by it before they are used. 1 unless fp16.
   virtual void SetLossScale(double scale) { (void)scale; }

@@ -92,6 +92,8 @@ def main():
                     save = "ok"
                 except dstrain.DstrainError as e:
                     save = f"{type(e).__name__}: {e}"
+        # Model state at rest: after the steps, before forward_backward's gathered gradients.
+        memory_at_rest = {k: v["bytes"] for k, v in engine.metrics()["memory"].items()}
         fb_loss = float(engine.forward_backward(*batch(steps)))
         params, grads = {}, {}
         for p in engine.parameters():
@@ -99,7 +101,8 @@ def main():
             grads[p.name] = fingerprint(p.name, engine.get_grad(p.name))
         print(json.dumps({"rank": info.rank, "save": save, "pp_rank": info.pp_rank,
                           "dp_rank": info.dp_rank, "losses": losses, "fb_loss": fb_loss, "params": params,
-                          "grads": grads, "first_grads": first_grads, "metrics": engine.metrics()}))
+                          "grads": grads, "first_grads": first_grads, "metrics": engine.metrics(),
+                          "memory_at_rest": memory_at_rest}))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 Linear/ReLU stack with MSE, `pipeline_parallel {pp_size: 2, micro_batches: 4}`
 and fp16, trained by `dstrain train --data synthetic` under
 `dstrain launch --nproc-per-node 2`; the pipelined run ends where one process
-does (fp32), also on .npy inputs and labels (MSE and cross-entropy);
+does (fp32), also on .npy inputs and labels and on a safetensors file of both (MSE and
+cross-entropy);
 `dstrain estimate` prints the partition."""
 import json
 import pathlib
@@ -63,6 +64,7 @@ def test_sequential_model_needs_synthetic_data(dstrain):  # noqa: F811
                            "--steps", "1")
     assert result.returncode != 0
     assert "--data synthetic" in result.stderr and "--labels LABELS.npy" in result.stderr
+    assert "DATA.safetensors" in result.stderr
 
 
 def test_estimate_prints_the_partition(dstrain):  # noqa: F811
@@ -140,3 +142,68 @@ def test_npy_arrays_that_do_not_fit_the_model_are_named(dstrain, tmp_path):  # n
     result = cli_tests.run(dstrain, "train", "--model", model, "--data", tmp_path / "bad.npy",
                            "--labels", y, "--steps", "1")
     assert result.returncode != 0 and "no .npy magic" in result.stderr, result.stderr
+
+
+def write_safetensors(path, tensors):
+    """A safetensors file written by hand (the format: an 8-byte little-endian
+    header length, the JSON header, the bytes), as safetensors.numpy.save_file
+    writes it."""
+    import numpy as np
+    header, blobs, offset = {}, [], 0
+    for name, array in tensors.items():
+        data = np.ascontiguousarray(array).tobytes()
+        dtype = {"float32": "F32", "int32": "I32", "int64": "I64"}[str(array.dtype)]
+        header[name] = {"dtype": dtype, "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+    return path
+
+
+@pytest.mark.parametrize("loss", ["mse", "cross_entropy"])
+def test_safetensors_file_trains_as_the_npy_pair_does(dstrain, tmp_path, loss):  # noqa: F811
+    """--data DATA.safetensors (tensors "inputs" and "labels") feeds exactly
+    the rows the .npy pair does: the same losses to the last digit."""
+    import numpy as np
+    x, y = write_arrays(tmp_path, classes=loss == "cross_entropy")
+    data = write_safetensors(tmp_path / "data.safetensors",
+                             {"inputs": np.load(x), "labels": np.load(y)})
+    model = small_model(tmp_path, loss)
+    (tmp_path / "c.json").write_text(json.dumps(
+        {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+         "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}))
+    common = ["train", "--config", tmp_path / "c.json", "--model", model, "--steps", "6",
+              "--eval-interval", "3", "--eval-batches", "2"]
+    npy = cli_tests.run(dstrain, *common, "--data", x, "--labels", y)
+    st = cli_tests.run(dstrain, *common, "--data", data)
+    assert npy.returncode == 0 and st.returncode == 0, (npy.stderr, st.stderr)
+    assert 'data.safetensors tensor "inputs"' in st.stdout, st.stdout
+    assert val_losses(st.stdout) == val_losses(npy.stdout), (st.stdout, npy.stdout)
+    assert cli_tests.final_line(st.stdout).split()[3:] == \
+        cli_tests.final_line(npy.stdout).split()[3:]
+
+
+def test_safetensors_file_that_does_not_fit_is_named(dstrain, tmp_path):  # noqa: F811
+    import numpy as np
+    model = small_model(tmp_path)
+    x = np.zeros((8, 16), np.float32)
+
+    def error(tensors, *extra):
+        path = write_safetensors(tmp_path / "bad.safetensors", tensors)
+        result = cli_tests.run(dstrain, "train", "--model", model, "--data", path, "--steps",
+                               "1", *extra)
+        assert result.returncode != 0
+        return result.stderr
+
+    assert 'no tensor "labels"' in error({"inputs": x})
+    assert "float32 [samples, 16]" in error({"inputs": np.zeros((8, 3), np.float32),
+                                             "labels": np.zeros((8, 4), np.float32)})
+    assert "has 7 rows" in error({"inputs": x, "labels": np.zeros((7, 4), np.float32)})
+    assert "holds the labels itself" in error(
+        {"inputs": x, "labels": np.zeros((8, 4), np.float32)}, "--labels", tmp_path / "y.npy")
+    (tmp_path / "cut.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}")
+    result = cli_tests.run(dstrain, "train", "--model", model, "--data",
+                           tmp_path / "cut.safetensors", "--steps", "1")
+    assert result.returncode != 0 and "a header of 16 bytes" in result.stderr, result.stderr

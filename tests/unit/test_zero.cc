@@ -351,7 +351,7 @@ RankResult TrainRank(int stage, int64_t accum, bool overlap, Communicator *comm)
       Result<double> mb_loss = model.Forward(mb, &zero);
       EXPECT_TRUE(mb_loss.ok());
       loss += mb_loss.value();
-      zero.BeginBackward(m == accum - 1);
+      zero.BeginBackward(m == accum - 1, m == accum - 1);
       EXPECT_TRUE(model.Backward(mb, &zero).ok());
     }
     EXPECT_TRUE(zero.FinishReduction().ok());
