@@ -13,14 +13,14 @@
    (the zero-bubble paper's, when a forward, an input-gradient half and a
    weight-gradient half take equal time).
 2. Throughput on 2 cores, same GPT and global batch (m micro-batches):
-   pp = 2 (1F1B) vs dp = 2 (ZeRO-0) vs one rank with 2 threads.
+   pp = 2 (1F1B, ZB-H1) vs dp = 2 (ZeRO-0) vs one rank with 2 threads.
 3. Saved activations per stage from `dstrain estimate` (the first stage holds
    p micro-batches under 1F1B, the last one).
 
 p = 4 on this 2-core machine oversubscribes the cores (4 ranks, 2 cores): its
 timings say little; pass --stages 2,4 to include it anyway.
 
-Usage: python3 bench/bench_pipeline.py [--build-dir build] [--steps 3] [--warmup 1]
+Usage: python3 bench/bench_pipeline.py [--build-dir build] [--steps 3] [--warmup 1] [--repeats 3]
                                        [--stages 2] [--micro-batches 4,8,16]
                                        [--schedules gpipe,1f1b,interleaved,zb-h1]
 """
@@ -45,6 +45,19 @@ def bubble_theory(schedule, p, m, v):
     if schedule == "zb-h1":
         return (p - 1) / (3 * m + p - 1)
     return (p - 1) / (v * m + p - 1)
+
+
+def zero_bubble_theory(ranks, p, m):
+    """ZB-H1's bubble with the measured mean durations of a forward (F), an
+    input-gradient half (B) and a weight-gradient half (W), averaged over the
+    stages: (p-1)(F+B-W) / (m(F+B+W) + (p-1)(F+B-W)) (the zero-bubble paper's;
+    equal to the unit-time formula when F = B = W)."""
+    def mean(op):
+        return statistics.mean(e["end"] - e["start"] for r in ranks
+                               for e in r["metrics"]["pipeline"]["timeline"] if e["op"] == op)
+    f, b, w = mean("forward"), mean("backward_input"), mean("backward_weight")
+    bubble = (p - 1) * max(f + b - w, 0.0)
+    return bubble / (m * (f + b + w) + bubble), (f, b, w)
 
 
 def config(m, pp=1, dp=1, threads=1, schedule="1f1b", virtual=1):
@@ -93,6 +106,10 @@ def bubble_table(build, tmp, args):
                 theory = bubble_theory(schedule, p, m, v)
                 step = max(r["mean_step_seconds"] for r in ranks)
                 note = "  (4 ranks on 2 cores)" if p > 2 else ""
+                if schedule == "zb-h1":
+                    measured, (f, b, w) = zero_bubble_theory(ranks, p, m)
+                    note += (f"  with measured F {f * 1e3:.0f} ms, B {b * 1e3:.0f} ms, "
+                             f"W {w * 1e3:.0f} ms: {measured:.3f}")
                 print(f"{p:>2} {schedule + (f' v={v}' if v > 1 else ''):>15} {m:>3} "
                       f"{statistics.mean(idle):>6.3f} {statistics.mean(waits):>9.3f} "
                       f"{theory:>7.3f} {step:>7.3f}{note}", flush=True)
@@ -102,14 +119,21 @@ def throughput(build, tmp, args):
     m = 8
     tokens = m * MICRO * bench_gpt.MODEL["n_ctx"]
     print(f"\n== throughput, {m} micro-batches of {MICRO} x {bench_gpt.MODEL['n_ctx']} tokens "
-          f"per step, 2 cores ==")
+          f"per step, 2 cores, median of {args.repeats} interleaved runs (min..max) ==")
     rows = [("pp=2 1F1B, 2 ranks x 1 thread", config(m, pp=2), 2, 1),
+            ("pp=2 ZB-H1, 2 ranks x 1 thread", config(m, pp=2, schedule="zb-h1"), 2, 1),
             ("dp=2 ZeRO-0, 2 ranks x 1 thread", config(m, dp=2), 2, 1),
             ("1 rank x 2 threads", config(m, threads=2), 1, 2)]
-    for name, cfg, world, threads in rows:
-        ranks = run(build, tmp, name.split()[0].replace("=", ""), cfg, world, args, threads)
-        step = max(r["mean_step_seconds"] for r in ranks)
-        print(f"{name:<34} {tokens / step:>9.0f} tokens/s", flush=True)
+    rates = {name: [] for name, *_ in rows}
+    for _ in range(args.repeats):  # each configuration once per round
+        for name, cfg, world, threads in rows:
+            ranks = run(build, tmp, "".join(ch for ch in name if ch.isalnum()), cfg, world, args,
+                        threads)
+            rates[name].append(tokens / max(r["mean_step_seconds"] for r in ranks))
+    for name, *_ in rows:
+        r = rates[name]
+        print(f"{name:<34} {statistics.median(r):>9.0f} tokens/s ({min(r):.0f}..{max(r):.0f})",
+              flush=True)
 
 
 def activation_table(build, tmp):
@@ -134,6 +158,7 @@ def main():
     p.add_argument("--build-dir", default=str(REPO / "build"))
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3, help="throughput: interleaved rounds")
     p.add_argument("--stages", default="2")
     p.add_argument("--micro-batches", default="4,8,16")
     p.add_argument("--schedules", default=",".join(s for s, _ in SCHEDULES))

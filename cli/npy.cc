@@ -79,22 +79,27 @@ NpyArray ReadNpy(const std::string &path) {
   std::vector<char> raw(size_t(count) * width);
   in.read(raw.data(), std::streamsize(raw.size()));
   if (!in) Bad(path, "fewer bytes than its shape says");
-  if (width == 4 && descr != "<i4") {
-    a.f32.resize(size_t(count));
-    std::memcpy(a.f32.data(), raw.data(), raw.size());
-  } else {
-    a.ints.resize(size_t(count));
-    for (int64_t i = 0; i < count; ++i) {
-      if (width == 4) {
-        int32_t v;
-        std::memcpy(&v, raw.data() + i * 4, 4);
-        a.ints[size_t(i)] = v;
-      } else {
-        std::memcpy(&a.ints[size_t(i)], raw.data() + i * 8, 8);
-      }
+  FillArray(&a, raw, width == 4 && descr != "<i4", width);
+  return a;
+}
+
+void FillArray(NpyArray *a, const std::vector<char> &raw, bool is_float, size_t width) {
+  const size_t count = raw.size() / width;
+  if (is_float) {
+    a->f32.resize(count);
+    std::memcpy(a->f32.data(), raw.data(), raw.size());
+    return;
+  }
+  a->ints.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (width == 4) {
+      int32_t v;
+      std::memcpy(&v, raw.data() + i * 4, 4);
+      a->ints[i] = v;
+    } else {
+      std::memcpy(&a->ints[i], raw.data() + i * 8, 8);
     }
   }
-  return a;
 }
 
 }  // namespace dstrain_cli

@@ -22,4 +22,8 @@ struct NpyArray {
 // Reads `path`; a usage error (exit 2) names the problem.
 NpyArray ReadNpy(const std::string &path);
 
+// Fills `a`'s values (its shape set) from little-endian bytes: float32 when
+// `is_float`, else int32 (width 4) or int64 (width 8).
+void FillArray(NpyArray *a, const std::vector<char> &raw, bool is_float, size_t width);
+
 }  // namespace dstrain_cli

@@ -58,21 +58,7 @@ NpyArray ReadTensor(std::ifstream &in, const std::string &path, const nlohmann::
   in.seekg(std::streamoff(data_start + begin));
   in.read(raw.data(), std::streamsize(raw.size()));
   if (!in) Bad(path, std::string("reading tensor \"") + name + "\" failed");
-  if (dtype == "F32") {
-    a.f32.resize(size_t(count));
-    std::memcpy(a.f32.data(), raw.data(), raw.size());
-    return a;
-  }
-  a.ints.resize(size_t(count));
-  for (uint64_t i = 0; i < count; ++i) {
-    if (width == 4) {
-      int32_t v;
-      std::memcpy(&v, raw.data() + i * 4, 4);
-      a.ints[size_t(i)] = v;
-    } else {
-      std::memcpy(&a.ints[size_t(i)], raw.data() + i * 8, 8);
-    }
-  }
+  FillArray(&a, raw, dtype == "F32", width);
   return a;
 }
 

@@ -50,59 +50,9 @@ inline T LayerNormNorm(const T *xr, T m, T s, int64_t i) {
   return (xr[i] - m) * s;
 }
 
-// dx (+=): [rows, C]; dweight, dbias (+=): [C], or both null to compute the
-// input gradient only. scratch: [threads, 2C] zeroed here, used for
-// per-thread partial sums of dweight/dbias (fixed reduction order, so results
-// do not depend on scheduling).
-template <typename T>
-void LayerNormBackward(const T *dout, const T *x, const T *weight, const T *mean, const T *rstd,
-                       int64_t rows, int64_t C, T *dx, T *dweight, T *dbias, T *scratch,
-                       int max_threads) {
-  const bool params = dweight != nullptr;
-  if (params)
-    for (int64_t i = 0; i < int64_t(max_threads) * 2 * C; ++i) scratch[i] = 0;
-  int used_threads = 1;
-#pragma omp parallel num_threads(max_threads)
-  {
-    const int tid = omp_get_thread_num();
-    const int nth = omp_get_num_threads();
-#pragma omp single
-    used_threads = nth;
-    T *dw = scratch + int64_t(tid) * 2 * C;
-    T *db = dw + C;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T *xr = x + r * C;
-      const T *g = dout + r * C;
-      const T m = mean[r], s = rstd[r];
-      T dnorm_mean = 0, dnorm_norm_mean = 0;
-#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
-      for (int64_t i = 0; i < C; ++i) {
-        const T norm = LayerNormNorm(xr, m, s, i);
-        const T dnorm = g[i] * weight[i];
-        dnorm_mean += dnorm;
-        dnorm_norm_mean += dnorm * norm;
-      }
-      dnorm_mean /= T(C);
-      dnorm_norm_mean /= T(C);
-      T *dxr = dx + r * C;
-      for (int64_t i = 0; i < C; ++i) {
-        const T norm = LayerNormNorm(xr, m, s, i);
-        const T dnorm = g[i] * weight[i];
-        dxr[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-      }
-      if (params)
-        for (int64_t i = 0; i < C; ++i) {
-          dw[i] += g[i] * LayerNormNorm(xr, m, s, i);
-          db[i] += g[i];
-        }
-    }
-  }
-  if (params) LayerNormSumPartials(scratch, used_threads, C, dweight, dbias);
-}
-
-// The weight half of LayerNormBackward: dweight, dbias (+=) [C] only, with
-// the same partial sums (and so the same bits).
+// The weight half of LayerNormBackward: dweight, dbias (+=) [C]. scratch:
+// [threads, 2C] zeroed here, used for per-thread partial sums (fixed
+// reduction order, so results do not depend on scheduling).
 template <typename T>
 void LayerNormParamBackward(const T *dout, const T *x, const T *mean, const T *rstd, int64_t rows,
                             int64_t C, T *dweight, T *dbias, T *scratch, int max_threads) {
@@ -128,6 +78,38 @@ void LayerNormParamBackward(const T *dout, const T *x, const T *mean, const T *r
     }
   }
   LayerNormSumPartials(scratch, used_threads, C, dweight, dbias);
+}
+
+// dx (+=): [rows, C]; then, unless dweight and dbias are null (the input
+// gradient only), LayerNormParamBackward (dweight, dbias +=).
+template <typename T>
+void LayerNormBackward(const T *dout, const T *x, const T *weight, const T *mean, const T *rstd,
+                       int64_t rows, int64_t C, T *dx, T *dweight, T *dbias, T *scratch,
+                       int max_threads) {
+#pragma omp parallel for schedule(static) num_threads(max_threads)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *xr = x + r * C;
+    const T *g = dout + r * C;
+    const T m = mean[r], s = rstd[r];
+    T dnorm_mean = 0, dnorm_norm_mean = 0;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+    for (int64_t i = 0; i < C; ++i) {
+      const T norm = LayerNormNorm(xr, m, s, i);
+      const T dnorm = g[i] * weight[i];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= T(C);
+    dnorm_norm_mean /= T(C);
+    T *dxr = dx + r * C;
+    for (int64_t i = 0; i < C; ++i) {
+      const T norm = LayerNormNorm(xr, m, s, i);
+      const T dnorm = g[i] * weight[i];
+      dxr[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+  }
+  if (dweight)
+    LayerNormParamBackward(dout, x, mean, rstd, rows, C, dweight, dbias, scratch, max_threads);
 }
 
 }  // namespace dst::cpu
