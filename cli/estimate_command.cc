@@ -85,10 +85,12 @@ int EstimateCommand::Run() {
   }
   const nlohmann::json e = nlohmann::json::parse(json);
   std::printf(
-      "model: %lld parameters; world size %lld, data-parallel size %lld; %s; "
-      "optimizer state %lld bytes/parameter%s\n",
-      e["num_parameters"].get<long long>(), e["world_size"].get<long long>(),
-      e["dp_size"].get<long long>(), e["precision"].get<std::string>().c_str(),
+      "model: %lld parameters (%lld per tensor-parallel rank); world size %lld = dp %lld x tp "
+      "%lld x pp %lld; %s; optimizer state %lld bytes/parameter%s\n",
+      e["num_parameters"].get<long long>(), e["parameters_per_rank"].get<long long>(),
+      e["world_size"].get<long long>(), e["dp_size"].get<long long>(),
+      e["tp_size"].get<long long>(), e["pp_size"].get<long long>(),
+      e["precision"].get<std::string>().c_str(),
       e["optimizer_state_bytes_per_parameter"].get<long long>(),
       e["precision"] == "fp32" ? "" : " (fp32 master weights included)");
   std::printf("%-7s %14s %14s %16s %14s  %s\n", "stage", "parameters", "gradients",

@@ -49,7 +49,8 @@ dst::Result<nlohmann::ordered_json> PipelineEstimate(const dst::ModelSpec &spec,
       for (size_t g = c.begin; g < c.end; ++g) kinds.push_back(p.layers[g].kind);
       layers.push_back({{"first", c.begin}, {"last", c.end - 1}, {"kinds", kinds}});
     }
-    const std::vector<dst::ParamDecl> decls = dst::DeclarePartParameters(spec, chunks);
+    const std::vector<dst::ParamDecl> decls =
+        dst::DeclarePartParameters(spec, chunks, config.tp_size);
     int64_t params = 0;
     for (const dst::ParamDecl &d : decls) params += d.numel;
     const int64_t persistent =
@@ -62,7 +63,7 @@ dst::Result<nlohmann::ordered_json> PipelineEstimate(const dst::ModelSpec &spec,
     const int64_t in_flight = p.PeakInFlight(r, config.gradient_accumulation_steps);
     // Zero bubble: the split backward's deferred gradients are held per micro-batch too.
     const bool split = p.schedule == dst::PipeScheduleKind::kZeroBubbleH1;
-    const int64_t saved = dst::SavedActivationElements(spec, chunks, limits, split);
+    const int64_t saved = dst::SavedActivationElements(spec, chunks, limits, split, config.tp_size);
     // ZeRO 2 with a pipeline: the step's gradients accumulate in a step-wide
     // fp32 buffer (freed once reduced), on top of the model state at rest.
     const int64_t step_gradients =
@@ -129,8 +130,14 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
   dst::Result<dst::ModelSpec> spec = dst::ParseModelSpec(model_text.value());
   if (!spec.ok()) return dst::capi::FromStatus(spec.status());
 
-  const std::vector<dst::ParamDecl> decls = dst::DeclareParameters(spec.value());
-  const int64_t psi = dst::CountParameters(spec.value());
+  // Per rank: a tensor-parallel rank holds its slices (all the same size).
+  const int64_t tp = config.value().tp_size;
+  if (dst::Result<std::vector<dst::TpRole>> roles = dst::PlanTensorParallel(spec.value(), tp);
+      !roles.ok())
+    return dst::capi::FromStatus(roles.status());
+  const std::vector<dst::ParamDecl> decls = dst::DeclarePartParameters(spec.value(), {}, tp);
+  int64_t psi = 0;
+  for (const dst::ParamDecl &d : decls) psi += d.numel;
   const int64_t dp = config.value().dp_size;
   // Stage 3 keeps tensors of at most this many elements whole on every rank.
   const int64_t persistent =
@@ -150,9 +157,12 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
                       {"supported", true}});
   }
   nlohmann::ordered_json out = {
-      {"num_parameters", psi},
+      {"num_parameters", dst::CountParameters(spec.value())},
+      {"parameters_per_rank", psi},
       {"world_size", world_size},
       {"dp_size", dp},
+      {"tp_size", tp},
+      {"pp_size", config.value().pp_size},
       {"precision", dst::DTypeName(precision)},
       {"optimizer_state_bytes_per_parameter",
        dst::OptimizerStateBytesPerParameter(config.value().optimizer, precision)},

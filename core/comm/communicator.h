@@ -104,6 +104,17 @@ class DoneWork final : public Work {
   Status status_;
 };
 
+// Sum of a per-rank scalar over `group`, carried as two floats (the value and
+// its rounding error) so that it keeps about double precision.
+inline Result<double> SumOverGroup(Communicator &group, double value) {
+  if (group.size() == 1) return value;
+  float parts[2];
+  parts[0] = float(value);
+  parts[1] = float(value - double(parts[0]));
+  DST_RETURN_IF_ERROR(group.AllReduceSum(parts, 2)->Wait());
+  return double(parts[0]) + double(parts[1]);
+}
+
 // A group of one: every collective is a no-op. Lets single-rank training run
 // the same code path as data parallelism.
 std::unique_ptr<Communicator> MakeSoloCommunicator(std::string name);

@@ -63,10 +63,13 @@ Status CheckCommunicationTypeSupported(DType precision, DType dtype) {
                       " is not supported; reduce in \"fp32\" or in the training dtype");
 }
 
-Status CheckTensorParallelSupported(int64_t tp_size, const std::string &key) {
-  if (tp_size == 1) return Status::Ok();
-  return NotSupported(key + ": tensor parallelism (size " + std::to_string(tp_size) +
-                      ") is not supported yet; this build runs tensor-parallel size 1");
+// Tensor parallelism runs (the model's plan is checked by the engine);
+// Megatron's sequence parallelism is recognised, not built.
+Status CheckTensorParallelSupported(const ExtraSettings &extra) {
+  if (!extra.sequence_parallel) return Status::Ok();
+  return NotSupported(
+      "tensor_parallel.sequence_parallel: sequence parallelism is not supported yet; "
+      "remove the key (tensor parallelism runs without it)");
 }
 
 // The pipeline settings this build cannot honour yet.
@@ -173,7 +176,7 @@ Status CheckSupported(const Config &config, const ExtraSettings &extra) {
   DST_RETURN_IF_ERROR(CheckZeroStageSupported(config.zero));
   DST_RETURN_IF_ERROR(
       CheckCommunicationTypeSupported(config.precision(), config.communication_data_type));
-  DST_RETURN_IF_ERROR(CheckTensorParallelSupported(config.tp_size, extra.tp_size_key));
+  DST_RETURN_IF_ERROR(CheckTensorParallelSupported(extra));
   DST_RETURN_IF_ERROR(CheckPipelineSupported(config));
   DST_RETURN_IF_ERROR(CheckOptimizerSupported(extra));
   DST_RETURN_IF_ERROR(CheckSchedulerSupported(extra));

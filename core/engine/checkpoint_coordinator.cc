@@ -269,8 +269,19 @@ Result<WrittenFile> CheckpointCoordinator::ConsolidateWeights(const std::string 
   return WriteStagedFile(dir, tag, weights);
 }
 
+// Checkpoints hold whole tensors in flat pieces; a tensor-parallel slice is
+// a strided part of its tensor, which the resharding does not address yet.
+Status CheckpointCoordinator::CheckTensorParallel(const char *call) const {
+  if (view_.config->tp_size == 1) return Status::Ok();
+  return NotSupported(std::string(call) + ": checkpoints of tensor-parallel runs (tp_size " +
+                      std::to_string(view_.config->tp_size) +
+                      ") are not supported yet; get_param returns the global tensors, and "
+                      "runs with tp_size 1 save and load checkpoints");
+}
+
 Status CheckpointCoordinator::Save(const std::string &dir, const std::string &tag,
                                    const std::string &client_state_json) {
+  DST_RETURN_IF_ERROR(CheckTensorParallel("save_checkpoint"));
   Json client = nullptr;
   if (!client_state_json.empty()) {
     client = Json::parse(client_state_json, nullptr, /*allow_exceptions=*/false);
@@ -503,6 +514,7 @@ Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::str
 
 Status CheckpointCoordinator::Load(const std::string &dir, const std::string &tag,
                                    std::string *client_state_json) {
+  DST_RETURN_IF_ERROR(CheckTensorParallel("load_checkpoint"));
   ++ops_;
   PreparedLoad prepared(*view_.scaler);
   Status st = PrepareLoad(dir, tag, &prepared);
@@ -542,6 +554,7 @@ Status CheckpointCoordinator::Load(const std::string &dir, const std::string &ta
 }
 
 Status CheckpointCoordinator::LoadWeights(const std::string &dir, const std::string &tag) {
+  DST_RETURN_IF_ERROR(CheckTensorParallel("load_weights"));
   ++ops_;
   const std::string what = "load_weights(\"" + dir + "\")";
   Result<LoadedCheckpoint> ckpt = ReadCheckpointMeta(dir, tag);

@@ -62,6 +62,8 @@ class CheckpointCoordinator {
   Status LoadWeights(const std::string &dir, const std::string &tag);
 
  private:
+  // An error for `call` when the run is tensor-parallel (not supported yet).
+  Status CheckTensorParallel(const char *call) const;
   struct PreparedLoad;
   std::string CheckpointKeyPrefix(const char *phase) const;
   nlohmann::json CheckpointMeta(const nlohmann::json &client) const;

@@ -15,6 +15,7 @@
 #include "core/optim/clip.h"
 #include "core/optim/lr_schedule.h"
 #include "core/runtime/threads.h"
+#include "core/tensor_parallel/tp_tensors.h"
 #include "core/zero/data_parallel.h"
 #include "metrics/monitor.h"
 
@@ -41,6 +42,9 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   DST_RETURN_IF_ERROR(
       CheckActivationSizes(spec.value(), config.value().train_micro_batch_size_per_gpu));
 
+  // How tensor parallelism cuts the model is checked before anyone connects.
+  Result<std::vector<TpRole>> roles = PlanTensorParallel(spec.value(), config.value().tp_size);
+  if (!roles.ok()) return roles.status();
   std::optional<StagePlan> plan;
   if (config.value().pp_size > 1) {
     Result<StagePlan> planned = PlanStages(spec.value(), config.value());
@@ -87,6 +91,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   activations.recompute_interval = std::max<int64_t>(1, config_.recompute_interval());
   activations.selective = config_.selective_recompute();
   ModelPart part;
+  if (config_.tp_size > 1) part.tp = {groups_.tp.get(), config_.tp_size, groups_.coord.tp};
   const int64_t pp_rank = groups_.coord.pp;
   if (plan_) {
     part.chunks = plan_->ChunksOf(pp_rank);
@@ -102,6 +107,13 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   whole_decls_ = DeclareParameters(spec);
   holder_.assign(whole_decls_.size(), 0);
   if (plan_) SetUpPipeline(limits);
+  if (config_.tp_size > 1) {  // tensors whole on every tp rank count once in the norm
+    std::vector<int> replicated;
+    const std::vector<ParamDecl> &decls = model_->params().decls();
+    for (size_t k = 0; k < decls.size(); ++k)
+      if (!decls[k].split.split()) replicated.push_back(int(k));
+    executor_->SetTensorParallel(groups_.tp.get(), std::move(replicated));
+  }
   executor_->SetStepObserver([this](const StepRecord &record) { return OnStep(record); });
   const int64_t T = limits.max_T;
   TelemetryContext telemetry;
@@ -357,11 +369,24 @@ Status Engine::ShareOverStages(int whole, float *data) const {
       ->Wait();
 }
 
+// Tensor `id` (this rank's slice under tensor parallelism) read by `read`
+// into the global tensor `data`: whole here, or gathered over the tp group.
+template <typename Read>
+Status Engine::ReadGlobal(int id, float *data, Read read) const {
+  const ParamDecl &decl = model_->params().decls()[size_t(id)];
+  if (!decl.split.split()) return read(id, data);
+  std::vector<float> local(size_t(decl.numel));
+  DST_RETURN_IF_ERROR(read(id, local.data()));
+  const TensorParallelGroup tp{groups_.tp.get(), config_.tp_size, groups_.coord.tp};
+  return GatherTensor(tp, decl, local.data(), data);
+}
+
 Status Engine::GetParam(const std::string &name, float *data, size_t count) const {
   int whole = 0, id = 0;
   DST_RETURN_IF_ERROR(FindParam(name, "get_param", count, &whole, &id));
   Status st;
-  if (groups_.coord.pp == holder_[size_t(whole)]) st = dp_->ReadParam(id, data);
+  if (groups_.coord.pp == holder_[size_t(whole)])
+    st = ReadGlobal(id, data, [this](int k, float *out) { return dp_->ReadParam(k, out); });
   if (st.ok()) st = ShareOverStages(whole, data);
   return st.context("get_param \"" + name + "\"");
 }
@@ -370,6 +395,13 @@ Status Engine::SetParam(const std::string &name, const float *data, size_t count
   int whole = 0, id = 0;
   DST_RETURN_IF_ERROR(FindParam(name, "set_param", count, &whole, &id));
   if (id < 0) return Status::Ok();  // another stage holds it (every copy is written)
+  const ParamDecl &decl = model_->params().decls()[size_t(id)];
+  std::vector<float> slice;
+  if (decl.split.split()) {  // this tp rank's part of the global tensor
+    slice.resize(size_t(decl.numel));
+    SliceTensor(decl, data, slice.data());
+    data = slice.data();
+  }
   Status st = dp_->WriteParam(id, data);
   return st.context("set_param \"" + name + "\"");
 }
@@ -378,7 +410,8 @@ Status Engine::GetGrad(const std::string &name, float *data, size_t count) const
   int whole = 0, id = 0;
   DST_RETURN_IF_ERROR(FindParam(name, "get_grad", count, &whole, &id));
   Status st;
-  if (groups_.coord.pp == holder_[size_t(whole)]) st = dp_->ReadGrad(id, data);
+  if (groups_.coord.pp == holder_[size_t(whole)])
+    st = ReadGlobal(id, data, [this](int k, float *out) { return dp_->ReadGrad(k, out); });
   // Every stage joins the broadcast, even after the holder's error (it
   // sends what it has), so nobody waits: the holder's error is returned.
   Status shared = ShareOverStages(whole, data);

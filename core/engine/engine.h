@@ -123,6 +123,10 @@ class Engine {
                    int *local) const;
   // With pp > 1: the tensor read on the stage holding it, sent to every stage.
   Status ShareOverStages(int whole, float *data) const;
+  // Tensor `id` read by `read(id, out)` into the global tensor `data`: a
+  // whole tensor directly, a tensor-parallel slice gathered over the tp group.
+  template <typename Read>
+  Status ReadGlobal(int id, float *data, Read read) const;
   // The prepared program for `micro_batches` of a kind (kOptimizerStep:
   // train, kBackward: forward_backward, kForward: eval), built on first use
   // and reused, so a step allocates nothing.

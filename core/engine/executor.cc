@@ -46,9 +46,17 @@ MicroBatch<float> Executor::MicroBatchAt(const BatchView &b, int64_t index) cons
 }
 
 Result<double> Executor::GlobalGradNorm() {
-  if (!link_) return dp_->GradNorm();
-  Result<double> squared = dp_->GradSquaredNorm(tied_ ? tied_->excluded_from_norm() : -1);
+  if (!link_ && !tp_) return dp_->GradNorm();
+  // Each tensor once: the tied wte's second copy and, on all tp ranks but
+  // the first, the tensors every tp rank holds whole.
+  std::vector<int> excluded;
+  if (tied_ && tied_->excluded_from_norm() >= 0) excluded.push_back(tied_->excluded_from_norm());
+  if (tp_ && tp_->rank() != 0)
+    excluded.insert(excluded.end(), tp_replicated_.begin(), tp_replicated_.end());
+  Result<double> squared = dp_->GradSquaredNorm(excluded);
   if (!squared.ok()) return squared.status();
+  if (tp_) squared = SumOverGroup(*tp_, squared.value());
+  if (!squared.ok() || !link_) return squared.ok() ? std::sqrt(squared.value()) : squared;
   Result<double> total = link_->SumOverStages(squared.value());
   if (!total.ok()) return total.status();
   return std::sqrt(total.value());

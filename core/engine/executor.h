@@ -76,6 +76,11 @@ class Executor {
   // weight it may hold a copy of (both outlive the executor). Without them
   // the program's pipeline instructions are errors.
   void SetPipeline(StageLink *link, TiedWeights *tied) { link_ = link, tied_ = tied; }
+  // Tensor parallelism: the tp group (outliving the executor) and the ids
+  // of the tensors every tp rank holds whole (counted once in the norm).
+  void SetTensorParallel(Communicator *tp, std::vector<int> replicated) {
+    tp_ = tp, tp_replicated_ = std::move(replicated);
+  }
   // Test hook (DSTRAIN_INJECT_GRAD_OVERFLOW): the steps at which this rank's
   // gradients are made infinite, as an fp16 overflow would.
   void InjectOverflowAt(std::vector<int64_t> steps) { inject_overflow_at_ = std::move(steps); }
@@ -111,6 +116,8 @@ class Executor {
   StepObserver observer_;
   StageLink *link_ = nullptr;
   TiedWeights *tied_ = nullptr;
+  Communicator *tp_ = nullptr;      // tensor parallelism (null at tp 1)
+  std::vector<int> tp_replicated_;  // tensors whole on every tp rank
   std::vector<int64_t> inject_overflow_at_;
 };
 

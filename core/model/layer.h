@@ -11,8 +11,10 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "core/common/status.h"
 #include "core/model/params.h"
 #include "core/runtime/memory.h"
 
@@ -121,9 +123,19 @@ class Layer {
   virtual double ForwardFlops(int64_t B, int64_t seq) const = 0;
 
   void Bind(ParamStore<T> *store) { store_ = store; }
+  // A layer that communicates (tensor parallelism) records a failed
+  // collective and stops its pass; the model takes the error after each call
+  // and returns it.
+  Status TakeError() { return std::exchange(error_, Status::Ok()); }
 
  protected:
+  void Fail(Status status) {
+    if (error_.ok()) error_ = std::move(status);
+  }
   ParamStore<T> *store_ = nullptr;
+
+ private:
+  Status error_;
 };
 
 }  // namespace dst

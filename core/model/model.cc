@@ -6,6 +6,7 @@
 
 #include "core/model/gpt_layers.h"
 #include "core/model/sequential_layers.h"
+#include "core/tensor_parallel/tp_linear.h"
 
 namespace dst {
 
@@ -24,8 +25,18 @@ size_t GlobalLayerCount(const ModelSpec &spec) {
   return spec.layers.size() + 1;
 }
 
-// The input width of each layer of the whole model (0: the GPT embedding).
-std::vector<int64_t> GlobalInWidths(const ModelSpec &spec) {
+// The tensor-parallel role of each layer of the whole model (all replicated
+// at tp 1; the engine has checked the plan before building).
+std::vector<TpRole> RolesOf(const ModelSpec &spec, const TensorParallelGroup &tp) {
+  Result<std::vector<TpRole>> roles = PlanTensorParallel(spec, tp.size);
+  if (roles.ok()) return roles.value();
+  return std::vector<TpRole>(GlobalLayerCount(spec), TpRole::kReplicated);
+}
+
+// The input width of each layer of the whole model as one tensor-parallel
+// rank sees it (0: the GPT embedding): a column-parallel Linear's output and
+// the element-wise layers after it are this rank's slice.
+std::vector<int64_t> InWidths(const ModelSpec &spec, const std::vector<TpRole> &roles, int64_t tp) {
   std::vector<int64_t> widths;
   if (spec.type == ModelSpec::Type::kGpt) {
     widths.assign(GlobalLayerCount(spec), spec.gpt.d_model);
@@ -33,9 +44,11 @@ std::vector<int64_t> GlobalInWidths(const ModelSpec &spec) {
     return widths;
   }
   int64_t width = spec.input_dim;
-  for (const SequentialLayerSpec &l : spec.layers) {
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
     widths.push_back(width);
-    if (l.kind == SequentialLayerSpec::Kind::kLinear) width = l.out_features;
+    if (spec.layers[i].kind == SequentialLayerSpec::Kind::kLinear)
+      width = roles[i] == TpRole::kColumn ? spec.layers[i].out_features / tp
+                                          : spec.layers[i].out_features;
   }
   widths.push_back(width);  // the loss
   return widths;
@@ -45,8 +58,9 @@ std::vector<int64_t> GlobalInWidths(const ModelSpec &spec) {
 // *wte: the GPT embedding's wte id once built here (the head uses it, or
 // declares its own copy when the embedding lives on another stage).
 template <typename T>
-std::unique_ptr<Layer<T>> MakeLayer(const ModelSpec &spec, size_t g, int64_t in_width,
-                                    ParamRegistry &registry, int *wte) {
+std::unique_ptr<Layer<T>> MakeLayer(const ModelSpec &spec, size_t g, int64_t in_width, TpRole role,
+                                    const TensorParallelGroup &tp, ParamRegistry &registry,
+                                    int *wte) {
   if (spec.type == ModelSpec::Type::kGpt) {
     if (g == 0) {
       auto embedding = std::make_unique<GptEmbedding<T>>(spec.gpt, registry);
@@ -65,6 +79,11 @@ std::unique_ptr<Layer<T>> MakeLayer(const ModelSpec &spec, size_t g, int64_t in_
   const std::string prefix = "layers." + std::to_string(g);
   switch (l.kind) {
     case SequentialLayerSpec::Kind::kLinear:
+      if (role != TpRole::kReplicated) {  // a row-parallel layer's input is a slice
+        const int64_t in = role == TpRole::kRow ? in_width * tp.size : in_width;
+        return std::make_unique<TensorParallelLinear<T>>(prefix, in, l.out_features, l.bias, role,
+                                                         tp, registry);
+      }
       return std::make_unique<LinearLayer<T>>(prefix, in_width, l.out_features, l.bias, registry);
     case SequentialLayerSpec::Kind::kRelu:
       return std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kRelu, in_width);
@@ -109,19 +128,21 @@ struct BuiltLayers {
   std::vector<int64_t> first_offsets;  // per local layer
   std::vector<LayerParamUse> uses;
   std::vector<LayerRange> chunks;  // local ranges
+  std::vector<int64_t> widths;     // per global layer: its input width on this tp rank
 };
 
 template <typename T>
 BuiltLayers<T> BuildLayers(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
-                           ParamRegistry &registry) {
+                           ParamRegistry &registry, const TensorParallelGroup &tp = {}) {
   BuiltLayers<T> built;
-  const std::vector<int64_t> widths = GlobalInWidths(spec);
+  const std::vector<TpRole> roles = RolesOf(spec, tp);
+  built.widths = InWidths(spec, roles, tp.size);
   int wte = -1;
   for (const LayerRange &chunk : chunks) {
     const size_t local_begin = built.layers.size();
     for (size_t g = chunk.begin; g < chunk.end; ++g) {
       built.first_offsets.push_back(registry.total_numel());
-      built.layers.push_back(MakeLayer<T>(spec, g, widths[g], registry, &wte));
+      built.layers.push_back(MakeLayer<T>(spec, g, built.widths[g], roles[g], tp, registry, &wte));
       built.global.push_back(g);
     }
     built.chunks.push_back({local_begin, built.layers.size()});
@@ -150,17 +171,18 @@ std::vector<ParamDecl> DeclareParameters(const ModelSpec &spec) {
 }
 
 std::vector<ParamDecl> DeclarePartParameters(const ModelSpec &spec,
-                                             const std::vector<LayerRange> &chunks) {
+                                             const std::vector<LayerRange> &chunks, int64_t tp) {
   ParamRegistry registry;
-  BuildLayers<float>(spec, chunks, registry);
+  BuildLayers<float>(spec, chunks.empty() ? WholeModel(spec) : chunks, registry,
+                     TensorParallelGroup{nullptr, tp, 0});
   return registry.decls();
 }
 
 int64_t SavedActivationElements(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
-                                const ActivationLimits &limits, bool deferred) {
+                                const ActivationLimits &limits, bool deferred, int64_t tp) {
   ParamRegistry registry;
-  BuiltLayers<float> built =
-      BuildLayers<float>(spec, chunks.empty() ? WholeModel(spec) : chunks, registry);
+  BuiltLayers<float> built = BuildLayers<float>(spec, chunks.empty() ? WholeModel(spec) : chunks,
+                                                registry, TensorParallelGroup{nullptr, tp, 0});
   int64_t total = 0;
   for (const auto &layer : built.layers) {
     for (const SavedTensorSpec &t : layer->SavedTensors(limits)) total += t.numel;
@@ -193,14 +215,13 @@ Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTra
     : spec_(spec), limits_(limits) {
   ParamRegistry registry;
   BuiltLayers<T> built =
-      BuildLayers<T>(spec, part.chunks.empty() ? WholeModel(spec) : part.chunks, registry);
+      BuildLayers<T>(spec, part.chunks.empty() ? WholeModel(spec) : part.chunks, registry, part.tp);
   layers_ = std::move(built.layers);
   global_layers_ = std::move(built.global);
   first_offset_ = std::move(built.first_offsets);
   layer_params_ = std::move(built.uses);
   chunks_ = std::move(built.chunks);
-  const std::vector<int64_t> widths = GlobalInWidths(spec);
-  for (size_t g : global_layers_) in_widths_.push_back(widths[g]);
+  for (size_t g : global_layers_) in_widths_.push_back(built.widths[g]);
   if (!part.chunks.empty()) {  // a stage's tensors start as the whole model's do
     const ParamRegistry whole = Declare(spec);
     for (size_t k = 0; k < registry.decls().size(); ++k)
@@ -275,13 +296,15 @@ int64_t Model<T>::InWidth(size_t i) const {
 }
 
 template <typename T>
-void Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &mb,
-                            LayerHooks *hooks) {
+Status Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &mb,
+                              LayerHooks *hooks) {
   LayerActivations<T> &act = activations_.at(slot, i);
   layers_[i]->Forward(in, act, mb);
+  DST_RETURN_IF_ERROR(layers_[i]->TakeError());
   const bool rounded = activations_.AfterForward(slot, i);
   if (!rounded && layers_[i]->OutWidth() > 0)
     RoundActivations(hooks, act[0], mb.rows() * layers_[i]->OutWidth());
+  return Status::Ok();
 }
 
 template <typename T>
@@ -307,12 +330,13 @@ Status Model<T>::EnsureSaved(size_t i, int64_t slot, LayerRange range, MicroBatc
                            std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
     for (size_t j = group_begin_[i]; j < group_end_[i]; ++j) {
       if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeForward(j));
-      ForwardLayer(j, slot, InputOf(j, slot, range, mb), mb, hooks);
+      DST_RETURN_IF_ERROR(ForwardLayer(j, slot, InputOf(j, slot, range, mb), mb, hooks));
     }
   }
   if (recomputable_too && activations_.NeedsRecomputeSaved(slot, i)) {
     if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeForward(i));
     layers_[i]->RecomputeSaved(InputOf(i, slot, range, mb), activations_.at(slot, i), mb);
+    DST_RETURN_IF_ERROR(layers_[i]->TakeError());
     activations_.AfterRecomputeSaved(slot, i);
   }
   return Status::Ok();
@@ -326,7 +350,7 @@ Status Model<T>::Forward(int64_t slot, LayerRange range, const T *input, MicroBa
   range_input_[size_t(slot)] = input;
   for (size_t i = range.begin; i < range.end; ++i) {
     if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeForward(i));
-    ForwardLayer(i, slot, InputOf(i, slot, range, mb), mb, hooks);
+    DST_RETURN_IF_ERROR(ForwardLayer(i, slot, InputOf(i, slot, range, mb), mb, hooks));
   }
   if (output)
     *output =
@@ -368,10 +392,12 @@ Status Model<T>::RunBackward(BackwardHalf half, int64_t slot, LayerRange range, 
     const T *in = InputOf(i, slot, range, mb);
     if (half == BackwardHalf::kWhole) {
       layers_[i]->Backward(in, activations_.at(slot, i), dout, layer_din, mb);
+      DST_RETURN_IF_ERROR(layers_[i]->TakeError());
       if (hooks) DST_RETURN_IF_ERROR(hooks->AfterBackward(i));
     } else {
       layers_[i]->BackwardInput(in, activations_.at(slot, i), dout, layer_din,
                                 activations_.deferred(slot, i), mb);
+      DST_RETURN_IF_ERROR(layers_[i]->TakeError());
     }
     if (layer_din && global_layers_[i] > 0)  // also the gradient a stage sends back
       RoundActivations(hooks, layer_din, mb.rows() * InWidth(i));
@@ -393,6 +419,7 @@ Status Model<T>::BackwardWeight(int64_t slot, LayerRange range, MicroBatch<T> &m
     if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeWeightGradient(i));
     const T *in = InputOf(i, slot, range, mb);
     layers_[i]->BackwardWeight(in, activations_.at(slot, i), activations_.deferred(slot, i), mb);
+    DST_RETURN_IF_ERROR(layers_[i]->TakeError());
     if (hooks) DST_RETURN_IF_ERROR(hooks->AfterBackward(i));
   }
   return Status::Ok();

@@ -12,6 +12,7 @@
 #include "core/model/model_spec.h"
 #include "core/model/params.h"
 #include "core/precision/half_ops.h"
+#include "core/tensor_parallel/tp_plan.h"
 
 namespace dst {
 
@@ -89,20 +90,25 @@ struct LayerRange {
 // the chunks' layers in order; chunk c runs as one LayerRange (chunk(c)).
 // Tensors keep their single-rank names and initial values; a part holding
 // the GPT head but not the embedding declares its own copy of the tied wte.
+// With tensor parallelism (`tp`), each layer's tensors are this tp rank's
+// slices of the global ones (core/tensor_parallel).
 struct ModelPart {
   std::vector<LayerRange> chunks;
+  TensorParallelGroup tp;
 };
 
-// The tensors a part of the model (ModelPart::chunks, global layer ranges)
-// declares, without allocating.
+// The tensors a part of the model (ModelPart::chunks, global layer ranges;
+// empty = the whole model) declares, without allocating; at tensor-parallel
+// size `tp`, each a tp rank's slice (all ranks' slices are the same size).
 std::vector<ParamDecl> DeclarePartParameters(const ModelSpec &spec,
-                                             const std::vector<LayerRange> &chunks);
+                                             const std::vector<LayerRange> &chunks, int64_t tp = 1);
 // Elements the layers of `chunks` (global ranges; empty = the whole model)
 // save for one micro-batch of `limits` between forward and backward (the
 // fp32 keep policy's per-slot size); with `deferred`, also the gradients a
 // split backward keeps from its input half to its weight half (zero bubble).
 int64_t SavedActivationElements(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
-                                const ActivationLimits &limits, bool deferred = false);
+                                const ActivationLimits &limits, bool deferred = false,
+                                int64_t tp = 1);
 
 template <typename T>
 class Model {
@@ -177,7 +183,7 @@ class Model {
  private:
   static void RoundActivations(LayerHooks *hooks, const T *data, int64_t n);
   // Runs layer i forward on `in` into the slot's activations.
-  void ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &mb, LayerHooks *hooks);
+  Status ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &mb, LayerHooks *hooks);
   // The input layer i read in the slot's forward.
   const T *InputOf(size_t i, int64_t slot, LayerRange range, const MicroBatch<T> &mb) const;
   void Prepare(MicroBatch<T> &mb);

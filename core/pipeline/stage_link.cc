@@ -243,13 +243,8 @@ Status StageLink::FinishSends() {
 }
 
 Result<double> StageLink::SumOverStages(double value) {
-  double v = value;
   // In double: the loss and squared norms keep their precision across stages.
-  float parts[2];
-  parts[0] = float(v);
-  parts[1] = float(v - double(parts[0]));  // the rounding error, so the sum stays exact-ish
-  DST_RETURN_IF_ERROR(pp_->AllReduceSum(parts, 2)->Wait());
-  return double(parts[0]) + double(parts[1]);
+  return SumOverGroup(*pp_, value);
 }
 
 }  // namespace dst

@@ -202,11 +202,11 @@ Result<double> DataParallel::GradNorm() {
   return std::sqrt(local);
 }
 
-Result<double> DataParallel::GradSquaredNorm(int excluded) {
+Result<double> DataParallel::GradSquaredNorm(const std::vector<int> &excluded) {
   const double f = GradFactor();
   double local = SumOfSquares(storage_, StateGrads(), state_range_.size);
-  if (excluded >= 0) {
-    const ShardInfo part = StatePartOf(excluded);
+  for (int id : excluded) {
+    const ShardInfo part = StatePartOf(id);
     const uint8_t *grads = static_cast<const uint8_t *>(StateGrads());
     local -= SumOfSquares(
         storage_, grads + size_t(part.offset - state_range_.offset) * ElementBytes(storage_),

@@ -90,7 +90,7 @@ class DataParallel final : public DataParallelism {
   Status FinishReduction() override;
   // Global L2 norm of the averaged, unscaled gradients (over shards, 1-3).
   Result<double> GradNorm() override;
-  Result<double> GradSquaredNorm(int excluded) override;
+  Result<double> GradSquaredNorm(const std::vector<int> &excluded) override;
   Status ReadStoredGradient(int id, float *out) override;
   Status AddStoredGradient(int id, const float *in) override;
   void ScaleGradients(float k) override;

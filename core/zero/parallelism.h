@@ -40,10 +40,11 @@ class DataParallelism : public LayerHooks {
   // Global L2 norm of the averaged (unscaled) gradients; not finite when a
   // gradient overflowed on any rank.
   virtual Result<double> GradNorm() = 0;
-  // The squared norm of the same, summed over the group, leaving out tensor
-  // `excluded` (-1: none): a pipeline stage's share of the global norm, a
-  // tied weight's second copy left out so it counts once.
-  virtual Result<double> GradSquaredNorm(int excluded) = 0;
+  // The squared norm of the same, summed over the group, leaving out the
+  // tensors `excluded`: a pipeline stage's or a tensor-parallel rank's share
+  // of the global norm (a tied weight's second copy, and the tensors every tp
+  // rank holds whole, left out where another rank counts them).
+  virtual Result<double> GradSquaredNorm(const std::vector<int> &excluded) = 0;
 
   // After FinishReduction, tensor `id`'s gradient as the group stores it
   // (widened to fp32; under 16 bits still scaled by the loss scale and the

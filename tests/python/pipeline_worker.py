@@ -73,6 +73,9 @@ def main():
                 return data.batch("train", index, n, seq, first_sample=first)
             return sequential_batch(model, index, first, n)
 
+        # The initial weights, as global tensors (layout-independent).
+        init_params = {p.name: fingerprint(p.name, engine.get_param(p.name))
+                       for p in engine.parameters()}
         # The gradients of the untrained weights first: 16-bit layouts are
         # compared there, before their roundings have moved the weights apart.
         engine.forward_backward(*batch(0))
@@ -100,6 +103,7 @@ def main():
             params[p.name] = fingerprint(p.name, engine.get_param(p.name))
             grads[p.name] = fingerprint(p.name, engine.get_grad(p.name))
         print(json.dumps({"rank": info.rank, "save": save, "pp_rank": info.pp_rank,
+                          "tp_rank": info.tp_rank, "init_params": init_params,
                           "dp_rank": info.dp_rank, "losses": losses, "fb_loss": fb_loss, "params": params,
                           "grads": grads, "first_grads": first_grads, "metrics": engine.metrics(),
                           "memory_at_rest": memory_at_rest}))

@@ -1,9 +1,9 @@
 """Pipeline parallelism: clear errors instead of hangs or silent surprises.
 
 A stage killed mid-training is named, with the operation, by every survivor
-within the timeout, and so is a stage stopped by SIGSTOP (from its heartbeat); ranks started with different pipeline sizes are refused
-at start-up; a layout the model cannot fill, a partition that matches no
-layer, and what is not built yet (the zero-bubble schedule) are errors that
+within the timeout, and so is a stage stopped by SIGSTOP (from its heartbeat);
+ranks started with different pipeline sizes are refused at start-up; a layout
+the model cannot fill and a partition that matches no layer are errors that
 name the setting and the way out.
 """
 import json

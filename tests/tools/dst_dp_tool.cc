@@ -1,4 +1,5 @@
-// dst_dp_tool: trains a model for N steps on the default corpus (or --data)
+// dst_dp_tool: trains a model for N steps on the default corpus (or --data; a
+// sequential model on a built-in smooth regression task)
 // as one rank of a job (RANK/WORLD_SIZE/... from the environment, or a single
 // process), taking this rank's slice of every global batch, and prints one
 // JSON line: {"rank", "world_size", "losses", "metrics"}.
@@ -164,12 +165,28 @@ int main(int argc, char **argv) {
   dst_batch_t batch;
   dst_batch_default(&batch);
   batch.n_samples = n;
-  batch.seq_len = T;
-  batch.tokens = tokens.data();
-  batch.tokens_count = tokens.size();
-  batch.targets = targets.data();
-  batch.targets_count = targets.size();
+  const bool sequential = info.model_type == DST_MODEL_SEQUENTIAL;  // MSE regression
+  std::vector<float> inputs(sequential ? n * size_t(info.input_dim) : 0);
+  std::vector<float> labels(sequential ? n * size_t(info.output_dim) : 0);
+  if (sequential) {
+    batch.inputs = inputs.data(), batch.inputs_count = inputs.size();
+    batch.labels = labels.data(), batch.labels_count = labels.size();
+  } else {
+    batch.seq_len = T;
+    batch.tokens = tokens.data(), batch.tokens_count = tokens.size();
+    batch.targets = targets.data(), batch.targets_count = targets.size();
+  }
   auto load_batch = [&](int index) {
+    if (sequential) {  // sample j of global batch `index`: a smooth function of (index, j)
+      const size_t first = size_t(info.dp_rank) * n;
+      for (size_t i = 0; i < inputs.size(); ++i)
+        inputs[i] = float(
+            std::sin(0.37 * double(index) + 0.11 * double(first * size_t(info.input_dim) + i)));
+      for (size_t i = 0; i < labels.size(); ++i)
+        labels[i] = float(
+            std::cos(0.29 * double(index) + 0.07 * double(first * size_t(info.output_dim) + i)));
+      return;
+    }
     Check(dst_dataset_batch(dataset, DST_SPLIT_TRAIN, uint64_t(index), uint64_t(info.dp_rank) * n,
                             n, T, tokens.data(), targets.data(), tokens.size()),
           "dst_dataset_batch");

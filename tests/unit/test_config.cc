@@ -684,16 +684,26 @@ TEST(ConfigErrors, Fp16AndBf16TogetherConflict) {
                         Code::kConfig, {"bf16 and bfloat16 are both given"}));
 }
 
-TEST(ConfigErrors, TensorParallelSize2IsNotSupportedYet) {
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2,
-                                  "tensor_parallel": {"enabled": true, "tp_size": 2}})"),
-                        Code::kNotSupported,
-                        {"tensor_parallel.tp_size: tensor parallelism (size 2) is not supported"}));
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "tensor_parallel": {"autotp_size": 4}})"),
-                        Code::kNotSupported, {"tensor_parallel.autotp_size"}));
+TEST(ConfigTensorParallel, BothSpellingsSplitTheWorld) {
+  Result<Config> tutorial = Parse(R"({"train_batch_size": 4,
+                                  "tensor_parallel": {"enabled": true, "tp_size": 2}})",
+                                  4);
+  ASSERT_PARSED(tutorial);
+  EXPECT_EQ(tutorial->tp_size, 2);
+  EXPECT_EQ(tutorial->dp_size, 2);  // tp does not multiply the batch
+  Result<Config> deepspeed =
+      Parse(R"({"train_batch_size": 2, "tensor_parallel": {"autotp_size": 4}})", 4);
+  ASSERT_PARSED(deepspeed);
+  EXPECT_EQ(deepspeed->tp_size, 4);
+  EXPECT_EQ(deepspeed->dp_size, 1);
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2,
                                   "tensor_parallel": {"enabled": false, "tp_size": 2}})"),
                         Code::kConfig, {"tensor_parallel.enabled is false"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2,
+                                  "tensor_parallel": {"tp_size": 2, "sequence_parallel": true}})",
+                              2),
+                        Code::kNotSupported,
+                        {"tensor_parallel.sequence_parallel", "not supported yet"}));
 }
 
 TEST(ConfigPipeline, BothSpellingsAndTheDivisibilityRule) {

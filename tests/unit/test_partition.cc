@@ -88,8 +88,8 @@ TEST(ModelPart, StagesStartFromTheWholeModelsValues) {
   limits.max_T = 8;
   Model<float> whole(spec, limits, nullptr);
   // Stage 0: embedding + block 0; stage 1: blocks 1, 2 + head (own wte copy).
-  Model<float> first(spec, limits, nullptr, {}, {}, ModelPart{{{0, 2}}});
-  Model<float> last(spec, limits, nullptr, {}, {}, ModelPart{{{2, 5}}});
+  Model<float> first(spec, limits, nullptr, {}, {}, ModelPart{{{0, 2}}, {}});
+  Model<float> last(spec, limits, nullptr, {}, {}, ModelPart{{{2, 5}}, {}});
   EXPECT_EQ(first.layers().size(), 2u);
   EXPECT_EQ(last.layers().size(), 3u);
   EXPECT_EQ(last.global_layer(0), 2u);
@@ -104,7 +104,7 @@ TEST(ModelPart, StagesStartFromTheWholeModelsValues) {
   EXPECT_EQ(last.params().Find("transformer.h.0.ln_1.weight"), -1);
   EXPECT_EQ(first.params().Find("transformer.ln_f.weight"), -1);
   // Interleaved: two chunks on one rank run as two local ranges.
-  Model<float> chunks(spec, limits, nullptr, {}, {}, ModelPart{{{0, 1}, {3, 4}}});
+  Model<float> chunks(spec, limits, nullptr, {}, {}, ModelPart{{{0, 1}, {3, 4}}, {}});
   ASSERT_EQ(chunks.num_chunks(), 2u);
   EXPECT_EQ(chunks.chunk(1).begin, 1u);
   EXPECT_EQ(chunks.global_layer(1), 3u);

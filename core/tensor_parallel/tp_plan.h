@@ -1,0 +1,43 @@
+// Tensor parallelism (Megatron-style) over the topology's tensor-parallel
+// group: how each layer of a model is cut across its tp ranks.
+//
+// Sequential models follow Megatron's MLP pattern: consecutive Linear layers
+// pair up as column-parallel (the output features split; the input
+// gradient's partial sums all-reduced in backward) then row-parallel (the
+// input features split; the output's partial sums all-reduced in forward,
+// the bias added once after), with only element-wise layers (ReLU, GELU)
+// between them, which run on the local slice. A Linear left without a
+// partner (the last one, or one followed by a LayerNorm before the next
+// Linear) is column-parallel with its output gathered. LayerNorms and the
+// loss see whole rows, replicated on every tp rank. Each split width must
+// divide by tp: an error names the layer and the numbers.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/common/status.h"
+#include "core/model/model_spec.h"
+
+namespace dst {
+
+enum class TpRole {
+  kReplicated,      // whole on every tp rank (LayerNorm, a loss, or tp = 1)
+  kColumn,          // Linear: output features split, output stays split
+  kColumnGathered,  // Linear: output features split, output all-gathered
+  kRow,             // Linear: input features split, output all-reduced
+  kLocalSlice,      // element-wise layer between a column and a row Linear
+};
+
+// This rank's place in its tensor-parallel group; comm is null when size 1.
+struct TensorParallelGroup {
+  Communicator *comm = nullptr;
+  int64_t size = 1, rank = 0;
+};
+
+// The role of each layer of the whole model (sequential: its layers, then
+// the loss) at tensor-parallel size `tp`; all kReplicated at tp = 1.
+Result<std::vector<TpRole>> PlanTensorParallel(const ModelSpec &spec, int64_t tp);
+
+}  // namespace dst

@@ -1,0 +1,148 @@
+"""Tensor parallelism (Megatron's MLP pattern) for sequential models: every
+layout reproduces the single-rank run.
+
+tp in {2, 4} x ZeRO {0, 1, 2, 3} x dp in {1, 2} (at most 8 ranks), fp32: the
+losses of every step and every tensor's parameters and gradients (gathered
+to global tensors) equal the single-rank run's within 1e-5 relative; the
+initial global weights are bitwise those of one rank; the gradient norm (what
+clipping uses) counts the tensors every tp rank holds whole once. Also a
+model with an unpaired (gathered) Linear and a LayerNorm, 3D grids with a
+pipeline (2 x 2 x 2 and 1 x 4 x 2, 1F1B and zero bubble), fp16/bf16, and the
+refusals: a width tp does not divide, a GPT at tp > 1, checkpoints at tp > 1,
+sequence parallelism; and a rank killed inside a tp all-reduce is named by the
+survivor.
+"""
+import pytest
+
+import pipeline_support as ps
+
+GLOBAL_MICRO_BATCHES = 8
+# An unpaired Linear before a LayerNorm (column-parallel, output gathered), a
+# column/row pair with GELU between, and a last Linear gathered.
+GATHERED = {"type": "sequential", "input_dim": 16, "loss": "mse", "seed": 9,
+            "layers": [{"type": "linear", "out_features": 32}, {"type": "layernorm"},
+                       {"type": "linear", "out_features": 32}, {"type": "gelu"},
+                       {"type": "linear", "out_features": 32}, {"type": "relu"},
+                       {"type": "linear", "out_features": 8}]}
+_references = {}
+
+
+def reference(tmp_path, model, build_dir, **kw):
+    key = (model["seed"], tuple(sorted(kw.items())))
+    if key not in _references:
+        config = ps.make_config(accum=GLOBAL_MICRO_BATCHES, **kw)
+        _references[key] = ps.run_job(tmp_path, config, model, 1, "reference",
+                                      build_dir=build_dir)[0]
+    return _references[key]
+
+
+def check(tmp_path, build_dir, model, tp, dp=1, pp=1, stage=0, schedule="1f1b", **kw):
+    ref = reference(tmp_path, model, build_dir, **kw)
+    config = ps.make_config(tp=tp, pp=pp, dp=dp, accum=GLOBAL_MICRO_BATCHES // dp, stage=stage,
+                            schedule=schedule, **kw)
+    reports = ps.run_job(tmp_path, config, model, tp * dp * pp, "layout", build_dir=build_dir)
+    assert {r["tp_rank"] for r in reports} == set(range(tp))
+    what = f"dp {dp} x tp {tp} x pp {pp}, ZeRO {stage}, {schedule}"
+    ps.assert_equivalent(reports, ref, kw.get("precision", "fp32"), what)
+    for r in reports:
+        assert r["init_params"] == ref["init_params"], f"{what}: initial weights differ"
+        norm, expected = r["metrics"]["grad_norm"], ref["metrics"]["grad_norm"]
+        if kw.get("precision", "fp32") == "fp32":
+            assert abs(norm - expected) <= 1e-5 * expected, (what, norm, expected)
+    return reports
+
+
+@pytest.mark.parametrize("dp", [1, 2])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+@pytest.mark.parametrize("tp", [2, 4])
+def test_tensor_parallel_layout_equals_single_rank(tmp_path, build_dir, tp, stage, dp):
+    check(tmp_path, build_dir, ps.SEQUENTIAL, tp, dp=dp, stage=stage)
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_gathered_linear_and_layernorm(tmp_path, build_dir, tp):
+    check(tmp_path, build_dir, GATHERED, tp, stage=2)
+
+
+@pytest.mark.parametrize("dp,tp,pp,stage,schedule", [
+    (2, 2, 2, 1, "1f1b"), (2, 2, 2, 3, "zb-h1"), (1, 4, 2, 0, "1f1b"), (1, 4, 2, 2, "zb-h1")])
+def test_three_dimensional_grid(tmp_path, build_dir, dp, tp, pp, stage, schedule):
+    """dp x tp x pp with ZeRO: each (tp, pp) coordinate's dp group shards its
+    slices; stages exchange this tp rank's slice of the activations."""
+    check(tmp_path, build_dir, ps.SEQUENTIAL, tp, dp=dp, pp=pp, stage=stage, schedule=schedule)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_mixed_precision_tracks_single_rank(tmp_path, build_dir, precision):
+    check(tmp_path, build_dir, ps.SEQUENTIAL, 2, dp=2, stage=2, precision=precision)
+
+
+def job_error(tmp_path, build_dir, config, model, world):
+    try:
+        reports = ps.run_job(tmp_path, config, model, world, "err", build_dir=build_dir)
+    except AssertionError as e:
+        return str(e)
+    return f"no error: {reports}"
+
+
+def test_refusals_name_the_problem(tmp_path, build_dir):
+    narrow = dict(ps.SEQUENTIAL, layers=[{"type": "linear", "out_features": 6}, {"type": "relu"},
+                                         {"type": "linear", "out_features": 8}])
+    err = job_error(tmp_path, build_dir, ps.make_config(tp=4, accum=2), narrow, 4)
+    assert "layers.0 (linear) splits its output features, 6" in err, err
+    err = job_error(tmp_path, build_dir, ps.make_config(tp=2, accum=2), ps.GPT, 2)
+    assert "tensor parallelism for GPT models is not built yet" in err, err
+    config = dict(ps.make_config(tp=2, accum=2), tensor_parallel={"tp_size": 2,
+                                                                  "sequence_parallel": True})
+    err = job_error(tmp_path, build_dir, config, ps.SEQUENTIAL, 2)
+    assert "sequence parallelism is not supported yet" in err, err
+
+
+def test_checkpoints_are_refused_by_name(tmp_path, build_dir):
+    reports = ps.run_job(tmp_path, ps.make_config(tp=2, accum=2), ps.SEQUENTIAL, 2, "ckpt",
+                         steps=1, build_dir=build_dir, extra=[str(tmp_path / "ckpt")])
+    for r in reports:
+        assert "checkpoints of tensor-parallel runs (tp_size 2) are not supported yet" in \
+            r["save"], r["save"]
+
+
+def test_killed_rank_inside_a_tensor_parallel_all_reduce_is_named(tmp_path, build_dir):
+    """Rank 1 of a tp 2 pair dies mid-step: rank 0, waiting in the layers'
+    all-reduce (or all-gather), names it and the operation within the timeout."""
+    import json
+
+    import test_faults as faults
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps(ps.make_config(tp=2, accum=4, timeout=15)))
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps(ps.SEQUENTIAL))
+    faults.kill_rank_1_and_check_survivors(str(build_dir / "tests" / "dst_dp_tool"), cfg, model,
+                                           2, ("allreduce", "allgather"))
+
+
+@pytest.mark.parametrize("pp,stage", [(1, 0), (1, 1), (1, 2), (1, 3), (2, 1), (2, 3)])
+def test_model_state_equals_the_estimate_to_the_byte(tmp_path, build_dir, pp, stage):
+    """Each rank's model state at rest equals `dstrain estimate`'s figure for
+    the layout: the ZeRO formula over dp with a tp rank's slice of the
+    parameters (and a stage's, with a pipeline) in place of P."""
+    import json
+    import subprocess
+    dp = 2 if pp == 1 else 1
+    config = ps.make_config(tp=2, pp=pp, dp=dp, accum=4, stage=stage, precision="fp16")
+    reports = ps.run_job(tmp_path, config, ps.SEQUENTIAL, 2 * pp * dp, "memory",
+                         build_dir=build_dir)
+    (tmp_path / "est.json").write_text(json.dumps(config))
+    (tmp_path / "est_model.json").write_text(json.dumps(ps.SEQUENTIAL))
+    out = json.loads(subprocess.run(
+        [str(build_dir / "dstrain"), "estimate", "--config", str(tmp_path / "est.json"),
+         "--model", str(tmp_path / "est_model.json"), "--world-size", str(2 * pp * dp), "--json"],
+        capture_output=True, text=True, check=True).stdout)
+    assert out["tp_size"] == 2 and out["parameters_per_rank"] < out["num_parameters"]
+    for r in reports:
+        rest = r["memory_at_rest"]
+        state = rest["parameters"] + rest["gradients"] + rest["optimizer_state"]
+        if pp == 1:
+            expected = out["stages"][stage]["total_bytes"]
+        else:
+            expected = out["pipeline"]["ranks"][r["pp_rank"]]["model_state_bytes"]
+        assert state == expected, (r["rank"], rest, expected)

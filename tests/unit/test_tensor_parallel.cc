@@ -1,0 +1,86 @@
+// Tensor parallelism's plan (each layer's role, the divisibility errors), a
+// rank's slice of a global tensor, and the slices of every rank at every tp
+// size initialising to the same global values as one rank.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/model/model.h"
+#include "core/model/model_spec.h"
+#include "core/tensor_parallel/tp_plan.h"
+#include "core/tensor_parallel/tp_tensors.h"
+
+namespace dst {
+namespace {
+
+ModelSpec Spec(const char *text) {
+  Result<ModelSpec> spec = ParseModelSpec(text);
+  EXPECT_TRUE(spec.ok()) << spec.status().message();
+  return spec.value();
+}
+
+constexpr const char *kMlp = R"({"type":"sequential","input_dim":8,"loss":"mse","seed":3,"layers":[
+    {"type":"linear","out_features":16},{"type":"relu"},{"type":"linear","out_features":16},
+    {"type":"linear","out_features":8},{"type":"layernorm"},{"type":"linear","out_features":4}]})";
+
+TEST(TensorParallelPlan, LinearsPairUpAsColumnThenRow) {
+  Result<std::vector<TpRole>> roles = PlanTensorParallel(Spec(kMlp), 2);
+  ASSERT_TRUE(roles.ok()) << roles.status().message();
+  // linear, relu, linear | linear (before a layernorm: gathered) | layernorm | linear | loss
+  const std::vector<TpRole> expected = {
+      TpRole::kColumn,     TpRole::kLocalSlice,     TpRole::kRow,       TpRole::kColumnGathered,
+      TpRole::kReplicated, TpRole::kColumnGathered, TpRole::kReplicated};
+  EXPECT_EQ(roles.value(), expected);
+  Result<std::vector<TpRole>> one = PlanTensorParallel(Spec(kMlp), 1);
+  ASSERT_TRUE(one.ok());
+  for (TpRole r : one.value()) EXPECT_EQ(r, TpRole::kReplicated);
+}
+
+TEST(TensorParallelPlan, ErrorsNameTheLayerAndTheNumbers) {
+  Result<std::vector<TpRole>> bad = PlanTensorParallel(Spec(kMlp), 8);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("layers.5 (linear) splits its output features, 4"),
+            std::string::npos)
+      << bad.status().message();
+  Result<std::vector<TpRole>> gpt = PlanTensorParallel(
+      Spec(R"({"type":"gpt","vocab_size":64,"n_ctx":8,"n_layer":1,"n_head":2,"d_model":16})"), 2);
+  ASSERT_FALSE(gpt.ok());
+  EXPECT_EQ(gpt.status().code(), Code::kNotSupported);
+}
+
+// Every tp rank's slices, put back at their global places, are the one-rank
+// model's tensors bit for bit (initialisation depends on the global element).
+TEST(TensorParallelPlan, SlicesOfEveryRankAreTheGlobalTensors) {
+  const ModelSpec spec = Spec(kMlp);
+  const std::vector<ParamDecl> whole = DeclareParameters(spec);
+  MemoryTracker tracker;
+  Model<float> one(spec, {2, 1, 1}, &tracker);
+  for (int64_t tp : {2, 4}) {
+    std::vector<std::vector<float>> rebuilt(whole.size());
+    for (size_t k = 0; k < whole.size(); ++k) rebuilt[k].assign(size_t(whole[k].numel), -1.0f);
+    for (int64_t rank = 0; rank < tp; ++rank) {
+      ModelPart part;
+      part.tp = {nullptr, tp, rank};
+      Model<float> slice(spec, {2, 1, 1}, &tracker, {}, {}, part);
+      const std::vector<ParamDecl> &decls = slice.params().decls();
+      ASSERT_EQ(decls.size(), whole.size());
+      for (size_t k = 0; k < decls.size(); ++k) {
+        const float *local = slice.params().values() + decls[k].offset;
+        for (int64_t i = 0; i < decls[k].numel; ++i)
+          rebuilt[k][size_t(decls[k].GlobalElement(i))] = local[i];
+        // SliceTensor takes the same elements back out of the global tensor.
+        std::vector<float> again(size_t(decls[k].numel));
+        SliceTensor(decls[k], one.params().values() + whole[k].offset, again.data());
+        EXPECT_EQ(again, std::vector<float>(local, local + decls[k].numel)) << decls[k].name;
+      }
+    }
+    for (size_t k = 0; k < whole.size(); ++k) {
+      const float *global = one.params().values() + whole[k].offset;
+      EXPECT_EQ(rebuilt[k], std::vector<float>(global, global + whole[k].numel))
+          << whole[k].name << " at tp " << tp;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dst
