@@ -53,6 +53,8 @@ Result<double> Executor::GlobalGradNorm() {
   if (tied_ && tied_->excluded_from_norm() >= 0) excluded.push_back(tied_->excluded_from_norm());
   if (tp_ && tp_->rank() != 0)
     excluded.insert(excluded.end(), tp_replicated_.begin(), tp_replicated_.end());
+  std::sort(excluded.begin(), excluded.end());  // a tied copy is whole on every tp rank too
+  excluded.erase(std::unique(excluded.begin(), excluded.end()), excluded.end());
   Result<double> squared = dp_->GradSquaredNorm(excluded);
   if (!squared.ok()) return squared.status();
   if (tp_) squared = SumOverGroup(*tp_, squared.value());

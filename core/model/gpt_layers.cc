@@ -11,6 +11,7 @@
 #include "core/kernels/cpu/layernorm.h"
 #include "core/kernels/cpu/linear.h"
 #include "core/kernels/cpu/loss.h"
+#include "core/tensor_parallel/tp_comm.h"
 
 namespace dst {
 
@@ -72,45 +73,51 @@ void GptEmbedding<T>::BackwardWeight(const T *, const LayerActivations<T> &,
 // ---------------------------------------------------------------- block
 
 template <typename T>
-GptBlock<T>::GptBlock(const GptDims &dims, int index, ParamRegistry &registry) : dims_(dims) {
+GptBlock<T>::GptBlock(const GptDims &dims, int index, ParamRegistry &registry,
+                      const TensorParallelGroup &tp)
+    : dims_(dims), tp_(tp), c_local_(dims.d_model / tp.size), f_local_(4 * dims.d_model / tp.size) {
   const int64_t C = dims.d_model;
   // GPT-2: residual projections scaled by 1/sqrt(2 * n_layer).
   const double proj_std = kInitStd / std::sqrt(2.0 * double(dims.n_layer));
+  const TensorSplit rows{0, tp.size, tp.rank}, columns{1, tp.size, tp.rank};
+  const TensorSplit qkv_rows{0, tp.size, tp.rank, 3};  // this rank's heads of q, k and v
   ln1_w_ = registry.Add(BlockName(index, "ln_1.weight"), {C}, ParamInit::Constant(1));
   ln1_b_ = registry.Add(BlockName(index, "ln_1.bias"), {C}, ParamInit::Constant(0));
-  attn_w_ =
-      registry.Add(BlockName(index, "attn.c_attn.weight"), {3 * C, C}, ParamInit::Normal(kInitStd));
-  attn_b_ = registry.Add(BlockName(index, "attn.c_attn.bias"), {3 * C}, ParamInit::Constant(0));
-  proj_w_ =
-      registry.Add(BlockName(index, "attn.c_proj.weight"), {C, C}, ParamInit::Normal(proj_std));
+  attn_w_ = registry.Add(BlockName(index, "attn.c_attn.weight"), {3 * C, C},
+                         ParamInit::Normal(kInitStd), qkv_rows);
+  attn_b_ =
+      registry.Add(BlockName(index, "attn.c_attn.bias"), {3 * C}, ParamInit::Constant(0), qkv_rows);
+  proj_w_ = registry.Add(BlockName(index, "attn.c_proj.weight"), {C, C},
+                         ParamInit::Normal(proj_std), columns);
   proj_b_ = registry.Add(BlockName(index, "attn.c_proj.bias"), {C}, ParamInit::Constant(0));
   ln2_w_ = registry.Add(BlockName(index, "ln_2.weight"), {C}, ParamInit::Constant(1));
   ln2_b_ = registry.Add(BlockName(index, "ln_2.bias"), {C}, ParamInit::Constant(0));
-  fc_w_ =
-      registry.Add(BlockName(index, "mlp.c_fc.weight"), {4 * C, C}, ParamInit::Normal(kInitStd));
-  fc_b_ = registry.Add(BlockName(index, "mlp.c_fc.bias"), {4 * C}, ParamInit::Constant(0));
-  fcproj_w_ =
-      registry.Add(BlockName(index, "mlp.c_proj.weight"), {C, 4 * C}, ParamInit::Normal(proj_std));
+  fc_w_ = registry.Add(BlockName(index, "mlp.c_fc.weight"), {4 * C, C}, ParamInit::Normal(kInitStd),
+                       rows);
+  fc_b_ = registry.Add(BlockName(index, "mlp.c_fc.bias"), {4 * C}, ParamInit::Constant(0), rows);
+  fcproj_w_ = registry.Add(BlockName(index, "mlp.c_proj.weight"), {C, 4 * C},
+                           ParamInit::Normal(proj_std), columns);
   fcproj_b_ = registry.Add(BlockName(index, "mlp.c_proj.bias"), {C}, ParamInit::Constant(0));
 }
 
 template <typename T>
 std::vector<SavedTensorSpec> GptBlock<T>::SavedTensors(const ActivationLimits &limits) const {
-  const int64_t N = limits.max_rows(), C = dims_.d_model;
+  const int64_t N = limits.max_rows(), C = dims_.d_model, Cl = c_local_;
   std::vector<SavedTensorSpec> saved(kNumSaved);
   saved[kOut] = {N * C};
   saved[kLn1] = {N * C};
   saved[kLn1Mean] = {N, true};
   saved[kLn1Rstd] = {N, true};
-  saved[kQkv] = {N * 3 * C};
-  saved[kAtt] = {limits.max_B * dims_.n_head * limits.max_T * limits.max_T, false, true};
-  saved[kAttY] = {N * C};
+  saved[kQkv] = {N * 3 * Cl};
+  saved[kAtt] = {limits.max_B * (dims_.n_head / tp_.size) * limits.max_T * limits.max_T, false,
+                 true};
+  saved[kAttY] = {N * Cl};
   saved[kRes2] = {N * C};
   saved[kLn2] = {N * C};
   saved[kLn2Mean] = {N, true};
   saved[kLn2Rstd] = {N, true};
-  saved[kFch] = {N * 4 * C};
-  saved[kFchGelu] = {N * 4 * C};
+  saved[kFch] = {N * f_local_};
+  saved[kFchGelu] = {N * f_local_};
   return saved;
 }
 
@@ -123,23 +130,47 @@ int64_t GptBlock<T>::ScratchSize(const ActivationLimits &limits) const {
 }
 
 template <typename T>
+bool GptBlock<T>::Finish(std::unique_ptr<Work> work, const char *what) {
+  Status st = TpWait(std::move(work), what);
+  if (st.ok()) return true;
+  this->Fail(std::move(st));
+  return false;
+}
+
+template <typename T>
+bool GptBlock<T>::SumRowParallel(T *out, const T *bias, int64_t N) {
+  if (tp_.size == 1) return true;
+  const int64_t C = dims_.d_model;
+  if (!Finish(TpAllReduce(tp_, out, N * C), "attention / MLP output projection")) return false;
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t j = 0; j < C; ++j) out[r * C + j] += bias[j];
+  return true;
+}
+
+template <typename T>
+std::unique_ptr<Work> GptBlock<T>::SumInputGradient(T *din, int64_t N) {
+  return TpAllReduce(tp_, din, N * dims_.d_model);
+}
+
+template <typename T>
 void GptBlock<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
-  const int64_t N = mb.rows(), C = dims_.d_model;
+  const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
   T *out = a[kOut];
   cpu::LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), N, C, a[kLn1], a[kLn1Mean],
                         a[kLn1Rstd]);
-  cpu::LinearForward(a[kLn1], p.param(attn_w_), p.param(attn_b_), N, C, 3 * C, a[kQkv]);
-  cpu::AttentionForward(a[kQkv], cpu::AttentionShape{mb.B, mb.seq, C, dims_.n_head}, a[kAtt],
-                        a[kAttY]);
+  cpu::LinearForward(a[kLn1], p.param(attn_w_), p.param(attn_b_), N, C, 3 * Cl, a[kQkv]);
+  cpu::AttentionForward(a[kQkv], Attention(mb), a[kAtt], a[kAttY]);
   // attention projection into the output (as scratch), then the first residual
-  cpu::LinearForward(a[kAttY], p.param(proj_w_), p.param(proj_b_), N, C, C, out);
+  cpu::LinearForward(a[kAttY], p.param(proj_w_), GemmBias(proj_b_), N, Cl, C, out);
+  if (!SumRowParallel(out, p.param(proj_b_), N)) return;
   cpu::Add(in, out, N * C, a[kRes2]);
   cpu::LayerNormForward(a[kRes2], p.param(ln2_w_), p.param(ln2_b_), N, C, a[kLn2], a[kLn2Mean],
                         a[kLn2Rstd]);
-  cpu::LinearForward(a[kLn2], p.param(fc_w_), p.param(fc_b_), N, C, 4 * C, a[kFch]);
-  cpu::GeluForward(a[kFch], N * 4 * C, a[kFchGelu]);
-  cpu::LinearForward(a[kFchGelu], p.param(fcproj_w_), p.param(fcproj_b_), N, 4 * C, C, out);
+  cpu::LinearForward(a[kLn2], p.param(fc_w_), p.param(fc_b_), N, C, F, a[kFch]);
+  cpu::GeluForward(a[kFch], N * F, a[kFchGelu]);
+  cpu::LinearForward(a[kFchGelu], p.param(fcproj_w_), GemmBias(fcproj_b_), N, F, C, out);
+  if (!SumRowParallel(out, p.param(fcproj_b_), N)) return;
   cpu::AddInPlace(a[kRes2], N * C, out);
 }
 
@@ -147,28 +178,31 @@ template <typename T>
 void GptBlock<T>::Backward(const T *in, const LayerActivations<T> &a, T *dout, T *din,
                            const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
-  const int64_t N = mb.rows(), C = dims_.d_model;
-  T *d_fch = mb.scratch;                                                    // [N, 4C]
+  const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
+  T *d_fch = mb.scratch;                                                    // [N, 4C']
   T *d_ln = d_fch + N * 4 * C;                                              // [N, C]
-  T *dqkv = d_ln + N * C;                                                   // [N, 3C]
+  T *dqkv = d_ln + N * C;                                                   // [N, 3C']
   T *att_scratch = dqkv + N * 3 * C;                                        // [threads, T, T]
   T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
 
   // MLP branch; dout doubles as the gradient of res2 (residual).
-  cpu::LinearBackward(dout, a[kFchGelu], p.param(fcproj_w_), N, 4 * C, C, d_fch, p.grad(fcproj_w_),
+  cpu::LinearBackward(dout, a[kFchGelu], p.param(fcproj_w_), N, F, C, d_fch, p.grad(fcproj_w_),
                       p.grad(fcproj_b_));
-  cpu::GeluBackward(d_fch, a[kFch], N * 4 * C, d_fch);
-  cpu::LinearBackward(d_fch, a[kLn2], p.param(fc_w_), N, C, 4 * C, d_ln, p.grad(fc_w_),
-                      p.grad(fc_b_));
+  cpu::GeluBackward(d_fch, a[kFch], N * F, d_fch);
+  cpu::LinearBackward<T>(d_fch, nullptr, p.param(fc_w_), N, C, F, d_ln, nullptr, nullptr);
+  std::unique_ptr<Work> sum = SumInputGradient(d_ln, N);  // while the weights' GEMM runs
+  cpu::LinearWeightBackward(d_fch, a[kLn2], N, C, F, p.grad(fc_w_), p.grad(fc_b_));
+  if (!Finish(std::move(sum), "MLP input gradient")) return;
   cpu::LayerNormBackward(d_ln, a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C, dout,
                          p.grad(ln2_w_), p.grad(ln2_b_), ln_scratch, mb.max_threads);
   // Attention branch; the residual passes dout (now d res2) straight to din.
-  cpu::LinearBackward(dout, a[kAttY], p.param(proj_w_), N, C, C, d_ln, p.grad(proj_w_),
+  cpu::LinearBackward(dout, a[kAttY], p.param(proj_w_), N, Cl, C, d_ln, p.grad(proj_w_),
                       p.grad(proj_b_));
-  cpu::AttentionBackward(d_ln, a[kQkv], a[kAtt], cpu::AttentionShape{mb.B, mb.seq, C, dims_.n_head},
-                         dqkv, att_scratch);
-  cpu::LinearBackward(dqkv, a[kLn1], p.param(attn_w_), N, C, 3 * C, d_ln, p.grad(attn_w_),
-                      p.grad(attn_b_));
+  cpu::AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch);
+  cpu::LinearBackward<T>(dqkv, nullptr, p.param(attn_w_), N, C, 3 * Cl, d_ln, nullptr, nullptr);
+  sum = SumInputGradient(d_ln, N);
+  cpu::LinearWeightBackward(dqkv, a[kLn1], N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_));
+  if (!Finish(std::move(sum), "attention input gradient")) return;
   if (!din)
     din = dout;  // first layer: the input gradient is not needed, but ln_1's is
   else
@@ -182,10 +216,10 @@ std::vector<SavedTensorSpec> GptBlock<T>::DeferredTensors(const ActivationLimits
   const int64_t N = limits.max_rows(), C = dims_.d_model;
   std::vector<SavedTensorSpec> deferred(kNumDeferred);
   deferred[kDOut] = {N * C};
-  deferred[kDFch] = {N * 4 * C};
+  deferred[kDFch] = {N * f_local_};
   deferred[kDLn2] = {N * C};
   deferred[kDRes2] = {N * C};
-  deferred[kDQkv] = {N * 3 * C};
+  deferred[kDQkv] = {N * 3 * c_local_};
   deferred[kDLn1] = {N * C};
   return deferred;
 }
@@ -196,25 +230,24 @@ template <typename T>
 void GptBlock<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *dout, T *din,
                                 LayerActivations<T> &d, const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
-  const int64_t N = mb.rows(), C = dims_.d_model;
+  const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
   const size_t row_bytes = size_t(N * C) * sizeof(T);
-  T *d_att = mb.scratch;                                                    // [N, C]
+  T *d_att = mb.scratch;                                                    // [N, C']
   T *att_scratch = d_att + N * C;                                           // [threads, T, T]
   T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
   std::memcpy(d[kDOut], dout, row_bytes);
-  cpu::LinearBackward<T>(dout, nullptr, p.param(fcproj_w_), N, 4 * C, C, d[kDFch], nullptr,
-                         nullptr);
-  cpu::GeluBackward(d[kDFch], a[kFch], N * 4 * C, d[kDFch]);
-  cpu::LinearBackward<T>(d[kDFch], nullptr, p.param(fc_w_), N, C, 4 * C, d[kDLn2], nullptr,
-                         nullptr);
+  cpu::LinearBackward<T>(dout, nullptr, p.param(fcproj_w_), N, F, C, d[kDFch], nullptr, nullptr);
+  cpu::GeluBackward(d[kDFch], a[kFch], N * F, d[kDFch]);
+  cpu::LinearBackward<T>(d[kDFch], nullptr, p.param(fc_w_), N, C, F, d[kDLn2], nullptr, nullptr);
+  if (!Finish(SumInputGradient(d[kDLn2], N), "MLP input gradient")) return;
   cpu::LayerNormBackward<T>(d[kDLn2], a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C,
                             dout, nullptr, nullptr, ln_scratch, mb.max_threads);
   std::memcpy(d[kDRes2], dout, row_bytes);
-  cpu::LinearBackward<T>(dout, nullptr, p.param(proj_w_), N, C, C, d_att, nullptr, nullptr);
-  cpu::AttentionBackward(d_att, a[kQkv], a[kAtt],
-                         cpu::AttentionShape{mb.B, mb.seq, C, dims_.n_head}, d[kDQkv], att_scratch);
-  cpu::LinearBackward<T>(d[kDQkv], nullptr, p.param(attn_w_), N, C, 3 * C, d[kDLn1], nullptr,
+  cpu::LinearBackward<T>(dout, nullptr, p.param(proj_w_), N, Cl, C, d_att, nullptr, nullptr);
+  cpu::AttentionBackward(d_att, a[kQkv], a[kAtt], Attention(mb), d[kDQkv], att_scratch);
+  cpu::LinearBackward<T>(d[kDQkv], nullptr, p.param(attn_w_), N, C, 3 * Cl, d[kDLn1], nullptr,
                          nullptr);
+  if (!Finish(SumInputGradient(d[kDLn1], N), "attention input gradient")) return;
   if (!din)
     din = dout;
   else
@@ -227,15 +260,14 @@ template <typename T>
 void GptBlock<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
                                  const LayerActivations<T> &d, const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
-  const int64_t N = mb.rows(), C = dims_.d_model;
+  const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
   T *ln_scratch = mb.scratch;  // [threads, 2C]
-  cpu::LinearWeightBackward(d[kDOut], a[kFchGelu], N, 4 * C, C, p.grad(fcproj_w_),
-                            p.grad(fcproj_b_));
-  cpu::LinearWeightBackward(d[kDFch], a[kLn2], N, C, 4 * C, p.grad(fc_w_), p.grad(fc_b_));
+  cpu::LinearWeightBackward(d[kDOut], a[kFchGelu], N, F, C, p.grad(fcproj_w_), p.grad(fcproj_b_));
+  cpu::LinearWeightBackward(d[kDFch], a[kLn2], N, C, F, p.grad(fc_w_), p.grad(fc_b_));
   cpu::LayerNormParamBackward(d[kDLn2], a[kRes2], a[kLn2Mean], a[kLn2Rstd], N, C, p.grad(ln2_w_),
                               p.grad(ln2_b_), ln_scratch, mb.max_threads);
-  cpu::LinearWeightBackward(d[kDRes2], a[kAttY], N, C, C, p.grad(proj_w_), p.grad(proj_b_));
-  cpu::LinearWeightBackward(d[kDQkv], a[kLn1], N, C, 3 * C, p.grad(attn_w_), p.grad(attn_b_));
+  cpu::LinearWeightBackward(d[kDRes2], a[kAttY], N, Cl, C, p.grad(proj_w_), p.grad(proj_b_));
+  cpu::LinearWeightBackward(d[kDQkv], a[kLn1], N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_));
   cpu::LayerNormParamBackward(d[kDLn1], in, a[kLn1Mean], a[kLn1Rstd], N, C, p.grad(ln1_w_),
                               p.grad(ln1_b_), ln_scratch, mb.max_threads);
 }
@@ -244,15 +276,15 @@ void GptBlock<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
 // the backward workspace, which is free until the backward starts.
 template <typename T>
 void GptBlock<T>::RecomputeSaved(const T *, LayerActivations<T> &a, const MicroBatch<T> &mb) {
-  cpu::AttentionForward(a[kQkv], cpu::AttentionShape{mb.B, mb.seq, dims_.d_model, dims_.n_head},
-                        a[kAtt], mb.scratch);
+  cpu::AttentionForward(a[kQkv], Attention(mb), a[kAtt], mb.scratch);
 }
 
+// This rank's share: its heads and its slices of the linears.
 template <typename T>
 double GptBlock<T>::ForwardFlops(int64_t B, int64_t seq) const {
-  const double N = double(B * seq), C = double(dims_.d_model);
-  const double linear = 2.0 * N * C * (3 * C + C + 4 * C + 4 * C);
-  const double attention = 2.0 * 2.0 * double(B) * double(seq) * double(seq) * C;  // QK^T and AV
+  const double N = double(B * seq), C = double(dims_.d_model), Cl = double(c_local_);
+  const double linear = 2.0 * N * C * (3 * Cl + Cl + 2 * double(f_local_));
+  const double attention = 2.0 * 2.0 * double(B) * double(seq) * double(seq) * Cl;  // QK^T and AV
   return linear + attention;
 }
 

@@ -4,7 +4,9 @@
 
 #include <string>
 
+#include "core/kernels/cpu/attention.h"
 #include "core/model/layer.h"
+#include "core/tensor_parallel/tp_group.h"
 
 namespace dst {
 
@@ -44,10 +46,18 @@ class GptEmbedding final : public Layer<T> {
 
 // Pre-LayerNorm transformer block:
 //   res2 = x + c_proj(attn(c_attn(ln_1(x))));  out = res2 + mlp.c_proj(gelu(mlp.c_fc(ln_2(res2))))
+// With tensor parallelism (Megatron's block) each tp rank holds H / tp
+// whole heads: c_attn column-parallel (its q, k and v rows of those heads),
+// attn.c_proj row-parallel, mlp.c_fc column-parallel, mlp.c_proj
+// row-parallel; the LayerNorms and the row-parallel biases are whole on every
+// rank. Forward all-reduces after each row-parallel GEMM (then adds its
+// bias), backward after each column-parallel layer's input gradient (while
+// its weight-gradient GEMM runs). Below, C' = C / tp and H' = H / tp.
 template <typename T>
 class GptBlock final : public Layer<T> {
  public:
-  GptBlock(const GptDims &dims, int index, ParamRegistry &registry);
+  GptBlock(const GptDims &dims, int index, ParamRegistry &registry,
+           const TensorParallelGroup &tp = {});
   std::string_view Kind() const override { return "gpt_transformer_block"; }
   int64_t OutWidth() const override { return dims_.d_model; }
   std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
@@ -70,30 +80,44 @@ class GptBlock final : public Layer<T> {
     kLn1,      // [N, C]
     kLn1Mean,  // [N] (exact)
     kLn1Rstd,  // [N] (exact)
-    kQkv,      // [N, 3C]
-    kAtt,      // [B, H, T, T] softmax probabilities (recomputable)
-    kAttY,     // [N, C] attention output, heads merged
+    kQkv,      // [N, 3C']
+    kAtt,      // [B, H', T, T] softmax probabilities (recomputable)
+    kAttY,     // [N, C'] attention output, this rank's heads merged
     kRes2,     // [N, C] residual after attention
     kLn2,      // [N, C]
     kLn2Mean,  // [N] (exact)
     kLn2Rstd,  // [N] (exact)
-    kFch,      // [N, 4C]
-    kFchGelu,  // [N, 4C]
+    kFch,      // [N, 4C']
+    kFchGelu,  // [N, 4C']
     kNumSaved,
   };
   // The gradients the input half keeps for the weight half (zero bubble):
   enum Deferred {
     kDOut,   // [N, C] of the block output (mlp.c_proj's output gradient)
-    kDFch,   // [N, 4C] of mlp.c_fc's output
+    kDFch,   // [N, 4C'] of mlp.c_fc's output
     kDLn2,   // [N, C] of ln_2's output
     kDRes2,  // [N, C] of the first residual (attn.c_proj's output gradient)
-    kDQkv,   // [N, 3C] of attn.c_attn's output
+    kDQkv,   // [N, 3C'] of attn.c_attn's output
     kDLn1,   // [N, C] of ln_1's output
     kNumDeferred,
   };
 
  private:
+  cpu::AttentionShape Attention(const MicroBatch<T> &mb) const {
+    return {mb.B, mb.seq, c_local_, dims_.n_head / tp_.size};
+  }
+  // A row-parallel GEMM's partial output [N, C] summed over the group, then
+  // its bias added (tp > 1; at tp 1 the GEMM added it). False on failure.
+  bool SumRowParallel(T *out, const T *bias, int64_t N);
+  // A column-parallel layer's input gradient, launched (null at tp 1).
+  std::unique_ptr<Work> SumInputGradient(T *din, int64_t N);
+  bool Finish(std::unique_ptr<Work> work, const char *what);
+  // The row-parallel layers' bias in their GEMM at tp 1 only.
+  const T *GemmBias(int id) { return tp_.size == 1 ? this->store_->param(id) : nullptr; }
+
   GptDims dims_;
+  TensorParallelGroup tp_;
+  int64_t c_local_, f_local_;  // C' and 4C'
   int ln1_w_, ln1_b_, attn_w_, attn_b_, proj_w_, proj_b_;
   int ln2_w_, ln2_b_, fc_w_, fc_b_, fcproj_w_, fcproj_b_;
 };

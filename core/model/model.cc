@@ -68,7 +68,8 @@ std::unique_ptr<Layer<T>> MakeLayer(const ModelSpec &spec, size_t g, int64_t in_
       return embedding;
     }
     if (g <= size_t(spec.gpt.n_layer))
-      return std::make_unique<GptBlock<T>>(spec.gpt, int(g) - 1, registry);
+      return std::make_unique<GptBlock<T>>(spec.gpt, int(g) - 1, registry,
+                                           role == TpRole::kHeads ? tp : TensorParallelGroup{});
     return std::make_unique<GptHead<T>>(spec.gpt, *wte, registry);
   }
   if (g == spec.layers.size()) {

@@ -18,7 +18,7 @@ int ParamRegistry::Add(std::string name, std::vector<int64_t> global_shape, Para
   decl.split = split;
   if (split.split()) {
     int64_t &d = decl.shape.at(size_t(split.dim));
-    if (d % split.parts != 0 || split.index < 0 || split.index >= split.parts)
+    if (d % (split.parts * split.groups) != 0 || split.index < 0 || split.index >= split.parts)
       throw std::logic_error("ParamRegistry::Add: " + decl.name + " dimension " +
                              std::to_string(split.dim) + " of " + std::to_string(d) +
                              " does not split into " + std::to_string(split.parts));
@@ -42,7 +42,10 @@ int64_t ParamDecl::GlobalElement(int64_t i) const {
   for (size_t k = dim + 1; k < shape.size(); ++k) inner *= shape[k];
   const int64_t local_dim = shape[dim];
   const int64_t outer = i / (local_dim * inner);
-  const int64_t at = (i / inner) % local_dim + split.index * local_dim;
+  // Along the split dimension: block g of `groups`, row j of this part of it.
+  const int64_t a = (i / inner) % local_dim, per_group = local_dim / split.groups;
+  const int64_t at = (a / per_group) * per_group * split.parts + split.index * per_group +
+                     a % per_group;
   return (outer * global_shape[dim] + at) * inner + i % inner;
 }
 

@@ -28,10 +28,13 @@ struct ParamInit {
 
 // How a tensor is cut across ranks (tensor parallelism): this rank holds
 // part `index` of `parts` equal slices along dimension `dim` of the global
-// tensor. dim < 0: not split (the rank holds the whole tensor).
+// tensor. dim < 0: not split (the rank holds the whole tensor). With
+// `groups` > 1 the dimension is `groups` blocks, each cut the same way (a
+// fused [q; k; v] projection split by heads: part i of each of q, k and v).
 struct TensorSplit {
   int dim = -1;
   int64_t parts = 1, index = 0;
+  int64_t groups = 1;
   bool split() const { return dim >= 0 && parts > 1; }
 };
 

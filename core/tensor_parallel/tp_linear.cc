@@ -5,29 +5,9 @@
 #include <type_traits>
 
 #include "core/kernels/cpu/linear.h"
+#include "core/tensor_parallel/tp_comm.h"
 
 namespace dst {
-
-namespace {
-
-// The collectives run on fp32; a double model (gradient checks) is never split.
-template <typename T>
-std::unique_ptr<Work> AllReduce(Communicator *comm, T *data, int64_t count) {
-  if constexpr (std::is_same_v<T, float>)
-    return comm->AllReduceSum(data, count);
-  else
-    return std::make_unique<DoneWork>(InternalError("tensor parallelism on a double model"));
-}
-
-template <typename T>
-std::unique_ptr<Work> AllGather(Communicator *comm, T *data, int64_t shard) {
-  if constexpr (std::is_same_v<T, float>)
-    return comm->AllGather(data, shard);
-  else
-    return std::make_unique<DoneWork>(InternalError("tensor parallelism on a double model"));
-}
-
-}  // namespace
 
 template <typename T>
 TensorParallelLinear<T>::TensorParallelLinear(const std::string &prefix, int64_t in, int64_t out,
@@ -58,10 +38,10 @@ int64_t TensorParallelLinear<T>::ScratchSize(const ActivationLimits &limits) con
 
 template <typename T>
 bool TensorParallelLinear<T>::Finish(std::unique_ptr<Work> work) {
-  Status st = work->Wait();
+  Status st = TpWait(std::move(work),
+                     role_ == TpRole::kRow ? "row-parallel linear" : "column-parallel linear");
   if (st.ok()) return true;
-  this->Fail(st.context(std::string("tensor-parallel ") +
-                        (role_ == TpRole::kRow ? "row" : "column") + "-parallel linear"));
+  this->Fail(std::move(st));
   return false;
 }
 
@@ -80,7 +60,7 @@ void TensorParallelLinear<T>::Forward(const T *in, LayerActivations<T> &act,
     T *gathered = mb.scratch;
     const int64_t shard = rows * out_local_;
     cpu::LinearForward(in, p.param(w_), bias, rows, in_, out_local_, gathered + tp_.rank * shard);
-    if (!Finish(AllGather(tp_.comm, gathered, shard))) return;
+    if (!Finish(TpAllGather(tp_, gathered, shard))) return;
     for (int64_t part = 0; part < tp_.size; ++part)
       for (int64_t r = 0; r < rows; ++r)
         std::memcpy(act[0] + r * out_ + part * out_local_, gathered + part * shard + r * out_local_,
@@ -89,7 +69,7 @@ void TensorParallelLinear<T>::Forward(const T *in, LayerActivations<T> &act,
   }
   // Row: partial sums over this rank's input features, summed, then the bias once.
   cpu::LinearForward<T>(in, p.param(w_), nullptr, rows, in_local_, out_, act[0]);
-  if (!Finish(AllReduce(tp_.comm, act[0], rows * out_))) return;
+  if (!Finish(TpAllReduce(tp_, act[0], rows * out_))) return;
   if (bias)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < out_; ++j) act[0][r * out_ + j] += bias[j];
@@ -123,7 +103,7 @@ void TensorParallelLinear<T>::InputGradient(const T *dy_local, const T *in, T *d
   // Column-parallel: every rank holds part of each input gradient (the
   // first layer has none to send). The sum runs while the weights' GEMM does.
   std::unique_ptr<Work> sum;
-  if (din && role_ != TpRole::kRow) sum = AllReduce(tp_.comm, din, rows * in_);
+  if (din && role_ != TpRole::kRow) sum = TpAllReduce(tp_, din, rows * in_);
   if (weights) WeightGradient(dy_local, in, mb);
   if (sum) Finish(std::move(sum));
 }

@@ -27,11 +27,15 @@ Result<std::vector<TpRole>> PlanTensorParallel(const ModelSpec &spec, int64_t tp
       spec.type == ModelSpec::Type::kGpt ? size_t(spec.gpt.n_layer) + 2 : spec.layers.size() + 1;
   std::vector<TpRole> roles(layers, TpRole::kReplicated);
   if (tp == 1) return roles;
-  if (spec.type == ModelSpec::Type::kGpt)
-    return NotSupported("tensor parallelism for GPT models is not built yet (tp_size " +
-                        std::to_string(tp) +
-                        "); sequential models split across tensor-parallel ranks, a GPT trains "
-                        "with tp_size 1");
+  if (spec.type == ModelSpec::Type::kGpt) {
+    if (spec.gpt.n_head % tp != 0)
+      return ConfigError("tensor parallelism: n_head " + std::to_string(spec.gpt.n_head) +
+                         " does not divide into tensor-parallel size " + std::to_string(tp) +
+                         " (each rank holds whole heads); choose a tp_size that divides " +
+                         std::to_string(spec.gpt.n_head));
+    for (size_t i = 1; i + 1 < layers; ++i) roles[i] = TpRole::kHeads;
+    return roles;
+  }
   const std::vector<SequentialLayerSpec> &l = spec.layers;
   for (size_t i = 0; i < l.size(); ++i) {
     if (l[i].kind != Kind::kLinear || roles[i] != TpRole::kReplicated) continue;

@@ -1,6 +1,11 @@
 // Tensor parallelism (Megatron-style) over the topology's tensor-parallel
 // group: how each layer of a model is cut across its tp ranks.
 //
+// A GPT splits each transformer block Megatron's way (whole attention heads
+// and MLP features per rank, GptBlock); the embedding and the tied head stay
+// whole on every rank (vocab-parallel embedding and cross-entropy are not
+// built yet). n_head must divide by tp.
+//
 // Sequential models follow Megatron's MLP pattern: consecutive Linear layers
 // pair up as column-parallel (the output features split; the input
 // gradient's partial sums all-reduced in backward) then row-parallel (the
@@ -16,9 +21,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/comm/communicator.h"
 #include "core/common/status.h"
 #include "core/model/model_spec.h"
+#include "core/tensor_parallel/tp_group.h"
 
 namespace dst {
 
@@ -28,12 +33,7 @@ enum class TpRole {
   kColumnGathered,  // Linear: output features split, output all-gathered
   kRow,             // Linear: input features split, output all-reduced
   kLocalSlice,      // element-wise layer between a column and a row Linear
-};
-
-// This rank's place in its tensor-parallel group; comm is null when size 1.
-struct TensorParallelGroup {
-  Communicator *comm = nullptr;
-  int64_t size = 1, rank = 0;
+  kHeads,           // GPT block: H / tp heads and 4C / tp MLP features per rank
 };
 
 // The role of each layer of the whole model (sequential: its layers, then

@@ -43,25 +43,41 @@ TEST(TensorParallelPlan, ErrorsNameTheLayerAndTheNumbers) {
             std::string::npos)
       << bad.status().message();
   Result<std::vector<TpRole>> gpt = PlanTensorParallel(
-      Spec(R"({"type":"gpt","vocab_size":64,"n_ctx":8,"n_layer":1,"n_head":2,"d_model":16})"), 2);
+      Spec(R"({"type":"gpt","vocab_size":64,"n_ctx":8,"n_layer":1,"n_head":2,"d_model":16})"), 4);
   ASSERT_FALSE(gpt.ok());
-  EXPECT_EQ(gpt.status().code(), Code::kNotSupported);
+  EXPECT_NE(gpt.status().message().find("n_head 2 does not divide into tensor-parallel size 4"),
+            std::string::npos)
+      << gpt.status().message();
 }
 
 // Every tp rank's slices, put back at their global places, are the one-rank
 // model's tensors bit for bit (initialisation depends on the global element).
-TEST(TensorParallelPlan, SlicesOfEveryRankAreTheGlobalTensors) {
-  const ModelSpec spec = Spec(kMlp);
+constexpr const char *kGpt =
+    R"({"type":"gpt","vocab_size":64,"n_ctx":8,"n_layer":2,"n_head":4,"d_model":16,"seed":5})";
+
+TEST(TensorParallelPlan, GptBlocksSplitByHeads) {
+  Result<std::vector<TpRole>> roles = PlanTensorParallel(Spec(kGpt), 2);
+  ASSERT_TRUE(roles.ok()) << roles.status().message();
+  const std::vector<TpRole> expected = {TpRole::kReplicated, TpRole::kHeads, TpRole::kHeads,
+                                        TpRole::kReplicated};
+  EXPECT_EQ(roles.value(), expected);
+}
+
+class TensorParallelSlices : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(TensorParallelSlices, SlicesOfEveryRankAreTheGlobalTensors) {
+  const ModelSpec spec = Spec(GetParam());
   const std::vector<ParamDecl> whole = DeclareParameters(spec);
   MemoryTracker tracker;
-  Model<float> one(spec, {2, 1, 1}, &tracker);
+  const ActivationLimits limits{2, spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1, 1};
+  Model<float> one(spec, limits, &tracker);
   for (int64_t tp : {2, 4}) {
     std::vector<std::vector<float>> rebuilt(whole.size());
     for (size_t k = 0; k < whole.size(); ++k) rebuilt[k].assign(size_t(whole[k].numel), -1.0f);
     for (int64_t rank = 0; rank < tp; ++rank) {
       ModelPart part;
       part.tp = {nullptr, tp, rank};
-      Model<float> slice(spec, {2, 1, 1}, &tracker, {}, {}, part);
+      Model<float> slice(spec, limits, &tracker, {}, {}, part);
       const std::vector<ParamDecl> &decls = slice.params().decls();
       ASSERT_EQ(decls.size(), whole.size());
       for (size_t k = 0; k < decls.size(); ++k) {
@@ -81,6 +97,8 @@ TEST(TensorParallelPlan, SlicesOfEveryRankAreTheGlobalTensors) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, TensorParallelSlices, ::testing::Values(kMlp, kGpt));
 
 }  // namespace
 }  // namespace dst

@@ -1,0 +1,41 @@
+// The tensor-parallel group's collectives as the layers call them: on the
+// layers' element type (the group runs fp32; a double model is never split),
+// and nothing to do on a group of one.
+#pragma once
+
+#include <memory>
+#include <type_traits>
+
+#include "core/comm/communicator.h"
+#include "core/tensor_parallel/tp_group.h"
+
+namespace dst {
+
+// In-place sum over the group; null when there is no group to sum over.
+template <typename T>
+std::unique_ptr<Work> TpAllReduce(const TensorParallelGroup &tp, T *data, int64_t count) {
+  if (tp.size == 1) return nullptr;
+  if constexpr (std::is_same_v<T, float>)
+    return tp.comm->AllReduceSum(data, count);
+  else
+    return std::make_unique<DoneWork>(InternalError("tensor parallelism on a double model"));
+}
+
+// data[rank * shard, (rank + 1) * shard) to every rank.
+template <typename T>
+std::unique_ptr<Work> TpAllGather(const TensorParallelGroup &tp, T *data, int64_t shard) {
+  if (tp.size == 1) return nullptr;
+  if constexpr (std::is_same_v<T, float>)
+    return tp.comm->AllGather(data, shard);
+  else
+    return std::make_unique<DoneWork>(InternalError("tensor parallelism on a double model"));
+}
+
+// Waits for `work` (null: nothing to wait for); the error names `what`.
+inline Status TpWait(std::unique_ptr<Work> work, const char *what) {
+  if (!work) return Status::Ok();
+  Status st = work->Wait();
+  return st.ok() ? st : st.context(std::string("tensor-parallel ") + what);
+}
+
+}  // namespace dst
