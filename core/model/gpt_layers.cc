@@ -1,5 +1,6 @@
 #include "core/model/gpt_layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -12,6 +13,7 @@
 #include "core/kernels/cpu/linear.h"
 #include "core/kernels/cpu/loss.h"
 #include "core/tensor_parallel/tp_comm.h"
+#include "core/tensor_parallel/vocab_parallel.h"
 
 namespace dst {
 
@@ -26,9 +28,11 @@ std::string BlockName(int index, const char *suffix) {
 // ---------------------------------------------------------------- embedding
 
 template <typename T>
-GptEmbedding<T>::GptEmbedding(const GptDims &dims, ParamRegistry &registry) : dims_(dims) {
+GptEmbedding<T>::GptEmbedding(const GptDims &dims, ParamRegistry &registry,
+                              const TensorParallelGroup &tp)
+    : dims_(dims), tp_(tp), first_(tp.rank * (dims.vocab / tp.size)), rows_(dims.vocab / tp.size) {
   wte_ = registry.Add("transformer.wte.weight", {dims.vocab, dims.d_model},
-                      ParamInit::Normal(kInitStd));
+                      ParamInit::Normal(kInitStd), TensorSplit{0, tp.size, tp.rank});
   wpe_ = registry.Add("transformer.wpe.weight", {dims.n_ctx, dims.d_model},
                       ParamInit::Normal(kInitStd));
 }
@@ -40,15 +44,23 @@ std::vector<SavedTensorSpec> GptEmbedding<T>::SavedTensors(const ActivationLimit
 
 template <typename T>
 void GptEmbedding<T>::Forward(const T *, LayerActivations<T> &act, const MicroBatch<T> &mb) {
-  cpu::EmbeddingForward(mb.tokens, this->store_->param(wte_), this->store_->param(wpe_), mb.B,
-                        mb.seq, dims_.d_model, act[0]);
+  ParamStore<T> &p = *this->store_;
+  const int64_t C = dims_.d_model;
+  if (tp_.size == 1) {
+    cpu::EmbeddingForward(mb.tokens, p.param(wte_), p.param(wpe_), mb.B, mb.seq, C, act[0]);
+    return;
+  }
+  cpu::EmbeddingLookupRange(mb.tokens, p.param(wte_), first_, rows_, mb.B, mb.seq, C, act[0]);
+  Status st = TpWait(TpAllReduce(tp_, act[0], mb.rows() * C), "token embedding");
+  if (!st.ok()) return this->Fail(std::move(st));
+  cpu::AddPositions(p.param(wpe_), mb.B, mb.seq, C, act[0]);
 }
 
 template <typename T>
 void GptEmbedding<T>::Backward(const T *, const LayerActivations<T> &, T *dout, T *,
                                const MicroBatch<T> &mb) {
   cpu::EmbeddingBackward(dout, mb.tokens, mb.B, mb.seq, dims_.d_model, this->store_->grad(wte_),
-                         this->store_->grad(wpe_));
+                         this->store_->grad(wpe_), first_, rows_);
 }
 
 template <typename T>
@@ -67,7 +79,7 @@ template <typename T>
 void GptEmbedding<T>::BackwardWeight(const T *, const LayerActivations<T> &,
                                      const LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
   cpu::EmbeddingBackward(deferred[0], mb.tokens, mb.B, mb.seq, dims_.d_model,
-                         this->store_->grad(wte_), this->store_->grad(wpe_));
+                         this->store_->grad(wte_), this->store_->grad(wpe_), first_, rows_);
 }
 
 // ---------------------------------------------------------------- block
@@ -291,13 +303,19 @@ double GptBlock<T>::ForwardFlops(int64_t B, int64_t seq) const {
 // ---------------------------------------------------------------- head
 
 template <typename T>
-GptHead<T>::GptHead(const GptDims &dims, int wte_id, ParamRegistry &registry)
-    : dims_(dims), wte_(wte_id) {
+GptHead<T>::GptHead(const GptDims &dims, int wte_id, ParamRegistry &registry,
+                    const TensorParallelGroup &tp)
+    : dims_(dims),
+      tp_(tp),
+      first_(tp.rank * (dims.vocab / tp.size)),
+      vocab_(dims.vocab / tp.size),
+      wte_(wte_id) {
   // A pipeline's last stage holds its own copy of the tied weight (same name,
-  // same initial values); the engine sums the two copies' gradients.
+  // same initial values, the same vocabulary shard); the engine sums the two
+  // copies' gradients.
   if (wte_ < 0)
     wte_ = registry.Add("transformer.wte.weight", {dims.vocab, dims.d_model},
-                        ParamInit::Normal(kInitStd));
+                        ParamInit::Normal(kInitStd), TensorSplit{0, tp.size, tp.rank});
   lnf_w_ = registry.Add("transformer.ln_f.weight", {dims.d_model}, ParamInit::Constant(1));
   lnf_b_ = registry.Add("transformer.ln_f.bias", {dims.d_model}, ParamInit::Constant(0));
 }
@@ -309,37 +327,65 @@ std::vector<SavedTensorSpec> GptHead<T>::SavedTensors(const ActivationLimits &li
   saved[kLnf] = {N * C};
   saved[kLnfMean] = {N, true};
   saved[kLnfRstd] = {N, true};
-  saved[kProbs] = {N * dims_.vocab, true};
+  saved[kProbs] = {N * vocab_, true};
   return saved;
 }
 
-// Backward workspace: dlogits [N, V] | d_lnf [N, C] | LayerNorm partial sums [threads, 2C].
+// Backward workspace: dlogits [N, V'] | d_lnf [N, C] | LayerNorm partial sums
+// [threads, 2C]; forward (vocab-parallel): the cross-entropy's [tp + 2, N].
 template <typename T>
 int64_t GptHead<T>::ScratchSize(const ActivationLimits &limits) const {
   const int64_t N = limits.max_rows(), C = dims_.d_model;
-  return N * (dims_.vocab + C) + int64_t(limits.max_threads) * 2 * C;
+  return std::max(N * (vocab_ + C) + int64_t(limits.max_threads) * 2 * C, (tp_.size + 2) * N);
 }
 
 template <typename T>
 void GptHead<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
-  const int64_t N = mb.rows(), C = dims_.d_model, V = dims_.vocab;
+  const int64_t N = mb.rows(), C = dims_.d_model;
   cpu::LayerNormForward(in, p.param(lnf_w_), p.param(lnf_b_), N, C, a[kLnf], a[kLnfMean],
                         a[kLnfRstd]);
-  cpu::LinearForward<T>(a[kLnf], p.param(wte_), nullptr, N, C, V, a[kProbs]);
-  a.loss = double(cpu::SoftmaxCrossEntropyForward(a[kProbs], mb.targets, N, V, &a.counted));
+  cpu::LinearForward<T>(a[kLnf], p.param(wte_), nullptr, N, C, vocab_, a[kProbs]);
+  if (tp_.size == 1) {
+    a.loss = double(cpu::SoftmaxCrossEntropyForward(a[kProbs], mb.targets, N, vocab_, &a.counted));
+    return;
+  }
+  Status st = VocabParallelCrossEntropy(tp_, a[kProbs], mb.targets, N, vocab_, first_, mb.scratch,
+                                        &a.loss, &a.counted);
+  if (!st.ok()) this->Fail(std::move(st));
+}
+
+template <typename T>
+void GptHead<T>::LogitsGradient(const LayerActivations<T> &a, const MicroBatch<T> &mb,
+                                T *dlogits) const {
+  cpu::SoftmaxCrossEntropyBackward(a[kProbs], mb.targets, mb.rows(), vocab_, a.counted,
+                                   mb.grad_scale, dlogits, first_);
+}
+
+template <typename T>
+bool GptHead<T>::LnfGradient(const LayerActivations<T> &a, const T *dlogits, T *d_lnf, int64_t N,
+                             bool weights) {
+  ParamStore<T> &p = *this->store_;
+  const int64_t C = dims_.d_model;
+  cpu::LinearBackward<T>(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr);
+  std::unique_ptr<Work> sum = TpAllReduce(tp_, d_lnf, N * C);  // while the wte GEMM runs
+  if (weights) cpu::LinearWeightBackward<T>(dlogits, a[kLnf], N, C, vocab_, p.grad(wte_), nullptr);
+  Status st = TpWait(std::move(sum), "LM head input gradient");
+  if (st.ok()) return true;
+  this->Fail(std::move(st));
+  return false;
 }
 
 template <typename T>
 void GptHead<T>::Backward(const T *in, const LayerActivations<T> &a, T *, T *din,
                           const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
-  const int64_t N = mb.rows(), C = dims_.d_model, V = dims_.vocab;
-  T *dlogits = mb.scratch;        // [N, V]
-  T *d_lnf = dlogits + N * V;     // [N, C]
-  T *ln_scratch = d_lnf + N * C;  // [threads, 2C]
-  cpu::SoftmaxCrossEntropyBackward(a[kProbs], mb.targets, N, V, a.counted, mb.grad_scale, dlogits);
-  cpu::LinearBackward<T>(dlogits, a[kLnf], p.param(wte_), N, C, V, d_lnf, p.grad(wte_), nullptr);
+  const int64_t N = mb.rows(), C = dims_.d_model;
+  T *dlogits = mb.scratch;          // [N, V']
+  T *d_lnf = dlogits + N * vocab_;  // [N, C]
+  T *ln_scratch = d_lnf + N * C;    // [threads, 2C]
+  LogitsGradient(a, mb, dlogits);
+  if (!LnfGradient(a, dlogits, d_lnf, N, /*weights=*/true)) return;
   std::memset(din, 0, size_t(N * C) * sizeof(T));
   cpu::LayerNormBackward(d_lnf, in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], N, C, din,
                          p.grad(lnf_w_), p.grad(lnf_b_), ln_scratch, mb.max_threads);
@@ -354,34 +400,34 @@ template <typename T>
 void GptHead<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *, T *din,
                                LayerActivations<T> &d, const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
-  const int64_t N = mb.rows(), C = dims_.d_model, V = dims_.vocab;
-  T *dlogits = mb.scratch;                // [N, V]
-  T *ln_scratch = dlogits + N * (V + C);  // [threads, 2C]
-  cpu::SoftmaxCrossEntropyBackward(a[kProbs], mb.targets, N, V, a.counted, mb.grad_scale, dlogits);
-  cpu::LinearBackward<T>(dlogits, nullptr, p.param(wte_), N, C, V, d[0], nullptr, nullptr);
+  const int64_t N = mb.rows(), C = dims_.d_model;
+  T *dlogits = mb.scratch;                     // [N, V']
+  T *ln_scratch = dlogits + N * (vocab_ + C);  // [threads, 2C]
+  LogitsGradient(a, mb, dlogits);
+  if (!LnfGradient(a, dlogits, d[0], N, /*weights=*/false)) return;
   std::memset(din, 0, size_t(N * C) * sizeof(T));
   cpu::LayerNormBackward<T>(d[0], in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], N, C, din, nullptr,
                             nullptr, ln_scratch, mb.max_threads);
 }
 
 // The logits' gradient again (an element-wise pass over the probabilities,
-// far cheaper than keeping [N, V] per micro-batch), then the weights'.
+// far cheaper than keeping [N, V'] per micro-batch), then the weights'.
 template <typename T>
 void GptHead<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
                                 const LayerActivations<T> &d, const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
-  const int64_t N = mb.rows(), C = dims_.d_model, V = dims_.vocab;
-  T *dlogits = mb.scratch;                // [N, V]
-  T *ln_scratch = dlogits + N * (V + C);  // [threads, 2C]
-  cpu::SoftmaxCrossEntropyBackward(a[kProbs], mb.targets, N, V, a.counted, mb.grad_scale, dlogits);
-  cpu::LinearWeightBackward<T>(dlogits, a[kLnf], N, C, V, p.grad(wte_), nullptr);
+  const int64_t N = mb.rows(), C = dims_.d_model;
+  T *dlogits = mb.scratch;                     // [N, V']
+  T *ln_scratch = dlogits + N * (vocab_ + C);  // [threads, 2C]
+  LogitsGradient(a, mb, dlogits);
+  cpu::LinearWeightBackward<T>(dlogits, a[kLnf], N, C, vocab_, p.grad(wte_), nullptr);
   cpu::LayerNormParamBackward(d[0], in, a[kLnfMean], a[kLnfRstd], N, C, p.grad(lnf_w_),
                               p.grad(lnf_b_), ln_scratch, mb.max_threads);
 }
 
 template <typename T>
 double GptHead<T>::ForwardFlops(int64_t B, int64_t seq) const {
-  return 2.0 * double(B * seq) * double(dims_.d_model) * double(dims_.vocab);
+  return 2.0 * double(B * seq) * double(dims_.d_model) * double(vocab_);
 }
 
 template class GptEmbedding<float>;

@@ -19,10 +19,13 @@ struct GptDims {
 };
 
 // x[b, t] = wte[token[b, t]] + wpe[t]  ->  [B, T, C]
+// Vocabulary-parallel (tp > 1): a rank holds wte rows [r V/tp, (r+1) V/tp)
+// and looks up the tokens among them (zeros for the others); the ranks'
+// lookups are summed (all-reduce), then the positions added once.
 template <typename T>
 class GptEmbedding final : public Layer<T> {
  public:
-  GptEmbedding(const GptDims &dims, ParamRegistry &registry);
+  GptEmbedding(const GptDims &dims, ParamRegistry &registry, const TensorParallelGroup &tp = {});
   std::string_view Kind() const override { return "gpt_embedding"; }
   int64_t OutWidth() const override { return dims_.d_model; }
   // Saves its output [B, T, C].
@@ -41,6 +44,8 @@ class GptEmbedding final : public Layer<T> {
 
  private:
   GptDims dims_;
+  TensorParallelGroup tp_;
+  int64_t first_ = 0, rows_;  // this rank's vocabulary rows of wte
   int wte_ = -1, wpe_ = -1;
 };
 
@@ -123,10 +128,15 @@ class GptBlock final : public Layer<T> {
 };
 
 // ln_f, logits = ln_f(x) wte^T (tied), mean cross-entropy over targets != -1.
+// Vocabulary-parallel (tp > 1): the logits of this rank's wte rows only
+// (the embedding's own shard: no extra communication for the tie), the
+// cross-entropy assembled across ranks (vocab_parallel.h), and the input
+// gradient's partial sums all-reduced while the wte gradient's GEMM runs.
 template <typename T>
 class GptHead final : public Layer<T> {
  public:
-  GptHead(const GptDims &dims, int wte_id, ParamRegistry &registry);
+  GptHead(const GptDims &dims, int wte_id, ParamRegistry &registry,
+          const TensorParallelGroup &tp = {});
   std::string_view Kind() const override { return "gpt_head"; }
   int64_t OutWidth() const override { return 0; }
   std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
@@ -149,12 +159,21 @@ class GptHead final : public Layer<T> {
     kLnf,      // [N, C]
     kLnfMean,  // [N] (exact)
     kLnfRstd,  // [N] (exact)
-    kProbs,    // [N, V] softmax of the logits (exact)
+    kProbs,    // [N, V / tp] softmax of the logits (exact)
     kNumSaved,
   };
 
  private:
+  // dlogits = d loss / d logits [N, V / tp] from the saved probabilities.
+  void LogitsGradient(const LayerActivations<T> &a, const MicroBatch<T> &mb, T *dlogits) const;
+  // d_lnf = dlogits wte [N, C] (summed over the group), with the wte
+  // gradient's GEMM (if `weights`) while the sum runs. False on failure.
+  bool LnfGradient(const LayerActivations<T> &a, const T *dlogits, T *d_lnf, int64_t N,
+                   bool weights);
+
   GptDims dims_;
+  TensorParallelGroup tp_;
+  int64_t first_ = 0, vocab_;  // this rank's vocabulary rows
   int wte_, lnf_w_, lnf_b_;
 };
 

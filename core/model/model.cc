@@ -63,14 +63,16 @@ std::unique_ptr<Layer<T>> MakeLayer(const ModelSpec &spec, size_t g, int64_t in_
                                     int *wte) {
   if (spec.type == ModelSpec::Type::kGpt) {
     if (g == 0) {
-      auto embedding = std::make_unique<GptEmbedding<T>>(spec.gpt, registry);
+      auto embedding = std::make_unique<GptEmbedding<T>>(
+          spec.gpt, registry, role == TpRole::kVocab ? tp : TensorParallelGroup{});
       *wte = embedding->wte_id();
       return embedding;
     }
     if (g <= size_t(spec.gpt.n_layer))
       return std::make_unique<GptBlock<T>>(spec.gpt, int(g) - 1, registry,
                                            role == TpRole::kHeads ? tp : TensorParallelGroup{});
-    return std::make_unique<GptHead<T>>(spec.gpt, *wte, registry);
+    return std::make_unique<GptHead<T>>(spec.gpt, *wte, registry,
+                                        role == TpRole::kVocab ? tp : TensorParallelGroup{});
   }
   if (g == spec.layers.size()) {
     if (spec.loss == ModelSpec::Loss::kMse) return std::make_unique<MseLossLayer<T>>(in_width);

@@ -44,8 +44,8 @@ int64_t ParamDecl::GlobalElement(int64_t i) const {
   const int64_t outer = i / (local_dim * inner);
   // Along the split dimension: block g of `groups`, row j of this part of it.
   const int64_t a = (i / inner) % local_dim, per_group = local_dim / split.groups;
-  const int64_t at = (a / per_group) * per_group * split.parts + split.index * per_group +
-                     a % per_group;
+  const int64_t at =
+      (a / per_group) * per_group * split.parts + split.index * per_group + a % per_group;
   return (outer * global_shape[dim] + at) * inner + i % inner;
 }
 

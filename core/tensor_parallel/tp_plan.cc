@@ -33,7 +33,14 @@ Result<std::vector<TpRole>> PlanTensorParallel(const ModelSpec &spec, int64_t tp
                          " does not divide into tensor-parallel size " + std::to_string(tp) +
                          " (each rank holds whole heads); choose a tp_size that divides " +
                          std::to_string(spec.gpt.n_head));
+    if (spec.gpt.vocab % tp != 0)
+      return ConfigError("tensor parallelism: vocab_size " + std::to_string(spec.gpt.vocab) +
+                         " does not divide into tensor-parallel size " + std::to_string(tp) +
+                         " (each rank holds vocab_size / tp embedding rows); choose a tp_size "
+                         "that divides it or pad the vocabulary to a multiple of " +
+                         std::to_string(tp));
     for (size_t i = 1; i + 1 < layers; ++i) roles[i] = TpRole::kHeads;
+    roles.front() = roles.back() = TpRole::kVocab;
     return roles;
   }
   const std::vector<SequentialLayerSpec> &l = spec.layers;

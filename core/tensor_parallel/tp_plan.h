@@ -2,9 +2,9 @@
 // group: how each layer of a model is cut across its tp ranks.
 //
 // A GPT splits each transformer block Megatron's way (whole attention heads
-// and MLP features per rank, GptBlock); the embedding and the tied head stay
-// whole on every rank (vocab-parallel embedding and cross-entropy are not
-// built yet). n_head must divide by tp.
+// and MLP features per rank, GptBlock), and its token embedding and tied LM
+// head by vocabulary rows (vocab-parallel embedding and cross-entropy).
+// n_head and vocab_size must divide by tp.
 //
 // Sequential models follow Megatron's MLP pattern: consecutive Linear layers
 // pair up as column-parallel (the output features split; the input
@@ -34,6 +34,7 @@ enum class TpRole {
   kRow,             // Linear: input features split, output all-reduced
   kLocalSlice,      // element-wise layer between a column and a row Linear
   kHeads,           // GPT block: H / tp heads and 4C / tp MLP features per rank
+  kVocab,           // GPT embedding / tied head: V / tp vocabulary rows per rank
 };
 
 // The role of each layer of the whole model (sequential: its layers, then

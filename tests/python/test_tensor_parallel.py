@@ -1,8 +1,8 @@
 """Tensor parallelism: every layout reproduces the single-rank run.
 
 Sequential models follow Megatron's MLP pattern (column-/row-parallel Linear
-pairs); a GPT splits each block by whole heads and MLP features (its
-embedding and tied head whole on every rank).
+pairs); a GPT splits each block by whole heads and MLP features, and its
+embedding and tied head by vocabulary rows (vocab-parallel cross-entropy).
 
 tp in {2, 4} x ZeRO {0, 1, 2, 3} x dp in {1, 2} (at most 8 ranks), fp32: the
 losses of every step and every tensor's gradient before any step (gathered to
@@ -83,8 +83,8 @@ def test_tensor_parallel_layout_equals_single_rank(tmp_path, build_dir, tp, stag
     (1, 2, 1, 0, "1f1b"), (2, 2, 1, 1, "1f1b"), (1, 2, 1, 2, "1f1b"), (2, 2, 1, 3, "1f1b"),
     (1, 4, 1, 0, "1f1b"), (2, 4, 1, 2, "1f1b"), (2, 2, 2, 1, "1f1b"), (1, 4, 2, 3, "zb-h1")])
 def test_gpt_layout_equals_single_rank(tmp_path, build_dir, dp, tp, pp, stage, schedule):
-    """Each block's heads and MLP features split over tp (the tied embedding
-    and head whole on every rank), with dp, ZeRO and a pipeline."""
+    """Each block's heads and MLP features, and the vocabulary of the tied
+    embedding and head, split over tp, with dp, ZeRO and a pipeline."""
     check(tmp_path, build_dir, GPT4, tp, dp=dp, pp=pp, stage=stage, schedule=schedule)
 
 
@@ -126,6 +126,9 @@ def test_refusals_name_the_problem(tmp_path, build_dir):
     assert "layers.0 (linear) splits its output features, 6" in err, err
     err = job_error(tmp_path, build_dir, ps.make_config(tp=4, accum=2), ps.GPT, 4)
     assert "n_head 2 does not divide into tensor-parallel size 4" in err, err
+    err = job_error(tmp_path, build_dir, ps.make_config(tp=2, accum=2),
+                    dict(ps.GPT, vocab_size=255), 2)
+    assert "vocab_size 255 does not divide into tensor-parallel size 2" in err, err
     config = dict(ps.make_config(tp=2, accum=2), tensor_parallel={"tp_size": 2,
                                                                   "sequence_parallel": True})
     err = job_error(tmp_path, build_dir, config, ps.SEQUENTIAL, 2)

@@ -58,8 +58,8 @@ constexpr const char *kGpt =
 TEST(TensorParallelPlan, GptBlocksSplitByHeads) {
   Result<std::vector<TpRole>> roles = PlanTensorParallel(Spec(kGpt), 2);
   ASSERT_TRUE(roles.ok()) << roles.status().message();
-  const std::vector<TpRole> expected = {TpRole::kReplicated, TpRole::kHeads, TpRole::kHeads,
-                                        TpRole::kReplicated};
+  const std::vector<TpRole> expected = {TpRole::kVocab, TpRole::kHeads, TpRole::kHeads,
+                                        TpRole::kVocab};
   EXPECT_EQ(roles.value(), expected);
 }
 

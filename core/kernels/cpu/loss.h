@@ -40,10 +40,12 @@ T SoftmaxCrossEntropyForward(T *logits, const int32_t *targets, int64_t rows, in
   return *counted > 0 ? T(sums.first / sums.second) : T(0);
 }
 
-// dlogits (assigns): [rows, V] = grad_scale * (p - onehot) / counted.
+// dlogits (assigns): [rows, V] = grad_scale * (p - onehot) / counted. A
+// vocabulary-parallel rank holds columns [first, first + V) of the logits:
+// the one-hot applies where the target is among them.
 template <typename T>
 void SoftmaxCrossEntropyBackward(const T *probs, const int32_t *targets, int64_t rows, int64_t V,
-                                 int64_t counted, T grad_scale, T *dlogits) {
+                                 int64_t counted, T grad_scale, T *dlogits, int64_t first = 0) {
   const T k = counted > 0 ? grad_scale / T(counted) : T(0);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -55,7 +57,7 @@ void SoftmaxCrossEntropyBackward(const T *probs, const int32_t *targets, int64_t
       continue;
     }
     for (int64_t j = 0; j < V; ++j) d[j] = p[j] * k;
-    d[t] -= k;
+    if (t >= first && t - first < V) d[t - first] -= k;
   }
 }
 
