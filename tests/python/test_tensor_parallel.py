@@ -20,6 +20,8 @@ refusals: a width tp does not divide, n_head tp does not divide, checkpoints at
 tp > 1, sequence parallelism; and a rank killed inside a tp all-reduce is named by the
 survivor.
 """
+import pathlib
+
 import pytest
 
 import pipeline_support as ps
@@ -183,3 +185,22 @@ def test_model_state_equals_the_estimate_to_the_byte(tmp_path, build_dir, pp, st
         else:
             expected = out["pipeline"]["ranks"][r["pp_rank"]]["model_state_bytes"]
         assert state == expected, (r["rank"], rest, expected)
+
+
+def test_seeds_3d_config_trains_from_the_command_line(build_dir):
+    """The seeds' 3D config as written (tp 2 x pp 2, ZeRO 3, fp16; dp 1 on
+    4 ranks) trains the default GPT under `dstrain launch` and the
+    validation loss falls."""
+    import re
+
+    import test_cli as cli_tests
+    import test_data_parallel as dp_tests
+    examples = pathlib.Path(__file__).resolve().parents[2] / "examples" / "3d"
+    dstrain = str(build_dir / "dstrain")
+    result = cli_tests.run(dstrain, "launch", "--nproc-per-node", "4", "--master-port",
+                           dp_tests.free_port(), "--", dstrain, "train", "--config",
+                           examples / "ds_config.json", "--steps", "30", "--eval-interval",
+                           "15")
+    assert result.returncode == 0, result.stderr
+    losses = [float(v) for v in re.findall(r"val loss ([0-9.]+)", result.stdout)]
+    assert len(losses) >= 2 and losses[-1] < losses[0], result.stdout
