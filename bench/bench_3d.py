@@ -23,17 +23,15 @@ the cross-entropy's 2N — (4 L + 2) N d + 2N floats.
 Usage: python3 bench/bench_3d.py [--build-dir build] [--repeats 3] [--steps 3] [--warmup 1]
 """
 import argparse
-import json
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-import bench_dp  # noqa: E402  (run_ranks, last_json)
-import bench_gpt  # noqa: E402  (MODEL, ADAMW, thread_env)
+import bench_gpt  # noqa: E402  (MODEL, ADAMW)
+import bench_pipeline  # noqa: E402  (run: one layout's ranks, their JSON lines)
 
 MICRO, M = 2, 8  # samples per micro-batch, micro-batches per step
 
@@ -54,19 +52,6 @@ LAYOUTS = [("1 rank x 2 threads", config(threads=2), 1, 2),
            ("dp=2, 2 ranks x 1 thread", config(dp=2), 2, 1),
            ("tp=2, 2 ranks x 1 thread", config(tp=2), 2, 1),
            ("pp=2, 2 ranks x 1 thread", config(pp=2), 2, 1)]
-
-
-def run(build, tmp, name, cfg, world, threads, args):
-    path, model = tmp / f"{name}.json", tmp / "model.json"
-    path.write_text(json.dumps(cfg))
-    model.write_text(json.dumps(bench_gpt.MODEL))
-    cmd = [str(build / "bench" / "bench_gpt_dstrain"), "--model", str(model), "--config",
-           str(path), "--warmup", str(args.warmup), "--steps", str(args.steps)]
-    if world == 1:
-        out = subprocess.run(cmd, env=bench_gpt.thread_env(threads), capture_output=True,
-                             text=True, check=True).stdout
-        return [bench_dp.last_json(out)]
-    return [bench_dp.last_json(o) for o in bench_dp.run_ranks(cmd, world=world)]
 
 
 def model_state_mib(r):
@@ -96,8 +81,8 @@ def main():
         tmp = pathlib.Path(d)
         for _ in range(args.repeats):  # each layout once per round
             for name, cfg, world, threads in LAYOUTS:
-                ranks = run(build, tmp, "".join(ch for ch in name if ch.isalnum()), cfg, world,
-                            threads, args)
+                ranks = bench_pipeline.run(build, tmp, "".join(ch for ch in name if ch.isalnum()),
+                                           cfg, world, args, threads)
                 rates[name].append(tokens / max(r["mean_step_seconds"] for r in ranks))
                 last[name] = ranks
     print(f"GPT {bench_gpt.MODEL['n_layer']}L x {bench_gpt.MODEL['d_model']}, {M} micro-batches "

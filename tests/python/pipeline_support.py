@@ -70,6 +70,19 @@ def make_config(pp=1, dp=1, accum=4, micro=2, stage=0, schedule="1f1b", virtual=
     return config
 
 
+_references = {}
+
+
+def reference(tmp_path, model, build_dir, accum, **kw):
+    """The single-rank run of `model` with `accum` micro-batches per step and
+    the config options `kw`, run once per test session."""
+    key = (json.dumps(model, sort_keys=True), accum, tuple(sorted(kw.items())))
+    if key not in _references:
+        _references[key] = run_job(tmp_path, make_config(accum=accum, **kw), model, 1,
+                                   "reference", build_dir=build_dir)[0]
+    return _references[key]
+
+
 def run_job(tmp_path, config, model, world, name, steps=STEPS, build_dir=None, extra=()):
     """Runs `world` ranks of the worker; returns their JSON reports by rank."""
     cfg = tmp_path / f"{name}.json"

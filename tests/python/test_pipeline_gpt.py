@@ -12,16 +12,10 @@ import pipeline_support as ps
 
 SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2)]
 GLOBAL_MICRO_BATCHES = 8
-_references = {}
 
 
 def reference(tmp_path, model, build_dir, **kw):
-    key = (model["type"], tuple(sorted(kw.items())))
-    if key not in _references:
-        config = ps.make_config(accum=GLOBAL_MICRO_BATCHES, **kw)
-        _references[key] = ps.run_job(tmp_path, config, model, 1, "reference",
-                                      build_dir=build_dir)[0]
-    return _references[key]
+    return ps.reference(tmp_path, model, build_dir, GLOBAL_MICRO_BATCHES, **kw)
 
 
 def check_layout(tmp_path, build_dir, model, pp, dp, schedule, virtual, stage, **kw):

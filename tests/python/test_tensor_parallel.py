@@ -38,16 +38,10 @@ GATHERED = {"type": "sequential", "input_dim": 16, "loss": "mse", "seed": 9,
 GPT4 = dict(ps.GPT, n_head=4, n_layer=4, seed=13)
 # After Adam steps (see above): rounding-level differences grown by Adam.
 AFTER_STEPS = 5e-4
-_references = {}
 
 
 def reference(tmp_path, model, build_dir, **kw):
-    key = (model["seed"], tuple(sorted(kw.items())))
-    if key not in _references:
-        config = ps.make_config(accum=GLOBAL_MICRO_BATCHES, **kw)
-        _references[key] = ps.run_job(tmp_path, config, model, 1, "reference",
-                                      build_dir=build_dir)[0]
-    return _references[key]
+    return ps.reference(tmp_path, model, build_dir, GLOBAL_MICRO_BATCHES, **kw)
 
 
 def check(tmp_path, build_dir, model, tp, dp=1, pp=1, stage=0, schedule="1f1b", **kw):
