@@ -84,6 +84,10 @@ def test_gpt_layout_equals_single_rank(tmp_path, build_dir, dp, tp, pp, stage, s
     check(tmp_path, build_dir, GPT4, tp, dp=dp, pp=pp, stage=stage, schedule=schedule)
 
 
+def test_gpt_with_an_interleaved_pipeline(tmp_path, build_dir):
+    check(tmp_path, build_dir, GPT4, 2, pp=2, stage=2, schedule="interleaved", virtual=2)
+
+
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_gpt_mixed_precision_tracks_single_rank(tmp_path, build_dir, precision):
     check(tmp_path, build_dir, GPT4, 2, dp=2, stage=3, precision=precision)
@@ -198,3 +202,18 @@ def test_seeds_3d_config_trains_from_the_command_line(build_dir):
     assert result.returncode == 0, result.stderr
     losses = [float(v) for v in re.findall(r"val loss ([0-9.]+)", result.stdout)]
     assert len(losses) >= 2 and losses[-1] < losses[0], result.stdout
+
+
+@pytest.mark.parametrize("recompute", [True, 2, "selective"])
+def test_recomputation_under_tensor_parallelism_is_bit_identical(tmp_path, build_dir, recompute):
+    """A recomputed forward runs the same all-reduces on the same values: the
+    losses, parameters and gradients equal the stored run's bit for bit
+    (GPT, tp 2 x pp 2, ZeRO 1, 1F1B)."""
+    runs = []
+    for setting in (False, recompute):
+        config = ps.make_config(tp=2, pp=2, accum=4, stage=1, recompute=setting)
+        reports = ps.run_job(tmp_path, config, GPT4, 4, f"recompute_{setting}",
+                             build_dir=build_dir)
+        runs.append([{k: r[k] for k in ("losses", "fb_loss", "params", "grads")}
+                     for r in reports])
+    assert runs[1] == runs[0], f"recomputation {recompute} changed the tensor-parallel run"
