@@ -99,11 +99,11 @@ def main():
               f"{states:>21} {peaks:>25}", flush=True)
     tp = last["tp=2, 2 ranks x 1 thread"][0]["metrics"]
     steps = args.warmup + args.steps
-    measured = tp["comm"]["allreduce"]["bytes"] / steps
+    measured = tp["comm"]["by_group"]["tp"]["allreduce"]["bytes"] / steps
     formula = tp_formula_bytes()
     print(f"\ntp = 2: all-reduced {measured / 2**20:.2f} MiB per step per rank; formula "
           f"(4L + 2) N d + 2N floats x {M} micro-batches = {formula / 2**20:.2f} MiB "
-          f"(ratio {measured / formula:.4f}; the rest: the step's loss and norm sums)")
+          f"(ratio {measured / formula:.4f}; the rest: the gradient norm's sum over tp)")
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ def dstrain_dp(build, tmp, stage, args, precision="fp32"):
     per_rank = [last_json(o) for o in outs]
     step = max(r["mean_step_seconds"] for r in per_rank)
     m = per_rank[0]["metrics"]
-    comm = sum(v["seconds"] for v in m["comm"].values())
+    comm = sum(v["seconds"] for op, v in m["comm"].items() if op != "by_group")
     # Exposed communication: the wait after backward for the last gradient
     # buckets, plus (stage >= 1) the parameter all-gather after the step.
     # Stage 3's parameter gathers are measured inside forward/backward, so its

@@ -88,6 +88,27 @@ void MetricsRegistry::Build(const RankIdentity &identity) {
     comm_[i].seconds.counter = &seconds.Add(op);
     comm_[i].bus_bandwidth = &busbw.Add(op);
   }
+  // The same per process group (dp, tp, pp): tensor-parallel collectives
+  // apart from the data-parallel ones, each with its group's bus bandwidth.
+  auto &group_ops = counter("dstrain_comm_group_operations_total",
+                            "Collective operations issued, by process group and type.");
+  auto &group_bytes = counter("dstrain_comm_group_bytes_total",
+                              "Payload bytes of collective operations, by process group and type.");
+  auto &group_seconds =
+      counter("dstrain_comm_group_seconds_total",
+              "Seconds spent in collective operations, by process group and type.");
+  auto &group_busbw = gauge("dstrain_comm_group_bus_bandwidth_bytes_per_second",
+                            "Bus bandwidth of the last step's collectives of a process group "
+                            "(nccl-tests definition, the group's size).");
+  for (size_t g = 0; g < kCommGroupNames.size(); ++g)
+    for (size_t i = 0; i < kCommOpNames.size(); ++i) {
+      const prometheus::Labels labels = {{"group", kCommGroupNames[g]}, {"op", kCommOpNames[i]}};
+      OpSeries &series = comm_by_group_[g][i];
+      series.operations.counter = &group_ops.Add(labels);
+      series.bytes.counter = &group_bytes.Add(labels);
+      series.seconds.counter = &group_seconds.Add(labels);
+      series.bus_bandwidth = &group_busbw.Add(labels);
+    }
 
   auto &mem =
       gauge("dstrain_memory_bytes", "Bytes currently allocated by the engine, by category.");
@@ -165,11 +186,16 @@ void MetricsRegistry::Record(const StepSample &s) {
     if (seconds > 0) t.total->Increment(seconds);
     t.last->Set(seconds);
   }
+  auto advance = [](OpSeries &series, const CommOpSample &sample) {
+    series.operations.Advance(sample.count);
+    series.bytes.Advance(sample.bytes);
+    series.seconds.Advance(sample.seconds);
+    series.bus_bandwidth->Set(sample.bus_bandwidth);
+  };
   for (size_t i = 0; i < comm_.size(); ++i) {
-    comm_[i].operations.Advance(s.comm[i].count);
-    comm_[i].bytes.Advance(s.comm[i].bytes);
-    comm_[i].seconds.Advance(s.comm[i].seconds);
-    comm_[i].bus_bandwidth->Set(s.comm[i].bus_bandwidth);
+    advance(comm_[i], s.comm[i]);
+    for (size_t g = 0; g < comm_by_group_.size(); ++g)
+      advance(comm_by_group_[g][i], s.comm_by_group[g][i]);
   }
   for (size_t i = 0; i < memory_.size(); ++i) {
     memory_[i].current->Set(static_cast<double>(s.memory[i].current_bytes));

@@ -5,12 +5,14 @@
 //   counters  dstrain_steps_total, dstrain_samples_total, dstrain_tokens_total,
 //             dstrain_skipped_steps_total, dstrain_timer_seconds_total{timer},
 //             dstrain_comm_operations_total{op}, dstrain_comm_bytes_total{op},
-//             dstrain_comm_seconds_total{op}
+//             dstrain_comm_seconds_total{op},
+//             dstrain_comm_group_{operations,bytes,seconds}_total{group,op}
 //   gauges    dstrain_loss, dstrain_learning_rate, dstrain_grad_norm,
 //             dstrain_loss_scale, dstrain_step_time_seconds,
 //             dstrain_tokens_per_second, dstrain_samples_per_second,
 //             dstrain_mfu_ratio, dstrain_achieved_flops_per_second,
 //             dstrain_timer_seconds{timer}, dstrain_comm_bus_bandwidth_bytes_per_second{op},
+//             dstrain_comm_group_bus_bandwidth_bytes_per_second{group,op},
 //             dstrain_memory_bytes{category}, dstrain_memory_peak_bytes{category},
 //             dstrain_process_resident_memory_bytes, dstrain_world_size,
 //             dstrain_last_step_timestamp_seconds
@@ -99,6 +101,8 @@ class MetricsRegistry {
 
   TotalCounter<int64_t> steps_, samples_, tokens_, skipped_;
   std::array<OpSeries, kCommOpNames.size()> comm_{};
+  // [group][op]: dstrain_comm_group_*{group, op}.
+  std::array<std::array<OpSeries, kCommOpNames.size()>, kCommGroupNames.size()> comm_by_group_{};
   std::array<MemorySeries, kMemoryCategoryNames.size()> memory_{};
   std::map<std::string, TimerSeries, std::less<>> timers_;
   std::unique_ptr<StepGauges> step_gauges_;

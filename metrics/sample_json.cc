@@ -52,6 +52,17 @@ nlohmann::json SampleToJson(const StepSample &s) {
                              {"bus_bandwidth", op.bus_bandwidth}};
   }
   j["comm"] = std::move(comm);
+  nlohmann::json by_group = nlohmann::json::object();
+  for (size_t g = 0; g < kCommGroupNames.size(); ++g)
+    for (size_t i = 0; i < kCommOpNames.size(); ++i) {
+      const CommOpSample &op = s.comm_by_group[g][i];
+      if (op.count == 0) continue;  // the groups' ops that ran
+      by_group[kCommGroupNames[g]][kCommOpNames[i]] = {{"count", op.count},
+                                                       {"bytes", op.bytes},
+                                                       {"seconds", op.seconds},
+                                                       {"bus_bandwidth", op.bus_bandwidth}};
+    }
+  j["comm_by_group"] = std::move(by_group);
   nlohmann::json memory = nlohmann::json::object();
   for (size_t i = 0; i < kMemoryCategoryNames.size(); ++i) {
     memory[kMemoryCategoryNames[i]] = {{"current_bytes", s.memory[i].current_bytes},

@@ -20,6 +20,9 @@ inline constexpr std::array<const char *, 8> kCommOpNames = {
 inline constexpr std::array<const char *, 6> kMemoryCategoryNames = {
     "parameters", "gradients", "optimizer_state", "activations", "communication", "offload"};
 
+// The process groups of the per-group communication series (CommGroup order).
+inline constexpr std::array<const char *, 3> kCommGroupNames = {"dp", "tp", "pp"};
+
 struct CommOpSample {
   int64_t count = 0;         // operations since the engine started (counter)
   int64_t bytes = 0;         // payload bytes since the engine started (counter)
@@ -67,7 +70,10 @@ struct StepSample {
   // "forward_microstep", "backward_microstep", "backward_inner_microstep",
   // "backward_allreduce_microstep", "step_microstep".
   std::vector<std::pair<std::string, double>> timers;
-  std::array<CommOpSample, kCommOpNames.size()> comm{};
+  std::array<CommOpSample, kCommOpNames.size()> comm{};  // over every group
+  // [group][op]: the same per process group (kCommGroupNames); bus bandwidth
+  // by the group's own size.
+  std::array<std::array<CommOpSample, kCommOpNames.size()>, kCommGroupNames.size()> comm_by_group{};
   std::array<MemorySample, kMemoryCategoryNames.size()> memory{};
   int64_t process_rss_bytes = 0;
   double unix_time = 0;  // seconds since the epoch when the step ended

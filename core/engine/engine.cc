@@ -77,9 +77,12 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
       scaler_(config_.fp16),
       plan_(std::move(plan)) {
   SetNumThreads(ResolveNumThreads(config_.runtime.num_threads));
-  for (Communicator *group :
-       {groups_.dp.get(), groups_.tp.get(), groups_.pp.get(), groups_.pp_p2p.get()})
-    group->SetCompletionHook([this](const CommRecord &r) { comm_stats_.Record(r); });
+  const std::pair<Communicator *, CommGroup> hooked[] = {{groups_.dp.get(), CommGroup::kDp},
+                                                         {groups_.tp.get(), CommGroup::kTp},
+                                                         {groups_.pp.get(), CommGroup::kPp},
+                                                         {groups_.pp_p2p.get(), CommGroup::kPp}};
+  for (const auto &[group, kind] : hooked)
+    group->SetCompletionHook([this, kind](const CommRecord &r) { comm_stats_.Record(kind, r); });
   ActivationLimits limits;
   limits.max_B = config_.train_micro_batch_size_per_gpu;
   limits.max_T = spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
@@ -129,6 +132,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   for (const LayerSummary &l : SummarizeLayers(spec, 1, T)) model_flops += l.forward_flops;
   telemetry.model_flops_per_sample_token = 3.0 * model_flops / double(T);
   telemetry.pp_size = config_.pp_size;
+  telemetry.tp_size = config_.tp_size;
   telemetry.zero_stage = dp_->stage();
   telemetry.dp_size = dp_comm_->size();
   telemetry.dp_rank = groups_.coord.dp;

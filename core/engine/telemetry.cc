@@ -94,12 +94,16 @@ std::string Telemetry::MonitorUrl() const {
 }
 
 void Telemetry::FillLive(metrics::StepSample *s) const {
+  auto fill = [](const CommTotals &t, metrics::CommOpSample *c) {
+    c->count = t.count;
+    c->bytes = t.bytes;
+    c->seconds = t.seconds;
+  };
   for (int op = 0; op < CommStats::kOps; ++op) {
-    const CommTotals t = ctx_.comm->Totals(static_cast<CommOp>(op));
-    metrics::CommOpSample &c = s->comm[size_t(op)];
-    c.count = t.count;
-    c.bytes = t.bytes;
-    c.seconds = t.seconds;
+    fill(ctx_.comm->Totals(static_cast<CommOp>(op)), &s->comm[size_t(op)]);
+    for (int g = 0; g < kNumCommGroups; ++g)
+      fill(ctx_.comm->Totals(static_cast<CommGroup>(g), static_cast<CommOp>(op)),
+           &s->comm_by_group[size_t(g)][size_t(op)]);
   }
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     const auto cat = static_cast<MemoryCategory>(c);
@@ -163,15 +167,27 @@ metrics::StepSample Telemetry::BuildStepSample(const StepRecord &rec,
   return s;
 }
 
+namespace {
+
+// The bus bandwidth of the ops since `before` (then moved to now), for a
+// group of `n` ranks.
+void SetBusBandwidth(CommOp op, int64_t n, metrics::CommOpSample *c, CommTotals *before) {
+  const double dt = c->seconds - before->seconds;
+  if (dt > 0) c->bus_bandwidth = double(c->bytes - before->bytes) / dt * BusFactor(op, n);
+  *before = {c->count, c->bytes, c->seconds};
+}
+
+}  // namespace
+
 void Telemetry::AddBusBandwidth(metrics::StepSample *s) {
+  const int64_t group_size[kNumCommGroups] = {ctx_.dp_size, ctx_.tp_size, ctx_.pp_size};
   for (int op = 0; op < CommStats::kOps; ++op) {
-    metrics::CommOpSample &c = s->comm[size_t(op)];
-    CommTotals &before = comm_at_last_sample_[size_t(op)];
-    const double dt = c.seconds - before.seconds;
-    if (dt > 0)
-      c.bus_bandwidth =
-          double(c.bytes - before.bytes) / dt * BusFactor(static_cast<CommOp>(op), ctx_.dp_size);
-    before = {c.count, c.bytes, c.seconds};
+    const auto kind = static_cast<CommOp>(op);
+    // Over every group: by the data-parallel size, as before groups were told apart.
+    SetBusBandwidth(kind, ctx_.dp_size, &s->comm[size_t(op)], &comm_at_last_sample_[size_t(op)]);
+    for (int g = 0; g < kNumCommGroups; ++g)
+      SetBusBandwidth(kind, group_size[g], &s->comm_by_group[size_t(g)][size_t(op)],
+                      &group_at_last_sample_[size_t(g)][size_t(op)]);
   }
 }
 
@@ -201,15 +217,22 @@ Status Telemetry::OnStep(const StepRecord &record, const TrainingProgress &progr
 }
 
 nlohmann::json Telemetry::CommJson() const {
+  auto totals = [](const CommTotals &t) {
+    return nlohmann::json{{"count", t.count},
+                          {"bytes", t.bytes},
+                          {"seconds", t.seconds},
+                          {"bytes_per_sec", t.seconds > 0 ? double(t.bytes) / t.seconds : 0.0}};
+  };
   nlohmann::json out = nlohmann::json::object();
+  nlohmann::json by_group = nlohmann::json::object();
   for (int op = 0; op < CommStats::kOps; ++op) {
-    const CommTotals t = ctx_.comm->Totals(static_cast<CommOp>(op));
-    out[CommOpName(static_cast<CommOp>(op))] = {
-        {"count", t.count},
-        {"bytes", t.bytes},
-        {"seconds", t.seconds},
-        {"bytes_per_sec", t.seconds > 0 ? double(t.bytes) / t.seconds : 0.0}};
+    const auto kind = static_cast<CommOp>(op);
+    out[CommOpName(kind)] = totals(ctx_.comm->Totals(kind));
+    for (int g = 0; g < kNumCommGroups; ++g)
+      by_group[metrics::kCommGroupNames[size_t(g)]][CommOpName(kind)] =
+          totals(ctx_.comm->Totals(static_cast<CommGroup>(g), kind));
   }
+  out["by_group"] = std::move(by_group);  // the same per process group (dp, tp, pp)
   return out;
 }
 

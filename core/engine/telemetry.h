@@ -44,7 +44,7 @@ struct TelemetryContext {
   double flops_per_sample_token = 0;        // this rank's training FLOPs per token (GPT) or sample
   double model_flops_per_sample_token = 0;  // the whole model's (differs with a pipeline)
   int zero_stage = 0;
-  int64_t dp_size = 1, dp_rank = 0, tp_rank = 0, pp_rank = 0, pp_size = 1;
+  int64_t dp_size = 1, dp_rank = 0, tp_rank = 0, pp_rank = 0, pp_size = 1, tp_size = 1;
 };
 
 // The engine's state a metrics JSON reports beside the last sample.
@@ -93,6 +93,7 @@ class Telemetry {
   PhaseTimes total_times_;
   int64_t job_samples_ = 0, job_tokens_ = 0;  // every data-parallel rank's, since creation
   std::array<CommTotals, CommStats::kOps> comm_at_last_sample_{};  // for per-step bandwidth
+  std::array<std::array<CommTotals, CommStats::kOps>, kNumCommGroups> group_at_last_sample_{};
   mutable std::string metrics_json_;
 };
 

@@ -217,3 +217,18 @@ def test_recomputation_under_tensor_parallelism_is_bit_identical(tmp_path, build
         runs.append([{k: r[k] for k in ("losses", "fb_loss", "params", "grads")}
                      for r in reports])
     assert runs[1] == runs[0], f"recomputation {recompute} changed the tensor-parallel run"
+
+
+def test_communication_is_reported_per_group(tmp_path, build_dir):
+    """The tensor-parallel all-reduces, the data-parallel reductions and the
+    pipeline's sends and receives each appear under their own group."""
+    config = ps.make_config(tp=2, pp=2, dp=2, accum=4, stage=1)
+    reports = ps.run_job(tmp_path, config, GPT4, 8, "groups", build_dir=build_dir)
+    for r in reports:
+        groups = r["metrics"]["comm"]["by_group"]
+        assert groups["tp"]["allreduce"]["bytes"] > 0, groups["tp"]
+        assert groups["dp"]["reduce"]["bytes"] + groups["dp"]["allreduce"]["bytes"] > 0
+        assert groups["pp"]["send"]["bytes"] > 0 and groups["pp"]["recv"]["bytes"] > 0
+        assert groups["dp"]["send"]["count"] == 0 and groups["tp"]["send"]["count"] == 0
+        total = r["metrics"]["comm"]["allreduce"]["bytes"]
+        assert total == sum(groups[g]["allreduce"]["bytes"] for g in ("dp", "tp", "pp"))

@@ -80,6 +80,12 @@ StepSample Sample(int64_t step) {
   s.timers = {{"forward", 0.1},         {"backward", 0.15},
               {"backward_inner", 0.12}, {"backward_reduce_scatter", 0.03},
               {"step", 0.05},           {"forward_microstep", 0.025}};
+  // The tensor-parallel group's share: a quarter of each op.
+  for (size_t i = 0; i < s.comm.size(); ++i) {
+    s.comm_by_group[1][i].count = step * static_cast<int64_t>(i + 1);
+    s.comm_by_group[1][i].bytes = step * (1 << 18) * static_cast<int64_t>(i + 1);
+    s.comm_by_group[1][i].bus_bandwidth = 2e9;
+  }
   for (size_t i = 0; i < s.comm.size(); ++i) {
     s.comm[i].count = step * static_cast<int64_t>(i + 1);
     s.comm[i].bytes = step * (1 << 20) * static_cast<int64_t>(i + 1);
@@ -173,10 +179,17 @@ std::vector<std::string> Split(const std::string &line, char sep) {
   return cells;
 }
 
-const std::vector<std::string> kCounters = {
-    "dstrain_steps_total",         "dstrain_samples_total",       "dstrain_tokens_total",
-    "dstrain_skipped_steps_total", "dstrain_timer_seconds_total", "dstrain_comm_operations_total",
-    "dstrain_comm_bytes_total",    "dstrain_comm_seconds_total"};
+const std::vector<std::string> kCounters = {"dstrain_steps_total",
+                                            "dstrain_samples_total",
+                                            "dstrain_tokens_total",
+                                            "dstrain_skipped_steps_total",
+                                            "dstrain_timer_seconds_total",
+                                            "dstrain_comm_operations_total",
+                                            "dstrain_comm_bytes_total",
+                                            "dstrain_comm_seconds_total",
+                                            "dstrain_comm_group_operations_total",
+                                            "dstrain_comm_group_bytes_total",
+                                            "dstrain_comm_group_seconds_total"};
 const std::vector<std::string> kGauges = {"dstrain_loss",
                                           "dstrain_learning_rate",
                                           "dstrain_grad_norm",
@@ -188,6 +201,7 @@ const std::vector<std::string> kGauges = {"dstrain_loss",
                                           "dstrain_achieved_flops_per_second",
                                           "dstrain_timer_seconds",
                                           "dstrain_comm_bus_bandwidth_bytes_per_second",
+                                          "dstrain_comm_group_bus_bandwidth_bytes_per_second",
                                           "dstrain_memory_bytes",
                                           "dstrain_memory_peak_bytes",
                                           "dstrain_process_resident_memory_bytes",
@@ -244,9 +258,16 @@ TEST(MetricsRegistry, EverySeriesWithRankLabelsAfterStep) {
   EXPECT_EQ(Value(text, "dstrain_memory_peak_bytes", {{"category", "parameters"}}), 2 << 20);
   EXPECT_EQ(Value(text, "dstrain_process_resident_memory_bytes"), 512 << 20);
   EXPECT_EQ(Value(text, "dstrain_last_step_timestamp_seconds"), 1.7e9 + 1);
+  EXPECT_EQ(Value(text, "dstrain_comm_group_bytes_total", {{"group", "tp"}, {"op", "allreduce"}}),
+            1 << 18);
+  EXPECT_EQ(Value(text, "dstrain_comm_group_bus_bandwidth_bytes_per_second",
+                  {{"group", "tp"}, {"op", "allgather"}}),
+            2e9);
   // Every op and category has its series.
   for (const char *op : kCommOpNames) {
     EXPECT_TRUE(Value(text, "dstrain_comm_operations_total", {{"op", op}})) << op;
+    EXPECT_TRUE(Value(text, "dstrain_comm_group_operations_total", {{"group", "tp"}, {"op", op}}))
+        << op;
   }
   for (const char *category : kMemoryCategoryNames) {
     EXPECT_TRUE(Value(text, "dstrain_memory_bytes", {{"category", category}})) << category;
