@@ -45,17 +45,24 @@ MicroBatch<float> Executor::MicroBatchAt(const BatchView &b, int64_t index) cons
   return mb;
 }
 
+// Each tensor once in the norm: the tied wte's second copy and, on all tp
+// ranks but the first, the tensors every tp rank holds whole (a tied copy is
+// one of those too: listed once). Built when the parallel layout is set, so
+// a step allocates nothing.
+void Executor::UpdateNormExclusions() {
+  norm_excluded_.clear();
+  if (tied_ && tied_->excluded_from_norm() >= 0)
+    norm_excluded_.push_back(tied_->excluded_from_norm());
+  if (tp_ && tp_->rank() != 0)
+    norm_excluded_.insert(norm_excluded_.end(), tp_replicated_.begin(), tp_replicated_.end());
+  std::sort(norm_excluded_.begin(), norm_excluded_.end());
+  norm_excluded_.erase(std::unique(norm_excluded_.begin(), norm_excluded_.end()),
+                       norm_excluded_.end());
+}
+
 Result<double> Executor::GlobalGradNorm() {
   if (!link_ && !tp_) return dp_->GradNorm();
-  // Each tensor once: the tied wte's second copy and, on all tp ranks but
-  // the first, the tensors every tp rank holds whole.
-  std::vector<int> excluded;
-  if (tied_ && tied_->excluded_from_norm() >= 0) excluded.push_back(tied_->excluded_from_norm());
-  if (tp_ && tp_->rank() != 0)
-    excluded.insert(excluded.end(), tp_replicated_.begin(), tp_replicated_.end());
-  std::sort(excluded.begin(), excluded.end());  // a tied copy is whole on every tp rank too
-  excluded.erase(std::unique(excluded.begin(), excluded.end()), excluded.end());
-  Result<double> squared = dp_->GradSquaredNorm(excluded);
+  Result<double> squared = dp_->GradSquaredNorm(norm_excluded_);
   if (!squared.ok()) return squared.status();
   if (tp_) squared = SumOverGroup(*tp_, squared.value());
   if (!squared.ok() || !link_) return squared.ok() ? std::sqrt(squared.value()) : squared;

@@ -75,11 +75,15 @@ class Executor {
   // Pipeline parallelism: this rank's link to the other stages and the tied
   // weight it may hold a copy of (both outlive the executor). Without them
   // the program's pipeline instructions are errors.
-  void SetPipeline(StageLink *link, TiedWeights *tied) { link_ = link, tied_ = tied; }
+  void SetPipeline(StageLink *link, TiedWeights *tied) {
+    link_ = link, tied_ = tied;
+    UpdateNormExclusions();
+  }
   // Tensor parallelism: the tp group (outliving the executor) and the ids
   // of the tensors every tp rank holds whole (counted once in the norm).
   void SetTensorParallel(Communicator *tp, std::vector<int> replicated) {
     tp_ = tp, tp_replicated_ = std::move(replicated);
+    UpdateNormExclusions();
   }
   // Test hook (DSTRAIN_INJECT_GRAD_OVERFLOW): the steps at which this rank's
   // gradients are made infinite, as an fp16 overflow would.
@@ -93,6 +97,7 @@ class Executor {
   double NextLearningRate() const;
 
  private:
+  void UpdateNormExclusions();
   MicroBatch<float> MicroBatchAt(const BatchView &batch, int64_t index) const;
   // The step's mean loss over the group, its duration and its job-wide samples.
   Status Finish(const BatchView &batch, double loss_sum,
@@ -118,6 +123,7 @@ class Executor {
   TiedWeights *tied_ = nullptr;
   Communicator *tp_ = nullptr;      // tensor parallelism (null at tp 1)
   std::vector<int> tp_replicated_;  // tensors whole on every tp rank
+  std::vector<int> norm_excluded_;  // left out of this rank's share of the norm
   std::vector<int64_t> inject_overflow_at_;
 };
 

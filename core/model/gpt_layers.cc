@@ -154,8 +154,7 @@ bool GptBlock<T>::SumRowParallel(T *out, const T *bias, int64_t N) {
   if (tp_.size == 1) return true;
   const int64_t C = dims_.d_model;
   if (!Finish(TpAllReduce(tp_, out, N * C), "attention / MLP output projection")) return false;
-  for (int64_t r = 0; r < N; ++r)
-    for (int64_t j = 0; j < C; ++j) out[r * C + j] += bias[j];
+  cpu::AddBiasToRows(bias, N, C, out);
   return true;
 }
 

@@ -70,9 +70,7 @@ void TensorParallelLinear<T>::Forward(const T *in, LayerActivations<T> &act,
   // Row: partial sums over this rank's input features, summed, then the bias once.
   cpu::LinearForward<T>(in, p.param(w_), nullptr, rows, in_local_, out_, act[0]);
   if (!Finish(TpAllReduce(tp_, act[0], rows * out_))) return;
-  if (bias)
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < out_; ++j) act[0][r * out_ + j] += bias[j];
+  if (bias) cpu::AddBiasToRows(bias, rows, out_, act[0]);
 }
 
 template <typename T>

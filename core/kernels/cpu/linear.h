@@ -21,6 +21,15 @@ void LinearForward(const T *x, const T *weight, const T *bias, int64_t rows, int
        bias ? T(1) : T(0), y, int(out));
 }
 
+// y[r, :] += bias for every row r of y [rows, out] (a row-parallel layer's
+// bias, added once after its partial outputs are summed).
+template <typename T>
+void AddBiasToRows(const T *bias, int64_t rows, int64_t out, T *y) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < out; ++j) y[r * out + j] += bias[j];
+}
+
 // dweight (+=): [out, in] = dy^T x; dbias (+=, if non-null): [out] = column
 // sums of dy. The weight half of LinearBackward (zero-bubble schedules run it
 // later than the input half).
