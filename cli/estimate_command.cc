@@ -17,6 +17,40 @@ std::string Mebibytes(int64_t bytes) {
   return text;
 }
 
+// "16GiB", "2e9", "512 MB" -> bytes; an error names the text and the forms.
+int64_t ParseBytes(const std::string &text) {
+  size_t used = 0;
+  double value = -1;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception &) {
+  }
+  std::string unit = text.substr(used < text.size() ? used : text.size());
+  unit.erase(0, unit.find_first_not_of(' '));
+  const struct {
+    const char *name;
+    double scale;
+  } units[] = {{"", 1},
+               {"B", 1},
+               {"K", 1e3},
+               {"KB", 1e3},
+               {"M", 1e6},
+               {"MB", 1e6},
+               {"G", 1e9},
+               {"GB", 1e9},
+               {"T", 1e12},
+               {"TB", 1e12},
+               {"KiB", 1024.0},
+               {"MiB", 1048576.0},
+               {"GiB", 1073741824.0},
+               {"TiB", 1099511627776.0}};
+  for (const auto &u : units)
+    if (value > 0 && unit == u.name) return int64_t(value * u.scale);
+  throw CliError(kExitUsage, "--memory-per-rank " + text +
+                                 ": expected a positive number of bytes, optionally with a unit "
+                                 "(K, M, G, T, or KiB, MiB, GiB, TiB), e.g. 16GiB");
+}
+
 }  // namespace
 
 EstimateCommand::EstimateCommand(CLI::App &parent) {
@@ -25,6 +59,9 @@ EstimateCommand::EstimateCommand(CLI::App &parent) {
   app_->add_option("--config", config_path_, "ds_config.json (default: the built-in job's)");
   app_->add_option("--model", model_path_, "model spec JSON (default: the built-in GPT)");
   app_->add_option("--world-size", world_size_, "number of ranks")->check(CLI::PositiveNumber);
+  app_->add_option("--memory-per-rank", memory_per_rank_,
+                   "memory budget of one rank (e.g. 16GiB, 2e9): list every dp x tp x pp of the "
+                   "world size and suggest one that fits");
   app_->add_flag("--json", json_, "print the raw JSON");
 }
 
@@ -60,6 +97,40 @@ void PrintPipeline(const nlohmann::json &p) {
           "rank %lld also holds %s during a step: ZeRO 2 accumulates the stage's gradients "
           "over its micro-batches and reduces each layer once\n",
           r["rank"].get<long long>(), Mebibytes(r["step_gradient_bytes"]).c_str());
+}
+
+// Every dp x tp x pp of the world size, its per-rank peak against the
+// budget, and the suggestion: the most data parallelism that fits, then the
+// least tensor parallelism (the order the layouts come in).
+void PrintLayouts(const nlohmann::json &layouts, int64_t budget) {
+  std::printf("\nlayouts for a budget of %s per rank (model state + activations):\n",
+              Mebibytes(budget).c_str());
+  std::printf("%-5s %-5s %-5s %16s  %s\n", "dp", "tp", "pp", "peak per rank", "");
+  const nlohmann::json *suggested = nullptr;
+  for (const auto &l : layouts) {
+    const bool fits = l.contains("peak_bytes") && l["peak_bytes"].get<int64_t>() <= budget;
+    const bool first = fits && suggested == nullptr;
+    if (first) suggested = &l;
+    std::printf("%-5lld %-5lld %-5lld %16s  %s\n", l["dp"].get<long long>(),
+                l["tp"].get<long long>(), l["pp"].get<long long>(),
+                l.contains("peak_bytes") ? Mebibytes(l["peak_bytes"]).c_str() : "-",
+                l.contains("error")
+                    ? ("cannot run: " + l["error"].get<std::string>()).c_str()
+                    : (first ? "fits  <- suggested" : (fits ? "fits" : "does not fit")));
+  }
+  if (suggested)
+    std::printf(
+        "suggested: dp %lld x tp %lld x pp %lld (the most data parallelism that fits, then the "
+        "least tensor parallelism): \"tensor_parallel\": {\"tp_size\": %lld}, "
+        "\"pipeline_parallel\": {\"pp_size\": %lld}\n",
+        (*suggested)["dp"].get<long long>(), (*suggested)["tp"].get<long long>(),
+        (*suggested)["pp"].get<long long>(), (*suggested)["tp"].get<long long>(),
+        (*suggested)["pp"].get<long long>());
+  else
+    std::printf(
+        "no layout of this world size fits %s per rank: add ranks, use a higher ZeRO stage, "
+        "activation checkpointing or a smaller micro-batch\n",
+        Mebibytes(budget).c_str());
 }
 
 }  // namespace
@@ -105,6 +176,18 @@ int EstimateCommand::Run() {
                 supported ? "" : "(not supported by this build yet)");
   }
   if (e.contains("pipeline")) PrintPipeline(e["pipeline"]);
+  const auto &r = e["per_rank"];
+  std::printf(
+      "\nper rank (the largest stage): model state %s + activations %s (%lld micro-batch%s in "
+      "flight, %lld thread%s)%s = %s\n",
+      Mebibytes(r["model_state_bytes"]).c_str(), Mebibytes(r["activation_bytes"]).c_str(),
+      r["micro_batches_in_flight"].get<long long>(), r["micro_batches_in_flight"] == 1 ? "" : "es",
+      e["threads"].get<long long>(), e["threads"] == 1 ? "" : "s",
+      r["step_gradient_bytes"] > 0
+          ? (" + step gradients " + Mebibytes(r["step_gradient_bytes"])).c_str()
+          : "",
+      Mebibytes(r["total_bytes"]).c_str());
+  if (!memory_per_rank_.empty()) PrintLayouts(e["layouts"], ParseBytes(memory_per_rank_));
   return kExitOk;
 }
 

@@ -7,9 +7,11 @@
 #include "capi/src/versioned_struct.h"
 #include "core/config/config.h"
 #include "core/config/config_file.h"
+#include "core/engine/layout_memory.h"
 #include "core/model/model.h"
 #include "core/model/model_spec.h"
 #include "core/pipeline/stage_plan.h"
+#include "core/runtime/threads.h"
 #include "core/zero/memory_estimate.h"
 #include "core/zero/partition_plan.h"
 
@@ -30,16 +32,15 @@ namespace {
 // The partition each pipeline rank gets and what it holds: its layers, their
 // parameters, its model-state bytes at the configured ZeRO stage (the stage's
 // parameters in place of the model's; the last stage's own copy of a tied
-// wte counted there) and the activations it saves with the schedule's peak
-// of micro-batches in flight.
+// wte counted there), the activations it saves with the schedule's peak of
+// micro-batches in flight, and its whole activation memory (LayoutMemory).
 dst::Result<nlohmann::ordered_json> PipelineEstimate(const dst::ModelSpec &spec,
-                                                     const dst::Config &config) {
+                                                     const dst::Config &config,
+                                                     const std::vector<dst::RankMemory> &memory) {
   dst::Result<dst::StagePlan> plan = dst::PlanStages(spec, config);
   if (!plan.ok()) return plan.status();
   const dst::StagePlan &p = plan.value();
-  dst::ActivationLimits limits;
-  limits.max_B = config.train_micro_batch_size_per_gpu;
-  limits.max_T = spec.type == dst::ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
+  const dst::ActivationLimits limits = dst::ActivationLimitsFor(config, spec, 1);
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (int64_t r = 0; r < p.stages; ++r) {
     const std::vector<dst::LayerRange> chunks = p.ChunksOf(r);
@@ -49,33 +50,20 @@ dst::Result<nlohmann::ordered_json> PipelineEstimate(const dst::ModelSpec &spec,
       for (size_t g = c.begin; g < c.end; ++g) kinds.push_back(p.layers[g].kind);
       layers.push_back({{"first", c.begin}, {"last", c.end - 1}, {"kinds", kinds}});
     }
-    const std::vector<dst::ParamDecl> decls =
-        dst::DeclarePartParameters(spec, chunks, config.tp_size);
-    int64_t params = 0;
-    for (const dst::ParamDecl &d : decls) params += d.numel;
-    const int64_t persistent =
-        config.zero.stage == 3
-            ? dst::PersistentElements(decls, config.zero.stage3_param_persistence_threshold)
-            : 0;
-    const dst::ModelStateBytes b =
-        dst::EstimateModelState(params, config.dp_size, config.zero.stage, config.optimizer,
-                                persistent, config.precision());
-    const int64_t in_flight = p.PeakInFlight(r, config.gradient_accumulation_steps);
+    const dst::RankMemory &m = memory[size_t(r)];
     // Zero bubble: the split backward's deferred gradients are held per micro-batch too.
     const bool split = p.schedule == dst::PipeScheduleKind::kZeroBubbleH1;
     const int64_t saved = dst::SavedActivationElements(spec, chunks, limits, split, config.tp_size);
-    // ZeRO 2 with a pipeline: the step's gradients accumulate in a step-wide
-    // fp32 buffer (freed once reduced), on top of the model state at rest.
-    const int64_t step_gradients =
-        config.zero.stage == 2 && p.stages > 1 ? params * int64_t(sizeof(float)) : 0;
-    ranks.push_back({{"rank", r},
-                     {"chunks", layers},
-                     {"parameters", params},
-                     {"model_state_bytes", b.total()},
-                     {"step_gradient_bytes", step_gradients},
-                     {"micro_batches_in_flight", in_flight},
-                     {"saved_activation_bytes_per_micro_batch", saved * int64_t(sizeof(float))},
-                     {"saved_activation_bytes", saved * int64_t(sizeof(float)) * in_flight}});
+    ranks.push_back(
+        {{"rank", r},
+         {"chunks", layers},
+         {"parameters", m.parameters},
+         {"model_state_bytes", m.model_state_bytes},
+         {"step_gradient_bytes", m.step_gradient_bytes},
+         {"micro_batches_in_flight", m.micro_batches_in_flight},
+         {"saved_activation_bytes_per_micro_batch", saved * int64_t(sizeof(float))},
+         {"saved_activation_bytes", saved * int64_t(sizeof(float)) * m.micro_batches_in_flight},
+         {"activation_bytes", m.activation_bytes}});
   }
   return nlohmann::ordered_json{{"stages", p.stages},
                                 {"virtual_stages", p.virtual_stages},
@@ -83,6 +71,34 @@ dst::Result<nlohmann::ordered_json> PipelineEstimate(const dst::ModelSpec &spec,
                                 {"partition_method", config.pipeline.partition_method},
                                 {"micro_batches", config.gradient_accumulation_steps},
                                 {"ranks", ranks}};
+}
+
+nlohmann::ordered_json MemoryJson(const dst::RankMemory &m) {
+  return {{"parameters", m.parameters},
+          {"model_state_bytes", m.model_state_bytes},
+          {"step_gradient_bytes", m.step_gradient_bytes},
+          {"activation_bytes", m.activation_bytes},
+          {"micro_batches_in_flight", m.micro_batches_in_flight},
+          {"total_bytes", m.total()}};
+}
+
+// Every (dp, tp, pp) for the world size, with each one's per-rank peak or
+// the reason it cannot run.
+nlohmann::ordered_json LayoutsJson(const std::vector<dst::LayoutCandidate> &layouts) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const dst::LayoutCandidate &c : layouts) {
+    nlohmann::ordered_json j = {{"dp", c.dp}, {"tp", c.tp}, {"pp", c.pp}};
+    if (c.feasible.ok()) {
+      j["peak_bytes"] = c.peak_bytes;
+      nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+      for (const dst::RankMemory &m : c.ranks) stages.push_back(MemoryJson(m));
+      j["stages"] = stages;
+    } else {
+      j["error"] = c.feasible.message();
+    }
+    out.push_back(j);
+  }
+  return out;
 }
 
 }  // namespace
@@ -168,11 +184,25 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
        dst::OptimizerStateBytesPerParameter(config.value().optimizer, precision)},
       {"configured_stage", config.value().zero.stage},
       {"stages", stages}};
+  // This layout's ranks in full (activations included), then every layout
+  // of the world size for `dstrain estimate --memory-per-rank`.
+  const int threads = dst::ResolveNumThreads(config.value().runtime.num_threads);
+  dst::Result<std::vector<dst::RankMemory>> memory =
+      dst::LayoutMemory(spec.value(), config.value(), threads);
+  if (!memory.ok()) return dst::capi::FromStatus(memory.status());
+  dst::RankMemory peak = memory.value().front();
+  for (const dst::RankMemory &m : memory.value())
+    if (m.total() > peak.total()) peak = m;
+  out["threads"] = threads;
+  out["per_rank"] = MemoryJson(peak);
   if (config.value().pp_size > 1) {
-    dst::Result<nlohmann::ordered_json> pipeline = PipelineEstimate(spec.value(), config.value());
+    dst::Result<nlohmann::ordered_json> pipeline =
+        PipelineEstimate(spec.value(), config.value(), memory.value());
     if (!pipeline.ok()) return dst::capi::FromStatus(pipeline.status());
     out["pipeline"] = std::move(pipeline).value();
   }
+  out["layouts"] =
+      LayoutsJson(dst::EnumerateLayouts(spec.value(), config.value(), world_size, threads));
   g_estimate_json = out.dump();
   *out_json = g_estimate_json.c_str();
   return DST_OK;

@@ -105,28 +105,45 @@ FlatMap::FlatMap(const std::vector<FlatTensor> &local, const std::vector<FlatTen
   for (const FlatTensor &t : local) {
     for (const FlatTensor &w : whole) {
       if (w.name != t.name) continue;
-      tensors_.push_back(
-          {t.name, {{t.offset, t.offset + t.numel}, {w.offset, w.offset + w.numel}}});
+      Tensor tensor{t.name, {}};
+      if (t.run_starts.empty()) {
+        tensor.runs.push_back({{t.offset, t.offset + t.numel}, {w.offset, w.offset + w.numel}});
+      } else {
+        int64_t at = t.offset;
+        for (const int64_t start : t.run_starts) {
+          tensor.runs.push_back({{at, at + t.run}, {w.offset + start, w.offset + start + t.run}});
+          at += t.run;
+        }
+      }
+      tensors_.push_back(std::move(tensor));
       break;
     }
   }
 }
 
-std::vector<FlatMap::Segment> FlatMap::Cut(FlatRange range, const std::string &skip) const {
+std::vector<FlatMap::Segment> FlatMap::Cut(FlatRange range,
+                                           const std::vector<std::string> &skip) const {
   std::vector<Segment> out;
   for (const Tensor &t : tensors_) {
-    if (!skip.empty() && t.name == skip) continue;
-    const int64_t lo = std::max(range.begin, t.span.local.begin);
-    const int64_t hi = std::min(range.end, t.span.local.end);
-    if (lo >= hi) continue;
-    const int64_t shift = t.span.whole.begin - t.span.local.begin;
-    Segment seg{{lo, hi}, {lo + shift, hi + shift}};
-    if (!out.empty() && out.back().local.end == seg.local.begin &&
-        out.back().whole.end == seg.whole.begin) {
-      out.back().local.end = seg.local.end;
-      out.back().whole.end = seg.whole.end;
-    } else {
-      out.push_back(seg);
+    if (std::find(skip.begin(), skip.end(), t.name) != skip.end()) continue;
+    if (t.runs.empty() || t.runs.back().local.end <= range.begin ||
+        t.runs.front().local.begin >= range.end)
+      continue;
+    // The first run that ends after range.begin (runs are in local order).
+    auto run = std::upper_bound(t.runs.begin(), t.runs.end(), range.begin,
+                                [](int64_t at, const Segment &s) { return at < s.local.end; });
+    for (; run != t.runs.end() && run->local.begin < range.end; ++run) {
+      const int64_t lo = std::max(range.begin, run->local.begin);
+      const int64_t hi = std::min(range.end, run->local.end);
+      const int64_t shift = run->whole.begin - run->local.begin;
+      Segment seg{{lo, hi}, {lo + shift, hi + shift}};
+      if (!out.empty() && out.back().local.end == seg.local.begin &&
+          out.back().whole.end == seg.whole.begin) {
+        out.back().local.end = seg.local.end;
+        out.back().whole.end = seg.whole.end;
+      } else {
+        out.push_back(seg);
+      }
     }
   }
   return out;

@@ -2,13 +2,14 @@
 // in declaration order, concatenated, without padding) in two forms:
 // consolidated per-tensor weights (model.safetensors) and flat pieces
 // [begin, end) of each optimizer state written by the rank that owned them
-// (zero_rank_<r>.safetensors). A rank of any new layout — another dp size,
-// another ZeRO stage — fills the flat range it holds from whatever pieces
+// (zero_rank_<r>.safetensors). A rank of any new layout — another dp, tp or
+// pp size, another ZeRO stage — fills the flat range it holds from whatever pieces
 // overlap it; the old layout matters only through those ranges.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/checkpoint/safetensors.h"
@@ -21,10 +22,16 @@ struct FlatRange {
   int64_t size() const { return end - begin; }
 };
 
-// Where a named tensor sits in the flat state.
+// Where a named tensor sits in the flat state. A tensor-parallel slice is a
+// strided part of its whole tensor: runs of `run` elements, run k starting at
+// element run_starts[k] of the whole tensor (empty: the whole tensor, one run).
 struct FlatTensor {
+  FlatTensor(std::string n, int64_t at, int64_t count)
+      : name(std::move(n)), offset(at), numel(count) {}
   std::string name;
   int64_t offset = 0, numel = 0;
+  int64_t run = 0;
+  std::vector<int64_t> run_starts;
 };
 
 // A piece of one flat state found in a checkpoint file.
@@ -55,26 +62,29 @@ Result<FlatRange> ShardFileRange(const SafetensorsFile &file, const std::string 
 
 // How one rank's flat buffer maps onto the checkpoint's flat state (the
 // whole model's tensors in declaration order). The identity for a whole
-// model; a pipeline stage holds a subset of the tensors, so one of its
-// ranges is several pieces of the whole.
+// model; a pipeline stage holds a subset of the tensors, and a
+// tensor-parallel rank slices of them, so one of its ranges is several pieces
+// of the whole.
 class FlatMap {
  public:
   struct Segment {
     FlatRange local, whole;  // the same elements in both spaces
   };
-  // `local`: this rank's tensors (their offsets in its buffer); `whole`: the
-  // whole model's. Tensors match by name.
+  // `local`: this rank's tensors (their offsets in its buffer, and their
+  // runs when they are slices); `whole`: the whole model's. Tensors match by
+  // name.
   FlatMap(const std::vector<FlatTensor> &local, const std::vector<FlatTensor> &whole);
   // The segments of local range `range` (clipped to tensors; padding has
   // none), in local order, neighbours that are contiguous in both spaces
-  // merged. `skip`: a local tensor left out (a pipeline's second copy of a
-  // tied weight), or "".
-  std::vector<Segment> Cut(FlatRange range, const std::string &skip = "") const;
+  // merged. `skip`: local tensors left out (a pipeline's second copy of a
+  // tied weight; on tensor-parallel ranks other than the first, the tensors
+  // every tp rank holds whole).
+  std::vector<Segment> Cut(FlatRange range, const std::vector<std::string> &skip = {}) const;
 
  private:
   struct Tensor {
     std::string name;
-    Segment span;
+    std::vector<Segment> runs;  // local order, contiguous in both spaces
   };
   std::vector<Tensor> tensors_;  // local order
 };

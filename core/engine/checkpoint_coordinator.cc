@@ -5,8 +5,9 @@
 //                              rank r held; at stage 0 rank 0 writes the whole state
 //   meta.json                  config, topology, step, optimizer, LR schedule, RNG,
 //                              client state, "shards", every file's checksum
-// Any layout loads any checkpoint of the same model and optimizer: each rank
-// fills the flat ranges it holds from the pieces that overlap them
+// Any layout (dp, tp, pp, ZeRO stage, precision) loads any checkpoint of the
+// same model and optimizer: each rank fills the flat ranges it holds (its
+// stage's tensors, its tp slices of them) from the pieces that overlap them
 // (core/checkpoint/reshard.h). Save and load agree across ranks through the
 // rendezvous store, never through collectives (core/engine/rank_reports.h):
 // a rank that does not take part is named, and nothing is committed unless
@@ -20,6 +21,7 @@
 #include "core/checkpoint/reshard.h"
 #include "core/engine/checkpoint_coordinator.h"
 #include "core/engine/rank_reports.h"
+#include "core/tensor_parallel/tp_tensors.h"
 
 namespace dst {
 
@@ -36,9 +38,18 @@ std::string ShapeText(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
+// Where each tensor sits in a flat buffer; a tensor-parallel slice as its
+// runs in the whole tensor.
 std::vector<FlatTensor> FlatTensors(const std::vector<ParamDecl> &decls) {
   std::vector<FlatTensor> out;
-  for (const ParamDecl &d : decls) out.push_back({d.name, d.offset, d.numel});
+  for (const ParamDecl &d : decls) {
+    FlatTensor t(d.name, d.offset, d.numel);
+    if (d.split.split()) {
+      t.run = d.GlobalRun();
+      for (int64_t i = 0; i < d.numel; i += t.run) t.run_starts.push_back(d.GlobalElement(i));
+    }
+    out.push_back(std::move(t));
+  }
   return out;
 }
 
@@ -120,7 +131,7 @@ Json CheckpointCoordinator::CheckpointMeta(const Json &client) const {
   };
   meta["topology"] = {{"world_size", view_.env.world_size},
                       {"dp_size", view_.config->dp_size},
-                      {"tp_size", 1},
+                      {"tp_size", view_.config->tp_size},
                       {"pp_size", view_.pp_size},
                       {"zero_stage", view_.dp->stage()}};
   return meta;
@@ -137,8 +148,7 @@ Status CheckpointCoordinator::WriteOwnCheckpointFiles(const std::string &dir,
   const std::vector<ParamDecl> &decls = *view_.decls;
   ShardInfo params_held;
   const float *params = view_.dp->LocalParams(&params_held);
-  const bool pipeline = view_.pp_size > 1;
-  const bool full_params = view_.dp->FullParams() != nullptr && !pipeline;
+  const bool full_params = HoldsEveryWeight();
   if (view_.env.rank == 0 && full_params) {
     CheckpointFile weights{kModelFile, {}, {{"format", "pt"}}};
     for (const ParamDecl &d : decls)
@@ -152,7 +162,7 @@ Status CheckpointCoordinator::WriteOwnCheckpointFiles(const std::string &dir,
   const bool unique_state = view_.dp->stage() >= 1 || view_.dp_rank == 0;
   // The checkpoint's flat state this rank writes: its state range, as pieces
   // of the whole model's flat state (one piece without a pipeline).
-  const std::vector<FlatMap::Segment> segments = map_.Cut(mine, view_.tied_copy);
+  const std::vector<FlatMap::Segment> segments = map_.Cut(mine, view_.not_saved);
   if (!unique_state || segments.empty()) return Status::Ok();
   std::vector<FlatRange> pieces;
   int64_t count = 0;
@@ -269,19 +279,14 @@ Result<WrittenFile> CheckpointCoordinator::ConsolidateWeights(const std::string 
   return WriteStagedFile(dir, tag, weights);
 }
 
-// Checkpoints hold whole tensors in flat pieces; a tensor-parallel slice is
-// a strided part of its tensor, which the resharding does not address yet.
-Status CheckpointCoordinator::CheckTensorParallel(const char *call) const {
-  if (view_.config->tp_size == 1) return Status::Ok();
-  return NotSupported(std::string(call) + ": checkpoints of tensor-parallel runs (tp_size " +
-                      std::to_string(view_.config->tp_size) +
-                      ") are not supported yet; get_param returns the global tensors, and "
-                      "runs with tp_size 1 save and load checkpoints");
+// Rank 0 writes model.safetensors itself when it holds every whole weight;
+// otherwise it consolidates the weight pieces every rank's shard file holds.
+bool CheckpointCoordinator::HoldsEveryWeight() const {
+  return view_.dp->FullParams() != nullptr && view_.pp_size == 1 && view_.config->tp_size == 1;
 }
 
 Status CheckpointCoordinator::Save(const std::string &dir, const std::string &tag,
                                    const std::string &client_state_json) {
-  DST_RETURN_IF_ERROR(CheckTensorParallel("save_checkpoint"));
   Json client = nullptr;
   if (!client_state_json.empty()) {
     client = Json::parse(client_state_json, nullptr, /*allow_exceptions=*/false);
@@ -356,7 +361,7 @@ Status CheckpointCoordinator::CollectAndCommit(const std::string &dir, const std
     for (const Json &f : r.payload.at("files")) files.push_back(WrittenFileFrom(f));
     for (const Json &s : r.payload.at("shards")) shards.push_back(s);
   }
-  if (view_.dp->FullParams() == nullptr || view_.pp_size > 1) {
+  if (!HoldsEveryWeight()) {
     Result<WrittenFile> weights = ConsolidateWeights(dir, tag, shards);
     if (!weights.ok()) {
       AbortStaging(dir, tag);
@@ -390,7 +395,6 @@ Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::str
   if (!loaded.ok()) return loaded.status();
   LoadedCheckpoint &ckpt = loaded.value();
   const std::string where = ckpt.path;
-  const std::vector<ParamDecl> &decls = *view_.decls;
   const int64_t total = view_.num_parameters;
   try {
     // Weights: names and shapes (the first mismatching tensor is named).
@@ -437,13 +441,15 @@ Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::str
     // the configured scale. Loading into fp32/bf16 drops it.
     DST_RETURN_IF_ERROR(out->scaler.FromJson(ckpt.meta.value("loss_scaler", Json())));
 
-    // This rank's weights, from the consolidated tensors.
+    // This rank's weights, from the consolidated tensors: the pieces of the
+    // whole model's flat weights its range holds (padding stays 0).
     view_.dp->LocalParams(&out->params_range);
-    out->params.resize(size_t(out->params_range.size));
-    CopyFlatFromTensors(
-        weights, FlatTensors(decls),
-        {out->params_range.offset, out->params_range.offset + out->params_range.size},
-        out->params.data());
+    out->params.assign(size_t(out->params_range.size), 0.0f);
+    const std::vector<FlatTensor> whole = FlatTensors(*view_.whole_decls);
+    for (const FlatMap::Segment &seg :
+         map_.Cut(RealPart(out->params_range, view_.local_parameters)))
+      CopyFlatFromTensors(weights, whole, seg.whole,
+                          out->params.data() + (seg.local.begin - out->params_range.offset));
 
     // This rank's optimizer state, from the shard files that overlap it: its
     // range is one or more ranges of the checkpoint's flat state (a pipeline
@@ -514,7 +520,6 @@ Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::str
 
 Status CheckpointCoordinator::Load(const std::string &dir, const std::string &tag,
                                    std::string *client_state_json) {
-  DST_RETURN_IF_ERROR(CheckTensorParallel("load_checkpoint"));
   ++ops_;
   PreparedLoad prepared(*view_.scaler);
   Status st = PrepareLoad(dir, tag, &prepared);
@@ -554,7 +559,6 @@ Status CheckpointCoordinator::Load(const std::string &dir, const std::string &ta
 }
 
 Status CheckpointCoordinator::LoadWeights(const std::string &dir, const std::string &tag) {
-  DST_RETURN_IF_ERROR(CheckTensorParallel("load_weights"));
   ++ops_;
   const std::string what = "load_weights(\"" + dir + "\")";
   Result<LoadedCheckpoint> ckpt = ReadCheckpointMeta(dir, tag);
@@ -580,9 +584,16 @@ Status CheckpointCoordinator::LoadWeights(const std::string &dir, const std::str
   }
   const SafetensorsFile &weights = ckpt->files.at(kModelFile);
   const std::vector<ParamDecl> &decls = *view_.decls;
-  for (size_t id = 0; id < decls.size(); ++id)
-    DST_RETURN_IF_ERROR(
-        view_.dp->WriteParam(int(id), weights.tensors.at(decls[id].name).f32()).context(what));
+  std::vector<float> slice;
+  for (size_t id = 0; id < decls.size(); ++id) {
+    const float *whole = weights.tensors.at(decls[id].name).f32();
+    if (decls[id].split.split()) {  // this tp rank's slice of the whole tensor
+      slice.resize(size_t(decls[id].numel));
+      SliceTensor(decls[id], whole, slice.data());
+      whole = slice.data();
+    }
+    DST_RETURN_IF_ERROR(view_.dp->WriteParam(int(id), whole).context(what));
+  }
   return Status::Ok();
 }
 

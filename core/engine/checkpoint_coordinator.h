@@ -36,9 +36,10 @@ struct TrainingStateView {
   const std::vector<ParamDecl> *whole_decls = nullptr;  // the whole model's (= decls without pp)
   int64_t num_parameters = 0;                           // the whole model's
   int64_t local_parameters = 0;                         // this rank's (its stage's)
-  // A tensor this rank holds a second copy of (a pipeline's last stage and
-  // the tied wte): not saved from here, loaded like the first copy.
-  std::string tied_copy;
+  // Tensors this rank holds that another rank saves: a second copy (a
+  // pipeline's last stage and the tied wte), and on tp ranks other than the
+  // first the tensors every tp rank holds whole. Loaded like the saved copy.
+  std::vector<std::string> not_saved;
   int64_t dp_rank = 0, pp_size = 1;
   DataParallelism *dp = nullptr;         // weights and optimizer state
   TrainingProgress *progress = nullptr;  // steps taken and skipped
@@ -62,8 +63,9 @@ class CheckpointCoordinator {
   Status LoadWeights(const std::string &dir, const std::string &tag);
 
  private:
-  // An error for `call` when the run is tensor-parallel (not supported yet).
-  Status CheckTensorParallel(const char *call) const;
+  // Whether this rank holds every whole weight (no pipeline, no tensor
+  // parallelism, not ZeRO-3 across ranks): then rank 0 writes model.safetensors.
+  bool HoldsEveryWeight() const;
   struct PreparedLoad;
   std::string CheckpointKeyPrefix(const char *phase) const;
   nlohmann::json CheckpointMeta(const nlohmann::json &client) const;

@@ -1,5 +1,7 @@
 #include "core/engine/engine.h"
 
+#include "core/engine/layout_memory.h"
+
 #include <unistd.h>
 #include <algorithm>
 #include <chrono>
@@ -83,24 +85,13 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
                                                          {groups_.pp_p2p.get(), CommGroup::kPp}};
   for (const auto &[group, kind] : hooked)
     group->SetCompletionHook([this, kind](const CommRecord &r) { comm_stats_.Record(kind, r); });
-  ActivationLimits limits;
-  limits.max_B = config_.train_micro_batch_size_per_gpu;
-  limits.max_T = spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
-  limits.max_threads = MaxThreads();
-  const bool mixed = config_.precision() != DType::kFloat32;
-  ActivationOptions activations;
-  if (mixed) activations.half = config_.precision() == DType::kFloat16 ? Half::kFp16 : Half::kBf16;
-  activations.recompute = config_.recompute_activations();
-  activations.recompute_interval = std::max<int64_t>(1, config_.recompute_interval());
-  activations.selective = config_.selective_recompute();
+  const ActivationLimits limits = ActivationLimitsFor(config_, spec, MaxThreads());
+  const int64_t pp_rank = groups_.coord.pp;
+  const ActivationOptions activations =
+      ActivationOptionsFor(config_, plan_ ? &*plan_ : nullptr, pp_rank);
   ModelPart part;
   if (config_.tp_size > 1) part.tp = {groups_.tp.get(), config_.tp_size, groups_.coord.tp};
-  const int64_t pp_rank = groups_.coord.pp;
-  if (plan_) {
-    part.chunks = plan_->ChunksOf(pp_rank);
-    activations.slots = plan_->PeakInFlight(pp_rank, config_.gradient_accumulation_steps);
-    activations.split_backward = plan_->schedule == PipeScheduleKind::kZeroBubbleH1;
-  }
+  if (plan_) part.chunks = plan_->ChunksOf(pp_rank);
   model_ = std::make_unique<Model<float>>(
       spec, limits, &memory_,
       StoreOptionsForStage(config_.zero.stage, dp_comm_->size(), config_.precision()), activations,
@@ -149,7 +140,10 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   state.local_parameters = model_->params().size();
   const bool last_stage_of_gpt =
       plan_ && spec.type == ModelSpec::Type::kGpt && groups_.coord.pp == config_.pp_size - 1;
-  if (last_stage_of_gpt) state.tied_copy = "transformer.wte.weight";
+  if (last_stage_of_gpt) state.not_saved.push_back("transformer.wte.weight");
+  if (groups_.coord.tp > 0)  // tp rank 0 saves the tensors every tp rank holds whole
+    for (const ParamDecl &d : model_->params().decls())
+      if (!d.split.split()) state.not_saved.push_back(d.name);
   state.dp_rank = groups_.coord.dp;
   state.pp_size = config_.pp_size;
   state.dp = dp_.get();

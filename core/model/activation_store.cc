@@ -43,67 +43,99 @@ bool EndsGroup(const std::vector<LayerSaveSpec> &layers, size_t l) {
 }  // namespace
 
 template <typename T>
-ActivationStore<T>::ActivationStore(const std::vector<LayerSaveSpec> &layers,
-                                    const ActivationOptions &options, MemoryTracker *tracker)
-    : options_(options), specs_(layers) {
-  if constexpr (!std::is_same_v<T, float>) options_.half.reset();  // 16 bits: fp32 models only
-  if (options_.recompute) options_.selective = false;  // full recomputation rebuilds everything
-  const auto cat = MemoryCategory::kActivations;
+typename ActivationStore<T>::Sizes ActivationStore<T>::Plan(
+    const std::vector<LayerSaveSpec> &layers, const ActivationOptions &options) {
   const size_t L = layers.size();
-  const size_t slots = size_t(std::max<int64_t>(1, options_.slots));
   auto home = [&](size_t l, size_t k) {
-    return HomeOf<T>(layers[l], k, EndsGroup(layers, l), options_);
+    return HomeOf<T>(layers[l], k, EndsGroup(layers, l), options);
   };
-
-  // Sizes: per slot (own), per shared region (one layer's under 16-bit keep,
+  // Per slot (own), per shared region (one layer's under 16-bit keep,
   // alternating; one group's under recompute), the transient region.
-  int64_t own = 0, shared[2] = {0, 0}, transient = 0, group_shared = 0;
-  std::vector<int64_t> stash_numel(L, 0);
-  group_needs_work_.assign(L, false);
+  Sizes z;
+  int64_t group_shared = 0;
+  z.stash_numel.assign(L, 0);
+  z.group_needs_work.assign(L, false);
   for (size_t l = 0; l < L; ++l) {
     int64_t layer_shared = 0, layer_transient = 0;
     for (size_t k = 0; k < layers[l].tensors.size(); ++k) {
       const int64_t n = layers[l].tensors[k].numel;
       switch (home(l, k)) {
         case Home::kOwn:
-          own += Aligned(n);
+          z.own += Aligned(n);
           break;
         case Home::kShared:
           layer_shared += Aligned(n);
-          stash_numel[l] += n;
+          z.stash_numel[l] += n;
           break;
         case Home::kTransient:
           layer_transient += Aligned(n);
           break;
       }
     }
-    transient = std::max(transient, layer_transient);
-    if (options_.recompute) {
+    z.transient = std::max(z.transient, layer_transient);
+    if (options.recompute) {
       if (StartsGroup(layers, l)) group_shared = 0;
       group_shared += layer_shared;
-      shared[0] = std::max(shared[0], group_shared);
+      z.shared[0] = std::max(z.shared[0], group_shared);
     } else {
-      shared[l % 2] = std::max(shared[l % 2], layer_shared);
+      z.shared[l % 2] = std::max(z.shared[l % 2], layer_shared);
     }
+    if (options.split_backward)
+      for (const SavedTensorSpec &t : layers[l].deferred) z.deferred += Aligned(t.numel);
   }
-  if (options_.recompute) {  // a group needs recomputing when one of its layers keeps less
+  if (options.recompute) {  // a group needs recomputing when one of its layers keeps less
     for (size_t l = 0, begin = 0; l < L; ++l) {
       if (StartsGroup(layers, l)) begin = l;
       if (!EndsGroup(layers, l)) continue;
       bool needs = false;
-      for (size_t j = begin; j <= l; ++j) needs |= stash_numel[j] > 0;
-      for (size_t j = begin; j <= l; ++j) group_needs_work_[j] = needs;
+      for (size_t j = begin; j <= l; ++j) needs |= z.stash_numel[j] > 0;
+      for (size_t j = begin; j <= l; ++j) z.group_needs_work[j] = needs;
     }
   }
+  return z;
+}
+
+template <typename T>
+ActivationOptions ActivationStore<T>::Effective(ActivationOptions options) {
+  if constexpr (!std::is_same_v<T, float>) options.half.reset();  // 16 bits: fp32 models only
+  if (options.recompute) options.selective = false;  // full recomputation rebuilds everything
+  options.slots = std::max<int64_t>(1, options.slots);
+  return options;
+}
+
+template <typename T>
+int64_t ActivationStore<T>::Bytes(const std::vector<LayerSaveSpec> &layers,
+                                  const ActivationOptions &requested) {
+  const ActivationOptions options = Effective(requested);
+  const Sizes z = Plan(layers, options);
+  int64_t stash = 0;
+  if (options.half.has_value() && !options.recompute)
+    for (const int64_t n : z.stash_numel) stash += n;
+  const int64_t per_slot = int64_t(sizeof(T)) * (z.own + z.deferred) + 2 * stash;
+  return int64_t(sizeof(T)) * (z.shared[0] + z.shared[1] + z.transient) + options.slots * per_slot;
+}
+
+template <typename T>
+ActivationStore<T>::ActivationStore(const std::vector<LayerSaveSpec> &layers,
+                                    const ActivationOptions &options, MemoryTracker *tracker)
+    : options_(Effective(options)), specs_(layers) {
+  const auto cat = MemoryCategory::kActivations;
+  const size_t L = layers.size();
+  const size_t slots = size_t(options_.slots);
+  auto home = [&](size_t l, size_t k) {
+    return HomeOf<T>(layers[l], k, EndsGroup(layers, l), options_);
+  };
+  const Sizes z = Plan(layers, options_);
+  group_needs_work_ = z.group_needs_work;
   for (int r = 0; r < 2; ++r)
-    if (shared[r] > 0) shared_[r] = Buffer<T>(tracker, cat, size_t(shared[r]));
-  if (transient > 0) transient_ = Buffer<T>(tracker, cat, size_t(transient));
+    if (z.shared[r] > 0) shared_[r] = Buffer<T>(tracker, cat, size_t(z.shared[r]));
+  if (z.transient > 0) transient_ = Buffer<T>(tracker, cat, size_t(z.transient));
 
   acts_.resize(slots);
   own_.resize(slots);
   if (Keeps16()) stash_.resize(slots);
   for (size_t s = 0; s < slots; ++s) {
-    own_[s] = Buffer<T>(tracker, cat, size_t(own));
+    own_[s] = Buffer<T>(tracker, cat, size_t(z.own));
     int64_t own_offset = 0, shared_offset = 0;
     acts_[s].resize(L);
     for (size_t l = 0; l < L; ++l) {
@@ -129,17 +161,14 @@ ActivationStore<T>::ActivationStore(const std::vector<LayerSaveSpec> &layers,
             break;
         }
       }
-      if (Keeps16()) stash_[s].emplace_back(tracker, cat, size_t(stash_numel[l]));
+      if (Keeps16()) stash_[s].emplace_back(tracker, cat, size_t(z.stash_numel[l]));
     }
   }
-  if (options_.split_backward) AllocateDeferred(slots, tracker);
+  if (options_.split_backward) AllocateDeferred(slots, z.deferred, tracker);
 }
 
 template <typename T>
-void ActivationStore<T>::AllocateDeferred(size_t slots, MemoryTracker *tracker) {
-  int64_t per_slot = 0;
-  for (const LayerSaveSpec &spec : specs_)
-    for (const SavedTensorSpec &t : spec.deferred) per_slot += Aligned(t.numel);
+void ActivationStore<T>::AllocateDeferred(size_t slots, int64_t per_slot, MemoryTracker *tracker) {
   deferred_.resize(slots);
   deferred_own_.resize(slots);
   for (size_t s = 0; s < slots; ++s) {

@@ -67,6 +67,9 @@ class ActivationStore {
   ActivationStore() = default;
   ActivationStore(const std::vector<LayerSaveSpec> &layers, const ActivationOptions &options,
                   MemoryTracker *tracker);
+  // The bytes the constructor charges to kActivations for these layers and
+  // options, without allocating them (`dstrain estimate`).
+  static int64_t Bytes(const std::vector<LayerSaveSpec> &layers, const ActivationOptions &options);
 
   int64_t slots() const { return int64_t(acts_.size()); }
   const ActivationOptions &options() const { return options_; }
@@ -97,7 +100,20 @@ class ActivationStore {
   void Restore(int64_t slot, size_t layer);
 
  private:
-  void AllocateDeferred(size_t slots, MemoryTracker *tracker);
+  // Region sizes in elements (aligned per tensor).
+  struct Sizes {
+    int64_t own = 0;                     // per slot: the values a slot keeps
+    int64_t shared[2] = {0, 0};          // the shared work regions
+    int64_t transient = 0;               // selective: the recomputable tensors
+    int64_t deferred = 0;                // per slot: split backward's deferred gradients
+    std::vector<int64_t> stash_numel;    // [layer] 16-bit keep: its stash (unaligned)
+    std::vector<bool> group_needs_work;  // [layer] recompute: its group keeps something shared
+  };
+  static Sizes Plan(const std::vector<LayerSaveSpec> &layers, const ActivationOptions &options);
+  // The options as the store applies them (16-bit keep on fp32 models only;
+  // full recomputation supersedes selective; at least one slot).
+  static ActivationOptions Effective(ActivationOptions options);
+  void AllocateDeferred(size_t slots, int64_t per_slot, MemoryTracker *tracker);
   bool Keeps16() const { return options_.half.has_value() && !options_.recompute; }
   struct Resident {  // one slot's values of one layer (16-bit keep) or group (recompute)
     int64_t slot = -1;

@@ -157,6 +157,50 @@ BuiltLayers<T> BuildLayers(const ModelSpec &spec, const std::vector<LayerRange> 
   return built;
 }
 
+// What a model's layers need of activation memory: each layer's saves
+// (numbered into recomputation groups: runs of `recompute_interval` layers
+// from each chunk's first layer, as DeepSpeed counts the interval over a
+// stage's layers) and the sizes of the model's work buffers.
+struct ActivationNeeds {
+  std::vector<LayerSaveSpec> saves;
+  std::vector<size_t> group_begin, group_end;  // per layer: its group's [first, last + 1)
+  int64_t max_width = 0, max_scratch = 0;
+};
+
+template <typename T>
+ActivationNeeds NeedsOf(const ModelSpec &spec, const LayerList<T> &layers,
+                        const std::vector<LayerRange> &chunks, const ActivationLimits &limits,
+                        const ActivationOptions &activations) {
+  ActivationNeeds n;
+  n.max_width = spec.type == ModelSpec::Type::kSequential ? spec.input_dim : 0;
+  for (const auto &layer : layers) {
+    n.saves.push_back({layer->SavedTensors(limits), layer->OutWidth() > 0,
+                       activations.split_backward ? layer->DeferredTensors(limits)
+                                                  : std::vector<SavedTensorSpec>{}});
+    n.max_width = std::max(n.max_width, layer->OutWidth());
+    n.max_scratch = std::max(n.max_scratch, layer->ScratchSize(limits));
+  }
+  const size_t interval = size_t(std::max<int64_t>(1, activations.recompute_interval));
+  n.group_begin.assign(layers.size(), 0);
+  n.group_end.assign(layers.size(), 0);
+  int64_t group = -1;
+  for (const LayerRange &c : chunks)
+    for (size_t i = c.begin; i < c.end; i += interval) {
+      ++group;
+      for (size_t j = i; j < std::min(c.end, i + interval); ++j) {
+        n.saves[j].group = group;
+        n.group_begin[j] = i;
+        n.group_end[j] = std::min(c.end, i + interval);
+      }
+    }
+  return n;
+}
+
+// The model's work buffers: two gradient ping-pong buffers and the scratch.
+int64_t WorkElements(const ActivationNeeds &n, const ActivationLimits &limits) {
+  return 2 * limits.max_rows() * n.max_width + n.max_scratch;
+}
+
 ParamRegistry Declare(const ModelSpec &spec) {
   ParamRegistry registry;
   BuildLayers<float>(spec, WholeModel(spec), registry);
@@ -193,6 +237,17 @@ int64_t SavedActivationElements(const ModelSpec &spec, const std::vector<LayerRa
       for (const SavedTensorSpec &t : layer->DeferredTensors(limits)) total += t.numel;
   }
   return total;
+}
+
+int64_t ActivationBytes(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
+                        const ActivationLimits &limits, const ActivationOptions &activations,
+                        int64_t tp) {
+  ParamRegistry registry;
+  BuiltLayers<float> built = BuildLayers<float>(spec, chunks.empty() ? WholeModel(spec) : chunks,
+                                                registry, TensorParallelGroup{nullptr, tp, 0});
+  const ActivationNeeds n = NeedsOf(spec, built.layers, built.chunks, limits, activations);
+  return ActivationStore<float>::Bytes(n.saves, activations) +
+         int64_t(sizeof(float)) * WorkElements(n, limits);
 }
 
 std::vector<LayerSummary> SummarizeLayers(const ModelSpec &spec, int64_t B, int64_t seq) {
@@ -236,38 +291,16 @@ Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTra
   store_ = std::make_unique<ParamStore<T>>(registry, tracker, store);
   store_->Initialize(spec.seed);
 
-  int64_t max_width = spec.type == ModelSpec::Type::kSequential ? spec.input_dim : 0;
-  int64_t max_scratch = 0;
-  std::vector<LayerSaveSpec> saves;
-  for (auto &layer : layers_) {
-    layer->Bind(store_.get());
-    saves.push_back({layer->SavedTensors(limits), layer->OutWidth() > 0,
-                     activations.split_backward ? layer->DeferredTensors(limits)
-                                                : std::vector<SavedTensorSpec>{}});
-    max_width = std::max(max_width, layer->OutWidth());
-    max_scratch = std::max(max_scratch, layer->ScratchSize(limits));
-  }
-  // Recomputation groups: runs of `recompute_interval` layers from each
-  // chunk's first layer (DeepSpeed counts the interval over a stage's layers).
-  const size_t interval = size_t(std::max<int64_t>(1, activations.recompute_interval));
-  group_begin_.assign(layers_.size(), 0);
-  group_end_.assign(layers_.size(), 0);
-  int64_t group = -1;
-  for (const LayerRange &c : chunks_)
-    for (size_t i = c.begin; i < c.end; i += interval) {
-      ++group;
-      for (size_t j = i; j < std::min(c.end, i + interval); ++j) {
-        saves[j].group = group;
-        group_begin_[j] = i;
-        group_end_[j] = std::min(c.end, i + interval);
-      }
-    }
-  activations_ = ActivationStore<T>(saves, activations, tracker);
+  for (auto &layer : layers_) layer->Bind(store_.get());
+  ActivationNeeds needs = NeedsOf(spec, layers_, chunks_, limits, activations);
+  group_begin_ = std::move(needs.group_begin);
+  group_end_ = std::move(needs.group_end);
+  activations_ = ActivationStore<T>(needs.saves, activations, tracker);
   range_input_.assign(size_t(activations_.slots()), nullptr);
-  const auto act = MemoryCategory::kActivations;
-  grad_a_ = Buffer<T>(tracker, act, limits.max_rows() * max_width);
-  grad_b_ = Buffer<T>(tracker, act, limits.max_rows() * max_width);
-  scratch_ = Buffer<T>(tracker, act, max_scratch);
+  const auto act = MemoryCategory::kActivations;  // the work buffers (WorkElements)
+  grad_a_ = Buffer<T>(tracker, act, limits.max_rows() * needs.max_width);
+  grad_b_ = Buffer<T>(tracker, act, limits.max_rows() * needs.max_width);
+  scratch_ = Buffer<T>(tracker, act, needs.max_scratch);
 }
 
 // The output buffer belongs to the activation store (const only to its readers).

@@ -106,6 +106,13 @@ std::vector<ParamDecl> DeclarePartParameters(const ModelSpec &spec,
 // save for one micro-batch of `limits` between forward and backward (the
 // fp32 keep policy's per-slot size); with `deferred`, also the gradients a
 // split backward keeps from its input half to its weight half (zero bubble).
+// The bytes a rank's model of these chunks (all: the whole model) at
+// tensor-parallel size `tp` charges to kActivations — its activation store
+// under `activations` and its work buffers — computed without building it:
+// what `dstrain estimate` prints and a run measures.
+int64_t ActivationBytes(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
+                        const ActivationLimits &limits, const ActivationOptions &activations,
+                        int64_t tp);
 int64_t SavedActivationElements(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
                                 const ActivationLimits &limits, bool deferred = false,
                                 int64_t tp = 1);

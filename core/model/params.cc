@@ -49,6 +49,13 @@ int64_t ParamDecl::GlobalElement(int64_t i) const {
   return (outer * global_shape[dim] + at) * inner + i % inner;
 }
 
+int64_t ParamDecl::GlobalRun() const {
+  if (!split.split()) return numel;
+  int64_t inner = 1;
+  for (size_t k = size_t(split.dim) + 1; k < shape.size(); ++k) inner *= shape[k];
+  return shape[size_t(split.dim)] / split.groups * inner;
+}
+
 template <typename T>
 ParamStore<T>::ParamStore(const ParamRegistry &registry, MemoryTracker *tracker,
                           const ParamStoreOptions &options)

@@ -54,6 +54,10 @@ struct ParamDecl {
   // checkpoints address a slice's elements by where they sit in the whole
   // tensor, so every split starts from the same global values.
   int64_t GlobalElement(int64_t i) const;
+  // The length of the runs in which consecutive local elements are
+  // consecutive in the global tensor too (numel when the tensor is whole):
+  // local run k starts at GlobalElement(k * GlobalRun()).
+  int64_t GlobalRun() const;
 };
 
 // Layers declare their parameters here while the model is being built.

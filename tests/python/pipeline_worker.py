@@ -1,6 +1,7 @@
 """One rank of a parallel-equivalence run, through the Python SDK.
 
     python3 pipeline_worker.py CONFIG.json MODEL.json STEPS [SAVE_DIR [SAVE_AT]] [--load DIR]
+                               [--load-weights DIR]
                                [--seq-lens T1,T2,...]
 
 Rank, world and rendezvous come from the environment (torchrun's contract).
@@ -13,7 +14,9 @@ rank holds them): its L2 norm, its sum and its dot product with a fixed
 random vector seeded by the tensor's name — three numbers that move when any
 element moves. Prints one JSON line. With SAVE_DIR it saves a checkpoint
 after SAVE_AT steps (default: at the end) and reports how that went; with
---load DIR it resumes from DIR and trains the steps that remain.
+--load DIR it resumes from DIR and trains the steps that remain (with both,
+and SAVE_AT the loaded step, it saves again at once: a resharding round trip);
+with --load-weights DIR it starts from DIR's weights alone.
 """
 import json
 import pathlib
@@ -45,10 +48,14 @@ def sequential_batch(model, index, first, n):
 
 def main():
     args = sys.argv[1:]
-    load_dir = None
+    load_dir = weights_dir = None
     if "--load" in args:
         at = args.index("--load")
         load_dir = args[at + 1]
+        del args[at:at + 2]
+    if "--load-weights" in args:
+        at = args.index("--load-weights")
+        weights_dir = args[at + 1]
         del args[at:at + 2]
     seq_lens = None  # GPT: the context of step i's batch cycles through these
     if "--seq-lens" in args:
@@ -85,16 +92,24 @@ def main():
         if load_dir:
             engine.load_checkpoint(load_dir)
             start = engine.step
+        if weights_dir:
+            engine.load_weights(weights_dir)
         save = None
+
+        def save_now():
+            try:
+                engine.save_checkpoint(save_dir)
+                return "ok"
+            except dstrain.DstrainError as e:
+                return f"{type(e).__name__}: {e}"
+
+        if save_dir and save_at == start and load_dir:  # re-save what was loaded
+            save = save_now()
         losses = []
         for step in range(start, steps):
             losses.append(float(engine.train_batch(*batch(step))))
             if save_dir and step + 1 == save_at:
-                try:
-                    engine.save_checkpoint(save_dir)
-                    save = "ok"
-                except dstrain.DstrainError as e:
-                    save = f"{type(e).__name__}: {e}"
+                save = save_now()
         # Model state at rest: after the steps, before forward_backward's gathered gradients.
         memory_at_rest = {k: v["bytes"] for k, v in engine.metrics()["memory"].items()}
         fb_loss = float(engine.forward_backward(*batch(steps)))

@@ -16,8 +16,8 @@ of near-zero gradients (attention's key bias) into lr-sized steps: after the
 steps, parameters and gradients are compared within 5e-4. Also a
 model with an unpaired (gathered) Linear and a LayerNorm, 3D grids with a
 pipeline (2 x 2 x 2 and 1 x 4 x 2, 1F1B and zero bubble), fp16/bf16, and the
-refusals: a width tp does not divide, n_head tp does not divide, checkpoints at
-tp > 1, sequence parallelism; and a rank killed inside a tp all-reduce is named by the
+refusals: a width tp does not divide, n_head tp does not divide, sequence
+parallelism (checkpoints: test_tensor_parallel_checkpoint.py); and a rank killed inside a tp all-reduce is named by the
 survivor.
 """
 import pathlib
@@ -133,14 +133,6 @@ def test_refusals_name_the_problem(tmp_path, build_dir):
                                                                   "sequence_parallel": True})
     err = job_error(tmp_path, build_dir, config, ps.SEQUENTIAL, 2)
     assert "sequence parallelism is not supported yet" in err, err
-
-
-def test_checkpoints_are_refused_by_name(tmp_path, build_dir):
-    reports = ps.run_job(tmp_path, ps.make_config(tp=2, accum=2), ps.SEQUENTIAL, 2, "ckpt",
-                         steps=1, build_dir=build_dir, extra=[str(tmp_path / "ckpt")])
-    for r in reports:
-        assert "checkpoints of tensor-parallel runs (tp_size 2) are not supported yet" in \
-            r["save"], r["save"]
 
 
 def test_killed_rank_inside_a_tensor_parallel_all_reduce_is_named(tmp_path, build_dir):

@@ -8,6 +8,7 @@
 
 #include "core/checkpoint/checksum.h"
 #include "core/checkpoint/reshard.h"
+#include "core/model/params.h"
 
 namespace dst {
 namespace {
@@ -112,7 +113,7 @@ TEST(FlatMapTest, CutsAStageRangeIntoPiecesOfTheWholeModel) {
   const std::vector<FlatTensor> whole = {{"wte", 0, 3}, {"b0", 3, 5}, {"b1", 8, 4}, {"b2", 12, 6}};
   const std::vector<FlatTensor> stage = {{"b1", 0, 4}, {"b2", 4, 6}, {"wte", 10, 3}};
   const FlatMap map(stage, whole);
-  const auto all = map.Cut({0, 13}, "wte");
+  const auto all = map.Cut({0, 13}, {"wte"});
   ASSERT_EQ(all.size(), 1u);  // b1, b2 are contiguous in both spaces
   EXPECT_EQ(all[0].local.begin, 0);
   EXPECT_EQ(all[0].whole.begin, 8);
@@ -125,6 +126,47 @@ TEST(FlatMapTest, CutsAStageRangeIntoPiecesOfTheWholeModel) {
   EXPECT_EQ(with_copy[1].whole.begin, 0);
   EXPECT_EQ(with_copy[1].whole.end, 2);
   EXPECT_TRUE(map.Cut({13, 16}).empty());  // padding maps to nothing
+}
+
+// A row-parallel weight's slice: tp rank 1 of 2 holds columns [2, 4) of a
+// [3, 4] tensor, i.e. three runs of two elements, strided by 4 in the whole
+// tensor; a range that starts and ends inside runs is cut at their bounds.
+TEST(FlatMapTest, CutsATensorParallelSliceIntoItsRuns) {
+  const std::vector<FlatTensor> whole = {{"b", 0, 5}, {"w", 5, 12}};
+  FlatTensor slice("w", 0, 6);
+  slice.run = 2;
+  slice.run_starts = {2, 6, 10};
+  const FlatMap map({slice, FlatTensor("b", 6, 5)}, whole);
+  const auto cut = map.Cut({1, 8});
+  ASSERT_EQ(cut.size(), 4u);
+  EXPECT_EQ(cut[0].local.begin, 1);  // the first run from its second element
+  EXPECT_EQ(cut[0].whole.begin, 8);
+  EXPECT_EQ(cut[0].whole.end, 9);
+  EXPECT_EQ(cut[1].whole.begin, 11);
+  EXPECT_EQ(cut[2].whole.begin, 15);
+  EXPECT_EQ(cut[2].whole.end, 17);
+  EXPECT_EQ(cut[3].local.begin, 6);  // then b's first two elements
+  EXPECT_EQ(cut[3].whole.begin, 0);
+  EXPECT_EQ(cut[3].whole.end, 2);
+  EXPECT_TRUE(map.Cut({0, 6}, {"w"}).empty());
+}
+
+// ParamDecl's runs agree with GlobalElement for every kind of split.
+TEST(FlatMapTest, DeclarationRunsMatchGlobalElements) {
+  const TensorSplit splits[] = {{0, 2, 1, 1}, {1, 2, 1, 1}, {0, 2, 1, 3}, {1, 4, 3, 1}};
+  for (const TensorSplit &split : splits) {
+    ParamDecl d;
+    d.global_shape = {12, 8};
+    d.shape = d.global_shape;
+    d.shape[size_t(split.dim)] /= split.parts;
+    d.split = split;
+    d.numel = d.shape[0] * d.shape[1];
+    const int64_t run = d.GlobalRun();
+    ASSERT_EQ(d.numel % run, 0);
+    for (int64_t i = 0; i < d.numel; ++i)
+      EXPECT_EQ(d.GlobalElement(i), d.GlobalElement(i - i % run) + i % run)
+          << "dim " << split.dim << " groups " << split.groups << " element " << i;
+  }
 }
 
 TEST(FlatMapTest, PiecesRoundTripAndMalformedTextIsNamed) {
