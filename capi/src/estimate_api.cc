@@ -53,7 +53,8 @@ dst::Result<nlohmann::ordered_json> PipelineEstimate(const dst::ModelSpec &spec,
     const dst::RankMemory &m = memory[size_t(r)];
     // Zero bubble: the split backward's deferred gradients are held per micro-batch too.
     const bool split = p.schedule == dst::PipeScheduleKind::kZeroBubbleH1;
-    const int64_t saved = dst::SavedActivationElements(spec, chunks, limits, split, config.tp_size);
+    const int64_t saved = dst::SavedActivationElements(spec, chunks, limits, split, config.tp_size,
+                                                       config.sequence_parallel);
     ranks.push_back(
         {{"rank", r},
          {"chunks", layers},

@@ -359,6 +359,9 @@ class GlooGroup final : public Communicator, public StallChecker {
       gloo::ReduceScatterHalvingDoubling<float> algorithm(context_, ptrs, int(shard * size()),
                                                           counts);
       algorithm.run();
+      // Gloo leaves each rank's reduced shard at the start of the buffer;
+      // our contract (and NCCL's in-place form) has it at rank * shard.
+      if (rank() != 0) std::memmove(data + rank() * shard, data, size_t(shard) * sizeof(float));
     });
   }
 

@@ -140,6 +140,9 @@ struct Config {
   int64_t gradient_accumulation_steps = 0;
   int64_t dp_size = 1;
   int64_t tp_size = 1;
+  // tensor_parallel.sequence_parallel (Megatron's --sequence-parallel):
+  // outside the tensor-parallel regions a tp rank holds 1/tp of the token rows.
+  bool sequence_parallel = false;
   int64_t pp_size = 1;
   int64_t pipeline_micro_batches = 0;  // pipeline_parallel.micro_batches; 0 = unset
 

@@ -63,15 +63,6 @@ Status CheckCommunicationTypeSupported(DType precision, DType dtype) {
                       " is not supported; reduce in \"fp32\" or in the training dtype");
 }
 
-// Tensor parallelism runs (the model's plan is checked by the engine);
-// Megatron's sequence parallelism is recognised, not built.
-Status CheckTensorParallelSupported(const ExtraSettings &extra) {
-  if (!extra.sequence_parallel) return Status::Ok();
-  return NotSupported(
-      "tensor_parallel.sequence_parallel: sequence parallelism is not supported yet; "
-      "remove the key (tensor parallelism runs without it)");
-}
-
 // The pipeline settings this build cannot honour yet.
 Status CheckPipelineSupported(const Config &config) {
   const int64_t interval = config.pipeline.activation_checkpoint_interval;
@@ -176,7 +167,6 @@ Status CheckSupported(const Config &config, const ExtraSettings &extra) {
   DST_RETURN_IF_ERROR(CheckZeroStageSupported(config.zero));
   DST_RETURN_IF_ERROR(
       CheckCommunicationTypeSupported(config.precision(), config.communication_data_type));
-  DST_RETURN_IF_ERROR(CheckTensorParallelSupported(extra));
   DST_RETURN_IF_ERROR(CheckPipelineSupported(config));
   DST_RETURN_IF_ERROR(CheckOptimizerSupported(extra));
   DST_RETURN_IF_ERROR(CheckSchedulerSupported(extra));

@@ -48,7 +48,6 @@ struct ExtraSettings {
   bool load_universal = false;
   std::string enabled_feature;  // first DeepSpeed-only feature section that is on
   std::string tp_size_key = "tensor_parallel.tp_size";    // where tp_size came from
-  bool sequence_parallel = false;                         // tensor_parallel.sequence_parallel
   std::string pp_size_key = "pipeline_parallel.pp_size";  // where pp_size came from
 };
 

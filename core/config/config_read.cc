@@ -505,7 +505,7 @@ Status ReadTensorParallel(const ObjectReader &root, Parsed *parsed) {
         DST_RETURN_IF_ERROR(section.ReadBool("enabled", &enabled));
         DST_RETURN_IF_ERROR(section.ReadInt("tp_size", &tp_size, 1, kInt64Max));
         DST_RETURN_IF_ERROR(
-            section.ReadBool("sequence_parallel", &parsed->extra.sequence_parallel));
+            section.ReadBool("sequence_parallel", &parsed->config.sequence_parallel));
         const int64_t autotp_degree = std::max<int64_t>(autotp_size, 1);
         if (section.Has("autotp_size") && section.Has("tp_size") && autotp_degree != tp_size) {
           return ConfigError("tensor_parallel.autotp_size " + std::to_string(autotp_size) +

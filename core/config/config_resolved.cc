@@ -120,6 +120,18 @@ Json Notes(const Config &config) {
     notes.push_back(
         "activation_checkpointing.partition_activations: tensor-parallel size 1, there is "
         "nothing to partition the kept inputs across");
+  if (c.partition_activations && config.tp_size > 1)
+    notes.push_back(
+        config.sequence_parallel
+            ? "activation_checkpointing.partition_activations: the kept inputs are split across "
+              "the tp ranks by sequence parallelism"
+            : "activation_checkpointing.partition_activations: every tp rank keeps the whole "
+              "inputs; tensor_parallel.sequence_parallel splits them (and the LayerNorms' "
+              "activations) across the tp ranks");
+  if (config.sequence_parallel && config.tp_size == 1)
+    notes.push_back(
+        "tensor_parallel.sequence_parallel: tensor-parallel size 1, nothing to split (as "
+        "Megatron, it is off)");
   if (c.cpu_checkpointing)
     notes.push_back(
         "activation_checkpointing.cpu_checkpointing: the CPU engine keeps activations in host "
@@ -176,7 +188,8 @@ std::string ResolvedJson(const Config &config) {
   // Present only when given: the section itself turns recomputation on.
   if (config.activation_checkpointing.present)
     out["activation_checkpointing"] = ActivationCheckpointingJson(config.activation_checkpointing);
-  out["tensor_parallel"] = Json{{"tp_size", config.tp_size}};
+  out["tensor_parallel"] =
+      Json{{"tp_size", config.tp_size}, {"sequence_parallel", config.sequence_parallel}};
   Json pipeline = Json{{"pp_size", config.pp_size}};
   if (config.pipeline_micro_batches > 0) {
     pipeline["micro_batches"] = config.pipeline_micro_batches;

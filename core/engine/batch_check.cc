@@ -88,7 +88,7 @@ Status CheckActivationSizes(const ModelSpec &spec, int64_t micro) {
 }
 
 Result<int64_t> CheckBatch(const BatchView &b, const ModelSpec &spec, int64_t micro, int64_t accum,
-                           const char *call, bool exact_train) {
+                           const char *call, bool exact_train, int64_t row_split) {
   if (b.n_samples > size_t(std::numeric_limits<int64_t>::max()))
     return InvalidArgument(std::string(call) + ": n_samples is " + std::to_string(b.n_samples) +
                            ", more than any buffer can hold");
@@ -108,6 +108,14 @@ Result<int64_t> CheckBatch(const BatchView &b, const ModelSpec &spec, int64_t mi
     if (T < 1 || T > spec.gpt.n_ctx)
       return InvalidArgument(std::string(call) + ": seq_len is " + std::to_string(T) +
                              "; it must be in [1, n_ctx = " + std::to_string(spec.gpt.n_ctx) + "]");
+    if ((micro * T) % row_split != 0)
+      return InvalidArgument(
+          std::string(call) + ": tensor_parallel.sequence_parallel splits each micro-batch's " +
+          "train_micro_batch_size_per_gpu x seq_len = " + std::to_string(micro) + " x " +
+          std::to_string(T) + " = " + std::to_string(micro * T) + " token rows over tp_size " +
+          std::to_string(row_split) + " ranks, which does not divide them; use a seq_len (or " +
+          "micro-batch size) whose product with the other is a multiple of " +
+          std::to_string(row_split));
     const char *formula = "n_samples x seq_len";
     Result<size_t> product = CheckedProduct(call, formula, n, T);
     if (!product.ok()) return product.status();

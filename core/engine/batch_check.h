@@ -14,9 +14,12 @@ namespace dst {
 
 // Checks `batch` for `call` ("train_batch", ...): a training step takes
 // exactly micro x accumulation samples (exact_train), evaluation any positive
-// multiple of micro. Returns the number of micro-batches.
+// multiple of micro. `row_split`: sequence parallelism's tp size (a GPT
+// micro-batch's micro x seq_len token rows must divide by it), else 1.
+// Returns the number of micro-batches.
 Result<int64_t> CheckBatch(const BatchView &batch, const ModelSpec &spec, int64_t micro,
-                           int64_t accum, const char *call, bool exact_train);
+                           int64_t accum, const char *call, bool exact_train,
+                           int64_t row_split = 1);
 
 // The activation sizes a config and a model imply for one micro-batch (rows x
 // widest activation, and the attention scores B x heads x T x T), checked

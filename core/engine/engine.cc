@@ -47,6 +47,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   // How tensor parallelism cuts the model is checked before anyone connects.
   Result<std::vector<TpRole>> roles = PlanTensorParallel(spec.value(), config.value().tp_size);
   if (!roles.ok()) return roles.status();
+  DST_RETURN_IF_ERROR(CheckSequenceParallel(spec.value(), config.value()));
   std::optional<StagePlan> plan;
   if (config.value().pp_size > 1) {
     Result<StagePlan> planned = PlanStages(spec.value(), config.value());
@@ -90,7 +91,8 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   const ActivationOptions activations =
       ActivationOptionsFor(config_, plan_ ? &*plan_ : nullptr, pp_rank);
   ModelPart part;
-  if (config_.tp_size > 1) part.tp = {groups_.tp.get(), config_.tp_size, groups_.coord.tp};
+  if (config_.tp_size > 1)
+    part.tp = {groups_.tp.get(), config_.tp_size, groups_.coord.tp, config_.sequence_parallel};
   if (plan_) part.chunks = plan_->ChunksOf(pp_rank);
   model_ = std::make_unique<Model<float>>(
       spec, limits, &memory_,
@@ -319,7 +321,8 @@ Result<const std::vector<Instruction> *> Engine::Program(Op kind, int64_t micro_
 Status Engine::RunProgram(Op kind, const BatchView &batch, const char *call, bool exact_train,
                           float *loss) {
   Result<int64_t> micro = CheckBatch(batch, model_->spec(), config_.train_micro_batch_size_per_gpu,
-                                     config_.gradient_accumulation_steps, call, exact_train);
+                                     config_.gradient_accumulation_steps, call, exact_train,
+                                     config_.sequence_parallel ? config_.tp_size : 1);
   if (!micro.ok()) return micro.status();
   if (heartbeat_) heartbeat_->SetProgress(progress_.steps);
   Result<const std::vector<Instruction> *> program = Program(kind, micro.value());

@@ -128,7 +128,7 @@ Status Executor::RunPipeOp(const Instruction &ins, const BatchView &batch, Phase
   if (!link_)
     return InternalError(std::string("executor: ") + OpName(ins.op) +
                          " in a program without a pipeline");
-  const int64_t rows = MicroBatchAt(batch, ins.micro_batch).rows();
+  const int64_t rows = model_->BoundaryRows(MicroBatchAt(batch, ins.micro_batch).rows());
   switch (ins.op) {
     case Op::kRecvActivation:
       return link_->RecvActivation(ins.chunk, ins.micro_batch, rows);
@@ -167,7 +167,8 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
     return std::string(what) + " at step " + std::to_string(step);
   };
   if (link_)
-    DST_RETURN_IF_ERROR(link_->BeginStep(micro_batches, MicroBatchAt(batch, 0).rows(), training));
+    DST_RETURN_IF_ERROR(link_->BeginStep(
+        micro_batches, model_->BoundaryRows(MicroBatchAt(batch, 0).rows()), training));
   // With a pipeline, a chunk's input and output gradient cross stages.
   auto receives = [this](int64_t chunk) { return link_ && !link_->is_first(chunk); };
   auto sends = [this](int64_t chunk) { return link_ && !link_->is_last(chunk); };
@@ -193,7 +194,8 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
         const float *output = nullptr;
         Status st = model_->Forward(ins.slot, range, input, mb, dp_, &output);
         if (!st.ok()) return st.context(at_step("forward"));
-        if (sends(ins.chunk)) link_->KeepOutput(ins.chunk, ins.micro_batch, output, mb.rows());
+        if (sends(ins.chunk))
+          link_->KeepOutput(ins.chunk, ins.micro_batch, output, model_->BoundaryRows(mb.rows()));
         if (range.end == model_->all_layers().end && model_->has_loss())
           loss_sum += model_->Loss(ins.slot);
         if (link_ && !training) link_->Release(ins.chunk, ins.micro_batch);
@@ -215,9 +217,9 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
         } else {
           float *dout =
               sends(ins.chunk) ? link_->gradient_input(ins.chunk, ins.micro_batch) : nullptr;
-          float *din = receives(ins.chunk)
-                           ? link_->GradientOutput(ins.chunk, ins.micro_batch, mb.rows())
-                           : nullptr;
+          float *din = receives(ins.chunk) ? link_->GradientOutput(ins.chunk, ins.micro_batch,
+                                                                   model_->BoundaryRows(mb.rows()))
+                                           : nullptr;
           if (ins.op == Op::kBackward) {
             dp_->BeginBackward(ins.last_backward, ins.last_of_chunk);
             st = model_->Backward(ins.slot, range, dout, din, mb, dp_);

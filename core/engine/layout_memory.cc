@@ -36,6 +36,7 @@ ActivationOptions ActivationOptionsFor(const Config &config, const StagePlan *pl
 Result<std::vector<RankMemory>> LayoutMemory(const ModelSpec &spec, const Config &config,
                                              int threads) {
   DST_RETURN_IF_ERROR(PlanTensorParallel(spec, config.tp_size).status());
+  DST_RETURN_IF_ERROR(CheckSequenceParallel(spec, config));
   std::optional<StagePlan> plan;
   if (config.pp_size > 1) {
     Result<StagePlan> planned = PlanStages(spec, config);
@@ -61,7 +62,8 @@ Result<std::vector<RankMemory>> LayoutMemory(const ModelSpec &spec, const Config
     if (config.zero.stage == 2 && plan) m.step_gradient_bytes = m.parameters * 4;
     const ActivationOptions activations = ActivationOptionsFor(config, plan ? &*plan : nullptr, r);
     m.micro_batches_in_flight = activations.slots;
-    m.activation_bytes = ActivationBytes(spec, chunks, limits, activations, config.tp_size);
+    m.activation_bytes = ActivationBytes(spec, chunks, limits, activations, config.tp_size,
+                                         config.sequence_parallel);
     out.push_back(m);
   }
   return out;

@@ -12,6 +12,7 @@
 #include "core/kernels/cpu/layernorm.h"
 #include "core/kernels/cpu/linear.h"
 #include "core/kernels/cpu/loss.h"
+#include "core/tensor_parallel/sequence_parallel.h"
 #include "core/tensor_parallel/tp_comm.h"
 #include "core/tensor_parallel/vocab_parallel.h"
 
@@ -39,7 +40,14 @@ GptEmbedding<T>::GptEmbedding(const GptDims &dims, ParamRegistry &registry,
 
 template <typename T>
 std::vector<SavedTensorSpec> GptEmbedding<T>::SavedTensors(const ActivationLimits &limits) const {
-  return {{limits.max_rows() * dims_.d_model}};
+  return {{MaxLocalRows(tp_, limits.max_rows()) * dims_.d_model}};
+}
+
+// Sequence-parallel: every row's lookups [N, C], reduce-scattered to this
+// rank's rows (forward), or the output gradient's rows gathered (backward).
+template <typename T>
+int64_t GptEmbedding<T>::ScratchSize(const ActivationLimits &limits) const {
+  return tp_.splits_rows() ? limits.max_rows() * dims_.d_model : 0;
 }
 
 template <typename T>
@@ -50,36 +58,54 @@ void GptEmbedding<T>::Forward(const T *, LayerActivations<T> &act, const MicroBa
     cpu::EmbeddingForward(mb.tokens, p.param(wte_), p.param(wpe_), mb.B, mb.seq, C, act[0]);
     return;
   }
-  cpu::EmbeddingLookupRange(mb.tokens, p.param(wte_), first_, rows_, mb.B, mb.seq, C, act[0]);
-  Status st = TpWait(TpAllReduce(tp_, act[0], mb.rows() * C), "token embedding");
+  if (!tp_.splits_rows()) {
+    cpu::EmbeddingLookupRange(mb.tokens, p.param(wte_), first_, rows_, mb.B, mb.seq, C, act[0]);
+    Status st = TpWait(TpAllReduce(tp_, act[0], mb.rows() * C), "token embedding");
+    if (!st.ok()) return this->Fail(std::move(st));
+    cpu::AddPositions(p.param(wpe_), mb.B, mb.seq, C, act[0]);
+    return;
+  }
+  const int64_t n = LocalRows(tp_, mb.rows());
+  T *whole = mb.scratch;  // [N, C]
+  cpu::EmbeddingLookupRange(mb.tokens, p.param(wte_), first_, rows_, mb.B, mb.seq, C, whole);
+  Status st = TpWait(ReduceScatterRows(tp_, whole, n, C), "token embedding");
   if (!st.ok()) return this->Fail(std::move(st));
-  cpu::AddPositions(p.param(wpe_), mb.B, mb.seq, C, act[0]);
+  std::memcpy(act[0], RowsOf(tp_, whole, n, C), size_t(n * C) * sizeof(T));
+  cpu::AddPositionsToRows(p.param(wpe_), tp_.rank * n, n, mb.seq, C, act[0]);
 }
 
 template <typename T>
 void GptEmbedding<T>::Backward(const T *, const LayerActivations<T> &, T *dout, T *,
                                const MicroBatch<T> &mb) {
-  cpu::EmbeddingBackward(dout, mb.tokens, mb.B, mb.seq, dims_.d_model, this->store_->grad(wte_),
+  const T *grad = dout;
+  if (tp_.splits_rows()) {  // every row's gradient: wpe's is then whole on every rank
+    T *whole = mb.scratch;
+    const int64_t n = LocalRows(tp_, mb.rows());
+    Status st = TpWait(GatherRows(tp_, dout, n, dims_.d_model, whole), "embedding gradient");
+    if (!st.ok()) return this->Fail(std::move(st));
+    grad = whole;
+  }
+  cpu::EmbeddingBackward(grad, mb.tokens, mb.B, mb.seq, dims_.d_model, this->store_->grad(wte_),
                          this->store_->grad(wpe_), first_, rows_);
 }
 
 template <typename T>
 std::vector<SavedTensorSpec> GptEmbedding<T>::DeferredTensors(
     const ActivationLimits &limits) const {
-  return {{limits.max_rows() * dims_.d_model}};
+  return {{MaxLocalRows(tp_, limits.max_rows()) * dims_.d_model}};
 }
 
 template <typename T>
 void GptEmbedding<T>::BackwardInput(const T *, const LayerActivations<T> &, T *dout, T *,
                                     LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
-  std::memcpy(deferred[0], dout, size_t(mb.rows() * dims_.d_model) * sizeof(T));
+  const int64_t n = LocalRows(tp_, mb.rows());
+  std::memcpy(deferred[0], dout, size_t(n * dims_.d_model) * sizeof(T));
 }
 
 template <typename T>
-void GptEmbedding<T>::BackwardWeight(const T *, const LayerActivations<T> &,
+void GptEmbedding<T>::BackwardWeight(const T *in, const LayerActivations<T> &act,
                                      const LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
-  cpu::EmbeddingBackward(deferred[0], mb.tokens, mb.B, mb.seq, dims_.d_model,
-                         this->store_->grad(wte_), this->store_->grad(wpe_), first_, rows_);
+  Backward(in, act, deferred[0], nullptr, mb);  // sequence-parallel: gathers the rows first
 }
 
 // ---------------------------------------------------------------- block
@@ -112,33 +138,41 @@ GptBlock<T>::GptBlock(const GptDims &dims, int index, ParamRegistry &registry,
   fcproj_b_ = registry.Add(BlockName(index, "mlp.c_proj.bias"), {C}, ParamInit::Constant(0));
 }
 
+// Sequence-parallel: the row-wise tensors (output, LayerNorms, residual)
+// hold this rank's n rows; the tensor-parallel region's hold all N.
 template <typename T>
 std::vector<SavedTensorSpec> GptBlock<T>::SavedTensors(const ActivationLimits &limits) const {
   const int64_t N = limits.max_rows(), C = dims_.d_model, Cl = c_local_;
+  const int64_t n = MaxLocalRows(tp_, N);
   std::vector<SavedTensorSpec> saved(kNumSaved);
-  saved[kOut] = {N * C};
-  saved[kLn1] = {N * C};
-  saved[kLn1Mean] = {N, true};
-  saved[kLn1Rstd] = {N, true};
+  saved[kOut] = {n * C};
+  saved[kLn1] = {n * C};
+  saved[kLn1Mean] = {n, true};
+  saved[kLn1Rstd] = {n, true};
   saved[kQkv] = {N * 3 * Cl};
   saved[kAtt] = {limits.max_B * (dims_.n_head / tp_.size) * limits.max_T * limits.max_T, false,
                  true};
   saved[kAttY] = {N * Cl};
-  saved[kRes2] = {N * C};
-  saved[kLn2] = {N * C};
-  saved[kLn2Mean] = {N, true};
-  saved[kLn2Rstd] = {N, true};
+  saved[kRes2] = {n * C};
+  saved[kLn2] = {n * C};
+  saved[kLn2Mean] = {n, true};
+  saved[kLn2Rstd] = {n, true};
   saved[kFch] = {N * f_local_};
   saved[kFchGelu] = {N * f_local_};
   return saved;
 }
 
 // Backward workspace: d_fch [N,4C] | d_ln [N,C] | dqkv [N,3C] | attention [threads,T,T]
-// | LayerNorm partial sums [threads, 2C].
+// | LayerNorm partial sums [threads, 2C]; sequence-parallel, before them:
+// the gathered output gradient [N, C] | a gathered LayerNorm output [N, C],
+// and after them the LayerNorms' parameter gradients [4C] (forward: the
+// gathered LayerNorm output [N, C] | a row-parallel GEMM's partial sums [N, C]).
 template <typename T>
 int64_t GptBlock<T>::ScratchSize(const ActivationLimits &limits) const {
   const int64_t N = limits.max_rows(), C = dims_.d_model;
-  return N * 8 * C + int64_t(limits.max_threads) * (limits.max_T * limits.max_T + 2 * C);
+  const int64_t plain =
+      N * 8 * C + int64_t(limits.max_threads) * (limits.max_T * limits.max_T + 2 * C);
+  return tp_.splits_rows() ? 2 * N * C + plain + 4 * C : plain;
 }
 
 template <typename T>
@@ -165,6 +199,7 @@ std::unique_ptr<Work> GptBlock<T>::SumInputGradient(T *din, int64_t N) {
 
 template <typename T>
 void GptBlock<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T> &mb) {
+  if (tp_.splits_rows()) return ForwardSequenceParallel(in, a, mb);
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
   T *out = a[kOut];
@@ -185,9 +220,101 @@ void GptBlock<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<
   cpu::AddInPlace(a[kRes2], N * C, out);
 }
 
+// Sequence-parallel forward: in, out, the LayerNorms and the residual are
+// this rank's n rows; the LayerNorm outputs are gathered into the regions,
+// the row-parallel GEMMs' partial sums reduce-scattered out of them.
+template <typename T>
+void GptBlock<T>::ForwardSequenceParallel(const T *in, LayerActivations<T> &a,
+                                          const MicroBatch<T> &mb) {
+  ParamStore<T> &p = *this->store_;
+  const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model, Cl = c_local_,
+                F = f_local_;
+  T *whole = mb.scratch;       // [N, C] a LayerNorm output, every rank's rows
+  T *partial = whole + N * C;  // [N, C] a row-parallel GEMM's partial sums
+  cpu::LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), n, C, a[kLn1], a[kLn1Mean],
+                        a[kLn1Rstd]);
+  if (!Finish(GatherRows(tp_, a[kLn1], n, C, whole), "attention input (all-gather)")) return;
+  cpu::LinearForward(whole, p.param(attn_w_), p.param(attn_b_), N, C, 3 * Cl, a[kQkv]);
+  cpu::AttentionForward(a[kQkv], Attention(mb), a[kAtt], a[kAttY]);
+  cpu::LinearForward<T>(a[kAttY], p.param(proj_w_), nullptr, N, Cl, C, partial);
+  if (!Finish(ReduceScatterRows(tp_, partial, n, C), "attention output (reduce-scatter)")) return;
+  T *rows = RowsOf(tp_, partial, n, C);  // this rank's rows of the sum
+  cpu::AddBiasToRows(p.param(proj_b_), n, C, rows);
+  cpu::Add(in, rows, n * C, a[kRes2]);
+  cpu::LayerNormForward(a[kRes2], p.param(ln2_w_), p.param(ln2_b_), n, C, a[kLn2], a[kLn2Mean],
+                        a[kLn2Rstd]);
+  if (!Finish(GatherRows(tp_, a[kLn2], n, C, whole), "MLP input (all-gather)")) return;
+  cpu::LinearForward(whole, p.param(fc_w_), p.param(fc_b_), N, C, F, a[kFch]);
+  cpu::GeluForward(a[kFch], N * F, a[kFchGelu]);
+  cpu::LinearForward<T>(a[kFchGelu], p.param(fcproj_w_), nullptr, N, F, C, partial);
+  if (!Finish(ReduceScatterRows(tp_, partial, n, C), "MLP output (reduce-scatter)")) return;
+  cpu::AddBiasToRows(p.param(fcproj_b_), n, C, rows);
+  cpu::Add(rows, a[kRes2], n * C, a[kOut]);
+}
+
+// Sequence-parallel backward: the output gradient's rows are gathered before
+// each row-parallel GEMM (whose bias gradient is then whole on every rank),
+// each column-parallel input gradient reduce-scattered to this rank's rows
+// while the weight-gradient GEMM runs on the re-gathered LayerNorm output,
+// and the LayerNorms' parameter gradients, from this rank's rows, summed over
+// the group at the end.
+template <typename T>
+void GptBlock<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T> &a, T *dout,
+                                           T *din, const MicroBatch<T> &mb) {
+  ParamStore<T> &p = *this->store_;
+  const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model, Cl = c_local_,
+                F = f_local_;
+  T *d_whole = mb.scratch;                                                  // [N, C]
+  T *gathered = d_whole + N * C;                                            // [N, C]
+  T *d_fch = gathered + N * C;                                              // [N, 4C']
+  T *d_ln = d_fch + N * 4 * C;                                              // [N, C]
+  T *dqkv = d_ln + N * C;                                                   // [N, 3C']
+  T *att_scratch = dqkv + N * 3 * C;                                        // [threads, T, T]
+  T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
+  T *ln_grads = ln_scratch + int64_t(mb.max_threads) * 2 * C;  // [4C] ln_1 w, b, ln_2 w, b
+  std::fill(ln_grads, ln_grads + 4 * C, T(0));
+
+  // MLP branch; dout doubles as the gradient of res2 (residual).
+  if (!Finish(GatherRows(tp_, dout, n, C, d_whole), "MLP output gradient (all-gather)")) return;
+  std::unique_ptr<Work> gather = GatherRows(tp_, a[kLn2], n, C, gathered);
+  cpu::LinearBackward(d_whole, a[kFchGelu], p.param(fcproj_w_), N, F, C, d_fch, p.grad(fcproj_w_),
+                      p.grad(fcproj_b_));
+  cpu::GeluBackward(d_fch, a[kFch], N * F, d_fch);
+  cpu::LinearBackward<T>(d_fch, nullptr, p.param(fc_w_), N, C, F, d_ln, nullptr, nullptr);
+  std::unique_ptr<Work> sum = ReduceScatterRows(tp_, d_ln, n, C);
+  if (!Finish(std::move(gather), "MLP input (all-gather)")) return;
+  cpu::LinearWeightBackward(d_fch, gathered, N, C, F, p.grad(fc_w_), p.grad(fc_b_));
+  if (!Finish(std::move(sum), "MLP input gradient (reduce-scatter)")) return;
+  cpu::LayerNormBackward(RowsOf(tp_, d_ln, n, C), a[kRes2], p.param(ln2_w_), a[kLn2Mean],
+                         a[kLn2Rstd], n, C, dout, ln_grads + 2 * C, ln_grads + 3 * C, ln_scratch,
+                         mb.max_threads);
+  // Attention branch; the residual passes dout (now d res2) straight to din.
+  if (!Finish(GatherRows(tp_, dout, n, C, d_whole), "attention output gradient (all-gather)"))
+    return;
+  gather = GatherRows(tp_, a[kLn1], n, C, gathered);
+  cpu::LinearBackward(d_whole, a[kAttY], p.param(proj_w_), N, Cl, C, d_ln, p.grad(proj_w_),
+                      p.grad(proj_b_));
+  cpu::AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch);
+  cpu::LinearBackward<T>(dqkv, nullptr, p.param(attn_w_), N, C, 3 * Cl, d_ln, nullptr, nullptr);
+  sum = ReduceScatterRows(tp_, d_ln, n, C);
+  if (!Finish(std::move(gather), "attention input (all-gather)")) return;
+  cpu::LinearWeightBackward(dqkv, gathered, N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_));
+  if (!Finish(std::move(sum), "attention input gradient (reduce-scatter)")) return;
+  if (!din)
+    din = dout;  // first layer: the input gradient is not needed, but ln_1's is
+  else
+    std::memcpy(din, dout, size_t(n * C) * sizeof(T));
+  cpu::LayerNormBackward(RowsOf(tp_, d_ln, n, C), in, p.param(ln1_w_), a[kLn1Mean], a[kLn1Rstd], n,
+                         C, din, ln_grads, ln_grads + C, ln_scratch, mb.max_threads);
+  if (!Finish(TpAllReduce(tp_, ln_grads, 4 * C), "LayerNorm weight gradients (all-reduce)")) return;
+  const int ids[4] = {ln1_w_, ln1_b_, ln2_w_, ln2_b_};
+  for (int k = 0; k < 4; ++k) cpu::AddInPlace(ln_grads + k * C, C, p.grad(ids[k]));
+}
+
 template <typename T>
 void GptBlock<T>::Backward(const T *in, const LayerActivations<T> &a, T *dout, T *din,
                            const MicroBatch<T> &mb) {
+  if (tp_.splits_rows()) return BackwardSequenceParallel(in, a, dout, din, mb);
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
   T *d_fch = mb.scratch;                                                    // [N, 4C']
@@ -222,24 +349,97 @@ void GptBlock<T>::Backward(const T *in, const LayerActivations<T> &a, T *dout, T
                          p.grad(ln1_w_), p.grad(ln1_b_), ln_scratch, mb.max_threads);
 }
 
+// Sequence-parallel: the LayerNorms' output gradients hold this rank's rows;
+// the row-parallel GEMMs' output gradients are kept gathered (all N rows).
 template <typename T>
 std::vector<SavedTensorSpec> GptBlock<T>::DeferredTensors(const ActivationLimits &limits) const {
-  const int64_t N = limits.max_rows(), C = dims_.d_model;
+  const int64_t N = limits.max_rows(), n = MaxLocalRows(tp_, N), C = dims_.d_model;
   std::vector<SavedTensorSpec> deferred(kNumDeferred);
   deferred[kDOut] = {N * C};
   deferred[kDFch] = {N * f_local_};
-  deferred[kDLn2] = {N * C};
+  deferred[kDLn2] = {n * C};
   deferred[kDRes2] = {N * C};
   deferred[kDQkv] = {N * 3 * c_local_};
-  deferred[kDLn1] = {N * C};
+  deferred[kDLn1] = {n * C};
   return deferred;
 }
 
 // Backward's chain of input gradients, each intermediate gradient a weight
 // reads kept in `d` (the same GEMMs as Backward, without the weight ones).
+// Sequence-parallel input half: the output gradients gathered into the
+// deferred kDOut / kDRes2 (the weight half reads them whole), the
+// column-parallel input gradients reduce-scattered, their rows kept.
+template <typename T>
+void GptBlock<T>::BackwardInputSequenceParallel(const T *in, const LayerActivations<T> &a, T *dout,
+                                                T *din, LayerActivations<T> &d,
+                                                const MicroBatch<T> &mb) {
+  ParamStore<T> &p = *this->store_;
+  const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model, Cl = c_local_,
+                F = f_local_;
+  const size_t local_bytes = size_t(n * C) * sizeof(T);
+  T *partial = mb.scratch;                                                  // [N, C]
+  T *d_att = partial + N * C;                                               // [N, C']
+  T *att_scratch = d_att + N * C;                                           // [threads, T, T]
+  T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
+  if (!Finish(GatherRows(tp_, dout, n, C, d[kDOut]), "MLP output gradient (all-gather)")) return;
+  cpu::LinearBackward<T>(d[kDOut], nullptr, p.param(fcproj_w_), N, F, C, d[kDFch], nullptr,
+                         nullptr);
+  cpu::GeluBackward(d[kDFch], a[kFch], N * F, d[kDFch]);
+  cpu::LinearBackward<T>(d[kDFch], nullptr, p.param(fc_w_), N, C, F, partial, nullptr, nullptr);
+  if (!Finish(ReduceScatterRows(tp_, partial, n, C), "MLP input gradient (reduce-scatter)")) return;
+  std::memcpy(d[kDLn2], RowsOf(tp_, partial, n, C), local_bytes);
+  cpu::LayerNormBackward<T>(d[kDLn2], a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], n, C,
+                            dout, nullptr, nullptr, ln_scratch, mb.max_threads);
+  if (!Finish(GatherRows(tp_, dout, n, C, d[kDRes2]), "attention output gradient (all-gather)"))
+    return;
+  cpu::LinearBackward<T>(d[kDRes2], nullptr, p.param(proj_w_), N, Cl, C, d_att, nullptr, nullptr);
+  cpu::AttentionBackward(d_att, a[kQkv], a[kAtt], Attention(mb), d[kDQkv], att_scratch);
+  cpu::LinearBackward<T>(d[kDQkv], nullptr, p.param(attn_w_), N, C, 3 * Cl, partial, nullptr,
+                         nullptr);
+  if (!Finish(ReduceScatterRows(tp_, partial, n, C), "attention input gradient (reduce-scatter)"))
+    return;
+  std::memcpy(d[kDLn1], RowsOf(tp_, partial, n, C), local_bytes);
+  if (!din)
+    din = dout;
+  else
+    std::memcpy(din, dout, local_bytes);
+  cpu::LayerNormBackward<T>(d[kDLn1], in, p.param(ln1_w_), a[kLn1Mean], a[kLn1Rstd], n, C, din,
+                            nullptr, nullptr, ln_scratch, mb.max_threads);
+}
+
+// Sequence-parallel weight half: the LayerNorm outputs gathered again for
+// the column-parallel weight gradients; the LayerNorms' parameter gradients
+// from this rank's rows, summed over the group.
+template <typename T>
+void GptBlock<T>::BackwardWeightSequenceParallel(const T *in, const LayerActivations<T> &a,
+                                                 const LayerActivations<T> &d,
+                                                 const MicroBatch<T> &mb) {
+  ParamStore<T> &p = *this->store_;
+  const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model, Cl = c_local_,
+                F = f_local_;
+  T *gathered = mb.scratch;                                    // [N, C]
+  T *ln_scratch = gathered + N * C;                            // [threads, 2C]
+  T *ln_grads = ln_scratch + int64_t(mb.max_threads) * 2 * C;  // [4C] ln_1 w, b, ln_2 w, b
+  std::fill(ln_grads, ln_grads + 4 * C, T(0));
+  cpu::LinearWeightBackward(d[kDOut], a[kFchGelu], N, F, C, p.grad(fcproj_w_), p.grad(fcproj_b_));
+  if (!Finish(GatherRows(tp_, a[kLn2], n, C, gathered), "MLP input (all-gather)")) return;
+  cpu::LinearWeightBackward(d[kDFch], gathered, N, C, F, p.grad(fc_w_), p.grad(fc_b_));
+  cpu::LayerNormParamBackward(d[kDLn2], a[kRes2], a[kLn2Mean], a[kLn2Rstd], n, C, ln_grads + 2 * C,
+                              ln_grads + 3 * C, ln_scratch, mb.max_threads);
+  cpu::LinearWeightBackward(d[kDRes2], a[kAttY], N, Cl, C, p.grad(proj_w_), p.grad(proj_b_));
+  if (!Finish(GatherRows(tp_, a[kLn1], n, C, gathered), "attention input (all-gather)")) return;
+  cpu::LinearWeightBackward(d[kDQkv], gathered, N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_));
+  cpu::LayerNormParamBackward(d[kDLn1], in, a[kLn1Mean], a[kLn1Rstd], n, C, ln_grads, ln_grads + C,
+                              ln_scratch, mb.max_threads);
+  if (!Finish(TpAllReduce(tp_, ln_grads, 4 * C), "LayerNorm weight gradients (all-reduce)")) return;
+  const int ids[4] = {ln1_w_, ln1_b_, ln2_w_, ln2_b_};
+  for (int k = 0; k < 4; ++k) cpu::AddInPlace(ln_grads + k * C, C, p.grad(ids[k]));
+}
+
 template <typename T>
 void GptBlock<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *dout, T *din,
                                 LayerActivations<T> &d, const MicroBatch<T> &mb) {
+  if (tp_.splits_rows()) return BackwardInputSequenceParallel(in, a, dout, din, d, mb);
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
   const size_t row_bytes = size_t(N * C) * sizeof(T);
@@ -270,6 +470,7 @@ void GptBlock<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *do
 template <typename T>
 void GptBlock<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
                                  const LayerActivations<T> &d, const MicroBatch<T> &mb) {
+  if (tp_.splits_rows()) return BackwardWeightSequenceParallel(in, a, d, mb);
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
   T *ln_scratch = mb.scratch;  // [threads, 2C]
@@ -319,32 +520,42 @@ GptHead<T>::GptHead(const GptDims &dims, int wte_id, ParamRegistry &registry,
   lnf_b_ = registry.Add("transformer.ln_f.bias", {dims.d_model}, ParamInit::Constant(0));
 }
 
+// Sequence-parallel: ln_f's tensors hold this rank's rows; the logits all N.
 template <typename T>
 std::vector<SavedTensorSpec> GptHead<T>::SavedTensors(const ActivationLimits &limits) const {
-  const int64_t N = limits.max_rows(), C = dims_.d_model;
+  const int64_t N = limits.max_rows(), n = MaxLocalRows(tp_, N), C = dims_.d_model;
   std::vector<SavedTensorSpec> saved(kNumSaved);
-  saved[kLnf] = {N * C};
-  saved[kLnfMean] = {N, true};
-  saved[kLnfRstd] = {N, true};
+  saved[kLnf] = {n * C};
+  saved[kLnfMean] = {n, true};
+  saved[kLnfRstd] = {n, true};
   saved[kProbs] = {N * vocab_, true};
   return saved;
 }
 
 // Backward workspace: dlogits [N, V'] | d_lnf [N, C] | LayerNorm partial sums
-// [threads, 2C]; forward (vocab-parallel): the cross-entropy's [tp + 2, N].
+// [threads, 2C] | sequence-parallel: ln_f's gathered output [N, C] | ln_f's
+// parameter gradients [2C]. Forward (vocab-parallel): the cross-entropy's
+// [tp + 2, N], after (sequence-parallel) ln_f's gathered output [N, C].
 template <typename T>
 int64_t GptHead<T>::ScratchSize(const ActivationLimits &limits) const {
   const int64_t N = limits.max_rows(), C = dims_.d_model;
-  return std::max(N * (vocab_ + C) + int64_t(limits.max_threads) * 2 * C, (tp_.size + 2) * N);
+  const int64_t sp = tp_.splits_rows() ? N * C + 2 * C : 0;
+  return std::max(N * (vocab_ + C) + int64_t(limits.max_threads) * 2 * C + sp, (tp_.size + 2) * N);
 }
 
 template <typename T>
 void GptHead<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
-  const int64_t N = mb.rows(), C = dims_.d_model;
-  cpu::LayerNormForward(in, p.param(lnf_w_), p.param(lnf_b_), N, C, a[kLnf], a[kLnfMean],
+  const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model;
+  cpu::LayerNormForward(in, p.param(lnf_w_), p.param(lnf_b_), n, C, a[kLnf], a[kLnfMean],
                         a[kLnfRstd]);
-  cpu::LinearForward<T>(a[kLnf], p.param(wte_), nullptr, N, C, vocab_, a[kProbs]);
+  const T *x = a[kLnf];  // [N, C] every row (sequence-parallel: gathered)
+  if (tp_.splits_rows()) {
+    Status st = TpWait(GatherRows(tp_, a[kLnf], n, C, mb.scratch), "LM head input (all-gather)");
+    if (!st.ok()) return this->Fail(std::move(st));
+    x = mb.scratch;
+  }
+  cpu::LinearForward<T>(x, p.param(wte_), nullptr, N, C, vocab_, a[kProbs]);
   if (tp_.size == 1) {
     a.loss = double(cpu::SoftmaxCrossEntropyForward(a[kProbs], mb.targets, N, vocab_, &a.counted));
     return;
@@ -375,9 +586,44 @@ bool GptHead<T>::LnfGradient(const LayerActivations<T> &a, const T *dlogits, T *
   return false;
 }
 
+// Sequence-parallel: d_lnf's partial sums reduce-scattered to this rank's
+// rows while the wte gradient's GEMM runs on ln_f's re-gathered output; ln_f's
+// parameter gradients, from this rank's rows, summed over the group (the
+// final LayerNorm too: Megatron #1446).
+template <typename T>
+void GptHead<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T> &a, T *din,
+                                          const MicroBatch<T> &mb) {
+  ParamStore<T> &p = *this->store_;
+  const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model;
+  T *dlogits = mb.scratch;                                     // [N, V']
+  T *d_lnf = dlogits + N * vocab_;                             // [N, C]
+  T *ln_scratch = d_lnf + N * C;                               // [threads, 2C]
+  T *gathered = ln_scratch + int64_t(mb.max_threads) * 2 * C;  // [N, C]
+  T *ln_grads = gathered + N * C;                              // [2C] weight, bias
+  LogitsGradient(a, mb, dlogits);
+  cpu::LinearBackward<T>(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr);
+  std::unique_ptr<Work> sum = ReduceScatterRows(tp_, d_lnf, n, C);
+  std::unique_ptr<Work> gather = GatherRows(tp_, a[kLnf], n, C, gathered);
+  Status st = TpWait(std::move(gather), "LM head input (all-gather)");
+  if (st.ok()) {
+    cpu::LinearWeightBackward<T>(dlogits, gathered, N, C, vocab_, p.grad(wte_), nullptr);
+    st = TpWait(std::move(sum), "LM head input gradient (reduce-scatter)");
+  }
+  if (!st.ok()) return this->Fail(std::move(st));
+  std::memset(din, 0, size_t(n * C) * sizeof(T));
+  std::fill(ln_grads, ln_grads + 2 * C, T(0));
+  cpu::LayerNormBackward(RowsOf(tp_, d_lnf, n, C), in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], n,
+                         C, din, ln_grads, ln_grads + C, ln_scratch, mb.max_threads);
+  st = TpWait(TpAllReduce(tp_, ln_grads, 2 * C), "final LayerNorm gradients (all-reduce)");
+  if (!st.ok()) return this->Fail(std::move(st));
+  cpu::AddInPlace(ln_grads, C, p.grad(lnf_w_));
+  cpu::AddInPlace(ln_grads + C, C, p.grad(lnf_b_));
+}
+
 template <typename T>
 void GptHead<T>::Backward(const T *in, const LayerActivations<T> &a, T *, T *din,
                           const MicroBatch<T> &mb) {
+  if (tp_.splits_rows()) return BackwardSequenceParallel(in, a, din, mb);
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model;
   T *dlogits = mb.scratch;          // [N, V']
@@ -392,20 +638,28 @@ void GptHead<T>::Backward(const T *in, const LayerActivations<T> &a, T *, T *din
 
 template <typename T>
 std::vector<SavedTensorSpec> GptHead<T>::DeferredTensors(const ActivationLimits &limits) const {
-  return {{limits.max_rows() * dims_.d_model}};
+  return {{MaxLocalRows(tp_, limits.max_rows()) * dims_.d_model}};
 }
 
 template <typename T>
 void GptHead<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *, T *din,
                                LayerActivations<T> &d, const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
-  const int64_t N = mb.rows(), C = dims_.d_model;
+  const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model;
   T *dlogits = mb.scratch;                     // [N, V']
+  T *d_lnf = dlogits + N * vocab_;             // [N, C] (sequence-parallel: the partial sums)
   T *ln_scratch = dlogits + N * (vocab_ + C);  // [threads, 2C]
   LogitsGradient(a, mb, dlogits);
-  if (!LnfGradient(a, dlogits, d[0], N, /*weights=*/false)) return;
-  std::memset(din, 0, size_t(N * C) * sizeof(T));
-  cpu::LayerNormBackward<T>(d[0], in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], N, C, din, nullptr,
+  if (tp_.splits_rows()) {  // reduce-scattered; this rank's rows kept for the weight half
+    cpu::LinearBackward<T>(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr);
+    Status st = TpWait(ReduceScatterRows(tp_, d_lnf, n, C), "LM head input gradient");
+    if (!st.ok()) return this->Fail(std::move(st));
+    std::memcpy(d[0], RowsOf(tp_, d_lnf, n, C), size_t(n * C) * sizeof(T));
+  } else if (!LnfGradient(a, dlogits, d[0], N, /*weights=*/false)) {
+    return;
+  }
+  std::memset(din, 0, size_t(n * C) * sizeof(T));
+  cpu::LayerNormBackward<T>(d[0], in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], n, C, din, nullptr,
                             nullptr, ln_scratch, mb.max_threads);
 }
 
@@ -419,9 +673,33 @@ void GptHead<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
   T *dlogits = mb.scratch;                     // [N, V']
   T *ln_scratch = dlogits + N * (vocab_ + C);  // [threads, 2C]
   LogitsGradient(a, mb, dlogits);
+  if (tp_.splits_rows()) return WeightGradientsSequenceParallel(in, a, d, mb, dlogits);
   cpu::LinearWeightBackward<T>(dlogits, a[kLnf], N, C, vocab_, p.grad(wte_), nullptr);
   cpu::LayerNormParamBackward(d[0], in, a[kLnfMean], a[kLnfRstd], N, C, p.grad(lnf_w_),
                               p.grad(lnf_b_), ln_scratch, mb.max_threads);
+}
+
+// Sequence-parallel weight half: wte's gradient from ln_f's re-gathered
+// output, ln_f's from this rank's rows, summed over the group (#1446).
+template <typename T>
+void GptHead<T>::WeightGradientsSequenceParallel(const T *in, const LayerActivations<T> &a,
+                                                 const LayerActivations<T> &d,
+                                                 const MicroBatch<T> &mb, const T *dlogits) {
+  ParamStore<T> &p = *this->store_;
+  const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model;
+  T *ln_scratch = mb.scratch + N * (vocab_ + C);               // [threads, 2C]
+  T *gathered = ln_scratch + int64_t(mb.max_threads) * 2 * C;  // [N, C]
+  T *ln_grads = gathered + N * C;                              // [2C] weight, bias
+  Status st = TpWait(GatherRows(tp_, a[kLnf], n, C, gathered), "LM head input (all-gather)");
+  if (!st.ok()) return this->Fail(std::move(st));
+  cpu::LinearWeightBackward<T>(dlogits, gathered, N, C, vocab_, p.grad(wte_), nullptr);
+  std::fill(ln_grads, ln_grads + 2 * C, T(0));
+  cpu::LayerNormParamBackward(d[0], in, a[kLnfMean], a[kLnfRstd], n, C, ln_grads, ln_grads + C,
+                              ln_scratch, mb.max_threads);
+  st = TpWait(TpAllReduce(tp_, ln_grads, 2 * C), "final LayerNorm gradients (all-reduce)");
+  if (!st.ok()) return this->Fail(std::move(st));
+  cpu::AddInPlace(ln_grads, C, p.grad(lnf_w_));
+  cpu::AddInPlace(ln_grads + C, C, p.grad(lnf_b_));
 }
 
 template <typename T>

@@ -22,14 +22,17 @@ struct GptDims {
 // Vocabulary-parallel (tp > 1): a rank holds wte rows [r V/tp, (r+1) V/tp)
 // and looks up the tokens among them (zeros for the others); the ranks'
 // lookups are summed (all-reduce), then the positions added once.
+// Sequence-parallel: the sum is reduce-scattered, so the rank keeps its
+// rows (sequence_parallel.h), and the positions are added to those.
 template <typename T>
 class GptEmbedding final : public Layer<T> {
  public:
   GptEmbedding(const GptDims &dims, ParamRegistry &registry, const TensorParallelGroup &tp = {});
   std::string_view Kind() const override { return "gpt_embedding"; }
   int64_t OutWidth() const override { return dims_.d_model; }
-  // Saves its output [B, T, C].
+  // Saves its output [B, T, C] (sequence-parallel: this rank's rows).
   std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
+  int64_t ScratchSize(const ActivationLimits &limits) const override;
   void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
   void Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
                 const MicroBatch<T> &mb) override;
@@ -57,7 +60,10 @@ class GptEmbedding final : public Layer<T> {
 // row-parallel; the LayerNorms and the row-parallel biases are whole on every
 // rank. Forward all-reduces after each row-parallel GEMM (then adds its
 // bias), backward after each column-parallel layer's input gradient (while
-// its weight-gradient GEMM runs). Below, C' = C / tp and H' = H / tp.
+// its weight-gradient GEMM runs). Sequence-parallel, the block's input,
+// output, LayerNorms and residual hold this rank's n = N / tp rows:
+// all-gather before each column-parallel GEMM, reduce-scatter after each
+// row-parallel one (sequence_parallel.h). Below, C' = C / tp and H' = H / tp.
 template <typename T>
 class GptBlock final : public Layer<T> {
  public:
@@ -114,6 +120,14 @@ class GptBlock final : public Layer<T> {
   // A row-parallel GEMM's partial output [N, C] summed over the group, then
   // its bias added (tp > 1; at tp 1 the GEMM added it). False on failure.
   bool SumRowParallel(T *out, const T *bias, int64_t N);
+  // The block under sequence parallelism (sequence_parallel.h).
+  void ForwardSequenceParallel(const T *in, LayerActivations<T> &a, const MicroBatch<T> &mb);
+  void BackwardSequenceParallel(const T *in, const LayerActivations<T> &a, T *dout, T *din,
+                                const MicroBatch<T> &mb);
+  void BackwardInputSequenceParallel(const T *in, const LayerActivations<T> &a, T *dout, T *din,
+                                     LayerActivations<T> &d, const MicroBatch<T> &mb);
+  void BackwardWeightSequenceParallel(const T *in, const LayerActivations<T> &a,
+                                      const LayerActivations<T> &d, const MicroBatch<T> &mb);
   // A column-parallel layer's input gradient, launched (null at tp 1).
   std::unique_ptr<Work> SumInputGradient(T *din, int64_t N);
   bool Finish(std::unique_ptr<Work> work, const char *what);
@@ -132,6 +146,8 @@ class GptBlock final : public Layer<T> {
 // (the embedding's own shard: no extra communication for the tie), the
 // cross-entropy assembled across ranks (vocab_parallel.h), and the input
 // gradient's partial sums all-reduced while the wte gradient's GEMM runs.
+// Sequence-parallel: ln_f runs on this rank's rows, its output is gathered
+// for the logits, and the input gradient reduce-scattered.
 template <typename T>
 class GptHead final : public Layer<T> {
  public:
@@ -170,6 +186,11 @@ class GptHead final : public Layer<T> {
   // gradient's GEMM (if `weights`) while the sum runs. False on failure.
   bool LnfGradient(const LayerActivations<T> &a, const T *dlogits, T *d_lnf, int64_t N,
                    bool weights);
+  void BackwardSequenceParallel(const T *in, const LayerActivations<T> &a, T *din,
+                                const MicroBatch<T> &mb);
+  void WeightGradientsSequenceParallel(const T *in, const LayerActivations<T> &a,
+                                       const LayerActivations<T> &d, const MicroBatch<T> &mb,
+                                       const T *dlogits);
 
   GptDims dims_;
   TensorParallelGroup tp_;

@@ -221,15 +221,17 @@ std::vector<ParamDecl> DeclarePartParameters(const ModelSpec &spec,
                                              const std::vector<LayerRange> &chunks, int64_t tp) {
   ParamRegistry registry;
   BuildLayers<float>(spec, chunks.empty() ? WholeModel(spec) : chunks, registry,
-                     TensorParallelGroup{nullptr, tp, 0});
+                     TensorParallelGroup{nullptr, tp, 0, false});
   return registry.decls();
 }
 
 int64_t SavedActivationElements(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
-                                const ActivationLimits &limits, bool deferred, int64_t tp) {
+                                const ActivationLimits &limits, bool deferred, int64_t tp,
+                                bool sequence_parallel) {
   ParamRegistry registry;
-  BuiltLayers<float> built = BuildLayers<float>(spec, chunks.empty() ? WholeModel(spec) : chunks,
-                                                registry, TensorParallelGroup{nullptr, tp, 0});
+  BuiltLayers<float> built =
+      BuildLayers<float>(spec, chunks.empty() ? WholeModel(spec) : chunks, registry,
+                         TensorParallelGroup{nullptr, tp, 0, sequence_parallel});
   int64_t total = 0;
   for (const auto &layer : built.layers) {
     for (const SavedTensorSpec &t : layer->SavedTensors(limits)) total += t.numel;
@@ -241,10 +243,11 @@ int64_t SavedActivationElements(const ModelSpec &spec, const std::vector<LayerRa
 
 int64_t ActivationBytes(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
                         const ActivationLimits &limits, const ActivationOptions &activations,
-                        int64_t tp) {
+                        int64_t tp, bool sequence_parallel) {
   ParamRegistry registry;
-  BuiltLayers<float> built = BuildLayers<float>(spec, chunks.empty() ? WholeModel(spec) : chunks,
-                                                registry, TensorParallelGroup{nullptr, tp, 0});
+  BuiltLayers<float> built =
+      BuildLayers<float>(spec, chunks.empty() ? WholeModel(spec) : chunks, registry,
+                         TensorParallelGroup{nullptr, tp, 0, sequence_parallel});
   const ActivationNeeds n = NeedsOf(spec, built.layers, built.chunks, limits, activations);
   return ActivationStore<float>::Bytes(n.saves, activations) +
          int64_t(sizeof(float)) * WorkElements(n, limits);
@@ -270,7 +273,7 @@ template <typename T>
 Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTracker *tracker,
                 const ParamStoreOptions &store, const ActivationOptions &activations,
                 const ModelPart &part)
-    : spec_(spec), limits_(limits) {
+    : spec_(spec), limits_(limits), row_split_(part.tp.splits_rows() ? part.tp.size : 1) {
   ParamRegistry registry;
   BuiltLayers<T> built =
       BuildLayers<T>(spec, part.chunks.empty() ? WholeModel(spec) : part.chunks, registry, part.tp);
@@ -339,7 +342,7 @@ Status Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T>
   DST_RETURN_IF_ERROR(layers_[i]->TakeError());
   const bool rounded = activations_.AfterForward(slot, i);
   if (!rounded && layers_[i]->OutWidth() > 0)
-    RoundActivations(hooks, act[0], mb.rows() * layers_[i]->OutWidth());
+    RoundActivations(hooks, act[0], BoundaryRows(mb.rows()) * layers_[i]->OutWidth());
   return Status::Ok();
 }
 
@@ -436,7 +439,7 @@ Status Model<T>::RunBackward(BackwardHalf half, int64_t slot, LayerRange range, 
       DST_RETURN_IF_ERROR(layers_[i]->TakeError());
     }
     if (layer_din && global_layers_[i] > 0)  // also the gradient a stage sends back
-      RoundActivations(hooks, layer_din, mb.rows() * InWidth(i));
+      RoundActivations(hooks, layer_din, BoundaryRows(mb.rows()) * InWidth(i));
     dout = layer_din;
     next ^= 1;
   }

@@ -102,20 +102,21 @@ struct ModelPart {
 // size `tp`, each a tp rank's slice (all ranks' slices are the same size).
 std::vector<ParamDecl> DeclarePartParameters(const ModelSpec &spec,
                                              const std::vector<LayerRange> &chunks, int64_t tp = 1);
+// The bytes a rank's model of these chunks (all: the whole model) at
+// tensor-parallel size `tp` (with sequence parallelism or not) charges to
+// kActivations — its activation store under `activations` and its work
+// buffers — computed without building it: what `dstrain estimate` prints
+// and a run measures.
+int64_t ActivationBytes(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
+                        const ActivationLimits &limits, const ActivationOptions &activations,
+                        int64_t tp, bool sequence_parallel = false);
 // Elements the layers of `chunks` (global ranges; empty = the whole model)
 // save for one micro-batch of `limits` between forward and backward (the
 // fp32 keep policy's per-slot size); with `deferred`, also the gradients a
 // split backward keeps from its input half to its weight half (zero bubble).
-// The bytes a rank's model of these chunks (all: the whole model) at
-// tensor-parallel size `tp` charges to kActivations — its activation store
-// under `activations` and its work buffers — computed without building it:
-// what `dstrain estimate` prints and a run measures.
-int64_t ActivationBytes(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
-                        const ActivationLimits &limits, const ActivationOptions &activations,
-                        int64_t tp);
 int64_t SavedActivationElements(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
                                 const ActivationLimits &limits, bool deferred = false,
-                                int64_t tp = 1);
+                                int64_t tp = 1, bool sequence_parallel = false);
 
 template <typename T>
 class Model {
@@ -170,6 +171,10 @@ class Model {
   // Width of the activations entering local layer i ([rows, width]); 0 for
   // the GPT embedding (it reads tokens).
   int64_t InWidth(size_t i) const;
+  // The rows of the activations between layers (and stages) for a
+  // micro-batch of `rows` token rows: this rank's share under sequence
+  // parallelism, else all of them.
+  int64_t BoundaryRows(int64_t rows) const { return rows / row_split_; }
   int64_t activation_slots() const { return activations_.slots(); }
   // After layer i's backward, the lowest flat offset whose gradients can
   // still change: everything at or above it is final.
@@ -207,6 +212,7 @@ class Model {
 
   ModelSpec spec_;
   ActivationLimits limits_;
+  int64_t row_split_ = 1;  // sequence parallelism: tp (BoundaryRows)
   std::vector<std::unique_ptr<Layer<T>>> layers_;
   std::vector<LayerRange> chunks_;     // local layer ranges, one per model chunk
   std::vector<size_t> global_layers_;  // per local layer: its index in the whole model

@@ -31,6 +31,17 @@ std::unique_ptr<Work> TpAllGather(const TensorParallelGroup &tp, T *data, int64_
     return std::make_unique<DoneWork>(InternalError("tensor parallelism on a double model"));
 }
 
+// data[0, size * shard) summed over the group; afterwards this rank's shard
+// data[rank * shard, (rank + 1) * shard) holds its part of the sum.
+template <typename T>
+std::unique_ptr<Work> TpReduceScatter(const TensorParallelGroup &tp, T *data, int64_t shard) {
+  if (tp.size == 1) return nullptr;
+  if constexpr (std::is_same_v<T, float>)
+    return tp.comm->ReduceScatterSum(data, shard);
+  else
+    return std::make_unique<DoneWork>(InternalError("tensor parallelism on a double model"));
+}
+
 // Waits for `work` (null: nothing to wait for); the error names `what`.
 inline Status TpWait(std::unique_ptr<Work> work, const char *what) {
   if (!work) return Status::Ok();

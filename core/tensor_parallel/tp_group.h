@@ -11,6 +11,11 @@ namespace dst {
 struct TensorParallelGroup {
   Communicator *comm = nullptr;
   int64_t size = 1, rank = 0;
+  // Sequence parallelism: outside the tensor-parallel regions the rank holds
+  // 1/size of the token rows (sequence_parallel.h).
+  bool sequence_parallel = false;
+  // Whether activations between layers are split by rows.
+  bool splits_rows() const { return sequence_parallel && size > 1; }
 };
 
 }  // namespace dst

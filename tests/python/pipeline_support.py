@@ -41,7 +41,8 @@ GRAD_TOLERANCE = {"fp32": 1e-5, "fp16": 5e-3, "bf16": 3e-2}
 
 
 def make_config(pp=1, dp=1, accum=4, micro=2, stage=0, schedule="1f1b", virtual=1,
-                precision="fp32", recompute=False, partition="uniform", timeout=60, tp=1):
+                precision="fp32", recompute=False, partition="uniform", timeout=60, tp=1,
+                sp=False):
     config = {
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": accum,
@@ -55,6 +56,8 @@ def make_config(pp=1, dp=1, accum=4, micro=2, stage=0, schedule="1f1b", virtual=
                               "partition_method": partition}
     if tp > 1:
         config["tensor_parallel"] = {"tp_size": tp}
+        if sp:
+            config["tensor_parallel"]["sequence_parallel"] = True
     if precision == "fp16":
         config["fp16"] = {"enabled": True, "initial_scale_power": 8}
     elif precision == "bf16":

@@ -28,6 +28,9 @@ def estimate(build_dir, tmp_path, config, model, world, *extra, check=True):
     ("gpt", 1, 2, 2, 1, {"schedule": "interleaved", "virtual": 2, "recompute": True}),
     ("gpt", 2, 2, 1, 1, {"recompute": "selective"}),
     ("sequential", 2, 2, 2, 0, {"recompute": 2}),
+    ("gpt", 1, 2, 2, 1, {"sp": True}),
+    ("gpt", 1, 2, 2, 2, {"sp": True, "schedule": "zb-h1"}),
+    ("gpt", 2, 4, 1, 0, {"sp": True, "precision": "fp16"}),
 ])
 def test_rank_memory_equals_the_estimate_to_the_byte(tmp_path, build_dir, model, dp, tp, pp,
                                                      stage, kw):
@@ -50,6 +53,24 @@ def test_rank_memory_equals_the_estimate_to_the_byte(tmp_path, build_dir, model,
             expected["model_state_bytes"], expected["activation_bytes"])
     assert out["per_rank"]["total_bytes"] == max(
         s["model_state_bytes"] + s["step_gradient_bytes"] + s["activation_bytes"] for s in stages)
+
+
+def test_sequence_parallelism_splits_the_row_wise_activations(tmp_path, build_dir):
+    """The row-wise tensors a micro-batch keeps — each block's output,
+    LayerNorm outputs and statistics and residual, the embedding's output,
+    ln_f's — shrink from N to N / tp rows; the tensor-parallel regions' (QKV,
+    attention, MLP) do not."""
+    saved = []
+    for sp in (False, True):
+        config = ps.make_config(tp=2, pp=2, accum=4, stage=1, sp=sp)
+        out = json.loads(estimate(build_dir, tmp_path, config, GPT4, 4, "--json").stdout)
+        saved.append(sum(r["saved_activation_bytes_per_micro_batch"]
+                         for r in out["pipeline"]["ranks"]))
+    N, C = 2 * GPT4["n_ctx"], GPT4["d_model"]
+    gone = N - N // 2  # rows a tp 2 rank no longer keeps
+    per_block = 4 * gone * C + 4 * gone  # out, ln_1, res2, ln_2; their means and rstds
+    expected = GPT4["n_layer"] * per_block + gone * C + (gone * C + 2 * gone)
+    assert saved[0] - saved[1] == 4 * expected, saved
 
 
 def test_the_suggestion_is_the_most_data_parallelism_that_fits(tmp_path, build_dir):

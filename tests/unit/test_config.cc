@@ -699,11 +699,11 @@ TEST(ConfigTensorParallel, BothSpellingsSplitTheWorld) {
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2,
                                   "tensor_parallel": {"enabled": false, "tp_size": 2}})"),
                         Code::kConfig, {"tensor_parallel.enabled is false"}));
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2,
-                                  "tensor_parallel": {"tp_size": 2, "sequence_parallel": true}})",
-                              2),
-                        Code::kNotSupported,
-                        {"tensor_parallel.sequence_parallel", "not supported yet"}));
+  Result<Config> sp = Parse(R"({"train_batch_size": 2,
+                                "tensor_parallel": {"tp_size": 2, "sequence_parallel": true}})",
+                            2);
+  ASSERT_PARSED(sp);
+  EXPECT_TRUE(sp->sequence_parallel);
 }
 
 TEST(ConfigPipeline, BothSpellingsAndTheDivisibilityRule) {

@@ -124,6 +124,33 @@ TEST(ProcessGroups, EightRanksBuildTheirGroupsAndTalkInThem) {
   EXPECT_EQ(checked.load(), 8);
 }
 
+// Reduce-scatter and all-gather keep the communicator's contract on groups
+// of 2, 3 and 4 (Gloo's halving-doubling leaves a rank's shard at the start
+// of its buffer; the communicator moves it to rank * shard).
+TEST(ProcessGroups, ReduceScatterAndAllGatherPlaceEachRanksShard) {
+  for (const int64_t world : {2, 3, 4}) {
+    RunRanks(world, [&](int64_t rank, Store &store) {
+      Result<ProcessGroups> built =
+          BuildProcessGroups(&store, rank, Topology(1, world, 1), Common());
+      ASSERT_TRUE(built.ok()) << built.status().message();
+      Communicator &dp = *built.value().dp;
+      const int64_t shard = 5;
+      std::vector<float> data(size_t(world * shard));
+      for (size_t i = 0; i < data.size(); ++i) data[i] = float(rank * 100 + int64_t(i));
+      ASSERT_TRUE(dp.ReduceScatterSum(data.data(), shard)->Wait().ok());
+      for (int64_t i = rank * shard; i < (rank + 1) * shard; ++i)  // sum over r of r*100 + i
+        EXPECT_EQ(data[size_t(i)], float(100 * world * (world - 1) / 2 + world * i))
+            << "world " << world << " rank " << rank << " element " << i;
+      std::vector<float> all(size_t(world * shard), -1.0f);
+      for (int64_t i = 0; i < shard; ++i) all[size_t(rank * shard + i)] = float(rank * 10 + i);
+      ASSERT_TRUE(dp.AllGather(all.data(), shard)->Wait().ok());
+      for (int64_t r = 0; r < world; ++r)
+        for (int64_t i = 0; i < shard; ++i)
+          EXPECT_EQ(all[size_t(r * shard + i)], float(r * 10 + i)) << "world " << world;
+    });
+  }
+}
+
 TEST(ProcessGroups, AGridThatIsNotTheWorldIsRefused) {
   Result<ProcessGroups> g = BuildProcessGroups(nullptr, 5, Topology(1, 2, 2), Common());
   ASSERT_FALSE(g.ok());

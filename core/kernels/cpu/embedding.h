@@ -38,15 +38,23 @@ void EmbeddingLookupRange(const int32_t *tokens, const T *wte, int64_t first, in
   }
 }
 
+// out[r] += wpe[(first_row + r) % Tn] for `rows` rows of a [B, T, C] tensor
+// starting at row first_row (a sequence-parallel rank's rows).
+template <typename T>
+void AddPositionsToRows(const T *wpe, int64_t first_row, int64_t rows, int64_t Tn, int64_t C,
+                        T *out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *pe = wpe + ((first_row + r) % Tn) * C;
+    T *o = out + r * C;
+    for (int64_t i = 0; i < C; ++i) o[i] += pe[i];
+  }
+}
+
 // out[b, t] += wpe[t].
 template <typename T>
 void AddPositions(const T *wpe, int64_t B, int64_t Tn, int64_t C, T *out) {
-#pragma omp parallel for schedule(static)
-  for (int64_t bt = 0; bt < B * Tn; ++bt) {
-    const T *pe = wpe + (bt % Tn) * C;
-    T *o = out + bt * C;
-    for (int64_t i = 0; i < C; ++i) o[i] += pe[i];
-  }
+  AddPositionsToRows(wpe, 0, B * Tn, Tn, C, out);
 }
 
 // dwte, dwpe (+=). Serial over rows: tokens repeat, and the scatter is cheap

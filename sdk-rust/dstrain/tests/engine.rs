@@ -172,9 +172,9 @@ fn config_typo_is_an_error_naming_the_known_key() {
 
 #[test]
 fn not_supported_feature_and_missing_inputs_are_errors() {
-    let sequence_parallel = r#"{"train_micro_batch_size_per_gpu":2,"optimizer":{"type":"AdamW"},
-        "tensor_parallel":{"sequence_parallel":true}}"#;
-    let err = Engine::new(Source::json(sequence_parallel), Source::json(TINY_GPT)).unwrap_err();
+    let amsgrad = r#"{"train_micro_batch_size_per_gpu":2,
+        "optimizer":{"type":"Adam","params":{"amsgrad":true}}}"#;
+    let err = Engine::new(Source::json(amsgrad), Source::json(TINY_GPT)).unwrap_err();
     assert_eq!(err.status(), Status::NotSupported, "{}", err);
     assert!(!err.message().is_empty());
 

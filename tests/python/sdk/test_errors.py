@@ -56,7 +56,8 @@ def test_bad_model_spec(dst):
 
 def test_not_supported_feature(dst):
     with pytest.raises(dst.NotSupportedError) as info:
-        dst.Engine(config=tiny_config(tensor_parallel={"sequence_parallel": True}), model=TINY_GPT)
+        dst.Engine(config=tiny_config(optimizer={"type": "Adam", "params": {"amsgrad": True}}),
+                   model=TINY_GPT)
     assert info.value.status == dst.Status.NOT_SUPPORTED
     assert "not supported yet" in str(info.value)
 
