@@ -48,7 +48,7 @@ def check(tmp_path, build_dir, tp, dp=1, pp=1, stage=0, schedule="1f1b", **kw):
 
 @pytest.mark.parametrize("dp,tp,pp,stage,schedule", [
     (1, 2, 1, 0, "1f1b"), (1, 2, 1, 1, "1f1b"), (2, 2, 1, 2, "1f1b"), (1, 4, 1, 3, "1f1b"),
-    (1, 4, 1, 0, "1f1b"), (2, 2, 1, 3, "1f1b"), (1, 2, 2, 2, "1f1b"), (2, 2, 2, 1, "1f1b"),
+    (1, 4, 1, 0, "1f1b"), (2, 4, 1, 1, "1f1b"), (1, 4, 1, 2, "1f1b"), (2, 2, 1, 3, "1f1b"), (1, 2, 2, 2, "1f1b"), (2, 2, 2, 1, "1f1b"),
     (1, 4, 2, 3, "1f1b"), (1, 2, 2, 0, "interleaved"), (1, 2, 2, 2, "zb-h1"),
     (2, 2, 2, 3, "zb-h1")])
 def test_sequence_parallel_layout_equals_single_rank(tmp_path, build_dir, dp, tp, pp, stage,

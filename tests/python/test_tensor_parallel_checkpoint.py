@@ -1,6 +1,6 @@
 """Checkpoints across tensor-parallel layouts: a checkpoint saved at one
 (dp, tp, pp, ZeRO stage) loads at any other — tp 2 x pp 2 to one rank and to
-tp 4, and back — natively: the files hold the whole model's tensors under
+tp 4, and back, with sequence parallelism or without — natively: the files hold the whole model's tensors under
 their single-rank names, each rank writing the pieces of the whole flat state
 its slices are (a row-parallel weight's slice is one strided run per row).
 
@@ -24,8 +24,9 @@ SAVE_AT = STEPS // 2
 GLOBAL_MICRO_BATCHES = 8
 
 
-def layout_config(dp, tp, pp, stage):
-    return ps.make_config(dp=dp, tp=tp, pp=pp, accum=GLOBAL_MICRO_BATCHES // dp, stage=stage)
+def layout_config(dp, tp, pp, stage, sp=False):
+    return ps.make_config(dp=dp, tp=tp, pp=pp, accum=GLOBAL_MICRO_BATCHES // dp, stage=stage,
+                          sp=sp)
 
 
 def whole_state(ckpt):
@@ -53,11 +54,11 @@ def move(tmp_path, build_dir, model, saved, loaded):
     """Saves at layout `saved` after SAVE_AT steps, loads at `loaded`, saves
     again at once and trains on; returns both checkpoints and the reports."""
     first, second = tmp_path / "first", tmp_path / "second"
-    dp, tp, pp, _ = saved
+    dp, tp, pp = saved[:3]
     saving = ps.run_job(tmp_path, layout_config(*saved), model, dp * tp * pp, "save",
                         steps=SAVE_AT, build_dir=build_dir, extra=[str(first), str(SAVE_AT)])
     assert all(r["save"] == "ok" for r in saving), [r["save"] for r in saving]
-    dp, tp, pp, _ = loaded
+    dp, tp, pp = loaded[:3]
     resumed = ps.run_job(tmp_path, layout_config(*loaded), model, dp * tp * pp, "load",
                          steps=STEPS, build_dir=build_dir,
                          extra=[str(second), str(SAVE_AT), "--load", str(first)])
@@ -71,6 +72,7 @@ def move(tmp_path, build_dir, model, saved, loaded):
     ("gpt", (1, 4, 1, 3), (2, 2, 2, 1)),
     ("gpt", (1, 1, 1, 0), (2, 2, 1, 3)),
     ("sequential", (2, 2, 2, 2), (1, 4, 2, 0)),
+    ("gpt", (1, 2, 2, 2, True), (1, 4, 1, 1)),  # sequence-parallel -> not
 ])
 def test_checkpoint_moves_between_tensor_parallel_layouts(tmp_path, build_dir, model, saved,
                                                           loaded):
