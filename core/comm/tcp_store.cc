@@ -120,7 +120,7 @@ TcpStore::~TcpStore() {
 }
 
 void TcpStore::Abort() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<Turns> lock(turns_);
   if (broken_.empty()) broken_ = "this rank's connection was aborted";
   socket_.reset();
 }
@@ -146,18 +146,34 @@ Status TcpStore::Handshake(Clock::time_point deadline) {
   return Status::Ok();
 }
 
+void TcpStore::Turns::lock() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t ticket = next_++;
+  cv_.wait(lock, [&] { return serving_ == ticket; });
+}
+
+void TcpStore::Turns::unlock() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++serving_;
+  }
+  cv_.notify_all();
+}
+
 Result<Reply> TcpStore::Call(const Request &request, Clock::time_point deadline,
                              const std::string &doing) {
   try {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const Clock::time_point queued = Clock::now();
+    std::lock_guard<Turns> lock(turns_);
+    deadline += Clock::now() - queued;  // our own queue is not the server's delay
     if (!broken_.empty()) return CommFailure(doing + ": " + broken_);
     std::vector<uint8_t> frame;
     tcp_store::AppendFrame(tcp_store::EncodeRequest(request), frame);
     tcp_store::TransferStatus sent = tcp_store::SendAll(socket_.get(), frame, deadline);
     std::vector<uint8_t> payload;
     if (sent.ok()) sent = tcp_store::ReceiveFrame(socket_.get(), deadline, payload);
-    if (!sent.ok()) {
-      broken_ = TransportFailure(sent);
+    if (!sent.ok()) {  // later calls fail at once, naming this one
+      broken_ = TransportFailure(sent) + " (while " + doing + ")";
       return CommFailure(doing + ": " + broken_);
     }
     Result<Reply> reply = tcp_store::DecodeReply(payload);

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,9 +40,12 @@ class TcpStore final : public Store {
   TcpStore(const TcpStoreOptions &options, int port);
 
   Status Handshake(tcp_store::Clock::time_point deadline);
-  // One request and its reply; `doing` prefixes errors. A transport failure
-  // leaves the stream out of step with the server, so it marks the store
-  // broken and every later call fails with the same reason.
+  // One request and its reply; `doing` prefixes errors. The threads sharing
+  // the connection take turns in arrival order (a waiter's slices cannot
+  // starve the heartbeat), and the time spent waiting for a turn extends
+  // `deadline`: it bounds the server's reply, not this rank's own queue. A
+  // transport failure leaves the stream out of step with the server, so it
+  // marks the store broken and every later call fails with the same reason.
   Result<tcp_store::Reply> Call(const tcp_store::Request &request,
                                 tcp_store::Clock::time_point deadline, const std::string &doing);
   std::string TransportFailure(const tcp_store::TransferStatus &status) const;
@@ -53,7 +58,18 @@ class TcpStore final : public Store {
   // Declared before the socket so the client connection closes first.
   std::unique_ptr<tcp_store::StoreServer> server_;
   tcp_store::UniqueFd socket_;
-  std::mutex mutex_;
+  // A ticket lock: the connection's users are served first come, first served.
+  class Turns {
+   public:
+    void lock();
+    void unlock();
+
+   private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    uint64_t next_ = 0, serving_ = 0;
+  };
+  Turns turns_;
   std::string broken_;  // non-empty: why the connection is unusable
 
   std::string host_;

@@ -252,7 +252,7 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kTensorParallel, "enabled", kBool, "tutorial spelling: turn tensor parallelism on"},
     {kTensorParallel, "tp_size", kPositive, "tutorial spelling of the degree"},
     {kTensorParallel, "sequence_parallel", kBool,
-     "Megatron's sequence parallelism: token rows split over tp outside the tp regions (GPT)"},
+     "Megatron's sequence parallelism: token rows split over tp outside the tp regions"},
     {kPipelineParallel, "enabled", kBool, "turn pipeline parallelism on"},
     {kPipelineParallel, "pp_size", kPositive, "pipeline stages (divides the world size)"},
     {kPipelineParallel, "micro_batches", kPositive,

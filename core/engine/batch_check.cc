@@ -125,6 +125,13 @@ Result<int64_t> CheckBatch(const BatchView &b, const ModelSpec &spec, int64_t mi
     DST_RETURN_IF_ERROR(CheckTokenRange(b.tokens, want, spec.gpt.vocab, false, "tokens", call));
     DST_RETURN_IF_ERROR(CheckTokenRange(b.targets, want, spec.gpt.vocab, true, "targets", call));
   } else {
+    if (micro % row_split != 0)
+      return InvalidArgument(
+          std::string(call) + ": tensor_parallel.sequence_parallel splits each micro-batch's " +
+          "rows (train_micro_batch_size_per_gpu = " + std::to_string(micro) +
+          " samples) over tp_size " + std::to_string(row_split) +
+          " ranks, which does not divide them; use a micro-batch size that is a multiple of " +
+          std::to_string(row_split));
     Result<size_t> inputs = CheckedProduct(call, "n_samples x input_dim", n, spec.input_dim);
     if (!inputs.ok()) return inputs.status();
     DST_RETURN_IF_ERROR(CheckCount(call, "inputs", b.inputs, b.inputs_count, inputs.value(),

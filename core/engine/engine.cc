@@ -47,7 +47,6 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   // How tensor parallelism cuts the model is checked before anyone connects.
   Result<std::vector<TpRole>> roles = PlanTensorParallel(spec.value(), config.value().tp_size);
   if (!roles.ok()) return roles.status();
-  DST_RETURN_IF_ERROR(CheckSequenceParallel(spec.value(), config.value()));
   std::optional<StagePlan> plan;
   if (config.value().pp_size > 1) {
     Result<StagePlan> planned = PlanStages(spec.value(), config.value());
@@ -163,12 +162,17 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
 void Engine::SetUpPipeline(const ActivationLimits &limits) {
   const int64_t p = plan_->stages, pp_rank = groups_.coord.pp;
   std::vector<ChunkShape> shapes;
+  // Stages exchange BoundaryRows rows (this rank's share under sequence
+  // parallelism); a boundary inside a tensor-parallel region carries every
+  // row, i.e. row_split times the elements per boundary row.
+  const int64_t split = model_->row_split();
   for (size_t c = 0; c < model_->num_chunks(); ++c) {
     const LayerRange r = model_->chunk(c);
-    shapes.push_back({model_->InWidth(r.begin), model_->layers()[r.end - 1]->OutWidth()});
+    shapes.push_back({model_->InWidth(r.begin) * model_->InRows(r.begin, split),
+                      model_->layers()[r.end - 1]->OutWidth() * model_->OutRows(r.end - 1, split)});
   }
   link_ = std::make_unique<StageLink>(groups_.pp_p2p.get(), groups_.pp.get(), std::move(shapes),
-                                      limits.max_rows(), &memory_);
+                                      (limits.max_rows() + split - 1) / split, &memory_);
   for (int64_t r = p - 1; r >= 0; --r) {  // the lowest rank holding a tensor answers for it
     const std::vector<ParamDecl> held = DeclarePartParameters(model_->spec(), plan_->ChunksOf(r));
     for (size_t k = 0; k < whole_decls_.size(); ++k)

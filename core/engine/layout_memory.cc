@@ -36,7 +36,6 @@ ActivationOptions ActivationOptionsFor(const Config &config, const StagePlan *pl
 Result<std::vector<RankMemory>> LayoutMemory(const ModelSpec &spec, const Config &config,
                                              int threads) {
   DST_RETURN_IF_ERROR(PlanTensorParallel(spec, config.tp_size).status());
-  DST_RETURN_IF_ERROR(CheckSequenceParallel(spec, config));
   std::optional<StagePlan> plan;
   if (config.pp_size > 1) {
     Result<StagePlan> planned = PlanStages(spec, config);

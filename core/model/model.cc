@@ -74,9 +74,14 @@ std::unique_ptr<Layer<T>> MakeLayer(const ModelSpec &spec, size_t g, int64_t in_
     return std::make_unique<GptHead<T>>(spec.gpt, *wte, registry,
                                         role == TpRole::kVocab ? tp : TensorParallelGroup{});
   }
+  // Sequence parallelism: the layers outside the tensor-parallel regions
+  // hold this rank's rows.
+  const TensorParallelGroup rows =
+      role == TpRole::kReplicated && tp.splits_rows() ? tp : TensorParallelGroup{};
   if (g == spec.layers.size()) {
-    if (spec.loss == ModelSpec::Loss::kMse) return std::make_unique<MseLossLayer<T>>(in_width);
-    return std::make_unique<CrossEntropyLossLayer<T>>(in_width);
+    if (spec.loss == ModelSpec::Loss::kMse)
+      return std::make_unique<MseLossLayer<T>>(in_width, rows);
+    return std::make_unique<CrossEntropyLossLayer<T>>(in_width, rows);
   }
   const SequentialLayerSpec &l = spec.layers[g];
   const std::string prefix = "layers." + std::to_string(g);
@@ -89,13 +94,13 @@ std::unique_ptr<Layer<T>> MakeLayer(const ModelSpec &spec, size_t g, int64_t in_
       }
       return std::make_unique<LinearLayer<T>>(prefix, in_width, l.out_features, l.bias, registry);
     case SequentialLayerSpec::Kind::kRelu:
-      return std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kRelu, in_width);
+      return std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kRelu, in_width, rows);
     case SequentialLayerSpec::Kind::kGelu:
-      return std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kGelu, in_width);
+      return std::make_unique<ActivationLayer<T>>(ActivationLayer<T>::Fn::kGelu, in_width, rows);
     case SequentialLayerSpec::Kind::kLayerNorm:
       break;
   }
-  return std::make_unique<LayerNormLayer<T>>(prefix, in_width, registry);
+  return std::make_unique<LayerNormLayer<T>>(prefix, in_width, registry, rows);
 }
 
 // Per layer: the tensors declared while it was built (their offsets lie in
@@ -132,6 +137,10 @@ struct BuiltLayers {
   std::vector<LayerParamUse> uses;
   std::vector<LayerRange> chunks;  // local ranges
   std::vector<int64_t> widths;     // per global layer: its input width on this tp rank
+  // Per global layer, under sequence parallelism: whether its output holds
+  // every token row (inside a tensor-parallel region: a column-parallel
+  // Linear and the element-wise layers on its slice) rather than this rank's.
+  std::vector<bool> all_rows;
 };
 
 template <typename T>
@@ -140,6 +149,9 @@ BuiltLayers<T> BuildLayers(const ModelSpec &spec, const std::vector<LayerRange> 
   BuiltLayers<T> built;
   const std::vector<TpRole> roles = RolesOf(spec, tp);
   built.widths = InWidths(spec, roles, tp.size);
+  for (const TpRole role : roles)
+    built.all_rows.push_back(tp.splits_rows() &&
+                             (role == TpRole::kColumn || role == TpRole::kLocalSlice));
   int wte = -1;
   for (const LayerRange &chunk : chunks) {
     const size_t local_begin = built.layers.size();
@@ -273,7 +285,10 @@ template <typename T>
 Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTracker *tracker,
                 const ParamStoreOptions &store, const ActivationOptions &activations,
                 const ModelPart &part)
-    : spec_(spec), limits_(limits), row_split_(part.tp.splits_rows() ? part.tp.size : 1) {
+    : spec_(spec),
+      limits_(limits),
+      row_split_(part.tp.splits_rows() ? part.tp.size : 1),
+      row_rank_(part.tp.splits_rows() ? part.tp.rank : 0) {
   ParamRegistry registry;
   BuiltLayers<T> built =
       BuildLayers<T>(spec, part.chunks.empty() ? WholeModel(spec) : part.chunks, registry, part.tp);
@@ -283,6 +298,7 @@ Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTra
   layer_params_ = std::move(built.uses);
   chunks_ = std::move(built.chunks);
   for (size_t g : global_layers_) in_widths_.push_back(built.widths[g]);
+  all_rows_ = std::move(built.all_rows);
   if (!part.chunks.empty()) {  // a stage's tensors start as the whole model's do
     const ParamRegistry whole = Declare(spec);
     for (size_t k = 0; k < registry.decls().size(); ++k)
@@ -325,13 +341,25 @@ template <typename T>
 const T *Model<T>::InputOf(size_t i, int64_t slot, LayerRange range,
                            const MicroBatch<T> &mb) const {
   if (i > range.begin) return activations_.at(slot, i - 1)[0];
-  if (global_layers_[i] == 0) return mb.inputs;  // null for a GPT: its embedding reads tokens
+  if (global_layers_[i] == 0)  // null for a GPT: its embedding reads tokens
+    return mb.inputs ? mb.inputs + row_rank_ * BoundaryRows(mb.rows()) * in_widths_[i] : nullptr;
   return range_input_[size_t(slot)];
 }
 
 template <typename T>
 int64_t Model<T>::InWidth(size_t i) const {
   return in_widths_[i];
+}
+
+template <typename T>
+int64_t Model<T>::OutRows(size_t i, int64_t rows) const {
+  return all_rows_[global_layers_[i]] ? rows : BoundaryRows(rows);
+}
+
+template <typename T>
+int64_t Model<T>::InRows(size_t i, int64_t rows) const {
+  const size_t g = global_layers_[i];
+  return g > 0 && all_rows_[g - 1] ? rows : BoundaryRows(rows);
 }
 
 template <typename T>
@@ -342,7 +370,7 @@ Status Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T>
   DST_RETURN_IF_ERROR(layers_[i]->TakeError());
   const bool rounded = activations_.AfterForward(slot, i);
   if (!rounded && layers_[i]->OutWidth() > 0)
-    RoundActivations(hooks, act[0], BoundaryRows(mb.rows()) * layers_[i]->OutWidth());
+    RoundActivations(hooks, act[0], OutRows(i, mb.rows()) * layers_[i]->OutWidth());
   return Status::Ok();
 }
 
@@ -439,7 +467,7 @@ Status Model<T>::RunBackward(BackwardHalf half, int64_t slot, LayerRange range, 
       DST_RETURN_IF_ERROR(layers_[i]->TakeError());
     }
     if (layer_din && global_layers_[i] > 0)  // also the gradient a stage sends back
-      RoundActivations(hooks, layer_din, BoundaryRows(mb.rows()) * InWidth(i));
+      RoundActivations(hooks, layer_din, InRows(i, mb.rows()) * InWidth(i));
     dout = layer_din;
     next ^= 1;
   }

@@ -172,9 +172,17 @@ class Model {
   // the GPT embedding (it reads tokens).
   int64_t InWidth(size_t i) const;
   // The rows of the activations between layers (and stages) for a
-  // micro-batch of `rows` token rows: this rank's share under sequence
-  // parallelism, else all of them.
+  // micro-batch of `rows` token rows (a sequential model's samples): this
+  // rank's share under sequence parallelism, else all of them; the model's
+  // first layer reads this rank's rows of the input.
   int64_t BoundaryRows(int64_t rows) const { return rows / row_split_; }
+  int64_t row_split() const { return row_split_; }
+  // Rows of local layer i's output / input for a micro-batch of `rows` rows:
+  // BoundaryRows, but every row inside a tensor-parallel region (a
+  // sequential model's column-parallel Linear and the element-wise layers on
+  // its slice).
+  int64_t OutRows(size_t i, int64_t rows) const;
+  int64_t InRows(size_t i, int64_t rows) const;
   int64_t activation_slots() const { return activations_.slots(); }
   // After layer i's backward, the lowest flat offset whose gradients can
   // still change: everything at or above it is final.
@@ -213,6 +221,9 @@ class Model {
   ModelSpec spec_;
   ActivationLimits limits_;
   int64_t row_split_ = 1;  // sequence parallelism: tp (BoundaryRows)
+  int64_t row_rank_ = 0;
+  std::vector<bool> all_rows_;  // per global layer (BuiltLayers::all_rows)   // sequence
+                                // parallelism: which rows of the model's input are this rank's
   std::vector<std::unique_ptr<Layer<T>>> layers_;
   std::vector<LayerRange> chunks_;     // local layer ranges, one per model chunk
   std::vector<size_t> global_layers_;  // per local layer: its index in the whole model

@@ -7,6 +7,7 @@
 #include "core/kernels/cpu/layernorm.h"
 #include "core/kernels/cpu/linear.h"
 #include "core/kernels/cpu/loss.h"
+#include "core/tensor_parallel/sequence_parallel.h"
 
 namespace dst {
 
@@ -67,32 +68,35 @@ void LinearLayer<T>::BackwardWeight(const T *in, const LayerActivations<T> &,
 template <typename T>
 std::vector<SavedTensorSpec> ActivationLayer<T>::SavedTensors(
     const ActivationLimits &limits) const {
-  return {{limits.max_rows() * width_}};
+  return {{MaxLocalRows(rows_, limits.max_rows()) * width_}};
 }
 
 template <typename T>
 void ActivationLayer<T>::Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) {
+  const int64_t n = LocalRows(rows_, mb.rows()) * width_;
   if (fn_ == Fn::kRelu)
-    cpu::ReluForward(in, mb.rows() * width_, act[0]);
+    cpu::ReluForward(in, n, act[0]);
   else
-    cpu::GeluForward(in, mb.rows() * width_, act[0]);
+    cpu::GeluForward(in, n, act[0]);
 }
 
 template <typename T>
 void ActivationLayer<T>::Backward(const T *in, const LayerActivations<T> &, T *dout, T *din,
                                   const MicroBatch<T> &mb) {
   if (!din) return;
+  const int64_t n = LocalRows(rows_, mb.rows()) * width_;
   if (fn_ == Fn::kRelu)
-    cpu::ReluBackward(dout, in, mb.rows() * width_, din);
+    cpu::ReluBackward(dout, in, n, din);
   else
-    cpu::GeluBackward(dout, in, mb.rows() * width_, din);
+    cpu::GeluBackward(dout, in, n, din);
 }
 
 // ---------------------------------------------------------------- layernorm
 
 template <typename T>
-LayerNormLayer<T>::LayerNormLayer(const std::string &prefix, int64_t width, ParamRegistry &registry)
-    : width_(width) {
+LayerNormLayer<T>::LayerNormLayer(const std::string &prefix, int64_t width, ParamRegistry &registry,
+                                  const TensorParallelGroup &rows)
+    : width_(width), rows_(rows) {
   w_ = registry.Add(prefix + ".weight", {width}, ParamInit::Constant(1));
   b_ = registry.Add(prefix + ".bias", {width}, ParamInit::Constant(0));
 }
@@ -100,18 +104,54 @@ LayerNormLayer<T>::LayerNormLayer(const std::string &prefix, int64_t width, Para
 // Saves its output [B, width], and the mean and 1/std [B] of each row (exact).
 template <typename T>
 std::vector<SavedTensorSpec> LayerNormLayer<T>::SavedTensors(const ActivationLimits &limits) const {
-  return {{limits.max_rows() * width_}, {limits.max_rows(), true}, {limits.max_rows(), true}};
+  const int64_t n = MaxLocalRows(rows_, limits.max_rows());
+  return {{n * width_}, {n, true}, {n, true}};
 }
 
 template <typename T>
 void LayerNormLayer<T>::Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) {
-  cpu::LayerNormForward(in, this->store_->param(w_), this->store_->param(b_), mb.rows(), width_,
-                        act[0], act[1], act[2]);
+  cpu::LayerNormForward(in, this->store_->param(w_), this->store_->param(b_),
+                        LocalRows(rows_, mb.rows()), width_, act[0], act[1], act[2]);
+}
+
+template <typename T>
+bool LayerNormLayer<T>::ParamGradients(const T *dout, const T *in, const LayerActivations<T> &act,
+                                       const MicroBatch<T> &mb) {
+  ParamStore<T> &p = *this->store_;
+  const int64_t n = LocalRows(rows_, mb.rows());
+  if (!rows_.splits_rows()) {
+    cpu::LayerNormParamBackward(dout, in, act[1], act[2], n, width_, p.grad(w_), p.grad(b_),
+                                mb.scratch, mb.max_threads);
+    return true;
+  }
+  // This rank's rows' part, summed over the group, then accumulated.
+  T *sums = mb.scratch + int64_t(mb.max_threads) * 2 * width_;  // [2 * width]
+  std::fill(sums, sums + 2 * width_, T(0));
+  cpu::LayerNormParamBackward(dout, in, act[1], act[2], n, width_, sums, sums + width_, mb.scratch,
+                              mb.max_threads);
+  Status st = TpWait(TpAllReduce(rows_, sums, 2 * width_), "LayerNorm weight gradients");
+  if (!st.ok()) {
+    this->Fail(std::move(st));
+    return false;
+  }
+  cpu::AddInPlace(sums, width_, p.grad(w_));
+  cpu::AddInPlace(sums + width_, width_, p.grad(b_));
+  return true;
 }
 
 template <typename T>
 void LayerNormLayer<T>::Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
                                  const MicroBatch<T> &mb) {
+  if (rows_.splits_rows()) {  // this rank's rows; the parameter gradients summed over tp
+    const int64_t n = LocalRows(rows_, mb.rows());
+    if (din) {
+      std::memset(din, 0, size_t(n * width_) * sizeof(T));
+      cpu::LayerNormBackward<T>(dout, in, this->store_->param(w_), act[1], act[2], n, width_, din,
+                                nullptr, nullptr, mb.scratch, mb.max_threads);
+    }
+    ParamGradients(dout, in, act, mb);
+    return;
+  }
   // The weight/bias gradients are needed even when din is not.
   T *dx = din ? din : dout;
   if (din)
@@ -130,62 +170,87 @@ void LayerNormLayer<T>::Backward(const T *in, const LayerActivations<T> &act, T 
 template <typename T>
 std::vector<SavedTensorSpec> LayerNormLayer<T>::DeferredTensors(
     const ActivationLimits &limits) const {
-  return {{limits.max_rows() * width_}};
+  return {{MaxLocalRows(rows_, limits.max_rows()) * width_}};
 }
 
 template <typename T>
 void LayerNormLayer<T>::BackwardInput(const T *in, const LayerActivations<T> &act, T *dout, T *din,
                                       LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
-  std::memcpy(deferred[0], dout, size_t(mb.rows() * width_) * sizeof(T));
+  const int64_t n = LocalRows(rows_, mb.rows());
+  std::memcpy(deferred[0], dout, size_t(n * width_) * sizeof(T));
   if (!din) return;
-  std::memset(din, 0, size_t(mb.rows() * width_) * sizeof(T));
-  cpu::LayerNormBackward<T>(dout, in, this->store_->param(w_), act[1], act[2], mb.rows(), width_,
-                            din, nullptr, nullptr, mb.scratch, mb.max_threads);
+  std::memset(din, 0, size_t(n * width_) * sizeof(T));
+  cpu::LayerNormBackward<T>(dout, in, this->store_->param(w_), act[1], act[2], n, width_, din,
+                            nullptr, nullptr, mb.scratch, mb.max_threads);
 }
 
 template <typename T>
 void LayerNormLayer<T>::BackwardWeight(const T *in, const LayerActivations<T> &act,
                                        const LayerActivations<T> &deferred,
                                        const MicroBatch<T> &mb) {
-  cpu::LayerNormParamBackward(deferred[0], in, act[1], act[2], mb.rows(), width_,
-                              this->store_->grad(w_), this->store_->grad(b_), mb.scratch,
-                              mb.max_threads);
+  ParamGradients(deferred[0], in, act, mb);
 }
 
 // ---------------------------------------------------------------- losses
 
+// Sequence-parallel: this rank's rows against their labels; the loss is the
+// mean of the ranks' means (equal row counts), the gradient's mean is over
+// every rank's elements.
 template <typename T>
 void MseLossLayer<T>::Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) {
-  act.loss = double(cpu::MseForward(in, mb.labels, mb.rows() * width_));
+  const int64_t n = LocalRows(rows_, mb.rows());
+  const T *labels = RowsOf(rows_, mb.labels, n, width_);
+  if (!rows_.splits_rows()) {
+    act.loss = double(cpu::MseForward(in, labels, n * width_));
+    return;
+  }
+  T mean = cpu::MseForward(in, labels, n * width_);
+  Status st = TpWait(TpAllReduce(rows_, &mean, 1), "MSE loss");
+  if (!st.ok()) return this->Fail(std::move(st));
+  act.loss = double(mean) / double(rows_.size);
 }
 
 template <typename T>
 void MseLossLayer<T>::Backward(const T *in, const LayerActivations<T> &, T *, T *din,
                                const MicroBatch<T> &mb) {
-  if (din) cpu::MseBackward(in, mb.labels, mb.rows() * width_, mb.grad_scale, din);
+  const int64_t n = LocalRows(rows_, mb.rows());
+  if (din)
+    cpu::MseBackward(in, RowsOf(rows_, mb.labels, n, width_), n * width_, mb.grad_scale, din,
+                     mb.rows() * width_);
 }
 
 // Saves the softmax probabilities [B, classes] (exact).
 template <typename T>
 std::vector<SavedTensorSpec> CrossEntropyLossLayer<T>::SavedTensors(
     const ActivationLimits &limits) const {
-  return {{limits.max_rows() * classes_, true}};
+  return {{MaxLocalRows(rows_, limits.max_rows()) * classes_, true}};
 }
 
+// Sequence-parallel: this rank's rows; the loss is the sum of the ranks'
+// losses over the sum of their counted targets, which the gradient divides by.
 template <typename T>
 void CrossEntropyLossLayer<T>::Forward(const T *in, LayerActivations<T> &act,
                                        const MicroBatch<T> &mb) {
-  std::memcpy(act[0], in, size_t(mb.rows() * classes_) * sizeof(T));
-  act.loss = double(
-      cpu::SoftmaxCrossEntropyForward(act[0], mb.targets, mb.rows(), classes_, &act.counted));
+  const int64_t n = LocalRows(rows_, mb.rows());
+  std::memcpy(act[0], in, size_t(n * classes_) * sizeof(T));
+  const T mean = cpu::SoftmaxCrossEntropyForward(act[0], RowsOf(rows_, mb.targets, n, int64_t(1)),
+                                                 n, classes_, &act.counted);
+  act.loss = double(mean);
+  if (!rows_.splits_rows()) return;
+  T sums[2] = {mean * T(act.counted), T(act.counted)};  // loss sum, counted
+  Status st = TpWait(TpAllReduce(rows_, sums, 2), "cross-entropy loss");
+  if (!st.ok()) return this->Fail(std::move(st));
+  act.counted = int64_t(sums[1]);
+  act.loss = act.counted > 0 ? double(sums[0]) / double(sums[1]) : 0.0;
 }
 
 template <typename T>
 void CrossEntropyLossLayer<T>::Backward(const T *, const LayerActivations<T> &act, T *, T *din,
                                         const MicroBatch<T> &mb) {
+  const int64_t n = LocalRows(rows_, mb.rows());
   if (din)
-    cpu::SoftmaxCrossEntropyBackward(act[0], mb.targets, mb.rows(), classes_, act.counted,
-                                     mb.grad_scale, din);
+    cpu::SoftmaxCrossEntropyBackward(act[0], RowsOf(rows_, mb.targets, n, int64_t(1)), n, classes_,
+                                     act.counted, mb.grad_scale, din);
 }
 
 template class LinearLayer<float>;

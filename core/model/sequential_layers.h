@@ -1,11 +1,16 @@
 // Layers of sequential models as in DeepSpeed's PipelineModule examples:
 // Linear, ReLU, GELU, LayerNorm, and the MSE / cross-entropy losses.
-// Rows are samples: activations are [B, features].
+// Rows are samples: activations are [B, features]. Under sequence
+// parallelism (`rows`: the tp group, sequence_parallel.h) the layers outside
+// the tensor-parallel regions hold this tp rank's B / tp rows: LayerNorm's
+// parameter gradients are summed over the group, a loss is the mean over
+// every rank's rows.
 #pragma once
 
 #include <string>
 
 #include "core/model/layer.h"
+#include "core/tensor_parallel/tp_group.h"
 
 namespace dst {
 
@@ -41,7 +46,8 @@ template <typename T>
 class ActivationLayer final : public Layer<T> {
  public:
   enum class Fn { kRelu, kGelu };
-  ActivationLayer(Fn fn, int64_t width) : fn_(fn), width_(width) {}
+  ActivationLayer(Fn fn, int64_t width, const TensorParallelGroup &rows = {})
+      : fn_(fn), width_(width), rows_(rows) {}
   std::string_view Kind() const override { return fn_ == Fn::kRelu ? "relu" : "gelu"; }
   int64_t OutWidth() const override { return width_; }
   std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
@@ -53,17 +59,20 @@ class ActivationLayer final : public Layer<T> {
  private:
   Fn fn_;
   int64_t width_;
+  TensorParallelGroup rows_;
 };
 
 template <typename T>
 class LayerNormLayer final : public Layer<T> {
  public:
-  LayerNormLayer(const std::string &prefix, int64_t width, ParamRegistry &registry);
+  LayerNormLayer(const std::string &prefix, int64_t width, ParamRegistry &registry,
+                 const TensorParallelGroup &rows = {});
   std::string_view Kind() const override { return "layernorm"; }
   int64_t OutWidth() const override { return width_; }
   std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
   int64_t ScratchSize(const ActivationLimits &limits) const override {
     // partial sums [threads, 2*width] | input gradient when first [rows, width]
+    // (sequence-parallel: this rank's parameter gradients [2*width])
     return int64_t(limits.max_threads) * 2 * width_ + limits.max_rows() * width_;
   }
   void Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
@@ -78,15 +87,22 @@ class LayerNormLayer final : public Layer<T> {
   double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
 
  private:
+  // dweight, dbias (+=) from `dout` over this rank's rows; sequence-parallel:
+  // summed over the group first. False on failure.
+  bool ParamGradients(const T *dout, const T *in, const LayerActivations<T> &act,
+                      const MicroBatch<T> &mb);
+
   int64_t width_;
   int w_ = -1, b_ = -1;
+  TensorParallelGroup rows_;
 };
 
 // Mean squared error against labels [B, width] (torch.nn.MSELoss).
 template <typename T>
 class MseLossLayer final : public Layer<T> {
  public:
-  explicit MseLossLayer(int64_t width) : width_(width) {}
+  explicit MseLossLayer(int64_t width, const TensorParallelGroup &rows = {})
+      : width_(width), rows_(rows) {}
   std::string_view Kind() const override { return "mse_loss"; }
   int64_t OutWidth() const override { return 0; }
   std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &) const override { return {}; }
@@ -98,6 +114,7 @@ class MseLossLayer final : public Layer<T> {
 
  private:
   int64_t width_;
+  TensorParallelGroup rows_;
 };
 
 // Softmax cross-entropy of logits [B, classes] against class ids [B]
@@ -105,7 +122,8 @@ class MseLossLayer final : public Layer<T> {
 template <typename T>
 class CrossEntropyLossLayer final : public Layer<T> {
  public:
-  explicit CrossEntropyLossLayer(int64_t classes) : classes_(classes) {}
+  explicit CrossEntropyLossLayer(int64_t classes, const TensorParallelGroup &rows = {})
+      : classes_(classes), rows_(rows) {}
   std::string_view Kind() const override { return "cross_entropy_loss"; }
   int64_t OutWidth() const override { return 0; }
   std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
@@ -117,6 +135,7 @@ class CrossEntropyLossLayer final : public Layer<T> {
 
  private:
   int64_t classes_;
+  TensorParallelGroup rows_;
 };
 
 }  // namespace dst

@@ -35,7 +35,7 @@ inline int64_t MaxLocalRows(const TensorParallelGroup &tp, int64_t max_rows) {
 // This rank's rows [n, width] inside a whole [N, width] buffer.
 template <typename T>
 T *RowsOf(const TensorParallelGroup &tp, T *whole, int64_t n, int64_t width) {
-  return whole + tp.rank * n * width;
+  return tp.splits_rows() ? whole + tp.rank * n * width : whole;
 }
 
 // whole [N, width] <- every rank's rows `local` [n, width]: launched.

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "core/kernels/cpu/linear.h"
+#include "core/tensor_parallel/sequence_parallel.h"
 #include "core/tensor_parallel/tp_comm.h"
 
 namespace dst {
@@ -25,15 +26,25 @@ TensorParallelLinear<T>::TensorParallelLinear(const std::string &prefix, int64_t
                       row ? TensorSplit{} : TensorSplit{0, tp.size, tp.rank});
 }
 
+// Column: [rows, out / tp] inside the tensor-parallel region (all N rows);
+// row and gathered: [rows, out], this rank's n rows under sequence parallelism.
 template <typename T>
 std::vector<SavedTensorSpec> TensorParallelLinear<T>::SavedTensors(
     const ActivationLimits &limits) const {
-  return {{limits.max_rows() * OutWidth()}};
+  const int64_t N = limits.max_rows();
+  return {{(role_ == TpRole::kColumn ? N : MaxLocalRows(tp_, N)) * OutWidth()}};
 }
 
+// Gathered: the all-gather's buffer [rows, out] and this rank's output
+// columns [rows, out / tp]. Sequence-parallel (N rows): the gathered input
+// [N, in] | a GEMM's output before its reduce-scatter or all-gather [N, out] |
+// the gathered output gradient [N, out] | its columns [N, out / tp] | the
+// input gradient's partial sums [N, in].
 template <typename T>
 int64_t TensorParallelLinear<T>::ScratchSize(const ActivationLimits &limits) const {
-  return role_ == TpRole::kColumnGathered ? limits.max_rows() * (out_ + out_local_) : 0;
+  const int64_t N = limits.max_rows();
+  if (tp_.splits_rows()) return N * (2 * in_ + 2 * out_ + out_local_);
+  return role_ == TpRole::kColumnGathered ? N * (out_ + out_local_) : 0;
 }
 
 template <typename T>
@@ -46,41 +57,89 @@ bool TensorParallelLinear<T>::Finish(std::unique_ptr<Work> work) {
 }
 
 template <typename T>
-void TensorParallelLinear<T>::Forward(const T *in, LayerActivations<T> &act,
-                                      const MicroBatch<T> &mb) {
-  ParamStore<T> &p = *this->store_;
-  const int64_t rows = mb.rows();
-  const T *bias = b_ >= 0 ? p.param(b_) : nullptr;
-  if (role_ == TpRole::kColumn) {
-    cpu::LinearForward(in, p.param(w_), bias, rows, in_, out_local_, act[0]);
-    return;
+typename TensorParallelLinear<T>::Scratch TensorParallelLinear<T>::ScratchOf(
+    const MicroBatch<T> &mb) const {
+  const int64_t N = mb.rows();
+  Scratch s;
+  if (!tp_.splits_rows()) {
+    s.output = mb.scratch;              // [N, out]
+    s.columns = mb.scratch + N * out_;  // [N, out / tp]
+    return s;
   }
-  if (role_ == TpRole::kColumnGathered) {
-    // [tp][rows][out / tp] gathered, then interleaved into [rows][out].
-    T *gathered = mb.scratch;
-    const int64_t shard = rows * out_local_;
-    cpu::LinearForward(in, p.param(w_), bias, rows, in_, out_local_, gathered + tp_.rank * shard);
-    if (!Finish(TpAllGather(tp_, gathered, shard))) return;
-    for (int64_t part = 0; part < tp_.size; ++part)
-      for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(act[0] + r * out_ + part * out_local_, gathered + part * shard + r * out_local_,
-                    size_t(out_local_) * sizeof(T));
-    return;
-  }
-  // Row: partial sums over this rank's input features, summed, then the bias once.
-  cpu::LinearForward<T>(in, p.param(w_), nullptr, rows, in_local_, out_, act[0]);
-  if (!Finish(TpAllReduce(tp_, act[0], rows * out_))) return;
-  if (bias) cpu::AddBiasToRows(bias, rows, out_, act[0]);
+  s.input = mb.scratch;                    // [N, in]
+  s.output = s.input + N * in_;            // [N, out]
+  s.gradient = s.output + N * out_;        // [N, out]
+  s.columns = s.gradient + N * out_;       // [N, out / tp]
+  s.partial = s.columns + N * out_local_;  // [N, in]
+  return s;
 }
 
 template <typename T>
-const T *TensorParallelLinear<T>::LocalGradient(const T *dout, const MicroBatch<T> &mb) const {
-  if (role_ != TpRole::kColumnGathered) return dout;
-  T *local = mb.scratch + mb.rows() * out_;  // after the gather buffer
-  for (int64_t r = 0; r < mb.rows(); ++r)
-    std::memcpy(local + r * out_local_, dout + r * out_ + tp_.rank * out_local_,
+const T *TensorParallelLinear<T>::WholeInput(const T *in, const MicroBatch<T> &mb) {
+  if (!tp_.splits_rows() || role_ == TpRole::kRow) return in;  // a row-parallel input: all rows
+  const int64_t n = LocalRows(tp_, mb.rows());
+  T *whole = ScratchOf(mb).input;
+  return Finish(GatherRows(tp_, in, n, in_, whole)) ? whole : nullptr;
+}
+
+template <typename T>
+void TensorParallelLinear<T>::Forward(const T *in, LayerActivations<T> &act,
+                                      const MicroBatch<T> &mb) {
+  ParamStore<T> &p = *this->store_;
+  const int64_t N = mb.rows(), n = LocalRows(tp_, N);
+  const T *bias = b_ >= 0 ? p.param(b_) : nullptr;
+  const Scratch s = ScratchOf(mb);
+  in = WholeInput(in, mb);  // sequence-parallel: every rank's rows
+  if (!in) return;
+  if (role_ == TpRole::kColumn) {
+    cpu::LinearForward(in, p.param(w_), bias, N, in_, out_local_, act[0]);
+    return;
+  }
+  if (role_ == TpRole::kColumnGathered) {
+    // [tp][N][out / tp] gathered, then interleaved into [rows][out] (this
+    // rank's rows under sequence parallelism).
+    T *gathered = s.output;
+    const int64_t shard = N * out_local_;
+    cpu::LinearForward(in, p.param(w_), bias, N, in_, out_local_, gathered + tp_.rank * shard);
+    if (!Finish(TpAllGather(tp_, gathered, shard))) return;
+    const int64_t first = tp_.splits_rows() ? tp_.rank * n : 0;
+    for (int64_t part = 0; part < tp_.size; ++part)
+      for (int64_t r = 0; r < n; ++r)
+        std::memcpy(act[0] + r * out_ + part * out_local_,
+                    gathered + part * shard + (first + r) * out_local_,
+                    size_t(out_local_) * sizeof(T));
+    return;
+  }
+  // Row: partial sums over this rank's input features, summed (sequence-
+  // parallel: reduce-scattered to this rank's rows), then the bias once.
+  if (!tp_.splits_rows()) {
+    cpu::LinearForward<T>(in, p.param(w_), nullptr, N, in_local_, out_, act[0]);
+    if (!Finish(TpAllReduce(tp_, act[0], N * out_))) return;
+  } else {
+    cpu::LinearForward<T>(in, p.param(w_), nullptr, N, in_local_, out_, s.output);
+    if (!Finish(ReduceScatterRows(tp_, s.output, n, out_))) return;
+    std::memcpy(act[0], RowsOf(tp_, s.output, n, out_), size_t(n * out_) * sizeof(T));
+  }
+  if (bias) cpu::AddBiasToRows(bias, n, out_, act[0]);
+}
+
+// The output gradient this rank's weights see, [N, out / tp]: dout itself
+// (column), its columns (gathered), and under sequence parallelism the rows
+// of every rank gathered first (row, gathered). Null on failure.
+template <typename T>
+const T *TensorParallelLinear<T>::LocalGradient(const T *dout, const MicroBatch<T> &mb) {
+  if (role_ == TpRole::kColumn) return dout;
+  const int64_t N = mb.rows(), n = LocalRows(tp_, N);
+  const Scratch s = ScratchOf(mb);
+  if (tp_.splits_rows()) {
+    if (!Finish(GatherRows(tp_, dout, n, out_, s.gradient))) return nullptr;
+    dout = s.gradient;
+  }
+  if (role_ == TpRole::kRow) return dout;
+  for (int64_t r = 0; r < N; ++r)
+    std::memcpy(s.columns + r * out_local_, dout + r * out_ + tp_.rank * out_local_,
                 size_t(out_local_) * sizeof(T));
-  return local;
+  return s.columns;
 }
 
 template <typename T>
@@ -91,25 +150,37 @@ void TensorParallelLinear<T>::WeightGradient(const T *dy_local, const T *in,
                             b_ >= 0 ? p.grad(b_) : nullptr);
 }
 
+// dx = dy_local W_local. Column-parallel: every rank holds part of each input
+// gradient (the first layer has none to send): all-reduced, or under sequence
+// parallelism reduce-scattered to this rank's rows; the sum runs while the
+// weights' GEMM (if `weights`) does, on the input gathered again.
 template <typename T>
 void TensorParallelLinear<T>::InputGradient(const T *dy_local, const T *in, T *din,
                                             const MicroBatch<T> &mb, bool weights) {
-  const int64_t rows = mb.rows();
-  if (din)
-    cpu::LinearBackward<T>(dy_local, nullptr, this->store_->param(w_), rows, in_local_, out_local_,
-                           din, nullptr, nullptr);
-  // Column-parallel: every rank holds part of each input gradient (the
-  // first layer has none to send). The sum runs while the weights' GEMM does.
+  const int64_t N = mb.rows(), n = LocalRows(tp_, N);
+  const bool scatter = din && role_ != TpRole::kRow && tp_.splits_rows();
+  T *dx = scatter ? ScratchOf(mb).partial : din;
+  if (dx)
+    cpu::LinearBackward<T>(dy_local, nullptr, this->store_->param(w_), N, in_local_, out_local_, dx,
+                           nullptr, nullptr);
   std::unique_ptr<Work> sum;
-  if (din && role_ != TpRole::kRow) sum = TpAllReduce(tp_, din, rows * in_);
-  if (weights) WeightGradient(dy_local, in, mb);
-  if (sum) Finish(std::move(sum));
+  if (scatter)
+    sum = ReduceScatterRows(tp_, dx, n, in_);
+  else if (din && role_ != TpRole::kRow)
+    sum = TpAllReduce(tp_, din, N * in_);
+  if (weights) {
+    const T *x = WholeInput(in, mb);
+    if (x) WeightGradient(dy_local, x, mb);
+  }
+  if (sum && Finish(std::move(sum)) && scatter)
+    std::memcpy(din, RowsOf(tp_, dx, n, in_), size_t(n * in_) * sizeof(T));
 }
 
 template <typename T>
 void TensorParallelLinear<T>::Backward(const T *in, const LayerActivations<T> &, T *dout, T *din,
                                        const MicroBatch<T> &mb) {
-  InputGradient(LocalGradient(dout, mb), in, din, mb, /*weights=*/true);
+  const T *dy_local = LocalGradient(dout, mb);
+  if (dy_local) InputGradient(dy_local, in, din, mb, /*weights=*/true);
 }
 
 template <typename T>
@@ -123,6 +194,7 @@ void TensorParallelLinear<T>::BackwardInput(const T *in, const LayerActivations<
                                             T *din, LayerActivations<T> &deferred,
                                             const MicroBatch<T> &mb) {
   const T *dy_local = LocalGradient(dout, mb);
+  if (!dy_local) return;
   std::memcpy(deferred[0], dy_local, size_t(mb.rows() * out_local_) * sizeof(T));
   InputGradient(dy_local, in, din, mb, /*weights=*/false);
 }
@@ -131,7 +203,8 @@ template <typename T>
 void TensorParallelLinear<T>::BackwardWeight(const T *in, const LayerActivations<T> &,
                                              const LayerActivations<T> &deferred,
                                              const MicroBatch<T> &mb) {
-  WeightGradient(deferred[0], in, mb);
+  const T *x = WholeInput(in, mb);  // sequence-parallel: gathered again
+  if (x) WeightGradient(deferred[0], x, mb);
 }
 
 template class TensorParallelLinear<float>;

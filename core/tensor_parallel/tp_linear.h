@@ -14,6 +14,14 @@
 //                     W_local^T) + b; backward is local (the output gradient
 //                     is the same on every rank).
 //
+// Under sequence parallelism (sequence_parallel.h) the inputs of column and
+// gathered layers and the outputs of row and gathered layers are this rank's
+// rows: the input is all-gathered before the GEMM (and again for the weight
+// gradient), a row layer's output reduce-scattered, a gathered layer keeps its
+// rows of the all-gathered output; backward gathers the output gradient's
+// rows (row, gathered) and reduce-scatters the input gradient (column,
+// gathered).
+//
 // A failed collective is recorded (Layer::TakeError) and the layer stops.
 #pragma once
 
@@ -50,9 +58,17 @@ class TensorParallelLinear final : public Layer<T> {
   }
 
  private:
+  struct Scratch {  // views of mb.scratch (ScratchSize)
+    T *input = nullptr, *output = nullptr, *gradient = nullptr, *columns = nullptr,
+      *partial = nullptr;
+  };
+  Scratch ScratchOf(const MicroBatch<T> &mb) const;
+  // The layer's input with every rank's rows (sequence parallelism gathers
+  // them; a row-parallel input has them all). Null on failure.
+  const T *WholeInput(const T *in, const MicroBatch<T> &mb);
   // The output gradient this rank's weights see: dout itself, or (gathered)
   // its columns copied to the scratch.
-  const T *LocalGradient(const T *dout, const MicroBatch<T> &mb) const;
+  const T *LocalGradient(const T *dout, const MicroBatch<T> &mb);
   // dx = dy_local W_local; column: all-reduced over the group, with the
   // weight gradients (if `weights`) computed while it runs.
   void InputGradient(const T *dy_local, const T *in, T *din, const MicroBatch<T> &mb, bool weights);

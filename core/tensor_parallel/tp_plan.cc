@@ -62,13 +62,4 @@ Result<std::vector<TpRole>> PlanTensorParallel(const ModelSpec &spec, int64_t tp
   return roles;
 }
 
-Status CheckSequenceParallel(const ModelSpec &spec, const Config &config) {
-  if (!config.sequence_parallel || config.tp_size == 1 || spec.type == ModelSpec::Type::kGpt)
-    return Status::Ok();
-  return NotSupported(
-      "tensor_parallel.sequence_parallel: sequence parallelism splits a GPT's token rows; for a "
-      "sequential model (whose rows are samples) it is not supported yet; remove the key "
-      "(tensor parallelism runs without it)");
-}
-
 }  // namespace dst

@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "core/common/status.h"
-#include "core/config/config.h"
 #include "core/model/model_spec.h"
 #include "core/tensor_parallel/tp_group.h"
 
@@ -41,9 +40,5 @@ enum class TpRole {
 // The role of each layer of the whole model (sequential: its layers, then
 // the loss) at tensor-parallel size `tp`; all kReplicated at tp = 1.
 Result<std::vector<TpRole>> PlanTensorParallel(const ModelSpec &spec, int64_t tp);
-
-// Sequence parallelism splits a GPT's token rows; a sequential model's rows
-// are samples with no sequence to split: not supported yet (named).
-Status CheckSequenceParallel(const ModelSpec &spec, const Config &config);
 
 }  // namespace dst

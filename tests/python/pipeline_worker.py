@@ -42,6 +42,9 @@ def sequential_batch(model, index, first, n):
     out_dim = [layer for layer in model["layers"] if layer["type"] == "linear"][-1]["out_features"]
     total = first + n  # one stream each, so a sample does not depend on the slice size
     inputs = np.random.default_rng([index, 0]).standard_normal((total, model["input_dim"]))
+    if model.get("loss") == "cross_entropy":  # class ids
+        targets = np.random.default_rng([index, 1]).integers(0, out_dim, total)
+        return inputs[first:].astype(np.float32), targets[first:].astype(np.int32)
     labels = np.random.default_rng([index, 1]).standard_normal((total, out_dim))
     return inputs[first:].astype(np.float32), labels[first:].astype(np.float32)
 

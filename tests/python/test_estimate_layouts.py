@@ -31,6 +31,7 @@ def estimate(build_dir, tmp_path, config, model, world, *extra, check=True):
     ("gpt", 1, 2, 2, 1, {"sp": True}),
     ("gpt", 1, 2, 2, 2, {"sp": True, "schedule": "zb-h1"}),
     ("gpt", 2, 4, 1, 0, {"sp": True, "precision": "fp16"}),
+    ("sequential", 1, 2, 2, 1, {"sp": True, "micro": 4, "schedule": "zb-h1"}),
 ])
 def test_rank_memory_equals_the_estimate_to_the_byte(tmp_path, build_dir, model, dp, tp, pp,
                                                      stage, kw):

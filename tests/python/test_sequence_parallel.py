@@ -12,23 +12,32 @@ dp and with a pipeline (1F1B, interleaved, zero bubble with its split
 backward), fp16/bf16 within the 16-bit
 bounds; recomputation is bit-identical to storing; the row-wise activations
 shrink (the estimate, equal to the run to the byte, in
-test_estimate_layouts.py); and the refusals name the problem.
+test_estimate_layouts.py); and the refusals name the problem. Sequential
+models split their samples the same way (their rows: LayerNorms, activations
+outside the Linear pairs and the loss hold micro / tp samples per rank).
 """
 import pytest
 
 import pipeline_support as ps
-from test_tensor_parallel import AFTER_STEPS, GLOBAL_MICRO_BATCHES, GPT4, job_error
+from test_tensor_parallel import AFTER_STEPS, GATHERED, GLOBAL_MICRO_BATCHES, GPT4, job_error
+
+# Sequential models: a micro-batch's samples are its rows (4, so that tp 4
+# holds one each); a cross-entropy variant of the gathered model too.
+CLASSIFIER = dict(GATHERED, loss="cross_entropy")
+MODELS = {"gpt": GPT4, "sequential": ps.SEQUENTIAL, "gathered": GATHERED,
+          "classifier": CLASSIFIER}
 
 
-def run(tmp_path, build_dir, tp, dp=1, pp=1, stage=0, schedule="1f1b", name="sp", **kw):
+def run(tmp_path, build_dir, tp, dp=1, pp=1, stage=0, schedule="1f1b", name="sp", model=GPT4,
+        **kw):
     config = ps.make_config(tp=tp, pp=pp, dp=dp, accum=GLOBAL_MICRO_BATCHES // dp, stage=stage,
                             schedule=schedule, sp=True, **kw)
-    return ps.run_job(tmp_path, config, GPT4, tp * dp * pp, name, build_dir=build_dir)
+    return ps.run_job(tmp_path, config, model, tp * dp * pp, name, build_dir=build_dir)
 
 
-def check(tmp_path, build_dir, tp, dp=1, pp=1, stage=0, schedule="1f1b", **kw):
-    ref = ps.reference(tmp_path, GPT4, build_dir, GLOBAL_MICRO_BATCHES, **kw)
-    reports = run(tmp_path, build_dir, tp, dp, pp, stage, schedule, **kw)
+def check(tmp_path, build_dir, tp, dp=1, pp=1, stage=0, schedule="1f1b", model=GPT4, **kw):
+    ref = ps.reference(tmp_path, model, build_dir, GLOBAL_MICRO_BATCHES, **kw)
+    reports = run(tmp_path, build_dir, tp, dp, pp, stage, schedule, model=model, **kw)
     assert {r["tp_rank"] for r in reports} == set(range(tp))
     what = f"sequence-parallel dp {dp} x tp {tp} x pp {pp}, ZeRO {stage}, {schedule}"
     precision = kw.get("precision", "fp32")
@@ -55,6 +64,21 @@ def test_sequence_parallel_layout_equals_single_rank(tmp_path, build_dir, dp, tp
                                                      schedule):
     kw = {"virtual": 2} if schedule == "interleaved" else {}
     check(tmp_path, build_dir, tp, dp=dp, pp=pp, stage=stage, schedule=schedule, **kw)
+
+
+@pytest.mark.parametrize("model,dp,tp,pp,stage,schedule", [
+    ("sequential", 1, 2, 1, 0, "1f1b"), ("sequential", 2, 2, 1, 1, "1f1b"),
+    ("sequential", 1, 4, 1, 2, "1f1b"), ("sequential", 2, 2, 1, 3, "1f1b"),
+    ("gathered", 1, 2, 1, 2, "1f1b"), ("gathered", 1, 4, 1, 3, "1f1b"),
+    ("classifier", 2, 2, 1, 0, "1f1b"), ("sequential", 2, 2, 2, 1, "1f1b"),
+    ("sequential", 1, 4, 2, 3, "zb-h1"), ("gathered", 1, 2, 2, 0, "zb-h1")])
+def test_sequential_models_split_their_samples(tmp_path, build_dir, model, dp, tp, pp, stage,
+                                               schedule):
+    """A sequential model's rows are its samples: outside the Linear pairs
+    (LayerNorm, the activations around them, the loss) each tp rank holds
+    micro / tp samples; losses and gradients equal the single rank's."""
+    check(tmp_path, build_dir, tp, dp=dp, pp=pp, stage=stage, schedule=schedule,
+          model=MODELS[model], micro=4)
 
 
 def test_final_layernorm_gradient_is_summed_over_the_group(tmp_path, build_dir):
@@ -88,9 +112,10 @@ def test_recomputation_under_sequence_parallelism_is_bit_identical(tmp_path, bui
 
 
 def test_refusals_name_the_problem(tmp_path, build_dir):
-    config = ps.make_config(tp=2, accum=2, sp=True)
-    err = job_error(tmp_path, build_dir, config, ps.SEQUENTIAL, 2)
-    assert "sequence parallelism splits a GPT's token rows; for a sequential model" in err, err
+    config = ps.make_config(tp=4, accum=2, micro=2, sp=True)
+    err = job_error(tmp_path, build_dir, config, ps.SEQUENTIAL, 4)
+    assert ("train_micro_batch_size_per_gpu = 2 samples) over tp_size 4 ranks, which does not "
+            "divide them") in err, err
     config = ps.make_config(tp=4, accum=2, micro=1, sp=True)
     err = job_error(tmp_path, build_dir, config, dict(GPT4, n_ctx=6), 4)
     assert "1 x 6 = 6 token rows over tp_size 4 ranks, which does not divide them" in err, err

@@ -16,9 +16,9 @@ of near-zero gradients (attention's key bias) into lr-sized steps: after the
 steps, parameters and gradients are compared within 5e-4. Also a
 model with an unpaired (gathered) Linear and a LayerNorm, 3D grids with a
 pipeline (2 x 2 x 2 and 1 x 4 x 2, 1F1B and zero bubble), fp16/bf16, and the
-refusals: a width tp does not divide, n_head tp does not divide, sequence
-parallelism on a sequential model (GPT: test_sequence_parallel.py;
-checkpoints: test_tensor_parallel_checkpoint.py); and a rank killed inside a tp all-reduce is named by the
+refusals: a width tp does not divide, n_head tp does not divide (sequence
+parallelism: test_sequence_parallel.py; checkpoints:
+test_tensor_parallel_checkpoint.py); and a rank killed inside a tp all-reduce is named by the
 survivor.
 """
 import pathlib
@@ -130,10 +130,6 @@ def test_refusals_name_the_problem(tmp_path, build_dir):
     err = job_error(tmp_path, build_dir, ps.make_config(tp=2, accum=2),
                     dict(ps.GPT, vocab_size=255), 2)
     assert "vocab_size 255 does not divide into tensor-parallel size 2" in err, err
-    config = dict(ps.make_config(tp=2, accum=2), tensor_parallel={"tp_size": 2,
-                                                                  "sequence_parallel": True})
-    err = job_error(tmp_path, build_dir, config, ps.SEQUENTIAL, 2)
-    assert "for a sequential model (whose rows are samples) it is not supported yet" in err, err
 
 
 def test_killed_rank_inside_a_tensor_parallel_all_reduce_is_named(tmp_path, build_dir):

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <string>
@@ -186,6 +187,36 @@ TEST(TcpStore, WaitTimeoutNamesOnlyTheMissingKeys) {
   EXPECT_THAT(status.message(), HasSubstr("key 'b'"));
   EXPECT_THAT(status.message(), testing::Not(HasSubstr("'a'")));
   EXPECT_TRUE(server->Wait({"a"}, milliseconds(0)).ok());
+}
+
+// One thread waits for a key in back-to-back slices while another (the
+// heartbeat's role) sets keys on the same connection: the setter gets its
+// turn between two slices, and the time it queued behind them does not count
+// against its reply timeout (300 ms here, shorter than the wait): no set
+// fails, and the connection stays usable.
+TEST(TcpStore, AWaitingThreadDoesNotStarveAnotherThreadsCalls) {
+  auto server = StartServer(2);
+  ASSERT_NE(server, nullptr);
+  TcpStoreOptions o = Options(server->port(), 1, 2);
+  o.timeout = milliseconds(300);
+  auto connected = ConnectTcpStore(o);
+  ASSERT_TRUE(connected.ok()) << connected.status().message();
+  Store *client = connected.value().get();
+  std::atomic<bool> waiting{true};
+  std::thread waiter([&] {
+    EXPECT_FALSE(client->Wait({"never/set"}, milliseconds(2500)).ok());
+    waiting = false;
+  });
+  int sets = 0;
+  while (waiting) {
+    Status st = client->Set("beat", Bytes(std::to_string(sets)));
+    ASSERT_TRUE(st.ok()) << st.message();
+    ++sets;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  waiter.join();
+  EXPECT_GE(sets, 5);
+  EXPECT_TRUE(client->Set("after", Bytes("ok")).ok());
 }
 
 TEST(TcpStore, WrongTokenIsRejected) {

@@ -71,9 +71,13 @@ T MseForward(const T *pred, const T *labels, int64_t n) {
   return T(sums.first / double(n));
 }
 
+// dpred = 2 grad_scale (pred - labels) / mean_over, over n elements;
+// mean_over: the elements the loss averages (0: n; sequence parallelism: every
+// tp rank's).
 template <typename T>
-void MseBackward(const T *pred, const T *labels, int64_t n, T grad_scale, T *dpred) {
-  const T k = T(2) * grad_scale / T(n);
+void MseBackward(const T *pred, const T *labels, int64_t n, T grad_scale, T *dpred,
+                 int64_t mean_over = 0) {
+  const T k = T(2) * grad_scale / T(mean_over > 0 ? mean_over : n);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) dpred[i] = k * (pred[i] - labels[i]);
 }
