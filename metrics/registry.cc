@@ -8,6 +8,7 @@
 #include <cmath>
 #include <exception>
 #include <type_traits>
+#include <utility>
 
 namespace dst::metrics {
 
@@ -123,6 +124,12 @@ void MetricsRegistry::Build(const RankIdentity &identity) {
   gauge("dstrain_world_size", "Number of processes (ranks) in the job.")
       .Add({})
       .Set(static_cast<double>(identity.world_size));
+  auto &offload = gauge("dstrain_offload_info",
+                        "ZeRO-Offload's device per tier (1); moved=\"false\": the CPU engine keeps "
+                        "the state in host memory already, nothing is copied.");
+  for (const auto &[tier, device] : {std::pair{"optimizer", &identity.offload_optimizer},
+                                     std::pair{"param", &identity.offload_param}})
+    offload.Add({{"tier", tier}, {"device", *device}, {"moved", "false"}}).Set(1);
 }
 
 void MetricsRegistry::BuildStepGauges() {

@@ -40,6 +40,9 @@ struct RankIdentity {
   std::string job = "dstrain";
   int64_t rank = 0, local_rank = 0, world_size = 1;
   int64_t dp_rank = 0, tp_rank = 0, pp_rank = 0;
+  // ZeRO-Offload's device per tier ("none", "cpu", "nvme"); on the CPU
+  // engine "cpu" moves nothing (the state is in host memory already).
+  std::string offload_optimizer = "none", offload_param = "none";
 };
 
 // One action of a pipeline stage's last step: what ran when (seconds from

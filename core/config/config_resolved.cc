@@ -132,6 +132,15 @@ Json Notes(const Config &config) {
     notes.push_back(
         "tensor_parallel.sequence_parallel: tensor-parallel size 1, nothing to split (as "
         "Megatron, it is off)");
+  if (config.zero.offload_optimizer_device == "cpu")
+    notes.push_back(
+        "zero_optimization.offload_optimizer.device \"cpu\": this CPU engine keeps the optimizer "
+        "state and fp32 master weights in host memory already; nothing moves (on a GPU it is "
+        "host offload)");
+  if (config.zero.offload_param_device == "cpu")
+    notes.push_back(
+        "zero_optimization.offload_param.device \"cpu\": this CPU engine keeps the parameters in "
+        "host memory already; nothing moves (on a GPU it is host offload)");
   if (c.cpu_checkpointing)
     notes.push_back(
         "activation_checkpointing.cpu_checkpointing: the CPU engine keeps activations in host "

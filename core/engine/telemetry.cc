@@ -66,6 +66,8 @@ metrics::RankIdentity Telemetry::Identity() const {
   id.dp_rank = ctx_.dp_rank;
   id.tp_rank = ctx_.tp_rank;
   id.pp_rank = ctx_.pp_rank;
+  id.offload_optimizer = ctx_.config->zero.offload_optimizer_device;
+  id.offload_param = ctx_.config->zero.offload_param_device;
   return id;
 }
 
@@ -295,6 +297,10 @@ std::string Telemetry::MetricsJson(const TrainingState &state) const {
       {"rank", ctx_.env.rank},
       {"world_size", ctx_.env.world_size},
       {"zero_stage", ctx_.zero_stage},
+      // On this CPU engine "cpu" offload moves nothing: the state is in host memory.
+      {"offload",
+       {{"optimizer", {{"device", ctx_.config->zero.offload_optimizer_device}, {"moved", false}}},
+        {"param", {{"device", ctx_.config->zero.offload_param_device}, {"moved", false}}}}},
       {"pipeline",
        {{"stages", ctx_.pp_size},
         {"stage", ctx_.pp_rank},

@@ -11,35 +11,36 @@
 
 namespace dst {
 
+namespace tp_detail {
+// launch(data) on a group of more than one rank (null: nothing to do on a
+// group of one); a double model is never split.
+template <typename T, typename Launch>
+std::unique_ptr<Work> OnGroup(const TensorParallelGroup &tp, T *data, Launch launch) {
+  if (tp.size == 1) return nullptr;
+  if constexpr (std::is_same_v<T, float>)
+    return launch(data);
+  else
+    return std::make_unique<DoneWork>(InternalError("tensor parallelism on a double model"));
+}
+}  // namespace tp_detail
+
 // In-place sum over the group; null when there is no group to sum over.
 template <typename T>
 std::unique_ptr<Work> TpAllReduce(const TensorParallelGroup &tp, T *data, int64_t count) {
-  if (tp.size == 1) return nullptr;
-  if constexpr (std::is_same_v<T, float>)
-    return tp.comm->AllReduceSum(data, count);
-  else
-    return std::make_unique<DoneWork>(InternalError("tensor parallelism on a double model"));
+  return tp_detail::OnGroup(tp, data, [&](auto *d) { return tp.comm->AllReduceSum(d, count); });
 }
 
 // data[rank * shard, (rank + 1) * shard) to every rank.
 template <typename T>
 std::unique_ptr<Work> TpAllGather(const TensorParallelGroup &tp, T *data, int64_t shard) {
-  if (tp.size == 1) return nullptr;
-  if constexpr (std::is_same_v<T, float>)
-    return tp.comm->AllGather(data, shard);
-  else
-    return std::make_unique<DoneWork>(InternalError("tensor parallelism on a double model"));
+  return tp_detail::OnGroup(tp, data, [&](auto *d) { return tp.comm->AllGather(d, shard); });
 }
 
 // data[0, size * shard) summed over the group; afterwards this rank's shard
 // data[rank * shard, (rank + 1) * shard) holds its part of the sum.
 template <typename T>
 std::unique_ptr<Work> TpReduceScatter(const TensorParallelGroup &tp, T *data, int64_t shard) {
-  if (tp.size == 1) return nullptr;
-  if constexpr (std::is_same_v<T, float>)
-    return tp.comm->ReduceScatterSum(data, shard);
-  else
-    return std::make_unique<DoneWork>(InternalError("tensor parallelism on a double model"));
+  return tp_detail::OnGroup(tp, data, [&](auto *d) { return tp.comm->ReduceScatterSum(d, shard); });
 }
 
 // Waits for `work` (null: nothing to wait for); the error names `what`.

@@ -644,11 +644,23 @@ TEST(ConfigErrors, ZeroStage9IsInvalid) {
                         {"zero_optimization.stage: expected 0, 1, 2 or 3, found 9"}));
 }
 
-TEST(ConfigErrors, OffloadIsNotSupportedYet) {
+// CPU offload is accepted (the CPU engine's state is in host memory: the
+// resolved config's notes say so); NVMe is not built yet.
+TEST(ConfigErrors, CpuOffloadIsAcceptedNvmeIsNotSupportedYet) {
+  Result<Config> cpu = Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 3,
+    "offload_optimizer": {"device": "cpu", "pin_memory": true},
+    "offload_param": {"device": "cpu"}}})");
+  ASSERT_PARSED(cpu);
+  EXPECT_EQ(cpu->zero.offload_optimizer_device, "cpu");
+  EXPECT_NE(cpu->resolved_json.find("keeps the optimizer state and fp32 master weights in host "
+                                    "memory already"),
+            std::string::npos);
+  EXPECT_NE(cpu->resolved_json.find("keeps the parameters in host memory already"),
+            std::string::npos);
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 2,
-    "offload_optimizer": {"device": "cpu", "pin_memory": true}}})"),
+    "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}})"),
                         Code::kNotSupported,
-                        {"zero_optimization.offload_optimizer.device: offloading to \"cpu\" is "
+                        {"zero_optimization.offload_optimizer.device: offloading to \"nvme\" is "
                          "not supported yet"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {
     "offload_optimizer": {"device": "cpu"}}})"),

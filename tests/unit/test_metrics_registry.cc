@@ -206,6 +206,7 @@ const std::vector<std::string> kGauges = {"dstrain_loss",
                                           "dstrain_memory_peak_bytes",
                                           "dstrain_process_resident_memory_bytes",
                                           "dstrain_world_size",
+                                          "dstrain_offload_info",
                                           "dstrain_last_step_timestamp_seconds"};
 
 TEST(MetricsRegistry, EverySeriesWithRankLabelsAfterStep) {
@@ -249,6 +250,9 @@ TEST(MetricsRegistry, EverySeriesWithRankLabelsAfterStep) {
 
   EXPECT_EQ(Value(text, "dstrain_loss"), 3.99);
   EXPECT_EQ(Value(text, "dstrain_world_size"), 8);
+  EXPECT_EQ(Value(text, "dstrain_offload_info",
+                  {{"tier", "optimizer"}, {"device", "none"}, {"moved", "false"}}),
+            1);
   EXPECT_EQ(Value(text, "dstrain_mfu_ratio"), 0.42);
   EXPECT_EQ(Value(text, "dstrain_loss_scale"), 65536);
   EXPECT_EQ(Value(text, "dstrain_timer_seconds", {{"timer", "forward"}}), 0.1);

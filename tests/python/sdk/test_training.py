@@ -278,3 +278,22 @@ def test_loss_scale_and_skipped_steps(dst, data, monkeypatch):
     with dst.Engine(config=tiny_config(), model=TINY_GPT) as e:
         e.train_batch(*data.batch("train", 0, 4, SEQ))
         assert e.loss_scale == 1.0 and e.skipped_steps == 0
+
+
+def test_cpu_offload_is_accepted_and_said_to_move_nothing(dst):
+    """ZeRO-Offload to "cpu" on the CPU engine: the state is in host memory
+    already. The config is accepted, its notes and the metrics say nothing
+    moves, and training is what it is without the key (bit for bit)."""
+    zero = {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True},
+            "offload_param": {"device": "cpu"}}
+    tokens = np.arange(4 * 16, dtype=np.int32).reshape(4, 16) % 256
+    losses = []
+    for section in (zero, {"stage": 3}):
+        with dst.Engine(config=tiny_config(zero_optimization=section), model=TINY_GPT) as e:
+            losses.append([float(e.train_batch(tokens, tokens)) for _ in range(2)])
+            if "offload_optimizer" in section:
+                notes = " ".join(e.config()["dstrain"]["notes"])
+                assert "keeps the optimizer state and fp32 master weights in host memory" in notes
+                assert e.metrics()["offload"] == {"optimizer": {"device": "cpu", "moved": False},
+                                                  "param": {"device": "cpu", "moved": False}}
+    assert losses[0] == losses[1]
