@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <utility>
 
 #include "core/runtime/threads.h"
 #include "metrics/monitor.h"
@@ -171,25 +172,37 @@ metrics::StepSample Telemetry::BuildStepSample(const StepRecord &rec,
 
 namespace {
 
-// The bus bandwidth of the ops since `before` (then moved to now), for a
-// group of `n` ranks.
-void SetBusBandwidth(CommOp op, int64_t n, metrics::CommOpSample *c, CommTotals *before) {
+// The bus bytes and seconds of the ops since `before` (then moved to now),
+// for a group of `n` ranks; sets the group's bus bandwidth.
+std::pair<double, double> SetBusBandwidth(CommOp op, int64_t n, metrics::CommOpSample *c,
+                                          CommTotals *before) {
   const double dt = c->seconds - before->seconds;
-  if (dt > 0) c->bus_bandwidth = double(c->bytes - before->bytes) / dt * BusFactor(op, n);
+  const double bus_bytes = double(c->bytes - before->bytes) * BusFactor(op, n);
+  if (dt > 0) c->bus_bandwidth = bus_bytes / dt;
   *before = {c->count, c->bytes, c->seconds};
+  return {bus_bytes, dt};
 }
 
 }  // namespace
 
+// Per group by its own size; over every group, each group's bus bytes (by
+// its size) over their total time.
 void Telemetry::AddBusBandwidth(metrics::StepSample *s) {
   const int64_t group_size[kNumCommGroups] = {ctx_.dp_size, ctx_.tp_size, ctx_.pp_size};
   for (int op = 0; op < CommStats::kOps; ++op) {
     const auto kind = static_cast<CommOp>(op);
-    // Over every group: by the data-parallel size, as before groups were told apart.
-    SetBusBandwidth(kind, ctx_.dp_size, &s->comm[size_t(op)], &comm_at_last_sample_[size_t(op)]);
-    for (int g = 0; g < kNumCommGroups; ++g)
-      SetBusBandwidth(kind, group_size[g], &s->comm_by_group[size_t(g)][size_t(op)],
-                      &group_at_last_sample_[size_t(g)][size_t(op)]);
+    double bus_bytes = 0, seconds = 0;
+    for (int g = 0; g < kNumCommGroups; ++g) {
+      const auto [b, dt] =
+          SetBusBandwidth(kind, group_size[g], &s->comm_by_group[size_t(g)][size_t(op)],
+                          &group_at_last_sample_[size_t(g)][size_t(op)]);
+      bus_bytes += b;
+      seconds += dt;
+    }
+    metrics::CommOpSample &all = s->comm[size_t(op)];
+    CommTotals &before = comm_at_last_sample_[size_t(op)];
+    if (all.seconds - before.seconds > 0 && seconds > 0) all.bus_bandwidth = bus_bytes / seconds;
+    before = {all.count, all.bytes, all.seconds};
   }
 }
 

@@ -241,3 +241,21 @@ def test_communication_is_reported_per_group(tmp_path, build_dir):
         assert groups["dp"]["send"]["count"] == 0 and groups["tp"]["send"]["count"] == 0
         total = r["metrics"]["comm"]["allreduce"]["bytes"]
         assert total == sum(groups[g]["allreduce"]["bytes"] for g in ("dp", "tp", "pp"))
+
+
+def test_bus_bandwidth_of_all_groups_weighs_each_by_its_size(tmp_path, build_dir):
+    """At dp 1 x tp 2 every all-reduce is the tp group's: the bus bandwidth
+    over all groups is the tp group's (by its size 2, not by the dp size 1,
+    which would make it 0)."""
+    import json
+    config = ps.make_config(tp=2, accum=4)
+    config["dstrain"]["monitor"] = {"log": {"enabled": True, "path": str(tmp_path / "log"),
+                                            "format": "jsonl"}}
+    ps.run_job(tmp_path, config, GPT4, 2, "busbw", build_dir=build_dir)
+    for rank in (0, 1):
+        lines = (tmp_path / "log" / f"metrics_rank{rank}.jsonl").read_text().splitlines()
+        sample = json.loads(lines[-1])
+        tp = sample["comm_by_group"]["tp"]["allreduce"]["bus_bandwidth"]
+        assert tp > 0, sample["comm_by_group"]
+        every = sample["comm"]["allreduce"]["bus_bandwidth"]
+        assert abs(every - tp) <= 1e-6 * tp, (every, tp)
