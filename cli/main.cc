@@ -9,6 +9,7 @@
 #include "cli_error.h"
 #include "dstrain/dstrain.h"
 #include "estimate_command.h"
+#include "io_probe_command.h"
 #include "launch_command.h"
 #include "report_command.h"
 #include "train_command.h"
@@ -49,6 +50,7 @@ int main(int argc, char **argv) {
   dstrain_cli::EstimateCommand estimate(app);
   dstrain_cli::LaunchCommand launch(app);
   dstrain_cli::CkptCommand ckpt(app);
+  dstrain_cli::IoProbeCommand io_probe(app);
 
   try {
     app.parse(argc, argv);
@@ -61,6 +63,7 @@ int main(int argc, char **argv) {
     if (estimate.selected()) return estimate.Run();
     if (launch.selected()) return launch.Run();
     if (ckpt.selected()) return ckpt.Run();
+    if (io_probe.selected()) return io_probe.Run();
     return train.Run();
   } catch (const dstrain_cli::CliError &error) {
     PrintError(error.what());

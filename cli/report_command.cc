@@ -87,6 +87,12 @@ std::string Corpus(const json &corpus) {
   return dir + " [FOUND] (" + Text(corpus, "files") + " files)";
 }
 
+std::string IoEngine(const json &offload) {
+  const std::string refused = Text(offload, "io_uring_refused");
+  if (refused.empty()) return Text(offload, "io_engine");
+  return Text(offload, "io_engine") + " (io_uring refused here: " + refused + ")";
+}
+
 std::vector<ReportSection> BuildSections(const json &info) {
   const json &cpu = Child(info, "cpu"), &blas = Child(info, "blas"), &cuda = Child(info, "cuda");
   return {
@@ -108,6 +114,9 @@ std::vector<ReportSection> BuildSections(const json &info) {
        {{"CUDA compiled in", YesNo(Flag(cuda, "compiled"))},
         {"NCCL compiled in", YesNo(Flag(cuda, "nccl"))},
         {"devices", Devices(cuda)}}},
+      {"offload / optimizer",
+       {{"NVMe I/O engine", IoEngine(Child(info, "offload"))},
+        {"CPU-Adam path", Text(Child(info, "offload"), "cpu_adam")}}},
       {"data", {{"default corpus", Corpus(Child(info, "default_corpus"))}}},
   };
 }

@@ -126,10 +126,26 @@ void MetricsRegistry::Build(const RankIdentity &identity) {
       .Set(static_cast<double>(identity.world_size));
   auto &offload = gauge("dstrain_offload_info",
                         "ZeRO-Offload's device per tier (1); moved=\"false\": the CPU engine keeps "
-                        "the state in host memory already, nothing is copied.");
+                        "the state in host memory already, nothing is copied; \"true\": it lives "
+                        "on NVMe, moved through io_engine.");
   for (const auto &[tier, device] : {std::pair{"optimizer", &identity.offload_optimizer},
-                                     std::pair{"param", &identity.offload_param}})
-    offload.Add({{"tier", tier}, {"device", *device}, {"moved", "false"}}).Set(1);
+                                     std::pair{"param", &identity.offload_param}}) {
+    const bool moved = *device == "nvme";
+    offload
+        .Add({{"tier", tier},
+              {"device", *device},
+              {"moved", moved ? "true" : "false"},
+              {"io_engine", moved ? identity.offload_io_engine : ""}})
+        .Set(1);
+  }
+  auto &io_bytes = counter("dstrain_offload_io_bytes_total",
+                           "Bytes the optimizer's NVMe tier read and wrote, by op.");
+  offload_read_.counter = &io_bytes.Add({{"op", "read"}});
+  offload_write_.counter = &io_bytes.Add({{"op", "write"}});
+  offload_wait_.counter = &counter("dstrain_offload_io_wait_seconds_total",
+                                   "Seconds the optimizer step waited for NVMe I/O (not hidden "
+                                   "behind its compute).")
+                               .Add({});
 }
 
 void MetricsRegistry::BuildStepGauges() {
@@ -204,6 +220,9 @@ void MetricsRegistry::Record(const StepSample &s) {
     for (size_t g = 0; g < comm_by_group_.size(); ++g)
       advance(comm_by_group_[g][i], s.comm_by_group[g][i]);
   }
+  offload_read_.Advance(s.offload_read_bytes_total);
+  offload_write_.Advance(s.offload_write_bytes_total);
+  offload_wait_.Advance(s.offload_io_wait_seconds_total);
   for (size_t i = 0; i < memory_.size(); ++i) {
     memory_[i].current->Set(static_cast<double>(s.memory[i].current_bytes));
     memory_[i].peak->Set(static_cast<double>(s.memory[i].peak_bytes));

@@ -100,6 +100,8 @@ class MetricsRegistry {
   prometheus::Family<prometheus::Gauge> *timer_last_family_ = nullptr;
 
   TotalCounter<int64_t> steps_, samples_, tokens_, skipped_;
+  TotalCounter<int64_t> offload_read_, offload_write_;  // dstrain_offload_io_bytes_total{op}
+  TotalCounter<double> offload_wait_;
   std::array<OpSeries, kCommOpNames.size()> comm_{};
   // [group][op]: dstrain_comm_group_*{group, op}.
   std::array<std::array<OpSeries, kCommOpNames.size()>, kCommGroupNames.size()> comm_by_group_{};

@@ -43,6 +43,7 @@ struct RankIdentity {
   // ZeRO-Offload's device per tier ("none", "cpu", "nvme"); on the CPU
   // engine "cpu" moves nothing (the state is in host memory already).
   std::string offload_optimizer = "none", offload_param = "none";
+  std::string offload_io_engine;  // the NVMe tier's ("io_uring", "pread/pwrite"); "" without
 };
 
 // One action of a pipeline stage's last step: what ran when (seconds from
@@ -79,6 +80,10 @@ struct StepSample {
   std::array<std::array<CommOpSample, kCommOpNames.size()>, kCommGroupNames.size()> comm_by_group{};
   std::array<MemorySample, kMemoryCategoryNames.size()> memory{};
   int64_t process_rss_bytes = 0;
+  // The optimizer's NVMe tier (zeros without it): bytes moved and time the
+  // step waited for its I/O, running totals.
+  int64_t offload_read_bytes_total = 0, offload_write_bytes_total = 0;
+  double offload_io_wait_seconds_total = 0;
   double unix_time = 0;  // seconds since the epoch when the step ended
   // Pipeline stages: the step's actions in order (empty otherwise). Served by
   // /api/v1/snapshot with the latest sample only, not kept in the history.

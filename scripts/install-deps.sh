@@ -10,6 +10,8 @@ PACKAGES=(
   libcli11-dev             # the dstrain command line
   libgloo-dev              # CPU collectives (data parallelism, ZeRO)
   libgtest-dev             # unit and C ABI tests
+  liburing-dev             # io_uring: the NVMe offload tier's I/O
+  fio                      # bench/bench_offload.py: the drive's own figures beside ours
   python3 python3-torch python3-numpy python3-pytest python3-cffi  # PyTorch oracle, tests
   python3-pip mypy python3-typeshed  # Python SDK: offline install test, strict typing (cffi stubs)
   fortunes                 # the default training corpus (/usr/share/games/fortunes)

@@ -9,6 +9,8 @@
 
 #include "capi/src/capi_util.h"
 #include "core/data/text_dataset.h"
+#include "core/kernels/cpu/cpu_adam.h"
+#include "core/offload/async_file.h"
 
 #ifndef DSTRAIN_BUILD_TYPE
 #define DSTRAIN_BUILD_TYPE "unknown"
@@ -88,6 +90,15 @@ json DefaultCorpusInfo() {
   return {{"dir", dir}, {"exists", files > 0}, {"files", files}};
 }
 
+// The NVMe tier's I/O engine (io_uring, or why not and the fallback) and
+// the optimizer's vector path.
+json OffloadInfo() {
+  const std::string refused = dst::IoUringUnavailableReason();
+  return {{"io_engine", refused.empty() ? "io_uring" : "pread/pwrite"},
+          {"io_uring_refused", refused},
+          {"cpu_adam", dst::cpu::SimdPathName(dst::cpu::BestSimdPath())}};
+}
+
 std::string BuildInfoJson() {
   const json info = {{"version", dst_version()},
                      {"compiler", DSTRAIN_CXX_COMPILER},
@@ -96,6 +107,7 @@ std::string BuildInfoJson() {
                      {"blas", BlasInfo()},
                      {"openmp", OpenMpInfo()},
                      {"cuda", CudaInfo()},
+                     {"offload", OffloadInfo()},
                      {"default_corpus", DefaultCorpusInfo()}};
   return info.dump(2);
 }

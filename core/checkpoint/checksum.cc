@@ -67,6 +67,12 @@ void Checksum64::Update(const void *data, size_t n) {
 }
 
 std::string Checksum64::Hex() const {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(Digest()));
+  return hex;
+}
+
+uint64_t Checksum64::Digest() const {
   std::array<uint64_t, 4> lanes = lanes_;
   uint64_t words = words_;
   if (pending_size_ > 0) {  // the zero-padded last word
@@ -81,9 +87,7 @@ std::string Checksum64::Hex() const {
   h ^= h >> 33;
   h *= 0xc4ceb9fe1a85ec53ULL;
   h ^= h >> 33;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
+  return h;
 }
 
 }  // namespace dst

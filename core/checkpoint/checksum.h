@@ -18,6 +18,7 @@ class Checksum64 {
   void Update(const void *data, size_t n);
   // 16 lowercase hex digits of the digest of everything so far.
   std::string Hex() const;
+  uint64_t Digest() const;  // the same digest as a number
   uint64_t bytes() const { return bytes_; }
 
  private:

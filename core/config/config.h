@@ -56,6 +56,25 @@ struct ZeroConfig {
   bool stage3_gather_16bit_weights_on_model_save = false;
   std::string offload_optimizer_device = "none";  // none | cpu | nvme
   std::string offload_param_device = "none";
+  // Elements the optimizer steps at a time (DeepSpeed: ZeRO 3's sub-groups;
+  // ours at every stage): the piece the NVMe tier reads, updates and writes.
+  int64_t sub_group_size = 1000000000;
+  // offload_optimizer's NVMe settings (DeepSpeed's names and defaults).
+  std::string offload_optimizer_nvme_path;
+  int64_t offload_optimizer_buffer_count = 4;
+  bool offload_optimizer_pipeline_read = false;   // read piece i + 1 while piece i computes
+  bool offload_optimizer_pipeline_write = false;  // write piece i - 1 while piece i computes
+};
+
+// DeepSpeed's "aio" section: how the NVMe tier talks to its files.
+struct AioConfig {
+  int64_t block_size = 1048576;  // bytes per request
+  int64_t queue_depth = 8;       // requests in flight
+  int64_t intra_op_parallelism = 1;
+  bool single_submit = false;
+  bool overlap_events = true;
+  bool use_gds = false;
+  bool present = false;  // the section was given (else the engine's defaults)
 };
 
 struct Fp16Config {
@@ -149,6 +168,7 @@ struct Config {
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   ZeroConfig zero;
+  AioConfig aio;
   Fp16Config fp16;
   bool bf16_enabled = false;
   // The dtype gradients are reduced in. Unset in the file: the training

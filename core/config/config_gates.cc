@@ -27,14 +27,9 @@ namespace {
 // configured; the issue that builds the feature relaxes its gate.
 
 // "cpu" is where this CPU engine keeps everything already (accepted, and
-// said so in the resolved config's notes and the metrics); NVMe is the
-// offload issue's.
+// said so in the resolved config's notes and the metrics); the optimizer's
+// NVMe tier is built (core/offload), the parameters' is not yet.
 Status CheckOffloadSupported(const ZeroConfig &zero) {
-  if (zero.offload_optimizer_device == "nvme") {
-    return NotSupported(
-        "zero_optimization.offload_optimizer.device: offloading to \"nvme\" is not supported "
-        "yet; use \"cpu\" (on this CPU engine the state is in host memory already) or \"none\"");
-  }
   if (zero.offload_param_device == "nvme") {
     return NotSupported(
         "zero_optimization.offload_param.device: offloading to \"nvme\" is not supported yet; "

@@ -331,7 +331,10 @@ Status ReadScheduler(const ObjectReader &root, const ConfigContext &context, Par
 // offload_optimizer / offload_param. Only the device reaches Config; the
 // rest is validated so that a pasted config is checked whole.
 Status ReadOffload(const ObjectReader &zero, std::string_view key, std::string_view section,
-                   std::string *device) {
+                   ZeroConfig *config) {
+  const bool optimizer = section == kOffloadOpt;
+  std::string *device =
+      optimizer ? &config->offload_optimizer_device : &config->offload_param_device;
   return ReadSection(zero, key, section, [&](const ObjectReader &offload) -> Status {
     DST_RETURN_IF_ERROR(offload.ReadChoice("device", {"none", "cpu", "nvme"}, device));
     bool flag = false;
@@ -339,12 +342,23 @@ Status ReadOffload(const ObjectReader &zero, std::string_view key, std::string_v
     std::string nvme_path;
     DST_RETURN_IF_ERROR(offload.ReadString("nvme_path", &nvme_path, /*nullable=*/true));
     int64_t count = 0;
-    DST_RETURN_IF_ERROR(offload.ReadInt("buffer_count", &count, 0, kInt64Max));
-    if (section == kOffloadOpt) {
+    if (optimizer) {
       double ratio = 1.0;
+      config->offload_optimizer_nvme_path = nvme_path;
+      DST_RETURN_IF_ERROR(
+          offload.ReadInt("buffer_count", &config->offload_optimizer_buffer_count, 2, 1024));
+      DST_RETURN_IF_ERROR(
+          offload.ReadBool("pipeline_read", &config->offload_optimizer_pipeline_read));
+      DST_RETURN_IF_ERROR(
+          offload.ReadBool("pipeline_write", &config->offload_optimizer_pipeline_write));
       DST_RETURN_IF_ERROR(offload.ReadBool("fast_init", &flag));
       DST_RETURN_IF_ERROR(offload.ReadNumber("ratio", &ratio, Between(0, 1)));
+      if (*device == "nvme" && ratio != 1.0)
+        return NotSupported(offload.PathOf("ratio") +
+                            ": offloading part of the optimizer state (ZeRO++'s twin-flow) is "
+                            "not supported yet; remove it or set 1.0");
     } else {
+      DST_RETURN_IF_ERROR(offload.ReadInt("buffer_count", &count, 0, kInt64Max));
       DST_RETURN_IF_ERROR(offload.ReadInt("buffer_size", &count, 0, kInt64Max));
       DST_RETURN_IF_ERROR(offload.ReadInt("max_in_cpu", &count, 0, kInt64Max));
     }
@@ -413,15 +427,13 @@ Status ReadZero(const ObjectReader &root, ZeroConfig *zero) {
     DST_RETURN_IF_ERROR(ReadGatherWeightsOnSave(section, zero));
     // Stage 1-3 tuning with no stage-0 meaning; validated, not stored yet.
     bool flag = false;
-    int64_t sub_group_size = 0;
     DST_RETURN_IF_ERROR(section.ReadBool("reduce_scatter", &flag));
     DST_RETURN_IF_ERROR(section.ReadBool("allgather_partitions", &flag));
     DST_RETURN_IF_ERROR(section.ReadBool("round_robin_gradients", &flag));
-    DST_RETURN_IF_ERROR(section.ReadInt("sub_group_size", &sub_group_size, 0, kInt64Max));
-    DST_RETURN_IF_ERROR(
-        ReadOffload(section, "offload_optimizer", kOffloadOpt, &zero->offload_optimizer_device));
-    DST_RETURN_IF_ERROR(
-        ReadOffload(section, "offload_param", kOffloadParam, &zero->offload_param_device));
+    DST_RETURN_IF_ERROR(section.ReadInt("sub_group_size", &zero->sub_group_size, 1, kInt64Max,
+                                        kDefaultZero.sub_group_size));
+    DST_RETURN_IF_ERROR(ReadOffload(section, "offload_optimizer", kOffloadOpt, zero));
+    DST_RETURN_IF_ERROR(ReadOffload(section, "offload_param", kOffloadParam, zero));
     return CheckOffloadMatchesStage(*zero);
   });
 }
@@ -745,17 +757,22 @@ Status ReadAmp(const ObjectReader &root, ExtraSettings *extra) {
   });
 }
 
-Status ReadAio(const ObjectReader &root) {
+Status ReadAio(const ObjectReader &root, AioConfig *aio) {
+  aio->present = root.Has("aio");
   return ReadSection(root, "aio", kAio, [&](const ObjectReader &section) -> Status {
-    int64_t n = 0;
-    bool flag = false;
-    for (std::string_view key :
-         {"block_size", "queue_depth", "intra_op_parallelism", "thread_count"}) {
-      DST_RETURN_IF_ERROR(section.ReadInt(key, &n, 1, kInt64Max));
-    }
-    for (std::string_view key : {"single_submit", "overlap_events", "use_gds"}) {
-      DST_RETURN_IF_ERROR(section.ReadBool(key, &flag));
-    }
+    DST_RETURN_IF_ERROR(section.ReadInt("block_size", &aio->block_size, 4096, kInt64Max));
+    DST_RETURN_IF_ERROR(section.ReadInt("queue_depth", &aio->queue_depth, 1, 4096));
+    // DeepSpeed's older spelling of intra_op_parallelism.
+    DST_RETURN_IF_ERROR(section.ReadInt("thread_count", &aio->intra_op_parallelism, 1, 1024));
+    DST_RETURN_IF_ERROR(
+        section.ReadInt("intra_op_parallelism", &aio->intra_op_parallelism, 1, 1024));
+    DST_RETURN_IF_ERROR(section.ReadBool("single_submit", &aio->single_submit));
+    DST_RETURN_IF_ERROR(section.ReadBool("overlap_events", &aio->overlap_events));
+    DST_RETURN_IF_ERROR(section.ReadBool("use_gds", &aio->use_gds));
+    if (aio->use_gds)
+      return NotSupported(section.PathOf("use_gds") +
+                          ": GPUDirect Storage moves data between NVMe and GPU memory; this "
+                          "engine has no GPU path yet. Set it to false");
     return Status::Ok();
   });
 }
@@ -879,7 +896,7 @@ Status ReadAll(const ObjectReader &root, const ConfigContext &context, Parsed *p
   DST_RETURN_IF_ERROR(ReadMonitors(root, &parsed->extra));
   DST_RETURN_IF_ERROR(ReadCsvMonitor(root, &config.monitor));
   DST_RETURN_IF_ERROR(ReadAmp(root, &parsed->extra));
-  DST_RETURN_IF_ERROR(ReadAio(root));
+  DST_RETURN_IF_ERROR(ReadAio(root, &config.aio));
   DST_RETURN_IF_ERROR(ReadFeatureSections(root, &parsed->extra));
   DST_RETURN_IF_ERROR(ReadDstrain(root, &config));  // after: dstrain.monitor.log wins
   MonitorConfig &monitor = config.monitor;

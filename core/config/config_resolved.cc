@@ -82,7 +82,14 @@ Json ZeroJson(const ZeroConfig &zero) {
   out["stage3_max_live_parameters"] = zero.stage3_max_live_parameters;
   out["stage3_max_reuse_distance"] = zero.stage3_max_reuse_distance;
   out["stage3_gather_16bit_weights_on_model_save"] = zero.stage3_gather_16bit_weights_on_model_save;
+  out["sub_group_size"] = zero.sub_group_size;
   out["offload_optimizer"] = Json{{"device", zero.offload_optimizer_device}};
+  if (zero.offload_optimizer_device == "nvme") {
+    out["offload_optimizer"]["nvme_path"] = zero.offload_optimizer_nvme_path;
+    out["offload_optimizer"]["buffer_count"] = zero.offload_optimizer_buffer_count;
+    out["offload_optimizer"]["pipeline_read"] = zero.offload_optimizer_pipeline_read;
+    out["offload_optimizer"]["pipeline_write"] = zero.offload_optimizer_pipeline_write;
+  }
   out["offload_param"] = Json{{"device", zero.offload_param_device}};
   return out;
 }
@@ -188,6 +195,13 @@ std::string ResolvedJson(const Config &config) {
     out["scheduler"] = SchedulerJson(config.scheduler);
   }
   out["zero_optimization"] = ZeroJson(config.zero);
+  if (config.aio.present || config.zero.offload_optimizer_device == "nvme")
+    out["aio"] = Json{{"block_size", config.aio.block_size},
+                      {"queue_depth", config.aio.queue_depth},
+                      {"intra_op_parallelism", config.aio.intra_op_parallelism},
+                      {"single_submit", config.aio.single_submit},
+                      {"overlap_events", config.aio.overlap_events},
+                      {"use_gds", config.aio.use_gds}};
   out["fp16"] = Fp16Json(config.fp16);
   out["bf16"] = Json{{"enabled", config.bf16_enabled}};
   out["gradient_clipping"] = config.gradient_clipping;

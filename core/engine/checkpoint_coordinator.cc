@@ -543,8 +543,12 @@ Status CheckpointCoordinator::Load(const std::string &dir, const std::string &ta
   // Commit.
   ShardInfo held;
   float *params = view_.dp->LocalParams(&held);
-  std::memcpy(params, prepared.params.data(), prepared.params.size() * sizeof(float));
   Optimizer &optimizer = view_.dp->optimizer();
+  if (params)
+    std::memcpy(params, prepared.params.data(), prepared.params.size() * sizeof(float));
+  else  // the master weights live in the store (NVMe)
+    DST_RETURN_IF_ERROR(
+        optimizer.state().Write(0, 0, int64_t(prepared.params.size()), prepared.params.data()));
   for (size_t k = 0; k < prepared.states.size(); ++k)
     DST_RETURN_IF_ERROR(optimizer.state().Write(optimizer.first_state_tensor() + k, 0,
                                                 int64_t(prepared.states[k].size()),

@@ -1,5 +1,7 @@
 #include "core/engine/engine.h"
 
+#include "core/offload/nvme_state_store.h"
+
 #include "core/engine/layout_memory.h"
 
 #include <unistd.h>
@@ -62,6 +64,10 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   if (!job.ok()) return job.status();
   std::unique_ptr<Engine> engine(new Engine(std::move(config).value(), std::move(spec).value(),
                                             std::move(job).value(), std::move(plan)));
+  // Checked here; the constructor gave the store the same faults.
+  Result<std::vector<InjectedIoFault>> io_faults = ParseIoFaultInjection(engine->env_.rank);
+  if (!io_faults.ok()) return io_faults.status();
+  DST_RETURN_IF_ERROR(engine->dp_->Start());
   Result<std::vector<int64_t>> inject = ParseOverflowInjection(engine->env_.rank);
   if (!inject.ok()) return inject.status();
   engine->executor_->InjectOverflowAt(std::move(inject).value());
@@ -97,7 +103,12 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
       spec, limits, &memory_,
       StoreOptionsForStage(config_.zero.stage, dp_comm_->size(), config_.precision()), activations,
       part);
-  dp_ = std::make_unique<DataParallel>(config_, model_.get(), dp_comm_, &memory_);
+  Result<std::vector<InjectedIoFault>> io_faults = ParseIoFaultInjection(env_.rank);
+  dp_ = std::make_unique<DataParallel>(
+      config_, model_.get(), dp_comm_, &memory_,
+      NvmeStateStoreMaker(
+          config_, env_.rank,
+          io_faults.ok() ? std::move(io_faults).value() : std::vector<InjectedIoFault>{}));
   executor_ = std::make_unique<Executor>(config_, model_.get(), dp_.get(), &scaler_, &progress_);
   whole_decls_ = DeclareParameters(spec);
   holder_.assign(whole_decls_.size(), 0);
@@ -128,6 +139,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   telemetry.zero_stage = dp_->stage();
   telemetry.dp_size = dp_comm_->size();
   telemetry.dp_rank = groups_.coord.dp;
+  telemetry.nvme = dynamic_cast<const NvmeStateStore *>(&dp_->optimizer().state());
   telemetry.tp_rank = groups_.coord.tp;
   telemetry.pp_rank = groups_.coord.pp;
   telemetry_ = std::make_unique<Telemetry>(std::move(telemetry));

@@ -53,9 +53,7 @@ Result<std::vector<RankMemory>> LayoutMemory(const ModelSpec &spec, const Config
         config.zero.stage == 3
             ? PersistentElements(decls, config.zero.stage3_param_persistence_threshold)
             : 0;
-    m.model_state_bytes = EstimateModelState(m.parameters, config.dp_size, config.zero.stage,
-                                             config.optimizer, persistent, config.precision())
-                              .total();
+    m.model_state_bytes = EstimateRankModelState(m.parameters, config, persistent).total();
     // ZeRO 2 with a pipeline: the step's gradients accumulate in a step-wide
     // fp32 buffer (freed once reduced), on top of the model state at rest.
     if (config.zero.stage == 2 && plan) m.step_gradient_bytes = m.parameters * 4;

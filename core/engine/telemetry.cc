@@ -1,5 +1,7 @@
 #include "core/engine/telemetry.h"
 
+#include "core/offload/nvme_state_store.h"
+
 #include <unistd.h>
 #include <algorithm>
 #include <chrono>
@@ -69,6 +71,7 @@ metrics::RankIdentity Telemetry::Identity() const {
   id.pp_rank = ctx_.pp_rank;
   id.offload_optimizer = ctx_.config->zero.offload_optimizer_device;
   id.offload_param = ctx_.config->zero.offload_param_device;
+  if (ctx_.nvme) id.offload_io_engine = ctx_.nvme->file().io().engine();
   return id;
 }
 
@@ -113,6 +116,38 @@ void Telemetry::FillLive(metrics::StepSample *s) const {
     s->memory[size_t(c)] = {ctx_.memory->Current(cat), ctx_.memory->Peak(cat)};
   }
   s->process_rss_bytes = ProcessRssBytes();
+  if (ctx_.nvme) {
+    const IoCounters &io = ctx_.nvme->io_counters();
+    s->offload_read_bytes_total = io.read_bytes;
+    s->offload_write_bytes_total = io.write_bytes;
+    s->offload_io_wait_seconds_total = io.wait_seconds;
+  }
+}
+
+// The optimizer tier: where it lives, and for NVMe its file and I/O so far.
+nlohmann::json Telemetry::OffloadJson() const {
+  const std::string &device = ctx_.config->zero.offload_optimizer_device;
+  nlohmann::json optimizer = {{"device", device}, {"moved", ctx_.nvme != nullptr}};
+  if (ctx_.nvme) {
+    const NvmeStateStore &nvme = *ctx_.nvme;
+    const IoCounters &io = nvme.io_counters();
+    const SwapGeometry &g = nvme.geometry();
+    optimizer.update({{"path", nvme.file().path()},
+                      {"io_engine", nvme.file().io().engine()},
+                      {"direct_io", nvme.file().direct()},
+                      {"file_bytes", g.FileBytes()},
+                      {"piece_elements", g.piece_elements},
+                      {"pieces", g.pieces},
+                      {"buffers", nvme.buffers()},
+                      {"committed_step", nvme.committed_step()},
+                      {"read_bytes", io.read_bytes},
+                      {"write_bytes", io.write_bytes},
+                      {"requests", io.requests},
+                      {"short_transfers", io.short_transfers},
+                      {"io_wait_seconds", io.wait_seconds}});
+  }
+  return {{"optimizer", optimizer},
+          {"param", {{"device", ctx_.config->zero.offload_param_device}, {"moved", false}}}};
 }
 
 metrics::StepSample Telemetry::BuildStepSample(const StepRecord &rec,
@@ -311,9 +346,7 @@ std::string Telemetry::MetricsJson(const TrainingState &state) const {
       {"world_size", ctx_.env.world_size},
       {"zero_stage", ctx_.zero_stage},
       // On this CPU engine "cpu" offload moves nothing: the state is in host memory.
-      {"offload",
-       {{"optimizer", {{"device", ctx_.config->zero.offload_optimizer_device}, {"moved", false}}},
-        {"param", {{"device", ctx_.config->zero.offload_param_device}, {"moved", false}}}}},
+      {"offload", OffloadJson()},
       {"pipeline",
        {{"stages", ctx_.pp_size},
         {"stage", ctx_.pp_rank},

@@ -28,6 +28,8 @@
 
 namespace dst {
 
+class NvmeStateStore;
+
 namespace metrics {
 class Monitor;
 }
@@ -45,6 +47,7 @@ struct TelemetryContext {
   double model_flops_per_sample_token = 0;  // the whole model's (differs with a pipeline)
   int zero_stage = 0;
   int64_t dp_size = 1, dp_rank = 0, tp_rank = 0, pp_rank = 0, pp_size = 1, tp_size = 1;
+  const NvmeStateStore *nvme = nullptr;  // the optimizer's NVMe tier, when offloaded there
 };
 
 // The engine's state a metrics JSON reports beside the last sample.
@@ -72,6 +75,8 @@ class Telemetry {
   std::string MetricsJson(const TrainingState &state) const;
   // Totals per collective since the engine was created.
   nlohmann::json CommJson() const;
+  // offload.{optimizer,param}: the tiers and, on NVMe, the swap file and its I/O.
+  nlohmann::json OffloadJson() const;
   // The dashboard's address ("http://host:port/"), or "" when HTTP is off.
   std::string MonitorUrl() const;
 

@@ -1,5 +1,6 @@
 #include "core/optim/optimizer.h"
 
+#include "core/kernels/cpu/cpu_adam.h"
 #include "core/kernels/cpu/optimizers.h"
 
 namespace dst {
@@ -13,12 +14,15 @@ std::vector<std::string> StateNames(const OptimizerConfig &config) {
 }  // namespace
 
 Optimizer::Optimizer(const OptimizerConfig &config, int64_t numel, MemoryTracker *tracker,
-                     bool master_weights)
+                     bool master_weights, const StateStoreMaker &make_store)
     : config_(config), numel_(numel), master_(master_weights) {
   std::vector<std::string> names;
   if (master_) names.push_back("master");
   for (std::string &n : StateNames(config)) names.push_back(std::move(n));
-  state_ = std::make_unique<ResidentStateStore>(std::move(names), numel, tracker);
+  if (make_store)
+    state_ = make_store(std::move(names), numel, tracker);
+  else
+    state_ = std::make_unique<ResidentStateStore>(std::move(names), numel, tracker);
 }
 
 std::vector<std::string> Optimizer::state_names() const {
@@ -37,7 +41,8 @@ Status Optimizer::AcquireState(int64_t begin, int64_t count, StatePiece *piece) 
   return state_->Acquire(begin, count, piece);
 }
 
-void Optimizer::Update(const StatePiece &piece, float *params, const float *grads, double lr) {
+void Optimizer::Update(const StatePiece &piece, float *params, const float *grads, double lr,
+                       const UpdateFusion &fusion) {
   float *w = params ? params : piece.tensors[0];
   float *const *s = piece.tensors.data() + first_state_tensor();
   if (config_.type == OptimizerType::kSGD) {
@@ -50,14 +55,26 @@ void Optimizer::Update(const StatePiece &piece, float *params, const float *grad
   const bool decoupled = config_.type == OptimizerType::kAdamW || config_.adam_w_mode;
   const cpu::AdamHyper h{
       lr, config_.betas[0], config_.betas[1], config_.eps, config_.weight_decay, steps_, decoupled};
-  cpu::AdamUpdate(w, grads, s[0], s[1], piece.count, h);
+  cpu::CpuAdamRange range;  // CPU-Adam: the widest vector path this CPU has
+  range.param = w;
+  range.grad = grads;
+  range.exp_avg = s[0];
+  range.exp_avg_sq = s[1];
+  range.n = piece.count;
+  range.grad_mul = fusion.grad_mul;
+  range.half_out = fusion.half_out;
+  range.half = fusion.half;
+  cpu::CpuAdamStep(range, h);
 }
 
 std::vector<OptimizerStateBuffer> Optimizer::StateBuffers() {
   std::vector<OptimizerStateBuffer> out;
   const std::vector<std::string> names = state_names();
-  for (size_t k = 0; k < names.size(); ++k)
-    out.push_back({names[k], state_->data(first_state_tensor() + k), numel_});
+  for (size_t k = 0; k < names.size(); ++k) {
+    const float *data = state_->Resident(first_state_tensor() + k);
+    if (data == nullptr) return {};
+    out.push_back({names[k], const_cast<float *>(data), numel_});
+  }
   return out;
 }
 

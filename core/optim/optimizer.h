@@ -6,12 +6,14 @@
 // shard is a range and a store elsewhere than memory plugs in.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/config/config.h"
 #include "core/optim/state_store.h"
+#include "core/precision/half_ops.h"
 #include "core/runtime/memory.h"
 
 namespace dst {
@@ -23,12 +25,27 @@ struct OptimizerStateBuffer {
   int64_t size;
 };
 
+// Makes the store for the state tensors `names` of `numel` elements (e.g. on
+// NVMe); the optimizer calls it once. Unset: in memory.
+using StateStoreMaker = std::function<std::unique_ptr<StateStore>(
+    std::vector<std::string> names, int64_t numel, MemoryTracker *tracker)>;
+
+// What CPU-Adam does in the same pass as the update (Adam and AdamW; SGD
+// takes neither): the gradient multiplied first (unscale x clip), the
+// updated weights written in 16 bits.
+struct UpdateFusion {
+  float grad_mul = 1.0f;
+  uint16_t *half_out = nullptr;  // [piece.count], or null
+  Half half = Half::kBf16;
+};
+
 class Optimizer {
  public:
-  // State for `numel` elements in memory; `master_weights`: the store's
-  // first tensor ("master") holds fp32 weights the updates apply to.
+  // State for `numel` elements in memory (or where `make_store` puts it);
+  // `master_weights`: the store's first tensor ("master") holds fp32 weights
+  // the updates apply to.
   Optimizer(const OptimizerConfig &config, int64_t numel, MemoryTracker *tracker,
-            bool master_weights = false);
+            bool master_weights = false, const StateStoreMaker &make_store = nullptr);
 
   // One update of params[0, numel) from grads at learning rate `lr`.
   void Step(float *params, const float *grads, double lr);
@@ -38,9 +55,11 @@ class Optimizer {
   void BeginStep() { ++steps_; }
   Status AcquireState(int64_t begin, int64_t count, StatePiece *piece);
   Status ReleaseState(const StatePiece &piece) { return state_->Release(piece, true); }
+  bool fuses() const { return config_.type != OptimizerType::kSGD; }
   // Updates `params` (or, when null, the piece's master weights) from grads,
-  // all [piece.count] elements of the piece.
-  void Update(const StatePiece &piece, float *params, const float *grads, double lr);
+  // all [piece.count] elements of the piece; `fusion` only when fuses().
+  void Update(const StatePiece &piece, float *params, const float *grads, double lr,
+              const UpdateFusion &fusion = {});
 
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
@@ -53,7 +72,8 @@ class Optimizer {
   // The optimizer's own state tensors, in store order after the master.
   std::vector<std::string> state_names() const;
   size_t first_state_tensor() const { return master_ ? 1 : 0; }
-  // The optimizer's own state as resident buffers (tests).
+  // The optimizer's own state as resident buffers (tests; empty when the
+  // store keeps it elsewhere).
   std::vector<OptimizerStateBuffer> StateBuffers();
   // "AdamW", "Adam", "SGD".
   const char *Name() const;
@@ -63,7 +83,7 @@ class Optimizer {
   int64_t numel_;
   bool master_;
   int64_t steps_ = 0;
-  std::unique_ptr<ResidentStateStore> state_;
+  std::unique_ptr<StateStore> state_;
 };
 
 }  // namespace dst

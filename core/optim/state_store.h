@@ -3,9 +3,8 @@
 // weights under mixed precision first, then exp_avg / exp_avg_sq or
 // momentum_buffer). The optimizer reads and writes them a piece at a time
 // (Acquire, update, Release), so a store that keeps the state somewhere else
-// than memory — NVMe, streamed through a few buffers (the offload issue) —
-// plugs in without the optimizer or the checkpoint code changing.
-// ResidentStateStore, the state in memory, is the one built today.
+// than memory — NVMe, streamed through a few buffers (core/offload) — plugs
+// in without the optimizer or the checkpoint code changing.
 #pragma once
 
 #include <array>
@@ -28,11 +27,27 @@ struct StatePiece {
 class StateStore {
  public:
   virtual ~StateStore() = default;
-  // "resident" (memory), later "nvme".
+  // "resident" (memory) or "nvme" (core/offload).
   virtual const char *kind() const = 0;
   const std::vector<std::string> &names() const { return names_; }
   int64_t numel() const { return numel_; }
 
+  // Creates what the store needs outside memory (a swap file); called once
+  // before anything else.
+  virtual Status Open() { return Status::Ok(); }
+  // Pieces start at multiples of this and hold at most this many elements.
+  virtual int64_t piece_elements() const { return numel_; }
+  // A pass over the pieces in order (an optimizer step: Acquire, update,
+  // Release each piece once), committed by EndPass as one unit of `step`, or
+  // forgotten by AbortPass: the state is then what it was before BeginPass.
+  virtual Status BeginPass(int64_t step) {
+    (void)step;
+    return Status::Ok();
+  }
+  virtual Status EndPass() { return Status::Ok(); }
+  virtual void AbortPass() {}
+  // Makes what Write changed between passes durable.
+  virtual Status Flush() { return Status::Ok(); }
   // Makes [begin, begin + count) of every tensor readable and writable
   // through piece->tensors until Release.
   virtual Status Acquire(int64_t begin, int64_t count, StatePiece *piece) = 0;

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "core/kernels/cpu/optimizers.h"
 #include "core/kernels/cpu/reduce.h"
@@ -33,7 +35,7 @@ ParamStoreOptions StoreOptionsForStage(int stage, int64_t dp_size, DType precisi
 }
 
 DataParallel::DataParallel(const Config &config, Model<float> *model, Communicator *dp,
-                           MemoryTracker *tracker)
+                           MemoryTracker *tracker, const StateStoreMaker &make_store)
     : stage_(config.zero.stage),
       storage_(StorageOf(config.precision())),
       wire_(StorageOf(config.communication_data_type)),
@@ -45,7 +47,9 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   if (wire_ != StorageType::kFp32 && wire_ != storage_) wire_ = storage_;
   const ShardInfo all{0, layout_.padded};
   state_range_ = stage_ == 0 ? all : my_shard();
-  optimizer_ = std::make_unique<Optimizer>(config.optimizer, state_range_.size, tracker, Wide());
+  mirror_ = make_store != nullptr && !Wide();
+  optimizer_ = std::make_unique<Optimizer>(config.optimizer, state_range_.size, tracker,
+                                           Wide() || mirror_, make_store);
   ParamStore<float> &store = model->params();
   const uint64_t seed = model->spec().seed;
   const int64_t bucket = std::max<int64_t>(1, config.zero.reduce_bucket_size);
@@ -84,17 +88,41 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   if (stage_ <= 1)
     buckets_ = std::make_unique<BucketReducer>(layout_, stage_, dp_, FullGrads(), storage_, wire_,
                                                bucket, tracker);
+}
 
+Status DataParallel::Start() {
+  DST_RETURN_IF_ERROR(optimizer_->state().Open());
+  if (!optimizer_->master_weights()) return Status::Ok();
   // 16 bits: the master weights are the fp32 initialisation of the state
   // range (a pure function of the element, as the 16-bit parameters are its
-  // rounding).
-  if (Wide()) {
+  // rounding); fp32: a copy of the parameters.
+  ParamStore<float> &store = model_->params();
+  const uint64_t seed = model_->spec().seed;
+  return ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {
+    const int64_t begin = state_range_.offset + piece.begin;
+    if (mirror_)
+      std::memcpy(piece.tensors[0], StateParams() + piece.begin, size_t(piece.count) * 4);
+    else
+      store.InitializeRange(seed, begin, begin + piece.count, piece.tensors[0]);
+  });
+}
+
+Status DataParallel::ForEachStatePiece(bool modified,
+                                       const std::function<void(const StatePiece &)> &fn) {
+  StateStore &state = optimizer_->state();
+  DST_RETURN_IF_ERROR(state.BeginPass(optimizer_->steps_taken()));
+  const int64_t step = state.piece_elements();
+  for (int64_t c = 0; c < state_range_.size; c += step) {
     StatePiece piece;
-    (void)optimizer_->AcquireState(0, state_range_.size, &piece);
-    store.InitializeRange(seed, state_range_.offset, state_range_.offset + state_range_.size,
-                          piece.tensors[0]);
-    (void)optimizer_->ReleaseState(piece);
+    Status st = optimizer_->AcquireState(c, std::min(step, state_range_.size - c), &piece);
+    if (st.ok()) fn(piece);
+    if (st.ok()) st = state.Release(piece, modified);
+    if (!st.ok()) {
+      state.AbortPass();
+      return st;
+    }
   }
+  return state.EndPass();
 }
 
 // Waits for collectives in flight before the buffers they use go away.
@@ -257,11 +285,7 @@ void DataParallel::ScaleGradients(float k) {
 }
 
 void DataParallel::MasterToParams(int64_t begin, int64_t count, const float *master) {
-  // The 16-bit parameters cover the state range: all of them below stage 3
-  // (stage 0: the range is everything), this rank's shard at 3.
-  const int64_t at = stage_ >= 3 ? begin : state_range_.offset + begin;
-  Narrow(storage_, master,
-         static_cast<uint8_t *>(params_->shard()) + size_t(at) * ElementBytes(storage_), count);
+  Narrow(storage_, master, HalfParams(begin), count);
 }
 
 Status DataParallel::ShareParams() {
@@ -275,31 +299,95 @@ Status DataParallel::ShareParams() {
 Status DataParallel::Step(double lr) {
   if (params_) DST_RETURN_IF_ERROR(params_->Drain());
   optimizer_->BeginStep();
-  const int64_t n_total = state_range_.size;
-  if (!Wide()) {  // fp32: one piece, the parameters updated in place
-    StatePiece piece;
-    DST_RETURN_IF_ERROR(optimizer_->AcquireState(0, n_total, &piece));
-    optimizer_->Update(piece, StateParams(), static_cast<const float *>(StateGrads()), lr);
-    DST_RETURN_IF_ERROR(optimizer_->ReleaseState(piece));
-    return ShareParams();
-  }
-  // 16 bits: widen, unscale and clip the gradients a piece at a time, update
-  // the master weights, round them into the 16-bit parameters.
-  const float factor = float(clip_coef_ * GradFactor());
-  const uint16_t *grads = static_cast<const uint16_t *>(StateGrads());
-  float chunk[kChunk];
-  for (int64_t c = 0; c < n_total; c += kChunk) {
-    const int64_t n = std::min(kChunk, n_total - c);
-    Widen(storage_, grads + c, chunk, n);
-    for (int64_t i = 0; i < n; ++i) chunk[i] *= factor;
-    StatePiece piece;
-    DST_RETURN_IF_ERROR(optimizer_->AcquireState(c, n, &piece));
-    optimizer_->Update(piece, nullptr, chunk, lr);
-    MasterToParams(c, n, piece.tensors[0]);
-    DST_RETURN_IF_ERROR(optimizer_->ReleaseState(piece));
-  }
+  int64_t touched = 0;
+  Status st = UpdatePieces(lr, &touched);
   clip_coef_ = 1;
+  if (!st.ok()) return RollBack(touched, std::move(st));
   return ShareParams();
+}
+
+Status DataParallel::UpdatePieces(double lr, int64_t *touched) {
+  StateStore &state = optimizer_->state();
+  DST_RETURN_IF_ERROR(state.BeginPass(optimizer_->steps_taken()));
+  const int64_t step = state.piece_elements();
+  for (int64_t c = 0; c < state_range_.size; c += step) {
+    StatePiece piece;
+    DST_RETURN_IF_ERROR(optimizer_->AcquireState(c, std::min(step, state_range_.size - c), &piece));
+    *touched = piece.begin + piece.count;
+    UpdatePiece(piece, lr);
+    DST_RETURN_IF_ERROR(state.Release(piece, true));
+  }
+  return state.EndPass();
+}
+
+void DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
+  if (!Wide()) {  // fp32: the parameters updated in place, or their mirror and a copy
+    float *params = StateParams() + piece.begin;
+    const float *grads = static_cast<const float *>(StateGrads()) + piece.begin;
+    optimizer_->Update(piece, mirror_ ? nullptr : params, grads, lr);
+    if (mirror_) std::memcpy(params, piece.tensors[0], size_t(piece.count) * sizeof(float));
+    return;
+  }
+  // 16 bits: widen the gradients a chunk at a time; CPU-Adam unscales and
+  // clips them, updates the master weights and writes their 16-bit copy
+  // into the parameters in one pass (SGD: the same in three).
+  const float factor = float(clip_coef_ * GradFactor());
+  const uint16_t *grads = static_cast<const uint16_t *>(StateGrads()) + piece.begin;
+  const bool fused = optimizer_->fuses();
+  float chunk[kChunk];
+  for (int64_t c = 0; c < piece.count; c += kChunk) {
+    const int64_t n = std::min(kChunk, piece.count - c);
+    Widen(storage_, grads + c, chunk, n);
+    StatePiece part = piece;
+    part.begin = piece.begin + c;
+    part.count = n;
+    for (float *&t : part.tensors)
+      if (t) t += c;
+    if (fused) {
+      optimizer_->Update(part, nullptr, chunk, lr,
+                         {factor, HalfParams(part.begin), HalfOf(storage_)});
+      continue;
+    }
+    for (int64_t i = 0; i < n; ++i) chunk[i] *= factor;
+    optimizer_->Update(part, nullptr, chunk, lr);
+    MasterToParams(part.begin, n, part.tensors[0]);
+  }
+}
+
+uint16_t *DataParallel::HalfParams(int64_t begin) {
+  // The 16-bit parameters cover the state range: all of them below stage 3
+  // (stage 0: the range is everything), this rank's shard at 3.
+  const int64_t at = stage_ >= 3 ? begin : state_range_.offset + begin;
+  return static_cast<uint16_t *>(params_->shard()) + at;
+}
+
+void DataParallel::MastersToParams(int64_t begin, int64_t count, const float *master) {
+  if (Wide())
+    MasterToParams(begin, count, master);
+  else
+    std::memcpy(StateParams() + begin, master, size_t(count) * sizeof(float));
+}
+
+Status DataParallel::RollBack(int64_t touched, Status failure) {
+  StateStore &state = optimizer_->state();
+  state.AbortPass();
+  optimizer_->set_steps_taken(optimizer_->steps_taken() - 1);
+  Status restored = Status::Ok();
+  if (optimizer_->master_weights() && touched > 0) {
+    std::vector<float> master(size_t(std::min(state.piece_elements(), touched)));
+    for (int64_t c = 0; c < touched && restored.ok(); c += int64_t(master.size())) {
+      const int64_t n = std::min(int64_t(master.size()), touched - c);
+      restored = state.Read(0, c, n, master.data());
+      if (restored.ok()) MastersToParams(c, n, master.data());
+    }
+  }
+  if (!restored.ok())
+    return failure.context("optimizer step " + std::to_string(optimizer_->steps_taken() + 1) +
+                           " failed and the weights it had updated could not be restored (" +
+                           restored.message() + "); load the last checkpoint");
+  return failure.context("optimizer step " + std::to_string(optimizer_->steps_taken() + 1) +
+                         " failed; nothing changed (the weights and the optimizer state are "
+                         "those before the step)");
 }
 
 Status DataParallel::GatherGradients() {
@@ -328,7 +416,7 @@ Status DataParallel::ReadParam(int id, float *out) {
 
 Status DataParallel::WriteParam(int id, const float *in) {
   const ParamDecl &d = model_->params().decls()[size_t(id)];
-  if (Wide()) {  // the master weights this rank holds, then the 16-bit copy
+  if (optimizer_->master_weights()) {  // the master weights this rank holds, then the parameters
     const int64_t b = std::max(state_range_.offset, d.offset);
     const int64_t e = std::min(state_range_.offset + state_range_.size, d.offset + d.numel);
     if (b < e)
@@ -382,12 +470,15 @@ float *DataParallel::LocalParams(ShardInfo *range) {
 
 Status DataParallel::ParamsChanged() {
   if (Wide()) {  // the master weights were loaded: round them into the 16-bit copy
-    StatePiece piece;
-    DST_RETURN_IF_ERROR(optimizer_->AcquireState(0, state_range_.size, &piece));
-    MasterToParams(0, state_range_.size, piece.tensors[0]);
-    DST_RETURN_IF_ERROR(optimizer_->ReleaseState(piece));
+    DST_RETURN_IF_ERROR(ForEachStatePiece(/*modified=*/false, [&](const StatePiece &piece) {
+      MasterToParams(piece.begin, piece.count, piece.tensors[0]);
+    }));
     return ShareParams();
   }
+  if (mirror_)  // the parameters were loaded: their mirror follows
+    DST_RETURN_IF_ERROR(ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {
+      std::memcpy(piece.tensors[0], StateParams() + piece.begin, size_t(piece.count) * 4);
+    }));
   return params_ ? params_->ShardChanged() : Status::Ok();
 }
 

@@ -60,8 +60,15 @@ class DataParallel final : public DataParallelism {
  public:
   // `model` must have been built with StoreOptionsForStage(config.zero.stage,
   // dp->size(), config.precision()); it and `dp` must outlive this object.
-  DataParallel(const Config &config, Model<float> *model, Communicator *dp, MemoryTracker *tracker);
+  // `make_store`: where the optimizer's state lives (unset: memory). A store
+  // outside memory also holds fp32 master weights under fp32 training: they
+  // mirror the parameters, so that a failed step can restore them.
+  DataParallel(const Config &config, Model<float> *model, Communicator *dp, MemoryTracker *tracker,
+               const StateStoreMaker &make_store = nullptr);
   ~DataParallel() override;
+  // Opens the optimizer's store and writes the initial master weights; once,
+  // before the first step.
+  Status Start() override;
 
   const ShardLayout &layout() const { return layout_; }
   ShardInfo my_shard() const { return layout_.Shard(dp_->rank()); }
@@ -130,8 +137,23 @@ class DataParallel final : public DataParallelism {
   // From the stored gradient sum to the average the step uses: 1 under fp32
   // (averaged in place by FinishReduction), 1 / (loss scale x dp) under 16 bits.
   double GradFactor() const { return Wide() ? 1.0 / (loss_scale_ * double(dp_->size())) : 1.0; }
+  // 16 bits: the parameters of state element `begin`.
+  uint16_t *HalfParams(int64_t begin);
   // 16 bits: the updated master weights into the 16-bit parameters.
   void MasterToParams(int64_t begin, int64_t count, const float *master);
+  // The master weights into the parameters (16 bits: rounded; fp32 with a
+  // mirror: copied) over state elements [begin, begin + count).
+  void MastersToParams(int64_t begin, int64_t count, const float *master);
+  // The optimizer update of the state range, a store piece at a time, as one
+  // pass of the store; `touched`: the state elements the update reached.
+  Status UpdatePieces(double lr, int64_t *touched);
+  void UpdatePiece(const StatePiece &piece, double lr);
+  // A failed pass: the store forgets it, the parameters of [0, touched)
+  // come back from the master weights it committed last.
+  Status RollBack(int64_t touched, Status failure);
+  // Calls `fn` on every piece of the state range in one pass of the store;
+  // `modified`: the pieces are written back.
+  Status ForEachStatePiece(bool modified, const std::function<void(const StatePiece &)> &fn);
   // Stages 1, 2: every rank's updated shard of the parameters to all; stage
   // 3 and 16-bit working copies: forget what is staged.
   Status ShareParams();
@@ -144,6 +166,7 @@ class DataParallel final : public DataParallelism {
   ShardLayout layout_;
   ShardInfo state_range_;
   bool overlap_ = false, launch_buckets_ = false;
+  bool mirror_ = false;                  // fp32 training with master weights in a store elsewhere
   std::unique_ptr<Communicator> local_;  // a group of one: 16-bit working copies at stages 0-2
   PartitionPlan plan_;
   std::unique_ptr<Optimizer> optimizer_;

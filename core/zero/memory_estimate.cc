@@ -1,5 +1,7 @@
 #include "core/zero/memory_estimate.h"
 
+#include <algorithm>
+
 #include "core/zero/shard_layout.h"
 
 namespace dst {
@@ -23,6 +25,27 @@ ModelStateBytes EstimateModelState(int64_t num_parameters, int64_t dp_size, int 
   b.parameters = width * (stage >= 3 ? shard + persistent : full);
   b.gradients = width * (stage >= 2 ? shard : full);
   b.optimizer_state = k * (stage >= 1 ? shard : full);
+  return b;
+}
+
+int64_t NvmeOffloadBufferBytes(const ZeroConfig &zero, int64_t elements, int64_t tensors) {
+  constexpr int64_t kAlign = 4096;
+  const int64_t piece = std::max<int64_t>(1, std::min(zero.sub_group_size, elements));
+  const int64_t pieces = (std::max<int64_t>(elements, 1) + piece - 1) / piece;
+  const int64_t slot = (std::max<int64_t>(1, tensors * piece * 4) + kAlign - 1) / kAlign * kAlign;
+  return std::clamp<int64_t>(zero.offload_optimizer_buffer_count, 1, pieces) * slot;
+}
+
+ModelStateBytes EstimateRankModelState(int64_t num_parameters, const Config &config,
+                                       int64_t stage3_persistent_elements) {
+  const DType precision = config.precision();
+  ModelStateBytes b = EstimateModelState(num_parameters, config.dp_size, config.zero.stage,
+                                         config.optimizer, stage3_persistent_elements, precision);
+  if (config.zero.offload_optimizer_device != "nvme") return b;
+  const int64_t elements = ShardLayout(num_parameters, config.dp_size).shard_size();
+  const int64_t tensors = OptimizerStateBytesPerParameter(config.optimizer, precision) / 4 +
+                          (precision == DType::kFloat32 ? 1 : 0);  // fp32: the weights' mirror
+  b.optimizer_state = NvmeOffloadBufferBytes(config.zero, elements, tensors);
   return b;
 }
 

@@ -35,6 +35,17 @@ struct ModelStateBytes {
 int64_t OptimizerStateBytesPerParameter(const OptimizerConfig &optimizer,
                                         DType precision = DType::kFloat32);
 
+// The optimizer's NVMe tier in memory for a state range of `elements` with
+// `tensors` state tensors (the optimizer's, plus the fp32 master weights or
+// their mirror): min(buffer_count, pieces) buffers of one piece of every
+// tensor (sub_group_size elements), rounded up to 4 KiB (O_DIRECT).
+int64_t NvmeOffloadBufferBytes(const ZeroConfig &zero, int64_t elements, int64_t tensors);
+
+// EstimateModelState with the optimizer tier where the config puts it: on
+// NVMe its resident bytes are the piece buffers (category "offload").
+ModelStateBytes EstimateRankModelState(int64_t num_parameters, const Config &config,
+                                       int64_t stage3_persistent_elements);
+
 ModelStateBytes EstimateModelState(int64_t num_parameters, int64_t dp_size, int stage,
                                    const OptimizerConfig &optimizer,
                                    int64_t stage3_persistent_elements = 0,

@@ -22,6 +22,9 @@ class DataParallelism : public LayerHooks {
 
   virtual int stage() const = 0;
   virtual Optimizer &optimizer() = 0;
+  // Once, before the first step: the optimizer's store opened (a swap file
+  // created) and the master weights written.
+  virtual Status Start() = 0;
 
   // A step begins: gradients are zero, nothing is in flight.
   virtual Status ZeroGradients() = 0;
@@ -71,7 +74,9 @@ class DataParallelism : public LayerHooks {
   // precision) over the whole padded buffer when this rank holds them all,
   // else null.
   virtual float *FullParams() = 0;
-  // The authoritative fp32 weights this rank holds and their flat range.
+  // The authoritative fp32 weights this rank holds and their flat range;
+  // null when they live in the optimizer's store outside memory (its tensor
+  // 0, the master weights, read and written through the store).
   virtual float *LocalParams(ShardInfo *range) = 0;
   // The flat range this rank's optimizer state covers.
   virtual ShardInfo StateRange() const = 0;

@@ -63,7 +63,7 @@ def test_two_nodes_reproduce_single_rank(tmp_path, two_hosts, build_dir):
         ["ip", "netns", "exec", ns[node], cli, "launch", "--nnodes", "2", "--node-rank",
          str(node), "--nproc-per-node", "2", "--master-addr", addrs[0], "--master-port", port,
          "--kill-timeout", "5", "--", tool, "--model", str(model), "--config", str(cfg),
-         "--steps", str(dp_tests.STEPS)],
+         "--steps", str(dp_tests.STEPS), "--metrics", "0"],
         env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for node in (0, 1)]
     results = []
     try:

@@ -13,6 +13,8 @@
 //                    [--ckpt DIR (--save-at K | --resume)] [--inspect 1]
 //                    [--progress 1]   (print "step K" to stderr after each step)
 //                    [--skip-save-rank R]  (rank R does not take part in the save)
+//                    [--metrics 0]  (no metrics JSON: the line stays under 4 KiB)
+//                    [--retry-failed N]  (a failed train_batch is retried N times)
 #include <dstrain/dstrain.h>
 
 #include <chrono>
@@ -99,6 +101,13 @@ int main(int argc, char **argv) {
   int steps = 20, save_at = -1, skip_save_rank = -1;
   int sleep_rank = -1, sleep_at = -1, sleep_seconds = 0;  // --sleep RANK:STEP:SECONDS
   bool progress = false, resume = false, inspect = false;
+  // --metrics 0: the line without the metrics JSON, under the 4 KiB a pipe
+  // writes whole, for launchers that merge several ranks' output (srun,
+  // mpirun, dstrain launch).
+  bool with_metrics = true;
+  // --retry-failed N: a train_batch that fails is reported on stderr and
+  // retried up to N times (fault-injection tests: a failed step changed nothing).
+  int retries = 0;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--resume") {
@@ -126,6 +135,10 @@ int main(int argc, char **argv) {
       data = argv[i + 1];
     else if (flag == "--skip-save-rank")
       skip_save_rank = std::atoi(argv[i + 1]);
+    else if (flag == "--retry-failed")
+      retries = std::atoi(argv[i + 1]);
+    else if (flag == "--metrics")
+      with_metrics = std::atoi(argv[i + 1]) != 0;
     else if (flag == "--progress")
       progress = std::atoi(argv[i + 1]) != 0;
     else if (flag == "--sleep")  // user code that keeps one rank away between two steps
@@ -196,7 +209,13 @@ int main(int argc, char **argv) {
       std::this_thread::sleep_for(std::chrono::seconds(sleep_seconds));
     load_batch(step);
     float loss = 0;
-    Check(dst_engine_train_batch(engine, &batch, &loss), "dst_engine_train_batch");
+    dst_status_t trained = dst_engine_train_batch(engine, &batch, &loss);
+    for (int retry = 0; trained != DST_OK && retry < retries; ++retry) {
+      std::fprintf(stderr, "dst_dp_tool: step %d failed (%s): %s; retrying\n", step,
+                   dst_status_string(trained), dst_last_error());
+      trained = dst_engine_train_batch(engine, &batch, &loss);
+    }
+    Check(trained, "dst_engine_train_batch");
     if (progress) {
       std::fprintf(stderr, "step %d\n", step);
       std::fflush(stderr);
@@ -218,8 +237,8 @@ int main(int argc, char **argv) {
     load_batch(steps);
     extra_json += InspectJson(engine, batch);
   }
-  const char *metrics = nullptr;
-  Check(dst_engine_metrics_json(engine, &metrics), "dst_engine_metrics_json");
+  const char *metrics = "null";
+  if (with_metrics) Check(dst_engine_metrics_json(engine, &metrics), "dst_engine_metrics_json");
   std::printf("{\"rank\":%lld,\"world_size\":%lld,\"losses\":[%s],\"metrics\":%s%s}\n",
               static_cast<long long>(info.rank), static_cast<long long>(info.world_size),
               losses.c_str(), metrics, extra_json.c_str());

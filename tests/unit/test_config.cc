@@ -645,8 +645,9 @@ TEST(ConfigErrors, ZeroStage9IsInvalid) {
 }
 
 // CPU offload is accepted (the CPU engine's state is in host memory: the
-// resolved config's notes say so); NVMe is not built yet.
-TEST(ConfigErrors, CpuOffloadIsAcceptedNvmeIsNotSupportedYet) {
+// resolved config's notes say so); the optimizer's NVMe tier at ZeRO 1-3
+// with DeepSpeed's keys; parameters on NVMe are not built yet.
+TEST(ConfigErrors, CpuOffloadIsAcceptedOptimizerNvmeToo) {
   Result<Config> cpu = Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 3,
     "offload_optimizer": {"device": "cpu", "pin_memory": true},
     "offload_param": {"device": "cpu"}}})");
@@ -657,11 +658,29 @@ TEST(ConfigErrors, CpuOffloadIsAcceptedNvmeIsNotSupportedYet) {
             std::string::npos);
   EXPECT_NE(cpu->resolved_json.find("keeps the parameters in host memory already"),
             std::string::npos);
+  Result<Config> nvme = Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 1,
+    "sub_group_size": 1e6, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp",
+    "buffer_count": 6, "pipeline_read": true, "pipeline_write": false, "fast_init": false,
+    "pin_memory": true, "ratio": 1.0}}, "aio": {"block_size": 262144, "queue_depth": 16,
+    "thread_count": 2, "single_submit": false, "overlap_events": true, "use_gds": false}})");
+  ASSERT_PARSED(nvme);
+  EXPECT_EQ(nvme->zero.offload_optimizer_device, "nvme");
+  EXPECT_EQ(nvme->zero.offload_optimizer_nvme_path, "/tmp");
+  EXPECT_EQ(nvme->zero.offload_optimizer_buffer_count, 6);
+  EXPECT_TRUE(nvme->zero.offload_optimizer_pipeline_read);
+  EXPECT_FALSE(nvme->zero.offload_optimizer_pipeline_write);
+  EXPECT_EQ(nvme->zero.sub_group_size, 1000000);
+  EXPECT_EQ(nvme->aio.block_size, 262144);
+  EXPECT_EQ(nvme->aio.queue_depth, 16);
+  EXPECT_EQ(nvme->aio.intra_op_parallelism, 2);  // thread_count: DeepSpeed's old name
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "aio": {"use_gds": true}})"),
+                        Code::kNotSupported, {"aio.use_gds", "no GPU path"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 2,
-    "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}})"),
-                        Code::kNotSupported,
-                        {"zero_optimization.offload_optimizer.device: offloading to \"nvme\" is "
-                         "not supported yet"}));
+    "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp", "ratio": 0.5}}})"),
+                        Code::kNotSupported, {"offload_optimizer.ratio"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 3,
+    "offload_param": {"device": "nvme", "nvme_path": "/tmp"}}})"),
+                        Code::kNotSupported, {"offload_param.device", "not supported yet"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {
     "offload_optimizer": {"device": "cpu"}}})"),
                         Code::kConfig, {"needs ZeRO stage 1, 2 or 3"}));

@@ -152,6 +152,8 @@ struct Rank {
         spec, limits, &tracker, StoreOptionsForStage(config.zero.stage, 1, config.precision()),
         activations);
     dp = std::make_unique<DataParallel>(config, model.get(), comm.get(), &tracker);
+    const Status started = dp->Start();
+    EXPECT_TRUE(started.ok()) << started.message();
     executor = std::make_unique<Executor>(config, model.get(), dp.get(), &scaler, &progress);
   }
 

@@ -432,6 +432,17 @@ DST_API dst_status_t dst_estimate_memory_json(const dst_engine_options_t *option
  * thread-local, valid until the next call on the same thread. */
 DST_API dst_status_t dst_config_file_read(const char *path, const char **out_text);
 
+/* Sequential write and read bandwidth of the file system under `dir` through
+ * the NVMe offload tier's own I/O path (O_DIRECT where the file system has
+ * it; io_uring, else pread/pwrite), for aio block sizes 128 KiB, 1 MiB, 8 MiB
+ * and queue depths 1, 8, 32: a JSON object {path, engine, direct_io,
+ * file_bytes, results: [{block_size, queue_depth, write_bytes_per_second,
+ * read_bytes_per_second}], best, suggested_config: {"aio": {block_size,
+ * queue_depth}}}. Writes a temporary file of `file_bytes` (0: 128 MiB) nine
+ * times, then removes it. The string is thread-local, valid until the next
+ * call on the same thread. */
+DST_API dst_status_t dst_io_probe_json(const char *dir, int64_t file_bytes, const char **out_json);
+
 /* ------------------------------------------------------------------------- */
 /* Token datasets                                                             */
 /* ------------------------------------------------------------------------- */

@@ -415,6 +415,14 @@ extern "C" {
     /// 16 MiB). The text is thread-local, valid until the next call on the same thread.
     pub fn dst_config_file_read(path: *const c_char, out_text: *mut *const c_char)
         -> dst_status_t;
+    /// Sequential write/read bandwidth of the file system under `dir` through the NVMe
+    /// offload tier's I/O path, as JSON (thread-local, valid until the next call on the
+    /// same thread); `file_bytes` 0: 128 MiB.
+    pub fn dst_io_probe_json(
+        dir: *const c_char,
+        file_bytes: i64,
+        out_json: *mut *const c_char,
+    ) -> dst_status_t;
 
     /// Opens a text file (NULL: the default corpus) as byte-level tokens.
     pub fn dst_dataset_open_text(

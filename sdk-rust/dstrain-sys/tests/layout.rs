@@ -338,6 +338,7 @@ fn every_header_function_is_declared() {
             "dst_config_file_read",
             dst_config_file_read as *const () as usize,
         ),
+        ("dst_io_probe_json", dst_io_probe_json as *const () as usize),
         (
             "dst_dataset_open_text",
             dst_dataset_open_text as *const () as usize,

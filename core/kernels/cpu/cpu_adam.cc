@@ -1,0 +1,205 @@
+// Compiled with -ffp-contract=off (CMakeLists.txt): the scalar path must not
+// fuse a multiply and an add where the vector paths do not.
+#include "core/kernels/cpu/cpu_adam.h"
+
+// GCC 12's AVX-512 headers start intrinsics from _mm512_undefined_*(), which
+// -Wmaybe-uninitialized reports at every use (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/precision/convert.h"
+
+namespace dst::cpu {
+
+namespace {
+
+// The per-step constants, in float, as every path uses them.
+struct AdamConstants {
+  float b1, omb1, b2, omb2, bias2_sqrt, step_size, decay, l2, eps, grad_mul;
+  AdamConstants(const AdamHyper &h, float mul)
+      : b1(float(h.beta1)),
+        omb1(1.0f - float(h.beta1)),
+        b2(float(h.beta2)),
+        omb2(1.0f - float(h.beta2)),
+        bias2_sqrt(float(std::sqrt(1 - std::pow(h.beta2, double(h.step))))),
+        step_size(float(h.lr) / float(1 - std::pow(h.beta1, double(h.step)))),
+        decay(h.decoupled ? float(1 - h.lr * h.weight_decay) : 1.0f),
+        l2(h.decoupled ? 0.0f : float(h.weight_decay)),
+        eps(float(h.eps)),
+        grad_mul(mul) {}
+};
+
+// Element i, in the order the vector paths use.
+inline void ScalarElement(const CpuAdamRange &r, const AdamConstants &k, int64_t i) {
+  const float p = r.param[i];
+  const float g = r.grad[i] * k.grad_mul + k.l2 * p;
+  const float m = k.b1 * r.exp_avg[i] + k.omb1 * g;
+  const float v = k.b2 * r.exp_avg_sq[i] + k.omb2 * (g * g);
+  r.exp_avg[i] = m;
+  r.exp_avg_sq[i] = v;
+  const float denom = std::sqrt(v) / k.bias2_sqrt + k.eps;
+  const float updated = p * k.decay - (k.step_size * m) / denom;
+  r.param[i] = updated;
+  if (r.half_out)
+    r.half_out[i] = r.half == Half::kBf16 ? FloatToBFloat16(updated) : FloatToHalf(updated);
+}
+
+void ScalarRange(const CpuAdamRange &r, const AdamConstants &k, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) ScalarElement(r, k, i);
+}
+
+// bf16 round-to-nearest-even of 8 floats (NaN quieted), as FloatToBFloat16.
+__attribute__((target("avx2"))) inline __m128i Bf16x8(__m256 x) {
+  const __m256i bits = _mm256_castps_si256(x);
+  const __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000));
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb));
+  const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x400000));
+  const __m256i out = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, nan), 16);
+  // Pack the low 16 bits of each lane (values < 2^16: no saturation).
+  const __m128i lo = _mm256_castsi256_si128(out), hi = _mm256_extracti128_si256(out, 1);
+  return _mm_packus_epi32(lo, hi);
+}
+
+__attribute__((target("avx2,fma,f16c"))) void Avx2Range(const CpuAdamRange &r,
+                                                        const AdamConstants &k, int64_t begin,
+                                                        int64_t end) {
+  const __m256 b1 = _mm256_set1_ps(k.b1), omb1 = _mm256_set1_ps(k.omb1);
+  const __m256 b2 = _mm256_set1_ps(k.b2), omb2 = _mm256_set1_ps(k.omb2);
+  const __m256 bias2 = _mm256_set1_ps(k.bias2_sqrt), step = _mm256_set1_ps(k.step_size);
+  const __m256 decay = _mm256_set1_ps(k.decay), l2 = _mm256_set1_ps(k.l2);
+  const __m256 eps = _mm256_set1_ps(k.eps), mul = _mm256_set1_ps(k.grad_mul);
+  int64_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    const __m256 p = _mm256_loadu_ps(r.param + i);
+    const __m256 g =
+        _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(r.grad + i), mul), _mm256_mul_ps(l2, p));
+    const __m256 m =
+        _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(r.exp_avg + i)), _mm256_mul_ps(omb1, g));
+    const __m256 v = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(r.exp_avg_sq + i)),
+                                   _mm256_mul_ps(omb2, _mm256_mul_ps(g, g)));
+    _mm256_storeu_ps(r.exp_avg + i, m);
+    _mm256_storeu_ps(r.exp_avg_sq + i, v);
+    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), bias2), eps);
+    const __m256 updated =
+        _mm256_sub_ps(_mm256_mul_ps(p, decay), _mm256_div_ps(_mm256_mul_ps(step, m), denom));
+    _mm256_storeu_ps(r.param + i, updated);
+    if (r.half_out) {
+      const __m128i h = r.half == Half::kBf16 ? Bf16x8(updated)
+                                              : _mm256_cvtps_ph(updated, _MM_FROUND_TO_NEAREST_INT);
+      _mm_storeu_si128(reinterpret_cast<__m128i *>(r.half_out + i), h);
+    }
+  }
+  ScalarRange(r, k, i, end);
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593, as above
+
+// bf16 of 16 floats, as Bf16x8.
+__attribute__((target("avx512f"))) inline __m256i Bf16x16(__m512 x) {
+  const __m512i bits = _mm512_castps_si512(x);
+  const __m512i abs = _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF));
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7F800000));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
+  const __m512i quiet = _mm512_or_si512(bits, _mm512_set1_epi32(0x400000));
+  const __m512i out = _mm512_srli_epi32(_mm512_mask_blend_epi32(nan, rounded, quiet), 16);
+  return _mm512_cvtepi32_epi16(out);
+}
+
+__attribute__((target("avx512f,avx2,fma,f16c"))) void Avx512Range(const CpuAdamRange &r,
+                                                                  const AdamConstants &k,
+                                                                  int64_t begin, int64_t end) {
+  const __m512 b1 = _mm512_set1_ps(k.b1), omb1 = _mm512_set1_ps(k.omb1);
+  const __m512 b2 = _mm512_set1_ps(k.b2), omb2 = _mm512_set1_ps(k.omb2);
+  const __m512 bias2 = _mm512_set1_ps(k.bias2_sqrt), step = _mm512_set1_ps(k.step_size);
+  const __m512 decay = _mm512_set1_ps(k.decay), l2 = _mm512_set1_ps(k.l2);
+  const __m512 eps = _mm512_set1_ps(k.eps), mul = _mm512_set1_ps(k.grad_mul);
+  int64_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    const __m512 p = _mm512_loadu_ps(r.param + i);
+    const __m512 g =
+        _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(r.grad + i), mul), _mm512_mul_ps(l2, p));
+    const __m512 m =
+        _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(r.exp_avg + i)), _mm512_mul_ps(omb1, g));
+    const __m512 v = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(r.exp_avg_sq + i)),
+                                   _mm512_mul_ps(omb2, _mm512_mul_ps(g, g)));
+    _mm512_storeu_ps(r.exp_avg + i, m);
+    _mm512_storeu_ps(r.exp_avg_sq + i, v);
+    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), bias2), eps);
+    const __m512 updated =
+        _mm512_sub_ps(_mm512_mul_ps(p, decay), _mm512_div_ps(_mm512_mul_ps(step, m), denom));
+    _mm512_storeu_ps(r.param + i, updated);
+    if (r.half_out) {
+      const __m256i h = r.half == Half::kBf16 ? Bf16x16(updated)
+                                              : _mm512_cvtps_ph(updated, _MM_FROUND_TO_NEAREST_INT);
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(r.half_out + i), h);
+    }
+  }
+  ScalarRange(r, k, i, end);
+}
+
+#pragma GCC diagnostic pop
+
+void RangeOn(SimdPath path, const CpuAdamRange &r, const AdamConstants &k, int64_t begin,
+             int64_t end) {
+  switch (path) {
+    case SimdPath::kAvx512:
+      return Avx512Range(r, k, begin, end);
+    case SimdPath::kAvx2:
+      return Avx2Range(r, k, begin, end);
+    case SimdPath::kScalar:
+      break;
+  }
+  ScalarRange(r, k, begin, end);
+}
+
+}  // namespace
+
+SimdPath BestSimdPath() {
+  static const SimdPath best = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return SimdPath::kAvx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdPath::kAvx2;
+    return SimdPath::kScalar;
+  }();
+  return best;
+}
+
+const char *SimdPathName(SimdPath path) {
+  switch (path) {
+    case SimdPath::kAvx512:
+      return "avx512";
+    case SimdPath::kAvx2:
+      return "avx2";
+    case SimdPath::kScalar:
+      break;
+  }
+  return "scalar";
+}
+
+void CpuAdamUpdate(const CpuAdamRange &r, const AdamHyper &h, SimdPath path) {
+  RangeOn(path, r, AdamConstants(h, r.grad_mul), 0, r.n);
+}
+
+void CpuAdamStep(const CpuAdamRange &r, const AdamHyper &h, SimdPath path) {
+  const AdamConstants k(h, r.grad_mul);
+  constexpr int64_t kAlign = 64;  // elements per thread start on a cache line's multiple
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t per = ((r.n + threads - 1) / threads + kAlign - 1) / kAlign * kAlign;
+    const int64_t begin = std::min(r.n, t * per), end = std::min(r.n, begin + per);
+    if (begin < end) RangeOn(path, r, k, begin, end);
+  }
+}
+
+}  // namespace dst::cpu

@@ -1,0 +1,251 @@
+#include "core/offload/swap_file.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "core/checkpoint/checksum.h"
+
+namespace dst {
+
+namespace {
+
+constexpr uint64_t kHeaderMagic = 0x3150415753545344ULL;  // "DSTSWAP1"
+constexpr uint64_t kRecordMagic = 0x54494d4d4f435344ULL;  // "DSCOMMIT"
+
+int64_t RoundUp(int64_t n, int64_t align) {
+  return (n + align - 1) / align * align;
+}
+
+std::string Errno(int err) {
+  return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
+}
+
+std::string Gib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", double(bytes) / double(1LL << 30));
+  return text;
+}
+
+}  // namespace
+
+int OpenForDirectIo(const std::string &path, bool *direct) {
+  *direct = true;
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
+  if (fd < 0 && errno == EINVAL) {  // the file system has no O_DIRECT (tmpfs)
+    *direct = false;
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  }
+  return fd;
+}
+
+int64_t DirectAlignment(int fd) {
+  int64_t align = 4096;
+#ifdef STATX_DIOALIGN
+  struct statx sx {};
+  if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN))
+    align = std::max<int64_t>({align, sx.stx_dio_mem_align, sx.stx_dio_offset_align});
+#else
+  (void)fd;
+#endif
+  return align;
+}
+
+namespace {
+
+int64_t RecordBytes(int64_t pieces, int64_t align) {
+  return RoundUp(32 + RoundUp(pieces, 8) + 8 * pieces + 8, align);
+}
+
+// The record's bytes: magic, sequence, step, pieces, slots (padded to 8),
+// checksums, and the checksum of everything before it.
+void EncodeRecord(const CommitRecord &r, char *out) {
+  const int64_t pieces = int64_t(r.slot.size());
+  auto put = [&out](const void *p, size_t n) {
+    std::memcpy(out, p, n);
+    out += n;
+  };
+  char *begin = out;
+  put(&kRecordMagic, 8);
+  put(&r.sequence, 8);
+  put(&r.step, 8);
+  put(&pieces, 8);
+  put(r.slot.data(), r.slot.size());
+  out = begin + 32 + RoundUp(pieces, 8);
+  put(r.checksum.data(), r.checksum.size() * 8);
+  const uint64_t self = SlotChecksum(begin, size_t(out - begin));
+  put(&self, 8);
+}
+
+}  // namespace
+
+uint64_t SlotChecksum(const void *data, size_t bytes) {
+  Checksum64 sum;
+  sum.Update(data, bytes);
+  return sum.Digest();
+}
+
+// ------------------------------------------------------------- AlignedBuffer
+
+AlignedBuffer::AlignedBuffer(size_t bytes, size_t align, MemoryTracker *tracker,
+                             MemoryCategory category)
+    : bytes_(bytes), tracker_(tracker), category_(category) {
+  void *p = nullptr;
+  if (::posix_memalign(&p, align, std::max<size_t>(bytes, 1)) != 0) throw std::bad_alloc();
+  data_ = static_cast<char *>(p);
+  std::memset(data_, 0, bytes);
+  if (tracker_) tracker_->Add(category_, int64_t(bytes_));
+}
+
+AlignedBuffer::~AlignedBuffer() {
+  Reset();
+}
+
+AlignedBuffer::AlignedBuffer(AlignedBuffer &&other) noexcept {
+  *this = std::move(other);
+}
+
+AlignedBuffer &AlignedBuffer::operator=(AlignedBuffer &&other) noexcept {
+  if (this != &other) {
+    Reset();
+    std::swap(data_, other.data_);
+    std::swap(bytes_, other.bytes_);
+    std::swap(tracker_, other.tracker_);
+    std::swap(category_, other.category_);
+  }
+  return *this;
+}
+
+void AlignedBuffer::Reset() {
+  if (data_ == nullptr) return;
+  if (tracker_) tracker_->Release(category_, int64_t(bytes_));
+  std::free(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+// -------------------------------------------------------------- SwapGeometry
+
+SwapGeometry SwapGeometry::For(int64_t numel, int64_t piece_elements, int64_t tensors,
+                               int64_t align) {
+  SwapGeometry g;
+  g.numel = numel;
+  g.piece_elements = std::max<int64_t>(1, std::min(piece_elements, numel));
+  g.pieces = (numel + g.piece_elements - 1) / g.piece_elements;
+  g.tensors = tensors;
+  g.align = align;
+  g.slot_bytes = RoundUp(std::max<int64_t>(1, tensors * g.piece_elements * 4), align);
+  g.record_bytes = RecordBytes(g.pieces, align);
+  return g;
+}
+
+int64_t SwapGeometry::PieceCount(int64_t piece) const {
+  return std::min(piece_elements, numel - PieceBegin(piece));
+}
+
+// ------------------------------------------------------------------ SwapFile
+
+int64_t FreeBytesAt(const std::string &directory) {
+  struct statvfs fs {};
+  if (::statvfs(directory.c_str(), &fs) != 0) return -1;
+  return int64_t(fs.f_bavail) * int64_t(fs.f_frsize);
+}
+
+SwapFile::SwapFile(std::string path, int fd, SwapGeometry geometry, bool direct)
+    : path_(std::move(path)), fd_(fd), geometry_(geometry), direct_(direct) {}
+
+SwapFile::~SwapFile() {
+  if (io_) (void)io_->WaitAll();
+  io_.reset();
+  ::close(fd_);
+  if (remove_) ::unlink(path_.c_str());
+}
+
+Result<std::unique_ptr<SwapFile>> SwapFile::Create(const std::string &path, int64_t numel,
+                                                   int64_t piece_elements, int64_t tensors,
+                                                   const AioConfig &aio, std::string_view engine) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    return IoError("offload_optimizer.nvme_path " + dir +
+                   " is not a directory; create it or point nvme_path at one");
+  // Not truncated before the lock: another run may be using it.
+  bool direct = true;
+  const int fd = OpenForDirectIo(path, &direct);
+  if (fd < 0) return IoError("cannot create the NVMe swap file " + path + ": " + Errno(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return IoError("the NVMe swap file " + path + " is in use by another process (" + Errno(err) +
+                   "); give each run its own nvme_path");
+  }
+  const SwapGeometry g = SwapGeometry::For(numel, piece_elements, tensors, DirectAlignment(fd));
+  std::unique_ptr<SwapFile> file(new SwapFile(path, fd, g, direct));
+  const int64_t needed = g.FileBytes();
+  const int64_t free_bytes = FreeBytesAt(dir);
+  const std::string full = "the NVMe swap file " + path + " needs " + std::to_string(needed) +
+                           " bytes (" + Gib(needed) + ") but " + dir + " has " +
+                           std::to_string(free_bytes) + " bytes (" + Gib(free_bytes) +
+                           ") free; free space there, point nvme_path at a larger disk, or "
+                           "spread the state over more ranks";
+  if (::ftruncate(fd, 0) != 0)
+    return IoError("cannot truncate the NVMe swap file " + path + ": " + Errno(errno));
+  if (free_bytes >= 0 && needed > free_bytes) return IoError(full);
+  if (::fallocate(fd, 0, 0, needed) != 0) {
+    const int err = errno;
+    if (err == ENOSPC) return IoError(full);
+    if (err != EOPNOTSUPP && err != ENOSYS)
+      return IoError("cannot preallocate " + std::to_string(needed) + " bytes for " + path + ": " +
+                     Errno(err));
+    if (::ftruncate(fd, needed) != 0)  // no fallocate here: a sparse file of the size
+      return IoError("cannot size the NVMe swap file " + path + ": " + Errno(errno));
+  }
+  Result<std::unique_ptr<AsyncFile>> io = OpenAsyncFile(path, fd, aio, engine);
+  if (!io.ok()) return io.status();
+  file->io_ = std::move(io).value();
+  DST_RETURN_IF_ERROR(file->WriteHeader());
+  // Every slot reads as zeros: the first commit names slot 0 with their checksum.
+  CommitRecord first;
+  first.slot.assign(size_t(g.pieces), 0);
+  const AlignedBuffer zeros(size_t(g.slot_bytes), size_t(g.align), nullptr);
+  first.checksum.assign(size_t(g.pieces), SlotChecksum(zeros.data(), zeros.bytes()));
+  DST_RETURN_IF_ERROR(file->Commit(std::move(first)));
+  return file;
+}
+
+Status SwapFile::WriteHeader() {
+  AlignedBuffer header(size_t(geometry_.align), size_t(geometry_.align), nullptr);
+  const int64_t fields[] = {int64_t(kHeaderMagic), 1,
+                            geometry_.numel,       geometry_.piece_elements,
+                            geometry_.pieces,      geometry_.tensors,
+                            geometry_.align,       geometry_.slot_bytes,
+                            geometry_.record_bytes};
+  std::memcpy(header.data(), fields, sizeof fields);
+  Result<uint64_t> t = io_->Submit({IoOp::kWrite, header.data(), header.bytes(), 0});
+  if (!t.ok()) return t.status();
+  return io_->Wait(t.value());
+}
+
+Status SwapFile::Commit(CommitRecord record) {
+  record.sequence = committed_.sequence + 1;
+  DST_RETURN_IF_ERROR(io_->Sync());  // the slots it names are on the device first
+  AlignedBuffer bytes(size_t(geometry_.record_bytes), size_t(geometry_.align), nullptr);
+  EncodeRecord(record, bytes.data());
+  Result<uint64_t> t = io_->Submit({IoOp::kWrite, bytes.data(), bytes.bytes(),
+                                    geometry_.RecordOffset(int(record.sequence % 2))});
+  if (!t.ok()) return t.status();
+  DST_RETURN_IF_ERROR(io_->Wait(t.value()));
+  DST_RETURN_IF_ERROR(io_->Sync());
+  committed_ = std::move(record);
+  return Status::Ok();
+}
+
+}  // namespace dst
