@@ -100,20 +100,39 @@ std::vector<Chunk> SplitIntoChunks(uint64_t ticket, size_t bytes, size_t block) 
 
 // ----------------------------------------------------------------- io_uring
 
+// The kernel moves the data; a reaper thread takes each completion as it
+// arrives and hands the next chunks to the kernel, so the queue stays full
+// while the caller computes (chunks are only submitted up to queue_depth).
 class UringFile final : public AsyncFile {
  public:
   UringFile(std::string path, int fd, const AioConfig &aio, io_uring ring)
       : AsyncFile(std::move(path), fd),
         ring_(ring),
         block_(size_t(aio.block_size)),
-        depth_(size_t(aio.queue_depth)) {}
+        depth_(size_t(aio.queue_depth)) {
+    reaper_ = std::thread([this] { Reap(); });
+  }
   ~UringFile() override {
     (void)WaitAll();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      io_uring_sqe *sqe = io_uring_get_sqe(&ring_);
+      if (sqe != nullptr) {  // wakes the reaper (null data: not a chunk)
+        io_uring_prep_nop(sqe);
+        io_uring_sqe_set_data(sqe, nullptr);
+      }
+      io_uring_submit(&ring_);
+    }
+    reaper_.join();
     io_uring_queue_exit(&ring_);
   }
   const char *engine() const override { return "io_uring"; }
 
   Result<uint64_t> Submit(const IoRequest &request) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_)
+      return IoError("the io_uring of " + path_ + " failed earlier; no request can be made");
     const uint64_t ticket = ++last_ticket_;
     Transfer &t = live_[ticket];
     t.request = request;
@@ -125,45 +144,53 @@ class UringFile final : public AsyncFile {
     }
     ++counters_.requests;
     Pump();
+    cv_.notify_all();  // a chunk finished at submission (an injected error)
     return ticket;
   }
 
   Status Wait(uint64_t ticket) override {
     const auto t0 = std::chrono::steady_clock::now();
-    while (live_.at(ticket).chunks_left > 0) ReapOne();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return live_.at(ticket).chunks_left == 0; });
     counters_.wait_seconds += SecondsSince(t0);
     Status st = std::move(live_.at(ticket).error);
     live_.erase(ticket);
-    Forget(ticket);
+    std::erase_if(chunks_, [&](const std::unique_ptr<Chunk> &c) { return c->ticket == ticket; });
     return st;
   }
 
   Status WaitAll() override {
     Status first = Status::Ok();
-    while (!live_.empty()) {
-      Status st = Wait(live_.begin()->first);
+    for (;;) {
+      uint64_t ticket = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (live_.empty()) return first;
+        ticket = live_.begin()->first;
+      }
+      Status st = Wait(ticket);
       if (first.ok() && !st.ok()) first = std::move(st);
     }
-    return first;
   }
 
  private:
-  // Hands pending chunks to the kernel while the queue has room.
+  // Hands pending chunks to the kernel while the queue has room (mu_ held).
   void Pump() {
     bool queued = false;
     while (!pending_.empty() && in_flight_ < depth_) {
       Chunk *c = pending_.front();
-      pending_.pop_front();
       Transfer &t = live_.at(c->ticket);
+      io_uring_sqe *sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr) break;  // the ring is full: the next completion pumps again
+      pending_.pop_front();
       const Attempt a = NextAttempt(t, *c);
       if (a.fail_errno != 0 || c->bytes == 0) {
-        Finish(t, *c, a.fail_errno);
+        io_uring_prep_nop(sqe);  // the slot is taken: a no-op that completes this chunk
+        io_uring_sqe_set_data(sqe, c);
+        failed_.push_back({c, a.fail_errno});
+        ++in_flight_;
+        queued = true;
         continue;
-      }
-      io_uring_sqe *sqe = io_uring_get_sqe(&ring_);
-      if (sqe == nullptr) {  // the ring is full: submit what is queued first
-        pending_.push_front(c);
-        break;
       }
       char *buf = static_cast<char *>(t.request.buf) + c->at + c->moved;
       const uint64_t off = uint64_t(t.request.offset) + c->at + c->moved;
@@ -178,26 +205,47 @@ class UringFile final : public AsyncFile {
     if (queued) io_uring_submit(&ring_);
   }
 
-  void ReapOne() {
-    Pump();
-    io_uring_cqe *cqe = nullptr;
-    int rc;
-    do rc = io_uring_wait_cqe(&ring_, &cqe);
-    while (rc == -EINTR);
-    if (rc < 0) {  // the ring itself failed: fail everything in flight
-      for (auto &[ticket, t] : live_)
-        if (t.error.ok())
-          t.error = IoError("io_uring wait on " + path_ + " failed: " + std::strerror(-rc));
-      for (auto &[ticket, t] : live_) t.chunks_left = 0;
-      pending_.clear();
-      in_flight_ = 0;
-      return;
+  void Reap() {
+    for (;;) {
+      io_uring_cqe *cqe = nullptr;
+      const int rc = io_uring_wait_cqe(&ring_, &cqe);
+      if (rc == -EINTR) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (rc < 0) {  // the ring itself failed: fail everything, stop reaping
+        for (auto &[ticket, t] : live_) {
+          if (t.error.ok())
+            t.error = IoError("io_uring wait on " + path_ + " failed: " + std::strerror(-rc));
+          t.chunks_left = 0;
+        }
+        pending_.clear();
+        broken_ = true;
+        cv_.notify_all();
+        return;
+      }
+      Chunk *c = static_cast<Chunk *>(io_uring_cqe_get_data(cqe));
+      const int res = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      if (c == nullptr) {  // the destructor's wake-up
+        if (stopping_) return;
+        continue;
+      }
+      --in_flight_;
+      Complete(c, res);
+      Pump();
+      cv_.notify_all();
     }
-    Chunk *c = static_cast<Chunk *>(io_uring_cqe_get_data(cqe));
-    const int res = cqe->res;
-    io_uring_cqe_seen(&ring_, cqe);
-    --in_flight_;
+  }
+
+  // A completion of chunk `c` with result `res` (mu_ held).
+  void Complete(Chunk *c, int res) {
     Transfer &t = live_.at(c->ticket);
+    for (auto f = failed_.begin(); f != failed_.end(); ++f)
+      if (f->first == c) {  // an injected failure's no-op
+        const int err = f->second;
+        failed_.erase(f);
+        Finish(t, *c, c->bytes == 0 && err == 0 ? -1 : err);
+        return;
+      }
     if (res == -EINTR || res == -EAGAIN) {
       pending_.push_front(c);
     } else if (res < 0) {
@@ -206,7 +254,7 @@ class UringFile final : public AsyncFile {
       Finish(t, *c, t.request.op == IoOp::kRead ? 0 : ENOSPC);
     } else {
       c->moved += size_t(res);
-      Count(t.request.op, res);
+      (t.request.op == IoOp::kRead ? counters_.read_bytes : counters_.write_bytes) += res;
       if (c->moved < c->bytes) {
         ++counters_.short_transfers;
         pending_.push_front(c);
@@ -214,11 +262,6 @@ class UringFile final : public AsyncFile {
         Finish(t, *c, -1);
       }
     }
-    Pump();
-  }
-
-  void Count(IoOp op, int64_t bytes) {
-    (op == IoOp::kRead ? counters_.read_bytes : counters_.write_bytes) += bytes;
   }
 
   // The chunk is done: `err` -1 success, else its errno (0: end of file).
@@ -229,16 +272,17 @@ class UringFile final : public AsyncFile {
     --t.chunks_left;
   }
 
-  void Forget(uint64_t ticket) {
-    std::erase_if(chunks_, [&](const std::unique_ptr<Chunk> &c) { return c->ticket == ticket; });
-  }
-
   io_uring ring_;
   size_t block_, depth_, in_flight_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false, broken_ = false;
   uint64_t last_ticket_ = 0;
   std::unordered_map<uint64_t, Transfer> live_;
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::deque<Chunk *> pending_;
+  std::vector<std::pair<Chunk *, int>> failed_;  // chunks failed at submission: their errno
+  std::thread reaper_;
 };
 
 // ----------------------------------------------------------- pread/pwrite

@@ -37,10 +37,11 @@ Status NvmeStateStore::Open() {
   return Status::Ok();
 }
 
-// An injected fault strikes once.
+// An injected fault strikes once. Reads between passes are the next pass's.
 IoFault NvmeStateStore::FaultFor(int64_t piece, IoOp op) {
+  const int64_t step = in_pass_ ? pass_step_ : pass_step_ + 1;
   for (auto f = options_.faults.begin(); f != options_.faults.end(); ++f)
-    if (in_pass_ && f->step == pass_step_ && f->piece == piece && f->op == op) {
+    if (f->step == step && f->piece == piece && f->op == op) {
       const IoFault fault = f->fault;
       options_.faults.erase(f);
       return fault;
@@ -132,13 +133,20 @@ void NvmeStateStore::Prefetch(int64_t piece) {
   if (b.ok() && b.value() != nullptr) (void)StartRead(piece, b.value());
 }
 
+// Pieces read ahead of the one being updated: every buffer but the held one
+// and the one being written (at least one) with pipeline_read, none without.
+int64_t NvmeStateStore::ReadAhead() const {
+  if (!options_.pipeline_read) return 0;
+  return std::max<int64_t>(1, buffers() - (options_.pipeline_write ? 2 : 1));
+}
+
 Status NvmeStateStore::BeginPass(int64_t step) {
   if (in_pass_) return InternalError("NVMe optimizer state: a pass began inside another");
   DST_RETURN_IF_ERROR(Flush());
   in_pass_ = true;
   pass_step_ = step;
   Prefetch(0);
-  if (options_.pipeline_read) Prefetch(1);
+  for (int64_t ahead = 1; ahead <= ReadAhead(); ++ahead) Prefetch(ahead);
   return Status::Ok();
 }
 
@@ -159,7 +167,7 @@ Status NvmeStateStore::Acquire(int64_t begin, int64_t count, StatePiece *piece) 
     DST_RETURN_IF_ERROR(StartRead(p, b));
   }
   if (b->state == BufferState::kReading) DST_RETURN_IF_ERROR(FinishRead(b));
-  if (options_.pipeline_read) Prefetch(p + 1);
+  for (int64_t ahead = 1; ahead <= ReadAhead(); ++ahead) Prefetch(p + ahead);
   piece->begin = begin;
   piece->count = count;
   piece->tensors.fill(nullptr);
@@ -204,7 +212,20 @@ Status NvmeStateStore::EndPass() {
   }
   current_ = file_->committed();
   in_pass_ = false;
+  // The next pass starts from this commit: its first pieces are read now,
+  // behind the forward and backward that come before it (a read error shows
+  // when that pass acquires the piece).
+  for (int64_t ahead = 0; ahead < ReadAhead(); ++ahead) Prefetch(ahead);
   return Status::Ok();
+}
+
+void NvmeStateStore::DropPrefetched() {
+  for (PieceBuffer &b : buffers_)
+    if (b.state == BufferState::kReading) {
+      (void)file_->io().Wait(b.ticket);
+      b.state = BufferState::kFree;
+      b.piece = -1;
+    }
 }
 
 void NvmeStateStore::AbortPass() {
@@ -240,6 +261,7 @@ Status NvmeStateStore::VisitRange(const char *what, size_t k, int64_t begin, int
     return InternalError(std::string("NVMe optimizer state: ") + what + " of tensor " +
                          std::to_string(k) + " [" + std::to_string(begin) + ", " +
                          std::to_string(begin + count) + ") outside the state or inside a pass");
+  const_cast<NvmeStateStore *>(this)->DropPrefetched();
   const SwapGeometry &g = geometry();
   PieceBuffer *b = &buffers_[0];
   for (int64_t at = begin; at < begin + count;) {

@@ -6,7 +6,9 @@
 //   Acquire(piece i)  update  Release     waits for i's read, starts i + 1's;
 //                                         writes i to the slot the last commit does
 //                                         not name (waited at once without pipeline_write)
-//   EndPass()                             waits for the writes, fdatasync, commit record
+//   EndPass()                             waits for the writes, fdatasync, commit record;
+//                                         with pipeline_read the next pass's first
+//                                         pieces are read from here on
 //
 // AbortPass() forgets a failed pass: the last commit still names the state
 // before it. Read and Write (checkpoints, set_param) work between passes on
@@ -87,6 +89,9 @@ class NvmeStateStore final : public StateStore {
   Status FinishWrite(PieceBuffer *buffer);
   Status StartWrite(PieceBuffer *buffer);
   void Prefetch(int64_t piece);
+  int64_t ReadAhead() const;
+  // Between passes: the next pass's reads ahead are waited for and forgotten.
+  void DropPrefetched();
   // Reads the current slot of `piece` into `buffer` and waits (between passes).
   Status LoadPiece(int64_t piece, PieceBuffer *buffer) const;
   // Between passes: loads each piece that tensor k's [begin, begin + count)

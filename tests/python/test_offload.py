@@ -62,18 +62,17 @@ def test_offloaded_run_reproduces_the_resident_run_bit_for_bit(tmp_path, tool, s
         o = m["offload"]["optimizer"]
         assert o["device"] == "nvme" and o["moved"] and o["committed_step"] == STEPS
         # Nothing of the optimizer tier stays in memory but its piece buffers.
-        slot = o["file_bytes"] // (2 * o["pieces"] + 1)  # upper bound: header and records
         assert m["memory"]["optimizer_state"]["bytes"] == 0
-        assert m["memory"]["offload"]["bytes"] == o["buffers"] * (o["read_bytes"] // (
-            o["pieces"] * (STEPS + 1)))
         assert o["buffers"] == min(4, o["pieces"]) and o["pieces"] > 1
+        piece_bytes = m["memory"]["offload"]["bytes"] // o["buffers"]
         # Every step reads and writes every piece once (and so did the
         # initial master weights); the rest of the writes are the header and
-        # one commit record per pass.
-        piece_bytes = o["read_bytes"] // (o["pieces"] * (STEPS + 1))
-        assert o["read_bytes"] == piece_bytes * o["pieces"] * (STEPS + 1)
-        records = o["write_bytes"] - o["read_bytes"]
-        assert 0 < records < slot and o["short_transfers"] == 0
+        # one commit record per pass. With pipeline_read the next step's
+        # first pieces (2 of them with 4 buffers) are being read already.
+        passes = piece_bytes * o["pieces"] * (STEPS + 1)
+        assert passes <= o["read_bytes"] <= passes + (2 * piece_bytes if pipeline else 0)
+        records = o["write_bytes"] - passes
+        assert 0 < records < piece_bytes and o["short_transfers"] == 0
     # A clean shutdown removes the swap files.
     assert list((tmp_path / "swap_nvme").iterdir()) == []
 
