@@ -22,9 +22,9 @@ NvmeStateStore::~NvmeStateStore() {
 Status NvmeStateStore::Open() {
   if (names().size() > StatePiece::kMaxTensors)
     return InternalError("optimizer state: more tensors than a StatePiece holds");
-  Result<std::unique_ptr<SwapFile>> file =
-      SwapFile::Create(options_.path, std::max<int64_t>(numel(), 1), options_.piece_elements,
-                       int64_t(names().size()), options_.aio, options_.engine);
+  Result<std::unique_ptr<SwapFile>> file = (options_.resume ? SwapFile::Open : SwapFile::Create)(
+      options_.path, std::max<int64_t>(numel(), 1), options_.piece_elements,
+      int64_t(names().size()), options_.aio, options_.engine);
   if (!file.ok()) return file.status();
   file_ = std::move(file).value();
   const SwapGeometry &g = file_->geometry();

@@ -44,6 +44,9 @@ struct NvmeStoreOptions {
   AioConfig aio;
   std::string engine = "auto";  // auto | io_uring | pread
   std::vector<InjectedIoFault> faults;
+  // Open the swap file a crashed run left and start from its last commit
+  // (committed_step()) instead of creating it afresh.
+  bool resume = false;
 };
 
 class NvmeStateStore final : public StateStore {

@@ -8,9 +8,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <thread>
 
 #include "core/checkpoint/checksum.h"
 
@@ -33,6 +36,17 @@ std::string Gib(int64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.2f GiB", double(bytes) / double(1LL << 30));
   return text;
+}
+
+// flock, waiting up to 2 s: a killed run's file stays locked until the
+// kernel has drained its io_uring, a moment after the process is gone.
+int LockWithin2Seconds(int fd) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
+    if (errno != EWOULDBLOCK || std::chrono::steady_clock::now() > deadline) return errno;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 }  // namespace
@@ -83,6 +97,31 @@ void EncodeRecord(const CommitRecord &r, char *out) {
   put(r.checksum.data(), r.checksum.size() * 8);
   const uint64_t self = SlotChecksum(begin, size_t(out - begin));
   put(&self, 8);
+}
+
+// The record in `in`, or nullopt when it is not a whole record for `pieces`
+// pieces (never written, torn by a crash, or another file's).
+std::optional<CommitRecord> DecodeRecord(const char *in, int64_t pieces) {
+  uint64_t magic = 0;
+  int64_t stored_pieces = 0;
+  CommitRecord r;
+  std::memcpy(&magic, in, 8);
+  std::memcpy(&r.sequence, in + 8, 8);
+  std::memcpy(&r.step, in + 16, 8);
+  std::memcpy(&stored_pieces, in + 24, 8);
+  if (magic != kRecordMagic || stored_pieces != pieces || r.sequence == 0) return std::nullopt;
+  const char *checksums = in + 32 + RoundUp(pieces, 8);
+  const char *end = checksums + 8 * pieces;
+  uint64_t self = 0;
+  std::memcpy(&self, end, 8);
+  if (SlotChecksum(in, size_t(end - in)) != self) return std::nullopt;
+  r.slot.assign(reinterpret_cast<const uint8_t *>(in + 32),
+                reinterpret_cast<const uint8_t *>(in + 32) + pieces);
+  r.checksum.resize(size_t(pieces));
+  std::memcpy(r.checksum.data(), checksums, size_t(pieces) * 8);
+  for (uint8_t slot : r.slot)
+    if (slot > 1) return std::nullopt;
+  return r;
 }
 
 }  // namespace
@@ -181,8 +220,7 @@ Result<std::unique_ptr<SwapFile>> SwapFile::Create(const std::string &path, int6
   bool direct = true;
   const int fd = OpenForDirectIo(path, &direct);
   if (fd < 0) return IoError("cannot create the NVMe swap file " + path + ": " + Errno(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
+  if (const int err = LockWithin2Seconds(fd); err != 0) {
     ::close(fd);
     return IoError("the NVMe swap file " + path + " is in use by another process (" + Errno(err) +
                    "); give each run its own nvme_path");
@@ -218,6 +256,66 @@ Result<std::unique_ptr<SwapFile>> SwapFile::Create(const std::string &path, int6
   const AlignedBuffer zeros(size_t(g.slot_bytes), size_t(g.align), nullptr);
   first.checksum.assign(size_t(g.pieces), SlotChecksum(zeros.data(), zeros.bytes()));
   DST_RETURN_IF_ERROR(file->Commit(std::move(first)));
+  return file;
+}
+
+Result<std::unique_ptr<SwapFile>> SwapFile::Open(const std::string &path, int64_t numel,
+                                                 int64_t piece_elements, int64_t tensors,
+                                                 const AioConfig &aio, std::string_view engine) {
+  bool direct = true;
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_DIRECT);
+  if (fd < 0 && errno == EINVAL) {
+    direct = false;
+    fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  }
+  if (fd < 0) return IoError("cannot open the NVMe swap file " + path + ": " + Errno(errno));
+  if (const int err = LockWithin2Seconds(fd); err != 0) {
+    ::close(fd);
+    return IoError("the NVMe swap file " + path + " is in use by another process (" + Errno(err) +
+                   ")");
+  }
+  const SwapGeometry g = SwapGeometry::For(numel, piece_elements, tensors, DirectAlignment(fd));
+  std::unique_ptr<SwapFile> file(new SwapFile(path, fd, g, direct));
+  Result<std::unique_ptr<AsyncFile>> io = OpenAsyncFile(path, fd, aio, engine);
+  if (!io.ok()) return io.status();
+  file->io_ = std::move(io).value();
+  // The header says what the file was made for.
+  AlignedBuffer header(size_t(g.align), size_t(g.align), nullptr);
+  Result<uint64_t> t = file->io_->Submit({IoOp::kRead, header.data(), header.bytes(), 0});
+  if (!t.ok()) return t.status();
+  DST_RETURN_IF_ERROR(file->io_->Wait(t.value()));
+  int64_t fields[9] = {};
+  std::memcpy(fields, header.data(), sizeof fields);
+  const int64_t expected[9] = {int64_t(kHeaderMagic),
+                               1,
+                               g.numel,
+                               g.piece_elements,
+                               g.pieces,
+                               g.tensors,
+                               g.align,
+                               g.slot_bytes,
+                               g.record_bytes};
+  if (std::memcmp(fields, expected, sizeof fields) != 0)
+    return IoError("the NVMe swap file " + path + " was written for another layout (" +
+                   std::to_string(fields[2]) + " elements in pieces of " +
+                   std::to_string(fields[3]) + ", " + std::to_string(fields[5]) +
+                   " tensors); this run has " + std::to_string(g.numel) + " in pieces of " +
+                   std::to_string(g.piece_elements) + ", " + std::to_string(g.tensors) +
+                   " tensors: resume from a checkpoint instead");
+  // The newer of the two records that is whole.
+  AlignedBuffer records(size_t(2 * g.record_bytes), size_t(g.align), nullptr);
+  t = file->io_->Submit({IoOp::kRead, records.data(), records.bytes(), g.RecordOffset(0)});
+  if (!t.ok()) return t.status();
+  DST_RETURN_IF_ERROR(file->io_->Wait(t.value()));
+  std::optional<CommitRecord> best;
+  for (int which = 0; which < 2; ++which) {
+    std::optional<CommitRecord> r = DecodeRecord(records.data() + which * g.record_bytes, g.pieces);
+    if (r && (!best || r->sequence > best->sequence)) best = std::move(r);
+  }
+  if (!best)
+    return IoError("the NVMe swap file " + path +
+                   " holds no whole commit record; resume from a checkpoint instead");
+  file->committed_ = std::move(*best);
   return file;
 }
 

@@ -85,6 +85,13 @@ class SwapFile {
   static Result<std::unique_ptr<SwapFile>> Create(const std::string &path, int64_t numel,
                                                   int64_t piece_elements, int64_t tensors,
                                                   const AioConfig &aio, std::string_view engine);
+  // Opens the swap file a previous run left (it crashed, or was killed):
+  // the header must describe this geometry, and the newer whole commit
+  // record becomes committed(). Every slot it names reads back as committed
+  // (checked against the record's checksums on read).
+  static Result<std::unique_ptr<SwapFile>> Open(const std::string &path, int64_t numel,
+                                                int64_t piece_elements, int64_t tensors,
+                                                const AioConfig &aio, std::string_view engine);
   ~SwapFile();
   SwapFile(const SwapFile &) = delete;
   SwapFile &operator=(const SwapFile &) = delete;

@@ -5,6 +5,8 @@
 // resident memory = its piece buffers).
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -219,6 +221,87 @@ TEST(NvmeStateStore, ACorruptSlotIsNamedOnRead) {
   EXPECT_NE(st.message().find("is corrupt: piece 1 (slot 1"), std::string::npos) << st.message();
   st = f.AddToAll(1.0f, 2);
   EXPECT_NE(st.message().find("is corrupt"), std::string::npos) << st.message();
+}
+
+// A process killed with SIGKILL in the middle of a pass (pieces written to
+// their other slots, no commit) leaves the swap file at its last commit: a
+// store that resumes from it reads the state of that step, and goes on.
+TEST(NvmeStateStore, AKillMidPassLeavesTheLastCommitToResumeFrom) {
+  const std::string dir = TempDir("kill");
+  NvmeStoreOptions options;
+  options.path = dir + "/s.swap";
+  options.piece_elements = 3000;
+  options.buffer_count = 3;
+  options.pipeline_read = options.pipeline_write = true;
+  const std::vector<std::string> names = {"master", "exp_avg", "exp_avg_sq"};
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the run that dies: steps 1 and 2 commit, step 3 is cut off
+    MemoryTracker tracker;
+    NvmeStateStore store(names, 10000, &tracker, options);
+    auto pass = [&](float delta, int64_t step, int64_t pieces) {
+      if (!store.BeginPass(step).ok()) ::_exit(2);
+      for (int64_t p = 0; p < pieces; ++p) {
+        StatePiece piece;
+        const int64_t c = p * 3000;
+        if (!store.Acquire(c, std::min<int64_t>(3000, 10000 - c), &piece).ok()) ::_exit(3);
+        for (int k = 0; k < 3; ++k)
+          for (int64_t i = 0; i < piece.count; ++i) piece.tensors[k][i] += delta;
+        if (!store.Release(piece, true).ok()) ::_exit(4);
+      }
+    };
+    if (!store.Open().ok()) ::_exit(1);
+    pass(1.0f, 1, 4);
+    if (!store.EndPass().ok()) ::_exit(5);
+    pass(1.0f, 2, 4);
+    if (!store.EndPass().ok()) ::_exit(5);
+    pass(50.0f, 3, 3);  // three of four pieces written to their other slots
+    ::raise(SIGKILL);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  ASSERT_TRUE(std::filesystem::exists(options.path));  // a crash leaves the file
+  options.resume = true;
+  MemoryTracker tracker;
+  NvmeStateStore store(names, 10000, &tracker, options);
+  Status st = store.Open();
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(store.committed_step(), 2);
+  std::vector<float> out(10000);
+  for (size_t k = 0; k < 3; ++k) {
+    ASSERT_TRUE(store.Read(k, 0, 10000, out.data()).ok());
+    EXPECT_EQ(out, std::vector<float>(10000, 2.0f)) << "tensor " << k;
+  }
+  // A second run on the same file is refused while this one holds it.
+  NvmeStoreOptions other = options;
+  other.piece_elements = 2000;
+  {
+    NvmeStateStore wrong(names, 10000, &tracker, other);
+    EXPECT_NE(wrong.Open().message().find("in use by another process"), std::string::npos);
+  }
+  store.RemoveOnClose();
+}
+
+TEST(NvmeStateStore, ASwapFileOfAnotherLayoutIsRefusedByName) {
+  const std::string dir = TempDir("layout");
+  {
+    Result<std::unique_ptr<SwapFile>> made =
+        SwapFile::Create(dir + "/s.swap", 10000, 3000, 3, AioConfig{}, "auto");
+    ASSERT_TRUE(made.ok());
+  }
+  Result<std::unique_ptr<SwapFile>> reopened =
+      SwapFile::Open(dir + "/s.swap", 10000, 2000, 3, AioConfig{}, "auto");
+  ASSERT_FALSE(reopened.ok());
+  EXPECT_NE(reopened.status().message().find("was written for another layout (10000 elements in "
+                                             "pieces of 3000, 3 tensors); this run has 10000 in "
+                                             "pieces of 2000"),
+            std::string::npos)
+      << reopened.status().message();
+  reopened = SwapFile::Open(dir + "/s.swap", 10000, 3000, 3, AioConfig{}, "auto");
+  ASSERT_TRUE(reopened.ok()) << reopened.status().message();
+  EXPECT_EQ(reopened.value()->committed().step, 0);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(NvmeStateStore, ACleanShutdownRemovesTheSwapFile) {

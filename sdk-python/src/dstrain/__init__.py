@@ -50,6 +50,7 @@ __all__ = [
     "version",
     "version_number",
     "build_info",
+    "io_probe",
     "estimate_memory",
     "inspect_checkpoint",
     "export_checkpoint_weights",
@@ -88,6 +89,17 @@ def version() -> str:
 def version_number() -> int:
     """The loaded library's ``major * 10000 + minor * 100 + patch``."""
     return int(_lib.lib.dst_version_number())
+
+
+def io_probe(directory: str, file_bytes: int = 0) -> Dict[str, Any]:
+    """Sequential write and read bandwidth of the file system under
+    `directory` through the NVMe offload tier's own I/O path, per aio block
+    size and queue depth, with the best and the ``aio`` settings to use
+    (``dst_io_probe_json``; `file_bytes` 0: 128 MiB per setting)."""
+    out = _lib.ffi.new("const char **")
+    _lib.check(_lib.lib.dst_io_probe_json(str(directory).encode(), int(file_bytes), out))
+    result: Dict[str, Any] = json.loads(_lib.string(out[0]))
+    return result
 
 
 def build_info() -> Dict[str, Any]:

@@ -80,6 +80,25 @@ pub fn check_version() -> Result<()> {
     }
 }
 
+/// Sequential write and read bandwidth of the file system under `dir` through the NVMe
+/// offload tier's own I/O path, per aio block size and queue depth, with the best and the
+/// `aio` settings to use, as JSON (`file_bytes` 0: 128 MiB per setting).
+pub fn io_probe_json(dir: &std::path::Path, file_bytes: u64) -> Result<String> {
+    check_version()?;
+    let dir_c = util::path_cstring(dir, "io_probe dir")?;
+    let file_bytes = i64::try_from(file_bytes).map_err(|_| {
+        Error::new(
+            Status::InvalidArgument,
+            format!("file_bytes {} is larger than i64::MAX", file_bytes),
+        )
+    })?;
+    let mut json: *const std::os::raw::c_char = std::ptr::null();
+    // SAFETY: `dir_c` lives during the call; `json` is a valid out pointer.
+    error::check(unsafe { sys::dst_io_probe_json(dir_c.as_ptr(), file_bytes, &mut json) })?;
+    // SAFETY: thread-local, valid until the next call on this thread; copied now.
+    Ok(unsafe { error::string_from_ptr(json) })
+}
+
 /// A JSON object describing the library's build: version, compiler, build type, BLAS and its
 /// threads, CPU features, whether CUDA / NCCL are compiled in, devices seen.
 pub fn build_info_json() -> Result<String> {

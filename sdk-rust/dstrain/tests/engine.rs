@@ -476,6 +476,19 @@ fn status_codes_round_trip() {
 }
 
 #[test]
+fn io_probe_measures_a_directory_and_names_a_missing_one() {
+    let dir = std::env::temp_dir().join(format!("dstrain_rust_probe_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let report = dstrain::io_probe_json(&dir, 32 << 20).unwrap();
+    assert!(report.contains("\"suggested_config\"") && report.contains("\"block_size\""));
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0); // the probe's file is gone
+    let err = dstrain::io_probe_json(&dir.join("nowhere"), 0).unwrap_err();
+    assert_eq!(err.status(), Status::Io);
+    assert!(err.message().contains("nowhere"), "{}", err);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn abort_frees_a_training_engine() {
     let mut engine = tiny_engine(2, 1);
     let (tokens, targets) = pattern_batch(2, 16, 1);

@@ -223,6 +223,18 @@ def test_version_and_build_info(dst):
     assert dst.library_path.endswith(".so") or ".so." in dst.library_path
 
 
+def test_io_probe_and_the_offload_report(dst, tmp_path):
+    report = dst.io_probe(str(tmp_path), 32 << 20)
+    assert report["file_bytes"] == 32 << 20 and len(report["results"]) == 9
+    assert report["suggested_config"]["aio"]["block_size"] == report["best"]["block_size"]
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(dst.DstrainIOError, match="nowhere"):
+        dst.io_probe(str(tmp_path / "nowhere"))
+    offload = dst.build_info()["offload"]
+    assert offload["io_engine"] in ("io_uring", "pread/pwrite")
+    assert offload["cpu_adam"] in ("avx512", "avx2", "scalar")
+
+
 def divmod_version(number: int):
     return number // 10000, (number // 100) % 100, number % 100
 
