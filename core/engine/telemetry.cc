@@ -144,7 +144,11 @@ nlohmann::json Telemetry::OffloadJson() const {
                       {"write_bytes", io.write_bytes},
                       {"requests", io.requests},
                       {"short_transfers", io.short_transfers},
-                      {"io_wait_seconds", io.wait_seconds}});
+                      {"io_wait_seconds", io.wait_seconds},
+                      {"aio",
+                       {{"block_size", nvme.aio().block_size},
+                        {"queue_depth", nvme.aio().queue_depth},
+                        {"probed", nvme.aio_probed()}}}});
   }
   return {{"optimizer", optimizer},
           {"param", {{"device", ctx_.config->zero.offload_param_device}, {"moved", false}}}};

@@ -1,5 +1,7 @@
 #include "core/offload/nvme_state_store.h"
 
+#include "core/offload/io_probe.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +24,21 @@ NvmeStateStore::~NvmeStateStore() {
 Status NvmeStateStore::Open() {
   if (names().size() > StatePiece::kMaxTensors)
     return InternalError("optimizer state: more tensors than a StatePiece holds");
+  if (options_.probe_aio) {  // no "aio" in the config: measure the drive and take its best
+    IoProbeOptions probe;
+    probe.file_bytes = 32LL << 20;
+    probe.queue_depths = {8, 32};
+    probe.engine = options_.engine;
+    Result<IoProbeReport> report =
+        ProbeIo(std::filesystem::path(options_.path).parent_path().string(), probe);
+    if (!report.ok()) {
+      Status st = report.status();
+      return st.context("probing nvme_path for the aio settings");
+    }
+    options_.aio.block_size = report.value().best.block_size;
+    options_.aio.queue_depth = report.value().best.queue_depth;
+    probed_ = report.value().best;
+  }
   Result<std::unique_ptr<SwapFile>> file = (options_.resume ? SwapFile::Open : SwapFile::Create)(
       options_.path, std::max<int64_t>(numel(), 1), options_.piece_elements,
       int64_t(names().size()), options_.aio, options_.engine);
@@ -339,6 +356,7 @@ StateStoreMaker NvmeStateStoreMaker(const Config &config, int64_t rank,
   options.pipeline_read = config.zero.offload_optimizer_pipeline_read;
   options.pipeline_write = config.zero.offload_optimizer_pipeline_write;
   options.aio = config.aio;
+  options.probe_aio = !config.aio.present;
   if (const char *engine = std::getenv("DSTRAIN_IO_ENGINE"); engine && *engine)
     options.engine = engine;
   options.faults = std::move(faults);

@@ -21,7 +21,7 @@ SUB_GROUP = 4000  # elements per piece: the tiny GPT's shard is cut into several
 
 
 def offload_job(tmp_path, stage, dp, name, precision="fp32", pipeline=False, buffers=4,
-                device="nvme", sub_group=SUB_GROUP):
+                device="nvme", sub_group=SUB_GROUP, aio=True):
     # 4 samples a step in every layout (accumulation makes up for dp), so
     # that a checkpoint moves between layouts.
     cfg, model = dp_tests.write_job(tmp_path, stage, 2, 2 // dp, dp, name)
@@ -37,6 +37,8 @@ def offload_job(tmp_path, stage, dp, name, precision="fp32", pipeline=False, buf
         config["zero_optimization"]["offload_optimizer"] = {
             "device": device, "nvme_path": str(swap), "buffer_count": buffers,
             "pipeline_read": pipeline, "pipeline_write": pipeline}
+        if aio:  # else the engine probes the drive at start-up
+            config["aio"] = {"block_size": 1048576, "queue_depth": 8}
     cfg.write_text(json.dumps(config))
     return cfg, model
 
@@ -306,3 +308,15 @@ def test_io_probe_measures_and_suggests_the_aio_settings(tmp_path, build_dir):
     missing = subprocess.run([cli, "io-probe", str(tmp_path / "nowhere")], capture_output=True,
                              text=True)
     assert missing.returncode == 1 and "nowhere" in missing.stderr, missing.stderr
+
+
+def test_without_an_aio_section_the_engine_measures_the_drive(tmp_path, tool):
+    cfg, model = offload_job(tmp_path, 1, 1, "resident", device=None)
+    resident = dp_tests.run_ranks(tool, cfg, model, 1, steps=3)
+    cfg, model = offload_job(tmp_path, 1, 1, "nvme", pipeline=True, aio=False)
+    run = dp_tests.run_ranks(tool, cfg, model, 1, steps=3)
+    aio = run[0]["metrics"]["offload"]["optimizer"]["aio"]
+    assert aio["probed"] and aio["block_size"] in (128 << 10, 1 << 20, 8 << 20)
+    assert aio["queue_depth"] in (8, 32)
+    assert losses(run) == losses(resident)
+    assert list((tmp_path / "swap_nvme").iterdir()) == []  # nor is the probe's file left
