@@ -98,15 +98,67 @@ std::vector<Chunk> SplitIntoChunks(uint64_t ticket, size_t bytes, size_t block) 
   return chunks;
 }
 
+// What both engines share: the requests in flight by ticket, under one
+// lock; the engine's thread finishes them and wakes the waiters.
+class TrackedFile : public AsyncFile {
+ public:
+  Status Wait(uint64_t ticket) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return live_.at(ticket).chunks_left == 0; });
+    counters_.wait_seconds += SecondsSince(t0);
+    Status st = std::move(live_.at(ticket).error);
+    live_.erase(ticket);
+    Forget(ticket);
+    return st;
+  }
+
+  Status WaitAll() override {
+    Status first = Status::Ok();
+    for (;;) {
+      uint64_t ticket = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (live_.empty()) return first;
+        ticket = live_.begin()->first;
+      }
+      Status st = Wait(ticket);
+      if (first.ok() && !st.ok()) first = std::move(st);
+    }
+  }
+
+ protected:
+  TrackedFile(std::string path, int fd) : AsyncFile(std::move(path), fd) {}
+  // A finished request was collected (mu_ held): drop what the engine kept for it.
+  virtual void Forget(uint64_t ticket) { (void)ticket; }
+  // A new request, `chunks` parts to finish (mu_ held).
+  uint64_t Track(const IoRequest &request, size_t chunks) {
+    const uint64_t ticket = ++last_ticket_;
+    Transfer &t = live_[ticket];
+    t.request = request;
+    t.fault_pending = request.fault != IoFault::kNone;
+    t.chunks_left = chunks;
+    ++counters_.requests;
+    return ticket;
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<uint64_t, Transfer> live_;
+
+ private:
+  uint64_t last_ticket_ = 0;
+};
+
 // ----------------------------------------------------------------- io_uring
 
 // The kernel moves the data; a reaper thread takes each completion as it
 // arrives and hands the next chunks to the kernel, so the queue stays full
 // while the caller computes (chunks are only submitted up to queue_depth).
-class UringFile final : public AsyncFile {
+class UringFile final : public TrackedFile {
  public:
   UringFile(std::string path, int fd, const AioConfig &aio, io_uring ring)
-      : AsyncFile(std::move(path), fd),
+      : TrackedFile(std::move(path), fd),
         ring_(ring),
         block_(size_t(aio.block_size)),
         depth_(size_t(aio.queue_depth)) {
@@ -133,44 +185,16 @@ class UringFile final : public AsyncFile {
     std::lock_guard<std::mutex> lock(mu_);
     if (broken_)
       return IoError("the io_uring of " + path_ + " failed earlier; no request can be made");
-    const uint64_t ticket = ++last_ticket_;
-    Transfer &t = live_[ticket];
-    t.request = request;
-    t.fault_pending = request.fault != IoFault::kNone;
-    for (const Chunk &c : SplitIntoChunks(ticket, request.bytes, block_)) {
+    const std::vector<Chunk> parts = SplitIntoChunks(0, request.bytes, block_);
+    const uint64_t ticket = Track(request, parts.size());
+    for (Chunk c : parts) {
+      c.ticket = ticket;
       chunks_.push_back(std::make_unique<Chunk>(c));
       pending_.push_back(chunks_.back().get());
-      ++t.chunks_left;
     }
-    ++counters_.requests;
     Pump();
     cv_.notify_all();  // a chunk finished at submission (an injected error)
     return ticket;
-  }
-
-  Status Wait(uint64_t ticket) override {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return live_.at(ticket).chunks_left == 0; });
-    counters_.wait_seconds += SecondsSince(t0);
-    Status st = std::move(live_.at(ticket).error);
-    live_.erase(ticket);
-    std::erase_if(chunks_, [&](const std::unique_ptr<Chunk> &c) { return c->ticket == ticket; });
-    return st;
-  }
-
-  Status WaitAll() override {
-    Status first = Status::Ok();
-    for (;;) {
-      uint64_t ticket = 0;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (live_.empty()) return first;
-        ticket = live_.begin()->first;
-      }
-      Status st = Wait(ticket);
-      if (first.ok() && !st.ok()) first = std::move(st);
-    }
   }
 
  private:
@@ -272,13 +296,13 @@ class UringFile final : public AsyncFile {
     --t.chunks_left;
   }
 
+  void Forget(uint64_t ticket) override {
+    std::erase_if(chunks_, [&](const std::unique_ptr<Chunk> &c) { return c->ticket == ticket; });
+  }
+
   io_uring ring_;
   size_t block_, depth_, in_flight_ = 0;
-  std::mutex mu_;
-  std::condition_variable cv_;
   bool stopping_ = false, broken_ = false;
-  uint64_t last_ticket_ = 0;
-  std::unordered_map<uint64_t, Transfer> live_;
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::deque<Chunk *> pending_;
   std::vector<std::pair<Chunk *, int>> failed_;  // chunks failed at submission: their errno
@@ -287,10 +311,10 @@ class UringFile final : public AsyncFile {
 
 // ----------------------------------------------------------- pread/pwrite
 
-class ThreadFile final : public AsyncFile {
+class ThreadFile final : public TrackedFile {
  public:
   ThreadFile(std::string path, int fd, const AioConfig &aio)
-      : AsyncFile(std::move(path), fd), block_(size_t(aio.block_size)) {
+      : TrackedFile(std::move(path), fd), block_(size_t(aio.block_size)) {
     worker_ = std::thread([this] { Run(); });
   }
   ~ThreadFile() override {
@@ -305,39 +329,10 @@ class ThreadFile final : public AsyncFile {
 
   Result<uint64_t> Submit(const IoRequest &request) override {
     std::lock_guard<std::mutex> lock(mu_);
-    const uint64_t ticket = ++last_ticket_;
-    Transfer &t = live_[ticket];
-    t.request = request;
-    t.fault_pending = request.fault != IoFault::kNone;
-    t.chunks_left = 1;
+    const uint64_t ticket = Track(request, 1);
     queue_.push_back(ticket);
-    ++counters_.requests;
     cv_.notify_all();
     return ticket;
-  }
-
-  Status Wait(uint64_t ticket) override {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return live_.at(ticket).chunks_left == 0; });
-    counters_.wait_seconds += SecondsSince(t0);
-    Status st = std::move(live_.at(ticket).error);
-    live_.erase(ticket);
-    return st;
-  }
-
-  Status WaitAll() override {
-    Status first = Status::Ok();
-    for (;;) {
-      uint64_t ticket = 0;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (live_.empty()) return first;
-        ticket = live_.begin()->first;
-      }
-      Status st = Wait(ticket);
-      if (first.ok() && !st.ok()) first = std::move(st);
-    }
   }
 
  private:
@@ -386,11 +381,7 @@ class ThreadFile final : public AsyncFile {
   }
 
   size_t block_;
-  std::mutex mu_;
-  std::condition_variable cv_;
   bool stop_ = false;
-  uint64_t last_ticket_ = 0;
-  std::unordered_map<uint64_t, Transfer> live_;
   std::deque<uint64_t> queue_;
   std::thread worker_;
 };
