@@ -15,7 +15,6 @@
 #include <optional>
 #include <thread>
 
-#include "core/checkpoint/checksum.h"
 
 namespace dst {
 
@@ -125,12 +124,6 @@ std::optional<CommitRecord> DecodeRecord(const char *in, int64_t pieces) {
 }
 
 }  // namespace
-
-uint64_t SlotChecksum(const void *data, size_t bytes) {
-  Checksum64 sum;
-  sum.Update(data, bytes);
-  return sum.Digest();
-}
 
 // ------------------------------------------------------------- AlignedBuffer
 

@@ -22,6 +22,7 @@
 #include "core/common/status.h"
 #include "core/config/config.h"
 #include "core/offload/async_file.h"
+#include "core/offload/slot_checksum.h"
 #include "core/runtime/memory.h"
 
 namespace dst {
@@ -74,8 +75,6 @@ struct CommitRecord {
   std::vector<uint64_t> checksum;
 };
 
-// Checksum of one slot's bytes (the checkpoint files' Checksum64).
-uint64_t SlotChecksum(const void *data, size_t bytes);
 
 class SwapFile {
  public:

@@ -18,6 +18,7 @@
 
 #include "core/offload/async_file.h"
 #include "core/offload/nvme_state_store.h"
+#include "core/offload/slot_checksum.h"
 #include "core/offload/swap_file.h"
 
 namespace dst {
@@ -101,6 +102,21 @@ TEST_P(AsyncFileTest, FailuresNameTheFileTheOffsetAndErrno) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, AsyncFileTest, ::testing::Values("pread", "io_uring"));
+
+TEST(SlotChecksum, TheCrc32InstructionAndTheTableAgreeAndAFlipShows) {
+  std::mt19937 rng(3);
+  std::vector<unsigned char> bytes(1 << 16);
+  for (unsigned char &b : bytes) b = static_cast<unsigned char>(rng());
+  for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(31), size_t(33), size_t(4096),
+                   bytes.size()})
+    EXPECT_EQ(SlotChecksum(bytes.data(), n), SlotChecksumPortable(bytes.data(), n)) << n;
+  const uint64_t before = SlotChecksum(bytes.data(), bytes.size());
+  bytes[12345] ^= 0x10;
+  EXPECT_NE(SlotChecksum(bytes.data(), bytes.size()), before);
+  // Zeros of different lengths differ (the length is mixed in).
+  const std::vector<unsigned char> zeros(64, 0);
+  EXPECT_NE(SlotChecksum(zeros.data(), 32), SlotChecksum(zeros.data(), 64));
+}
 
 TEST(SwapFile, AFullDiskAtStartUpNamesTheBytesNeededAndFree) {
   const std::string dir = TempDir("full");
