@@ -128,7 +128,8 @@ def test_report_shows_build_and_machine(dstrain):
     assert result.returncode == 0, result.stderr
     for field in ("version", "build type", "compiler", "cores", "features", "avx2",
                   "compiled for", "OpenBLAS", "threads", "OpenMP", "CUDA compiled in",
-                  "NCCL compiled in", "devices", "default corpus"):
+                  "NCCL compiled in", "devices", "NVMe I/O engine", "CPU-Adam path",
+                  "default corpus"):
         assert field in result.stdout, f"report lacks {field!r}:\n{result.stdout}"
 
 

@@ -72,6 +72,9 @@ StepSample Sample(int64_t step) {
   s.grad_norm = 1.5;
   s.loss_scale = 65536;
   s.skipped_steps_total = step / 10;
+  s.offload_read_bytes_total = 3 << 20;
+  s.offload_write_bytes_total = 5 << 20;
+  s.offload_io_wait_seconds_total = 0.25;
   s.step_seconds = 0.3;
   s.tokens_per_second = 16 * 128 / 0.3;
   s.samples_per_second = 16 / 0.3;
@@ -189,7 +192,9 @@ const std::vector<std::string> kCounters = {"dstrain_steps_total",
                                             "dstrain_comm_seconds_total",
                                             "dstrain_comm_group_operations_total",
                                             "dstrain_comm_group_bytes_total",
-                                            "dstrain_comm_group_seconds_total"};
+                                            "dstrain_comm_group_seconds_total",
+                                            "dstrain_offload_io_bytes_total",
+                                            "dstrain_offload_io_wait_seconds_total"};
 const std::vector<std::string> kGauges = {"dstrain_loss",
                                           "dstrain_learning_rate",
                                           "dstrain_grad_norm",
@@ -253,6 +258,9 @@ TEST(MetricsRegistry, EverySeriesWithRankLabelsAfterStep) {
   EXPECT_EQ(Value(text, "dstrain_offload_info",
                   {{"tier", "optimizer"}, {"device", "none"}, {"moved", "false"}}),
             1);
+  EXPECT_EQ(Value(text, "dstrain_offload_io_bytes_total", {{"op", "read"}}), 3 << 20);
+  EXPECT_EQ(Value(text, "dstrain_offload_io_bytes_total", {{"op", "write"}}), 5 << 20);
+  EXPECT_EQ(Value(text, "dstrain_offload_io_wait_seconds_total"), 0.25);
   EXPECT_EQ(Value(text, "dstrain_mfu_ratio"), 0.42);
   EXPECT_EQ(Value(text, "dstrain_loss_scale"), 65536);
   EXPECT_EQ(Value(text, "dstrain_timer_seconds", {{"timer", "forward"}}), 0.1);
