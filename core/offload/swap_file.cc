@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -14,7 +15,6 @@
 #include <filesystem>
 #include <optional>
 #include <thread>
-
 
 namespace dst {
 
@@ -50,12 +50,13 @@ int LockWithin2Seconds(int fd) {
 
 }  // namespace
 
-int OpenForDirectIo(const std::string &path, bool *direct) {
+int OpenForDirectIo(const std::string &path, bool *direct, bool create) {
+  const int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
   *direct = true;
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
+  int fd = ::open(path.c_str(), flags | O_DIRECT, 0600);
   if (fd < 0 && errno == EINVAL) {  // the file system has no O_DIRECT (tmpfs)
     *direct = false;
-    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    fd = ::open(path.c_str(), flags, 0600);
   }
   return fd;
 }
@@ -96,6 +97,19 @@ void EncodeRecord(const CommitRecord &r, char *out) {
   put(r.checksum.data(), r.checksum.size() * 8);
   const uint64_t self = SlotChecksum(begin, size_t(out - begin));
   put(&self, 8);
+}
+
+// The header's words: magic, version, then the geometry it was made for.
+std::array<int64_t, 9> HeaderFields(const SwapGeometry &g) {
+  return {int64_t(kHeaderMagic),
+          1,
+          g.numel,
+          g.piece_elements,
+          g.pieces,
+          g.tensors,
+          g.align,
+          g.slot_bytes,
+          g.record_bytes};
 }
 
 // The record in `in`, or nullopt when it is not a whole record for `pieces`
@@ -210,16 +224,12 @@ Result<std::unique_ptr<SwapFile>> SwapFile::Create(const std::string &path, int6
     return IoError("offload_optimizer.nvme_path " + dir +
                    " is not a directory; create it or point nvme_path at one");
   // Not truncated before the lock: another run may be using it.
-  bool direct = true;
-  const int fd = OpenForDirectIo(path, &direct);
-  if (fd < 0) return IoError("cannot create the NVMe swap file " + path + ": " + Errno(errno));
-  if (const int err = LockWithin2Seconds(fd); err != 0) {
-    ::close(fd);
-    return IoError("the NVMe swap file " + path + " is in use by another process (" + Errno(err) +
-                   "); give each run its own nvme_path");
-  }
-  const SwapGeometry g = SwapGeometry::For(numel, piece_elements, tensors, DirectAlignment(fd));
-  std::unique_ptr<SwapFile> file(new SwapFile(path, fd, g, direct));
+  Result<std::unique_ptr<SwapFile>> opened =
+      OpenLocked(path, /*create=*/true, numel, piece_elements, tensors);
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<SwapFile> file = std::move(opened).value();
+  const SwapGeometry &g = file->geometry_;
+  const int fd = file->fd_;
   const int64_t needed = g.FileBytes();
   const int64_t free_bytes = FreeBytesAt(dir);
   const std::string full = "the NVMe swap file " + path + " needs " + std::to_string(needed) +
@@ -239,9 +249,7 @@ Result<std::unique_ptr<SwapFile>> SwapFile::Create(const std::string &path, int6
     if (::ftruncate(fd, needed) != 0)  // no fallocate here: a sparse file of the size
       return IoError("cannot size the NVMe swap file " + path + ": " + Errno(errno));
   }
-  Result<std::unique_ptr<AsyncFile>> io = OpenAsyncFile(path, fd, aio, engine);
-  if (!io.ok()) return io.status();
-  file->io_ = std::move(io).value();
+  DST_RETURN_IF_ERROR(file->AttachIo(aio, engine));
   DST_RETURN_IF_ERROR(file->WriteHeader());
   // Every slot reads as zeros: the first commit names slot 0 with their checksum.
   CommitRecord first;
@@ -252,43 +260,47 @@ Result<std::unique_ptr<SwapFile>> SwapFile::Create(const std::string &path, int6
   return file;
 }
 
-Result<std::unique_ptr<SwapFile>> SwapFile::Open(const std::string &path, int64_t numel,
-                                                 int64_t piece_elements, int64_t tensors,
-                                                 const AioConfig &aio, std::string_view engine) {
+Result<std::unique_ptr<SwapFile>> SwapFile::OpenLocked(const std::string &path, bool create,
+                                                       int64_t numel, int64_t piece_elements,
+                                                       int64_t tensors) {
   bool direct = true;
-  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_DIRECT);
-  if (fd < 0 && errno == EINVAL) {
-    direct = false;
-    fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  }
-  if (fd < 0) return IoError("cannot open the NVMe swap file " + path + ": " + Errno(errno));
+  const int fd = OpenForDirectIo(path, &direct, create);
+  if (fd < 0)
+    return IoError(std::string(create ? "cannot create" : "cannot open") + " the NVMe swap file " +
+                   path + ": " + Errno(errno));
   if (const int err = LockWithin2Seconds(fd); err != 0) {
     ::close(fd);
     return IoError("the NVMe swap file " + path + " is in use by another process (" + Errno(err) +
-                   ")");
+                   "); give each run its own nvme_path");
   }
   const SwapGeometry g = SwapGeometry::For(numel, piece_elements, tensors, DirectAlignment(fd));
-  std::unique_ptr<SwapFile> file(new SwapFile(path, fd, g, direct));
-  Result<std::unique_ptr<AsyncFile>> io = OpenAsyncFile(path, fd, aio, engine);
+  return std::unique_ptr<SwapFile>(new SwapFile(path, fd, g, direct));
+}
+
+Status SwapFile::AttachIo(const AioConfig &aio, std::string_view engine) {
+  Result<std::unique_ptr<AsyncFile>> io = OpenAsyncFile(path_, fd_, aio, engine);
   if (!io.ok()) return io.status();
-  file->io_ = std::move(io).value();
+  io_ = std::move(io).value();
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<SwapFile>> SwapFile::Open(const std::string &path, int64_t numel,
+                                                 int64_t piece_elements, int64_t tensors,
+                                                 const AioConfig &aio, std::string_view engine) {
+  Result<std::unique_ptr<SwapFile>> opened =
+      OpenLocked(path, /*create=*/false, numel, piece_elements, tensors);
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<SwapFile> file = std::move(opened).value();
+  const SwapGeometry &g = file->geometry_;
+  DST_RETURN_IF_ERROR(file->AttachIo(aio, engine));
   // The header says what the file was made for.
   AlignedBuffer header(size_t(g.align), size_t(g.align), nullptr);
   Result<uint64_t> t = file->io_->Submit({IoOp::kRead, header.data(), header.bytes(), 0});
   if (!t.ok()) return t.status();
   DST_RETURN_IF_ERROR(file->io_->Wait(t.value()));
-  int64_t fields[9] = {};
-  std::memcpy(fields, header.data(), sizeof fields);
-  const int64_t expected[9] = {int64_t(kHeaderMagic),
-                               1,
-                               g.numel,
-                               g.piece_elements,
-                               g.pieces,
-                               g.tensors,
-                               g.align,
-                               g.slot_bytes,
-                               g.record_bytes};
-  if (std::memcmp(fields, expected, sizeof fields) != 0)
+  std::array<int64_t, 9> fields{};
+  std::memcpy(fields.data(), header.data(), sizeof fields);
+  if (fields != HeaderFields(g))
     return IoError("the NVMe swap file " + path + " was written for another layout (" +
                    std::to_string(fields[2]) + " elements in pieces of " +
                    std::to_string(fields[3]) + ", " + std::to_string(fields[5]) +
@@ -314,12 +326,8 @@ Result<std::unique_ptr<SwapFile>> SwapFile::Open(const std::string &path, int64_
 
 Status SwapFile::WriteHeader() {
   AlignedBuffer header(size_t(geometry_.align), size_t(geometry_.align), nullptr);
-  const int64_t fields[] = {int64_t(kHeaderMagic), 1,
-                            geometry_.numel,       geometry_.piece_elements,
-                            geometry_.pieces,      geometry_.tensors,
-                            geometry_.align,       geometry_.slot_bytes,
-                            geometry_.record_bytes};
-  std::memcpy(header.data(), fields, sizeof fields);
+  const std::array<int64_t, 9> fields = HeaderFields(geometry_);
+  std::memcpy(header.data(), fields.data(), sizeof fields);
   Result<uint64_t> t = io_->Submit({IoOp::kWrite, header.data(), header.bytes(), 0});
   if (!t.ok()) return t.status();
   return io_->Wait(t.value());

@@ -75,7 +75,6 @@ struct CommitRecord {
   std::vector<uint64_t> checksum;
 };
 
-
 class SwapFile {
  public:
   // Creates `path` afresh for `tensors` tensors of `numel` elements in
@@ -109,6 +108,11 @@ class SwapFile {
 
  private:
   SwapFile(std::string path, int fd, SwapGeometry geometry, bool direct);
+  // `path` opened (created when `create`) for direct I/O and locked; no I/O engine yet.
+  static Result<std::unique_ptr<SwapFile>> OpenLocked(const std::string &path, bool create,
+                                                      int64_t numel, int64_t piece_elements,
+                                                      int64_t tensors);
+  Status AttachIo(const AioConfig &aio, std::string_view engine);
   Status WriteHeader();
   std::string path_;
   int fd_;
@@ -119,9 +123,10 @@ class SwapFile {
   CommitRecord committed_;
 };
 
-// Opens (creating) `path` read-write with O_DIRECT, or without it where the
-// file system refuses it (*direct false); -1 with errno on failure.
-int OpenForDirectIo(const std::string &path, bool *direct);
+// Opens `path` read-write (creating it when `create`) with O_DIRECT, or
+// without it where the file system refuses it (*direct false); -1 with
+// errno on failure.
+int OpenForDirectIo(const std::string &path, bool *direct, bool create = true);
 // The alignment O_DIRECT needs on this file: what statx reports, at least 4 KiB.
 int64_t DirectAlignment(int fd);
 
