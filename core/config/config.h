@@ -64,6 +64,11 @@ struct ZeroConfig {
   int64_t offload_optimizer_buffer_count = 4;
   bool offload_optimizer_pipeline_read = false;   // read piece i + 1 while piece i computes
   bool offload_optimizer_pipeline_write = false;  // write piece i - 1 while piece i computes
+  // offload_param's NVMe settings (ZeRO 3; DeepSpeed's names and defaults).
+  std::string offload_param_nvme_path;
+  int64_t offload_param_buffer_count = 5;         // windows a layer's share is read into
+  int64_t offload_param_buffer_size = 100000000;  // elements: the largest share of one layer
+  int64_t offload_param_max_in_cpu = 1000000000;  // elements of the shard kept in memory
 };
 
 // DeepSpeed's "aio" section: how the NVMe tier talks to its files.

@@ -26,19 +26,6 @@ namespace {
 // Phase 2: gates. Each decides whether this build can run one feature as
 // configured; the issue that builds the feature relaxes its gate.
 
-// "cpu" is where this CPU engine keeps everything already (accepted, and
-// said so in the resolved config's notes and the metrics); the optimizer's
-// NVMe tier is built (core/offload), the parameters' is not yet.
-Status CheckOffloadSupported(const ZeroConfig &zero) {
-  if (zero.offload_param_device == "nvme") {
-    return NotSupported(
-        "zero_optimization.offload_param.device: offloading to \"nvme\" is not supported yet; "
-        "use \"cpu\" (on this CPU engine the parameters are in host memory already) or "
-        "\"none\"");
-  }
-  return Status::Ok();
-}
-
 // Every ZeRO stage is built: 0 (data parallelism), 1 (partitioned optimizer
 // state), 2 (and gradients), 3 (and parameters). ReadZero has already limited
 // the stage to 0-3; the gate stays for stages added later.
@@ -163,7 +150,6 @@ Status CheckFeatureSectionsSupported(const ExtraSettings &extra) {
 Status CheckSupported(const Config &config, const ExtraSettings &extra) {
   // Offload before stage: offload implies a stage > 0, and naming the offload
   // is the more specific message.
-  DST_RETURN_IF_ERROR(CheckOffloadSupported(config.zero));
   DST_RETURN_IF_ERROR(CheckZeroStageSupported(config.zero));
   DST_RETURN_IF_ERROR(
       CheckCommunicationTypeSupported(config.precision(), config.communication_data_type));

@@ -160,7 +160,7 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kZero, "sub_group_size", kPositive,
      "elements the optimizer steps at a time (1e9); the NVMe tier's piece"},
     {kZero, "offload_optimizer", kObject, "optimizer-state offload (cpu: in place; nvme)"},
-    {kZero, "offload_param", kObject, "parameter offload (cpu: in place; nvme not yet)"},
+    {kZero, "offload_param", kObject, "parameter offload, ZeRO 3 (cpu: in place; nvme: swap file)"},
 
     {kOffloadOpt, "device", kDevice,
      "nvme: master weights and optimizer state in a swap file per rank (ZeRO 1-3); cpu: "
@@ -172,12 +172,12 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kOffloadOpt, "pipeline_write", kBool, "write the last sub-group while one is updated"},
     {kOffloadOpt, "fast_init", kBool, "fast optimizer initialisation for NVMe"},
     {kOffloadOpt, "ratio", kRatio, "fraction of optimizer state offloaded (1.0; nvme: only 1.0)"},
-    {kOffloadParam, "device", kDevice, "cpu: already in host memory; nvme: not supported yet"},
+    {kOffloadParam, "device", kDevice, "cpu: already in host memory; nvme: swap file (ZeRO 3)"},
     {kOffloadParam, "pin_memory", kBool, "page-locked host buffers"},
     {kOffloadParam, "nvme_path", kPathOrNull, "directory for NVMe swap files"},
-    {kOffloadParam, "buffer_count", kCount, "swap buffers (5)"},
-    {kOffloadParam, "buffer_size", kCount, "elements per swap buffer (1e8)"},
-    {kOffloadParam, "max_in_cpu", kCount, "parameter elements kept in CPU memory (1e9)"},
+    {kOffloadParam, "buffer_count", kCount, "windows a layer's share is read ahead into (5)"},
+    {kOffloadParam, "buffer_size", kCount, "largest share of one layer per window, elements (1e8)"},
+    {kOffloadParam, "max_in_cpu", kCount, "shard elements kept in memory, the rest swapped (1e9)"},
 
     // ---- precision ----
     {kFp16, "enabled", "true, false or \"auto\" (= false)",

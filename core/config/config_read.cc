@@ -328,8 +328,8 @@ Status ReadScheduler(const ObjectReader &root, const ConfigContext &context, Par
   });
 }
 
-// offload_optimizer / offload_param. Only the device reaches Config; the
-// rest is validated so that a pasted config is checked whole.
+// offload_optimizer / offload_param (pin_memory and fast_init are validated
+// so that a pasted config is checked whole; host memory is all there is).
 Status ReadOffload(const ObjectReader &zero, std::string_view key, std::string_view section,
                    ZeroConfig *config) {
   const bool optimizer = section == kOffloadOpt;
@@ -341,7 +341,6 @@ Status ReadOffload(const ObjectReader &zero, std::string_view key, std::string_v
     DST_RETURN_IF_ERROR(offload.ReadBool("pin_memory", &flag));
     std::string nvme_path;
     DST_RETURN_IF_ERROR(offload.ReadString("nvme_path", &nvme_path, /*nullable=*/true));
-    int64_t count = 0;
     if (optimizer) {
       double ratio = 1.0;
       config->offload_optimizer_nvme_path = nvme_path;
@@ -358,9 +357,13 @@ Status ReadOffload(const ObjectReader &zero, std::string_view key, std::string_v
                             ": offloading part of the optimizer state (ZeRO++'s twin-flow) is "
                             "not supported yet; remove it or set 1.0");
     } else {
-      DST_RETURN_IF_ERROR(offload.ReadInt("buffer_count", &count, 0, kInt64Max));
-      DST_RETURN_IF_ERROR(offload.ReadInt("buffer_size", &count, 0, kInt64Max));
-      DST_RETURN_IF_ERROR(offload.ReadInt("max_in_cpu", &count, 0, kInt64Max));
+      config->offload_param_nvme_path = nvme_path;
+      DST_RETURN_IF_ERROR(
+          offload.ReadInt("buffer_count", &config->offload_param_buffer_count, 1, 1024));
+      DST_RETURN_IF_ERROR(
+          offload.ReadInt("buffer_size", &config->offload_param_buffer_size, 1, kInt64Max));
+      DST_RETURN_IF_ERROR(
+          offload.ReadInt("max_in_cpu", &config->offload_param_max_in_cpu, 0, kInt64Max));
     }
     if (*device == "nvme" && nvme_path.empty()) {
       return ConfigError(offload.PathOf("nvme_path") +

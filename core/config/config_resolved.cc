@@ -91,6 +91,12 @@ Json ZeroJson(const ZeroConfig &zero) {
     out["offload_optimizer"]["pipeline_write"] = zero.offload_optimizer_pipeline_write;
   }
   out["offload_param"] = Json{{"device", zero.offload_param_device}};
+  if (zero.offload_param_device == "nvme") {
+    out["offload_param"]["nvme_path"] = zero.offload_param_nvme_path;
+    out["offload_param"]["buffer_count"] = zero.offload_param_buffer_count;
+    out["offload_param"]["buffer_size"] = zero.offload_param_buffer_size;
+    out["offload_param"]["max_in_cpu"] = zero.offload_param_max_in_cpu;
+  }
   return out;
 }
 
@@ -148,6 +154,12 @@ Json Notes(const Config &config) {
     notes.push_back(
         "zero_optimization.offload_param.device \"cpu\": this CPU engine keeps the parameters in "
         "host memory already; nothing moves (on a GPU it is host offload)");
+  if (config.zero.offload_param_device == "nvme")
+    notes.push_back(
+        "zero_optimization.offload_param.device \"nvme\": each rank keeps the first max_in_cpu (" +
+        std::to_string(config.zero.offload_param_max_in_cpu) +
+        ") elements of its parameter shard in memory and the rest in its swap file, read a "
+        "layer ahead of its gather into buffer_count windows");
   if (c.cpu_checkpointing)
     notes.push_back(
         "activation_checkpointing.cpu_checkpointing: the CPU engine keeps activations in host "

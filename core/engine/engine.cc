@@ -1,6 +1,7 @@
 #include "core/engine/engine.h"
 
 #include "core/offload/nvme_state_store.h"
+#include "core/offload/param_swap.h"
 
 #include "core/engine/layout_memory.h"
 
@@ -108,7 +109,8 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
       config_, model_.get(), dp_comm_, &memory_,
       NvmeStateStoreMaker(
           config_, env_.rank,
-          io_faults.ok() ? std::move(io_faults).value() : std::vector<InjectedIoFault>{}));
+          io_faults.ok() ? std::move(io_faults).value() : std::vector<InjectedIoFault>{}),
+      ParamSwapOptionsFor(config_, env_.rank));
   executor_ = std::make_unique<Executor>(config_, model_.get(), dp_.get(), &scaler_, &progress_);
   whole_decls_ = DeclareParameters(spec);
   holder_.assign(whole_decls_.size(), 0);
@@ -140,6 +142,8 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   telemetry.dp_size = dp_comm_->size();
   telemetry.dp_rank = groups_.coord.dp;
   telemetry.nvme = dynamic_cast<const NvmeStateStore *>(&dp_->optimizer().state());
+  if (const auto *data_parallel = dynamic_cast<const DataParallel *>(dp_.get()))
+    telemetry.params = data_parallel->param_partition();
   telemetry.tp_rank = groups_.coord.tp;
   telemetry.pp_rank = groups_.coord.pp;
   telemetry_ = std::make_unique<Telemetry>(std::move(telemetry));

@@ -1,6 +1,7 @@
 #include "core/engine/telemetry.h"
 
 #include "core/offload/nvme_state_store.h"
+#include "core/zero/param_partition.h"
 
 #include <unistd.h>
 #include <algorithm>
@@ -14,6 +15,10 @@
 namespace dst {
 
 namespace {
+
+const ParamSwap *ParamSwapOf(const TelemetryContext &ctx) {
+  return ctx.params ? ctx.params->swap() : nullptr;
+}
 
 constexpr const char *kRankSampleKey = "__dstrain/metrics/rank";
 
@@ -72,6 +77,8 @@ metrics::RankIdentity Telemetry::Identity() const {
   id.offload_optimizer = ctx_.config->zero.offload_optimizer_device;
   id.offload_param = ctx_.config->zero.offload_param_device;
   if (ctx_.nvme) id.offload_io_engine = ctx_.nvme->file().io().engine();
+  if (const ParamSwap *swap = ParamSwapOf(ctx_); swap && !ctx_.nvme)
+    id.offload_io_engine = swap->file().io().engine();
   return id;
 }
 
@@ -116,11 +123,13 @@ void Telemetry::FillLive(metrics::StepSample *s) const {
     s->memory[size_t(c)] = {ctx_.memory->Current(cat), ctx_.memory->Peak(cat)};
   }
   s->process_rss_bytes = ProcessRssBytes();
-  if (ctx_.nvme) {
-    const IoCounters &io = ctx_.nvme->io_counters();
-    s->offload_read_bytes_total = io.read_bytes;
-    s->offload_write_bytes_total = io.write_bytes;
-    s->offload_io_wait_seconds_total = io.wait_seconds;
+  // Both tiers' I/O (optimizer and parameters).
+  for (const IoCounters *io : {ctx_.nvme ? &ctx_.nvme->io_counters() : nullptr,
+                               ParamSwapOf(ctx_) ? &ParamSwapOf(ctx_)->io_counters() : nullptr}) {
+    if (!io) continue;
+    s->offload_read_bytes_total += io->read_bytes;
+    s->offload_write_bytes_total += io->write_bytes;
+    s->offload_io_wait_seconds_total += io->wait_seconds;
   }
 }
 
@@ -150,8 +159,33 @@ nlohmann::json Telemetry::OffloadJson() const {
                         {"queue_depth", nvme.aio().queue_depth},
                         {"probed", nvme.aio_probed()}}}});
   }
-  return {{"optimizer", optimizer},
-          {"param", {{"device", ctx_.config->zero.offload_param_device}, {"moved", false}}}};
+  return {{"optimizer", optimizer}, {"param", ParamOffloadJson()}};
+}
+
+// The parameter tier (ZeRO 3, offload_param): what stays in memory, and for
+// NVMe the swap file and its I/O so far.
+nlohmann::json Telemetry::ParamOffloadJson() const {
+  const ParamSwap *swap = ParamSwapOf(ctx_);
+  nlohmann::json param = {{"device", ctx_.config->zero.offload_param_device},
+                          {"moved", swap != nullptr}};
+  if (ctx_.config->zero.offload_param_device != "nvme" || !ctx_.params) return param;
+  param["resident_elements"] = ctx_.params->resident_elements();
+  param["swapped_elements"] = swap ? ctx_.params->swapped_elements() : 0;
+  if (!swap) return param;
+  const IoCounters &io = swap->io_counters();
+  param.update({{"path", swap->file().path()},
+                {"io_engine", swap->file().io().engine()},
+                {"direct_io", swap->file().direct()},
+                {"file_bytes", swap->file().geometry().FileBytes()},
+                {"windows", swap->windows()},
+                {"buffer_bytes", swap->buffer_bytes()},
+                {"committed_step", swap->committed_step()},
+                {"read_bytes", io.read_bytes},
+                {"write_bytes", io.write_bytes},
+                {"requests", io.requests},
+                {"short_transfers", io.short_transfers},
+                {"io_wait_seconds", io.wait_seconds}});
+  return param;
 }
 
 metrics::StepSample Telemetry::BuildStepSample(const StepRecord &rec,

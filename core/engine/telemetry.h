@@ -29,6 +29,7 @@
 namespace dst {
 
 class NvmeStateStore;
+class ParameterPartition;
 
 namespace metrics {
 class Monitor;
@@ -47,7 +48,8 @@ struct TelemetryContext {
   double model_flops_per_sample_token = 0;  // the whole model's (differs with a pipeline)
   int zero_stage = 0;
   int64_t dp_size = 1, dp_rank = 0, tp_rank = 0, pp_rank = 0, pp_size = 1, tp_size = 1;
-  const NvmeStateStore *nvme = nullptr;  // the optimizer's NVMe tier, when offloaded there
+  const NvmeStateStore *nvme = nullptr;        // the optimizer's NVMe tier, when offloaded there
+  const ParameterPartition *params = nullptr;  // ZeRO 3's parameter shard (swap: offload_param)
 };
 
 // The engine's state a metrics JSON reports beside the last sample.
@@ -77,6 +79,7 @@ class Telemetry {
   nlohmann::json CommJson() const;
   // offload.{optimizer,param}: the tiers and, on NVMe, the swap file and its I/O.
   nlohmann::json OffloadJson() const;
+  nlohmann::json ParamOffloadJson() const;
   // The dashboard's address ("http://host:port/"), or "" when HTTP is off.
   std::string MonitorUrl() const;
 

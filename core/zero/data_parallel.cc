@@ -35,7 +35,8 @@ ParamStoreOptions StoreOptionsForStage(int stage, int64_t dp_size, DType precisi
 }
 
 DataParallel::DataParallel(const Config &config, Model<float> *model, Communicator *dp,
-                           MemoryTracker *tracker, const StateStoreMaker &make_store)
+                           MemoryTracker *tracker, const StateStoreMaker &make_store,
+                           ParamSwapOptions param_swap)
     : stage_(config.zero.stage),
       storage_(StorageOf(config.precision())),
       wire_(StorageOf(config.communication_data_type)),
@@ -43,11 +44,13 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
       model_(model),
       tracker_(tracker),
       layout_(model->params().size(), dp->size()),
-      overlap_(config.zero.overlap_comm && dp->size() > 1) {
+      overlap_(config.zero.overlap_comm && dp->size() > 1),
+      param_swap_(std::move(param_swap)) {
+  if (stage_ < 3) param_swap_.path.clear();
   if (wire_ != StorageType::kFp32 && wire_ != storage_) wire_ = storage_;
   const ShardInfo all{0, layout_.padded};
   state_range_ = stage_ == 0 ? all : my_shard();
-  mirror_ = make_store != nullptr && !Wide();
+  mirror_ = (make_store != nullptr || ParamsOffloaded()) && !Wide();
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, state_range_.size, tracker,
                                            Wide() || mirror_, make_store);
   ParamStore<float> &store = model->params();
@@ -63,9 +66,9 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   const ShardLayout local_layout(layout_.padded, 1);
 
   if (stage_ >= 3)
-    params_ =
-        std::make_unique<ParameterPartition>(&plan_, layout_, dp_, &store, tracker, seed,
-                                             config.zero.stage3_prefetch_bucket_size, storage_);
+    params_ = std::make_unique<ParameterPartition>(
+        &plan_, layout_, dp_, &store, tracker, seed, config.zero.stage3_prefetch_bucket_size,
+        storage_, ParamsOffloaded() ? param_swap_.max_in_cpu : -1);
   else if (Wide())
     params_ = std::make_unique<ParameterPartition>(&plan_, local_layout, local_.get(), &store,
                                                    tracker, seed, 0, storage_);
@@ -92,6 +95,7 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
 
 Status DataParallel::Start() {
   DST_RETURN_IF_ERROR(optimizer_->state().Open());
+  DST_RETURN_IF_ERROR(StartParamSwap());
   if (!optimizer_->master_weights()) return Status::Ok();
   // 16 bits: the master weights are the fp32 initialisation of the state
   // range (a pure function of the element, as the 16-bit parameters are its
@@ -100,22 +104,41 @@ Status DataParallel::Start() {
   const uint64_t seed = model_->spec().seed;
   return ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {
     const int64_t begin = state_range_.offset + piece.begin;
-    if (mirror_)
+    if (mirror_ && !ParamsOffloaded())
       std::memcpy(piece.tensors[0], StateParams() + piece.begin, size_t(piece.count) * 4);
     else
       store.InitializeRange(seed, begin, begin + piece.count, piece.tensors[0]);
+    return Status::Ok();
   });
 }
 
+Status DataParallel::StartParamSwap() {
+  if (!ParamsOffloaded() || params_->swapped_elements() == 0) return Status::Ok();
+  const int64_t share = params_->largest_swapped_share();
+  if (share > param_swap_.buffer_size)
+    return ConfigError("zero_optimization.offload_param.buffer_size is " +
+                       std::to_string(param_swap_.buffer_size) +
+                       " elements, but a layer's share of this rank's swapped parameters is " +
+                       std::to_string(share) + "; raise buffer_size to at least " +
+                       std::to_string(share));
+  ParamSwapOptions options = param_swap_;
+  const int64_t bytes = int64_t(ElementBytes(storage_));
+  options.bytes = params_->swapped_elements() * bytes;
+  options.window_bytes = share * bytes;
+  Result<std::unique_ptr<ParamSwap>> swap = ParamSwap::Create(options, tracker_);
+  if (!swap.ok()) return swap.status();
+  return params_->AttachSwap(std::move(swap).value());
+}
+
 Status DataParallel::ForEachStatePiece(bool modified,
-                                       const std::function<void(const StatePiece &)> &fn) {
+                                       const std::function<Status(const StatePiece &)> &fn) {
   StateStore &state = optimizer_->state();
   DST_RETURN_IF_ERROR(state.BeginPass(optimizer_->steps_taken()));
   const int64_t step = state.piece_elements();
   for (int64_t c = 0; c < state_range_.size; c += step) {
     StatePiece piece;
     Status st = optimizer_->AcquireState(c, std::min(step, state_range_.size - c), &piece);
-    if (st.ok()) fn(piece);
+    if (st.ok()) st = fn(piece);
     if (st.ok()) st = state.Release(piece, modified);
     if (!st.ok()) {
       state.AbortPass();
@@ -284,8 +307,19 @@ void DataParallel::ScaleGradients(float k) {
     cpu::Scale(static_cast<float *>(StateGrads()), state_range_.size, k);
 }
 
-void DataParallel::MasterToParams(int64_t begin, int64_t count, const float *master) {
-  Narrow(storage_, master, HalfParams(begin), count);
+Status DataParallel::MasterToParams(int64_t begin, int64_t count, const float *master) {
+  const int64_t at = ParamIndex(begin);
+  if (params_->Resident(at, count)) {
+    Narrow(storage_, master, HalfParams(begin), count);
+    return Status::Ok();
+  }
+  uint16_t half[kChunk];
+  for (int64_t c = 0; c < count; c += kChunk) {
+    const int64_t n = std::min(kChunk, count - c);
+    Narrow(storage_, master + c, half, n);
+    DST_RETURN_IF_ERROR(params_->WriteShard(at + c, half, n));
+  }
+  return Status::Ok();
 }
 
 Status DataParallel::ShareParams() {
@@ -309,24 +343,30 @@ Status DataParallel::Step(double lr) {
 Status DataParallel::UpdatePieces(double lr, int64_t *touched) {
   StateStore &state = optimizer_->state();
   DST_RETURN_IF_ERROR(state.BeginPass(optimizer_->steps_taken()));
+  if (params_) DST_RETURN_IF_ERROR(params_->BeginShardWrite());
   const int64_t step = state.piece_elements();
   for (int64_t c = 0; c < state_range_.size; c += step) {
     StatePiece piece;
     DST_RETURN_IF_ERROR(optimizer_->AcquireState(c, std::min(step, state_range_.size - c), &piece));
     *touched = piece.begin + piece.count;
-    UpdatePiece(piece, lr);
+    DST_RETURN_IF_ERROR(UpdatePiece(piece, lr));
     DST_RETURN_IF_ERROR(state.Release(piece, true));
   }
+  // The swapped parameters commit first: should the state's commit fail,
+  // RollBack rewrites them from the masters it committed last.
+  if (params_) DST_RETURN_IF_ERROR(params_->EndShardWrite(optimizer_->steps_taken()));
   return state.EndPass();
 }
 
-void DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
+Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
   if (!Wide()) {  // fp32: the parameters updated in place, or their mirror and a copy
-    float *params = StateParams() + piece.begin;
     const float *grads = static_cast<const float *>(StateGrads()) + piece.begin;
-    optimizer_->Update(piece, mirror_ ? nullptr : params, grads, lr);
-    if (mirror_) std::memcpy(params, piece.tensors[0], size_t(piece.count) * sizeof(float));
-    return;
+    if (mirror_) {
+      optimizer_->Update(piece, nullptr, grads, lr);
+      return MastersToParams(piece.begin, piece.count, piece.tensors[0]);
+    }
+    optimizer_->Update(piece, StateParams() + piece.begin, grads, lr);
+    return Status::Ok();
   }
   // 16 bits: widen the gradients a chunk at a time; CPU-Adam unscales and
   // clips them, updates the master weights and writes their 16-bit copy
@@ -335,6 +375,7 @@ void DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
   const uint16_t *grads = static_cast<const uint16_t *>(StateGrads()) + piece.begin;
   const bool fused = optimizer_->fuses();
   float chunk[kChunk];
+  uint16_t half[kChunk];  // the 16-bit copy of a chunk whose parameters are swapped
   for (int64_t c = 0; c < piece.count; c += kChunk) {
     const int64_t n = std::min(kChunk, piece.count - c);
     Widen(storage_, grads + c, chunk, n);
@@ -344,42 +385,52 @@ void DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
     for (float *&t : part.tensors)
       if (t) t += c;
     if (fused) {
-      optimizer_->Update(part, nullptr, chunk, lr,
-                         {factor, HalfParams(part.begin), HalfOf(storage_)});
+      const int64_t at = ParamIndex(part.begin);
+      uint16_t *out = params_->Resident(at, n) ? HalfParams(part.begin) : half;
+      optimizer_->Update(part, nullptr, chunk, lr, {factor, out, HalfOf(storage_)});
+      if (out == half) DST_RETURN_IF_ERROR(params_->WriteShard(at, half, n));
       continue;
     }
     for (int64_t i = 0; i < n; ++i) chunk[i] *= factor;
     optimizer_->Update(part, nullptr, chunk, lr);
-    MasterToParams(part.begin, n, part.tensors[0]);
+    DST_RETURN_IF_ERROR(MasterToParams(part.begin, n, part.tensors[0]));
   }
+  return Status::Ok();
 }
 
 uint16_t *DataParallel::HalfParams(int64_t begin) {
   // The 16-bit parameters cover the state range: all of them below stage 3
   // (stage 0: the range is everything), this rank's shard at 3.
-  const int64_t at = stage_ >= 3 ? begin : state_range_.offset + begin;
-  return static_cast<uint16_t *>(params_->shard()) + at;
+  return static_cast<uint16_t *>(params_->shard()) + ParamIndex(begin);
 }
 
-void DataParallel::MastersToParams(int64_t begin, int64_t count, const float *master) {
-  if (Wide())
-    MasterToParams(begin, count, master);
-  else
-    std::memcpy(StateParams() + begin, master, size_t(count) * sizeof(float));
+Status DataParallel::MastersToParams(int64_t begin, int64_t count, const float *master) {
+  if (Wide()) return MasterToParams(begin, count, master);
+  if (params_) return params_->WriteShard(begin, master, count);  // stage 3: the shard
+  std::memcpy(StateParams() + begin, master, size_t(count) * sizeof(float));
+  return Status::Ok();
 }
 
 Status DataParallel::RollBack(int64_t touched, Status failure) {
   StateStore &state = optimizer_->state();
   state.AbortPass();
   optimizer_->set_steps_taken(optimizer_->steps_taken() - 1);
-  Status restored = Status::Ok();
+  // Swapped parameters are rewritten whole, in one pass.
+  const bool swapped = params_ && params_->offloaded();
+  if (swapped) params_->AbortShardWrite();
+  if (swapped) touched = state_range_.size;
+  Status restored = swapped ? params_->BeginShardWrite() : Status::Ok();
   if (optimizer_->master_weights() && touched > 0) {
     std::vector<float> master(size_t(std::min(state.piece_elements(), touched)));
     for (int64_t c = 0; c < touched && restored.ok(); c += int64_t(master.size())) {
       const int64_t n = std::min(int64_t(master.size()), touched - c);
       restored = state.Read(0, c, n, master.data());
-      if (restored.ok()) MastersToParams(c, n, master.data());
+      if (restored.ok()) restored = MastersToParams(c, n, master.data());
     }
+  }
+  if (swapped) {
+    if (restored.ok()) restored = params_->EndShardWrite(optimizer_->steps_taken());
+    if (!restored.ok()) params_->AbortShardWrite();
   }
   if (!restored.ok())
     return failure.context("optimizer step " + std::to_string(optimizer_->steps_taken() + 1) +
@@ -447,7 +498,7 @@ Status DataParallel::ReadGrad(int id, float *out) const {
 }
 
 float *DataParallel::FullParams() {
-  if (Wide())  // the master weights, when they cover everything
+  if (Wide() || ParamsOffloaded())  // the master weights, when they cover everything
     return state_range_.size == layout_.padded
                ? const_cast<float *>(optimizer_->state().Resident(0))
                : nullptr;
@@ -456,7 +507,7 @@ float *DataParallel::FullParams() {
 }
 
 float *DataParallel::LocalParams(ShardInfo *range) {
-  if (Wide()) {
+  if (Wide() || ParamsOffloaded()) {
     *range = state_range_;
     return const_cast<float *>(optimizer_->state().Resident(0));
   }
@@ -469,15 +520,20 @@ float *DataParallel::LocalParams(ShardInfo *range) {
 }
 
 Status DataParallel::ParamsChanged() {
-  if (Wide()) {  // the master weights were loaded: round them into the 16-bit copy
-    DST_RETURN_IF_ERROR(ForEachStatePiece(/*modified=*/false, [&](const StatePiece &piece) {
-      MasterToParams(piece.begin, piece.count, piece.tensors[0]);
-    }));
+  if (Wide() || ParamsOffloaded()) {  // the master weights were loaded: into the parameters
+    if (params_) DST_RETURN_IF_ERROR(params_->BeginShardWrite());
+    Status st = ForEachStatePiece(/*modified=*/false, [&](const StatePiece &piece) {
+      return MastersToParams(piece.begin, piece.count, piece.tensors[0]);
+    });
+    if (st.ok() && params_) st = params_->EndShardWrite(optimizer_->steps_taken());
+    if (!st.ok() && params_) params_->AbortShardWrite();
+    DST_RETURN_IF_ERROR(st);
     return ShareParams();
   }
   if (mirror_)  // the parameters were loaded: their mirror follows
     DST_RETURN_IF_ERROR(ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {
       std::memcpy(piece.tensors[0], StateParams() + piece.begin, size_t(piece.count) * 4);
+      return Status::Ok();
     }));
   return params_ ? params_->ShardChanged() : Status::Ok();
 }

@@ -63,12 +63,17 @@ class DataParallel final : public DataParallelism {
   // `make_store`: where the optimizer's state lives (unset: memory). A store
   // outside memory also holds fp32 master weights under fp32 training: they
   // mirror the parameters, so that a failed step can restore them.
+  // `param_swap` (path set): ZeRO 3's parameter shard beyond max_in_cpu
+  // elements lives on NVMe; fp32 training then keeps master weights too.
   DataParallel(const Config &config, Model<float> *model, Communicator *dp, MemoryTracker *tracker,
-               const StateStoreMaker &make_store = nullptr);
+               const StateStoreMaker &make_store = nullptr, ParamSwapOptions param_swap = {});
   ~DataParallel() override;
-  // Opens the optimizer's store and writes the initial master weights; once,
-  // before the first step.
+  // Opens the optimizer's store, writes the initial master weights and
+  // (offload_param nvme) the swapped parameters; once, before the first step.
   Status Start() override;
+  // The parameter swap file, or null (parameters in memory).
+  const ParamSwap *param_swap() const { return params_ ? params_->swap() : nullptr; }
+  const ParameterPartition *param_partition() const { return params_.get(); }
 
   const ShardLayout &layout() const { return layout_; }
   ShardInfo my_shard() const { return layout_.Shard(dp_->rank()); }
@@ -139,21 +144,29 @@ class DataParallel final : public DataParallelism {
   double GradFactor() const { return Wide() ? 1.0 / (loss_scale_ * double(dp_->size())) : 1.0; }
   // 16 bits: the parameters of state element `begin`.
   uint16_t *HalfParams(int64_t begin);
+  // The parameter shard's element of state element `begin` (16 bits).
+  int64_t ParamIndex(int64_t begin) const {
+    return stage_ >= 3 ? begin : state_range_.offset + begin;
+  }
   // 16 bits: the updated master weights into the 16-bit parameters.
-  void MasterToParams(int64_t begin, int64_t count, const float *master);
+  Status MasterToParams(int64_t begin, int64_t count, const float *master);
   // The master weights into the parameters (16 bits: rounded; fp32 with a
   // mirror: copied) over state elements [begin, begin + count).
-  void MastersToParams(int64_t begin, int64_t count, const float *master);
+  Status MastersToParams(int64_t begin, int64_t count, const float *master);
+  // offload_param nvme: the parameters follow the master weights (fp32 too).
+  bool ParamsOffloaded() const { return !param_swap_.path.empty(); }
+  // Opens the parameter swap file and moves the shard beyond max_in_cpu there.
+  Status StartParamSwap();
   // The optimizer update of the state range, a store piece at a time, as one
   // pass of the store; `touched`: the state elements the update reached.
   Status UpdatePieces(double lr, int64_t *touched);
-  void UpdatePiece(const StatePiece &piece, double lr);
+  Status UpdatePiece(const StatePiece &piece, double lr);
   // A failed pass: the store forgets it, the parameters of [0, touched)
   // come back from the master weights it committed last.
   Status RollBack(int64_t touched, Status failure);
   // Calls `fn` on every piece of the state range in one pass of the store;
   // `modified`: the pieces are written back.
-  Status ForEachStatePiece(bool modified, const std::function<void(const StatePiece &)> &fn);
+  Status ForEachStatePiece(bool modified, const std::function<Status(const StatePiece &)> &fn);
   // Stages 1, 2: every rank's updated shard of the parameters to all; stage
   // 3 and 16-bit working copies: forget what is staged.
   Status ShareParams();
@@ -166,7 +179,9 @@ class DataParallel final : public DataParallelism {
   ShardLayout layout_;
   ShardInfo state_range_;
   bool overlap_ = false, launch_buckets_ = false;
-  bool mirror_ = false;                  // fp32 training with master weights in a store elsewhere
+  bool mirror_ =
+      false;  // fp32 training with master weights in a store elsewhere (or swapped params)
+  ParamSwapOptions param_swap_;
   std::unique_ptr<Communicator> local_;  // a group of one: 16-bit working copies at stages 0-2
   PartitionPlan plan_;
   std::unique_ptr<Optimizer> optimizer_;

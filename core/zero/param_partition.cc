@@ -12,15 +12,18 @@ constexpr int64_t kInitChunk = 4096;  // elements initialised at a time before n
 ParameterPartition::ParameterPartition(const PartitionPlan *plan, const ShardLayout &layout,
                                        Communicator *comm, ParamStore<float> *store,
                                        MemoryTracker *tracker, uint64_t seed,
-                                       int64_t prefetch_elements, StorageType storage)
+                                       int64_t prefetch_elements, StorageType storage,
+                                       int64_t resident)
     : plan_(plan),
       layout_(layout),
       comm_(comm),
       store_(store),
       mine_(layout.Shard(comm->rank())),
       prefetch_elements_(prefetch_elements),
-      shard_(tracker, MemoryCategory::kParameters, storage, layout.shard_size()),
-      persistent_(tracker, MemoryCategory::kParameters, storage, plan->persistent.size) {
+      shard_(tracker, MemoryCategory::kParameters, storage,
+             resident < 0 ? layout.shard_size() : std::min(resident, layout.shard_size())),
+      persistent_(tracker, MemoryCategory::kParameters, storage, plan->persistent.size),
+      seed_(seed) {
   const auto comm_category = MemoryCategory::kCommunication;
   const int64_t staging = plan->max_param_staging;
   const int buffers = prefetch_elements_ > 0 ? 2 : 1;
@@ -46,7 +49,7 @@ ParameterPartition::ParameterPartition(const PartitionPlan *plan, const ShardLay
       Narrow(storage, chunk.data(), dst.at(at + (b - begin)), n);
     }
   };
-  init(mine_.offset, mine_.offset + mine_.size, shard_, 0);
+  init(mine_.offset, mine_.offset + shard_.size(), shard_, 0);  // the rest: AttachSwap
   const std::vector<ParamDecl> &decls = store_->decls();
   for (const TensorSlot &slot : plan->persistent.slots) {
     const ParamDecl &d = decls[size_t(slot.id)];
@@ -65,19 +68,126 @@ void ParameterPartition::WidenPersistent() {
   if (Wide()) Widen(storage(), persistent_.at(0), persistent_work_.data(), persistent_.size());
 }
 
-void ParameterPartition::Gather(const StagingLayout &layout, void *dst,
-                                std::vector<std::unique_ptr<Work>> *works) {
+Status ParameterPartition::Gather(const StagingLayout &layout, void *dst,
+                                  std::vector<std::unique_ptr<Work>> *works, int64_t key) {
   const size_t bytes = ElementBytes(storage());
+  Status st = Status::Ok();
   for (const Segment &segment : layout.segments)
     layout_.ForEachOwner(
         segment.begin, segment.end, [&](int64_t owner, int64_t begin, int64_t end) {
           uint8_t *piece = static_cast<uint8_t *>(dst) +
                            size_t(segment.staged + (begin - segment.begin)) * bytes;
-          if (owner == comm_->rank())
-            std::memcpy(piece, shard_.at(begin - mine_.offset), size_t(end - begin) * bytes);
+          if (owner == comm_->rank() && st.ok())
+            st = ReadShard(begin - mine_.offset, end - begin, piece, key);
           if (comm_->size() > 1)
             works->push_back(Broadcast(*comm_, storage(), piece, end - begin, owner));
         });
+  return st;
+}
+
+Status ParameterPartition::ReadShard(int64_t at, int64_t n, void *dst, int64_t key) {
+  const size_t bytes = ElementBytes(storage());
+  const int64_t here = std::clamp<int64_t>(shard_.size() - at, 0, n);
+  if (here > 0) std::memcpy(dst, shard_.at(at), size_t(here) * bytes);
+  if (here == n) return Status::Ok();
+  uint8_t *rest = static_cast<uint8_t *>(dst) + size_t(here) * bytes;
+  const int64_t begin = (at + here - shard_.size()) * int64_t(bytes);
+  const int64_t count = (n - here) * int64_t(bytes);
+  if (key >= 0) {  // the layer's window (read ahead, or now)
+    const auto [lo, hi] = SwapRange(size_t(key));
+    Result<const uint8_t *> window = swap_->Window(key, lo, hi);
+    if (!window.ok()) return window.status();
+    std::memcpy(rest, window.value() + (begin - lo), size_t(count));
+    return Status::Ok();
+  }
+  return swap_->Read(begin, count, rest);
+}
+
+// Layer `layer`'s share of the swapped part of this rank's shard, in
+// elements from its start (empty when it has none).
+std::pair<int64_t, int64_t> ParameterPartition::SwappedShare(size_t layer) const {
+  const StagingLayout &params = plan_->params[layer];
+  if (params.segments.empty()) return {0, 0};
+  int64_t lo = params.segments.front().begin, hi = params.segments.front().end;
+  for (const Segment &s : params.segments) {
+    lo = std::min(lo, s.begin);
+    hi = std::max(hi, s.end);
+  }
+  const int64_t first = mine_.offset + shard_.size(), last = mine_.offset + mine_.size;
+  lo = std::max(lo, first);
+  hi = std::min(hi, last);
+  return lo < hi ? std::pair<int64_t, int64_t>{lo - first, hi - first}
+                 : std::pair<int64_t, int64_t>{0, 0};
+}
+
+std::pair<int64_t, int64_t> ParameterPartition::SwapRange(size_t layer) const {
+  const auto [lo, hi] = SwappedShare(layer);
+  const int64_t bytes = int64_t(ElementBytes(storage()));
+  return {lo * bytes, hi * bytes};
+}
+
+int64_t ParameterPartition::largest_swapped_share() const {
+  int64_t largest = 0;
+  for (size_t l = 0; l < plan_->params.size(); ++l) {
+    const auto [lo, hi] = SwappedShare(l);
+    largest = std::max(largest, hi - lo);
+  }
+  return largest;
+}
+
+Status ParameterPartition::ReadAhead(size_t layer, int64_t next) {
+  if (!swap_ || next < 0) return Status::Ok();
+  const int64_t step = next > int64_t(layer) ? 1 : -1;
+  const int64_t layers = int64_t(plan_->params.size());
+  int64_t l = next;
+  for (int64_t i = 0; i + 1 < swap_->windows() && l >= 0 && l < layers; ++i, l += step) {
+    const auto [lo, hi] = SwapRange(size_t(l));
+    DST_RETURN_IF_ERROR(swap_->Prefetch(l, lo, hi));
+  }
+  return Status::Ok();
+}
+
+Status ParameterPartition::AttachSwap(std::unique_ptr<ParamSwap> swap) {
+  swap_ = std::move(swap);
+  DST_RETURN_IF_ERROR(BeginShardWrite());
+  std::vector<float> chunk(static_cast<size_t>(kInitChunk), 0.0f);
+  std::vector<uint8_t> narrow(size_t(kInitChunk) * ElementBytes(storage()));
+  for (int64_t at = shard_.size(); at < layout_.shard_size(); at += kInitChunk) {
+    const int64_t n = std::min(kInitChunk, layout_.shard_size() - at);
+    store_->InitializeRange(seed_, mine_.offset + at, mine_.offset + at + n, chunk.data());
+    Narrow(storage(), chunk.data(), narrow.data(), n);
+    Status st = WriteShard(at, narrow.data(), n);
+    if (!st.ok()) {
+      AbortShardWrite();
+      return st;
+    }
+  }
+  return EndShardWrite(0);
+}
+
+Status ParameterPartition::WriteShard(int64_t at, const void *src, int64_t n) {
+  const size_t bytes = ElementBytes(storage());
+  const int64_t here = std::clamp<int64_t>(shard_.size() - at, 0, n);
+  if (here > 0 && shard_.at(at) != src) std::memcpy(shard_.at(at), src, size_t(here) * bytes);
+  if (here == n) return Status::Ok();
+  const uint8_t *rest = static_cast<const uint8_t *>(src) + size_t(here) * bytes;
+  const int64_t count = (n - here) * int64_t(bytes);
+  if (swap_->writing()) return swap_->Append(rest, count);
+  return swap_->Write((at + here - shard_.size()) * int64_t(bytes), count, rest);
+}
+
+Status ParameterPartition::BeginShardWrite() {
+  if (!swap_) return Status::Ok();
+  DST_RETURN_IF_ERROR(Forget());
+  return swap_->BeginWrite();
+}
+
+Status ParameterPartition::EndShardWrite(int64_t step) {
+  return swap_ ? swap_->EndWrite(step) : Status::Ok();
+}
+
+void ParameterPartition::AbortShardWrite() {
+  if (swap_) swap_->AbortWrite();
 }
 
 Status ParameterPartition::WaitStaged(Staged *staged) {
@@ -96,7 +206,8 @@ Status ParameterPartition::Acquire(size_t layer, int64_t next) {
     DST_RETURN_IF_ERROR(WaitStaged(&staged_[buffer]));
     staged_[buffer].layer = int64_t(layer);
     staged_[buffer].widened = false;
-    Gather(plan_->params[layer], staging_[buffer].at(0), &staged_[buffer].works);
+    DST_RETURN_IF_ERROR(Gather(plan_->params[layer], staging_[buffer].at(0), &staged_[buffer].works,
+                               int64_t(layer)));
   }
   DST_RETURN_IF_ERROR(WaitStaged(&staged_[buffer]));
   if (Wide() && !staged_[buffer].widened) {
@@ -107,6 +218,7 @@ Status ParameterPartition::Acquire(size_t layer, int64_t next) {
   for (const TensorSlot &slot : plan_->params[layer].slots)
     store_->SetParamPointer(slot.id, Working(buffer) + slot.staged);
 
+  DST_RETURN_IF_ERROR(ReadAhead(layer, next));
   // Prefetch the next layer into the other buffer (its layer has finished).
   if (!two || next < 0 || next == int64_t(layer)) return Status::Ok();
   Staged &other = staged_[buffer ^ 1];
@@ -115,8 +227,7 @@ Status ParameterPartition::Acquire(size_t layer, int64_t next) {
   DST_RETURN_IF_ERROR(WaitStaged(&other));
   other.layer = next;
   other.widened = false;
-  Gather(plan_->params[size_t(next)], staging_[buffer ^ 1].at(0), &other.works);
-  return Status::Ok();
+  return Gather(plan_->params[size_t(next)], staging_[buffer ^ 1].at(0), &other.works, next);
 }
 
 Status ParameterPartition::Drain() {
@@ -137,18 +248,21 @@ Status ParameterPartition::ShardChanged() {
   // Each owner contributes its pieces, zeros elsewhere: a sum over disjoint
   // pieces is exact (x + 0 = x in every storage type), so one all-reduce
   // refreshes every persistent tensor.
-  const size_t bytes = ElementBytes(storage());
   persistent_.zero();
+  Status st = Status::Ok();  // a failed read still joins the all-reduce (no peer waits forever)
   for (const Segment &segment : plan_->persistent.segments)
-    layout_.ForEachOwner(
-        segment.begin, segment.end, [&](int64_t owner, int64_t begin, int64_t end) {
-          if (owner != comm_->rank()) return;
-          std::memcpy(persistent_.at(segment.staged + (begin - segment.begin)),
-                      shard_.at(begin - mine_.offset), size_t(end - begin) * bytes);
-        });
-  if (comm_->size() > 1)
-    DST_RETURN_IF_ERROR(
-        AllReduceSum(*comm_, storage(), persistent_.at(0), plan_->persistent.size)->Wait());
+    layout_.ForEachOwner(segment.begin, segment.end,
+                         [&](int64_t owner, int64_t begin, int64_t end) {
+                           if (owner != comm_->rank() || !st.ok()) return;
+                           st = ReadShard(begin - mine_.offset, end - begin,
+                                          persistent_.at(segment.staged + (begin - segment.begin)));
+                         });
+  if (comm_->size() > 1) {
+    Status reduced =
+        AllReduceSum(*comm_, storage(), persistent_.at(0), plan_->persistent.size)->Wait();
+    if (st.ok()) st = reduced;
+  }
+  DST_RETURN_IF_ERROR(st);
   WidenPersistent();
   return Status::Ok();
 }
@@ -167,8 +281,10 @@ Status ParameterPartition::Read(int id, float *out) {
     dst = wide.data();
   }
   std::vector<std::unique_ptr<Work>> works;
-  Gather(StagingLayout{{{d.offset, d.offset + d.numel, 0}}, {{id, 0}}, d.numel}, dst, &works);
+  Status gathered =
+      Gather(StagingLayout{{{d.offset, d.offset + d.numel, 0}}, {{id, 0}}, d.numel}, dst, &works);
   DST_RETURN_IF_ERROR(WaitAll(&works));
+  DST_RETURN_IF_ERROR(gathered);
   if (Wide()) Widen(storage(), wide.data(), out, d.numel);
   return Status::Ok();
 }
@@ -178,7 +294,11 @@ Status ParameterPartition::Write(int id, const float *in) {
   const ParamDecl &d = store_->decls()[size_t(id)];
   const int64_t lo = std::max(d.offset, mine_.offset);
   const int64_t hi = std::min(d.offset + d.numel, mine_.offset + mine_.size);
-  if (lo < hi) Narrow(storage(), in + (lo - d.offset), shard_.at(lo - mine_.offset), hi - lo);
+  if (lo < hi) {
+    std::vector<uint8_t> narrow(size_t(hi - lo) * ElementBytes(storage()));
+    Narrow(storage(), in + (lo - d.offset), narrow.data(), hi - lo);
+    DST_RETURN_IF_ERROR(WriteShard(lo - mine_.offset, narrow.data(), hi - lo));
+  }
   for (const TensorSlot &slot : plan_->persistent.slots)
     if (slot.id == id) {
       Narrow(storage(), in, persistent_.at(slot.staged), d.numel);

@@ -16,6 +16,13 @@
 // tensors' working copy is refreshed when the shard changes). Over a group
 // of one rank the partition is "local": the shard is the whole buffer and a
 // gather is a widening copy (how 16-bit ZeRO 0-2 give layers fp32 weights).
+//
+// With offload_param on NVMe only the shard's first `resident` elements stay
+// in memory; the rest lives in a ParamSwap. A layer's share of it is read
+// into a window before its gather, and the shares of the layers after it
+// (along the direction the pass walks) are read ahead into the other
+// windows. The optimizer step rewrites the shard in order (WriteShard
+// between BeginShardWrite and EndShardWrite).
 #pragma once
 
 #include <memory>
@@ -23,6 +30,7 @@
 
 #include "core/comm/communicator.h"
 #include "core/model/params.h"
+#include "core/offload/param_swap.h"
 #include "core/runtime/memory.h"
 #include "core/zero/partition_plan.h"
 #include "core/zero/shard_layout.h"
@@ -37,8 +45,29 @@ class ParameterPartition {
   // `plan`, `comm` and `store` must outlive this object.
   ParameterPartition(const PartitionPlan *plan, const ShardLayout &layout, Communicator *comm,
                      ParamStore<float> *store, MemoryTracker *tracker, uint64_t seed,
-                     int64_t prefetch_elements, StorageType storage = StorageType::kFp32);
+                     int64_t prefetch_elements, StorageType storage = StorageType::kFp32,
+                     int64_t resident = -1);
   ~ParameterPartition();
+
+  // Offloads the shard beyond `resident` elements (the ctor's) to `swap`
+  // and writes its initial values there.
+  Status AttachSwap(std::unique_ptr<ParamSwap> swap);
+  bool offloaded() const { return swap_ != nullptr; }
+  const ParamSwap *swap() const { return swap_.get(); }
+  // Elements of the shard in memory (all of it unless offloaded).
+  int64_t resident_elements() const { return shard_.size(); }
+  // Elements of the shard beyond `resident` (what AttachSwap moves), and
+  // the largest share of one layer there, in elements.
+  int64_t swapped_elements() const { return layout_.shard_size() - shard_.size(); }
+  int64_t largest_swapped_share() const;
+  bool Resident(int64_t at, int64_t n) const { return at + n <= shard_.size(); }
+  // Shard elements [at, at + n) from `src` (storage type). Offloaded: the
+  // swapped part is appended to the write pass, in order, or (outside a
+  // pass) rewritten in place.
+  Status WriteShard(int64_t at, const void *src, int64_t n);
+  Status BeginShardWrite();
+  Status EndShardWrite(int64_t step);
+  void AbortShardWrite();
 
   StorageType storage() const { return shard_.type(); }
   // This rank's parameter shard [shard_size] in the storage type.
@@ -75,8 +104,17 @@ class ParameterPartition {
   float *Working(int b) {
     return Wide() ? working_[b].data() : static_cast<float *>(staging_[b].at(0));
   }
-  // Starts gathering `layout`'s segments (storage type) into `dst`.
-  void Gather(const StagingLayout &layout, void *dst, std::vector<std::unique_ptr<Work>> *works);
+  // Starts gathering `layout`'s segments (storage type) into `dst`; this
+  // rank's pieces come from layer `key`'s window when offloaded.
+  Status Gather(const StagingLayout &layout, void *dst, std::vector<std::unique_ptr<Work>> *works,
+                int64_t key = -2);
+  // Shard elements [at, at + n) into `dst` (storage type).
+  Status ReadShard(int64_t at, int64_t n, void *dst, int64_t key = -2);
+  std::pair<int64_t, int64_t> SwappedShare(size_t layer) const;
+  // The swapped bytes of `layer`'s share of this rank's shard.
+  std::pair<int64_t, int64_t> SwapRange(size_t layer) const;
+  // Reads ahead the shares of the layers after `layer` in the direction of `next`.
+  Status ReadAhead(size_t layer, int64_t next);
   // Widens the persistent tensors into their working copy.
   void WidenPersistent();
   Status WaitStaged(Staged *staged);
@@ -95,6 +133,8 @@ class ParameterPartition {
   Buffer<float> working_[2];       // [max_param_staging] kCommunication, 16 bits only
   Staged staged_[2];
   int current_ = 0;  // staging buffer of the layer acquired last
+  uint64_t seed_;
+  std::unique_ptr<ParamSwap> swap_;  // offload_param nvme: the shard beyond shard_
 };
 
 }  // namespace dst

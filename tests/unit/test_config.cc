@@ -678,9 +678,14 @@ TEST(ConfigErrors, CpuOffloadIsAcceptedOptimizerNvmeToo) {
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 2,
     "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp", "ratio": 0.5}}})"),
                         Code::kNotSupported, {"offload_optimizer.ratio"}));
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 3,
-    "offload_param": {"device": "nvme", "nvme_path": "/tmp"}}})"),
-                        Code::kNotSupported, {"offload_param.device", "not supported yet"}));
+  const Result<Config> params = Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 3,
+    "offload_param": {"device": "nvme", "nvme_path": "/tmp", "buffer_count": 3,
+                      "buffer_size": 1e6, "max_in_cpu": 1000}}})");
+  ASSERT_TRUE(params.ok()) << params.status().message();
+  EXPECT_EQ(params->zero.offload_param_nvme_path, "/tmp");
+  EXPECT_EQ(params->zero.offload_param_buffer_count, 3);
+  EXPECT_EQ(params->zero.offload_param_buffer_size, 1000000);
+  EXPECT_EQ(params->zero.offload_param_max_in_cpu, 1000);
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {
     "offload_optimizer": {"device": "cpu"}}})"),
                         Code::kConfig, {"needs ZeRO stage 1, 2 or 3"}));
