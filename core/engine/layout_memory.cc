@@ -6,6 +6,7 @@
 #include "core/model/model.h"
 #include "core/tensor_parallel/tp_plan.h"
 #include "core/zero/memory_estimate.h"
+#include "core/zero/param_partition.h"
 #include "core/zero/partition_plan.h"
 
 namespace dst {
@@ -46,14 +47,18 @@ Result<std::vector<RankMemory>> LayoutMemory(const ModelSpec &spec, const Config
   std::vector<RankMemory> out;
   for (int64_t r = 0; r < config.pp_size; ++r) {
     const std::vector<LayerRange> chunks = plan ? plan->ChunksOf(r) : std::vector<LayerRange>{};
-    const std::vector<ParamDecl> decls = DeclarePartParameters(spec, chunks, config.tp_size);
+    std::vector<LayerParamUse> uses;
+    const std::vector<ParamDecl> decls = DeclarePartParameters(spec, chunks, config.tp_size, &uses);
     RankMemory m;
     for (const ParamDecl &d : decls) m.parameters += d.numel;
-    const int64_t persistent =
-        config.zero.stage == 3
-            ? PersistentElements(decls, config.zero.stage3_param_persistence_threshold)
-            : 0;
-    m.model_state_bytes = EstimateRankModelState(m.parameters, config, persistent).total();
+    const int64_t threshold = config.zero.stage3_param_persistence_threshold;
+    const int64_t persistent = config.zero.stage == 3 ? PersistentElements(decls, threshold) : 0;
+    int64_t share = 0;  // offload_param nvme: the largest share a swap window holds
+    if (config.zero.stage == 3 && config.zero.offload_param_device == "nvme")
+      share = LargestSwappedShare(BuildPartitionPlan(decls, uses, threshold),
+                                  ShardLayout(m.parameters, config.dp_size),
+                                  config.zero.offload_param_max_in_cpu);
+    m.model_state_bytes = EstimateRankModelState(m.parameters, config, persistent, share).total();
     // ZeRO 2 with a pipeline: the step's gradients accumulate in a step-wide
     // fp32 buffer (freed once reduced), on top of the model state at rest.
     if (config.zero.stage == 2 && plan) m.step_gradient_bytes = m.parameters * 4;

@@ -231,9 +231,17 @@ std::vector<ParamDecl> DeclareParameters(const ModelSpec &spec) {
 
 std::vector<ParamDecl> DeclarePartParameters(const ModelSpec &spec,
                                              const std::vector<LayerRange> &chunks, int64_t tp) {
+  std::vector<LayerParamUse> uses;
+  return DeclarePartParameters(spec, chunks, tp, &uses);
+}
+
+std::vector<ParamDecl> DeclarePartParameters(const ModelSpec &spec,
+                                             const std::vector<LayerRange> &chunks, int64_t tp,
+                                             std::vector<LayerParamUse> *uses) {
   ParamRegistry registry;
-  BuildLayers<float>(spec, chunks.empty() ? WholeModel(spec) : chunks, registry,
-                     TensorParallelGroup{nullptr, tp, 0, false});
+  *uses = BuildLayers<float>(spec, chunks.empty() ? WholeModel(spec) : chunks, registry,
+                             TensorParallelGroup{nullptr, tp, 0, false})
+              .uses;
   return registry.decls();
 }
 

@@ -102,6 +102,10 @@ struct ModelPart {
 // size `tp`, each a tp rank's slice (all ranks' slices are the same size).
 std::vector<ParamDecl> DeclarePartParameters(const ModelSpec &spec,
                                              const std::vector<LayerRange> &chunks, int64_t tp = 1);
+// The same, with the tensors each layer reads (ZeRO 3's gather per layer).
+std::vector<ParamDecl> DeclarePartParameters(const ModelSpec &spec,
+                                             const std::vector<LayerRange> &chunks, int64_t tp,
+                                             std::vector<LayerParamUse> *uses);
 // The bytes a rank's model of these chunks (all: the whole model) at
 // tensor-parallel size `tp` (with sequence parallelism or not) charges to
 // kActivations — its activation store under `activations` and its work

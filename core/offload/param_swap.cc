@@ -34,6 +34,18 @@ ParamSwapOptions ParamSwapOptionsFor(const Config &config, int64_t rank) {
   return options;
 }
 
+namespace {
+constexpr int64_t kPieceBytes = 4 << 20;  // a multiple of any O_DIRECT alignment
+}
+
+int64_t ParamSwapBufferBytes(int64_t bytes, int64_t window_bytes, int64_t buffer_count,
+                             int64_t align) {
+  const int64_t words = std::max<int64_t>(1, (bytes + 3) / 4);
+  const int64_t slot = AlignUp(std::min(kPieceBytes / 4, words) * 4, align);
+  const int64_t window = AlignUp(window_bytes, align) + 2 * align;
+  return std::max<int64_t>(1, buffer_count) * window + 2 * slot;
+}
+
 Result<std::unique_ptr<ParamSwap>> ParamSwap::Create(const ParamSwapOptions &options,
                                                      MemoryTracker *tracker) {
   const std::string dir = std::filesystem::path(options.path).parent_path().string();
@@ -41,11 +53,10 @@ Result<std::unique_ptr<ParamSwap>> ParamSwap::Create(const ParamSwapOptions &opt
   if (!std::filesystem::is_directory(dir, ec))
     return IoError("zero_optimization.offload_param.nvme_path " + dir +
                    " is not a directory; create it or point nvme_path at one");
-  // 4-byte words for SwapFile; a piece is a multiple of any O_DIRECT alignment.
+  // 4-byte words for SwapFile.
   const int64_t words = std::max<int64_t>(1, (options.bytes + 3) / 4);
-  const int64_t piece_words = std::max<int64_t>(1024, AlignUp(options.piece_bytes, 4096) / 4);
   Result<std::unique_ptr<SwapFile>> file =
-      SwapFile::Create(options.path, words, piece_words, 1, options.aio, options.engine);
+      SwapFile::Create(options.path, words, kPieceBytes / 4, 1, options.aio, options.engine);
   if (!file.ok()) return file.status();
   std::unique_ptr<ParamSwap> swap(new ParamSwap(std::move(file).value(), options.bytes));
   const SwapGeometry &g = swap->geometry();

@@ -37,10 +37,9 @@ struct ParamSwapOptions {
   // largest share of one layer a window may hold (elements).
   int64_t max_in_cpu = 1000000000;
   int64_t buffer_size = 100000000;
-  int64_t bytes = 0;              // the swapped part of the shard
-  int64_t window_bytes = 0;       // the largest range a window holds
-  int64_t buffer_count = 5;       // windows
-  int64_t piece_bytes = 4 << 20;  // the unit of a write (rounded to the alignment)
+  int64_t bytes = 0;         // the swapped part of the shard
+  int64_t window_bytes = 0;  // the largest range a window holds
+  int64_t buffer_count = 5;  // windows
   AioConfig aio;
   std::string engine = "auto";
 };
@@ -49,6 +48,12 @@ struct ParamSwapOptions {
 // offload_param.nvme_path, or an empty path unless its device is "nvme".
 // DSTRAIN_IO_ENGINE (auto | io_uring | pread) forces an I/O engine.
 ParamSwapOptions ParamSwapOptionsFor(const Config &config, int64_t rank);
+
+// The memory a ParamSwap of `bytes` holds at alignment `align`:
+// buffer_count windows of `window_bytes` (aligned, plus an alignment either
+// side) and two write buffers of one piece (4 MiB, or all of it).
+int64_t ParamSwapBufferBytes(int64_t bytes, int64_t window_bytes, int64_t buffer_count,
+                             int64_t align = 4096);
 
 class ParamSwap {
  public:

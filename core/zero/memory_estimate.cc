@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/offload/param_swap.h"
 #include "core/zero/shard_layout.h"
 
 namespace dst {
@@ -37,12 +38,23 @@ int64_t NvmeOffloadBufferBytes(const ZeroConfig &zero, int64_t elements, int64_t
 }
 
 ModelStateBytes EstimateRankModelState(int64_t num_parameters, const Config &config,
-                                       int64_t stage3_persistent_elements) {
+                                       int64_t stage3_persistent_elements,
+                                       int64_t largest_swapped_share) {
   const DType precision = config.precision();
   ModelStateBytes b = EstimateModelState(num_parameters, config.dp_size, config.zero.stage,
                                          config.optimizer, stage3_persistent_elements, precision);
-  if (config.zero.offload_optimizer_device != "nvme") return b;
   const int64_t elements = ShardLayout(num_parameters, config.dp_size).shard_size();
+  const bool swap_params = config.zero.offload_param_device == "nvme" && config.zero.stage == 3;
+  if (swap_params) {
+    const int64_t width = precision == DType::kFloat32 ? 4 : 2;
+    const int64_t swapped = elements - std::min(config.zero.offload_param_max_in_cpu, elements);
+    if (swapped > 0)
+      b.parameters += ParamSwapBufferBytes(swapped * width, largest_swapped_share * width,
+                                           config.zero.offload_param_buffer_count) -
+                      swapped * width;
+    if (precision == DType::kFloat32) b.optimizer_state += 4 * elements;  // master weights
+  }
+  if (config.zero.offload_optimizer_device != "nvme") return b;
   const int64_t tensors = OptimizerStateBytesPerParameter(config.optimizer, precision) / 4 +
                           (precision == DType::kFloat32 ? 1 : 0);  // fp32: the weights' mirror
   b.optimizer_state = NvmeOffloadBufferBytes(config.zero, elements, tensors);

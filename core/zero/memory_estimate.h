@@ -43,8 +43,13 @@ int64_t NvmeOffloadBufferBytes(const ZeroConfig &zero, int64_t elements, int64_t
 
 // EstimateModelState with the optimizer tier where the config puts it: on
 // NVMe its resident bytes are the piece buffers (category "offload").
+// offload_param nvme (ZeRO 3): the shard beyond max_in_cpu elements leaves
+// the parameters; the swap's windows (`largest_swapped_share` elements
+// each, LargestSwappedShare) and write buffers count instead, and fp32
+// training keeps master weights.
 ModelStateBytes EstimateRankModelState(int64_t num_parameters, const Config &config,
-                                       int64_t stage3_persistent_elements);
+                                       int64_t stage3_persistent_elements,
+                                       int64_t largest_swapped_share = 0);
 
 ModelStateBytes EstimateModelState(int64_t num_parameters, int64_t dp_size, int stage,
                                    const OptimizerConfig &optimizer,

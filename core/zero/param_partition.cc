@@ -103,36 +103,55 @@ Status ParameterPartition::ReadShard(int64_t at, int64_t n, void *dst, int64_t k
   return swap_->Read(begin, count, rest);
 }
 
-// Layer `layer`'s share of the swapped part of this rank's shard, in
-// elements from its start (empty when it has none).
-std::pair<int64_t, int64_t> ParameterPartition::SwappedShare(size_t layer) const {
-  const StagingLayout &params = plan_->params[layer];
+namespace {
+
+// The flat span [lo, hi) of the tensors `params` gathers (empty: 0, 0).
+std::pair<int64_t, int64_t> Span(const StagingLayout &params) {
   if (params.segments.empty()) return {0, 0};
   int64_t lo = params.segments.front().begin, hi = params.segments.front().end;
   for (const Segment &s : params.segments) {
     lo = std::min(lo, s.begin);
     hi = std::max(hi, s.end);
   }
-  const int64_t first = mine_.offset + shard_.size(), last = mine_.offset + mine_.size;
-  lo = std::max(lo, first);
-  hi = std::min(hi, last);
+  return {lo, hi};
+}
+
+// The part of `span` in the swapped range [first, last), from `first`.
+std::pair<int64_t, int64_t> SwappedPart(std::pair<int64_t, int64_t> span, int64_t first,
+                                        int64_t last) {
+  const int64_t lo = std::max(span.first, first), hi = std::min(span.second, last);
   return lo < hi ? std::pair<int64_t, int64_t>{lo - first, hi - first}
                  : std::pair<int64_t, int64_t>{0, 0};
+}
+
+}  // namespace
+
+int64_t LargestSwappedShare(const PartitionPlan &plan, const ShardLayout &layout,
+                            int64_t resident) {
+  int64_t largest = 0;
+  for (int64_t r = 0; r < layout.dp; ++r) {
+    const ShardInfo shard = layout.Shard(r);
+    const int64_t kept = std::min(resident, shard.size);
+    for (const StagingLayout &params : plan.params) {
+      const auto [lo, hi] =
+          SwappedPart(Span(params), shard.offset + kept, shard.offset + shard.size);
+      largest = std::max(largest, hi - lo);
+    }
+  }
+  return largest;
+}
+
+// Layer `layer`'s share of the swapped part of this rank's shard, in
+// elements from its start (empty when it has none).
+std::pair<int64_t, int64_t> ParameterPartition::SwappedShare(size_t layer) const {
+  return SwappedPart(Span(plan_->params[layer]), mine_.offset + shard_.size(),
+                     mine_.offset + mine_.size);
 }
 
 std::pair<int64_t, int64_t> ParameterPartition::SwapRange(size_t layer) const {
   const auto [lo, hi] = SwappedShare(layer);
   const int64_t bytes = int64_t(ElementBytes(storage()));
   return {lo * bytes, hi * bytes};
-}
-
-int64_t ParameterPartition::largest_swapped_share() const {
-  int64_t largest = 0;
-  for (size_t l = 0; l < plan_->params.size(); ++l) {
-    const auto [lo, hi] = SwappedShare(l);
-    largest = std::max(largest, hi - lo);
-  }
-  return largest;
 }
 
 Status ParameterPartition::ReadAhead(size_t layer, int64_t next) {

@@ -38,6 +38,11 @@
 
 namespace dst {
 
+// The largest share of one layer's gathered parameters that falls in a
+// rank's swapped part (its shard beyond the first `resident` elements), over
+// every rank of `layout`: the size of a parameter swap window.
+int64_t LargestSwappedShare(const PartitionPlan &plan, const ShardLayout &layout, int64_t resident);
+
 class ParameterPartition {
  public:
   // Initialises this rank's shard and the persistent tensors exactly as the
@@ -59,7 +64,9 @@ class ParameterPartition {
   // Elements of the shard beyond `resident` (what AttachSwap moves), and
   // the largest share of one layer there, in elements.
   int64_t swapped_elements() const { return layout_.shard_size() - shard_.size(); }
-  int64_t largest_swapped_share() const;
+  int64_t largest_swapped_share() const {
+    return LargestSwappedShare(*plan_, layout_, shard_.size());
+  }
   bool Resident(int64_t at, int64_t n) const { return at + n <= shard_.size(); }
   // Shard elements [at, at + n) from `src` (storage type). Offloaded: the
   // swapped part is appended to the write pass, in order, or (outside a

@@ -10,6 +10,7 @@ dp 1 and 2; the memory the shard leaves is measured, and checkpoints move
 between offloaded and resident runs.
 """
 import json
+import os
 
 import pytest
 
@@ -116,3 +117,89 @@ def test_offloading_parameters_below_stage_3_is_refused(tmp_path, tool):
     cfg.write_text(json.dumps(config))
     code, _, err = dp_tests.start_ranks(tool, cfg, model, 1, steps=1)[0]
     assert code != 0 and "offloading parameters needs ZeRO stage 3" in err
+
+
+@pytest.mark.parametrize("dp,precision,max_in_cpu,optimizer", [
+    (1, "fp32", 0, False), (2, "bf16", 3000, True), (2, "fp32", 5000, True), (2, "fp16", 0, False),
+])
+def test_the_estimate_counts_the_swap_buffers_to_the_byte(tmp_path, tool, build_dir, dp, precision,
+                                                          max_in_cpu, optimizer):
+    import os
+    import subprocess
+    cfg, model = param_job(tmp_path, dp, "nvme", precision, max_in_cpu, buffers=3,
+                           optimizer=optimizer)
+    run = dp_tests.run_ranks(tool, cfg, model, dp, steps=1)
+    out = subprocess.run([os.path.join(build_dir, "dstrain"), "estimate", "--config", str(cfg),
+                          "--model", str(model), "--world-size", str(dp), "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    expected = json.loads(out)["per_rank"]["model_state_bytes"]
+    for r in run:
+        mem = {k: v["bytes"] for k, v in r["metrics"]["memory"].items()}
+        assert mem["parameters"] + mem["gradients"] + mem["optimizer_state"] + mem["offload"] \
+            == expected, mem
+
+
+def test_a_zero3_model_whose_states_exceed_the_memory_budget_trains_with_both_tiers_on_nvme(
+        tmp_path, tool):
+    """bf16 ZeRO 3 on one rank, the 12.7M-parameter GPT (261 MiB resident;
+    138 MiB offloaded): with the optimizer
+    tier and the parameter shard on NVMe it trains under a memory limit that
+    kills the resident run, with the resident run's losses."""
+    from test_offload import BIG, memory_cgroup, run_in_cgroup
+    model = tmp_path / "big.json"
+    model.write_text(json.dumps(BIG))
+    cfg_resident, _ = param_job(tmp_path, 1, "resident", "bf16", max_in_cpu=None)
+    cfg_nvme, _ = param_job(tmp_path, 1, "nvme", "bf16", max_in_cpu=0, buffers=2, optimizer=True)
+    for cfg in (cfg_resident, cfg_nvme):
+        config = json.loads(cfg.read_text())
+        zero = config["zero_optimization"]
+        zero["stage3_param_persistence_threshold"] = 100000  # DeepSpeed's default
+        zero["sub_group_size"] = 1_000_000
+        if "offload_optimizer" in zero:
+            zero["offload_optimizer"]["buffer_count"] = 2
+        cfg.write_text(json.dumps(config))
+    free_run = dp_tests.run_ranks(tool, cfg_resident, model, 1, steps=3)[0]
+    limit = 180 << 20  # the offloaded run peaks near 138 MiB resident, the resident run 261
+    cgroup = memory_cgroup("param_offload", limit)
+    cmd = lambda cfg: [tool, "--model", str(model), "--config", str(cfg), "--steps", "3"]
+    if cgroup is None:  # no cgroup here: the offloaded run's resident size is far below
+        run = dp_tests.run_ranks(tool, cfg_nvme, model, 1, steps=3)[0]
+        assert run["losses"] == free_run["losses"]
+        assert run["metrics"]["process_rss_bytes"] < free_run["metrics"]["process_rss_bytes"] \
+            - (100 << 20)
+        return
+    try:
+        offloaded = run_in_cgroup(cgroup, cmd(cfg_nvme))
+        assert offloaded.returncode == 0, offloaded.stderr
+        run = json.loads(offloaded.stdout.strip().splitlines()[-1])
+        assert run["losses"] == free_run["losses"]
+        assert run["metrics"]["offload"]["param"]["swapped_elements"] > 0
+        with open("/proc/meminfo") as f:
+            swap = [int(line.split()[1]) for line in f if line.startswith("SwapTotal")][0]
+        if swap == 0:  # with swap the resident run could page instead of dying
+            resident = run_in_cgroup(cgroup, cmd(cfg_resident))
+            assert resident.returncode != 0, "the resident run fit in the limit: raise the model"
+    finally:
+        os.rmdir(cgroup)
+
+
+@pytest.mark.parametrize("name", ["ds_config_zero_infinity.json", "ds_config_zero_offload.json"])
+def test_the_example_offload_configs_train_as_written(tmp_path, build_dir, name):
+    """examples/offload: ZeRO-Infinity (both tiers on NVMe) and the tutorials'
+    ZeRO-Offload (optimizer "cpu", parameters "nvme") train the default GPT
+    from the command line; only nvme_path is pointed at a temporary directory."""
+    import pathlib
+    import re
+
+    import test_cli as cli_tests
+    written = pathlib.Path(__file__).resolve().parents[2] / "examples" / "offload" / name
+    swap = tmp_path / "nvme"
+    swap.mkdir()
+    cfg = tmp_path / name
+    cfg.write_text(written.read_text().replace("/local_nvme", str(swap)))
+    result = cli_tests.run(build_dir / "dstrain", "train", "--config", cfg, "--steps", "6",
+                           "--eval-interval", "3", "--eval-batches", "2")
+    assert result.returncode == 0, result.stderr
+    losses = [float(v) for v in re.findall(r"val loss ([0-9.]+)", result.stdout)]
+    assert len(losses) >= 2 and losses[-1] < losses[0], result.stdout
+    assert list(swap.iterdir()) == []  # the swap files go with a clean shutdown
