@@ -139,12 +139,12 @@ void MetricsRegistry::Build(const RankIdentity &identity) {
         .Set(1);
   }
   auto &io_bytes = counter("dstrain_offload_io_bytes_total",
-                           "Bytes the optimizer's NVMe tier read and wrote, by op.");
+                           "Bytes the NVMe tiers (optimizer state and ZeRO-3 parameters) read and wrote, by op.");
   offload_read_.counter = &io_bytes.Add({{"op", "read"}});
   offload_write_.counter = &io_bytes.Add({{"op", "write"}});
   offload_wait_.counter = &counter("dstrain_offload_io_wait_seconds_total",
-                                   "Seconds the optimizer step waited for NVMe I/O (not hidden "
-                                   "behind its compute).")
+                                   "Seconds training waited for NVMe I/O (not hidden behind "
+                                   "compute), both tiers.")
                                .Add({});
 }
 
