@@ -41,6 +41,12 @@ ResumePoint LoadCheckpoint(dst_engine_t *engine, const std::string &dir, const s
   return resume;
 }
 
+ResumePoint StartingPoint(dst_engine_t *engine) {
+  ResumePoint start;
+  Check(dst_engine_step_count(engine, &start.step), "reading the step count");
+  return start;
+}
+
 uint64_t ChooseDataSeed(std::optional<uint64_t> seed_flag, uint64_t config_seed,
                         const ResumePoint &resume) {
   if (!seed_flag) return resume.data_seed.value_or(config_seed);

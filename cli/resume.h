@@ -21,6 +21,10 @@ struct ResumePoint {
 // state's batch index disagrees with the step count.
 ResumePoint LoadCheckpoint(dst_engine_t *engine, const std::string &dir, const std::string &tag);
 
+// Without a checkpoint: step 0, or the step dstrain.resume_from_swap took
+// the engine back to.
+ResumePoint StartingPoint(dst_engine_t *engine);
+
 // `seed_flag` (--seed) if given, else the checkpoint's data seed, else
 // `config_seed`. Warns when --seed changes the data order of a resumed run.
 uint64_t ChooseDataSeed(std::optional<uint64_t> seed_flag, uint64_t config_seed,

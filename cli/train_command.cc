@@ -162,7 +162,7 @@ int TrainCommand::Run() {
   PrintMonitorUrl(engine.get(), info);
 
   const ResumePoint resume = options.load_dir.empty()
-                                 ? ResumePoint{}
+                                 ? StartingPoint(engine.get())
                                  : LoadCheckpoint(engine.get(), options.load_dir, options.load_tag);
   if (resume.step >= options.steps) {
     Warn("the checkpoint is already at step " + std::to_string(resume.step) + ", --steps is " +

@@ -155,6 +155,10 @@ struct RuntimeConfig {
   int num_threads = 0;   // 0: DSTRAIN_NUM_THREADS, else OMP_NUM_THREADS, else all cores
   uint64_t seed = 1234;  // data order and any runtime randomness
   double comm_timeout_seconds = 300.0;  // every collective and the rendezvous
+  // Continue from the optimizer swap files a killed run left under
+  // offload_optimizer.nvme_path (their last commit every rank holds),
+  // instead of starting afresh; without such files the run starts afresh.
+  bool resume_from_swap = false;
 };
 
 struct Config {

@@ -324,6 +324,8 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kDstrain, "seed", "an integer in [0, 2^64)", "seed of data order and runtime randomness"},
     {kDstrain, "comm_timeout_seconds", "a number > 0",
      "every collective and rendezvous gives up after this many seconds (default 300)"},
+    {kDstrain, "resume_from_swap", kBool,
+     "continue from the optimizer swap files a killed run left (their last common commit)"},
     {kDstrain, "monitor", kObject, "per-rank metrics: Prometheus /metrics, dashboard, log"},
     {kDstrain, "notes", "a list of strings",
      "what the resolved config says about the settings (ignored when read)"},

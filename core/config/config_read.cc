@@ -873,6 +873,11 @@ Status ReadDstrain(const ObjectReader &root, Config *config) {
     DST_RETURN_IF_ERROR(
         section.ReadNumber("comm_timeout_seconds", &runtime->comm_timeout_seconds, GreaterThan(0)));
     DST_RETURN_IF_ERROR(section.ReadUint("seed", &runtime->seed));
+    DST_RETURN_IF_ERROR(section.ReadBool("resume_from_swap", &runtime->resume_from_swap));
+    if (runtime->resume_from_swap && config->zero.offload_optimizer_device != "nvme")
+      return ConfigError(section.PathOf("resume_from_swap") +
+                         " needs the optimizer's NVMe tier (zero_optimization.offload_optimizer."
+                         "device \"nvme\"): only its swap files hold a committed step");
     DST_RETURN_IF_ERROR(section.ReadStringList("notes"));
     return ReadMonitor(section, &config->monitor);
   });

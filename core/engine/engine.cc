@@ -1,5 +1,6 @@
 #include "core/engine/engine.h"
 
+#include "core/engine/swap_resume.h"
 #include "core/offload/nvme_state_store.h"
 #include "core/offload/param_swap.h"
 
@@ -69,6 +70,12 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   Result<std::vector<InjectedIoFault>> io_faults = ParseIoFaultInjection(engine->env_.rank);
   if (!io_faults.ok()) return io_faults.status();
   DST_RETURN_IF_ERROR(engine->dp_->Start());
+  if (engine->config_.runtime.resume_from_swap) {
+    int64_t resumed = -1;
+    DST_RETURN_IF_ERROR(ResumeFromSwap(engine->env_, engine->store_.get(), engine->CommTimeout(),
+                                       engine->dp_.get(), &engine->progress_, &engine->scaler_,
+                                       &resumed));
+  }
   Result<std::vector<int64_t>> inject = ParseOverflowInjection(engine->env_.rank);
   if (!inject.ok()) return inject.status();
   engine->executor_->InjectOverflowAt(std::move(inject).value());

@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "core/engine/swap_resume.h"
 #include "core/optim/lr_schedule.h"
 
 namespace dst {
@@ -273,6 +274,8 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
       case Op::kOptimizerStep: {
         rec.lr = NextLearningRate();
         if (!rec.skipped) {
+          if (dp_->KeepsCommitNotes())
+            dp_->SetCommitNote(CommitNoteAfterStep(*progress_, *scaler_));
           DST_RETURN_IF_ERROR(dp_->Step(rec.lr));
           DST_RETURN_IF_ERROR(scaler_->Update(/*overflow=*/false));
         }

@@ -149,6 +149,7 @@ nlohmann::json Telemetry::OffloadJson() const {
                       {"pieces", g.pieces},
                       {"buffers", nvme.buffers()},
                       {"committed_step", nvme.committed_step()},
+                      {"resumed_from_step", nvme.resumed_step()},
                       {"read_bytes", io.read_bytes},
                       {"write_bytes", io.write_bytes},
                       {"requests", io.requests},

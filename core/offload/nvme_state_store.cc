@@ -39,7 +39,9 @@ Status NvmeStateStore::Open() {
     options_.aio.queue_depth = report.value().best.queue_depth;
     probed_ = report.value().best;
   }
-  Result<std::unique_ptr<SwapFile>> file = (options_.resume ? SwapFile::Open : SwapFile::Create)(
+  std::error_code ec;
+  reopened_ = options_.resume && std::filesystem::exists(options_.path, ec);
+  Result<std::unique_ptr<SwapFile>> file = (reopened_ ? SwapFile::Open : SwapFile::Create)(
       options_.path, std::max<int64_t>(numel(), 1), options_.piece_elements,
       int64_t(names().size()), options_.aio, options_.engine);
   if (!file.ok()) return file.status();
@@ -221,6 +223,7 @@ Status NvmeStateStore::EndPass() {
   if (first.ok()) {
     CommitRecord record = current_;
     record.step = pass_step_;
+    record.note = note_;
     first = file_->Commit(std::move(record));
   }
   if (!first.ok()) {
@@ -260,6 +263,9 @@ Status NvmeStateStore::Flush() {
   if (!dirty_) return Status::Ok();
   CommitRecord record = current_;
   record.step = file_->committed().step;
+  // State written between passes (a checkpoint loaded, set_param) has no
+  // engine note yet: a crash before the next pass resumes from the checkpoint.
+  record.note.clear();
   DST_RETURN_IF_ERROR(file_->Commit(std::move(record)));
   current_ = file_->committed();
   dirty_ = false;
@@ -311,6 +317,23 @@ Status NvmeStateStore::Write(size_t k, int64_t begin, int64_t count, const float
                     });
 }
 
+std::vector<int64_t> NvmeStateStore::ResumableSteps() const {
+  std::vector<int64_t> steps;
+  if (reopened_)  // a commit without a note (the first, or after a checkpoint load) is no resume
+                  // point
+    for (const CommitRecord &r : file_->found())
+      if (!r.note.empty()) steps.push_back(r.step);
+  return steps;
+}
+
+Result<std::string> NvmeStateStore::ResumeAt(int64_t step) {
+  DST_RETURN_IF_ERROR(file_->Rewind(step));
+  current_ = file_->committed();
+  resumed_step_ = step;
+  note_ = current_.note;
+  return current_.note;
+}
+
 Result<std::vector<InjectedIoFault>> ParseIoFaultInjection(int64_t rank) {
   std::vector<InjectedIoFault> faults;
   const char *text = std::getenv("DSTRAIN_INJECT_IO_FAULT");
@@ -357,6 +380,7 @@ StateStoreMaker NvmeStateStoreMaker(const Config &config, int64_t rank,
   options.pipeline_write = config.zero.offload_optimizer_pipeline_write;
   options.aio = config.aio;
   options.probe_aio = !config.aio.present;
+  options.resume = config.runtime.resume_from_swap;
   if (const char *engine = std::getenv("DSTRAIN_IO_ENGINE"); engine && *engine)
     options.engine = engine;
   options.faults = std::move(faults);

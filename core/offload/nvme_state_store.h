@@ -45,8 +45,9 @@ struct NvmeStoreOptions {
   AioConfig aio;
   std::string engine = "auto";  // auto | io_uring | pread
   std::vector<InjectedIoFault> faults;
-  // Open the swap file a crashed run left and start from its last commit
-  // (committed_step()) instead of creating it afresh.
+  // Open the swap file a crashed run left, if there is one, at its last
+  // commit (committed_step(); ResumeAt picks another) instead of creating
+  // it afresh.
   bool resume = false;
   // Measure the drive at Open (a few 32 MiB passes, well under a second on
   // an SSD) and use the best aio block size and queue depth.
@@ -79,6 +80,10 @@ class NvmeStateStore final : public StateStore {
   const AioConfig &aio() const { return options_.aio; }
   bool aio_probed() const { return probed_.block_size > 0; }
   void RemoveOnClose() { file_->RemoveOnClose(); }
+  void SetCommitNote(std::string note) override { note_ = std::move(note); }
+  std::vector<int64_t> ResumableSteps() const override;
+  Result<std::string> ResumeAt(int64_t step) override;
+  int64_t resumed_step() const { return resumed_step_; }  // -1: started afresh
 
  private:
   enum class BufferState { kFree, kReading, kHeld, kWriting };
@@ -119,7 +124,10 @@ class NvmeStateStore final : public StateStore {
   IoProbeResult probed_;
   std::unique_ptr<SwapFile> file_;
   mutable std::vector<PieceBuffer> buffers_;
-  CommitRecord current_;  // the committed record plus this pass's (or Write's) new slots
+  CommitRecord current_;   // the committed record plus this pass's (or Write's) new slots
+  std::string note_;       // committed with every pass (SetCommitNote)
+  bool reopened_ = false;  // Open found a previous run's file (resume)
+  int64_t resumed_step_ = -1;
   bool in_pass_ = false, dirty_ = false;
   int64_t pass_step_ = 0;
   uint64_t write_order_ = 0;

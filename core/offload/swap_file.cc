@@ -76,11 +76,12 @@ int64_t DirectAlignment(int fd) {
 namespace {
 
 int64_t RecordBytes(int64_t pieces, int64_t align) {
-  return RoundUp(32 + RoundUp(pieces, 8) + 8 * pieces + 8, align);
+  return RoundUp(32 + RoundUp(pieces, 8) + 8 * pieces + 8 + CommitRecord::kMaxNote + 8, align);
 }
 
 // The record's bytes: magic, sequence, step, pieces, slots (padded to 8),
-// checksums, and the checksum of everything before it.
+// checksums, the note's length and bytes (kMaxNote), and the checksum of
+// everything before it.
 void EncodeRecord(const CommitRecord &r, char *out) {
   const int64_t pieces = int64_t(r.slot.size());
   auto put = [&out](const void *p, size_t n) {
@@ -95,6 +96,11 @@ void EncodeRecord(const CommitRecord &r, char *out) {
   put(r.slot.data(), r.slot.size());
   out = begin + 32 + RoundUp(pieces, 8);
   put(r.checksum.data(), r.checksum.size() * 8);
+  const uint64_t note = std::min<uint64_t>(r.note.size(), CommitRecord::kMaxNote);
+  put(&note, 8);
+  std::memset(out, 0, CommitRecord::kMaxNote);
+  std::memcpy(out, r.note.data(), note);
+  out += CommitRecord::kMaxNote;
   const uint64_t self = SlotChecksum(begin, size_t(out - begin));
   put(&self, 8);
 }
@@ -102,7 +108,7 @@ void EncodeRecord(const CommitRecord &r, char *out) {
 // The header's words: magic, version, then the geometry it was made for.
 std::array<int64_t, 9> HeaderFields(const SwapGeometry &g) {
   return {int64_t(kHeaderMagic),
-          1,
+          2,  // 2: commit records carry a note
           g.numel,
           g.piece_elements,
           g.pieces,
@@ -124,7 +130,8 @@ std::optional<CommitRecord> DecodeRecord(const char *in, int64_t pieces) {
   std::memcpy(&stored_pieces, in + 24, 8);
   if (magic != kRecordMagic || stored_pieces != pieces || r.sequence == 0) return std::nullopt;
   const char *checksums = in + 32 + RoundUp(pieces, 8);
-  const char *end = checksums + 8 * pieces;
+  const char *note = checksums + 8 * pieces;
+  const char *end = note + 8 + CommitRecord::kMaxNote;
   uint64_t self = 0;
   std::memcpy(&self, end, 8);
   if (SlotChecksum(in, size_t(end - in)) != self) return std::nullopt;
@@ -132,6 +139,10 @@ std::optional<CommitRecord> DecodeRecord(const char *in, int64_t pieces) {
                 reinterpret_cast<const uint8_t *>(in + 32) + pieces);
   r.checksum.resize(size_t(pieces));
   std::memcpy(r.checksum.data(), checksums, size_t(pieces) * 8);
+  uint64_t note_bytes = 0;
+  std::memcpy(&note_bytes, note, 8);
+  if (note_bytes > CommitRecord::kMaxNote) return std::nullopt;
+  r.note.assign(note + 8, size_t(note_bytes));
   for (uint8_t slot : r.slot)
     if (slot > 1) return std::nullopt;
   return r;
@@ -312,16 +323,32 @@ Result<std::unique_ptr<SwapFile>> SwapFile::Open(const std::string &path, int64_
   t = file->io_->Submit({IoOp::kRead, records.data(), records.bytes(), g.RecordOffset(0)});
   if (!t.ok()) return t.status();
   DST_RETURN_IF_ERROR(file->io_->Wait(t.value()));
-  std::optional<CommitRecord> best;
   for (int which = 0; which < 2; ++which) {
     std::optional<CommitRecord> r = DecodeRecord(records.data() + which * g.record_bytes, g.pieces);
-    if (r && (!best || r->sequence > best->sequence)) best = std::move(r);
+    if (r) file->found_.push_back(std::move(*r));
   }
-  if (!best)
+  if (file->found_.empty())
     return IoError("the NVMe swap file " + path +
                    " holds no whole commit record; resume from a checkpoint instead");
-  file->committed_ = std::move(*best);
+  std::sort(file->found_.begin(), file->found_.end(),
+            [](const CommitRecord &a, const CommitRecord &b) { return a.sequence > b.sequence; });
+  file->committed_ = file->found_.front();
   return file;
+}
+
+Status SwapFile::Rewind(int64_t step) {
+  for (const CommitRecord &r : found_)
+    if (r.step == step) {
+      committed_ = r;
+      return Status::Ok();
+    }
+  std::string held;
+  for (const CommitRecord &r : found_) {
+    if (!held.empty()) held += ", ";
+    held += std::to_string(r.step);
+  }
+  return IoError("the NVMe swap file " + path_ + " holds the commits of steps " + held +
+                 ", not step " + std::to_string(step) + "; resume from a checkpoint instead");
 }
 
 Status SwapFile::WriteHeader() {

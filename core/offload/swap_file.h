@@ -69,10 +69,14 @@ struct SwapGeometry {
 
 // Which slot of each piece is current, and its checksum.
 struct CommitRecord {
+  static constexpr size_t kMaxNote = 1024;
   uint64_t sequence = 0;  // the newer of the two records wins
   int64_t step = 0;       // optimizer steps taken when it was committed
   std::vector<uint8_t> slot;
   std::vector<uint64_t> checksum;
+  // What the engine needs to resume at this commit (its step count, loss
+  // scaler): at most kMaxNote bytes, opaque here.
+  std::string note;
 };
 
 class SwapFile {
@@ -100,6 +104,14 @@ class SwapFile {
   const std::string &path() const { return path_; }
   bool direct() const { return direct_; }  // opened with O_DIRECT
   const CommitRecord &committed() const { return committed_; }
+  // Open: the whole records found, newest first (the committed one and
+  // possibly the one before it).
+  const std::vector<CommitRecord> &found() const { return found_; }
+  // Open: makes the found record of `step` the committed one (the newer is
+  // abandoned: the next commit overwrites it). Its slots still hold that
+  // step's state unless a later pass overwrote them, which their checksums
+  // tell on read.
+  Status Rewind(int64_t step);
   // Makes `record` the committed state: the data it names is synced first,
   // then the record written to the other record slot and synced.
   Status Commit(CommitRecord record);
@@ -121,6 +133,7 @@ class SwapFile {
   bool remove_ = false;
   std::unique_ptr<AsyncFile> io_;
   CommitRecord committed_;
+  std::vector<CommitRecord> found_;
 };
 
 // Opens `path` read-write (creating it when `create`) with O_DIRECT, or

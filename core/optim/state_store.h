@@ -63,6 +63,18 @@ class StateStore {
     return nullptr;
   }
 
+  // Crash resume, for a store that outlives its process (NVMe): `note`
+  // (the engine's state after the step) is committed with each pass from
+  // now on; ResumableSteps are the steps a previous run's committed state
+  // can be taken back at (newest first; empty: none, a fresh store), and
+  // ResumeAt takes one and returns the note committed with it.
+  virtual void SetCommitNote(std::string note) { (void)note; }
+  virtual std::vector<int64_t> ResumableSteps() const { return {}; }
+  virtual Result<std::string> ResumeAt(int64_t step) {
+    return StateError("the optimizer state lives in memory: there is no step " +
+                      std::to_string(step) + " to resume at");
+  }
+
  protected:
   StateStore(std::vector<std::string> names, int64_t numel)
       : names_(std::move(names)), numel_(numel) {}

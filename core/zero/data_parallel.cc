@@ -96,6 +96,19 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
 Status DataParallel::Start() {
   DST_RETURN_IF_ERROR(optimizer_->state().Open());
   DST_RETURN_IF_ERROR(StartParamSwap());
+  if (!ResumableSteps().empty()) return Status::Ok();  // the engine: ResumeAt or StartFresh
+  return StartFresh();
+}
+
+Result<std::string> DataParallel::ResumeAt(int64_t step) {
+  Result<std::string> note = optimizer_->state().ResumeAt(step);
+  if (!note.ok()) return note.status();
+  optimizer_->set_steps_taken(step);
+  DST_RETURN_IF_ERROR(ParamsFromMasters());
+  return note;
+}
+
+Status DataParallel::StartFresh() {
   if (!optimizer_->master_weights()) return Status::Ok();
   // 16 bits: the master weights are the fp32 initialisation of the state
   // range (a pure function of the element, as the 16-bit parameters are its
@@ -520,22 +533,24 @@ float *DataParallel::LocalParams(ShardInfo *range) {
 }
 
 Status DataParallel::ParamsChanged() {
-  if (Wide() || ParamsOffloaded()) {  // the master weights were loaded: into the parameters
-    if (params_) DST_RETURN_IF_ERROR(params_->BeginShardWrite());
-    Status st = ForEachStatePiece(/*modified=*/false, [&](const StatePiece &piece) {
-      return MastersToParams(piece.begin, piece.count, piece.tensors[0]);
-    });
-    if (st.ok() && params_) st = params_->EndShardWrite(optimizer_->steps_taken());
-    if (!st.ok() && params_) params_->AbortShardWrite();
-    DST_RETURN_IF_ERROR(st);
-    return ShareParams();
-  }
+  if (Wide() || ParamsOffloaded()) return ParamsFromMasters();  // the masters were loaded
   if (mirror_)  // the parameters were loaded: their mirror follows
     DST_RETURN_IF_ERROR(ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {
       std::memcpy(piece.tensors[0], StateParams() + piece.begin, size_t(piece.count) * 4);
       return Status::Ok();
     }));
   return params_ ? params_->ShardChanged() : Status::Ok();
+}
+
+Status DataParallel::ParamsFromMasters() {
+  if (params_) DST_RETURN_IF_ERROR(params_->BeginShardWrite());
+  Status st = ForEachStatePiece(/*modified=*/false, [&](const StatePiece &piece) {
+    return MastersToParams(piece.begin, piece.count, piece.tensors[0]);
+  });
+  if (st.ok() && params_) st = params_->EndShardWrite(optimizer_->steps_taken());
+  if (!st.ok() && params_) params_->AbortShardWrite();
+  DST_RETURN_IF_ERROR(st);
+  return ShareParams();
 }
 
 }  // namespace dst

@@ -71,6 +71,17 @@ class DataParallel final : public DataParallelism {
   // Opens the optimizer's store, writes the initial master weights and
   // (offload_param nvme) the swapped parameters; once, before the first step.
   Status Start() override;
+  std::vector<int64_t> ResumableSteps() const override {
+    return optimizer_->state().ResumableSteps();
+  }
+  Result<std::string> ResumeAt(int64_t step) override;
+  Status StartFresh() override;
+  bool KeepsCommitNotes() const override {
+    return std::string_view(optimizer_->state().kind()) != "resident";
+  }
+  void SetCommitNote(std::string note) override {
+    optimizer_->state().SetCommitNote(std::move(note));
+  }
   // The parameter swap file, or null (parameters in memory).
   const ParamSwap *param_swap() const { return params_ ? params_->swap() : nullptr; }
   const ParameterPartition *param_partition() const { return params_.get(); }
@@ -157,6 +168,8 @@ class DataParallel final : public DataParallelism {
   bool ParamsOffloaded() const { return !param_swap_.path.empty(); }
   // Opens the parameter swap file and moves the shard beyond max_in_cpu there.
   Status StartParamSwap();
+  // The master weights into every parameter (a checkpoint loaded them, or a resume).
+  Status ParamsFromMasters();
   // The optimizer update of the state range, a store piece at a time, as one
   // pass of the store; `touched`: the state elements the update reached.
   Status UpdatePieces(double lr, int64_t *touched);

@@ -23,8 +23,21 @@ class DataParallelism : public LayerHooks {
   virtual int stage() const = 0;
   virtual Optimizer &optimizer() = 0;
   // Once, before the first step: the optimizer's store opened (a swap file
-  // created) and the master weights written.
+  // created) and the master weights written — unless the store holds a
+  // previous run's state (ResumableSteps not empty): then ResumeAt or
+  // StartFresh follows.
   virtual Status Start() = 0;
+  // Crash resume from a store that outlives the process (the optimizer's
+  // NVMe tier): the steps it can resume at (newest first), resuming at one
+  // (state, master weights and parameters as committed then; collective
+  // over the dp group; returns the engine's note committed with it), or
+  // starting afresh after all. SetCommitNote: the engine's state after the
+  // step about to be taken, committed with it.
+  virtual std::vector<int64_t> ResumableSteps() const = 0;
+  virtual Result<std::string> ResumeAt(int64_t step) = 0;
+  virtual Status StartFresh() = 0;
+  virtual bool KeepsCommitNotes() const = 0;
+  virtual void SetCommitNote(std::string note) = 0;
 
   // A step begins: gradients are zero, nothing is in flight.
   virtual Status ZeroGradients() = 0;

@@ -171,6 +171,8 @@ int main(int argc, char **argv) {
   if (resume) {
     const dst_status_t loaded = dst_engine_load_checkpoint(engine, ckpt.c_str(), nullptr, nullptr);
     extra_json += ",\"load\":" + StatusJson(loaded);
+  }
+  {  // a loaded checkpoint, or dstrain.resume_from_swap, may have taken steps already
     int64_t done = 0;
     Check(dst_engine_step_count(engine, &done), "dst_engine_step_count");
     first_step = int(done);

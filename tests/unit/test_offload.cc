@@ -267,8 +267,10 @@ TEST(NvmeStateStore, AKillMidPassLeavesTheLastCommitToResumeFrom) {
       }
     };
     if (!store.Open().ok()) ::_exit(1);
+    store.SetCommitNote("after step 1");
     pass(1.0f, 1, 4);
     if (!store.EndPass().ok()) ::_exit(5);
+    store.SetCommitNote("after step 2");
     pass(1.0f, 2, 4);
     if (!store.EndPass().ok()) ::_exit(5);
     pass(50.0f, 3, 3);  // three of four pieces written to their other slots
@@ -289,6 +291,21 @@ TEST(NvmeStateStore, AKillMidPassLeavesTheLastCommitToResumeFrom) {
     ASSERT_TRUE(store.Read(k, 0, 10000, out.data()).ok());
     EXPECT_EQ(out, std::vector<float>(10000, 2.0f)) << "tensor " << k;
   }
+  // Both records are whole, each with the engine's note. Step 1's slots
+  // were overwritten by the cut-off step 3 (three of its four pieces):
+  // taking it back shows on read; step 2 is whole.
+  EXPECT_EQ(store.ResumableSteps(), (std::vector<int64_t>{2, 1}));
+  Result<std::string> note = store.ResumeAt(1);
+  ASSERT_TRUE(note.ok()) << note.status().message();
+  EXPECT_EQ(note.value(), "after step 1");
+  EXPECT_NE(store.Read(0, 0, 10000, out.data()).message().find("is corrupt"), std::string::npos);
+  note = store.ResumeAt(2);
+  ASSERT_TRUE(note.ok()) << note.status().message();
+  EXPECT_EQ(note.value(), "after step 2");
+  ASSERT_TRUE(store.Read(2, 0, 10000, out.data()).ok());
+  EXPECT_EQ(out, std::vector<float>(10000, 2.0f));
+  EXPECT_NE(store.ResumeAt(5).status().message().find("holds the commits of steps 2, 1"),
+            std::string::npos);
   // A second run on the same file is refused while this one holds it.
   NvmeStoreOptions other = options;
   other.piece_elements = 2000;

@@ -1,0 +1,103 @@
+"""Resuming from the optimizer's swap files after kill -9
+(dstrain.resume_from_swap): every commit of the NVMe tier carries the
+engine's step count and loss scaler, so a restarted job takes the newest
+step every rank's file holds back — optimizer state, master weights, the
+parameters rebuilt from them — and continues exactly as the uninterrupted
+run (DeepSpeed's swap files are overwritten in place; only a checkpoint
+brings its runs back).
+"""
+import json
+import os
+import secrets
+import signal
+import subprocess
+import time
+
+import pytest
+
+import test_data_parallel as dp_tests
+from test_data_parallel import tool  # noqa: F401  (the fixture)
+from test_offload import offload_job
+
+STEPS = 10
+
+
+def resumable_job(tmp_path, stage, precision, params=False):
+    cfg, model = offload_job(tmp_path, stage, 2, "nvme", precision, pipeline=True)
+    config = json.loads(cfg.read_text())
+    config["dstrain"]["resume_from_swap"] = True
+    if params:
+        swap = tmp_path / "params"
+        swap.mkdir(exist_ok=True)
+        config["zero_optimization"]["stage3_param_persistence_threshold"] = 64
+        config["zero_optimization"]["offload_param"] = {
+            "device": "nvme", "nvme_path": str(swap), "max_in_cpu": 1000}
+    cfg.write_text(json.dumps(config))
+    return cfg, model
+
+
+def kill_mid_step(tool, cfg, model, killed_at=7):
+    """Two ranks; rank 1 stops before step `killed_at` and rank 0 waits for it
+    inside that step's collectives when both get SIGKILL."""
+    port, token = dp_tests.free_port(), secrets.token_hex(8)
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", RANK=str(rank),
+                   WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DSTRAIN_JOB_TOKEN=token)
+        procs.append(subprocess.Popen(
+            [tool, "--model", str(model), "--config", str(cfg), "--steps", str(STEPS),
+             "--progress", "1", "--sleep", f"1:{killed_at}:60"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env))
+    try:
+        for line in procs[0].stderr:
+            if line.startswith(f"step {killed_at - 1}"):
+                break
+        time.sleep(0.3)
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=30)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == -signal.SIGKILL for p in procs)
+
+
+@pytest.mark.parametrize("stage,precision,params", [
+    (1, "fp16", False), (2, "fp32", False), (3, "bf16", True),
+])
+def test_a_killed_run_resumes_from_its_swap_files_bit_for_bit(tmp_path, tool, stage, precision,
+                                                              params):
+    cfg, model = resumable_job(tmp_path, stage, precision, params)
+    full = dp_tests.run_ranks(tool, cfg, model, 2, steps=STEPS)
+    assert all(r["metrics"]["offload"]["optimizer"]["resumed_from_step"] == -1 for r in full)
+    kill_mid_step(tool, cfg, model)
+    left = sorted(f.name for f in (tmp_path / "swap_nvme").iterdir())
+    assert left == ["dstrain_optimizer_rank0.swap", "dstrain_optimizer_rank1.swap"]
+    resumed = dp_tests.run_ranks(tool, cfg, model, 2, steps=STEPS)
+    for r in resumed:
+        o = r["metrics"]["offload"]["optimizer"]
+        # Seven steps were committed (fp16: minus those skipped on overflow).
+        assert 0 < o["resumed_from_step"] <= 7
+        assert len(r["losses"]) == STEPS - 7
+        assert r["losses"] == full[0]["losses"][7:]
+        assert o["committed_step"] == full[0]["metrics"]["offload"]["optimizer"]["committed_step"]
+    assert list((tmp_path / "swap_nvme").iterdir()) == []  # the resumed run ended cleanly
+
+
+def test_without_swap_files_the_run_starts_afresh(tmp_path, tool):
+    cfg, model = resumable_job(tmp_path, 1, "bf16")
+    plain, _ = offload_job(tmp_path, 1, 2, "plain", "bf16", pipeline=True)
+    expected = dp_tests.run_ranks(tool, plain, model, 2, steps=4)
+    run = dp_tests.run_ranks(tool, cfg, model, 2, steps=4)
+    assert [r["losses"] for r in run] == [r["losses"] for r in expected]
+
+
+def test_resume_from_swap_needs_the_optimizer_on_nvme(tmp_path, tool):
+    cfg, model = offload_job(tmp_path, 1, 1, "resident", device=None)
+    config = json.loads(cfg.read_text())
+    config["dstrain"]["resume_from_swap"] = True
+    cfg.write_text(json.dumps(config))
+    code, _, err = dp_tests.start_ranks(tool, cfg, model, 1, steps=1)[0]
+    assert code != 0 and "dstrain.resume_from_swap needs the optimizer's NVMe tier" in err, err
