@@ -138,6 +138,10 @@ def main():
         for kind, r in largest.items():
             if r:
                 print(f"largest {kind}: {r[2] / 1e9:.2f}B parameters ({r[0]} layers x {r[1]})")
+        by_memory = max((r for r in rows if r[4] <= budget), key=lambda r: r[2], default=None)
+        if by_memory:
+            print(f"largest offloaded by memory alone (a larger drive): {by_memory[2] / 1e9:.2f}B "
+                  f"parameters ({by_memory[0]} layers x {by_memory[1]})")
         if args.no_run:
             return
         target = next((r for r in rows if r[5] == "offloaded"), None)
