@@ -215,21 +215,23 @@ def run_in_cgroup(cgroup, cmd):
                           timeout=300)
 
 
-def test_a_model_whose_states_exceed_the_memory_budget_trains_offloaded(tmp_path, tool):
-    """bf16 ZeRO 1 on one rank: 251 MB peak resident, 151 MB with the
+@pytest.mark.parametrize("stage", [1, 2])
+def test_a_model_whose_states_exceed_the_memory_budget_trains_offloaded(tmp_path, tool, stage):
+    """bf16 ZeRO 1 (2) on one rank: 251 MB peak resident, 151 MB with the
     optimizer tier on NVMe. Under a 200 MB cgroup limit the resident run is
-    killed and the offloaded one trains, with the resident run's losses."""
+    killed and the offloaded one trains, with the resident run's losses
+    (ZeRO 3 with the parameters on NVMe too: test_param_offload.py)."""
     model = tmp_path / "big.json"
     model.write_text(json.dumps(BIG))
     configs = {}
     for device in (None, "nvme"):
-        cfg, _ = offload_job(tmp_path, 1, 1, device or "resident", "bf16", pipeline=True,
+        cfg, _ = offload_job(tmp_path, stage, 1, device or "resident", "bf16", pipeline=True,
                              device=device, sub_group=1_000_000)
         configs[device] = cfg
     free_run = dp_tests.run_ranks(tool, configs[None], model, 1, steps=3)[0]
     state = free_run["metrics"]["memory"]["optimizer_state"]["bytes"]
     limit = 200 << 20
-    cgroup = memory_cgroup("offload", limit)
+    cgroup = memory_cgroup(f"offload{stage}", limit)
     cmd = lambda cfg: [tool, "--model", str(model), "--config", str(cfg), "--steps", "3"]
     if cgroup is None:  # no cgroup here: the resident size the offloaded run does not reach
         run = dp_tests.run_ranks(tool, configs["nvme"], model, 1, steps=3)[0]
