@@ -10,6 +10,9 @@
      ZeRO 1, one rank on --threads threads, micro-batch 4: resident, NVMe
      with pipelined reads and writes, NVMe without them. --repeats
      interleaved rounds; medians with min..max.
+  3. The parameter tier: the same model at ZeRO 3 resident and with
+     offload_param nvme (max_in_cpu 0: the whole shard on the drive, five
+     windows read a layer ahead), interleaved with the runs above.
 
 Reported per NVMe run: step time and its ratio to the resident step; the
 optimizer phase's time; the swap bytes moved per step (every piece read and
@@ -41,12 +44,16 @@ MICRO = 4
 SUB_GROUP = 2_000_000  # 7 pieces of 24 MB
 
 
-def config(threads, device, pipeline, swap_dir):
+def config(threads, device, pipeline, swap_dir, stage=1, params=False):
     c = {"train_batch_size": MICRO, "train_micro_batch_size_per_gpu": MICRO,
          "optimizer": {"type": "AdamW", "params": bench_gpt.ADAMW},
          "bf16": {"enabled": True},
-         "zero_optimization": {"stage": 1, "sub_group_size": SUB_GROUP},
+         "zero_optimization": {"stage": stage, "sub_group_size": SUB_GROUP},
          "dstrain": {"num_threads": threads}}
+    if params:
+        c["zero_optimization"]["offload_param"] = {
+            "device": "nvme", "nvme_path": str(swap_dir), "buffer_count": 5, "max_in_cpu": 0}
+        c["aio"] = {"block_size": 1048576, "queue_depth": 8}
     if device == "nvme":
         c["zero_optimization"]["offload_optimizer"] = {
             "device": "nvme", "nvme_path": str(swap_dir), "buffer_count": 4,
@@ -119,6 +126,7 @@ def main():
           " MB/s")
 
     runs = {"resident": [], "nvme pipelined": [], "nvme serial": []}
+    param_runs = {"zero3 resident": [], "zero3 params nvme": []}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         for _ in range(args.repeats):
@@ -126,6 +134,10 @@ def main():
                 device = "nvme" if name.startswith("nvme") else "none"
                 cfg = config(args.threads, device, name.endswith("pipelined"), swap)
                 runs[name].append(train(build, tmp, name.replace(" ", "_"), cfg, args))
+            for name in param_runs:
+                cfg = config(args.threads, "none", False, swap, stage=3,
+                             params=name.endswith("nvme"))
+                param_runs[name].append(train(build, tmp, name.replace(" ", "_"), cfg, args))
     shutil.rmtree(swap, ignore_errors=True)
 
     resident = [r["mean_step_seconds"] for r in runs["resident"]]
@@ -156,6 +168,29 @@ def main():
               f"{statistics.median(bandwidth) / 1e6:>10.0f} "
               f"{statistics.median(bandwidth) / fio_mean:>7.2f} {statistics.median(hidden):>7.2f}"
               f" {rss:>8.0f}")
+
+    print(f"\n== the parameter tier: ZeRO 3, the whole shard on NVMe (5 windows), optimizer "
+          f"resident; median (min..max) of {args.repeats} ==")
+    base = statistics.median(r["mean_step_seconds"] for r in param_runs["zero3 resident"])
+    print(f"{'run':>18} {'step s':>22} {'vs resident':>12} {'read MB/step':>13} "
+          f"{'wait s/step':>12} {'hidden':>7} {'params MiB':>11}")
+    for name, rs in param_runs.items():
+        steps = [r["mean_step_seconds"] for r in rs]
+        params_mib = statistics.median(
+            r["metrics"]["memory"]["parameters"]["bytes"] for r in rs) / 2**20
+        p = rs[0]["metrics"]["offload"]["param"]
+        if not p.get("moved"):
+            print(f"{name:>18} {spread(steps):>22} {'1.00':>12} {'-':>13} {'-':>12} {'-':>7} "
+                  f"{params_mib:>11.1f}")
+            continue
+        n = args.warmup + args.steps
+        read = statistics.median(r["metrics"]["offload"]["param"]["read_bytes"] for r in rs) / n
+        wait = [r["metrics"]["offload"]["param"]["io_wait_seconds"] / n for r in rs]
+        # Hidden: 1 - the time the gathers waited / the time the reads took at fio's rate.
+        hidden = 1 - statistics.median(wait) / (read / fio_r)
+        print(f"{name:>18} {spread(steps):>22} {statistics.median(steps) / base:>12.2f} "
+              f"{read / 1e6:>13.0f} {statistics.median(wait):>12.3f} {hidden:>7.2f} "
+              f"{params_mib:>11.1f}")
 
 
 if __name__ == "__main__":
