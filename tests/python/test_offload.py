@@ -47,6 +47,47 @@ def losses(results):
     return [r["losses"] for r in results]
 
 
+def estimated_model_state(build_dir, cfg, model, dp):
+    """`dstrain estimate`'s model-state bytes of one rank."""
+    import subprocess
+    out = subprocess.run([os.path.join(build_dir, "dstrain"), "estimate", "--config", str(cfg),
+                          "--model", str(model), "--world-size", str(dp), "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["per_rank"]["model_state_bytes"]
+
+
+def kill_mid_step(tool, cfg, model, steps=10, killed_at=7, args=()):
+    """Two ranks; rank 1 stops before step `killed_at` and rank 0 waits for it
+    inside that step's collectives when both get SIGKILL."""
+    import secrets
+    import signal
+    import subprocess
+    import time
+    port, token = dp_tests.free_port(), secrets.token_hex(8)
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", RANK=str(rank),
+                   WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DSTRAIN_JOB_TOKEN=token)
+        procs.append(subprocess.Popen(
+            [tool, "--model", str(model), "--config", str(cfg), "--steps", str(steps),
+             "--progress", "1", "--sleep", f"1:{killed_at}:60", *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env))
+    try:
+        for line in procs[0].stderr:
+            if line.startswith(f"step {killed_at - 1}"):
+                break
+        time.sleep(0.3)  # rank 0 is in step `killed_at`'s collectives now
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=30)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == -signal.SIGKILL for p in procs)
+
+
 @pytest.mark.parametrize("stage,dp,precision,pipeline", [
     (1, 1, "fp32", False), (1, 2, "fp32", True), (2, 2, "fp32", False), (3, 2, "fp32", True),
     (3, 1, "fp32", False), (1, 2, "bf16", True), (2, 1, "fp16", False), (3, 2, "bf16", False),
@@ -275,13 +316,9 @@ def test_each_rank_of_a_tp_or_pp_layout_offloads_its_own_state(tmp_path, tool, l
 @pytest.mark.parametrize("stage,dp,precision", [(1, 1, "fp32"), (2, 2, "bf16"), (3, 2, "fp16")])
 def test_the_estimate_counts_the_piece_buffers_to_the_byte(tmp_path, tool, build_dir, stage, dp,
                                                            precision):
-    import subprocess
     cfg, model = offload_job(tmp_path, stage, dp, "nvme", precision)
     run = dp_tests.run_ranks(tool, cfg, model, dp, steps=1)
-    out = subprocess.run([os.path.join(build_dir, "dstrain"), "estimate", "--config", str(cfg),
-                          "--model", str(model), "--world-size", str(dp), "--json"],
-                         capture_output=True, text=True, check=True).stdout
-    expected = json.loads(out)["per_rank"]["model_state_bytes"]
+    expected = estimated_model_state(build_dir, cfg, model, dp)
     for r in run:
         mem = {k: v["bytes"] for k, v in r["metrics"]["memory"].items()}
         assert mem["optimizer_state"] == 0

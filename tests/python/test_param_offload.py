@@ -16,7 +16,7 @@ import pytest
 
 import test_data_parallel as dp_tests
 from test_data_parallel import tool  # noqa: F401  (the fixture)
-from test_offload import offload_job, losses
+from test_offload import estimated_model_state, kill_mid_step, losses, offload_job
 
 STEPS = 5
 
@@ -124,15 +124,10 @@ def test_offloading_parameters_below_stage_3_is_refused(tmp_path, tool):
 ])
 def test_the_estimate_counts_the_swap_buffers_to_the_byte(tmp_path, tool, build_dir, dp, precision,
                                                           max_in_cpu, optimizer):
-    import os
-    import subprocess
     cfg, model = param_job(tmp_path, dp, "nvme", precision, max_in_cpu, buffers=3,
                            optimizer=optimizer)
     run = dp_tests.run_ranks(tool, cfg, model, dp, steps=1)
-    out = subprocess.run([os.path.join(build_dir, "dstrain"), "estimate", "--config", str(cfg),
-                          "--model", str(model), "--world-size", str(dp), "--json"],
-                         capture_output=True, text=True, check=True).stdout
-    expected = json.loads(out)["per_rank"]["model_state_bytes"]
+    expected = estimated_model_state(build_dir, cfg, model, dp)
     for r in run:
         mem = {k: v["bytes"] for k, v in r["metrics"]["memory"].items()}
         assert mem["parameters"] + mem["gradients"] + mem["optimizer_state"] + mem["offload"] \
@@ -210,37 +205,11 @@ def test_a_run_killed_mid_step_resumes_from_its_last_checkpoint(tmp_path, tool):
     collective for rank 1): the swap files stay behind, locked by nobody; the
     next run recreates them and, loading the last checkpoint, continues
     exactly as the uninterrupted run (ZeRO 3, bf16, both tiers on NVMe)."""
-    import secrets
-    import signal
-    import subprocess
     cfg, model = param_job(tmp_path, 2, "nvme", "bf16", max_in_cpu=2000, optimizer=True)
     ckpt = tmp_path / "ckpt"
     full = dp_tests.run_ranks(tool, cfg, model, 2, steps=10,
                               args=["--ckpt", str(tmp_path / "ckpt_full"), "--save-at", "4"])
-    port, token = dp_tests.free_port(), secrets.token_hex(8)
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", RANK=str(rank),
-                   WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DSTRAIN_JOB_TOKEN=token)
-        procs.append(subprocess.Popen(
-            [tool, "--model", str(model), "--config", str(cfg), "--steps", "10", "--ckpt",
-             str(ckpt), "--save-at", "4", "--progress", "1", "--sleep", "1:7:60"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env))
-    try:
-        for line in procs[0].stderr:
-            if line.startswith("step 6"):
-                break
-        import time
-        time.sleep(0.3)  # rank 0 is in step 7's collectives now
-        for p in procs:
-            p.send_signal(signal.SIGKILL)
-            p.wait(timeout=30)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert all(p.returncode == -signal.SIGKILL for p in procs)
+    kill_mid_step(tool, cfg, model, args=("--ckpt", str(ckpt), "--save-at", "4"))
     left = sorted(f.name for d in ("params_nvme", "swap_nvme") for f in (tmp_path / d).iterdir())
     assert left == ["dstrain_optimizer_rank0.swap", "dstrain_optimizer_rank1.swap",
                     "dstrain_params_rank0.swap", "dstrain_params_rank1.swap"]

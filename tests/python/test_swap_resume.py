@@ -7,17 +7,12 @@ run (DeepSpeed's swap files are overwritten in place; only a checkpoint
 brings its runs back).
 """
 import json
-import os
-import secrets
-import signal
-import subprocess
-import time
 
 import pytest
 
 import test_data_parallel as dp_tests
 from test_data_parallel import tool  # noqa: F401  (the fixture)
-from test_offload import offload_job
+from test_offload import kill_mid_step, offload_job
 
 STEPS = 10
 
@@ -34,34 +29,6 @@ def resumable_job(tmp_path, stage, precision, params=False):
             "device": "nvme", "nvme_path": str(swap), "max_in_cpu": 1000}
     cfg.write_text(json.dumps(config))
     return cfg, model
-
-
-def kill_mid_step(tool, cfg, model, killed_at=7):
-    """Two ranks; rank 1 stops before step `killed_at` and rank 0 waits for it
-    inside that step's collectives when both get SIGKILL."""
-    port, token = dp_tests.free_port(), secrets.token_hex(8)
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", RANK=str(rank),
-                   WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DSTRAIN_JOB_TOKEN=token)
-        procs.append(subprocess.Popen(
-            [tool, "--model", str(model), "--config", str(cfg), "--steps", str(STEPS),
-             "--progress", "1", "--sleep", f"1:{killed_at}:60"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env))
-    try:
-        for line in procs[0].stderr:
-            if line.startswith(f"step {killed_at - 1}"):
-                break
-        time.sleep(0.3)
-        for p in procs:
-            p.send_signal(signal.SIGKILL)
-            p.wait(timeout=30)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert all(p.returncode == -signal.SIGKILL for p in procs)
 
 
 @pytest.mark.parametrize("stage,precision,params", [
