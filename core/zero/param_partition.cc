@@ -156,7 +156,7 @@ std::pair<int64_t, int64_t> ParameterPartition::SwapRange(size_t layer) const {
 
 Status ParameterPartition::ReadAhead(size_t layer, int64_t next) {
   if (!swap_ || next < 0) return Status::Ok();
-  const int64_t step = next > int64_t(layer) ? 1 : -1;
+  const int64_t step = next >= int64_t(layer) ? 1 : -1;
   const int64_t layers = int64_t(plan_->params.size());
   int64_t l = next;
   for (int64_t i = 0; i + 1 < swap_->windows() && l >= 0 && l < layers; ++i, l += step) {
@@ -263,6 +263,13 @@ Status ParameterPartition::Forget() {
 
 Status ParameterPartition::ShardChanged() {
   DST_RETURN_IF_ERROR(Forget());
+  DST_RETURN_IF_ERROR(RefreshPersistent());
+  // The next forward's first layers are read now, behind whatever comes
+  // before it (their first gather would otherwise wait for them).
+  return ReadAhead(0, 0);
+}
+
+Status ParameterPartition::RefreshPersistent() {
   if (plan_->persistent.size == 0) return Status::Ok();
   // Each owner contributes its pieces, zeros elsewhere: a sum over disjoint
   // pieces is exact (x + 0 = x in every storage type), so one all-reduce

@@ -120,7 +120,10 @@ class ParameterPartition {
   std::pair<int64_t, int64_t> SwappedShare(size_t layer) const;
   // The swapped bytes of `layer`'s share of this rank's shard.
   std::pair<int64_t, int64_t> SwapRange(size_t layer) const;
-  // Reads ahead the shares of the layers after `layer` in the direction of `next`.
+  // Refreshes the persistent copies from their owners (collective).
+  Status RefreshPersistent();
+  // Reads ahead the shares of layers `next`, `next` + d, ... (d: the
+  // direction from `layer` to `next`, up when equal) into the free windows.
   Status ReadAhead(size_t layer, int64_t next);
   // Widens the persistent tensors into their working copy.
   void WidenPersistent();
