@@ -77,6 +77,7 @@ LoopPlan MakeLoopPlan(const TrainOptions &options, int64_t start_step, uint64_t 
   plan.save_dir = options.save_dir;
   plan.save_interval = options.save_interval;
   plan.data_seed = data_seed;
+  plan.memory_status_interval = options.memory_status_interval;
   return plan;
 }
 
@@ -116,6 +117,11 @@ TrainCommand::TrainCommand(CLI::App &parent)
       ->check(AtLeast(1));
   app_->add_option("--seq-len", o.seq_len, "tokens per sample (default: the model's n_ctx)")
       ->type_name("T")
+      ->check(AtLeast(1));
+  app_->add_option("--memory-status", o.memory_status_interval,
+                   "print rank 0's memory (per category, RSS, the machine's) at the start and "
+                   "every N steps")
+      ->type_name("N")
       ->check(AtLeast(1));
   app_->add_option("--eval-interval", o.eval_interval, "evaluate every N steps and at the end")
       ->type_name("N")
@@ -173,7 +179,8 @@ int TrainCommand::Run() {
       OpenBatchSource(info, options.model_path, options.data_path, options.labels_path,
                       options.val_fraction, shape, data_seed);
 
-  const LoopPlan plan = MakeLoopPlan(options, resume.step, data_seed);
+  LoopPlan plan = MakeLoopPlan(options, resume.step, data_seed);
+  if (info.rank != 0) plan.memory_status_interval = 0;  // rank 0 talks
 
   // In a multi-rank job every rank trains and evaluates (the losses are
   // global), but only rank 0 talks; errors still come from every rank.

@@ -29,6 +29,7 @@ struct TrainOptions {
   std::optional<uint64_t> seed;     // data seed; unset: checkpoint's, else config's
   std::optional<int> metrics_port;  // serve metrics and the dashboard (dstrain.monitor.http)
   bool quiet = false;
+  int64_t memory_status_interval = 0;  // --memory-status N
 };
 
 class TrainCommand {

@@ -1,5 +1,6 @@
 #include "trainer.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -65,6 +66,26 @@ int64_t Trainer::StepCount() const {
   int64_t steps = 0;
   Check(dst_engine_step_count(engine_, &steps), "reading the step count");
   return steps;
+}
+
+std::string Trainer::MemoryStatusLine() const {
+  const char *text = nullptr;
+  Check(dst_engine_memory_status(engine_, &text), "reading the memory status");
+  const nlohmann::json m = nlohmann::json::parse(text);
+  auto mib = [](const nlohmann::json &bytes) {
+    char out[32];
+    std::snprintf(out, sizeof out, "%.1f", bytes.get<double>() / double(1 << 20));
+    return std::string(out);
+  };
+  std::string line = "memory (MiB, now/peak):";
+  for (const auto &[name, c] : m["categories"].items())
+    if (c["peak_bytes"].get<int64_t>() > 0)
+      line += " " + name + " " + mib(c["bytes"]) + "/" + mib(c["peak_bytes"]);
+  line += " | total " + mib(m["total"]["bytes"]) + "/" + mib(m["total"]["peak_bytes"]);
+  line += " | RSS " + mib(m["process"]["rss_bytes"]) + "/" + mib(m["process"]["peak_rss_bytes"]);
+  line += " | system available " + mib(m["system"]["available_bytes"]) + " of " +
+          mib(m["system"]["total_bytes"]);
+  return line;
 }
 
 std::string Trainer::SaveCheckpoint(const std::string &dir, uint64_t data_seed) {

@@ -42,6 +42,10 @@ class Trainer {
   double LearningRate() const;
   // Optimizer steps taken so far.
   int64_t StepCount() const;
+  // One line of this rank's memory (dst_engine_memory_status), as DeepSpeed's
+  // see_memory_usage prints it: each category now (peak), the process's
+  // resident set now (peak), the machine's available memory.
+  std::string MemoryStatusLine() const;
   // fp16 training: the loss scale now and the steps skipped on overflow;
   // nullopt for fp32/bf16 (no scale to show).
   struct LossScaleState {

@@ -1,6 +1,7 @@
 #include "training_loop.h"
 
 #include <chrono>
+#include <cstdio>
 
 #include "interrupt.h"
 
@@ -25,6 +26,7 @@ class TrainingLoop {
   }
 
   LoopResult Run() {
+    PrintMemoryStatus(plan_.start_step);
     Evaluate();
     steps_start_ = Clock::now();
     for (int64_t step = plan_.start_step; step < plan_.total_steps; ++step) {
@@ -34,6 +36,8 @@ class TrainingLoop {
       }
       Train(step);
       const int64_t done = step + 1;
+      if (plan_.memory_status_interval > 0 && done % plan_.memory_status_interval == 0)
+        PrintMemoryStatus(done);
       if (done % plan_.eval_interval == 0 || done == plan_.total_steps) Evaluate();
       if (IsSaveStep(done)) Save();
     }
@@ -58,6 +62,13 @@ class TrainingLoop {
     }
     UpdateState(loss);
     progress_.OnStep(state_);
+  }
+
+  void PrintMemoryStatus(int64_t step) {
+    if (plan_.memory_status_interval <= 0) return;
+    std::printf("\nstep %lld %s\n", static_cast<long long>(step),
+                trainer_.MemoryStatusLine().c_str());
+    std::fflush(stdout);
   }
 
   void UpdateState(double loss) {

@@ -19,6 +19,8 @@ struct LoopPlan {
   std::string save_dir;       // empty: no checkpoints
   int64_t save_interval = 0;  // 0: only at the end
   uint64_t data_seed = 0;     // stored in the checkpoint's client state
+  // --memory-status N: print the memory line at the start and every N steps (0: never).
+  int64_t memory_status_interval = 0;
 };
 
 // A validation loss and the step it was measured at.

@@ -26,6 +26,7 @@ struct dst_engine {
   // Calls on one engine must not overlap: the second is refused, not run.
   mutable std::atomic<bool> busy{false};
   std::string metrics_json;  // returned by dst_engine_metrics_json
+  std::string memory_json;   // returned by dst_engine_memory_status
   std::string monitor_url;   // returned by dst_engine_monitor_url
   std::string client_state;  // returned by dst_engine_load_checkpoint
 };
@@ -349,6 +350,16 @@ dst_status_t dst_engine_metrics_json(dst_engine_t *engine, const char **out_json
   DST_CAPI_REQUIRE_NONNULL(out_json);
   engine->metrics_json = engine->engine->MetricsJson();
   *out_json = engine->metrics_json.c_str();
+  return DST_OK;
+  DST_CAPI_END
+}
+
+dst_status_t dst_engine_memory_status(dst_engine_t *engine, const char **out_json) {
+  DST_CAPI_BEGIN
+  DST_ENGINE_ENTER(engine);
+  DST_CAPI_REQUIRE_NONNULL(out_json);
+  engine->memory_json = engine->engine->MemoryStatusJson();
+  *out_json = engine->memory_json.c_str();
   return DST_OK;
   DST_CAPI_END
 }

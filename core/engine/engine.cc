@@ -468,6 +468,10 @@ nlohmann::json Engine::CommJson() const {
   return telemetry_->CommJson();
 }
 
+std::string Engine::MemoryStatusJson() const {
+  return telemetry_->MemoryStatusJson().dump();
+}
+
 std::string Engine::MetricsJson() const {
   return telemetry_->MetricsJson({&progress_, NextLearningRate(), scaler_.scale()});
 }

@@ -99,6 +99,8 @@ class Engine {
   Status LoadWeights(const std::string &dir, const std::string &tag);
 
   std::string MetricsJson() const;
+  // dst_engine_memory_status: memory per category, the process, the machine.
+  std::string MemoryStatusJson() const;
   // The dashboard's address ("http://host:port/"), or "" when HTTP is off.
   std::string MonitorUrl() const;
   nlohmann::json CommJson() const;

@@ -30,6 +30,16 @@ int64_t ProcessRssBytes() {
   return resident_pages * int64_t(sysconf(_SC_PAGESIZE));
 }
 
+// A "Key:   123 kB" line of a /proc file, in bytes (0 where absent).
+int64_t ProcKilobytes(const char *path, const std::string &key) {
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (line.compare(0, key.size(), key) == 0 && line.size() > key.size() &&
+        line[key.size()] == ':')
+      return std::atoll(line.c_str() + key.size() + 1) * 1024;
+  return 0;
+}
+
 // nccl-tests' bus bandwidth factor for an op over n ranks.
 double BusFactor(CommOp op, int64_t n) {
   if (n <= 1) return 0;
@@ -131,6 +141,24 @@ void Telemetry::FillLive(metrics::StepSample *s) const {
     s->offload_write_bytes_total += io->write_bytes;
     s->offload_io_wait_seconds_total += io->wait_seconds;
   }
+}
+
+nlohmann::json Telemetry::MemoryStatusJson() const {
+  nlohmann::json categories = nlohmann::json::object();
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    const auto cat = static_cast<MemoryCategory>(c);
+    categories[std::string(MemoryCategoryName(cat))] = {{"bytes", ctx_.memory->Current(cat)},
+                                                        {"peak_bytes", ctx_.memory->Peak(cat)}};
+  }
+  return {
+      {"categories", categories},
+      {"total", {{"bytes", ctx_.memory->TotalCurrent()}, {"peak_bytes", ctx_.memory->TotalPeak()}}},
+      {"process",
+       {{"rss_bytes", ProcessRssBytes()},
+        {"peak_rss_bytes", ProcKilobytes("/proc/self/status", "VmHWM")}}},
+      {"system",
+       {{"total_bytes", ProcKilobytes("/proc/meminfo", "MemTotal")},
+        {"available_bytes", ProcKilobytes("/proc/meminfo", "MemAvailable")}}}};
 }
 
 // The optimizer tier: where it lives, and for NVMe its file and I/O so far.

@@ -79,6 +79,10 @@ class Telemetry {
   nlohmann::json CommJson() const;
   // offload.{optimizer,param}: the tiers and, on NVMe, the swap file and its I/O.
   nlohmann::json OffloadJson() const;
+  // Bytes per memory category now and at their peak, the process's resident
+  // set now and at its peak, the machine's total and available memory
+  // (dst_engine_memory_status; DeepSpeed's see_memory_usage).
+  nlohmann::json MemoryStatusJson() const;
   nlohmann::json ParamOffloadJson() const;
   // The dashboard's address ("http://host:port/"), or "" when HTTP is off.
   std::string MonitorUrl() const;

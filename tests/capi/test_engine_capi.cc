@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "capi_test_util.h"
 
 namespace {
@@ -245,6 +247,33 @@ TEST(EngineCapi, MetricsSnapshotHasPhasesAndMemory) {
   for (const char *key : {"\"step\":1", "\"forward\"", "\"backward\"", "\"tokens_per_sec\"",
                           "\"parameters\"", "\"optimizer_state\"", "\"activations\"", "\"lr\""})
     EXPECT_NE(m.find(key), std::string::npos) << key << " missing from " << m;
+  dst_engine_destroy(e);
+}
+
+TEST(EngineCapi, MemoryStatusHasCategoriesProcessAndSystem) {
+  dst_engine_t *e = CreateEngine(AdamWConfig(), kTinyGpt);
+  ASSERT_NE(e, nullptr);
+  TokenBatch b(2, 16, 3);
+  ASSERT_EQ(dst_engine_train_batch(e, &b.batch, nullptr), DST_OK) << dst_last_error();
+  const char *json = nullptr;
+  ASSERT_EQ(dst_engine_memory_status(e, &json), DST_OK) << dst_last_error();
+  const nlohmann::json m = nlohmann::json::parse(json);
+  int64_t sum = 0;
+  for (const char *c :
+       {"parameters", "gradients", "optimizer_state", "activations", "communication", "offload"}) {
+    ASSERT_TRUE(m["categories"].contains(c)) << c << " missing from " << json;
+    sum += m["categories"][c]["bytes"].get<int64_t>();
+    EXPECT_GE(m["categories"][c]["peak_bytes"].get<int64_t>(),
+              m["categories"][c]["bytes"].get<int64_t>());
+  }
+  EXPECT_GT(m["categories"]["optimizer_state"]["bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(m["total"]["bytes"].get<int64_t>(), sum);
+  EXPECT_GT(m["process"]["rss_bytes"].get<int64_t>(), 0);
+  EXPECT_GE(m["process"]["peak_rss_bytes"].get<int64_t>(),
+            m["process"]["rss_bytes"].get<int64_t>());
+  EXPECT_GT(m["system"]["total_bytes"].get<int64_t>(),
+            m["system"]["available_bytes"].get<int64_t>());
+  EXPECT_EQ(dst_engine_memory_status(e, nullptr), DST_ERR_INVALID_ARGUMENT);
   dst_engine_destroy(e);
 }
 

@@ -193,6 +193,18 @@ def test_save_dir_is_checked_before_the_first_step(dstrain, job, tmp_path):
         subprocess.run(["umount", str(disk)], capture_output=True)
 
 
+def test_memory_status_prints_rank_0s_memory_at_the_start_and_every_n_steps(dstrain, job):
+    """--memory-status N: DeepSpeed's see_memory_usage, per category (now/peak),
+    the process's RSS and the machine's available memory."""
+    result = run(dstrain, *train_args(job, "config", 4, "--memory-status", 2))
+    assert result.returncode == 0, result.stderr
+    lines = re.findall(r"^step (\d+) memory \(MiB, now/peak\): (.*)$", result.stdout, re.M)
+    assert [int(step) for step, _ in lines] == [0, 2, 4], result.stdout
+    for _, text in lines:
+        assert re.search(r"optimizer_state [\d.]+/[\d.]+ .*\| total [\d.]+/[\d.]+ \| "
+                         r"RSS [\d.]+/[\d.]+ \| system available [\d.]+ of [\d.]+$", text), text
+
+
 def test_quiet_prints_only_the_summary(dstrain, job):
     result = run(dstrain, *train_args(job, "config", 10, "--quiet"))
     assert result.returncode == 0, result.stderr

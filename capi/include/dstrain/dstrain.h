@@ -402,6 +402,15 @@ DST_API dst_status_t dst_checkpoint_export_weights(const char *dir, const char *
  * others. Valid until the next dst_engine_metrics_json on the engine. */
 DST_API dst_status_t dst_engine_metrics_json(dst_engine_t *engine, const char **out_json);
 
+/* This rank's memory now, as DeepSpeed's memory_status / see_memory_usage
+ * report it, as JSON: {"categories": {"parameters": {"bytes", "peak_bytes"},
+ * ... gradients, optimizer_state, activations, communication, offload},
+ * "total": {"bytes", "peak_bytes"}, "process": {"rss_bytes",
+ * "peak_rss_bytes"}, "system": {"total_bytes", "available_bytes"}}. Peaks
+ * count from the end of dst_engine_create. Valid until the next
+ * dst_engine_memory_status on the engine. */
+DST_API dst_status_t dst_engine_memory_status(dst_engine_t *engine, const char **out_json);
+
 /* The resolved configuration ("auto" filled in) as JSON. Valid for the life of
  * the engine. */
 DST_API dst_status_t dst_engine_config_json(const dst_engine_t *engine, const char **out_json);

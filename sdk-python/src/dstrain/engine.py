@@ -647,6 +647,19 @@ class Engine:
         result: Dict[str, Any] = json.loads(text)
         return result
 
+    def memory_status(self) -> Dict[str, Any]:
+        """This rank's memory now (DeepSpeed's ``memory_status`` /
+        ``see_memory_usage``): bytes and peak bytes per category
+        (``categories``), their ``total``, the process's resident set now
+        and at its peak (``process``), the machine's total and available
+        memory (``system``)."""
+        out = ffi.new("const char **")
+        with self._lock:
+            check(lib.dst_engine_memory_status(self._h(), out))
+            text = string(out[0])
+        result: Dict[str, Any] = json.loads(text)
+        return result
+
     def monitor_url(self) -> str:
         """This rank's metrics server and dashboard ("http://127.0.0.1:9400/"),
         or "" when dstrain.monitor.http is off."""

@@ -380,6 +380,12 @@ extern "C" {
         engine: *mut dst_engine_t,
         out_json: *mut *const c_char,
     ) -> dst_status_t;
+    /// Memory per category, the process's resident set and the machine's, as
+    /// JSON; valid until the next call on the engine.
+    pub fn dst_engine_memory_status(
+        engine: *mut dst_engine_t,
+        out_json: *mut *const c_char,
+    ) -> dst_status_t;
     /// The resolved configuration as JSON, valid for the life of the engine.
     pub fn dst_engine_config_json(
         engine: *const dst_engine_t,
@@ -413,8 +419,7 @@ extern "C" {
     ) -> dst_status_t;
     /// Reads a config or model-spec file as the engine does (a regular file up to
     /// 16 MiB). The text is thread-local, valid until the next call on the same thread.
-    pub fn dst_config_file_read(path: *const c_char, out_text: *mut *const c_char)
-        -> dst_status_t;
+    pub fn dst_config_file_read(path: *const c_char, out_text: *mut *const c_char) -> dst_status_t;
     /// Sequential write/read bandwidth of the file system under `dir` through the NVMe
     /// offload tier's I/O path, as JSON (thread-local, valid until the next call on the
     /// same thread); `file_bytes` 0: 128 MiB.

@@ -331,6 +331,10 @@ fn every_header_function_is_declared() {
             dst_engine_monitor_url as *const () as usize,
         ),
         (
+            "dst_engine_memory_status",
+            dst_engine_memory_status as *const () as usize,
+        ),
+        (
             "dst_estimate_memory_json",
             dst_estimate_memory_json as *const () as usize,
         ),

@@ -467,9 +467,7 @@ impl Engine {
         let mut scale = 0.0f64;
         let mut skipped = 0i64;
         // SAFETY: valid handle and out pointers.
-        check(unsafe {
-            sys::dst_engine_loss_scale(self.raw.as_ptr(), &mut scale, &mut skipped)
-        })?;
+        check(unsafe { sys::dst_engine_loss_scale(self.raw.as_ptr(), &mut scale, &mut skipped) })?;
         Ok((scale, u64::try_from(skipped).unwrap_or(0)))
     }
 
@@ -692,6 +690,17 @@ impl Engine {
         let mut json: *const c_char = ptr::null();
         // SAFETY: valid handle and out pointer; the string is copied before the next call.
         check(unsafe { sys::dst_engine_metrics_json(self.raw.as_ptr(), &mut json) })?;
+        // SAFETY: valid until the next call on the engine; copied now.
+        Ok(unsafe { string_from_ptr(json) })
+    }
+
+    /// This rank's memory now (DeepSpeed's `memory_status`): bytes and peak
+    /// bytes per category, their total, the process's resident set now and at
+    /// its peak, the machine's total and available memory, as JSON.
+    pub fn memory_status_json(&mut self) -> Result<String> {
+        let mut json: *const c_char = ptr::null();
+        // SAFETY: valid handle and out pointer; the string is copied before the next call.
+        check(unsafe { sys::dst_engine_memory_status(self.raw.as_ptr(), &mut json) })?;
         // SAFETY: valid until the next call on the engine; copied now.
         Ok(unsafe { string_from_ptr(json) })
     }

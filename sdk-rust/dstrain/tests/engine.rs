@@ -437,6 +437,15 @@ fn metrics_and_config_json() {
     for key in ["\"step\"", "\"loss\"", "\"tokens_per_sec\""] {
         assert!(metrics.contains(key), "{} missing from {}", key, metrics);
     }
+    let memory = engine.memory_status_json().unwrap();
+    for key in [
+        "\"categories\"",
+        "\"optimizer_state\"",
+        "\"peak_rss_bytes\"",
+        "\"available_bytes\"",
+    ] {
+        assert!(memory.contains(key), "{} missing from {}", key, memory);
+    }
     let config = engine.config_json().unwrap();
     assert!(config.contains("\"train_batch_size\""), "{}", config);
     assert!(!config.contains("\"auto\""), "auto resolved: {}", config);

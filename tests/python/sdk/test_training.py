@@ -134,6 +134,12 @@ def test_info_metrics_config(dst, engine, data):
     m = engine.metrics()
     assert m["step"] == 1 and m["tokens"] == 4 * SEQ and np.isfinite(m["loss"])
     assert m["memory"]["parameters"]["bytes"] == 4 * info.num_parameters
+    status = engine.memory_status()
+    categories = status["categories"]
+    assert categories["parameters"]["bytes"] == 4 * info.num_parameters
+    assert status["total"]["bytes"] == sum(c["bytes"] for c in categories.values())
+    assert status["process"]["peak_rss_bytes"] >= status["process"]["rss_bytes"] > 0
+    assert status["system"]["total_bytes"] > status["system"]["available_bytes"] > 0
     c = engine.config()
     assert c["optimizer"]["type"] == "AdamW" and c["train_batch_size"] == 4
     assert "gpt" in repr(engine) and "step 1" in repr(engine)
