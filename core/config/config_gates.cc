@@ -37,14 +37,12 @@ Status CheckZeroStageSupported(const ZeroConfig &zero) {
 
 // fp16 and bf16 train with 16-bit parameters, activations and gradients and
 // fp32 master weights; gradients are reduced in fp32 or in the training dtype.
+// fp32 training reduces in fp32, or rounds its gradients to fp16/bf16 for
+// the wire (half the bytes) and sums them back into fp32.
 Status CheckCommunicationTypeSupported(DType precision, DType dtype) {
-  if (dtype == DType::kFloat32 || dtype == precision) return Status::Ok();
+  if (dtype == DType::kFloat32 || dtype == precision || precision == DType::kFloat32)
+    return Status::Ok();
   const std::string name = dtype == DType::kFloat16 ? "fp16" : "bf16";
-  if (precision == DType::kFloat32)
-    return NotSupported("communication_data_type: \"" + name +
-                        "\" with fp32 training is not supported yet (gradients would be "
-                        "compressed for the wire); use \"fp32\", or train in " +
-                        name);
   return NotSupported("communication_data_type: \"" + name + "\" while training in " +
                       (precision == DType::kFloat16 ? "fp16" : "bf16") +
                       " is not supported; reduce in \"fp32\" or in the training dtype");

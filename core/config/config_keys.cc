@@ -105,6 +105,8 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     // ---- top level: scalars ----
     {kTop, "gradient_clipping", "a number >= 0 or \"auto\" (= 1.0)",
      "clip the global gradient norm to this value; 0 = off"},
+    {kTop, "compress_communication", kBool,
+     "reduce gradients in 16 bits (bf16 under fp32 training, else the training dtype)"},
     {kTop, "communication_data_type", "\"fp32\", \"fp16\", \"bf16\" or null",
      "dtype of gradient communication; only fp32 is supported yet"},
     {kTop, "steps_per_print", kPositive, "print progress every this many steps"},

@@ -639,10 +639,15 @@ Status MergePipelineMicroBatches(const Config &config, BatchKeys *batch) {
   return Status::Ok();
 }
 
+// communication_data_type, and the articles' compress_communication: true
+// (gradients reduced in 16 bits: the training dtype under mixed precision,
+// bf16 under fp32 training, unless communication_data_type names one).
 Status ReadCommunicationDataType(const ObjectReader &root, DType precision, DType *dtype) {
+  bool compress = false;
+  DST_RETURN_IF_ERROR(root.ReadBool("compress_communication", &compress));
   const Json *value = root.Find("communication_data_type");
   if (value == nullptr || value->is_null()) {  // DeepSpeed's default: the gradients' dtype
-    *dtype = precision;
+    *dtype = compress && precision == DType::kFloat32 ? DType::kBFloat16 : precision;
     return Status::Ok();
   }
   std::string name;
@@ -656,6 +661,10 @@ Status ReadCommunicationDataType(const ObjectReader &root, DType precision, DTyp
   } else {
     *dtype = DType::kBFloat16;
   }
+  if (compress && *dtype == DType::kFloat32)
+    return ConfigError(
+        "compress_communication: true asks for 16-bit gradient reduction but "
+        "communication_data_type is \"fp32\"; drop one of them");
   return Status::Ok();
 }
 

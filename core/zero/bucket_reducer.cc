@@ -23,9 +23,9 @@ BucketReducer::BucketReducer(const ShardLayout &layout, int stage, Communicator 
     end = bucket.begin;
   }
   if (storage_ != wire_type_ && comm_->size() > 1)
-    for (Buffer<float> &w : wire_)
-      w = Buffer<float>(tracker, MemoryCategory::kCommunication,
-                        size_t(std::min(bucket_elements, layout_.padded)));
+    for (FlatBuffer &w : wire_)
+      w = FlatBuffer(tracker, MemoryCategory::kCommunication, wire_type_,
+                     std::min(bucket_elements, layout_.padded));
 }
 
 BucketReducer::~BucketReducer() {
@@ -52,13 +52,18 @@ Status BucketReducer::Launch(size_t b) {
                         b, -1});
     return Status::Ok();
   }
-  // Widened for an fp32 wire: at most two buckets in flight.
+  // Converted for the wire (16-bit storage widened to fp32, or fp32
+  // gradients rounded to 16 bits): at most two buckets in flight.
   if (pending_.size() >= 2) DST_RETURN_IF_ERROR(WaitOldest());
   const int w = next_wire_;
   next_wire_ ^= 1;
-  Widen(storage_, data, wire_[w].data(), n);
-  pending_.push_back({bucket.root < 0 ? comm_->AllReduceSum(wire_[w].data(), n)
-                                      : comm_->ReduceSum(wire_[w].data(), n, bucket.root),
+  void *wire = wire_[w].at(0);
+  if (storage_ == StorageType::kFp32)
+    Narrow(wire_type_, static_cast<const float *>(data), wire, n);
+  else
+    Widen(storage_, data, static_cast<float *>(wire), n);
+  pending_.push_back({bucket.root < 0 ? AllReduceSum(*comm_, wire_type_, wire, n)
+                                      : ReduceSum(*comm_, wire_type_, wire, n, bucket.root),
                       b, w});
   return Status::Ok();
 }
@@ -71,7 +76,11 @@ Status BucketReducer::WaitOldest() {
   const GradBucket &bucket = buckets_[p.bucket];
   if (bucket.root >= 0 && bucket.root != comm_->rank()) return Status::Ok();  // scratch here
   void *data = static_cast<uint8_t *>(grads_) + size_t(bucket.begin) * ElementBytes(storage_);
-  Narrow(storage_, wire_[p.wire].data(), data, bucket.end - bucket.begin);
+  const int64_t n = bucket.end - bucket.begin;
+  if (storage_ == StorageType::kFp32)
+    Widen(wire_type_, wire_[p.wire].at(0), static_cast<float *>(data), n);
+  else
+    Narrow(storage_, static_cast<const float *>(wire_[p.wire].at(0)), data, n);
   return Status::Ok();
 }
 

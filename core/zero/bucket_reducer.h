@@ -48,7 +48,7 @@ class BucketReducer {
   struct Pending {
     std::unique_ptr<Work> work;
     size_t bucket;
-    int wire;  // wire buffer index (fp32 wire for 16-bit storage), or -1
+    int wire;  // wire buffer index (the wire type differs from the storage), or -1
   };
   Status Launch(size_t bucket);
   // Waits for the oldest reduction; rounds a widened bucket back.
@@ -61,7 +61,7 @@ class BucketReducer {
   std::vector<GradBucket> buckets_;  // from the top of the buffer down
   size_t next_ = 0;
   std::deque<Pending> pending_;
-  Buffer<float> wire_[2];  // [bucket] kCommunication: fp32 wire for 16-bit storage
+  FlatBuffer wire_[2];  // [bucket] kCommunication, the wire type (when it is not the storage's)
   int next_wire_ = 0;
 };
 

@@ -47,7 +47,8 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
       overlap_(config.zero.overlap_comm && dp->size() > 1),
       param_swap_(std::move(param_swap)) {
   if (stage_ < 3) param_swap_.path.clear();
-  if (wire_ != StorageType::kFp32 && wire_ != storage_) wire_ = storage_;
+  // 16-bit training reduces in fp32 or its own type (the config gate says so).
+  if (Wide() && wire_ != StorageType::kFp32 && wire_ != storage_) wire_ = storage_;
   const ShardInfo all{0, layout_.padded};
   state_range_ = stage_ == 0 ? all : my_shard();
   mirror_ = (make_store != nullptr || ParamsOffloaded()) && !Wide();

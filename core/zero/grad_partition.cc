@@ -110,6 +110,8 @@ void GradientPartition::AddToShard(int64_t begin, const void *data, int64_t coun
   void *dst = shard_.at(begin - mine_.offset);
   if (options_.wire == StorageType::kFp32)
     AddInto(shard_.type(), static_cast<const float *>(data), dst, count);
+  else if (shard_.type() == StorageType::kFp32)  // fp32 training, 16-bit wire
+    AddWideInto(options_.wire, data, static_cast<float *>(dst), count);
   else
     SumInto(shard_.type(), dst, data, count);
 }

@@ -42,8 +42,9 @@ struct GradPartitionOptions {
   bool double_buffer = false;                // overlap_comm
   int64_t bucket_elements = 0;               // largest single reduction; <= 0: unbounded
   StorageType storage = StorageType::kFp32;  // of the shard
-  StorageType wire = StorageType::kFp32;     // of the reduction: fp32 or `storage`
-  bool once_per_step = false;                // accumulate locally, reduce once per step
+  StorageType wire =
+      StorageType::kFp32;      // of the reduction: fp32, `storage`, or 16 bits under fp32
+  bool once_per_step = false;  // accumulate locally, reduce once per step
 };
 
 class GradientPartition {

@@ -44,6 +44,17 @@ void AddInto(StorageType t, const float *add, void *acc, int64_t n) {
   }
 }
 
+void AddWideInto(StorageType t, const void *add, float *acc, int64_t n) {
+  constexpr int64_t kChunk = 4096;
+  float wide[kChunk];
+  const auto *src = static_cast<const uint8_t *>(add);
+  for (int64_t c = 0; c < n; c += kChunk) {
+    const int64_t m = std::min(kChunk, n - c);
+    Widen(t, src + size_t(c) * ElementBytes(t), wide, m);
+    for (int64_t i = 0; i < m; ++i) acc[c + i] += wide[i];
+  }
+}
+
 void SumInto(StorageType t, void *acc, const void *add, int64_t n) {
   if (t == StorageType::kFp32)
     AddInto(t, static_cast<const float *>(add), acc, n);

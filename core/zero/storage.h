@@ -57,6 +57,8 @@ void Widen(StorageType t, const void *src, float *dst, int64_t n);
 void Narrow(StorageType t, const float *src, void *dst, int64_t n);
 // acc[i] += add[i], rounded to the storage type after the addition.
 void AddInto(StorageType t, const float *add, void *acc, int64_t n);
+// acc[i] += float(add[i]): a 16-bit reduction into fp32 gradients.
+void AddWideInto(StorageType t, const void *add, float *acc, int64_t n);
 // acc[i] += add[i], both of the storage type.
 void SumInto(StorageType t, void *acc, const void *add, int64_t n);
 // Sum of squares in double; not finite if an element is not.

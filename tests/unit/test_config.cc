@@ -820,8 +820,22 @@ TEST(ConfigErrors, CommunicationDataType) {
                         Code::kConfig,
                         {"communication_data_type: expected \"fp32\", \"fp16\", \"bf16\" or null, "
                          "found \"int8\""}));
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "communication_data_type": "bf16"})"),
-                        Code::kNotSupported, {"\"bf16\" with fp32 training is not supported"}));
+  // fp32 training with a 16-bit wire, named or by compress_communication.
+  const Result<Config> bf16_wire =
+      Parse(R"({"train_batch_size": 1, "communication_data_type": "bf16"})");
+  ASSERT_TRUE(bf16_wire.ok()) << bf16_wire.status().message();
+  EXPECT_EQ(bf16_wire->communication_data_type, DType::kBFloat16);
+  const Result<Config> compressed =
+      Parse(R"({"train_batch_size": 1, "compress_communication": true})");
+  ASSERT_TRUE(compressed.ok()) << compressed.status().message();
+  EXPECT_EQ(compressed->communication_data_type, DType::kBFloat16);
+  const Result<Config> compressed_fp16 = Parse(R"({"train_batch_size": 1,
+    "compress_communication": true, "communication_data_type": "fp16"})");
+  ASSERT_TRUE(compressed_fp16.ok()) << compressed_fp16.status().message();
+  EXPECT_EQ(compressed_fp16->communication_data_type, DType::kFloat16);
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "compress_communication": true,
+                                  "communication_data_type": "fp32"})"),
+                        Code::kConfig, {"compress_communication: true", "drop one of them"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "fp16": {"enabled": true},
                                   "communication_data_type": "bf16"})"),
                         Code::kNotSupported, {"\"bf16\" while training in fp16"}));
