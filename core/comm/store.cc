@@ -198,10 +198,22 @@ std::string DescribeLostRanks(Store &store, std::chrono::milliseconds wait) {
 }
 
 void FinishJob(Store &store, int64_t rank, int64_t world_size, std::chrono::milliseconds wait) {
-  if (rank != 0 || world_size <= 1) return;
-  std::vector<std::string> others;
-  for (int64_t r = 1; r < world_size; ++r) others.push_back(kDoneKey + std::to_string(r));
-  (void)store.Wait(others, wait);
+  if (world_size <= 1) return;
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  if (rank != 0) {
+    // Finished; then wait for rank 0's server to close (the Get fails when
+    // it does), so that an engine this process creates next cannot reach the
+    // old job's server while it is shutting down.
+    if (!store.Set(kFinishedKey + std::to_string(rank), {}).ok()) return;
+    (void)store.Get("__dstrain/closed", wait);
+    return;
+  }
+  // Every other rank finished (it now waits for the server to close) or left.
+  for (int64_t r = 1; r < world_size; ++r)
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (store.Get(kFinishedKey + std::to_string(r), std::chrono::milliseconds(200)).ok()) break;
+      if (store.Get(kDoneKey + std::to_string(r), std::chrono::milliseconds(1)).ok()) break;
+    }
 }
 
 }  // namespace dst

@@ -74,9 +74,11 @@ inline constexpr const char *kLostKey = "__dstrain/lost";
 // to be lost (a stalled rank, or a network failure).
 std::string DescribeLostRanks(Store &store, std::chrono::milliseconds wait);
 
-// For rank 0 at the end of a job: marks itself finished and waits (up to
-// `wait`) until every other rank has finished or been lost, so that rank 0's
-// store server outlives their last calls. Other ranks return at once.
+// At the end of a job. Rank 0 waits (up to `wait`) until every other rank has
+// finished or been lost, so that its store server outlives their last calls.
+// The other ranks say they finished and wait (up to `wait`) until rank 0's
+// server has closed: an engine the process creates next then cannot join the
+// old job's server while it shuts down.
 void FinishJob(Store &store, int64_t rank, int64_t world_size, std::chrono::milliseconds wait);
 
 // Every rank publishes a hash of its resolved config and compares it with
