@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <thread>
 #include <utility>
 
 namespace dst {
@@ -100,18 +101,31 @@ Result<std::unique_ptr<TcpStore>> TcpStore::Open(const TcpStoreOptions &options)
     server = std::move(started.value());
     port = server->port();
   }
-  auto fd = tcp_store::ConnectWithRetry(options.host, port,
-                                        std::chrono::milliseconds(ClampedMs(options.timeout)));
-  if (!fd.ok()) {
-    Status status = fd.status();
-    return status.context("rank " + std::to_string(options.rank) + " of " +
-                          std::to_string(options.world_size));
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    auto fd = tcp_store::ConnectWithRetry(options.host, port,
+                                          std::max(left, std::chrono::milliseconds(1)));
+    if (!fd.ok()) {
+      Status status = fd.status();
+      return status.context("rank " + std::to_string(options.rank) + " of " +
+                            std::to_string(options.world_size));
+    }
+    std::unique_ptr<TcpStore> store(new TcpStore(options, port));
+    store->server_ = std::move(server);
+    store->socket_ = std::move(fd.value());
+    bool transport_failed = false;
+    Status st =
+        store->Handshake(std::max(deadline, Clock::now() + kMinHandshake), &transport_failed);
+    if (st.ok()) return store;
+    // A server that drops the connection before answering the hello is
+    // shutting down: the previous job of this process on the same port
+    // (engines created one after another). The next job's server comes up
+    // there: connect again until the deadline. A server that answers with an
+    // error (a token mismatch) is final.
+    if (options.is_server || !transport_failed || Clock::now() >= deadline) return st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  std::unique_ptr<TcpStore> store(new TcpStore(options, port));
-  store->server_ = std::move(server);
-  store->socket_ = std::move(fd.value());
-  DST_RETURN_IF_ERROR(store->Handshake(std::max(deadline, Clock::now() + kMinHandshake)));
-  return store;
 }
 
 TcpStore::~TcpStore() {
@@ -130,13 +144,14 @@ std::string TcpStore::Where() const {
          ", rendezvous store at " + endpoint_ + ")";
 }
 
-Status TcpStore::Handshake(Clock::time_point deadline) {
+Status TcpStore::Handshake(Clock::time_point deadline, bool *transport_failed) {
   Request hello;
   hello.op = Op::kHello;
   hello.token = job_token_;
   hello.rank = rank_;
   hello.world_size = world_size_;
   auto reply = Call(hello, deadline, "joining the rendezvous store " + Where());
+  *transport_failed = !reply.ok();
   if (!reply.ok()) return reply.status();
   if (reply->kind == ReplyKind::kError) {
     // The server's text leads: it says what is wrong ("job token mismatch").

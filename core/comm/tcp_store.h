@@ -39,7 +39,8 @@ class TcpStore final : public Store {
  private:
   TcpStore(const TcpStoreOptions &options, int port);
 
-  Status Handshake(tcp_store::Clock::time_point deadline);
+  // *transport_failed: no reply came (the connection closed or timed out).
+  Status Handshake(tcp_store::Clock::time_point deadline, bool *transport_failed);
   // One request and its reply; `doing` prefixes errors. The threads sharing
   // the connection take turns in arrival order (a waiter's slices cannot
   // starve the heartbeat), and the time spent waiting for a turn extends
