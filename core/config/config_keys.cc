@@ -138,6 +138,10 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kTop, "sparse_attention", kFeature, kFeatureDoc},
     {kTop, "hybrid_engine", kFeature, kFeatureDoc},
     {kTop, "nebula", kFeature, kFeatureDoc},
+    {kTop, "gradient_compression", kFeature,
+     "top-k / 1-bit / 2-bit gradient compression: not supported yet (compress_communication "
+     "halves the bytes)"},
+    {kTop, "communication", kFeature, "topology and slow_node_tolerance: not supported yet"},
 
     // ---- zero_optimization ----
     {kZero, "stage", "0, 1, 2 or 3",

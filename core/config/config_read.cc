@@ -792,9 +792,10 @@ Status ReadAio(const ObjectReader &root, AioConfig *aio) {
 // DeepSpeed features without a dstrain counterpart: accepted only when the
 // section says "enabled": false (their other keys are then irrelevant).
 Status ReadFeatureSections(const ObjectReader &root, ExtraSettings *extra) {
-  for (std::string_view name : {"elasticity", "autotuning", "compression_training",
-                                "curriculum_learning", "data_efficiency", "progressive_layer_drop",
-                                "eigenvalue", "sparse_attention", "hybrid_engine", "nebula"}) {
+  for (std::string_view name :
+       {"elasticity", "autotuning", "compression_training", "curriculum_learning",
+        "data_efficiency", "progressive_layer_drop", "eigenvalue", "sparse_attention",
+        "hybrid_engine", "nebula", "gradient_compression", "communication"}) {
     const Json *section = root.Find(name);
     if (section == nullptr) continue;
     if (!section->is_object()) return root.MismatchAt(name, *section);

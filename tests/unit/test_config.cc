@@ -815,6 +815,23 @@ TEST(ConfigPipeline, ActivationCheckpointingTurnsRecomputationOn) {
   EXPECT_NE(selective->resolved_json.find("selective (every transformer block"), std::string::npos);
 }
 
+// The articles' communication settings are recognised and refused by name
+// with what to use meanwhile, never "unknown key".
+TEST(ConfigErrors, ArticlesCommunicationSectionsAreRefusedByName) {
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "gradient_compression": {
+                                  "algorithm": "topk", "topk_ratio": 0.01,
+                                  "huffman_coding": true}})"),
+                        Code::kNotSupported,
+                        {"gradient_compression: top-k", "compress_communication"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "communication": {
+                                  "topology": 3, "slow_node_tolerance": 0.1}})"),
+                        Code::kNotSupported,
+                        {"communication: topology-aware", "not supported yet"}));
+  const Result<Config> off = Parse(R"({"train_batch_size": 1,
+    "gradient_compression": {"enabled": false}, "communication": {"enabled": false}})");
+  EXPECT_TRUE(off.ok()) << off.status().message();
+}
+
 TEST(ConfigErrors, CommunicationDataType) {
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "communication_data_type": "int8"})"),
                         Code::kConfig,
