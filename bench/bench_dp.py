@@ -71,9 +71,11 @@ def last_json(text):
 
 
 def comm_bandwidth(build):
-    out = run_ranks([str(build / "bench" / "bench_comm")])[0]
-    print(out.rsplit("\n", 2)[0])
-    return last_json(out)
+    """The communicator's bus bandwidth: `dstrain comm-bench` (nccl-tests' definitions)."""
+    out = run_ranks([str(build / "dstrain"), "comm-bench", "--ops",
+                     "allreduce,allgather,reduce_scatter", "-b", "1048576", "-e", "67108864"])[0]
+    print(out)
+    return out
 
 
 def dstrain_dp(build, tmp, stage, args, precision="fp32"):

@@ -7,6 +7,7 @@
 
 #include "ckpt_command.h"
 #include "cli_error.h"
+#include "comm_bench_command.h"
 #include "dstrain/dstrain.h"
 #include "estimate_command.h"
 #include "io_probe_command.h"
@@ -51,6 +52,7 @@ int main(int argc, char **argv) {
   dstrain_cli::LaunchCommand launch(app);
   dstrain_cli::CkptCommand ckpt(app);
   dstrain_cli::IoProbeCommand io_probe(app);
+  dstrain_cli::CommBenchCommand comm_bench(app);
 
   try {
     app.parse(argc, argv);
@@ -64,6 +66,7 @@ int main(int argc, char **argv) {
     if (launch.selected()) return launch.Run();
     if (ckpt.selected()) return ckpt.Run();
     if (io_probe.selected()) return io_probe.Run();
+    if (comm_bench.selected()) return comm_bench.Run();
     return train.Run();
   } catch (const dstrain_cli::CliError &error) {
     PrintError(error.what());

@@ -13,11 +13,10 @@ std::string GroupKey(const std::string &name, const std::vector<int64_t> &member
   return key + "]";
 }
 
-namespace {
-
-Result<std::unique_ptr<Communicator>> Connect(Store *store, int64_t rank, const std::string &name,
-                                              const std::vector<int64_t> &members,
-                                              const GlooOptions &common) {
+Result<std::unique_ptr<Communicator>> ConnectGroup(Store *store, int64_t rank,
+                                                   const std::string &name,
+                                                   const std::vector<int64_t> &members,
+                                                   const GlooOptions &common) {
   if (members.size() == 1) return MakeSoloCommunicator(name);
   GlooOptions options = common;
   options.name = name;
@@ -27,8 +26,6 @@ Result<std::unique_ptr<Communicator>> Connect(Store *store, int64_t rank, const 
   options.size = int64_t(members.size());
   return CreateGlooCommunicator(*store, options);
 }
-
-}  // namespace
 
 Result<ProcessGroups> BuildProcessGroups(Store *store, int64_t rank, const Topology &topology,
                                          const GlooOptions &common) {
@@ -56,7 +53,8 @@ Result<ProcessGroups> BuildProcessGroups(Store *store, int64_t rank, const Topol
        {Wanted{"dp", &groups.dp_members, &groups.dp}, Wanted{"tp", &groups.tp_members, &groups.tp},
         Wanted{"pp", &groups.pp_members, &groups.pp},
         Wanted{"pp_p2p", &groups.pp_members, &groups.pp_p2p}}) {
-    Result<std::unique_ptr<Communicator>> comm = Connect(store, rank, w.name, *w.members, common);
+    Result<std::unique_ptr<Communicator>> comm =
+        ConnectGroup(store, rank, w.name, *w.members, common);
     if (!comm.ok()) return comm.status();
     *w.out = std::move(comm).value();
   }

@@ -35,6 +35,13 @@ struct ProcessGroups {
 // "dp[0,2,4,6]": a group's name with its members (its store prefix).
 std::string GroupKey(const std::string &name, const std::vector<int64_t> &members);
 
+// Connects one group of `members` (global ranks, this `rank` among them) under
+// `name` (unique in the job); a group of one is a solo communicator.
+Result<std::unique_ptr<Communicator>> ConnectGroup(Store *store, int64_t rank,
+                                                   const std::string &name,
+                                                   const std::vector<int64_t> &members,
+                                                   const GlooOptions &common);
+
 // Connects this rank's dp, tp and pp groups (in that order on every rank, so
 // the connections of different groups never wait on each other). `common`
 // gives the bind address and the timeout; `rank` is the global rank.

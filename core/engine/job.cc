@@ -45,6 +45,7 @@ Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::strin
   Result<ProcessGroups> groups = BuildProcessGroups(job.store.get(), env.rank, topology, common);
   if (!groups.ok()) return groups.status();
   job.groups = std::move(groups).value();
+  job.common = common;
   return job;
 }
 

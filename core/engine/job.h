@@ -25,6 +25,7 @@ struct Job {
   std::unique_ptr<Store> store;          // null on a single-rank job
   std::unique_ptr<Heartbeat> heartbeat;  // this rank's liveness, with the store
   ProcessGroups groups;                  // dp, tp, pp from the (pp, dp, tp) grid of the config
+  GlooOptions common;                    // bind address and timeout the groups connected with
 };
 
 // dstrain.comm_timeout_seconds as a duration.

@@ -452,6 +452,24 @@ DST_API dst_status_t dst_config_file_read(const char *path, const char **out_tex
  * call on the same thread. */
 DST_API dst_status_t dst_io_probe_json(const char *dir, int64_t file_bytes, const char **out_json);
 
+/* Bandwidth of the job's collectives, as nccl-tests measures and reports it:
+ * call it on every rank of a launch (like dst_engine_create, it joins the job
+ * the environment describes). `config_json` (NULL or "": one data-parallel
+ * group of all ranks) gives the layout and the timeout; `request_json` (NULL:
+ * defaults) is {"group": "dp"|"tp"|"pp", "ops": "allreduce,allgather,
+ * reduce_scatter,broadcast,reduce,sendrecv" or "all" (or a list), "min_bytes"
+ * (4096), "max_bytes" (64 MiB), "factor" (4), "iters" (0: 50 up to 1 MiB, 10
+ * above), "warmup" (2)}. Returns {group, ranks, backend, rows: [{op, bytes,
+ * iters, time_us, algbw_GBps, busbw_GBps, errors}]}: bytes as nccl-tests
+ * counts them, time the mean of `iters` on the slowest rank, busbw = algbw x
+ * 2(n-1)/n (allreduce), x (n-1)/n (allgather, reduce_scatter), x 1 (others;
+ * sendrecv sends to the next rank and receives from the previous one), errors
+ * the wrong elements of one checked run before the timing, over all ranks.
+ * The same on every rank. A group of one rank is DST_ERR_INVALID_ARGUMENT.
+ * The string is thread-local, valid until the next call on the same thread. */
+DST_API dst_status_t dst_comm_bench_json(const char *config_json, const char *request_json,
+                                         const char **out_json);
+
 /* ------------------------------------------------------------------------- */
 /* Token datasets                                                             */
 /* ------------------------------------------------------------------------- */

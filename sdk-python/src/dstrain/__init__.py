@@ -12,7 +12,7 @@ lives in the library. Importing the package loads the library (see
 from __future__ import annotations
 
 import json
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Union
 
 from ._cdef import DST_VERSION_MAJOR, DST_VERSION_MINOR, DST_VERSION_PATCH
 from . import _lib
@@ -51,6 +51,7 @@ __all__ = [
     "version_number",
     "build_info",
     "io_probe",
+    "comm_bench",
     "estimate_memory",
     "inspect_checkpoint",
     "export_checkpoint_weights",
@@ -98,6 +99,28 @@ def io_probe(directory: str, file_bytes: int = 0) -> Dict[str, Any]:
     (``dst_io_probe_json``; `file_bytes` 0: 128 MiB per setting)."""
     out = _lib.ffi.new("const char **")
     _lib.check(_lib.lib.dst_io_probe_json(str(directory).encode(), int(file_bytes), out))
+    result: Dict[str, Any] = json.loads(_lib.string(out[0]))
+    return result
+
+
+def comm_bench(config: Optional[Union[str, Dict[str, Any]]] = None, **request: Any) -> Dict[str, Any]:
+    """Bandwidth of the job's collectives by nccl-tests' definitions
+    (``dst_comm_bench_json``): call it on every rank of a launch. `config` (a
+    ds_config dict or JSON text; None: one dp group of all ranks) gives the
+    layout; `request` keys: group ("dp", "tp", "pp"), ops ("all" or a list of
+    allreduce, allgather, reduce_scatter, broadcast, reduce, sendrecv),
+    min_bytes, max_bytes, factor, iters, warmup. Returns {group, ranks,
+    backend, rows: [{op, bytes, iters, time_us, algbw_GBps, busbw_GBps,
+    errors}]}, the same on every rank."""
+    config_text = json.dumps(config) if isinstance(config, dict) else config
+    out = _lib.ffi.new("const char **")
+    _lib.check(
+        _lib.lib.dst_comm_bench_json(
+            config_text.encode() if config_text else _lib.ffi.NULL,
+            json.dumps(request).encode(),
+            out,
+        )
+    )
     result: Dict[str, Any] = json.loads(_lib.string(out[0]))
     return result
 

@@ -147,6 +147,8 @@ dst_status_t dst_estimate_memory_json(const dst_engine_options_t *options,
                                       int64_t world_size, const char **out_json);
 dst_status_t dst_config_file_read(const char *path, const char **out_text);
 dst_status_t dst_io_probe_json(const char *dir, int64_t file_bytes, const char **out_json);
+dst_status_t dst_comm_bench_json(const char *config_json, const char *request_json,
+                                 const char **out_json);
 
 typedef struct dst_dataset dst_dataset_t;
 

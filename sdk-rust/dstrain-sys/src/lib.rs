@@ -429,6 +429,14 @@ extern "C" {
         out_json: *mut *const c_char,
     ) -> dst_status_t;
 
+    /// The job's collectives measured by nccl-tests' definitions, as JSON (thread-local,
+    /// valid until the next call on the same thread); call on every rank of a launch.
+    pub fn dst_comm_bench_json(
+        config_json: *const c_char,
+        request_json: *const c_char,
+        out_json: *mut *const c_char,
+    ) -> dst_status_t;
+
     /// Opens a text file (NULL: the default corpus) as byte-level tokens.
     pub fn dst_dataset_open_text(
         out: *mut *mut dst_dataset_t,

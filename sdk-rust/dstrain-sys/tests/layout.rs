@@ -344,6 +344,10 @@ fn every_header_function_is_declared() {
         ),
         ("dst_io_probe_json", dst_io_probe_json as *const () as usize),
         (
+            "dst_comm_bench_json",
+            dst_comm_bench_json as *const () as usize,
+        ),
+        (
             "dst_dataset_open_text",
             dst_dataset_open_text as *const () as usize,
         ),

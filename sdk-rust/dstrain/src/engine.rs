@@ -233,11 +233,13 @@ pub struct Info {
     pub output_dim: usize,
     /// This rank's data-parallel index (its slice of each global batch).
     pub dp_rank: usize,
-    /// Pipeline stages, and this rank's stage.
+    /// Pipeline stages.
     pub pp_size: usize,
+    /// This rank's pipeline stage.
     pub pp_rank: usize,
-    /// Tensor-parallel ranks, and this rank's index.
+    /// Tensor-parallel ranks.
     pub tp_size: usize,
+    /// This rank's tensor-parallel index.
     pub tp_rank: usize,
 }
 

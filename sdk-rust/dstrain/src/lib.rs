@@ -99,6 +99,26 @@ pub fn io_probe_json(dir: &std::path::Path, file_bytes: u64) -> Result<String> {
     Ok(unsafe { error::string_from_ptr(json) })
 }
 
+/// The bandwidth of the job's collectives by nccl-tests' definitions (algbw, busbw per op and
+/// message size), as JSON; call it on every rank of a launch. `config_json` (None: one dp
+/// group of all ranks) gives the layout; `request_json` (None: defaults) is
+/// `{"group", "ops", "min_bytes", "max_bytes", "factor", "iters", "warmup"}`.
+pub fn comm_bench_json(config_json: Option<&str>, request_json: Option<&str>) -> Result<String> {
+    check_version()?;
+    let config = config_json
+        .map(|c| util::cstring(c, "comm_bench config_json"))
+        .transpose()?;
+    let request = request_json
+        .map(|r| util::cstring(r, "comm_bench request_json"))
+        .transpose()?;
+    let ptr = |c: &Option<std::ffi::CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+    let mut json: *const std::os::raw::c_char = std::ptr::null();
+    // SAFETY: the strings live during the call; `json` is a valid out pointer.
+    error::check(unsafe { sys::dst_comm_bench_json(ptr(&config), ptr(&request), &mut json) })?;
+    // SAFETY: thread-local, valid until the next call on this thread; copied now.
+    Ok(unsafe { error::string_from_ptr(json) })
+}
+
 /// A JSON object describing the library's build: version, compiler, build type, BLAS and its
 /// threads, CPU features, whether CUDA / NCCL are compiled in, devices seen.
 pub fn build_info_json() -> Result<String> {

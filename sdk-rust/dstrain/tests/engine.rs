@@ -498,6 +498,16 @@ fn io_probe_measures_a_directory_and_names_a_missing_one() {
 }
 
 #[test]
+fn comm_bench_names_a_one_rank_group_and_a_bad_request() {
+    // This test process is a one-rank job: nothing to measure, said by name.
+    let err = dstrain::comm_bench_json(None, None).unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(err.message().contains("one rank"), "{}", err);
+    let err = dstrain::comm_bench_json(None, Some(r#"{"ops": "all_reduce"}"#)).unwrap_err();
+    assert!(err.message().contains("\"all_reduce\""), "{}", err);
+}
+
+#[test]
 fn abort_frees_a_training_engine() {
     let mut engine = tiny_engine(2, 1);
     let (tokens, targets) = pattern_batch(2, 16, 1);
