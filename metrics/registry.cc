@@ -138,10 +138,17 @@ void MetricsRegistry::Build(const RankIdentity &identity) {
               {"io_engine", moved ? identity.offload_io_engine : ""}})
         .Set(1);
   }
-  auto &io_bytes = counter("dstrain_offload_io_bytes_total",
-                           "Bytes the NVMe tiers (optimizer state and ZeRO-3 parameters) read and wrote, by op.");
+  auto &io_bytes = counter(
+      "dstrain_offload_io_bytes_total",
+      "Bytes the NVMe tiers (optimizer state and ZeRO-3 parameters) read and wrote, by op.");
   offload_read_.counter = &io_bytes.Add({{"op", "read"}});
   offload_write_.counter = &io_bytes.Add({{"op", "write"}});
+  auto &compressed = counter(
+      "dstrain_gradient_compression_bytes_total",
+      "gradient_compression: bytes of this rank's encoded gradient buckets (kind=payload) and "
+      "the fp32 bytes of those buckets (kind=dense); their ratio is the traffic saved.");
+  compression_payload_.counter = &compressed.Add({{"kind", "payload"}});
+  compression_dense_.counter = &compressed.Add({{"kind", "dense"}});
   offload_wait_.counter = &counter("dstrain_offload_io_wait_seconds_total",
                                    "Seconds training waited for NVMe I/O (not hidden behind "
                                    "compute), both tiers.")
@@ -223,6 +230,8 @@ void MetricsRegistry::Record(const StepSample &s) {
   offload_read_.Advance(s.offload_read_bytes_total);
   offload_write_.Advance(s.offload_write_bytes_total);
   offload_wait_.Advance(s.offload_io_wait_seconds_total);
+  compression_payload_.Advance(s.compression_payload_bytes_total);
+  compression_dense_.Advance(s.compression_dense_bytes_total);
   for (size_t i = 0; i < memory_.size(); ++i) {
     memory_[i].current->Set(static_cast<double>(s.memory[i].current_bytes));
     memory_[i].peak->Set(static_cast<double>(s.memory[i].peak_bytes));

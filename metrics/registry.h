@@ -101,6 +101,8 @@ class MetricsRegistry {
 
   TotalCounter<int64_t> steps_, samples_, tokens_, skipped_;
   TotalCounter<int64_t> offload_read_, offload_write_;  // dstrain_offload_io_bytes_total{op}
+  // dstrain_gradient_compression_bytes_total{kind="payload"|"dense"}
+  TotalCounter<int64_t> compression_payload_, compression_dense_;
   TotalCounter<double> offload_wait_;
   std::array<OpSeries, kCommOpNames.size()> comm_{};
   // [group][op]: dstrain_comm_group_*{group, op}.

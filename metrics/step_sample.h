@@ -84,6 +84,9 @@ struct StepSample {
   // step waited for its I/O, running totals.
   int64_t offload_read_bytes_total = 0, offload_write_bytes_total = 0;
   double offload_io_wait_seconds_total = 0;
+  // gradient_compression (zeros without it): the bytes this rank's encodings
+  // took and the fp32 bytes of the buckets they encoded, running totals.
+  int64_t compression_payload_bytes_total = 0, compression_dense_bytes_total = 0;
   double unix_time = 0;  // seconds since the epoch when the step ended
   // Pipeline stages: the step's actions in order (empty otherwise). Served by
   // /api/v1/snapshot with the latest sample only, not kept in the history.

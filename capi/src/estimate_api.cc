@@ -14,6 +14,7 @@
 #include "core/runtime/threads.h"
 #include "core/zero/memory_estimate.h"
 #include "core/zero/partition_plan.h"
+#include "core/zero/shard_layout.h"
 
 namespace {
 thread_local std::string g_estimate_json;
@@ -163,15 +164,20 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
   const dst::DType precision = config.value().precision();
   for (int stage = 0; stage <= 3; ++stage) {
     const int64_t stage_persistent = stage == 3 ? persistent : 0;
-    const dst::ModelStateBytes b = dst::EstimateModelState(psi, dp, stage, config.value().optimizer,
-                                                           stage_persistent, precision);
+    dst::ModelStateBytes b = dst::EstimateModelState(psi, dp, stage, config.value().optimizer,
+                                                     stage_persistent, precision);
+    // gradient_compression: ZeRO 0/1 keep an fp32 residual of the whole
+    // buffer (with dp > 1); stages 2 and 3 refuse it.
+    const bool compressed = config.value().gradient_compression.enabled;
+    if (compressed && stage <= 1 && dp > 1)
+      b.optimizer_state += 4 * dst::ShardLayout(psi, dp).padded;
     stages.push_back({{"stage", stage},
                       {"parameters_bytes", b.parameters},
                       {"gradients_bytes", b.gradients},
                       {"optimizer_state_bytes", b.optimizer_state},
                       {"total_bytes", b.total()},
                       {"persistent_parameters", stage_persistent},
-                      {"supported", true}});
+                      {"supported", !compressed || stage <= 1}});
   }
   nlohmann::ordered_json out = {
       {"num_parameters", dst::CountParameters(spec.value())},

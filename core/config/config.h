@@ -161,6 +161,16 @@ struct RuntimeConfig {
   bool resume_from_swap = false;
 };
 
+// gradient_compression: the data-parallel gradient reduction of ZeRO 0 and 1
+// sends an encoding of each bucket (plus the rank's error-feedback residual)
+// by all-gather instead of all-reducing it (core/zero/grad_codec.h).
+struct GradientCompressionConfig {
+  bool enabled = false;
+  std::string algorithm = "topk";  // "topk", "1bit", "2bit"
+  double topk_ratio = 0.01;        // (0, 1]: the share of each bucket top-k sends
+  bool huffman_coding = false;     // top-k: entropy-code the indices
+};
+
 struct Config {
   // Batch identity: train_batch_size = micro_batch * grad_accum * dp_size.
   int64_t train_batch_size = 0;
@@ -183,6 +193,7 @@ struct Config {
   // The dtype gradients are reduced in. Unset in the file: the training
   // dtype (DeepSpeed's default), i.e. fp32, or fp16/bf16 under mixed precision.
   DType communication_data_type = DType::kFloat32;
+  GradientCompressionConfig gradient_compression;
   double gradient_clipping = 0.0;  // 0 = off
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;

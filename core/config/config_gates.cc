@@ -139,11 +139,6 @@ Status CheckAmpSupported(const ExtraSettings &extra) {
 Status CheckFeatureSectionsSupported(const ExtraSettings &extra) {
   if (extra.enabled_feature.empty()) return Status::Ok();
   // The articles' communication settings: planned, with what to use meanwhile.
-  if (extra.enabled_feature == "gradient_compression")
-    return NotSupported(
-        "gradient_compression: top-k, 1-bit and 2-bit gradient compression with error feedback "
-        "are not supported yet; remove the section (or set \"enabled\": false). For half the "
-        "gradient bytes on the wire use \"compress_communication\": true (16-bit reduction)");
   if (extra.enabled_feature == "communication")
     return NotSupported(
         "communication: topology-aware collectives (topology) and straggler detection "
@@ -156,6 +151,19 @@ Status CheckFeatureSectionsSupported(const ExtraSettings &extra) {
 
 }  // namespace
 
+// Compression encodes whole gradient buckets, which only ZeRO 0 and 1 reduce.
+Status CheckGradientCompressionSupported(const Config &config) {
+  if (!config.gradient_compression.enabled || config.zero.stage <= 1) return Status::Ok();
+  return NotSupported(
+      "gradient_compression with zero_optimization.stage " + std::to_string(config.zero.stage) +
+      ": ZeRO 2 and 3 reduce-scatter each gradient bucket into the ranks' shards as backward "
+      "produces it, and a top-k or quantised encoding cannot be summed piecewise on the way; "
+      "compression all-gathers whole-bucket encodings, which ZeRO 0 and 1 reduce. Use stage 0 "
+      "or 1 with gradient_compression, or \"compress_communication\": true (16-bit "
+      "reduction, half the bytes) with stage " +
+      std::to_string(config.zero.stage));
+}
+
 Status CheckSupported(const Config &config, const ExtraSettings &extra) {
   // Offload before stage: offload implies a stage > 0, and naming the offload
   // is the more specific message.
@@ -163,6 +171,7 @@ Status CheckSupported(const Config &config, const ExtraSettings &extra) {
   DST_RETURN_IF_ERROR(
       CheckCommunicationTypeSupported(config.precision(), config.communication_data_type));
   DST_RETURN_IF_ERROR(CheckPipelineSupported(config));
+  DST_RETURN_IF_ERROR(CheckGradientCompressionSupported(config));
   DST_RETURN_IF_ERROR(CheckOptimizerSupported(extra));
   DST_RETURN_IF_ERROR(CheckSchedulerSupported(extra));
   DST_RETURN_IF_ERROR(CheckGradientAveragingSupported(extra));

@@ -44,6 +44,7 @@ constexpr std::string_view kWandb = "wandb";
 constexpr std::string_view kCommsLogger = "comms_logger";
 constexpr std::string_view kAmp = "amp";
 constexpr std::string_view kAio = "aio";
+constexpr std::string_view kGradCompression = "gradient_compression";
 constexpr std::string_view kDstrain = "dstrain";
 constexpr std::string_view kMonitor = "dstrain.monitor";
 constexpr std::string_view kMonitorHttp = "dstrain.monitor.http";
@@ -138,9 +139,8 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kTop, "sparse_attention", kFeature, kFeatureDoc},
     {kTop, "hybrid_engine", kFeature, kFeatureDoc},
     {kTop, "nebula", kFeature, kFeatureDoc},
-    {kTop, "gradient_compression", kFeature,
-     "top-k / 1-bit / 2-bit gradient compression: not supported yet (compress_communication "
-     "halves the bytes)"},
+    {kTop, "gradient_compression", kObject,
+     "top-k / 1-bit / 2-bit gradient compression with error feedback (ZeRO 0 and 1)"},
     {kTop, "communication", kFeature, "topology and slow_node_tolerance: not supported yet"},
 
     // ---- zero_optimization ----
@@ -314,6 +314,12 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kCommsLogger, "prof_ops", "a list of strings", kNoEffect},
     {kAmp, "enabled", kBool, "true is not supported"},
     {kAmp, "*", "any value", "apex options; only read when enabled"},
+    {kGradCompression, "enabled", kBool, "true when the section is present"},
+    {kGradCompression, "algorithm", "\"topk\", \"1bit\" or \"2bit\"",
+     "top-k sparsification, sign with a per-chunk scale, or four levels per chunk"},
+    {kGradCompression, "topk_ratio", "a number in (0, 1]",
+     "share of each gradient bucket top-k sends (0.01)"},
+    {kGradCompression, "huffman_coding", kBool, "entropy-code top-k's indices (delta + Huffman)"},
     {kAio, "block_size", "an integer >= 4096", "bytes per I/O request (1 MiB)"},
     {kAio, "queue_depth", "an integer in [1, 4096]", "requests in flight per file (8)"},
     {kAio, "intra_op_parallelism", "an integer in [1, 1024]",

@@ -41,6 +41,7 @@ constexpr std::string_view kDataTypes = "data_types";
 constexpr std::string_view kCheckpoint = "checkpoint";
 constexpr std::string_view kAmp = "amp";
 constexpr std::string_view kAio = "aio";
+constexpr std::string_view kGradCompression = "gradient_compression";
 constexpr std::string_view kDstrain = "dstrain";
 
 // Defaults that "auto" stands for where config.h has no better source.
@@ -789,13 +790,35 @@ Status ReadAio(const ObjectReader &root, AioConfig *aio) {
   });
 }
 
+// gradient_compression {enabled, algorithm, topk_ratio, huffman_coding}: on
+// when the section is present, unless "enabled": false.
+Status ReadGradientCompression(const ObjectReader &root, GradientCompressionConfig *gc) {
+  gc->enabled = root.Has("gradient_compression");
+  return ReadSection(
+      root, "gradient_compression", kGradCompression, [&](const ObjectReader &section) -> Status {
+        DST_RETURN_IF_ERROR(section.ReadBool("enabled", &gc->enabled));
+        DST_RETURN_IF_ERROR(
+            section.ReadChoice("algorithm", {"topk", "1bit", "2bit"}, &gc->algorithm));
+        DST_RETURN_IF_ERROR(
+            section.ReadNumber("topk_ratio", &gc->topk_ratio, Range{0, 1, true, false}));
+        DST_RETURN_IF_ERROR(section.ReadBool("huffman_coding", &gc->huffman_coding));
+        if (gc->huffman_coding && gc->algorithm != "topk" && gc->enabled)
+          return ConfigError(section.PathOf("huffman_coding") +
+                             ": Huffman coding applies to top-k's indices; algorithm \"" +
+                             gc->algorithm +
+                             "\" sends packed bits with nothing to code. Set huffman_coding to "
+                             "false or use \"topk\"");
+        return Status::Ok();
+      });
+}
+
 // DeepSpeed features without a dstrain counterpart: accepted only when the
 // section says "enabled": false (their other keys are then irrelevant).
 Status ReadFeatureSections(const ObjectReader &root, ExtraSettings *extra) {
   for (std::string_view name :
        {"elasticity", "autotuning", "compression_training", "curriculum_learning",
         "data_efficiency", "progressive_layer_drop", "eigenvalue", "sparse_attention",
-        "hybrid_engine", "nebula", "gradient_compression", "communication"}) {
+        "hybrid_engine", "nebula", "communication"}) {
     const Json *section = root.Find(name);
     if (section == nullptr) continue;
     if (!section->is_object()) return root.MismatchAt(name, *section);
@@ -916,6 +939,7 @@ Status ReadAll(const ObjectReader &root, const ConfigContext &context, Parsed *p
   DST_RETURN_IF_ERROR(ReadAmp(root, &parsed->extra));
   DST_RETURN_IF_ERROR(ReadAio(root, &config.aio));
   DST_RETURN_IF_ERROR(ReadFeatureSections(root, &parsed->extra));
+  DST_RETURN_IF_ERROR(ReadGradientCompression(root, &config.gradient_compression));
   DST_RETURN_IF_ERROR(ReadDstrain(root, &config));  // after: dstrain.monitor.log wins
   MonitorConfig &monitor = config.monitor;
   if (monitor.http.enabled || monitor.log.enabled) monitor.enabled = true;

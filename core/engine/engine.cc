@@ -149,8 +149,10 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   telemetry.dp_size = dp_comm_->size();
   telemetry.dp_rank = groups_.coord.dp;
   telemetry.nvme = dynamic_cast<const NvmeStateStore *>(&dp_->optimizer().state());
-  if (const auto *data_parallel = dynamic_cast<const DataParallel *>(dp_.get()))
+  if (const auto *data_parallel = dynamic_cast<const DataParallel *>(dp_.get())) {
     telemetry.params = data_parallel->param_partition();
+    telemetry.compression = data_parallel->compressor();
+  }
   telemetry.tp_rank = groups_.coord.tp;
   telemetry.pp_rank = groups_.coord.pp;
   telemetry_ = std::make_unique<Telemetry>(std::move(telemetry));

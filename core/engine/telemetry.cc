@@ -141,6 +141,27 @@ void Telemetry::FillLive(metrics::StepSample *s) const {
     s->offload_write_bytes_total += io->write_bytes;
     s->offload_io_wait_seconds_total += io->wait_seconds;
   }
+  if (ctx_.compression) {
+    s->compression_payload_bytes_total = ctx_.compression->totals().payload_bytes;
+    s->compression_dense_bytes_total = ctx_.compression->totals().dense_bytes;
+  }
+}
+
+// gradient_compression: the settings and what the encodings saved so far.
+nlohmann::json Telemetry::CompressionJson() const {
+  const GradientCompressionConfig &gc = ctx_.config->gradient_compression;
+  nlohmann::json j = {{"enabled", gc.enabled}};
+  if (!gc.enabled) return j;
+  j["algorithm"] = gc.algorithm;
+  j["topk_ratio"] = gc.topk_ratio;
+  j["huffman_coding"] = gc.huffman_coding;
+  const CompressionTotals t = ctx_.compression ? ctx_.compression->totals() : CompressionTotals{};
+  j["buckets"] = t.buckets;
+  j["dense_bytes"] = t.dense_bytes;
+  j["payload_bytes"] = t.payload_bytes;
+  j["gathered_bytes"] = t.gathered_bytes;
+  j["payload_ratio"] = t.dense_bytes > 0 ? double(t.payload_bytes) / double(t.dense_bytes) : 0.0;
+  return j;
 }
 
 nlohmann::json Telemetry::MemoryStatusJson() const {
@@ -428,6 +449,7 @@ std::string Telemetry::MetricsJson(const TrainingState &state) const {
       {"loss_scale", state.loss_scale},
       {"skipped_steps", state.progress->skipped_steps},
       {"comm", CommJson()},
+      {"compression", CompressionJson()},
   };
   metrics_json_ = j.dump();
   return metrics_json_;

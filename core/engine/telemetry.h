@@ -24,6 +24,7 @@
 #include "core/config/config.h"
 #include "core/engine/executor.h"
 #include "core/runtime/memory.h"
+#include "core/zero/grad_compression.h"
 #include "metrics/step_sample.h"
 
 namespace dst {
@@ -48,8 +49,9 @@ struct TelemetryContext {
   double model_flops_per_sample_token = 0;  // the whole model's (differs with a pipeline)
   int zero_stage = 0;
   int64_t dp_size = 1, dp_rank = 0, tp_rank = 0, pp_rank = 0, pp_size = 1, tp_size = 1;
-  const NvmeStateStore *nvme = nullptr;        // the optimizer's NVMe tier, when offloaded there
-  const ParameterPartition *params = nullptr;  // ZeRO 3's parameter shard (swap: offload_param)
+  const NvmeStateStore *nvme = nullptr;         // the optimizer's NVMe tier, when offloaded there
+  const ParameterPartition *params = nullptr;   // ZeRO 3's parameter shard (swap: offload_param)
+  const GradCompressor *compression = nullptr;  // gradient_compression (ZeRO 0/1, dp > 1)
 };
 
 // The engine's state a metrics JSON reports beside the last sample.
@@ -84,6 +86,7 @@ class Telemetry {
   // (dst_engine_memory_status; DeepSpeed's see_memory_usage).
   nlohmann::json MemoryStatusJson() const;
   nlohmann::json ParamOffloadJson() const;
+  nlohmann::json CompressionJson() const;
   // The dashboard's address ("http://host:port/"), or "" when HTTP is off.
   std::string MonitorUrl() const;
 

@@ -6,7 +6,7 @@ namespace dst {
 
 BucketReducer::BucketReducer(const ShardLayout &layout, int stage, Communicator *comm, void *grads,
                              StorageType storage, StorageType wire, int64_t bucket_elements,
-                             MemoryTracker *tracker)
+                             MemoryTracker *tracker, const CodecOptions *codec)
     : layout_(layout), comm_(comm), grads_(grads), storage_(storage), wire_type_(wire) {
   bucket_elements = std::max<int64_t>(1, bucket_elements);
   int64_t end = layout_.padded;
@@ -21,6 +21,11 @@ BucketReducer::BucketReducer(const ShardLayout &layout, int stage, Communicator 
     }
     buckets_.push_back(bucket);
     end = bucket.begin;
+  }
+  if (codec != nullptr && comm_->size() > 1) {
+    compressor_ = std::make_unique<GradCompressor>(*codec, comm_, storage_, layout_.padded,
+                                                   bucket_elements, tracker);
+    return;
   }
   if (storage_ != wire_type_ && comm_->size() > 1)
     for (FlatBuffer &w : wire_)
@@ -46,6 +51,15 @@ Status BucketReducer::Launch(size_t b) {
   const GradBucket &bucket = buckets_[b];
   const int64_t n = bucket.end - bucket.begin;
   void *data = static_cast<uint8_t *>(grads_) + size_t(bucket.begin) * ElementBytes(storage_);
+  if (compressor_) {
+    if (pending_.size() >= size_t(GradCompressor::kSlots)) DST_RETURN_IF_ERROR(WaitOldest());
+    const int slot = next_wire_;
+    next_wire_ = (next_wire_ + 1) % GradCompressor::kSlots;
+    Result<std::unique_ptr<Work>> work = compressor_->Launch(slot, data, bucket.begin, n);
+    if (!work.ok()) return work.status();
+    pending_.push_back({std::move(work).value(), b, slot});
+    return Status::Ok();
+  }
   if (storage_ == wire_type_) {
     pending_.push_back({bucket.root < 0 ? AllReduceSum(*comm_, storage_, data, n)
                                         : ReduceSum(*comm_, storage_, data, n, bucket.root),
@@ -77,6 +91,7 @@ Status BucketReducer::WaitOldest() {
   if (bucket.root >= 0 && bucket.root != comm_->rank()) return Status::Ok();  // scratch here
   void *data = static_cast<uint8_t *>(grads_) + size_t(bucket.begin) * ElementBytes(storage_);
   const int64_t n = bucket.end - bucket.begin;
+  if (compressor_) return compressor_->Complete(p.wire, data, n);
   if (storage_ == StorageType::kFp32)
     Widen(wire_type_, wire_[p.wire].at(0), static_cast<float *>(data), n);
   else

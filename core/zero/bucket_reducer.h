@@ -7,6 +7,8 @@
 // (fp32 or 16 bits); the wire carries the communication type: the storage
 // type in place, or fp32 for 16-bit storage (each bucket widened into one of
 // two wire buffers, reduced, and rounded back on the ranks that keep it).
+// With gradient compression (grad_compression.h) a bucket is encoded and
+// all-gathered instead, and decoded on the ranks that keep it.
 #pragma once
 
 #include <deque>
@@ -15,6 +17,7 @@
 
 #include "core/comm/communicator.h"
 #include "core/runtime/memory.h"
+#include "core/zero/grad_compression.h"
 #include "core/zero/shard_layout.h"
 #include "core/zero/storage.h"
 
@@ -30,12 +33,15 @@ struct GradBucket {
 class BucketReducer {
  public:
   // `grads` (storage type, [layout.padded]) and `comm` must outlive this.
+  // `codec`: compress every bucket with it (null: reduce them as they are).
   BucketReducer(const ShardLayout &layout, int stage, Communicator *comm, void *grads,
                 StorageType storage, StorageType wire, int64_t bucket_elements,
-                MemoryTracker *tracker);
+                MemoryTracker *tracker, const CodecOptions *codec = nullptr);
   ~BucketReducer();
 
   const std::vector<GradBucket> &buckets() const { return buckets_; }
+  // Null without compression.
+  const GradCompressor *compressor() const { return compressor_.get(); }
   // A step begins: nothing in flight, no bucket launched.
   Status Reset();
   // Backward has finished every gradient at offsets >= boundary: launches
@@ -48,7 +54,7 @@ class BucketReducer {
   struct Pending {
     std::unique_ptr<Work> work;
     size_t bucket;
-    int wire;  // wire buffer index (the wire type differs from the storage), or -1
+    int wire;  // wire buffer (or compression slot) index, or -1
   };
   Status Launch(size_t bucket);
   // Waits for the oldest reduction; rounds a widened bucket back.
@@ -63,6 +69,7 @@ class BucketReducer {
   std::deque<Pending> pending_;
   FlatBuffer wire_[2];  // [bucket] kCommunication, the wire type (when it is not the storage's)
   int next_wire_ = 0;
+  std::unique_ptr<GradCompressor> compressor_;
 };
 
 }  // namespace dst

@@ -89,9 +89,12 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
     grads_ = std::make_unique<GradientPartition>(&plan_, local_layout, local_.get(), &store,
                                                  tracker, grad_options);
   }
-  if (stage_ <= 1)
-    buckets_ = std::make_unique<BucketReducer>(layout_, stage_, dp_, FullGrads(), storage_, wire_,
-                                               bucket, tracker);
+  if (stage_ <= 1) {
+    const CodecOptions codec = CodecOptionsOf(config.gradient_compression);
+    buckets_ = std::make_unique<BucketReducer>(
+        layout_, stage_, dp_, FullGrads(), storage_, wire_, bucket, tracker,
+        config.gradient_compression.enabled ? &codec : nullptr);
+  }
 }
 
 Status DataParallel::Start() {

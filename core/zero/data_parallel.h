@@ -85,6 +85,8 @@ class DataParallel final : public DataParallelism {
   // The parameter swap file, or null (parameters in memory).
   const ParamSwap *param_swap() const { return params_ ? params_->swap() : nullptr; }
   const ParameterPartition *param_partition() const { return params_.get(); }
+  // gradient_compression's state (ZeRO 0/1 with dp > 1), else null.
+  const GradCompressor *compressor() const { return buckets_ ? buckets_->compressor() : nullptr; }
 
   const ShardLayout &layout() const { return layout_; }
   ShardInfo my_shard() const { return layout_.Shard(dp_->rank()); }

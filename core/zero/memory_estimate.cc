@@ -54,10 +54,16 @@ ModelStateBytes EstimateRankModelState(int64_t num_parameters, const Config &con
                       swapped * width;
     if (precision == DType::kFloat32) b.optimizer_state += 4 * elements;  // master weights
   }
+  // gradient_compression: each rank's error-feedback residual, fp32, whole buffer.
+  const int64_t residual =
+      config.gradient_compression.enabled && config.zero.stage <= 1 && config.dp_size > 1
+          ? 4 * ShardLayout(num_parameters, config.dp_size).padded
+          : 0;
+  b.optimizer_state += residual;
   if (config.zero.offload_optimizer_device != "nvme") return b;
   const int64_t tensors = OptimizerStateBytesPerParameter(config.optimizer, precision) / 4 +
                           (precision == DType::kFloat32 ? 1 : 0);  // fp32: the weights' mirror
-  b.optimizer_state = NvmeOffloadBufferBytes(config.zero, elements, tensors);
+  b.optimizer_state = NvmeOffloadBufferBytes(config.zero, elements, tensors) + residual;
   return b;
 }
 

@@ -817,19 +817,41 @@ TEST(ConfigPipeline, ActivationCheckpointingTurnsRecomputationOn) {
 
 // The articles' communication settings are recognised and refused by name
 // with what to use meanwhile, never "unknown key".
-TEST(ConfigErrors, ArticlesCommunicationSectionsAreRefusedByName) {
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "gradient_compression": {
+TEST(ConfigErrors, ArticlesCommunicationSectionsAreReadOrRefusedByName) {
+  const Result<Config> topk = Parse(R"({"train_batch_size": 1, "gradient_compression": {
                                   "algorithm": "topk", "topk_ratio": 0.01,
-                                  "huffman_coding": true}})"),
+                                  "huffman_coding": true}})");
+  ASSERT_TRUE(topk.ok()) << topk.status().message();
+  EXPECT_TRUE(topk->gradient_compression.enabled);
+  EXPECT_EQ(topk->gradient_compression.algorithm, "topk");
+  EXPECT_EQ(topk->gradient_compression.topk_ratio, 0.01);
+  EXPECT_TRUE(topk->gradient_compression.huffman_coding);
+  const Result<Config> onebit =
+      Parse(R"({"train_batch_size": 1, "gradient_compression": {"algorithm": "1BIT"}})");
+  ASSERT_TRUE(onebit.ok()) << onebit.status().message();
+  EXPECT_EQ(onebit->gradient_compression.algorithm, "1bit");
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "gradient_compression": {
+                                  "algorithm": "2bit", "huffman_coding": true}})"),
+                        Code::kConfig, {"huffman_coding", "top-k's indices"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "gradient_compression": {
+                                  "topk_ratio": 0}})"),
+                        Code::kConfig, {"gradient_compression.topk_ratio"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "gradient_compression": {
+                                  "algorithm": "powersgd"}})"),
+                        Code::kConfig, {"gradient_compression.algorithm", "\"topk\""}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 2},
+                                  "gradient_compression": {"algorithm": "topk"}})"),
                         Code::kNotSupported,
-                        {"gradient_compression: top-k", "compress_communication"}));
+                        {"gradient_compression with zero_optimization.stage 2", "Use stage 0 or 1",
+                         "compress_communication"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "communication": {
                                   "topology": 3, "slow_node_tolerance": 0.1}})"),
                         Code::kNotSupported,
                         {"communication: topology-aware", "not supported yet"}));
-  const Result<Config> off = Parse(R"({"train_batch_size": 1,
+  const Result<Config> off = Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 3},
     "gradient_compression": {"enabled": false}, "communication": {"enabled": false}})");
-  EXPECT_TRUE(off.ok()) << off.status().message();
+  ASSERT_TRUE(off.ok()) << off.status().message();
+  EXPECT_FALSE(off->gradient_compression.enabled);
 }
 
 TEST(ConfigErrors, CommunicationDataType) {
