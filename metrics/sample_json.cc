@@ -70,6 +70,8 @@ nlohmann::json SampleToJson(const StepSample &s) {
   }
   j["memory"] = std::move(memory);
   j["process_rss_bytes"] = s.process_rss_bytes;
+  j["gradient_compression"] = {{"payload_bytes_total", s.compression_payload_bytes_total},
+                               {"dense_bytes_total", s.compression_dense_bytes_total}};
   j["unix_time"] = s.unix_time;
   return j;
 }

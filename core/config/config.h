@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/common/status.h"
 
@@ -171,6 +172,26 @@ struct GradientCompressionConfig {
   bool huffman_coding = false;     // top-k: entropy-code the indices
 };
 
+// flops_profiler (DeepSpeed's keys): at `profile_step` (DeepSpeed's
+// global_steps, 0-based), a per-layer table of parameters, FLOPs, forward and
+// backward latency and FLOP/s, with the totals, from rank 0.
+struct FlopsProfilerConfig {
+  bool enabled = false;
+  int64_t profile_step = 1;
+  int64_t module_depth = -1;  // 0: totals only; otherwise every layer
+  int64_t top_modules = 1;    // the slowest layers listed after the table
+  bool detailed = true;       // the per-layer table
+  std::string output_file;    // "" = the log (stdout)
+};
+
+// dstrain.trace: each rank's timeline of the listed steps (0-based global
+// steps) as Chrome trace JSON, path/dstrain_trace_rank<R>.json.
+struct TraceConfig {
+  bool enabled = false;
+  std::vector<int64_t> steps = {1, 2};
+  std::string path = "dstrain_trace";
+};
+
 struct Config {
   // Batch identity: train_batch_size = micro_batch * grad_accum * dp_size.
   int64_t train_batch_size = 0;
@@ -194,6 +215,8 @@ struct Config {
   // dtype (DeepSpeed's default), i.e. fp32, or fp16/bf16 under mixed precision.
   DType communication_data_type = DType::kFloat32;
   GradientCompressionConfig gradient_compression;
+  FlopsProfilerConfig flops_profiler;
+  TraceConfig trace;
   double gradient_clipping = 0.0;  // 0 = off
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;

@@ -47,6 +47,7 @@ constexpr std::string_view kAio = "aio";
 constexpr std::string_view kGradCompression = "gradient_compression";
 constexpr std::string_view kDstrain = "dstrain";
 constexpr std::string_view kMonitor = "dstrain.monitor";
+constexpr std::string_view kTrace = "dstrain.trace";
 constexpr std::string_view kMonitorHttp = "dstrain.monitor.http";
 constexpr std::string_view kMonitorLog = "dstrain.monitor.log";
 
@@ -290,13 +291,14 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kCheckpoint, "use_node_local_storage", kBool, "checkpoint to node-local storage"},
 
     // ---- monitors and profilers ----
-    {kFlops, "enabled", kMonitorEnabled, kNotBuiltIfTrue},
-    {kFlops, "recompute_fwd_factor", "a number >= 0", kNoEffect},
-    {kFlops, "profile_step", kCount, kNoEffect},
-    {kFlops, "module_depth", "an integer (-1 = all)", kNoEffect},
-    {kFlops, "top_modules", kCount, kNoEffect},
-    {kFlops, "detailed", kBool, kNoEffect},
-    {kFlops, "output_file", kPathOrNull, kNoEffect},
+    {kFlops, "enabled", kBool, "profile one step: per-layer FLOPs, latency and FLOP/s"},
+    {kFlops, "recompute_fwd_factor", "a number >= 0",
+     "accepted; dstrain times recomputation itself"},
+    {kFlops, "profile_step", kCount, "the global step (0-based) profiled (1)"},
+    {kFlops, "module_depth", "an integer (-1 = all)", "0: totals only; else every layer"},
+    {kFlops, "top_modules", kCount, "the slowest layers listed after the table (1)"},
+    {kFlops, "detailed", kBool, "print the per-layer table (true)"},
+    {kFlops, "output_file", kPathOrNull, "write the profile there instead of the log"},
     {kTensorboard, "enabled", kMonitorEnabled, kNotBuiltIfTrue},
     {kTensorboard, "output_path", kString, kNoEffect},
     {kTensorboard, "job_name", kString, kNoEffect},
@@ -339,6 +341,11 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kDstrain, "resume_from_swap", kBool,
      "continue from the optimizer swap files a killed run left (their last common commit)"},
     {kDstrain, "monitor", kObject, "per-rank metrics: Prometheus /metrics, dashboard, log"},
+    {kDstrain, "trace", kObject, "Chrome-trace timelines of chosen steps, one file per rank"},
+    {kTrace, "enabled", kBool, "write the trace"},
+    {kTrace, "steps", "a list of integers >= 0, or a count",
+     "global steps (0-based) to trace; a count N: steps 1..N ([1, 2])"},
+    {kTrace, "path", kString, "directory of dstrain_trace_rank<R>.json (\"dstrain_trace\")"},
     {kDstrain, "notes", "a list of strings",
      "what the resolved config says about the settings (ignored when read)"},
     {kMonitor, "enabled", kBool, "keep the per-rank metrics registry (implied by http or log)"},

@@ -709,26 +709,21 @@ Status ReadCheckpointOptions(const ObjectReader &root, ExtraSettings *extra) {
   });
 }
 
-// DeepSpeed's monitors and profilers: recognised, and off unless enabled.
-Status ReadMonitors(const ObjectReader &root, ExtraSettings *extra) {
+// DeepSpeed's monitors: recognised, and off unless enabled; the flops profiler.
+Status ReadMonitors(const ObjectReader &root, FlopsProfilerConfig *flops, ExtraSettings *extra) {
   const auto record_enabled = [&](std::string_view name, bool enabled) {
     if (enabled && extra->enabled_monitor.empty()) extra->enabled_monitor = name;
   };
   DST_RETURN_IF_ERROR(
       ReadSection(root, "flops_profiler", "flops_profiler", [&](const ObjectReader &s) -> Status {
-        bool enabled = false, flag = false;
         double factor = 0;
-        int64_t n = 0;
-        std::string file;
-        DST_RETURN_IF_ERROR(s.ReadBool("enabled", &enabled));
+        DST_RETURN_IF_ERROR(s.ReadBool("enabled", &flops->enabled));
         DST_RETURN_IF_ERROR(s.ReadNumber("recompute_fwd_factor", &factor, AtLeast(0)));
-        DST_RETURN_IF_ERROR(s.ReadInt("profile_step", &n, 0, kInt64Max));
-        DST_RETURN_IF_ERROR(s.ReadInt("module_depth", &n, -1, kInt64Max));
-        DST_RETURN_IF_ERROR(s.ReadInt("top_modules", &n, 0, kInt64Max));
-        DST_RETURN_IF_ERROR(s.ReadBool("detailed", &flag));
-        DST_RETURN_IF_ERROR(s.ReadString("output_file", &file, /*nullable=*/true));
-        record_enabled("flops_profiler", enabled);
-        return Status::Ok();
+        DST_RETURN_IF_ERROR(s.ReadInt("profile_step", &flops->profile_step, 0, kInt64Max));
+        DST_RETURN_IF_ERROR(s.ReadInt("module_depth", &flops->module_depth, -1, kInt64Max));
+        DST_RETURN_IF_ERROR(s.ReadInt("top_modules", &flops->top_modules, 0, kInt64Max));
+        DST_RETURN_IF_ERROR(s.ReadBool("detailed", &flops->detailed));
+        return s.ReadString("output_file", &flops->output_file, /*nullable=*/true);
       }));
   for (std::string_view name : {"tensorboard"}) {
     DST_RETURN_IF_ERROR(ReadSection(root, name, name, [&](const ObjectReader &s) -> Status {
@@ -898,6 +893,30 @@ Status ReadMonitor(const ObjectReader &dstrain, MonitorConfig *monitor) {
   });
 }
 
+// dstrain.trace {enabled, steps (a list of global steps, or a count N: 1..N), path}.
+Status ReadTrace(const ObjectReader &dstrain, TraceConfig *trace) {
+  return ReadSection(dstrain, "trace", "dstrain.trace", [&](const ObjectReader &s) -> Status {
+    DST_RETURN_IF_ERROR(s.ReadBool("enabled", &trace->enabled));
+    DST_RETURN_IF_ERROR(s.ReadString("path", &trace->path));
+    const Json *steps = s.Find("steps");
+    if (steps == nullptr) return Status::Ok();
+    const char *expected = "a list of integers >= 0, or a count";
+    if (steps->is_number_integer() && steps->get<int64_t>() > 0) {
+      trace->steps.clear();
+      for (int64_t k = 1; k <= steps->get<int64_t>(); ++k) trace->steps.push_back(k);
+      return Status::Ok();
+    }
+    if (!steps->is_array() || steps->empty()) return Mismatch(s.PathOf("steps"), expected, *steps);
+    trace->steps.clear();
+    for (const Json &step : *steps) {
+      if (!step.is_number_integer() || step.get<int64_t>() < 0)
+        return Mismatch(s.PathOf("steps"), expected, *steps);
+      trace->steps.push_back(step.get<int64_t>());
+    }
+    return Status::Ok();
+  });
+}
+
 Status ReadDstrain(const ObjectReader &root, Config *config) {
   RuntimeConfig *runtime = &config->runtime;
   return ReadSection(root, "dstrain", kDstrain, [&](const ObjectReader &section) -> Status {
@@ -912,6 +931,7 @@ Status ReadDstrain(const ObjectReader &root, Config *config) {
                          " needs the optimizer's NVMe tier (zero_optimization.offload_optimizer."
                          "device \"nvme\"): only its swap files hold a committed step");
     DST_RETURN_IF_ERROR(section.ReadStringList("notes"));
+    DST_RETURN_IF_ERROR(ReadTrace(section, &config->trace));
     return ReadMonitor(section, &config->monitor);
   });
 }
@@ -934,7 +954,7 @@ Status ReadAll(const ObjectReader &root, const ConfigContext &context, Parsed *p
   DST_RETURN_IF_ERROR(ReadTopLevelScalars(root, parsed));
   DST_RETURN_IF_ERROR(ReadDataTypes(root, &parsed->extra));
   DST_RETURN_IF_ERROR(ReadCheckpointOptions(root, &parsed->extra));
-  DST_RETURN_IF_ERROR(ReadMonitors(root, &parsed->extra));
+  DST_RETURN_IF_ERROR(ReadMonitors(root, &config.flops_profiler, &parsed->extra));
   DST_RETURN_IF_ERROR(ReadCsvMonitor(root, &config.monitor));
   DST_RETURN_IF_ERROR(ReadAmp(root, &parsed->extra));
   DST_RETURN_IF_ERROR(ReadAio(root, &config.aio));

@@ -69,6 +69,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   // Checked here; the constructor gave the store the same faults.
   Result<std::vector<InjectedIoFault>> io_faults = ParseIoFaultInjection(engine->env_.rank);
   if (!io_faults.ok()) return io_faults.status();
+  DST_RETURN_IF_ERROR(engine->profiler_->Prepare());
   DST_RETURN_IF_ERROR(engine->dp_->Start());
   if (engine->config_.runtime.resume_from_swap) {
     int64_t resumed = -1;
@@ -93,12 +94,16 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
       scaler_(config_.fp16),
       plan_(std::move(plan)) {
   SetNumThreads(ResolveNumThreads(config_.runtime.num_threads));
+  profiler_ = std::make_unique<StepProfiler>(config_, env_.rank);
   const std::pair<Communicator *, CommGroup> hooked[] = {{groups_.dp.get(), CommGroup::kDp},
                                                          {groups_.tp.get(), CommGroup::kTp},
                                                          {groups_.pp.get(), CommGroup::kPp},
                                                          {groups_.pp_p2p.get(), CommGroup::kPp}};
   for (const auto &[group, kind] : hooked)
-    group->SetCompletionHook([this, kind](const CommRecord &r) { comm_stats_.Record(kind, r); });
+    group->SetCompletionHook([this, kind](const CommRecord &r) {
+      comm_stats_.Record(kind, r);
+      profiler_->OnCollective(kind, r);
+    });
   const ActivationLimits limits = ActivationLimitsFor(config_, spec, MaxThreads());
   const int64_t pp_rank = groups_.coord.pp;
   const ActivationOptions activations =
@@ -130,6 +135,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
     executor_->SetTensorParallel(groups_.tp.get(), std::move(replicated));
   }
   executor_->SetStepObserver([this](const StepRecord &record) { return OnStep(record); });
+  profiler_->Attach(model_.get(), executor_.get());
   const int64_t T = limits.max_T;
   TelemetryContext telemetry;
   telemetry.config = &config_;
@@ -318,6 +324,7 @@ Status Engine::RunAndNoteFailure(const std::vector<Instruction> &program, const 
   StepRecord record;
   Status st = executor_->Run(program, batch, &record);
   if (!st.ok()) {
+    profiler_->EndStep(nullptr);
     failed_ = true;
     return st;
   }
@@ -356,6 +363,7 @@ Status Engine::RunProgram(Op kind, const BatchView &batch, const char *call, boo
   if (heartbeat_) heartbeat_->SetProgress(progress_.steps);
   Result<const std::vector<Instruction> *> program = Program(kind, micro.value());
   if (!program.ok()) return program.status();
+  if (kind == Op::kOptimizerStep) profiler_->BeginStep(progress_.steps);
   double mean = 0;
   DST_RETURN_IF_ERROR(RunAndNoteFailure(*program.value(), batch, &mean));
   if (loss) *loss = float(mean);
@@ -483,6 +491,7 @@ std::string Engine::MonitorUrl() const {
 }
 
 Status Engine::OnStep(const StepRecord &record) {
+  profiler_->EndStep(&record);
   return telemetry_->OnStep(record, progress_, scaler_.scale());
 }
 

@@ -26,6 +26,7 @@
 #include "core/engine/executor.h"
 #include "core/engine/job.h"
 #include "core/engine/schedule.h"
+#include "core/engine/step_profiler.h"
 #include "core/engine/telemetry.h"
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
@@ -147,18 +148,21 @@ class Engine {
   Communicator *dp_comm_;                 // groups_.dp
   MemoryTracker memory_;                  // declared before everything it accounts
   std::unique_ptr<Model<float>> model_;
-  std::unique_ptr<DataParallelism> dp_;   // gradient reduction, (sharded) optimizer, precision
-  LossScaler scaler_;                     // fp16 loss scaling (identity otherwise)
-  TrainingProgress progress_;             // steps taken and skipped
-  std::optional<StagePlan> plan_;         // pp > 1: the stages and the schedule
-  std::vector<ParamDecl> whole_decls_;    // the whole model's tensors
-  std::vector<int64_t> holder_;           // per whole tensor: the pp rank that reads it
-  std::unique_ptr<StageLink> link_;       // pp > 1: sends and receives between stages
-  std::unique_ptr<TiedWeights> tied_;     // pp > 1, GPT: the wte copies
-  std::unique_ptr<Executor> executor_;    // runs the programs
-  bool failed_ = false;                   // a step failed: no closing handshake
-  bool aborted_ = false;                  // Abort(): no handshake, no wait for peers
-  std::unique_ptr<Telemetry> telemetry_;  // metrics: samples, monitor, JSON
+  std::unique_ptr<DataParallelism> dp_;  // gradient reduction, (sharded) optimizer, precision
+  LossScaler scaler_;                    // fp16 loss scaling (identity otherwise)
+  TrainingProgress progress_;            // steps taken and skipped
+  std::optional<StagePlan> plan_;        // pp > 1: the stages and the schedule
+  std::vector<ParamDecl> whole_decls_;   // the whole model's tensors
+  std::vector<int64_t> holder_;          // per whole tensor: the pp rank that reads it
+  std::unique_ptr<StageLink> link_;      // pp > 1: sends and receives between stages
+  std::unique_ptr<TiedWeights> tied_;    // pp > 1, GPT: the wte copies
+  std::unique_ptr<Executor> executor_;   // runs the programs
+  // dstrain.trace and flops_profiler; made first in the constructor (the
+  // communicators' completion hooks read it), attached once the model exists.
+  std::unique_ptr<StepProfiler> profiler_;
+  bool failed_ = false;                                 // a step failed: no closing handshake
+  bool aborted_ = false;                                // Abort(): no handshake, no wait for peers
+  std::unique_ptr<Telemetry> telemetry_;                // metrics: samples, monitor, JSON
   std::unique_ptr<CheckpointCoordinator> checkpoints_;  // save / load
   std::map<std::pair<int, int64_t>, std::vector<Instruction>> programs_;
 };

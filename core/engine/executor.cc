@@ -163,6 +163,8 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
   StepRecord rec;
   rec.micro_batches = micro_batches;
   const auto step_start = Clock::now();
+  rec.start = step_start;
+  const bool timeline = link_ || record_timeline_;
   double loss_sum = 0;
   auto at_step = [step](const char *what) {
     return std::string(what) + " at step " + std::to_string(step);
@@ -175,7 +177,7 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
   auto sends = [this](int64_t chunk) { return link_ && !link_->is_last(chunk); };
   for (const Instruction &ins : program) {
     const auto t0 = Clock::now();
-    if (link_) {  // the previous action ends where this one starts
+    if (timeline) {  // the previous action ends where this one starts
       if (!rec.timeline.empty())
         rec.timeline.back().end = std::chrono::duration<double>(t0 - step_start).count();
       rec.timeline.push_back({OpName(ins.op), ins.micro_batch, ins.chunk,
@@ -285,7 +287,7 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
       }
       case Op::kRecordStep: {
         if (link_) DST_RETURN_IF_ERROR(link_->FinishSends());
-        if (link_) rec.timeline.back().end = SecondsSince(step_start);
+        if (timeline) rec.timeline.back().end = SecondsSince(step_start);
         DST_RETURN_IF_ERROR(Finish(batch, loss_sum, step_start, &rec));
         *record = rec;
         if (observer_) DST_RETURN_IF_ERROR(observer_(rec));

@@ -49,9 +49,10 @@ struct StepRecord {
   int64_t micro_batches = 1;
   bool skipped = false;  // fp16 overflow: no update
   PhaseTimes phases;
-  // Pipeline stages: every compute and communication action of the step
-  // with its start and end (seconds from the step's start).
+  // Pipeline stages, and every rank while a step is traced: every action of
+  // the step with its start and end (seconds from `start`).
   std::vector<metrics::TimelineEvent> timeline;
+  std::chrono::steady_clock::time_point start;
 };
 
 // The training counters a step advances.
@@ -88,6 +89,8 @@ class Executor {
   // Test hook (DSTRAIN_INJECT_GRAD_OVERFLOW): the steps at which this rank's
   // gradients are made infinite, as an fp16 overflow would.
   void InjectOverflowAt(std::vector<int64_t> steps) { inject_overflow_at_ = std::move(steps); }
+  // Records the timeline of the next runs without a pipeline too (tracing).
+  void SetRecordTimeline(bool on) { record_timeline_ = on; }
 
   // Runs `program` (prepared by PrepareProgram for this batch's micro-batches
   // and the model's activation slots) over `batch`, already validated.
@@ -125,6 +128,7 @@ class Executor {
   std::vector<int> tp_replicated_;  // tensors whole on every tp rank
   std::vector<int> norm_excluded_;  // left out of this rank's share of the norm
   std::vector<int64_t> inject_overflow_at_;
+  bool record_timeline_ = false;
 };
 
 }  // namespace dst

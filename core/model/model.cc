@@ -370,11 +370,43 @@ int64_t Model<T>::InRows(size_t i, int64_t rows) const {
   return g > 0 && all_rows_[g - 1] ? rows : BoundaryRows(rows);
 }
 
+const char *LayerPassName(LayerPass pass) {
+  switch (pass) {
+    case LayerPass::kForward:
+      return "forward";
+    case LayerPass::kRecompute:
+      return "recompute";
+    case LayerPass::kBackward:
+      return "backward";
+    case LayerPass::kBackwardInput:
+      return "backward_input";
+    case LayerPass::kBackwardWeight:
+      return "backward_weight";
+  }
+  return "?";
+}
+
+namespace {
+
+// Times `run` for the timer when one is set.
+template <typename Run>
+void Timed(LayerTimer *timer, LayerPass pass, size_t layer, int64_t rows, Run &&run) {
+  if (timer == nullptr) {
+    run();
+    return;
+  }
+  const LayerTimer::TimePoint begin = std::chrono::steady_clock::now();
+  run();
+  timer->Record(pass, layer, rows, begin, std::chrono::steady_clock::now());
+}
+
+}  // namespace
+
 template <typename T>
 Status Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &mb,
-                              LayerHooks *hooks) {
+                              LayerHooks *hooks, LayerPass pass) {
   LayerActivations<T> &act = activations_.at(slot, i);
-  layers_[i]->Forward(in, act, mb);
+  Timed(timer_, pass, i, mb.rows(), [&] { layers_[i]->Forward(in, act, mb); });
   DST_RETURN_IF_ERROR(layers_[i]->TakeError());
   const bool rounded = activations_.AfterForward(slot, i);
   if (!rounded && layers_[i]->OutWidth() > 0)
@@ -405,12 +437,15 @@ Status Model<T>::EnsureSaved(size_t i, int64_t slot, LayerRange range, MicroBatc
                            std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
     for (size_t j = group_begin_[i]; j < group_end_[i]; ++j) {
       if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeForward(j));
-      DST_RETURN_IF_ERROR(ForwardLayer(j, slot, InputOf(j, slot, range, mb), mb, hooks));
+      DST_RETURN_IF_ERROR(
+          ForwardLayer(j, slot, InputOf(j, slot, range, mb), mb, hooks, LayerPass::kRecompute));
     }
   }
   if (recomputable_too && activations_.NeedsRecomputeSaved(slot, i)) {
     if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeForward(i));
-    layers_[i]->RecomputeSaved(InputOf(i, slot, range, mb), activations_.at(slot, i), mb);
+    Timed(timer_, LayerPass::kRecompute, i, mb.rows(), [&] {
+      layers_[i]->RecomputeSaved(InputOf(i, slot, range, mb), activations_.at(slot, i), mb);
+    });
     DST_RETURN_IF_ERROR(layers_[i]->TakeError());
     activations_.AfterRecomputeSaved(slot, i);
   }
@@ -425,7 +460,8 @@ Status Model<T>::Forward(int64_t slot, LayerRange range, const T *input, MicroBa
   range_input_[size_t(slot)] = input;
   for (size_t i = range.begin; i < range.end; ++i) {
     if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeForward(i));
-    DST_RETURN_IF_ERROR(ForwardLayer(i, slot, InputOf(i, slot, range, mb), mb, hooks));
+    DST_RETURN_IF_ERROR(
+        ForwardLayer(i, slot, InputOf(i, slot, range, mb), mb, hooks, LayerPass::kForward));
   }
   if (output)
     *output =
@@ -466,12 +502,15 @@ Status Model<T>::RunBackward(BackwardHalf half, int64_t slot, LayerRange range, 
     }
     const T *in = InputOf(i, slot, range, mb);
     if (half == BackwardHalf::kWhole) {
-      layers_[i]->Backward(in, activations_.at(slot, i), dout, layer_din, mb);
+      Timed(timer_, LayerPass::kBackward, i, mb.rows(),
+            [&] { layers_[i]->Backward(in, activations_.at(slot, i), dout, layer_din, mb); });
       DST_RETURN_IF_ERROR(layers_[i]->TakeError());
       if (hooks) DST_RETURN_IF_ERROR(hooks->AfterBackward(i));
     } else {
-      layers_[i]->BackwardInput(in, activations_.at(slot, i), dout, layer_din,
-                                activations_.deferred(slot, i), mb);
+      Timed(timer_, LayerPass::kBackwardInput, i, mb.rows(), [&] {
+        layers_[i]->BackwardInput(in, activations_.at(slot, i), dout, layer_din,
+                                  activations_.deferred(slot, i), mb);
+      });
       DST_RETURN_IF_ERROR(layers_[i]->TakeError());
     }
     if (layer_din && global_layers_[i] > 0)  // also the gradient a stage sends back
@@ -493,7 +532,9 @@ Status Model<T>::BackwardWeight(int64_t slot, LayerRange range, MicroBatch<T> &m
     DST_RETURN_IF_ERROR(EnsureSaved(i, slot, range, mb, hooks, /*recomputable_too=*/false));
     if (hooks) DST_RETURN_IF_ERROR(hooks->BeforeWeightGradient(i));
     const T *in = InputOf(i, slot, range, mb);
-    layers_[i]->BackwardWeight(in, activations_.at(slot, i), activations_.deferred(slot, i), mb);
+    Timed(timer_, LayerPass::kBackwardWeight, i, mb.rows(), [&] {
+      layers_[i]->BackwardWeight(in, activations_.at(slot, i), activations_.deferred(slot, i), mb);
+    });
     DST_RETURN_IF_ERROR(layers_[i]->TakeError());
     if (hooks) DST_RETURN_IF_ERROR(hooks->AfterBackward(i));
   }

@@ -38,6 +38,21 @@ struct LayerParamUse {
   std::vector<int> ids;
 };
 
+// What a layer was doing between two instants (LayerTimer).
+enum class LayerPass { kForward, kRecompute, kBackward, kBackwardInput, kBackwardWeight };
+const char *LayerPassName(LayerPass pass);  // "forward", "recompute", "backward", ...
+
+// Told the span of each layer's computation (not its hooks' gathers and
+// reductions) while set on a model: the step trace and the flops profiler.
+// Local layer indices; on the thread that runs the model.
+class LayerTimer {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  virtual ~LayerTimer() = default;
+  virtual void Record(LayerPass pass, size_t layer, int64_t micro_rows, TimePoint begin,
+                      TimePoint end) = 0;
+};
+
 // Called by Model::Forward/Backward around each layer, e.g. to gather a
 // layer's parameters before it runs (ZeRO stage 3) and to reduce its
 // gradients once its backward is done. A hook that fails stops the pass
@@ -203,11 +218,14 @@ class Model {
   const std::vector<std::unique_ptr<Layer<T>>> &layers() const { return layers_; }
   // Forward FLOPs of one micro-batch of B samples of T tokens.
   double ForwardFlops(int64_t B, int64_t seq) const;
+  // Times every layer's passes while set (null: none, the default).
+  void SetLayerTimer(LayerTimer *timer) { timer_ = timer; }
 
  private:
   static void RoundActivations(LayerHooks *hooks, const T *data, int64_t n);
   // Runs layer i forward on `in` into the slot's activations.
-  Status ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &mb, LayerHooks *hooks);
+  Status ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &mb, LayerHooks *hooks,
+                      LayerPass pass);
   // The input layer i read in the slot's forward.
   const T *InputOf(size_t i, int64_t slot, LayerRange range, const MicroBatch<T> &mb) const;
   void Prepare(MicroBatch<T> &mb);
@@ -236,6 +254,7 @@ class Model {
   std::vector<size_t> group_begin_;    // per layer: first layer of its recomputation group
   std::vector<size_t> group_end_;      // per layer: one past the last layer of its group
   std::vector<LayerParamUse> layer_params_;
+  LayerTimer *timer_ = nullptr;
   std::unique_ptr<ParamStore<T>> store_;
   ActivationStore<T> activations_;
   std::vector<const T *> range_input_;  // [slot] the external input of the slot's forward
