@@ -1,4 +1,5 @@
 #include "core/comm/process_groups.h"
+#include "core/common/log.h"
 
 #include <algorithm>
 
@@ -18,13 +19,17 @@ Result<std::unique_ptr<Communicator>> ConnectGroup(Store *store, int64_t rank,
                                                    const std::vector<int64_t> &members,
                                                    const GlooOptions &common) {
   if (members.size() == 1) return MakeSoloCommunicator(name);
+  DST_LOG(kDebug, "groups", "connecting " + GroupKey(name, members));
   GlooOptions options = common;
   options.name = name;
   options.store_prefix = GroupKey(name, members);
   options.global_ranks = members;
   options.rank = std::find(members.begin(), members.end(), rank) - members.begin();
   options.size = int64_t(members.size());
-  return CreateGlooCommunicator(*store, options);
+  Result<std::unique_ptr<Communicator>> comm = CreateGlooCommunicator(*store, options);
+  DST_LOG(kDebug, "groups",
+          GroupKey(name, members) + (comm.ok() ? " connected" : ": " + comm.status().message()));
+  return comm;
 }
 
 Result<ProcessGroups> BuildProcessGroups(Store *store, int64_t rank, const Topology &topology,

@@ -19,6 +19,7 @@
 
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/reshard.h"
+#include "core/common/log.h"
 #include "core/engine/checkpoint_coordinator.h"
 #include "core/engine/rank_reports.h"
 #include "core/tensor_parallel/tp_tensors.h"
@@ -298,6 +299,7 @@ Status CheckpointCoordinator::Save(const std::string &dir, const std::string &ta
   const bool multi = view_.store != nullptr;
   const auto timeout = view_.comm_timeout;
   const std::string what = "save_checkpoint(\"" + dir + "\", \"" + tag + "\")";
+  DST_LOG(kDebug, "checkpoint", what + ": writing this rank's files");
 
   // 1. Rank 0 makes a fresh staging directory; the others wait for it.
   if (view_.env.rank == 0) {
@@ -346,6 +348,7 @@ Status CheckpointCoordinator::Save(const std::string &dir, const std::string &ta
 
 Status CheckpointCoordinator::CollectAndCommit(const std::string &dir, const std::string &tag,
                                                Json meta, const std::string &what) {
+  DST_LOG(kDebug, "checkpoint", what + ": collecting every rank's written files to commit");
   std::vector<int64_t> ranks(size_t(view_.env.world_size));
   for (int64_t r = 0; r < view_.env.world_size; ++r) ranks[size_t(r)] = r;
   auto reports =
@@ -522,7 +525,12 @@ Status CheckpointCoordinator::Load(const std::string &dir, const std::string &ta
                                    std::string *client_state_json) {
   ++ops_;
   PreparedLoad prepared(*view_.scaler);
+  DST_LOG(kDebug, "checkpoint",
+          "load(\"" + dir + "\", \"" + tag + "\"): validating this rank's part");
   Status st = PrepareLoad(dir, tag, &prepared);
+  DST_LOG(
+      kDebug, "checkpoint",
+      "load: this rank's part " + std::string(st.ok() ? "is valid" : "failed: " + st.message()));
   if (view_.store) {
     // Every rank validated its part before any rank changes anything.
     DST_RETURN_IF_ERROR(

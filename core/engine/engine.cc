@@ -1,4 +1,5 @@
 #include "core/engine/engine.h"
+#include "core/common/log.h"
 
 #include "core/engine/swap_resume.h"
 #include "core/offload/nvme_state_store.h"
@@ -95,6 +96,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
       plan_(std::move(plan)) {
   SetNumThreads(ResolveNumThreads(config_.runtime.num_threads));
   profiler_ = std::make_unique<StepProfiler>(config_, env_.rank);
+  SetLogRank(env_.rank);
   const std::pair<Communicator *, CommGroup> hooked[] = {{groups_.dp.get(), CommGroup::kDp},
                                                          {groups_.tp.get(), CommGroup::kTp},
                                                          {groups_.pp.get(), CommGroup::kPp},
@@ -102,6 +104,9 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   for (const auto &[group, kind] : hooked)
     group->SetCompletionHook([this, kind](const CommRecord &r) {
       comm_stats_.Record(kind, r);
+      DST_LOG(kDebug, "comm",
+              std::string(CommOpName(r.op)) + " " + metrics::kCommGroupNames[size_t(kind)] + " " +
+                  std::to_string(r.bytes) + " bytes " + std::to_string(r.seconds * 1e3) + " ms");
       profiler_->OnCollective(kind, r);
     });
   const ActivationLimits limits = ActivationLimitsFor(config_, spec, MaxThreads());

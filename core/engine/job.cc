@@ -1,4 +1,5 @@
 #include "core/engine/job.h"
+#include "core/common/log.h"
 
 #include <cstdlib>
 #include <sstream>
@@ -14,6 +15,7 @@ std::chrono::milliseconds CommTimeoutOf(const Config &config) {
 Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::string &agreement) {
   Job job;
   job.env = env;
+  SetLogRank(env.rank);
   const Topology topology(config.pp_size, config.dp_size, config.tp_size);
   if (topology.world_size() != env.world_size)
     return ConfigError("the job has " + std::to_string(env.world_size) + " ranks but pp_size " +
@@ -32,11 +34,17 @@ Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::strin
     store_options.world_size = env.world_size;
     store_options.job_token = env.job_token;
     store_options.timeout = CommTimeoutOf(config);
+    DST_LOG(kDebug, "rendezvous",
+            (env.rank == 0 ? "hosting" : "joining") + std::string(" the store at ") +
+                env.master_addr + ":" + std::to_string(env.master_port) + " for " +
+                std::to_string(env.world_size) + " ranks");
     Result<std::unique_ptr<Store>> connected = ConnectTcpStore(store_options);
     if (!connected.ok()) return connected.status();
+    DST_LOG(kDebug, "rendezvous", "store connected; comparing configs");
     job.store = std::move(connected).value();
     DST_RETURN_IF_ERROR(
         CheckSameConfig(*job.store, env.rank, env.world_size, agreement, CommTimeoutOf(config)));
+    DST_LOG(kDebug, "rendezvous", "every rank runs the same config and model");
     job.heartbeat = std::make_unique<Heartbeat>(job.store.get(), env.rank);
     const char *bind = std::getenv("DSTRAIN_BIND_ADDR");
     common.bind_host = bind ? bind : "";
@@ -46,6 +54,11 @@ Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::strin
   if (!groups.ok()) return groups.status();
   job.groups = std::move(groups).value();
   job.common = common;
+  DST_LOG(kInfo, "job",
+          "joined: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
+              ", (pp, dp, tp) = (" + std::to_string(job.groups.coord.pp) + ", " +
+              std::to_string(job.groups.coord.dp) + ", " + std::to_string(job.groups.coord.tp) +
+              ")");
   return job;
 }
 

@@ -1,4 +1,5 @@
 #include "core/engine/step_profiler.h"
+#include "core/common/log.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -94,8 +95,7 @@ void StepProfiler::EndStep(const StepRecord *record) {
     Status written = WriteTrace();
     if (!written.ok() && !warned_) {
       warned_ = true;
-      std::fprintf(stderr, "dstrain: warning: rank %lld: %s (training goes on)\n",
-                   static_cast<long long>(rank_), written.message().c_str());
+      Log(LogLevel::kWarning, "trace", written.message() + " (training goes on)");
     }
   }
   if (profiling_) {
@@ -111,10 +111,8 @@ void StepProfiler::EndStep(const StepRecord *record) {
     out << flops_report_;
     if (!out.good() && !warned_) {
       warned_ = true;
-      std::fprintf(stderr,
-                   "dstrain: warning: flops_profiler.output_file \"%s\": cannot write it; the "
-                   "profile follows here\n%s",
-                   file.c_str(), flops_report_.c_str());
+      Log(LogLevel::kWarning, "flops_profiler",
+          "output_file \"" + file + "\": cannot write it; the profile follows\n" + flops_report_);
     }
   }
 }
