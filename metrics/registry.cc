@@ -179,6 +179,12 @@ void MetricsRegistry::BuildStepGauges() {
       gauge("dstrain_process_resident_memory_bytes", "Resident set size of the training process."),
       gauge("dstrain_last_step_timestamp_seconds",
             "Unix time in seconds at which the last optimizer step ended."),
+      gauge("dstrain_step_compute_seconds",
+            "Seconds the layers computed in the last step (gathers and reductions excluded); "
+            "measured with communication.slow_node_tolerance, else 0."),
+      gauge("dstrain_straggler",
+            "1 when the last straggler check (communication.slow_node_tolerance) found this "
+            "rank slower than the job's median compute time by more than the tolerance."),
   });
 }
 
@@ -209,6 +215,8 @@ void MetricsRegistry::Record(const StepSample &s) {
   g.flops->Set(s.achieved_flops_per_second);
   g.rss->Set(static_cast<double>(s.process_rss_bytes));
   g.timestamp->Set(s.unix_time);
+  g.compute_seconds->Set(s.compute_seconds);
+  g.straggler->Set(s.straggler ? 1.0 : 0.0);
 
   // Timers are per-step values: the total grows by each step's value.
   for (const auto &[name, seconds] : s.timers) {

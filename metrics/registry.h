@@ -86,7 +86,7 @@ class MetricsRegistry {
   // The scalar per-step gauges, built on the first Record.
   struct StepGauges {
     prometheus::Gauge *loss, *lr, *grad_norm, *loss_scale, *step_seconds, *tokens_per_second,
-        *samples_per_second, *mfu, *flops, *rss, *timestamp;
+        *samples_per_second, *mfu, *flops, *rss, *timestamp, *compute_seconds, *straggler;
   };
 
   MetricsRegistry();

@@ -72,6 +72,9 @@ nlohmann::json SampleToJson(const StepSample &s) {
   j["process_rss_bytes"] = s.process_rss_bytes;
   j["gradient_compression"] = {{"payload_bytes_total", s.compression_payload_bytes_total},
                                {"dense_bytes_total", s.compression_dense_bytes_total}};
+  j["compute_seconds"] = s.compute_seconds;
+  j["straggler"] = s.straggler;
+  j["straggler_slower_by"] = s.straggler_slower_by;
   j["unix_time"] = s.unix_time;
   return j;
 }

@@ -87,6 +87,11 @@ struct StepSample {
   // gradient_compression (zeros without it): the bytes this rank's encodings
   // took and the fp32 bytes of the buckets they encoded, running totals.
   int64_t compression_payload_bytes_total = 0, compression_dense_bytes_total = 0;
+  // communication.slow_node_tolerance: the layers' compute time of the step,
+  // and the last check's verdict on this rank (slower_by: over the median).
+  double compute_seconds = 0;
+  bool straggler = false;
+  double straggler_slower_by = 0;
   double unix_time = 0;  // seconds since the epoch when the step ended
   // Pipeline stages: the step's actions in order (empty otherwise). Served by
   // /api/v1/snapshot with the latest sample only, not kept in the history.

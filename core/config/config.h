@@ -192,6 +192,15 @@ struct TraceConfig {
   std::string path = "dstrain_trace";
 };
 
+// communication (the articles' section): `topology` names the collectives'
+// shape ("tree": halving-doubling, what the Gloo backend runs; 3: one level
+// per axis of the 3D grid, i.e. the dp, tp and pp groups); straggler
+// detection compares the ranks' compute time every steps_per_print steps.
+struct CommunicationConfig {
+  std::string topology = "tree";
+  double slow_node_tolerance = -1;  // < 0: off; 0.1 = 10% over the median
+};
+
 struct Config {
   // Batch identity: train_batch_size = micro_batch * grad_accum * dp_size.
   int64_t train_batch_size = 0;
@@ -215,6 +224,7 @@ struct Config {
   // dtype (DeepSpeed's default), i.e. fp32, or fp16/bf16 under mixed precision.
   DType communication_data_type = DType::kFloat32;
   GradientCompressionConfig gradient_compression;
+  CommunicationConfig communication;
   FlopsProfilerConfig flops_profiler;
   TraceConfig trace;
   double gradient_clipping = 0.0;  // 0 = off

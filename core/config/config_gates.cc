@@ -139,11 +139,6 @@ Status CheckAmpSupported(const ExtraSettings &extra) {
 Status CheckFeatureSectionsSupported(const ExtraSettings &extra) {
   if (extra.enabled_feature.empty()) return Status::Ok();
   // The articles' communication settings: planned, with what to use meanwhile.
-  if (extra.enabled_feature == "communication")
-    return NotSupported(
-        "communication: topology-aware collectives (topology) and straggler detection "
-        "(slow_node_tolerance) are not supported yet; remove the section (or set \"enabled\": "
-        "false): Gloo picks ring or halving-doubling per collective");
   return NotSupported(extra.enabled_feature +
                       ": this DeepSpeed feature is not supported by dstrain; remove the section "
                       "or set \"enabled\": false");

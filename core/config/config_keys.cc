@@ -45,6 +45,7 @@ constexpr std::string_view kCommsLogger = "comms_logger";
 constexpr std::string_view kAmp = "amp";
 constexpr std::string_view kAio = "aio";
 constexpr std::string_view kGradCompression = "gradient_compression";
+constexpr std::string_view kCommunication = "communication";
 constexpr std::string_view kDstrain = "dstrain";
 constexpr std::string_view kMonitor = "dstrain.monitor";
 constexpr std::string_view kTrace = "dstrain.trace";
@@ -142,7 +143,7 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kTop, "nebula", kFeature, kFeatureDoc},
     {kTop, "gradient_compression", kObject,
      "top-k / 1-bit / 2-bit gradient compression with error feedback (ZeRO 0 and 1)"},
-    {kTop, "communication", kFeature, "topology and slow_node_tolerance: not supported yet"},
+    {kTop, "communication", kObject, "collective topology and straggler detection"},
 
     // ---- zero_optimization ----
     {kZero, "stage", "0, 1, 2 or 3",
@@ -316,6 +317,12 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kCommsLogger, "prof_ops", "a list of strings", kNoEffect},
     {kAmp, "enabled", kBool, "true is not supported"},
     {kAmp, "*", "any value", "apex options; only read when enabled"},
+    {kCommunication, "enabled", kBool, "true when the section is present"},
+    {kCommunication, "topology", "\"tree\", \"ring\", \"hierarchical\" or 3",
+     "collective shape: tree (halving-doubling) and 3 (per-axis groups) run; ring and "
+     "hierarchical are not supported yet"},
+    {kCommunication, "slow_node_tolerance", "a number >= 0",
+     "name ranks slower than the median compute time by more than this (0.1 = 10%)"},
     {kGradCompression, "enabled", kBool, "true when the section is present"},
     {kGradCompression, "algorithm", "\"topk\", \"1bit\" or \"2bit\"",
      "top-k sparsification, sign with a per-chunk scale, or four levels per chunk"},

@@ -42,6 +42,7 @@ constexpr std::string_view kCheckpoint = "checkpoint";
 constexpr std::string_view kAmp = "amp";
 constexpr std::string_view kAio = "aio";
 constexpr std::string_view kGradCompression = "gradient_compression";
+constexpr std::string_view kCommunication = "communication";
 constexpr std::string_view kDstrain = "dstrain";
 
 // Defaults that "auto" stands for where config.h has no better source.
@@ -807,13 +808,42 @@ Status ReadGradientCompression(const ObjectReader &root, GradientCompressionConf
       });
 }
 
+// communication {enabled, topology, slow_node_tolerance}.
+Status ReadCommunication(const ObjectReader &root, CommunicationConfig *comm) {
+  return ReadSection(root, "communication", kCommunication, [&](const ObjectReader &s) -> Status {
+    bool enabled = true;
+    DST_RETURN_IF_ERROR(s.ReadBool("enabled", &enabled));
+    double tolerance = -1;
+    DST_RETURN_IF_ERROR(s.ReadNumber("slow_node_tolerance", &tolerance, AtLeast(0)));
+    const Json *topology = s.Find("topology");
+    std::string shape = "tree";
+    if (topology != nullptr && topology->is_number_integer()) {
+      if (topology->get<int64_t>() != 3)
+        return NotSupported(s.PathOf("topology") + " " + topology->dump() +
+                            ": the integer form means one level per axis of the 3D grid and "
+                            "only 3 (dp, tp, pp) exists here; use 3 or \"tree\"");
+      shape = "3";
+    } else if (topology != nullptr) {
+      DST_RETURN_IF_ERROR(s.ReadChoice("topology", {"tree", "ring", "hierarchical"}, &shape));
+      if (shape != "tree" && enabled)
+        return NotSupported(
+            s.PathOf("topology") + " \"" + shape +
+            "\" is not supported yet: the Gloo backend reduces with halving-doubling (\"tree\") "
+            "within each group of the 3D grid; set \"tree\" or remove the key");
+    }
+    if (!enabled) return Status::Ok();
+    comm->topology = shape;
+    comm->slow_node_tolerance = tolerance;
+    return Status::Ok();
+  });
+}
+
 // DeepSpeed features without a dstrain counterpart: accepted only when the
 // section says "enabled": false (their other keys are then irrelevant).
 Status ReadFeatureSections(const ObjectReader &root, ExtraSettings *extra) {
-  for (std::string_view name :
-       {"elasticity", "autotuning", "compression_training", "curriculum_learning",
-        "data_efficiency", "progressive_layer_drop", "eigenvalue", "sparse_attention",
-        "hybrid_engine", "nebula", "communication"}) {
+  for (std::string_view name : {"elasticity", "autotuning", "compression_training",
+                                "curriculum_learning", "data_efficiency", "progressive_layer_drop",
+                                "eigenvalue", "sparse_attention", "hybrid_engine", "nebula"}) {
     const Json *section = root.Find(name);
     if (section == nullptr) continue;
     if (!section->is_object()) return root.MismatchAt(name, *section);
@@ -960,6 +990,7 @@ Status ReadAll(const ObjectReader &root, const ConfigContext &context, Parsed *p
   DST_RETURN_IF_ERROR(ReadAio(root, &config.aio));
   DST_RETURN_IF_ERROR(ReadFeatureSections(root, &parsed->extra));
   DST_RETURN_IF_ERROR(ReadGradientCompression(root, &config.gradient_compression));
+  DST_RETURN_IF_ERROR(ReadCommunication(root, &config.communication));
   DST_RETURN_IF_ERROR(ReadDstrain(root, &config));  // after: dstrain.monitor.log wins
   MonitorConfig &monitor = config.monitor;
   if (monitor.http.enabled || monitor.log.enabled) monitor.enabled = true;

@@ -11,12 +11,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "core/config/config_file.h"
 #include "core/optim/clip.h"
@@ -78,6 +80,9 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
                                        engine->dp_.get(), &engine->progress_, &engine->scaler_,
                                        &resumed));
   }
+  Result<double> slow = ParseSlowRankInjection(engine->env_.rank);
+  if (!slow.ok()) return slow.status();
+  engine->injected_slowness_ = slow.value();
   Result<std::vector<int64_t>> inject = ParseOverflowInjection(engine->env_.rank);
   if (!inject.ok()) return inject.status();
   engine->executor_->InjectOverflowAt(std::move(inject).value());
@@ -141,6 +146,12 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   }
   executor_->SetStepObserver([this](const StepRecord &record) { return OnStep(record); });
   profiler_->Attach(model_.get(), executor_.get());
+  if (config_.communication.slow_node_tolerance >= 0 && env_.world_size > 1 && store_) {
+    straggler_ = std::make_unique<StragglerDetector>(store_.get(), env_.rank, env_.world_size,
+                                                     config_.communication.slow_node_tolerance,
+                                                     config_.steps_per_print, CommTimeout());
+    profiler_->TimeEveryStep();
+  }
   const int64_t T = limits.max_T;
   TelemetryContext telemetry;
   telemetry.config = &config_;
@@ -368,7 +379,11 @@ Status Engine::RunProgram(Op kind, const BatchView &batch, const char *call, boo
   if (heartbeat_) heartbeat_->SetProgress(progress_.steps);
   Result<const std::vector<Instruction> *> program = Program(kind, micro.value());
   if (!program.ok()) return program.status();
-  if (kind == Op::kOptimizerStep) profiler_->BeginStep(progress_.steps);
+  if (kind == Op::kOptimizerStep) {
+    profiler_->BeginStep(progress_.steps);
+    if (injected_slowness_ > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(injected_slowness_));
+  }
   double mean = 0;
   DST_RETURN_IF_ERROR(RunAndNoteFailure(*program.value(), batch, &mean));
   if (loss) *loss = float(mean);
@@ -497,7 +512,42 @@ std::string Engine::MonitorUrl() const {
 
 Status Engine::OnStep(const StepRecord &record) {
   profiler_->EndStep(&record);
+  if (straggler_) DST_RETURN_IF_ERROR(CheckStragglers());
   return telemetry_->OnStep(record, progress_, scaler_.scale());
+}
+
+// communication.slow_node_tolerance: the step's compute into the window; at
+// a window's end every rank learns the verdict and rank 0 names the slow ones.
+Status Engine::CheckStragglers() {
+  StragglerState state;
+  state.compute_seconds = profiler_->step_compute_seconds() + injected_slowness_;
+  Result<StragglerVerdict> verdict = straggler_->OnStep(state.compute_seconds);
+  if (!verdict.ok()) return verdict.status();
+  const StragglerVerdict &v = verdict.value().checked ? verdict.value() : straggler_->last();
+  state.slow = v.this_rank_slow;
+  nlohmann::json slow = nlohmann::json::array();
+  for (const StragglerReport &r : v.slow) {
+    if (r.rank == env_.rank) state.slower_by = r.slower_by;
+    slow.push_back({{"rank", r.rank},
+                    {"host", r.host},
+                    {"compute_seconds", r.compute_seconds},
+                    {"slower_by", r.slower_by}});
+  }
+  if (v.checked) state.last_check = {{"median_seconds", v.median_seconds}, {"slow_ranks", slow}};
+  if (verdict.value().checked && env_.rank == 0)
+    for (const StragglerReport &r : v.slow) {
+      char line[320];
+      std::snprintf(line, sizeof line,
+                    "rank %lld on %s is %.0f%% slower than the median: %.1f vs %.1f ms of compute "
+                    "per step over the last %lld steps (tolerance %.0f%%)",
+                    static_cast<long long>(r.rank), r.host.c_str(), r.slower_by * 100,
+                    r.compute_seconds * 1e3, v.median_seconds * 1e3,
+                    static_cast<long long>(config_.steps_per_print),
+                    config_.communication.slow_node_tolerance * 100);
+      Log(LogLevel::kWarning, "straggler", line);
+    }
+  telemetry_->SetStraggler(std::move(state));
+  return Status::Ok();
 }
 
 }  // namespace dst

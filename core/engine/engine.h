@@ -27,6 +27,7 @@
 #include "core/engine/job.h"
 #include "core/engine/schedule.h"
 #include "core/engine/step_profiler.h"
+#include "core/engine/straggler.h"
 #include "core/engine/telemetry.h"
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
@@ -138,6 +139,7 @@ class Engine {
 
   // kRecordStep: the step into telemetry (totals, monitor, job table).
   Status OnStep(const StepRecord &record);
+  Status CheckStragglers();
 
   Config config_;
   LaunchEnv env_;
@@ -160,8 +162,10 @@ class Engine {
   // dstrain.trace and flops_profiler; made first in the constructor (the
   // communicators' completion hooks read it), attached once the model exists.
   std::unique_ptr<StepProfiler> profiler_;
-  bool failed_ = false;                                 // a step failed: no closing handshake
-  bool aborted_ = false;                                // Abort(): no handshake, no wait for peers
+  std::unique_ptr<StragglerDetector> straggler_;  // communication.slow_node_tolerance
+  double injected_slowness_ = 0;  // DSTRAIN_INJECT_SLOW_RANK: seconds added to each step here
+  bool failed_ = false;           // a step failed: no closing handshake
+  bool aborted_ = false;          // Abort(): no handshake, no wait for peers
   std::unique_ptr<Telemetry> telemetry_;                // metrics: samples, monitor, JSON
   std::unique_ptr<CheckpointCoordinator> checkpoints_;  // save / load
   std::map<std::pair<int, int64_t>, std::vector<Instruction>> programs_;

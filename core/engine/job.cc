@@ -83,4 +83,24 @@ Result<std::vector<int64_t>> ParseOverflowInjection(int64_t rank) {
   return steps;
 }
 
+Result<double> ParseSlowRankInjection(int64_t rank) {
+  const char *text = std::getenv("DSTRAIN_INJECT_SLOW_RANK");
+  if (text == nullptr || *text == '\0') return 0.0;
+  std::stringstream in(text);
+  std::string item;
+  double seconds = 0;
+  while (std::getline(in, item, ',')) {
+    long long r = -1;
+    double ms = -1;
+    char colon = 0;
+    std::stringstream pair(item);
+    if (!(pair >> r >> colon >> ms) || colon != ':' || r < 0 || ms < 0 || !pair.eof())
+      return InvalidArgument("DSTRAIN_INJECT_SLOW_RANK=\"" + std::string(text) +
+                             "\": expected rank:milliseconds pairs separated by commas, e.g. "
+                             "\"1:20\"");
+    if (r == rank) seconds += ms / 1000.0;
+  }
+  return seconds;
+}
+
 }  // namespace dst

@@ -39,4 +39,8 @@ Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::strin
 // gradients are made infinite, as an fp16 overflow would (tests).
 Result<std::vector<int64_t>> ParseOverflowInjection(int64_t rank);
 
+// DSTRAIN_INJECT_SLOW_RANK="R:MS[,R:MS...]": rank R's steps take MS
+// milliseconds longer, counted as compute (tests of straggler detection).
+Result<double> ParseSlowRankInjection(int64_t rank);
+
 }  // namespace dst

@@ -75,8 +75,10 @@ double StepProfiler::Micros(TimePoint t) const {
 
 void StepProfiler::BeginStep(int64_t step) {
   step_ = step;
+  compute_seconds_ = 0;
   tracing_ = Tracing(step);
   profiling_ = config_.flops_profiler.enabled && step == config_.flops_profiler.profile_step;
+  if (model_ && every_step_) model_->SetLayerTimer(this);
   if (!tracing_ && !profiling_) return;
   layer_times_.assign(layer_times_.size(), {});
   if (model_) model_->SetLayerTimer(this);
@@ -87,7 +89,7 @@ void StepProfiler::BeginStep(int64_t step) {
 void StepProfiler::EndStep(const StepRecord *record) {
   if (!armed_) return;
   armed_ = false;
-  if (model_) model_->SetLayerTimer(nullptr);
+  if (model_ && !every_step_) model_->SetLayerTimer(nullptr);
   if (executor_) executor_->SetRecordTimeline(false);
   if (record == nullptr) return;  // a failed step: nothing to report
   if (tracing_) {
@@ -120,6 +122,8 @@ void StepProfiler::EndStep(const StepRecord *record) {
 void StepProfiler::Record(LayerPass pass, size_t layer, int64_t micro_rows, TimePoint begin,
                           TimePoint end) {
   const double seconds = std::chrono::duration<double>(end - begin).count();
+  compute_seconds_ += seconds;
+  if (!armed_) return;
   LayerTimes &t = layer_times_[layer];
   if (pass == LayerPass::kForward) {
     t.forward += seconds;

@@ -51,6 +51,11 @@ class StepProfiler final : public LayerTimer {
   // A collective completed (communication threads).
   void OnCollective(CommGroup group, const CommRecord &r);
 
+  // Times every step's layers (straggler detection), not only armed ones.
+  void TimeEveryStep() { every_step_ = true; }
+  // The layers' compute seconds of the last step (timed steps only, else 0).
+  double step_compute_seconds() const { return compute_seconds_; }
+
   // The flops profile as printed, once profile_step has run ("" before).
   const std::string &flops_report() const { return flops_report_; }
 
@@ -85,6 +90,8 @@ class StepProfiler final : public LayerTimer {
   std::vector<LayerTimes> layer_times_;
   std::string flops_report_;
   bool warned_ = false;
+  bool every_step_ = false;
+  double compute_seconds_ = 0;
 };
 
 }  // namespace dst

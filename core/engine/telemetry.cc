@@ -251,6 +251,9 @@ metrics::StepSample Telemetry::BuildStepSample(const StepRecord &rec,
   s.lr = rec.lr;
   s.grad_norm = rec.grad_norm;
   s.loss_scale = loss_scale;
+  s.compute_seconds = straggler_.compute_seconds;
+  s.straggler = straggler_.slow;
+  s.straggler_slower_by = straggler_.slower_by;
   s.skipped_steps_total = progress.skipped_steps;
   s.step_seconds = rec.seconds;
   if (rec.seconds > 0) {
@@ -450,6 +453,12 @@ std::string Telemetry::MetricsJson(const TrainingState &state) const {
       {"skipped_steps", state.progress->skipped_steps},
       {"comm", CommJson()},
       {"compression", CompressionJson()},
+      {"straggler",
+       {{"tolerance", ctx_.config->communication.slow_node_tolerance},
+        {"compute_seconds", straggler_.compute_seconds},
+        {"this_rank_slow", straggler_.slow},
+        {"slower_by", straggler_.slower_by},
+        {"last_check", straggler_.last_check}}},
   };
   metrics_json_ = j.dump();
   return metrics_json_;

@@ -61,6 +61,14 @@ struct TrainingState {
   double loss_scale = 1;
 };
 
+// The last straggler check as this rank saw it (communication.slow_node_tolerance).
+struct StragglerState {
+  double compute_seconds = 0;  // the last step's layer compute
+  bool slow = false;           // this rank, at the last check
+  double slower_by = 0;        // over the median, at the last check
+  nlohmann::json last_check = nullptr;
+};
+
 class Telemetry {
  public:
   explicit Telemetry(TelemetryContext context);
@@ -87,6 +95,8 @@ class Telemetry {
   nlohmann::json MemoryStatusJson() const;
   nlohmann::json ParamOffloadJson() const;
   nlohmann::json CompressionJson() const;
+  // Before OnStep: the step's straggler figures.
+  void SetStraggler(StragglerState state) { straggler_ = std::move(state); }
   // The dashboard's address ("http://host:port/"), or "" when HTTP is off.
   std::string MonitorUrl() const;
 
@@ -110,6 +120,7 @@ class Telemetry {
   std::array<CommTotals, CommStats::kOps> comm_at_last_sample_{};  // for per-step bandwidth
   std::array<std::array<CommTotals, CommStats::kOps>, kNumCommGroups> group_at_last_sample_{};
   mutable std::string metrics_json_;
+  StragglerState straggler_;
 };
 
 }  // namespace dst

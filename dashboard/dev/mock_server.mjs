@@ -161,6 +161,10 @@ function sampleAt(rank, step) {
     comm: commOut,
     memory: memOut,
     process_rss_bytes: Math.round(3.2 * GIB + rank * 0.05 * GIB),
+    // The last rank is a straggler by communication.slow_node_tolerance.
+    compute_seconds: stepSeconds * (rank === opts.world - 1 && opts.world > 1 ? 0.8 : 0.6),
+    straggler: rank === opts.world - 1 && opts.world > 1,
+    straggler_slower_by: rank === opts.world - 1 && opts.world > 1 ? 0.35 : 0,
     unix_time: (START + opts.firstStepMs + step * opts.stepMs) / 1000,
   };
 }

@@ -73,6 +73,17 @@ export function renderRankTable(table, ranks) {
       badge.textContent = 'slowest';
       rankCell.append(' ', badge);
     }
+    // communication.slow_node_tolerance: the engine's own verdict.
+    if (s && s.straggler) {
+      tr.classList.add('straggler');
+      const badge = document.createElement('span');
+      badge.className = 'badge straggler';
+      const pct = typeof s.straggler_slower_by === 'number'
+        ? ` +${Math.round(s.straggler_slower_by * 100)}%` : '';
+      badge.textContent = `straggler${pct}`;
+      badge.title = 'slower than the median compute time by more than slow_node_tolerance';
+      rankCell.append(' ', badge);
+    }
     tr.append(
       rankCell,
       cell(`${id.dp_rank ?? fmt.DASH} / ${id.tp_rank ?? fmt.DASH} / ${id.pp_rank ?? fmt.DASH}`, 'num'),

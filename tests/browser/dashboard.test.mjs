@@ -3,7 +3,7 @@
 // real `dstrain train` with monitor.http on, or dashboard/dev/mock_server.mjs).
 //
 //   node tests/browser/dashboard.test.mjs URL SCREENSHOT.png [--outage] [--timeout-ms N]
-//        [--color-scheme dark|light] [--expect-timeline]
+//        [--color-scheme dark|light] [--expect-timeline] [--expect-stragglers N]
 //
 // Loads URL in Debian's /usr/bin/chromium (playwright-core from
 // dashboard/node_modules; no downloaded browsers), waits until #current-step
@@ -15,6 +15,7 @@
 // for a few seconds and checks the "disconnected" banner appears and clears.
 // --expect-timeline (a pipeline rank) checks the pipeline panel shows the
 // stage's last step with forward, backward and waiting bars.
+// --expect-stragglers N: N rows carry the engine's straggler mark (default 0).
 // Exit status 0 = pass, 1 = a check failed, 2 = usage, 3 = overall timeout.
 import { mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -35,11 +36,13 @@ const args = process.argv.slice(2);
 const positional = [];
 let outage = false;
 let expectTimeline = false;
+let expectStragglers = 0;
 let totalMs = 150000;
 let colorScheme = 'dark';
 for (let i = 0; i < args.length; i++) {
   if (args[i] === '--outage') outage = true;
   else if (args[i] === '--expect-timeline') expectTimeline = true;
+  else if (args[i] === '--expect-stragglers') expectStragglers = Number(args[++i]);
   else if (args[i] === '--color-scheme') colorScheme = args[++i];
   else if (args[i] === '--timeout-ms') totalMs = Number(args[++i]);
   else if (args[i].startsWith('--')) usage(`unknown option ${args[i]}`);
@@ -163,6 +166,9 @@ try {
       ranks: rows.length,
       reporting: reporting.length,
       slowest: document.querySelectorAll('#rank-table tr.slowest').length,
+      // Rows the engine marked as stragglers, and whether each says so.
+      stragglers: [...document.querySelectorAll('#rank-table tr.straggler')]
+        .map((tr) => ({ rank: tr.dataset.rank, badge: tr.querySelector('.badge.straggler')?.textContent ?? '' })),
       job: document.querySelector('#job').textContent,
       worldSize: document.querySelector('#world-size').textContent,
       bannerHidden: document.querySelector('#banner').hidden,
@@ -183,6 +189,9 @@ try {
   check(report.ranks >= 1 && report.reporting >= 1, `rank table: ${report.ranks} rows, ${report.reporting} with a step`);
   check(report.reporting < 2 || report.slowest === 1,
     `rank table: ${report.slowest} rows highlighted as slowest among ${report.reporting}`);
+  check(report.stragglers.length === expectStragglers &&
+      report.stragglers.every((s) => /^straggler \+\d+%$/.test(s.badge)),
+    `rank table: stragglers ${JSON.stringify(report.stragglers)}, expected ${expectStragglers}`);
   check(report.job && report.job !== '\u2014', `header: job is "${report.job}"`);
   check(/^\d+$/.test(report.worldSize), `header: world size is "${report.worldSize}"`);
   check(report.bannerHidden, 'the disconnected banner shows while the server answers');

@@ -844,10 +844,22 @@ TEST(ConfigErrors, ArticlesCommunicationSectionsAreReadOrRefusedByName) {
                         Code::kNotSupported,
                         {"gradient_compression with zero_optimization.stage 2", "Use stage 0 or 1",
                          "compress_communication"}));
+  const Result<Config> comm = Parse(R"({"train_batch_size": 1, "communication": {
+                                  "topology": 3, "slow_node_tolerance": 0.1}})");
+  ASSERT_TRUE(comm.ok()) << comm.status().message();
+  EXPECT_EQ(comm->communication.topology, "3");
+  EXPECT_EQ(comm->communication.slow_node_tolerance, 0.1);
+  EXPECT_LT(Parse(R"({"train_batch_size": 1})")->communication.slow_node_tolerance, 0);
+  EXPECT_TRUE(FailsWith(
+      Parse(R"({"train_batch_size": 1, "communication": {
+                                  "topology": "hierarchical"}})"),
+      Code::kNotSupported,
+      {"communication.topology \"hierarchical\" is not supported yet", "halving-doubling"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "communication": {"topology": 2}})"),
+                        Code::kNotSupported, {"communication.topology 2", "use 3"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "communication": {
-                                  "topology": 3, "slow_node_tolerance": 0.1}})"),
-                        Code::kNotSupported,
-                        {"communication: topology-aware", "not supported yet"}));
+                                  "slow_node_tolerance": -1}})"),
+                        Code::kConfig, {"communication.slow_node_tolerance"}));
   const Result<Config> off = Parse(R"({"train_batch_size": 1, "zero_optimization": {"stage": 3},
     "gradient_compression": {"enabled": false}, "communication": {"enabled": false}})");
   ASSERT_TRUE(off.ok()) << off.status().message();
