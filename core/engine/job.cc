@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/comm/gloo_communicator.h"
+#include "core/comm/hierarchical_communicator.h"
 
 namespace dst {
 
@@ -54,6 +55,16 @@ Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::strin
   if (!groups.ok()) return groups.status();
   job.groups = std::move(groups).value();
   job.common = common;
+  // communication.topology "hierarchical": the data-parallel sums in three
+  // levels (node, leaders, node); the other groups stay within a node in
+  // the usual layouts (tp inside, pp across).
+  if (config.communication.topology == "hierarchical" && env.world_size > 1) {
+    Result<std::unique_ptr<Communicator>> dp =
+        MakeHierarchical(std::move(job.groups.dp), job.store.get(), env.rank, "dp",
+                         job.groups.dp_members, env.local_world_size, common);
+    if (!dp.ok()) return dp.status();
+    job.groups.dp = std::move(dp).value();
+  }
   DST_LOG(kInfo, "job",
           "joined: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
               ", (pp, dp, tp) = (" + std::to_string(job.groups.coord.pp) + ", " +

@@ -49,15 +49,24 @@ def two_hosts():
             sh("ip", "netns", "del", name)
 
 
-def test_two_nodes_reproduce_single_rank(tmp_path, two_hosts, build_dir):
+# "hierarchical" (communication.topology): the data-parallel sums reduce
+# within each host, all-reduce between the two hosts' leaders, broadcast back.
+@pytest.mark.parametrize("topology", [None, "hierarchical"])
+def test_two_nodes_reproduce_single_rank(tmp_path, two_hosts, build_dir, topology):
     ns, addrs = two_hosts
     tool = os.path.join(build_dir, "tests", "dst_dp_tool")
     cli = os.path.join(build_dir, "dstrain")
     single_cfg, model = dp_tests.write_job(tmp_path, 0, 2, 4, 1, "single")
     reference = dp_tests.run_ranks(tool, single_cfg, model, 1)[0]["losses"]
     cfg, _ = dp_tests.write_job(tmp_path, 1, 2, 1, 4, "two_nodes", overlap=True, bucket=5000)
+    if topology:
+        config = json.loads(cfg.read_text())
+        config["communication"] = {"topology": topology}
+        cfg.write_text(json.dumps(config))
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                DSTRAIN_JOB_TOKEN=secrets.token_hex(8))
+    if topology:
+        env["DSTRAIN_LOG_LEVEL"] = "debug"
     port = "29611"
     nodes = [subprocess.Popen(
         ["ip", "netns", "exec", ns[node], cli, "launch", "--nnodes", "2", "--node-rank",
@@ -71,6 +80,9 @@ def test_two_nodes_reproduce_single_rank(tmp_path, two_hosts, build_dir):
             out, err = node.communicate(timeout=240)
             assert node.returncode == 0, f"node failed: {err}"
             results += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+            if topology:  # each host's ranks, and the two hosts' leaders, made groups
+                local = "dp_local[0,1]" if node is nodes[0] else "dp_local[2,3]"
+                assert f"{local} connected" in err and "dp_leaders[0,2] connected" in err, err
     finally:
         for node in nodes:
             if node.poll() is None:
