@@ -295,6 +295,20 @@ std::unique_ptr<BatchSource> OpenBatchSource(const dst_engine_info_t &info,
       UsageError(
           "--data synthetic is a regression task for sequential models; a GPT trains on "
           "text (omit --data for the default corpus, or pass a text file)");
+    if (EndsWith(data_path, ".bin")) {  // token ids: llm.c / nanoGPT
+      dst_dataset_t *dataset = nullptr;
+      Check(dst_dataset_open_tokens(&dataset, data_path.c_str(), val_fraction, seed),
+            "opening the token file '" + data_path + "'");
+      Dataset owned(dataset);
+      int64_t max_token = 0;
+      Check(dst_dataset_max_token(dataset, &max_token), "reading the token file");
+      if (max_token >= info.vocab_size)
+        UsageError("the token file '" + data_path + "' holds token id " +
+                   std::to_string(max_token) + " but the model's vocab_size is " +
+                   std::to_string(info.vocab_size) + "; use a model with vocab_size >= " +
+                   std::to_string(max_token + 1) + " (GPT-2's tokenizer: 50257)");
+      return std::make_unique<TextBatches>(std::move(owned), shape);
+    }
     if (info.vocab_size < 256)
       UsageError("byte-level text needs vocab_size >= 256, the model has " +
                  std::to_string(info.vocab_size));

@@ -59,6 +59,31 @@ dst_status_t dst_dataset_open_text(dst_dataset_t **out, const char *path, double
   DST_CAPI_END
 }
 
+dst_status_t dst_dataset_open_tokens(dst_dataset_t **out, const char *path, double val_fraction,
+                                     uint64_t seed) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(out);
+  DST_CAPI_REQUIRE_NONNULL(path);
+  *out = nullptr;
+  dst::Result<dst::TextDataset> opened = dst::TextDataset::OpenTokens(path, val_fraction, seed);
+  if (!opened.ok()) {
+    dst::Status status = opened.status();
+    return dst::capi::FromStatus(status.context("dst_dataset_open_tokens"));
+  }
+  *out = new dst_dataset{std::move(opened).value()};
+  return DST_OK;
+  DST_CAPI_END
+}
+
+dst_status_t dst_dataset_max_token(const dst_dataset_t *dataset, int64_t *out_max) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(dataset);
+  DST_CAPI_REQUIRE_NONNULL(out_max);
+  *out_max = dataset->text.max_token();
+  return DST_OK;
+  DST_CAPI_END
+}
+
 void dst_dataset_destroy(dst_dataset_t *dataset) {
   delete dataset;
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <system_error>
@@ -178,7 +179,53 @@ std::vector<std::string> ListCorpusFiles(const std::string &dir) {
 
 TextDataset::TextDataset(std::string path, std::vector<uint8_t> bytes, size_t val_size,
                          uint64_t seed)
-    : path_(std::move(path)), bytes_(std::move(bytes)), val_size_(val_size), seed_(seed) {}
+    : path_(std::move(path)), bytes_(std::move(bytes)), val_size_(val_size), seed_(seed) {
+  for (uint8_t b : bytes_) max_token_ = std::max<int64_t>(max_token_, b);
+}
+
+TextDataset::TextDataset(std::string path, std::vector<uint16_t> tokens, size_t val_size,
+                         uint64_t seed)
+    : path_(std::move(path)),
+      tokens_(std::move(tokens)),
+      wide_(true),
+      val_size_(val_size),
+      seed_(seed) {
+  for (uint16_t t : tokens_) max_token_ = std::max<int64_t>(max_token_, t);
+}
+
+Result<TextDataset> TextDataset::OpenTokens(const std::string &path, double val_fraction,
+                                            uint64_t seed) {
+  DST_RETURN_IF_ERROR(CheckValFraction(val_fraction));
+  std::vector<uint8_t> raw;
+  DST_RETURN_IF_ERROR(AppendFile(path, raw));
+  constexpr int32_t kLlmcMagic = 20240520;
+  constexpr size_t kHeader = 256 * 4;
+  size_t begin = 0;
+  int32_t header[3] = {0, 0, 0};
+  if (raw.size() >= kHeader) std::memcpy(header, raw.data(), sizeof header);
+  if (header[0] == kLlmcMagic) {  // llm.c: header, then uint16 tokens
+    if (header[1] != 1)
+      return IoError("token file '" + path + "' is llm.c version " + std::to_string(header[1]) +
+                     "; dstrain reads version 1 (uint16 tokens)");
+    const size_t expected = kHeader + 2 * size_t(uint32_t(header[2]));
+    if (header[2] < 0 || raw.size() != expected)
+      return IoError("token file '" + path + "': its llm.c header says " +
+                     std::to_string(header[2]) + " tokens (" + std::to_string(expected) +
+                     " bytes) but the file has " + std::to_string(raw.size()) +
+                     " bytes; the file is truncated or not llm.c's format");
+    begin = kHeader;
+  } else if (raw.size() % 2 != 0) {
+    return IoError("token file '" + path + "' has an odd size (" + std::to_string(raw.size()) +
+                   " bytes): expected uint16 tokens (nanoGPT's .bin) or llm.c's header; a text "
+                   "file is read byte-level under any other extension");
+  }
+  std::vector<uint16_t> tokens((raw.size() - begin) / 2);
+  if (!tokens.empty()) std::memcpy(tokens.data(), raw.data() + begin, tokens.size() * 2);
+  if (tokens.empty()) return IoError("token file '" + path + "' holds no tokens");
+  const auto val_size =
+      static_cast<size_t>(std::floor(static_cast<double>(tokens.size()) * val_fraction));
+  return TextDataset(path, std::move(tokens), val_size, seed);
+}
 
 Result<TextDataset> TextDataset::Open(const std::string &path, double val_fraction, uint64_t seed) {
   DST_RETURN_IF_ERROR(CheckValFraction(val_fraction));
@@ -190,7 +237,7 @@ Result<TextDataset> TextDataset::Open(const std::string &path, double val_fracti
 }
 
 TextDataset::SplitRange TextDataset::range(Split split) const {
-  const size_t train_size = bytes_.size() - val_size_;
+  const size_t train_size = size() - val_size_;
   if (split == Split::kTrain) return {0, train_size};
   return {train_size, val_size_};
 }
@@ -239,13 +286,19 @@ Status TextDataset::Batch(const BatchRequest &request, BatchBuffers buffers) con
   DST_RETURN_IF_ERROR(CheckRequest(request, buffers));
   const SplitRange split = range(request.split);
   for (size_t j = 0; j < request.n_samples; ++j) {
-    const uint8_t *window = bytes_.data() + WindowStart(request, split, request.first_sample + j);
+    const size_t start = WindowStart(request, split, request.first_sample + j);
     int32_t *tokens = buffers.tokens.data() + j * request.seq_len;
     int32_t *targets = buffers.targets.data() + j * request.seq_len;
-    for (size_t t = 0; t < request.seq_len; ++t) {
-      tokens[t] = window[t];
-      targets[t] = window[t + 1];
-    }
+    auto copy = [&](const auto *window) {
+      for (size_t t = 0; t < request.seq_len; ++t) {
+        tokens[t] = window[t];
+        targets[t] = window[t + 1];
+      }
+    };
+    if (wide_)
+      copy(tokens_.data() + start);
+    else
+      copy(bytes_.data() + start);
   }
   return Status::Ok();
 }

@@ -58,6 +58,13 @@ class TextDataset {
   // keeps the last `val_fraction` (0 < val_fraction < 1) of its bytes as the
   // validation split. `seed` keys the window sampler.
   static Result<TextDataset> Open(const std::string &path, double val_fraction, uint64_t seed);
+  // A file of uint16 token ids (a tokenizer's output, e.g. GPT-2's): llm.c's
+  // .bin (a 256 x int32 header: magic 20240520, version 1, token count; then
+  // the tokens) or nanoGPT's raw train.bin / val.bin (the tokens alone).
+  static Result<TextDataset> OpenTokens(const std::string &path, double val_fraction,
+                                        uint64_t seed);
+  // The largest token id in the data (255 at most for text).
+  int64_t max_token() const { return max_token_; }
 
   // Tokens in a split.
   size_t num_tokens(Split split) const;
@@ -77,13 +84,18 @@ class TextDataset {
   };
 
   TextDataset(std::string path, std::vector<uint8_t> bytes, size_t val_size, uint64_t seed);
+  TextDataset(std::string path, std::vector<uint16_t> tokens, size_t val_size, uint64_t seed);
+  size_t size() const { return wide_ ? tokens_.size() : bytes_.size(); }
 
   SplitRange range(Split split) const;
   Status CheckRequest(const BatchRequest &request, const BatchBuffers &buffers) const;
   size_t WindowStart(const BatchRequest &request, SplitRange split, uint64_t sample) const;
 
   std::string path_;
-  std::vector<uint8_t> bytes_;
+  std::vector<uint8_t> bytes_;    // text: one byte per token
+  std::vector<uint16_t> tokens_;  // token files
+  bool wide_ = false;             // tokens_ holds the data
+  int64_t max_token_ = 0;
   size_t val_size_ = 0;
   uint64_t seed_ = 0;
 };

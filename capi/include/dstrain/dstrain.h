@@ -486,6 +486,15 @@ typedef enum dst_split { DST_SPLIT_TRAIN = 0, DST_SPLIT_VAL = 1 } dst_split_t;
  * that directory. */
 DST_API dst_status_t dst_dataset_open_text(dst_dataset_t **out, const char *path,
                                            double val_fraction, uint64_t seed);
+/* Opens a file of uint16 token ids (a tokenizer's output, e.g. GPT-2 BPE):
+ * llm.c's .bin (a header of 256 int32: magic 20240520, version 1, the token
+ * count; then the tokens) or nanoGPT's raw train.bin/val.bin (tokens only).
+ * The last `val_fraction` of the tokens is the validation split. DST_ERR_IO
+ * names a truncated file, an odd size or another llm.c version. */
+DST_API dst_status_t dst_dataset_open_tokens(dst_dataset_t **out, const char *path,
+                                             double val_fraction, uint64_t seed);
+/* The largest token id in the data (check it against the model's vocabulary). */
+DST_API dst_status_t dst_dataset_max_token(const dst_dataset_t *dataset, int64_t *out_max);
 DST_API void dst_dataset_destroy(dst_dataset_t *dataset);
 
 /* Tokens in a split. */

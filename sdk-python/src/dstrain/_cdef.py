@@ -156,6 +156,9 @@ typedef enum dst_split { DST_SPLIT_TRAIN = 0, DST_SPLIT_VAL = 1 } dst_split_t;
 
 dst_status_t dst_dataset_open_text(dst_dataset_t **out, const char *path,
                                    double val_fraction, uint64_t seed);
+dst_status_t dst_dataset_open_tokens(dst_dataset_t **out, const char *path,
+                                     double val_fraction, uint64_t seed);
+dst_status_t dst_dataset_max_token(const dst_dataset_t *dataset, int64_t *out_max);
 void dst_dataset_destroy(dst_dataset_t *dataset);
 dst_status_t dst_dataset_num_tokens(const dst_dataset_t *dataset, dst_split_t split,
                                     size_t *out_tokens);

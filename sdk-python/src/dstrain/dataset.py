@@ -74,6 +74,34 @@ class Dataset:
         check(lib.dst_dataset_open_text(out, c_path, float(val_fraction), int(seed)))
         return cls(ffi.gc(out[0], lib.dst_dataset_destroy))
 
+    @classmethod
+    def open_tokens(
+        cls,
+        path: Union[str, "os.PathLike[str]"],
+        val_fraction: float = 0.1,
+        seed: int = 1234,
+    ) -> "Dataset":
+        """Opens a file of uint16 token ids: llm.c's ``.bin`` (256 x int32
+        header, magic 20240520) or nanoGPT's raw ``train.bin`` / ``val.bin``
+        (``dst_dataset_open_tokens``); the last `val_fraction` of the tokens
+        is the validation split.
+
+        Raises:
+            DstrainIOError: the file cannot be read, is truncated, or has an odd size.
+        """
+        out = ffi.new("dst_dataset_t **")
+        check(lib.dst_dataset_open_tokens(out, encode(os.fspath(path)), float(val_fraction),
+                                          int(seed)))
+        return cls(ffi.gc(out[0], lib.dst_dataset_destroy))
+
+    @property
+    def max_token(self) -> int:
+        """The largest token id in the data (at most 255 for text)."""
+        out = ffi.new("int64_t *")
+        with self._lock:
+            check(lib.dst_dataset_max_token(self._h(), out))
+        return int(out[0])
+
     def _h(self) -> Any:
         handle = self._handle
         if handle is None:

@@ -444,6 +444,15 @@ extern "C" {
         val_fraction: c_double,
         seed: u64,
     ) -> dst_status_t;
+    /// Opens a file of uint16 token ids (llm.c's .bin or nanoGPT's raw .bin).
+    pub fn dst_dataset_open_tokens(
+        out: *mut *mut dst_dataset_t,
+        path: *const c_char,
+        val_fraction: c_double,
+        seed: u64,
+    ) -> dst_status_t;
+    /// The largest token id in the data.
+    pub fn dst_dataset_max_token(dataset: *const dst_dataset_t, out_max: *mut i64) -> dst_status_t;
     /// Frees the dataset. NULL is a no-op.
     pub fn dst_dataset_destroy(dataset: *mut dst_dataset_t);
     /// Tokens in a split.

@@ -352,6 +352,14 @@ fn every_header_function_is_declared() {
             dst_dataset_open_text as *const () as usize,
         ),
         (
+            "dst_dataset_open_tokens",
+            dst_dataset_open_tokens as *const () as usize,
+        ),
+        (
+            "dst_dataset_max_token",
+            dst_dataset_max_token as *const () as usize,
+        ),
+        (
             "dst_dataset_destroy",
             dst_dataset_destroy as *const () as usize,
         ),
