@@ -13,6 +13,7 @@
 #include "core/pipeline/stage_plan.h"
 #include "core/runtime/threads.h"
 #include "core/zero/memory_estimate.h"
+#include "core/zero/param_types.h"
 #include "core/zero/partition_plan.h"
 #include "core/zero/shard_layout.h"
 
@@ -158,8 +159,10 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
   for (const dst::ParamDecl &d : decls) psi += d.numel;
   const int64_t dp = config.value().dp_size;
   // Stage 3 keeps tensors of at most this many elements whole on every rank.
-  const int64_t persistent =
-      dst::PersistentElements(decls, config.value().zero.stage3_param_persistence_threshold);
+  const int64_t persistent = dst::PersistentElements(
+      decls, config.value().zero.stage3_param_persistence_threshold,
+      dst::WholeByParamType(spec.value(), decls, config.value().zero.zero_allowed_param_types,
+                            config.value().zero.zero_force_param_types));
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   const dst::DType precision = config.value().precision();
   for (int stage = 0; stage <= 3; ++stage) {

@@ -70,7 +70,15 @@ struct ZeroConfig {
   int64_t offload_param_buffer_count = 5;         // windows a layer's share is read into
   int64_t offload_param_buffer_size = 100000000;  // elements: the largest share of one layer
   int64_t offload_param_max_in_cpu = 1000000000;  // elements of the shard kept in memory
+  // Stage 3 per layer type (core/zero/param_types.h): only these types are
+  // partitioned (empty: all), and these are kept whole on every rank.
+  std::vector<std::string> zero_allowed_param_types, zero_force_param_types;
 };
+
+// The layer types zero_allowed_param_types / zero_force_param_types name
+// (core/zero/param_types.h maps the tensors onto them).
+inline constexpr std::array<std::string_view, 5> kZeroParamTypes = {
+    "Linear", "Embedding", "LayerNorm", "Attention", "CrossAttention"};
 
 // DeepSpeed's "aio" section: how the NVMe tier talks to its files.
 struct AioConfig {

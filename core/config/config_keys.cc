@@ -157,6 +157,11 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kZero, "allgather_partitions", kBool, "ZeRO 1/2: all-gather instead of broadcasts"},
     {kZero, "round_robin_gradients", kBool, "ZeRO 1/2: round-robin gradient partitioning"},
     {kZero, "stage3_prefetch_bucket_size", kBucket, "ZeRO 3: parameter prefetch size (5e7)"},
+    {kZero, "zero_allowed_param_types", "a list of layer types",
+     "stage 3: only tensors of these types are partitioned (Linear, Embedding, LayerNorm, "
+     "Attention, CrossAttention)"},
+    {kZero, "zero_force_param_types", "a list of layer types",
+     "stage 3: tensors of these types stay whole on every rank"},
     {kZero, "stage3_param_persistence_threshold", kBucket,
      "ZeRO 3: parameters smaller than this stay whole (1e5)"},
     {kZero, "stage3_max_live_parameters", kCount, "ZeRO 3: gathered parameters kept (1e9)"},

@@ -1,6 +1,7 @@
 // ds_config phase 1: reading the JSON into typed sections (see config_phases.h).
 #include "core/config/config_phases.h"
 
+#include <strings.h>
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -410,6 +411,28 @@ Status ReadGatherWeightsOnSave(const ObjectReader &zero_section, ZeroConfig *zer
   return Status::Ok();
 }
 
+// A list of layer type names (kZeroParamTypes, case-insensitive), stored in
+// their canonical spelling.
+Status ReadParamTypes(const ObjectReader &section, const char *key, std::vector<std::string> *out) {
+  const Json *value = section.Find(key);
+  if (value == nullptr || value->is_null()) return Status::Ok();
+  std::string known;
+  for (std::string_view t : kZeroParamTypes) known += (known.empty() ? "" : ", ") + std::string(t);
+  if (!value->is_array())
+    return Mismatch(section.PathOf(key), "a list of layer types (" + known + ")", *value);
+  for (const Json &item : *value) {
+    const std::string name = item.is_string() ? item.get<std::string>() : item.dump();
+    auto match = std::find_if(kZeroParamTypes.begin(), kZeroParamTypes.end(), [&](auto t) {
+      return t.size() == name.size() && strncasecmp(t.data(), name.data(), t.size()) == 0;
+    });
+    if (!item.is_string() || match == kZeroParamTypes.end())
+      return ConfigError(section.PathOf(key) + ": unknown layer type \"" + name + "\"; use " +
+                         known);
+    out->push_back(std::string(*match));
+  }
+  return Status::Ok();
+}
+
 Status ReadZero(const ObjectReader &root, ZeroConfig *zero) {
   return ReadSection(root, "zero_optimization", kZero, [&](const ObjectReader &section) -> Status {
     DST_RETURN_IF_ERROR(section.ReadInt("stage", &zero->stage, 0, 3));
@@ -425,6 +448,9 @@ Status ReadZero(const ObjectReader &root, ZeroConfig *zero) {
     DST_RETURN_IF_ERROR(section.ReadInt("stage3_param_persistence_threshold",
                                         &zero->stage3_param_persistence_threshold, 0, kInt64Max,
                                         kDefaultZero.stage3_param_persistence_threshold));
+    for (auto [key, list] : {std::pair{"zero_allowed_param_types", &zero->zero_allowed_param_types},
+                             std::pair{"zero_force_param_types", &zero->zero_force_param_types}})
+      DST_RETURN_IF_ERROR(ReadParamTypes(section, key, list));
     DST_RETURN_IF_ERROR(section.ReadInt("stage3_max_live_parameters",
                                         &zero->stage3_max_live_parameters, 0, kInt64Max));
     DST_RETURN_IF_ERROR(section.ReadInt("stage3_max_reuse_distance",

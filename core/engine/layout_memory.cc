@@ -1,5 +1,7 @@
 #include "core/engine/layout_memory.h"
 
+#include "core/zero/param_types.h"
+
 #include <algorithm>
 #include <optional>
 
@@ -52,10 +54,13 @@ Result<std::vector<RankMemory>> LayoutMemory(const ModelSpec &spec, const Config
     RankMemory m;
     for (const ParamDecl &d : decls) m.parameters += d.numel;
     const int64_t threshold = config.zero.stage3_param_persistence_threshold;
-    const int64_t persistent = config.zero.stage == 3 ? PersistentElements(decls, threshold) : 0;
+    const std::vector<bool> whole = WholeByParamType(
+        spec, decls, config.zero.zero_allowed_param_types, config.zero.zero_force_param_types);
+    const int64_t persistent =
+        config.zero.stage == 3 ? PersistentElements(decls, threshold, whole) : 0;
     int64_t share = 0;  // offload_param nvme: the largest share a swap window holds
     if (config.zero.stage == 3 && config.zero.offload_param_device == "nvme")
-      share = LargestSwappedShare(BuildPartitionPlan(decls, uses, threshold),
+      share = LargestSwappedShare(BuildPartitionPlan(decls, uses, threshold, whole),
                                   ShardLayout(m.parameters, config.dp_size),
                                   config.zero.offload_param_max_in_cpu);
     m.model_state_bytes = EstimateRankModelState(m.parameters, config, persistent, share).total();

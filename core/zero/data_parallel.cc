@@ -1,5 +1,7 @@
 #include "core/zero/data_parallel.h"
 
+#include "core/zero/param_types.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -62,7 +64,11 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   // persistence: nothing is partitioned) to widen it; fp32 below 3 stages none.
   const int64_t persistence =
       stage_ >= 3 ? config.zero.stage3_param_persistence_threshold : (Wide() ? 0 : -1);
-  plan_ = BuildPartitionPlan(store.decls(), model->layer_params(), persistence);
+  plan_ = BuildPartitionPlan(store.decls(), model->layer_params(), persistence,
+                             stage_ >= 3 ? WholeByParamType(model->spec(), store.decls(),
+                                                            config.zero.zero_allowed_param_types,
+                                                            config.zero.zero_force_param_types)
+                                         : std::vector<bool>{});
   if (Wide() && stage_ < 3) local_ = MakeSoloCommunicator("local");
   const ShardLayout local_layout(layout_.padded, 1);
 

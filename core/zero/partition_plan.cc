@@ -19,16 +19,18 @@ StagingLayout PackTensors(const std::vector<ParamDecl> &decls, const std::vector
   return out;
 }
 
-std::vector<int> PersistentTensors(const std::vector<ParamDecl> &decls, int64_t threshold) {
+std::vector<int> PersistentTensors(const std::vector<ParamDecl> &decls, int64_t threshold,
+                                   const std::vector<bool> &whole) {
   std::vector<int> ids;
   for (size_t k = 0; k < decls.size(); ++k)
-    if (decls[k].numel <= threshold) ids.push_back(int(k));
+    if (decls[k].numel <= threshold || (k < whole.size() && whole[k])) ids.push_back(int(k));
   return ids;
 }
 
-int64_t PersistentElements(const std::vector<ParamDecl> &decls, int64_t threshold) {
+int64_t PersistentElements(const std::vector<ParamDecl> &decls, int64_t threshold,
+                           const std::vector<bool> &whole) {
   int64_t total = 0;
-  for (int id : PersistentTensors(decls, threshold)) total += decls[size_t(id)].numel;
+  for (int id : PersistentTensors(decls, threshold, whole)) total += decls[size_t(id)].numel;
   return total;
 }
 
@@ -62,7 +64,7 @@ std::vector<int> Select(const std::vector<int> &ids, const std::vector<bool> &ex
 
 PartitionPlan BuildPartitionPlan(const std::vector<ParamDecl> &decls,
                                  const std::vector<LayerParamUse> &layers,
-                                 int64_t persistence_threshold) {
+                                 int64_t persistence_threshold, const std::vector<bool> &whole) {
   PartitionPlan plan;
   const Writers writers = CountWriters(decls.size(), layers);
   std::vector<bool> shared(decls.size(), false);
@@ -86,7 +88,7 @@ PartitionPlan BuildPartitionPlan(const std::vector<ParamDecl> &decls,
   if (persistence_threshold < 0) return plan;
 
   std::vector<bool> persistent(decls.size(), false);
-  const std::vector<int> persistent_ids = PersistentTensors(decls, persistence_threshold);
+  const std::vector<int> persistent_ids = PersistentTensors(decls, persistence_threshold, whole);
   for (int id : persistent_ids) persistent[size_t(id)] = true;
   plan.persistent = PackTensors(decls, persistent_ids);
   for (const LayerParamUse &layer : layers) {

@@ -49,9 +49,13 @@ struct StagingLayout {
 // Packs the tensors `ids` (in order) back to back.
 StagingLayout PackTensors(const std::vector<ParamDecl> &decls, const std::vector<int> &ids);
 
-// Tensors kept whole on every rank at stage 3: numel <= threshold.
-std::vector<int> PersistentTensors(const std::vector<ParamDecl> &decls, int64_t threshold);
-int64_t PersistentElements(const std::vector<ParamDecl> &decls, int64_t threshold);
+// Tensors kept whole on every rank at stage 3: numel <= threshold, or
+// whole[k] (param_types.h: zero_force_param_types / zero_allowed_param_types;
+// empty: none).
+std::vector<int> PersistentTensors(const std::vector<ParamDecl> &decls, int64_t threshold,
+                                   const std::vector<bool> &whole = {});
+int64_t PersistentElements(const std::vector<ParamDecl> &decls, int64_t threshold,
+                           const std::vector<bool> &whole = {});
 
 struct PartitionPlan {
   // Per layer: the gradients only this layer writes.
@@ -71,6 +75,7 @@ struct PartitionPlan {
 // `persistence_threshold` < 0: no parameter partitioning (stage 2).
 PartitionPlan BuildPartitionPlan(const std::vector<ParamDecl> &decls,
                                  const std::vector<LayerParamUse> &layers,
-                                 int64_t persistence_threshold);
+                                 int64_t persistence_threshold,
+                                 const std::vector<bool> &whole = {});
 
 }  // namespace dst

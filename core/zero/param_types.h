@@ -1,0 +1,30 @@
+// ZeRO 3's per-layer-type control (zero_optimization.zero_allowed_param_types
+// / zero_force_param_types, the articles' keys): which layer type each tensor
+// belongs to, and which tensors stay whole on every rank because of it.
+//
+// The map of our tensors onto the type names (documented in the README):
+//   Embedding  GPT wte, wpe
+//   LayerNorm  GPT ln_1, ln_2, ln_f; sequential layernorm
+//   Attention  GPT attn.c_attn, attn.c_proj  (CrossAttention: none here)
+//   Linear     GPT mlp.c_fc, mlp.c_proj; sequential linear
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/common/status.h"
+#include "core/model/model_spec.h"
+#include "core/model/params.h"
+
+namespace dst {
+
+// The type of tensor `name` of a model of `spec` ("" when none applies).
+std::string ZeroParamTypeOf(const ModelSpec &spec, const std::string &name);
+
+// Per declaration: kept whole at stage 3 because its type is forced, or
+// because an allowed list exists and does not name it. Empty lists: none.
+std::vector<bool> WholeByParamType(const ModelSpec &spec, const std::vector<ParamDecl> &decls,
+                                   const std::vector<std::string> &allowed,
+                                   const std::vector<std::string> &forced);
+
+}  // namespace dst
