@@ -11,6 +11,7 @@
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/broadcast_one_to_all.h>
@@ -458,6 +459,11 @@ class GlooGroup final : public Communicator, public StallChecker {
                                            const gloo::ReductionFunction<T> *sum) {
     return Enqueue(op, count * int64_t(sizeof(T)), [this, data, count, sum](uint32_t) {
       std::vector<T *> ptrs = {data};
+      if (options_.ring_sums) {  // communication.topology "ring"
+        gloo::AllreduceRing<T> algorithm(context_, ptrs, int(count), sum);
+        algorithm.run();
+        return;
+      }
       gloo::AllreduceHalvingDoubling<T> algorithm(context_, ptrs, int(count), sum);
       algorithm.run();
     });

@@ -28,6 +28,9 @@ struct GlooOptions {
   // not beaten for max(1.5 s, timeout / 2): a stopped peer is found well
   // within the timeout instead of after several read timeouts.
   std::vector<int64_t> global_ranks;
+  // communication.topology "ring": sums (all-reduce, reduce) run Gloo's ring
+  // algorithm instead of halving-doubling (the default, "tree").
+  bool ring_sums = false;
 };
 
 // Connects the full mesh of the group. Errors name the group and the cause.

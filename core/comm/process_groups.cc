@@ -28,7 +28,9 @@ Result<std::unique_ptr<Communicator>> ConnectGroup(Store *store, int64_t rank,
   options.size = int64_t(members.size());
   Result<std::unique_ptr<Communicator>> comm = CreateGlooCommunicator(*store, options);
   DST_LOG(kDebug, "groups",
-          GroupKey(name, members) + (comm.ok() ? " connected" : ": " + comm.status().message()));
+          GroupKey(name, members) +
+              (comm.ok() ? std::string(" connected") + (options.ring_sums ? " (ring sums)" : "")
+                         : ": " + comm.status().message()));
   return comm;
 }
 

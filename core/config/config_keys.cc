@@ -324,8 +324,8 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kAmp, "*", "any value", "apex options; only read when enabled"},
     {kCommunication, "enabled", kBool, "true when the section is present"},
     {kCommunication, "topology", "\"tree\", \"ring\", \"hierarchical\" or 3",
-     "collective shape: tree (halving-doubling), 3 (per-axis groups) and hierarchical "
-     "(node, leaders, node) run; ring is not supported yet"},
+     "collective shape of the sums: tree (halving-doubling), ring, 3 (per-axis groups), "
+     "hierarchical (node, leaders, node)"},
     {kCommunication, "slow_node_tolerance", "a number >= 0",
      "name ranks slower than the median compute time by more than this (0.1 = 10%)"},
     {kGradCompression, "enabled", kBool, "true when the section is present"},

@@ -851,12 +851,6 @@ Status ReadCommunication(const ObjectReader &root, CommunicationConfig *comm) {
       shape = "3";
     } else if (topology != nullptr) {
       DST_RETURN_IF_ERROR(s.ReadChoice("topology", {"tree", "ring", "hierarchical"}, &shape));
-      if (shape == "ring" && enabled)
-        return NotSupported(
-            s.PathOf("topology") + " \"" + shape +
-            "\" is not supported yet: the Gloo backend reduces with halving-doubling (\"tree\") "
-            "within each group of the 3D grid, or with \"hierarchical\" in three levels; set "
-            "one of those or remove the key");
     }
     if (!enabled) return Status::Ok();
     comm->topology = shape;

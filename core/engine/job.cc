@@ -26,6 +26,7 @@ Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::strin
                        std::to_string(topology.world_size()));
   GlooOptions common;
   common.timeout = CommTimeoutOf(config);
+  common.ring_sums = config.communication.topology == "ring";
   if (env.world_size > 1) {
     TcpStoreOptions store_options;
     store_options.host = env.master_addr;
