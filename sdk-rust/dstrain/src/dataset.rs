@@ -50,7 +50,7 @@ unsafe impl Send for Dataset {}
 
 impl Drop for Dataset {
     fn drop(&mut self) {
-        // SAFETY: `raw` came from dst_dataset_open_text and is destroyed exactly once.
+        // SAFETY: `raw` came from dst_dataset_open_text/_tokens and is destroyed exactly once.
         unsafe { sys::dst_dataset_destroy(self.raw.as_ptr()) }
     }
 }
@@ -71,17 +71,44 @@ impl Dataset {
         Dataset::open_raw(ptr::null(), val_fraction, seed)
     }
 
+    /// Opens a file of uint16 token ids: llm.c's `.bin` (256 x i32 header, magic 20240520)
+    /// or nanoGPT's raw `train.bin`; the last `val_fraction` of the tokens is the validation
+    /// split. [`Status::Io`] names a truncated file, an odd size or another llm.c version.
+    pub fn open_tokens(path: impl AsRef<Path>, val_fraction: f64, seed: u64) -> Result<Dataset> {
+        crate::check_version()?;
+        let path = path_cstring(path.as_ref(), "token file path")?;
+        let mut raw: *mut sys::dst_dataset_t = ptr::null_mut();
+        // SAFETY: `path` is a NUL-terminated string alive for the call; `raw` is a valid out
+        // pointer.
+        check(unsafe {
+            sys::dst_dataset_open_tokens(&mut raw, path.as_ptr(), val_fraction, seed)
+        })?;
+        Dataset::from_raw(raw, "dst_dataset_open_tokens")
+    }
+
+    /// The largest token id in the data (at most 255 for text).
+    pub fn max_token(&self) -> Result<i64> {
+        let mut out = 0i64;
+        // SAFETY: `raw` is a live dataset; `out` is a valid out pointer.
+        check(unsafe { sys::dst_dataset_max_token(self.raw.as_ptr(), &mut out) })?;
+        Ok(out)
+    }
+
     fn open_raw(path: *const c_char, val_fraction: f64, seed: u64) -> Result<Dataset> {
         crate::check_version()?;
         let mut raw: *mut sys::dst_dataset_t = ptr::null_mut();
         // SAFETY: `path` is NULL or a NUL-terminated string alive for the call; `raw` is a
         // valid out pointer.
         check(unsafe { sys::dst_dataset_open_text(&mut raw, path, val_fraction, seed) })?;
+        Dataset::from_raw(raw, "dst_dataset_open_text")
+    }
+
+    fn from_raw(raw: *mut sys::dst_dataset_t, call: &str) -> Result<Dataset> {
         match NonNull::new(raw) {
             Some(raw) => Ok(Dataset { raw }),
             None => Err(Error::new(
                 Status::Internal,
-                "dst_dataset_open_text returned DST_OK but no dataset",
+                format!("{} returned DST_OK but no dataset", call),
             )),
         }
     }

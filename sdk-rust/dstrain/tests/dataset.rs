@@ -110,3 +110,21 @@ fn dataset_moves_between_threads() {
         .unwrap();
     assert_eq!(here, there);
 }
+
+#[test]
+fn token_files_open_and_bad_ones_are_named() {
+    let dir = TempDir::new("tokens");
+    let tokens: Vec<u16> = (0..4000u32).map(|i| (i * 7919 % 1000) as u16).collect();
+    let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+    let raw = dir.path().join("train.bin");
+    std::fs::write(&raw, &bytes).unwrap();
+    let data = Dataset::open_tokens(&raw, 0.1, 3).unwrap();
+    assert_eq!(data.max_token().unwrap(), 999);
+    let total = data.num_tokens(Split::Train).unwrap() + data.num_tokens(Split::Val).unwrap();
+    assert_eq!(total, 4000);
+    let odd = dir.path().join("odd.bin");
+    std::fs::write(&odd, &bytes[..bytes.len() - 1]).unwrap();
+    let err = Dataset::open_tokens(&odd, 0.1, 3).unwrap_err();
+    assert_eq!(err.status(), Status::Io);
+    assert!(err.message().contains("odd size"), "{}", err);
+}
