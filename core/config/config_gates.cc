@@ -64,7 +64,14 @@ Status CheckPipelineSupported(const Config &config) {
 
 Status CheckOptimizerSupported(const ExtraSettings &extra) {
   if (!extra.unsupported_optimizer.empty()) {
-    return NotSupported("optimizer.type: \"" + extra.unsupported_optimizer +
+    const std::string &name = extra.unsupported_optimizer;
+    if (name == "OneBitAdam" || name == "ZeroOneAdam" || name == "OneBitLamb")
+      return NotSupported(
+          "optimizer.type: \"" + name +
+          "\" (DeepSpeed's momentum-compressing optimizer) is not supported yet; for compressed "
+          "gradient communication use Adam or AdamW with the gradient_compression section "
+          "(\"1bit\", \"2bit\" or \"topk\" with error feedback, ZeRO 0/1)");
+    return NotSupported("optimizer.type: \"" + name +
                         "\" is not supported yet; dstrain implements Adam, AdamW and SGD");
   }
   if (!extra.bias_correction) {

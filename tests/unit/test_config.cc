@@ -559,6 +559,14 @@ TEST(ConfigErrors, LambIsRecognisedButNotSupported) {
       {"optimizer.type: \"Lamb\" is not supported yet", "Adam, AdamW and SGD"}));
 }
 
+TEST(ConfigErrors, OneBitOptimizersPointAtGradientCompression) {
+  EXPECT_TRUE(FailsWith(
+      Parse(R"({"train_batch_size": 1, "optimizer": {"type": "OneBitAdam",
+                                  "params": {"lr": 1e-4, "freeze_step": 400}}})"),
+      Code::kNotSupported,
+      {"\"OneBitAdam\" (DeepSpeed's momentum-compressing optimizer)", "gradient_compression"}));
+}
+
 TEST(ConfigErrors, BadBetas) {
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
                 "optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.5]}}})"),
