@@ -93,6 +93,57 @@ class Communicator {
   virtual void SetCompletionHook(CompletionHook hook) = 0;
 };
 
+// A communicator that passes every call to another one: the base of those
+// that change a few operations (hierarchical sums; tests' fault wrappers).
+class ForwardingCommunicator : public Communicator {
+ public:
+  explicit ForwardingCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  int64_t rank() const override { return inner_->rank(); }
+  int64_t size() const override { return inner_->size(); }
+  const std::string &name() const override { return inner_->name(); }
+  std::unique_ptr<Work> AllReduceSum(float *d, int64_t n) override {
+    return inner_->AllReduceSum(d, n);
+  }
+  std::unique_ptr<Work> ReduceSum(float *d, int64_t n, int64_t root) override {
+    return inner_->ReduceSum(d, n, root);
+  }
+  std::unique_ptr<Work> ReduceScatterSum(float *d, int64_t shard) override {
+    return inner_->ReduceScatterSum(d, shard);
+  }
+  std::unique_ptr<Work> AllGather(float *d, int64_t shard) override {
+    return inner_->AllGather(d, shard);
+  }
+  std::unique_ptr<Work> Broadcast(float *d, int64_t n, int64_t root) override {
+    return inner_->Broadcast(d, n, root);
+  }
+  Status Barrier() override { return inner_->Barrier(); }
+  std::unique_ptr<Work> Send(const void *d, int64_t bytes, int64_t peer, uint32_t tag) override {
+    return inner_->Send(d, bytes, peer, tag);
+  }
+  std::unique_ptr<Work> Recv(void *d, int64_t bytes, int64_t peer, uint32_t tag) override {
+    return inner_->Recv(d, bytes, peer, tag);
+  }
+  std::unique_ptr<Work> AllReduceSum16(uint16_t *d, int64_t n, Half type) override {
+    return inner_->AllReduceSum16(d, n, type);
+  }
+  std::unique_ptr<Work> ReduceSum16(uint16_t *d, int64_t n, int64_t root, Half type) override {
+    return inner_->ReduceSum16(d, n, root, type);
+  }
+  std::unique_ptr<Work> AllGather16(uint16_t *d, int64_t shard) override {
+    return inner_->AllGather16(d, shard);
+  }
+  std::unique_ptr<Work> Broadcast16(uint16_t *d, int64_t n, int64_t root) override {
+    return inner_->Broadcast16(d, n, root);
+  }
+  void SetCompletionHook(CompletionHook hook) override { inner_->SetCompletionHook(hook); }
+
+ protected:
+  Communicator &inner() { return *inner_; }
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+};
+
 // A Work that is already complete (single-rank groups, errors at enqueue).
 class DoneWork final : public Work {
  public:

@@ -44,11 +44,12 @@ class FutureWork final : public Work {
   std::shared_future<Status> done_;
 };
 
-class HierarchicalCommunicator final : public Communicator {
+// Sums in three levels; every other operation on the flat group.
+class HierarchicalCommunicator final : public ForwardingCommunicator {
  public:
   HierarchicalCommunicator(std::unique_ptr<Communicator> flat, std::unique_ptr<Communicator> local,
                            std::unique_ptr<Communicator> leaders)
-      : flat_(std::move(flat)),
+      : ForwardingCommunicator(std::move(flat)),
         local_(std::move(local)),
         leaders_(std::move(leaders)),
         worker_([this] { Run(); }) {}
@@ -60,10 +61,6 @@ class HierarchicalCommunicator final : public Communicator {
     cv_.notify_all();
     worker_.join();
   }
-
-  int64_t rank() const override { return flat_->rank(); }
-  int64_t size() const override { return flat_->size(); }
-  const std::string &name() const override { return flat_->name(); }
 
   std::unique_ptr<Work> AllReduceSum(float *data, int64_t count) override {
     return Sum(CommOp::kAllReduce, count * 4, [=, this] {
@@ -98,30 +95,8 @@ class HierarchicalCommunicator final : public Communicator {
     });
   }
 
-  std::unique_ptr<Work> ReduceScatterSum(float *data, int64_t shard) override {
-    return flat_->ReduceScatterSum(data, shard);
-  }
-  std::unique_ptr<Work> AllGather(float *data, int64_t shard) override {
-    return flat_->AllGather(data, shard);
-  }
-  std::unique_ptr<Work> Broadcast(float *data, int64_t count, int64_t root) override {
-    return flat_->Broadcast(data, count, root);
-  }
-  Status Barrier() override { return flat_->Barrier(); }
-  std::unique_ptr<Work> Send(const void *data, int64_t bytes, int64_t peer, uint32_t tag) override {
-    return flat_->Send(data, bytes, peer, tag);
-  }
-  std::unique_ptr<Work> Recv(void *data, int64_t bytes, int64_t peer, uint32_t tag) override {
-    return flat_->Recv(data, bytes, peer, tag);
-  }
-  std::unique_ptr<Work> AllGather16(uint16_t *data, int64_t shard) override {
-    return flat_->AllGather16(data, shard);
-  }
-  std::unique_ptr<Work> Broadcast16(uint16_t *data, int64_t count, int64_t root) override {
-    return flat_->Broadcast16(data, count, root);
-  }
   void SetCompletionHook(CompletionHook hook) override {
-    flat_->SetCompletionHook(hook);
+    ForwardingCommunicator::SetCompletionHook(hook);
     std::lock_guard<std::mutex> lock(mu_);
     hook_ = std::move(hook);
   }
@@ -174,7 +149,7 @@ class HierarchicalCommunicator final : public Communicator {
     }
   }
 
-  std::unique_ptr<Communicator> flat_, local_, leaders_;  // leaders_: null off the leaders
+  std::unique_ptr<Communicator> local_, leaders_;  // leaders_: null off the leaders
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;

@@ -64,3 +64,42 @@ def test_every_topology_reproduces_tree_and_the_single_rank(tmp_path, tool, stag
             assert "dp_leaders" not in "".join(err for _, err in outs)
         ring = all("dp[0,1,2,3] connected (ring sums)" in err for _, err in outs)
         assert ring == (topology == "ring"), topology
+
+
+def test_a_rank_killed_inside_a_hierarchical_sum_is_named(tmp_path, tool):
+    """Rank 1 (node 0's second rank) dies mid-training under "hierarchical":
+    every survivor — its node leader waiting in the node's reduce, the other
+    node waiting among the leaders or in its own node — exits within the
+    timeout naming rank 1."""
+    import signal
+    import time
+
+    import test_faults as faults
+    cfg, model = faults.job_files(tmp_path, 4)
+    config = json.loads(cfg.read_text())
+    config["communication"] = {"topology": "hierarchical"}
+    cfg.write_text(json.dumps(config))
+    port, token = dp_tests.free_port(), secrets.token_hex(8)
+    procs = []
+    for rank in range(4):
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", RANK=str(rank),
+                   WORLD_SIZE="4", LOCAL_RANK=str(rank % 2), LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DSTRAIN_JOB_TOKEN=token)
+        procs.append(subprocess.Popen(
+            [tool, "--model", str(model), "--config", str(cfg), "--steps", "100000",
+             "--progress", "1"], env=env, text=True, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE))
+    try:
+        faults.wait_for_progress(procs[0])
+        killed_at = time.monotonic()
+        procs[1].send_signal(signal.SIGKILL)
+        for rank in (0, 2, 3):
+            _, err = procs[rank].communicate(timeout=faults.COMM_TIMEOUT + 30)
+            elapsed = time.monotonic() - killed_at
+            assert procs[rank].returncode != 0, f"rank {rank} survived silently"
+            assert elapsed < faults.COMM_TIMEOUT + 10, f"rank {rank} took {elapsed:.0f} s"
+            assert "rank 1 died first" in err, f"rank {rank}:\n{err}"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()

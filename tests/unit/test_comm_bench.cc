@@ -103,53 +103,17 @@ TEST(CommBench, EveryOperationOnThreeRanksIsRightWithNcclTestsBusFactors) {
 }
 
 // An all-reduce that leaves one wrong element on rank 1 (a broken transport).
-class CorruptingAllReduce final : public Communicator {
+class CorruptingAllReduce final : public ForwardingCommunicator {
  public:
   CorruptingAllReduce(std::unique_ptr<Communicator> inner, bool corrupt)
-      : inner_(std::move(inner)), corrupt_(corrupt) {}
-  int64_t rank() const override { return inner_->rank(); }
-  int64_t size() const override { return inner_->size(); }
-  const std::string &name() const override { return inner_->name(); }
+      : ForwardingCommunicator(std::move(inner)), corrupt_(corrupt) {}
   std::unique_ptr<Work> AllReduceSum(float *data, int64_t count) override {
-    Status st = inner_->AllReduceSum(data, count)->Wait();
+    Status st = inner().AllReduceSum(data, count)->Wait();
     if (corrupt_ && count > 5) data[5] += 1.0f;
     return std::make_unique<DoneWork>(st);
   }
-  std::unique_ptr<Work> ReduceSum(float *d, int64_t n, int64_t root) override {
-    return inner_->ReduceSum(d, n, root);
-  }
-  std::unique_ptr<Work> ReduceScatterSum(float *d, int64_t shard) override {
-    return inner_->ReduceScatterSum(d, shard);
-  }
-  std::unique_ptr<Work> AllGather(float *d, int64_t shard) override {
-    return inner_->AllGather(d, shard);
-  }
-  std::unique_ptr<Work> Broadcast(float *d, int64_t n, int64_t root) override {
-    return inner_->Broadcast(d, n, root);
-  }
-  Status Barrier() override { return inner_->Barrier(); }
-  std::unique_ptr<Work> Send(const void *d, int64_t b, int64_t peer, uint32_t tag) override {
-    return inner_->Send(d, b, peer, tag);
-  }
-  std::unique_ptr<Work> Recv(void *d, int64_t b, int64_t peer, uint32_t tag) override {
-    return inner_->Recv(d, b, peer, tag);
-  }
-  std::unique_ptr<Work> AllReduceSum16(uint16_t *d, int64_t n, Half t) override {
-    return inner_->AllReduceSum16(d, n, t);
-  }
-  std::unique_ptr<Work> ReduceSum16(uint16_t *d, int64_t n, int64_t root, Half t) override {
-    return inner_->ReduceSum16(d, n, root, t);
-  }
-  std::unique_ptr<Work> AllGather16(uint16_t *d, int64_t shard) override {
-    return inner_->AllGather16(d, shard);
-  }
-  std::unique_ptr<Work> Broadcast16(uint16_t *d, int64_t n, int64_t root) override {
-    return inner_->Broadcast16(d, n, root);
-  }
-  void SetCompletionHook(CompletionHook hook) override { inner_->SetCompletionHook(hook); }
 
  private:
-  std::unique_ptr<Communicator> inner_;
   bool corrupt_;
 };
 
