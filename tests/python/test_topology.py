@@ -70,7 +70,7 @@ def test_a_rank_killed_inside_a_hierarchical_sum_is_named(tmp_path, tool):
     """Rank 1 (node 0's second rank) dies mid-training under "hierarchical":
     every survivor — its node leader waiting in the node's reduce, the other
     node waiting among the leaders or in its own node — exits within the
-    timeout naming rank 1."""
+    timeout naming rank 1 (lost, or stalled when its heartbeats stop first)."""
     import signal
     import time
 
@@ -98,7 +98,10 @@ def test_a_rank_killed_inside_a_hierarchical_sum_is_named(tmp_path, tool):
             elapsed = time.monotonic() - killed_at
             assert procs[rank].returncode != 0, f"rank {rank} survived silently"
             assert elapsed < faults.COMM_TIMEOUT + 10, f"rank {rank} took {elapsed:.0f} s"
-            assert "rank 1 died first" in err, f"rank {rank}:\n{err}"
+            # Named as lost (its store connection closed) or, when its heartbeats
+            # stop first on a loaded machine, as stalled: rank 1 either way.
+            assert "rank 1 died first" in err or "rank 1 has stalled" in err, \
+                f"rank {rank}:\n{err}"
     finally:
         for p in procs:
             if p.poll() is None:
