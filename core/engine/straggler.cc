@@ -18,6 +18,14 @@ std::string HostName() {
   return name;
 }
 
+// The middle value (the mean of the two middle ones for an even count).
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
 }  // namespace
 
 StragglerVerdict JudgeStragglers(const std::vector<StragglerReport> &ranks, double tolerance,
@@ -27,9 +35,7 @@ StragglerVerdict JudgeStragglers(const std::vector<StragglerReport> &ranks, doub
   if (ranks.empty()) return v;
   std::vector<double> times;
   for (const StragglerReport &r : ranks) times.push_back(r.compute_seconds);
-  std::sort(times.begin(), times.end());
-  const size_t n = times.size();
-  v.median_seconds = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  v.median_seconds = Median(std::move(times));
   if (v.median_seconds <= 0) return v;
   for (StragglerReport r : ranks) {
     r.slower_by = r.compute_seconds / v.median_seconds - 1;
@@ -54,14 +60,17 @@ StragglerDetector::StragglerDetector(Store *store, int64_t rank, int64_t world, 
       host_(HostName()) {}
 
 Result<StragglerVerdict> StragglerDetector::OnStep(double compute_seconds) {
-  sum_ += compute_seconds;
-  if (++steps_ % every_ != 0 || store_ == nullptr || world_ < 2) return StragglerVerdict{};
+  window_steps_.push_back(compute_seconds);
+  if (++steps_ % every_ != 0 || store_ == nullptr || world_ < 2) {
+    if (window_steps_.size() >= size_t(every_)) window_steps_.clear();
+    return StragglerVerdict{};
+  }
   ++window_;
-  const double mean = sum_ / double(every_);
-  sum_ = 0;
+  const double typical = Median(window_steps_);
+  window_steps_.clear();
   // One key per rank, overwritten each window; readers wait for this window's value.
   const std::string mine =
-      nlohmann::json{{"window", window_}, {"seconds", mean}, {"host", host_}}.dump();
+      nlohmann::json{{"window", window_}, {"seconds", typical}, {"host", host_}}.dump();
   DST_RETURN_IF_ERROR(
       store_->Set(kKey + std::to_string(rank_), std::vector<uint8_t>(mine.begin(), mine.end())));
   std::vector<StragglerReport> reports;

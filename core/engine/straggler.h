@@ -1,6 +1,7 @@
 // Straggler detection (communication.slow_node_tolerance): every `every`
-// steps (steps_per_print) each rank posts its mean compute time per step over
-// the window (the layers' own time: gathers and reductions excluded) with its
+// steps (steps_per_print) each rank posts its median compute time per step over
+// the window (the layers' own time: gathers and reductions excluded; the median
+// so that one step preempted by the OS does not make a straggler) with its
 // host name to the rendezvous store and reads everyone's. A rank slower than
 // the median by more than the tolerance is a straggler: every rank knows the
 // verdict (its metric dstrain_straggler, the dashboard's rank table), and
@@ -20,7 +21,7 @@ namespace dst {
 struct StragglerReport {
   int64_t rank = 0;
   std::string host;
-  double compute_seconds = 0;  // mean per step over the window
+  double compute_seconds = 0;  // median per step over the window
   double slower_by = 0;        // compute / median - 1
 };
 
@@ -51,7 +52,7 @@ class StragglerDetector {
   std::chrono::milliseconds timeout_;
   std::string host_;
   int64_t steps_ = 0, window_ = 0;
-  double sum_ = 0;
+  std::vector<double> window_steps_;  // this window's step times so far
   StragglerVerdict last_;
 };
 
