@@ -3,16 +3,22 @@
 run (DESIGN.md section 7). Prints ratios; asserts nothing.
 
 Model: GPT 6 layers, 6 heads, d_model 384, n_ctx 256, vocab 256, micro-batch 8,
-AdamW, fp32. For each thread count: the SGEMM peak (bench/sgemm_peak), dstrain
-tokens/s (bench/bench_gpt_dstrain, C ABI), PyTorch tokens/s (tests/python/
-torch_gpt.py), each in its own process with OPENBLAS_NUM_THREADS and
-OMP_NUM_THREADS pinned.
+AdamW. For each thread count: the fp32 GEMM peak of dstrain's GEMM backend and of
+OpenBLAS (bench/sgemm_peak); then per precision (fp32; bf16 = dstrain
+bf16.enabled vs PyTorch's bf16 autocast) dstrain tokens/s (bench/bench_gpt_dstrain,
+C ABI) and PyTorch tokens/s (tests/python/torch_gpt.py), interleaved --repeats
+times, each in its own process with OPENBLAS_NUM_THREADS and OMP_NUM_THREADS
+pinned. Where the system OpenBLAS runs generic kernels (a CPU newer than it
+knows), PyTorch runs a second time with OPENBLAS_CORETYPE set (column torch*),
+so the peer is measured at its best too.
 
     python3 bench/bench_gpt.py --build-dir build [--quick] [--steps S] [--threads 1,2]
+                               [--precision fp32,bf16] [--repeats R]
 """
 
 import argparse
 import json
+import statistics
 import os
 import pathlib
 import subprocess
@@ -36,14 +42,25 @@ MICRO_BATCH = 8
 ADAMW = {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}
 
 
-def ds_config(threads):
-    return {
+def ds_config(threads, precision="fp32"):
+    config = {
         "train_batch_size": MICRO_BATCH,
         "train_micro_batch_size_per_gpu": MICRO_BATCH,
         "gradient_accumulation_steps": 1,
         "optimizer": {"type": "AdamW", "params": ADAMW},
         "dstrain": {"num_threads": threads},
     }
+    if precision == "bf16":
+        config["bf16"] = {"enabled": True}
+    return config
+
+
+def tuned_openblas_core():
+    """The OpenBLAS core type that fits this CPU's flags."""
+    flags = pathlib.Path("/proc/cpuinfo").read_text()
+    if "avx512f" in flags:
+        return "SkylakeX"
+    return "Haswell" if "avx2" in flags else None
 
 
 def train_flops_per_step(model=MODEL, batch=MICRO_BATCH):
@@ -76,11 +93,11 @@ def last_json_line(text, what):
     raise RuntimeError(f"{what}: no JSON result in its output:\n{text}")
 
 
-def run(cmd, threads, what, timeout):
+def run(cmd, threads, what, timeout, extra_env=None):
     t0 = time.time()
-    proc = subprocess.run(
-        cmd, env=thread_env(threads), capture_output=True, text=True, timeout=timeout
-    )
+    env = thread_env(threads)
+    env.update(extra_env or {})
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(
             f"{what} failed ({proc.returncode}): {' '.join(map(str, cmd))}\n"
@@ -116,7 +133,11 @@ def torch_worker(args):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        _, loss = model(x, y)
+        if args.precision == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                _, loss = model(x, y)
+        else:
+            _, loss = model(x, y)
         loss.backward()
         opt.step()
         return loss.item()
@@ -170,6 +191,13 @@ def main():
     ap.add_argument("--steps", type=int, help="timed steps per framework (default 5; quick 2)")
     ap.add_argument("--warmup", type=int, help="warm-up steps (default 2; quick 1)")
     ap.add_argument("--quick", action="store_true", help="short run (about a minute)")
+    ap.add_argument("--precision", default="fp32,bf16",
+                    help="comma-separated: fp32 (both sides), bf16 (dstrain bf16.enabled vs "
+                    "PyTorch bf16 autocast); default fp32,bf16")
+    ap.add_argument("--layers", type=int, default=MODEL["n_layer"],
+                    help="transformer blocks (default 6; 24 = the deep shape)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="interleaved dstrain/torch runs per row; median [min-max] (default 1)")
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.steps is None:
@@ -177,6 +205,7 @@ def main():
     if args.warmup is None:
         args.warmup = 1 if args.quick else 2
 
+    MODEL["n_layer"] = args.layers
     if args.torch_worker:
         args.threads = int(args.threads)
         torch_worker(args)
@@ -184,13 +213,15 @@ def main():
 
     build = find_build_dir(args.build_dir)
     threads_list = [int(t) for t in args.threads.split(",") if t.strip()]
+    precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
     flops = train_flops_per_step()
     tokens_per_step = MICRO_BATCH * MODEL["n_ctx"]
     print(
         f"GPT {MODEL['n_layer']}L x {MODEL['d_model']} ({MODEL['n_head']} heads), "
         f"n_ctx {MODEL['n_ctx']}, vocab {MODEL['vocab_size']}, micro-batch {MICRO_BATCH}, "
-        f"AdamW fp32; {flops / 1e9:.1f} GFLOP per training step; "
-        f"{args.warmup} warm-up + {args.steps} timed steps; build {build}",
+        f"AdamW; {flops / 1e9:.1f} GFLOP per training step; "
+        f"{args.warmup} warm-up + {args.steps} timed steps, {args.repeats} interleaved "
+        f"repeat(s) (median [min-max]); build {build}",
         flush=True,
     )
     rows = []
@@ -200,59 +231,75 @@ def main():
         model_path.write_text(json.dumps(MODEL))
         for n in threads_list:
             print(f"threads={n}", file=sys.stderr, flush=True)
-            config_path = pathlib.Path(tmp) / f"ds_config_t{n}.json"
-            config_path.write_text(json.dumps(ds_config(n)))
             sgemm_cmd = [build / "bench" / "sgemm_peak", "--threads", str(n), "--json"]
             if args.quick:
                 sgemm_cmd.append("--quick")
             sgemm = last_json_line(run(sgemm_cmd, n, "sgemm_peak", timeout), "sgemm_peak")
-            dst_cmd = [
-                build / "bench" / "bench_gpt_dstrain",
-                "--model", model_path, "--config", config_path,
-                "--warmup", str(args.warmup), "--steps", str(args.steps),
-            ]  # fmt: skip
-            dst = last_json_line(run(dst_cmd, n, "dstrain", timeout), "bench_gpt_dstrain")
-            torch_cmd = [
-                sys.executable, __file__, "--torch-worker", "--threads", str(n),
-                "--warmup", str(args.warmup), "--steps", str(args.steps),
-            ]  # fmt: skip
-            tor = last_json_line(run(torch_cmd, n, "pytorch", timeout), "torch worker")
-            dst_gflops = flops * dst["tokens_per_s"] / tokens_per_step / 1e9
-            torch_gflops = flops * tor["tokens_per_s"] / tokens_per_step / 1e9
-            rows.append(
-                dict(
-                    threads=n,
-                    dst=dst["tokens_per_s"],
-                    torch=tor["tokens_per_s"],
-                    ratio=dst["tokens_per_s"] / tor["tokens_per_s"],
-                    dst_gflops=dst_gflops,
-                    torch_gflops=torch_gflops,
-                    peak=sgemm["peak_gflops"],
-                    dst_loss=(dst["first_loss"], dst["last_loss"]),
-                    torch_loss=(tor["first_loss"], tor["last_loss"]),
-                )
-            )
+            # PyTorch's BLAS is the system OpenBLAS; where it runs its generic
+            # kernels (a CPU newer than itself), the tuned peer sets the core type.
+            tuned = tuned_openblas_core() if sgemm.get("openblas_generic") else None
+            for precision in precisions:
+                config_path = pathlib.Path(tmp) / f"ds_config_t{n}_{precision}.json"
+                config_path.write_text(json.dumps(ds_config(n, precision)))
+                dst_cmd = [
+                    build / "bench" / "bench_gpt_dstrain",
+                    "--model", model_path, "--config", config_path,
+                    "--warmup", str(args.warmup), "--steps", str(args.steps),
+                ]  # fmt: skip
+                torch_cmd = [
+                    sys.executable, __file__, "--torch-worker", "--threads", str(n),
+                    "--precision", precision, "--layers", str(args.layers),
+                    "--warmup", str(args.warmup), "--steps", str(args.steps),
+                ]  # fmt: skip
+                runs = {"dst": [], "torch": [], "tuned": []}
+                for _ in range(args.repeats):
+                    runs["dst"].append(last_json_line(
+                        run(dst_cmd, n, f"dstrain {precision}", timeout), "bench_gpt_dstrain"))
+                    runs["torch"].append(last_json_line(
+                        run(torch_cmd, n, f"pytorch {precision}", timeout), "torch worker"))
+                    if tuned:
+                        runs["tuned"].append(last_json_line(
+                            run(torch_cmd, n, f"pytorch {precision} OPENBLAS_CORETYPE={tuned}",
+                                timeout, {"OPENBLAS_CORETYPE": tuned}), "torch worker"))
+                rows.append(dict(threads=n, precision=precision, peak=sgemm["peak_gflops"],
+                                 openblas_peak=sgemm.get("openblas_peak_gflops", 0.0),
+                                 tuned_core=tuned, **runs))
+
+    def tps(results):
+        return [r["tokens_per_s"] for r in results]
+
+    def spread(values):
+        return f"{statistics.median(values):.0f} [{min(values):.0f}-{max(values):.0f}]"
 
     print()
     head = (
-        f"{'threads':>7} {'dstrain tok/s':>14} {'torch tok/s':>12} {'dst/torch':>10} "
-        f"{'dst GFLOP/s':>12} {'SGEMM peak':>11} {'dst/peak':>9} {'torch/peak':>11}"
+        f"{'threads':>7} {'prec':>5} {'dstrain tok/s':>20} {'torch tok/s':>20} {'dst/torch':>10} "
+        f"{'torch* tok/s':>20} {'dst/torch*':>10} {'dst/peak':>9}"
     )
     print(head)
     print("-" * len(head))
     for r in rows:
+        dst, tor, tun = tps(r["dst"]), tps(r["torch"]), tps(r["tuned"])
+        dst_gflops = flops * statistics.median(dst) / tokens_per_step / 1e9
+        tuned_cols = (f"{spread(tun):>20} {statistics.median(dst) / statistics.median(tun):>10.2f}"
+                      if tun else f"{'-':>20} {'-':>10}")
         print(
-            f"{r['threads']:>7} {r['dst']:>14.1f} {r['torch']:>12.1f} {r['ratio']:>10.3f} "
-            f"{r['dst_gflops']:>12.1f} {r['peak']:>11.1f} {r['dst_gflops'] / r['peak']:>9.3f} "
-            f"{r['torch_gflops'] / r['peak']:>11.3f}"
+            f"{r['threads']:>7} {r['precision']:>5} {spread(dst):>20} {spread(tor):>20} "
+            f"{statistics.median(dst) / statistics.median(tor):>10.2f} {tuned_cols} "
+            f"{dst_gflops / r['peak']:>9.3f}"
         )
     print()
     for r in rows:
+        d, t = r["dst"][0], r["torch"][0]
         print(
-            f"threads {r['threads']}: loss first/last timed step  dstrain "
-            f"{r['dst_loss'][0]:.4f}/{r['dst_loss'][1]:.4f}  torch "
-            f"{r['torch_loss'][0]:.4f}/{r['torch_loss'][1]:.4f} (same model, different init)"
+            f"threads {r['threads']} {r['precision']}: fp32 GEMM peak {r['peak']:.1f} GFLOP/s "
+            f"(OpenBLAS alone {r['openblas_peak']:.1f}); loss first/last timed step  dstrain "
+            f"{d['first_loss']:.4f}/{d['last_loss']:.4f}  torch "
+            f"{t['first_loss']:.4f}/{t['last_loss']:.4f} (same model, different init)"
         )
+    if any(r["tuned"] for r in rows):
+        print("torch*: the same PyTorch with OPENBLAS_CORETYPE="
+              f"{rows[0]['tuned_core']} (its OpenBLAS runs generic SSE3 kernels on this CPU otherwise)")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
-// sgemm_peak: the best single-precision GEMM rate OpenBLAS reaches on this
-// machine at a given thread count, over square sizes 512..2048 and over the
+// sgemm_peak: the best single-precision GEMM rate dstrain's GEMM backend
+// (dst::cpu::Gemm: oneDNN unless DSTRAIN_GEMM says otherwise) reaches on this
+// machine at a given thread count, beside OpenBLAS's own, over square sizes 512..2048 and over the
 // GEMM shapes of the bench_gpt training step (GPT 6x384, n_ctx 256, micro-batch
 // 8: 2048 tokens). This is the denominator of "fraction of SGEMM peak" in
 // bench/bench_gpt.py.
 //
 // Usage: sgemm_peak [--threads N] [--quick] [--json]
 //   --json prints one JSON object on the last line (for the orchestrator).
-#include <cblas.h>
+#include <omp.h>
+
+#include "core/kernels/cpu/gemm.h"
 
 #include <algorithm>
 #include <chrono>
@@ -31,7 +34,7 @@ double Now() {
 }
 
 // Best GFLOP/s of C[m,n] = op(A) op(B) over repetitions lasting ~min_seconds.
-double Measure(const Shape &s, double min_seconds) {
+double Measure(dst::cpu::GemmBackend backend, const Shape &s, double min_seconds) {
   const size_t a_size = static_cast<size_t>(s.m) * s.k;
   const size_t b_size = static_cast<size_t>(s.k) * s.n;
   std::vector<float> a(a_size), b(b_size), c(static_cast<size_t>(s.m) * s.n);
@@ -42,9 +45,8 @@ double Measure(const Shape &s, double min_seconds) {
   const int lda = s.trans_a ? s.m : s.k;  // row-major: A is [m,k] or [k,m]
   const int ldb = s.trans_b ? s.k : s.n;  // B is [k,n] or [n,k]
   auto run = [&] {
-    cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
-                s.trans_b ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(),
-                ldb, 0.0f, c.data(), s.n);
+    dst::cpu::GemmWith(backend, s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(),
+                       ldb, 0.0f, c.data(), s.n);
   };
   run();  // warm-up: page faults, thread start
   const double flops = 2.0 * s.m * s.n * s.k;
@@ -78,6 +80,9 @@ int main(int argc, char **argv) {
   }
   if (threads < 1) threads = 1;
   openblas_set_num_threads(threads);
+  omp_set_num_threads(threads);
+  using dst::cpu::GemmBackend;
+  const GemmBackend ours = dst::cpu::ActiveGemmBackend();
   const double min_seconds = quick ? 0.05 : 0.3;
 
   std::vector<Shape> shapes;
@@ -104,13 +109,19 @@ int main(int argc, char **argv) {
   shapes.push_back({"attn QK^T (one head)", 256, 256, 64, false, true});
   shapes.push_back({"attn AV (one head)", 256, 64, 256, false, false});
 
-  std::printf("OpenBLAS %s, %d thread(s)\n", openblas_get_config(), openblas_get_num_threads());
-  double peak = 0, square_peak = 0;
+  std::printf("dstrain GEMM: %s on %s; OpenBLAS %s (core %s), %d thread(s)\n",
+              dst::cpu::GemmBackendName(ours), dst::cpu::GemmBackendTarget(ours).c_str(),
+              openblas_get_config(), openblas_get_corename(), threads);
+  std::printf("  %-22s %7s %7s %7s %2s  %10s %10s\n", "shape", "m", "n", "k", "", "dstrain",
+              "OpenBLAS");
+  double peak = 0, square_peak = 0, openblas_peak = 0;
   std::string entries;
   for (const Shape &s : shapes) {
-    double g = Measure(s, min_seconds);
-    std::printf("  %-22s m=%5d n=%5d k=%5d %c%c  %8.1f GFLOP/s\n", s.label.c_str(), s.m, s.n, s.k,
-                s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N', g);
+    double g = Measure(ours, s, min_seconds);
+    double o = ours == GemmBackend::kOpenBlas ? g : Measure(GemmBackend::kOpenBlas, s, min_seconds);
+    openblas_peak = std::max(openblas_peak, o);
+    std::printf("  %-22s m=%5d n=%5d k=%5d %c%c  %10.1f %10.1f GFLOP/s\n", s.label.c_str(), s.m,
+                s.n, s.k, s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N', g, o);
     std::fflush(stdout);
     peak = std::max(peak, g);
     if (s.label.rfind("square", 0) == 0) square_peak = std::max(square_peak, g);
@@ -120,11 +131,14 @@ int main(int argc, char **argv) {
                   entries.empty() ? "" : ",", s.label.c_str(), s.m, s.n, s.k, g);
     entries += buf;
   }
-  std::printf("peak %.1f GFLOP/s (square sizes: %.1f)\n", peak, square_peak);
+  std::printf("peak %.1f GFLOP/s (square sizes: %.1f); OpenBLAS peak %.1f\n", peak, square_peak,
+              openblas_peak);
   if (json) {
     std::printf(
-        "{\"threads\":%d,\"peak_gflops\":%.3f,\"square_peak_gflops\":%.3f,\"shapes\":[%s]}\n",
-        threads, peak, square_peak, entries.c_str());
+        "{\"threads\":%d,\"backend\":\"%s\",\"peak_gflops\":%.3f,\"square_peak_gflops\":%.3f,"
+        "\"openblas_peak_gflops\":%.3f,\"openblas_generic\":%s,\"shapes\":[%s]}\n",
+        threads, dst::cpu::GemmBackendName(ours), peak, square_peak, openblas_peak,
+        dst::cpu::OpenBlasGenericCoreNote().empty() ? "false" : "true", entries.c_str());
   }
   return 0;
 }

@@ -93,6 +93,15 @@ std::string IoEngine(const json &offload) {
   return Text(offload, "io_engine") + " (io_uring refused here: " + refused + ")";
 }
 
+// "oneDNN on avx512_core_bf16 (default)", plus OpenBLAS's generic-core note.
+std::string GemmRow(const json &gemm) {
+  std::string row =
+      Text(gemm, "backend") + " on " + Text(gemm, "target") + " (" + Text(gemm, "chosen_by") + ")";
+  const std::string note = Text(gemm, "openblas_note");
+  if (!note.empty()) row += "; " + note;
+  return row;
+}
+
 std::vector<ReportSection> BuildSections(const json &info) {
   const json &cpu = Child(info, "cpu"), &blas = Child(info, "blas"), &cuda = Child(info, "cuda");
   return {
@@ -103,13 +112,18 @@ std::vector<ReportSection> BuildSections(const json &info) {
       {"CPU",
        {{"cores", Text(cpu, "cores")},
         {"features", CpuFeatures(Child(cpu, "features"))},
-        {"compiled for", Text(cpu, "compiled_for")}}},
+        {"compiled for", Text(cpu, "compiled_for")},
+        {"instruction set cap", Text(cpu, "isa_cap")}}},
       {"BLAS / threads",
        {{"library", Text(blas, "library")},
         {"core", Text(blas, "core")},
         {"threads", Text(blas, "threads") + " (" + BlasParallelism(blas) + ")"},
         {"config", Text(blas, "config")},
-        {"OpenMP max threads", Text(Child(info, "openmp"), "max_threads")}}},
+        {"OpenMP max threads", Text(Child(info, "openmp"), "max_threads")},
+        {"fp32 GEMM", GemmRow(Child(info, "gemm"))},
+        {"bf16 training GEMMs", Text(Child(info, "gemm"), "bf16_compute") + " (" +
+                                    Text(Child(info, "gemm"), "bf16_compute_reason") + ")"},
+        {"fp16 training GEMMs", "fp32 (no native fp16 matrix path is used on the CPU)"}}},
       {"GPU",
        {{"CUDA compiled in", YesNo(Flag(cuda, "compiled"))},
         {"NCCL compiled in", YesNo(Flag(cuda, "nccl"))},

@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config
   libopenblas-openmp-dev   # BLAS (OpenMP build: one thread pool with our kernels)
+  libdnnl-dev              # oneDNN: fp32 GEMMs (run-time ISA choice), the bf16 path
   nlohmann-json3-dev       # config, metrics, checkpoint metadata
   libcli11-dev             # the dstrain command line
   libgloo-dev              # CPU collectives (data parallelism, ZeRO)

@@ -2,6 +2,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -10,6 +11,8 @@
 #include "capi/src/capi_util.h"
 #include "core/data/text_dataset.h"
 #include "core/kernels/cpu/cpu_adam.h"
+#include "core/kernels/cpu/cpu_isa.h"
+#include "core/kernels/cpu/gemm.h"
 #include "core/offload/async_file.h"
 
 #ifndef DSTRAIN_BUILD_TYPE
@@ -56,6 +59,7 @@ const char *CompiledFor() {
 
 json CpuInfo() {
   return {{"cores", std::thread::hardware_concurrency()},
+          {"isa_cap", dst::cpu::IsaCapName(dst::cpu::CpuIsaCap())},
           {"features", CpuFeatures()},
           {"compiled_for", CompiledFor()}};
 }
@@ -70,6 +74,19 @@ json BlasInfo() {
           {"core", OrEmpty(openblas_get_corename())},
           {"threads", openblas_get_num_threads()},
           {"parallel", openblas_get_parallel()}};  // 0 sequential, 1 pthreads, 2 OpenMP
+}
+
+// The fp32 GEMM backend, what it runs here, and OpenBLAS's own state.
+json GemmInfo() {
+  using namespace dst::cpu;
+  const GemmBackend active = ActiveGemmBackend();
+  return {{"backend", GemmBackendName(active)},
+          {"target", GemmBackendTarget(active)},
+          {"chosen_by", std::getenv("DSTRAIN_GEMM") ? "DSTRAIN_GEMM" : "default"},
+          {"openblas_note", OpenBlasGenericCoreNote()},
+          {"bf16_compute", Bf16Compute().enabled ? "bf16" : "fp32"},
+          {"bf16_compute_reason",
+           Bf16Compute().error.empty() ? Bf16Compute().reason : Bf16Compute().error}};
 }
 
 json OpenMpInfo() {
@@ -105,6 +122,7 @@ std::string BuildInfoJson() {
                      {"build_type", DSTRAIN_BUILD_TYPE},
                      {"cpu", CpuInfo()},
                      {"blas", BlasInfo()},
+                     {"gemm", GemmInfo()},
                      {"openmp", OpenMpInfo()},
                      {"cuda", CudaInfo()},
                      {"offload", OffloadInfo()},

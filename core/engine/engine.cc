@@ -1,5 +1,8 @@
 #include "core/engine/engine.h"
+
 #include "core/common/log.h"
+#include "core/kernels/cpu/cpu_isa.h"
+#include "core/kernels/cpu/gemm.h"
 
 #include "core/engine/swap_resume.h"
 #include "core/offload/nvme_state_store.h"
@@ -21,6 +24,7 @@
 #include <thread>
 
 #include "core/config/config_file.h"
+#include "core/kernels/cpu/gemm.h"
 #include "core/optim/clip.h"
 #include "core/optim/lr_schedule.h"
 #include "core/runtime/threads.h"
@@ -46,6 +50,9 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   Result<Config> config = ParseConfig(config_text.value(), context);
   if (!config.ok()) return config.status();
   DST_RETURN_IF_ERROR(CheckThreadCount(config.value().runtime.num_threads));
+  if (std::string bad = cpu::GemmBackendEnvError(); !bad.empty()) return ConfigError(bad);
+  if (std::string bad = cpu::CpuIsaCapError(); !bad.empty()) return ConfigError(bad);
+  if (!cpu::Bf16Compute().error.empty()) return ConfigError(cpu::Bf16Compute().error);
   Result<ModelSpec> spec = ParseModelSpec(model_text.value());
   if (!spec.ok()) return spec.status();
   DST_RETURN_IF_ERROR(
@@ -126,6 +133,10 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
       spec, limits, &memory_,
       StoreOptionsForStage(config_.zero.stage, dp_comm_->size(), config_.precision()), activations,
       part);
+  // bf16 training multiplies in bf16 where this CPU's bf16 dot products are
+  // the faster ones (cpu::Bf16Compute); elsewhere, and for fp16, in fp32.
+  if (config_.precision() == DType::kBFloat16 && cpu::Bf16Compute().enabled)
+    model_->SetComputeType(ComputeType::kBf16);
   Result<std::vector<InjectedIoFault>> io_faults = ParseIoFaultInjection(env_.rank);
   dp_ = std::make_unique<DataParallel>(
       config_, model_.get(), dp_comm_, &memory_,
@@ -168,6 +179,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   telemetry.pp_size = config_.pp_size;
   telemetry.tp_size = config_.tp_size;
   telemetry.zero_stage = dp_->stage();
+  telemetry.compute = model_->compute_type();
   telemetry.dp_size = dp_comm_->size();
   telemetry.dp_rank = groups_.coord.dp;
   telemetry.nvme = dynamic_cast<const NvmeStateStore *>(&dp_->optimizer().state());

@@ -449,6 +449,7 @@ std::string Telemetry::MetricsJson(const TrainingState &state) const {
           {"bubble", timer("pipe_bubble")}}},
         {"timeline", metrics::TimelineToJson(s.timeline)}}},
       {"precision", DTypeName(ctx_.config->precision())},
+      {"compute_type", ctx_.compute == ComputeType::kBf16 ? "bf16" : "fp32"},
       {"loss_scale", state.loss_scale},
       {"skipped_steps", state.progress->skipped_steps},
       {"comm", CommJson()},

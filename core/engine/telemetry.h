@@ -23,6 +23,7 @@
 #include "core/common/status.h"
 #include "core/config/config.h"
 #include "core/engine/executor.h"
+#include "core/kernels/compute_type.h"
 #include "core/runtime/memory.h"
 #include "core/zero/grad_compression.h"
 #include "metrics/step_sample.h"
@@ -48,6 +49,7 @@ struct TelemetryContext {
   double flops_per_sample_token = 0;        // this rank's training FLOPs per token (GPT) or sample
   double model_flops_per_sample_token = 0;  // the whole model's (differs with a pipeline)
   int zero_stage = 0;
+  ComputeType compute = ComputeType::kFp32;  // what the layers' GEMMs multiply in
   int64_t dp_size = 1, dp_rank = 0, tp_rank = 0, pp_rank = 0, pp_size = 1, tp_size = 1;
   const NvmeStateStore *nvme = nullptr;         // the optimizer's NVMe tier, when offloaded there
   const ParameterPartition *params = nullptr;   // ZeRO 3's parameter shard (swap: offload_param)

@@ -185,7 +185,7 @@ class GptHead final : public Layer<T> {
   // d_lnf = dlogits wte [N, C] (summed over the group), with the wte
   // gradient's GEMM (if `weights`) while the sum runs. False on failure.
   bool LnfGradient(const LayerActivations<T> &a, const T *dlogits, T *d_lnf, int64_t N,
-                   bool weights);
+                   bool weights, ComputeType compute);
   void BackwardSequenceParallel(const T *in, const LayerActivations<T> &a, T *din,
                                 const MicroBatch<T> &mb);
   void WeightGradientsSequenceParallel(const T *in, const LayerActivations<T> &a,

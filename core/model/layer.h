@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/common/status.h"
+#include "core/kernels/compute_type.h"
 #include "core/model/params.h"
 #include "core/runtime/memory.h"
 
@@ -33,6 +34,7 @@ struct MicroBatch {
   T grad_scale = 1;                  // d(step loss)/d(this micro-batch's loss) = 1/accumulation
   T *scratch = nullptr;              // shared backward workspace (Layer::ScratchSize)
   int max_threads = 1;
+  ComputeType compute = ComputeType::kFp32;  // what the layers' GEMMs multiply in (ComputeType)
   int64_t rows() const { return B * seq; }
 };
 

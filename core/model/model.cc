@@ -343,6 +343,7 @@ template <typename T>
 void Model<T>::Prepare(MicroBatch<T> &mb) {
   mb.scratch = scratch_.data();
   mb.max_threads = limits_.max_threads;
+  mb.compute = compute_;
 }
 
 template <typename T>

@@ -220,6 +220,9 @@ class Model {
   double ForwardFlops(int64_t B, int64_t seq) const;
   // Times every layer's passes while set (null: none, the default).
   void SetLayerTimer(LayerTimer *timer) { timer_ = timer; }
+  // What the layers' GEMMs multiply in (every pass's MicroBatch::compute).
+  void SetComputeType(ComputeType compute) { compute_ = compute; }
+  ComputeType compute_type() const { return compute_; }
 
  private:
   static void RoundActivations(LayerHooks *hooks, const T *data, int64_t n);
@@ -255,6 +258,7 @@ class Model {
   std::vector<size_t> group_end_;      // per layer: one past the last layer of its group
   std::vector<LayerParamUse> layer_params_;
   LayerTimer *timer_ = nullptr;
+  ComputeType compute_ = ComputeType::kFp32;
   std::unique_ptr<ParamStore<T>> store_;
   ActivationStore<T> activations_;
   std::vector<const T *> range_input_;  // [slot] the external input of the slot's forward

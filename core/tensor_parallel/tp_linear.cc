@@ -92,7 +92,7 @@ void TensorParallelLinear<T>::Forward(const T *in, LayerActivations<T> &act,
   in = WholeInput(in, mb);  // sequence-parallel: every rank's rows
   if (!in) return;
   if (role_ == TpRole::kColumn) {
-    cpu::LinearForward(in, p.param(w_), bias, N, in_, out_local_, act[0]);
+    cpu::LinearForward(in, p.param(w_), bias, N, in_, out_local_, act[0], mb.compute);
     return;
   }
   if (role_ == TpRole::kColumnGathered) {
@@ -100,7 +100,8 @@ void TensorParallelLinear<T>::Forward(const T *in, LayerActivations<T> &act,
     // rank's rows under sequence parallelism).
     T *gathered = s.output;
     const int64_t shard = N * out_local_;
-    cpu::LinearForward(in, p.param(w_), bias, N, in_, out_local_, gathered + tp_.rank * shard);
+    cpu::LinearForward(in, p.param(w_), bias, N, in_, out_local_, gathered + tp_.rank * shard,
+                       mb.compute);
     if (!Finish(TpAllGather(tp_, gathered, shard))) return;
     const int64_t first = tp_.splits_rows() ? tp_.rank * n : 0;
     for (int64_t part = 0; part < tp_.size; ++part)
@@ -113,10 +114,10 @@ void TensorParallelLinear<T>::Forward(const T *in, LayerActivations<T> &act,
   // Row: partial sums over this rank's input features, summed (sequence-
   // parallel: reduce-scattered to this rank's rows), then the bias once.
   if (!tp_.splits_rows()) {
-    cpu::LinearForward<T>(in, p.param(w_), nullptr, N, in_local_, out_, act[0]);
+    cpu::LinearForward<T>(in, p.param(w_), nullptr, N, in_local_, out_, act[0], mb.compute);
     if (!Finish(TpAllReduce(tp_, act[0], N * out_))) return;
   } else {
-    cpu::LinearForward<T>(in, p.param(w_), nullptr, N, in_local_, out_, s.output);
+    cpu::LinearForward<T>(in, p.param(w_), nullptr, N, in_local_, out_, s.output, mb.compute);
     if (!Finish(ReduceScatterRows(tp_, s.output, n, out_))) return;
     std::memcpy(act[0], RowsOf(tp_, s.output, n, out_), size_t(n * out_) * sizeof(T));
   }
@@ -147,7 +148,7 @@ void TensorParallelLinear<T>::WeightGradient(const T *dy_local, const T *in,
                                              const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
   cpu::LinearWeightBackward(dy_local, in, mb.rows(), in_local_, out_local_, p.grad(w_),
-                            b_ >= 0 ? p.grad(b_) : nullptr);
+                            b_ >= 0 ? p.grad(b_) : nullptr, mb.compute);
 }
 
 // dx = dy_local W_local. Column-parallel: every rank holds part of each input
@@ -162,7 +163,7 @@ void TensorParallelLinear<T>::InputGradient(const T *dy_local, const T *in, T *d
   T *dx = scatter ? ScratchOf(mb).partial : din;
   if (dx)
     cpu::LinearBackward<T>(dy_local, nullptr, this->store_->param(w_), N, in_local_, out_local_, dx,
-                           nullptr, nullptr);
+                           nullptr, nullptr, mb.compute);
   std::unique_ptr<Work> sum;
   if (scatter)
     sum = ReduceScatterRows(tp_, dx, n, in_);

@@ -4,7 +4,7 @@
 //   att  [B, H, T, T] softmax(q k^T / sqrt(hs)) with the causal mask (saved);
 //   y    [B, T, C]    att v, heads merged.
 // Each (b, h) pair is one task; tasks run in parallel, their GEMMs single-threaded
-// (the OpenMP build of OpenBLAS does not nest).
+// (OpenMP regions do not nest). `compute`: what the GEMMs multiply in.
 #pragma once
 
 #include <omp.h>
@@ -36,7 +36,8 @@ inline void CausalSoftmaxRow(T *row, int64_t t, int64_t width) {
 }
 
 template <typename T>
-void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y) {
+void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y,
+                      ComputeType compute = ComputeType::kFp32) {
   const int64_t hs = s.head_size(), C3 = 3 * s.C;
   const T scale = T(1) / std::sqrt(T(hs));
 #pragma omp parallel for schedule(static)
@@ -46,10 +47,10 @@ void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y) {
     const T *k = q + s.C;
     const T *v = q + 2 * s.C;
     T *a = att + bh * s.T * s.T;
-    Gemm(false, true, int(s.T), int(s.T), int(hs), scale, q, int(C3), k, int(C3), T(0), a,
+    Gemm(compute, false, true, int(s.T), int(s.T), int(hs), scale, q, int(C3), k, int(C3), T(0), a,
          int(s.T));
     for (int64_t t = 0; t < s.T; ++t) CausalSoftmaxRow(a + t * s.T, t, s.T);
-    Gemm(false, false, int(s.T), int(hs), int(s.T), T(1), a, int(s.T), v, int(C3), T(0),
+    Gemm(compute, false, false, int(s.T), int(hs), int(s.T), T(1), a, int(s.T), v, int(C3), T(0),
          y + b * s.T * s.C + h * hs, int(s.C));
   }
 }
@@ -57,7 +58,7 @@ void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y) {
 // dqkv (assigns): [B, T, 3C]. scratch: [max_threads, T, T].
 template <typename T>
 void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionShape &s, T *dqkv,
-                       T *scratch) {
+                       T *scratch, ComputeType compute = ComputeType::kFp32) {
   const int64_t hs = s.head_size(), C3 = 3 * s.C;
   const T scale = T(1) / std::sqrt(T(hs));
 #pragma omp parallel for schedule(static)
@@ -73,10 +74,10 @@ void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionS
     const T *g = dy + b * s.T * s.C + h * hs;
     T *dscore = scratch + int64_t(omp_get_thread_num()) * s.T * s.T;
     // d att = dy v^T ; dv = att^T dy
-    Gemm(false, true, int(s.T), int(s.T), int(hs), T(1), g, int(s.C), v, int(C3), T(0), dscore,
-         int(s.T));
-    Gemm(true, false, int(s.T), int(hs), int(s.T), T(1), a, int(s.T), g, int(s.C), T(0), dv,
-         int(C3));
+    Gemm(compute, false, true, int(s.T), int(s.T), int(hs), T(1), g, int(s.C), v, int(C3), T(0),
+         dscore, int(s.T));
+    Gemm(compute, true, false, int(s.T), int(hs), int(s.T), T(1), a, int(s.T), g, int(s.C), T(0),
+         dv, int(C3));
     // softmax backward per row, masked entries stay zero: ds = a (da - <a, da>)
     for (int64_t t = 0; t < s.T; ++t) {
       const T *ar = a + t * s.T;
@@ -88,10 +89,10 @@ void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionS
       for (int64_t j = t + 1; j < s.T; ++j) dr[j] = T(0);
     }
     // dq = scale ds k ; dk = scale ds^T q
-    Gemm(false, false, int(s.T), int(hs), int(s.T), scale, dscore, int(s.T), k, int(C3), T(0), dq,
-         int(C3));
-    Gemm(true, false, int(s.T), int(hs), int(s.T), scale, dscore, int(s.T), q, int(C3), T(0), dk,
-         int(C3));
+    Gemm(compute, false, false, int(s.T), int(hs), int(s.T), scale, dscore, int(s.T), k, int(C3),
+         T(0), dq, int(C3));
+    Gemm(compute, true, false, int(s.T), int(hs), int(s.T), scale, dscore, int(s.T), q, int(C3),
+         T(0), dk, int(C3));
   }
 }
 

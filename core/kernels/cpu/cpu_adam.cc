@@ -2,6 +2,8 @@
 // fuse a multiply and an add where the vector paths do not.
 #include "core/kernels/cpu/cpu_adam.h"
 
+#include "core/kernels/cpu/cpu_isa.h"
+
 // GCC 12's AVX-512 headers start intrinsics from _mm512_undefined_*(), which
 // -Wmaybe-uninitialized reports at every use (GCC bug 105593).
 #pragma GCC diagnostic push
@@ -167,7 +169,8 @@ void RangeOn(SimdPath path, const CpuAdamRange &r, const AdamConstants &k, int64
 SimdPath BestSimdPath() {
   static const SimdPath best = [] {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return SimdPath::kAvx512;
+    if (__builtin_cpu_supports("avx512f") && CpuIsaCap() == IsaCap::kNative)
+      return SimdPath::kAvx512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdPath::kAvx2;
     return SimdPath::kScalar;
   }();

@@ -1,22 +1,75 @@
-// Row-major GEMM through OpenBLAS: C = alpha * op(A) * op(B) + beta * C, with
-// op(X) = X or X^T. m, n, k are the sizes of op(A) [m,k], op(B) [k,n], C [m,n];
-// lda/ldb/ldc are the row strides of the stored matrices.
+// Row-major GEMM: C = alpha * op(A) * op(B) + beta * C, with op(X) = X or X^T.
+// m, n, k are the sizes of op(A) [m,k], op(B) [k,n], C [m,n]; lda/ldb/ldc are
+// the row strides of the stored matrices.
+//
+// fp32 goes through the GEMM backend chosen once per process (GemmBackend):
+// oneDNN's sgemm by default, because its JIT picks the instruction set at run
+// time, while OpenBLAS 0.3.21 (Debian 12) runs its generic SSE3 kernels on CPUs
+// newer than itself (about 5x slower on a Sapphire-Rapids-class Xeon).
+// DSTRAIN_GEMM=openblas|onednn forces one. fp64 (gradient checks) stays on
+// OpenBLAS.
 #pragma once
 
 #include <cblas.h>
 
+#include <string>
+
+#include "core/kernels/compute_type.h"
+
 namespace dst::cpu {
 
-inline void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
-                 int lda, const float *b, int ldb, float beta, float *c, int ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
+enum class GemmBackend { kOneDnn, kOpenBlas };
+
+// The backend fp32 GEMMs use in this process (DSTRAIN_GEMM, else oneDNN).
+GemmBackend ActiveGemmBackend();
+const char *GemmBackendName(GemmBackend backend);
+// What the backend runs on this CPU: oneDNN's effective ISA (e.g. "avx512_core_bf16")
+// or OpenBLAS's core name (e.g. "SkylakeX", "Prescott" = generic).
+std::string GemmBackendTarget(GemmBackend backend);
+// Empty, or why OpenBLAS's own kernels are slow here (a generic core).
+std::string OpenBlasGenericCoreNote();
+// Empty when DSTRAIN_GEMM is unset or valid; else the error text naming the values.
+std::string GemmBackendEnvError();
+
+void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+          const float *b, int ldb, float beta, float *c, int ldc);
+
+// fp32 operands, multiplied as `compute` says (kBf16: oneDNN's matmul on bf16
+// copies of A and B in per-thread scratch, its primitives created once per
+// shape per thread; a shape oneDNN refuses falls back to fp32).
+void Gemm(ComputeType compute, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+          const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+// fp64 has no bf16 path (gradient checks): always fp64.
+inline void Gemm(ComputeType, bool trans_a, bool trans_b, int m, int n, int k, double alpha,
+                 const double *a, int lda, const double *b, int ldb, double beta, double *c,
+                 int ldc);
+
+// Whether bf16 training computes its GEMMs in bf16 on this CPU, and why:
+// DSTRAIN_BF16_COMPUTE=on|off forces it; otherwise (auto) where the bf16 dot
+// products are faster than fp32 FMAs: AMX-BF16, or AVX512-BF16 on AMD (Zen 4
+// and later); not on Intel cores with AVX512-BF16 alone, whose VDPBF16PS
+// issues on one port (measured: half the fp32 rate), nor without AVX512-BF16.
+struct Bf16ComputeChoice {
+  bool enabled = false;
+  std::string reason;
+  std::string error;  // DSTRAIN_BF16_COMPUTE holds something else
+};
+const Bf16ComputeChoice &Bf16Compute();
+
+// The same product through a named backend (benchmarks, tests).
+void GemmWith(GemmBackend backend, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+              const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
 inline void Gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double *a,
                  int lda, const double *b, int ldb, double beta, double *c, int ldc) {
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+inline void Gemm(ComputeType, bool trans_a, bool trans_b, int m, int n, int k, double alpha,
+                 const double *a, int lda, const double *b, int ldb, double beta, double *c,
+                 int ldc) {
+  Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace dst::cpu

@@ -1,5 +1,5 @@
 // Fully connected layer, nn.Linear convention: y = x W^T + b with
-// W [out, in] row-major.
+// W [out, in] row-major. `compute`: what the GEMMs multiply in (ComputeType).
 #pragma once
 
 #include <algorithm>
@@ -12,12 +12,12 @@ namespace dst::cpu {
 // x: [rows, in]; weight: [out, in]; bias: [out] or null; y: [rows, out] (assigns).
 template <typename T>
 void LinearForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t in,
-                   int64_t out, T *y) {
+                   int64_t out, T *y, ComputeType compute = ComputeType::kFp32) {
   if (bias) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + out, y + r * out);
   }
-  Gemm(false, true, int(rows), int(out), int(in), T(1), x, int(in), weight, int(in),
+  Gemm(compute, false, true, int(rows), int(out), int(in), T(1), x, int(in), weight, int(in),
        bias ? T(1) : T(0), y, int(out));
 }
 
@@ -35,9 +35,9 @@ void AddBiasToRows(const T *bias, int64_t rows, int64_t out, T *y) {
 // later than the input half).
 template <typename T>
 void LinearWeightBackward(const T *dy, const T *x, int64_t rows, int64_t in, int64_t out,
-                          T *dweight, T *dbias) {
-  Gemm(true, false, int(out), int(in), int(rows), T(1), dy, int(out), x, int(in), T(1), dweight,
-       int(in));
+                          T *dweight, T *dbias, ComputeType compute = ComputeType::kFp32) {
+  Gemm(compute, true, false, int(out), int(in), int(rows), T(1), dy, int(out), x, int(in), T(1),
+       dweight, int(in));
   if (dbias) {
     // Parallel over column blocks; each thread walks all rows for its columns.
     constexpr int64_t kBlock = 64;
@@ -57,11 +57,11 @@ void LinearWeightBackward(const T *dy, const T *x, int64_t rows, int64_t in, int
 // LinearWeightBackward (dweight, dbias +=).
 template <typename T>
 void LinearBackward(const T *dy, const T *x, const T *weight, int64_t rows, int64_t in, int64_t out,
-                    T *dx, T *dweight, T *dbias) {
+                    T *dx, T *dweight, T *dbias, ComputeType compute = ComputeType::kFp32) {
   if (dx)
-    Gemm(false, false, int(rows), int(in), int(out), T(1), dy, int(out), weight, int(in), T(0), dx,
-         int(in));
-  if (dweight) LinearWeightBackward(dy, x, rows, in, out, dweight, dbias);
+    Gemm(compute, false, false, int(rows), int(in), int(out), T(1), dy, int(out), weight, int(in),
+         T(0), dx, int(in));
+  if (dweight) LinearWeightBackward(dy, x, rows, in, out, dweight, dbias, compute);
 }
 
 }  // namespace dst::cpu
