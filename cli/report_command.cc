@@ -69,15 +69,34 @@ std::string BlasParallelism(const json &blas) {
   }
 }
 
+// "NVIDIA H100 (cuda:0, 80 GiB, sm 9.0), ..." or "none seen (why)".
 std::string Devices(const json &cuda) {
   const auto found = cuda.find("devices");
-  if (found == cuda.end() || !found->is_array() || found->empty()) return "none seen";
+  if (found == cuda.end() || !found->is_array() || found->empty()) {
+    const std::string why = Text(cuda, "why_no_device");
+    return "none seen" + (why.empty() || why == "unknown" ? "" : " (" + why + ")");
+  }
   std::string text;
   for (const json &device : *found) {
     if (!text.empty()) text += ", ";
-    text += device.is_object() && device.contains("name") ? Text(device, "name") : device.dump();
+    if (!device.is_object()) {
+      text += device.dump();
+      continue;
+    }
+    const double gib = device.value("total_memory", 0.0) / double(1 << 30);
+    char memory[32];
+    std::snprintf(memory, sizeof memory, "%.0f GiB", gib);
+    text += Text(device, "name") + " (cuda:" + Text(device, "index") + ", " + memory + ", sm " +
+            Text(device, "compute_capability") + ")";
   }
   return text;
+}
+
+// CUDA's version encoding (13000 = 13.0); 0 = none.
+std::string CudaVersion(const json &cuda, const char *key) {
+  const int v = cuda.value(key, 0);
+  if (v == 0) return "none";
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
 }
 
 std::string Corpus(const json &corpus) {
@@ -127,7 +146,9 @@ std::vector<ReportSection> BuildSections(const json &info) {
       {"GPU",
        {{"CUDA compiled in", YesNo(Flag(cuda, "compiled"))},
         {"NCCL compiled in", YesNo(Flag(cuda, "nccl"))},
-        {"devices", Devices(cuda)}}},
+        {"devices", Devices(cuda)},
+        {"CUDA runtime / driver",
+         CudaVersion(cuda, "runtime_version") + " / " + CudaVersion(cuda, "driver_version")}}},
       {"offload / optimizer",
        {{"NVMe I/O engine", IoEngine(Child(info, "offload"))},
         {"CPU-Adam path", Text(Child(info, "offload"), "cpu_adam")}}},

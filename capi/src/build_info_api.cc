@@ -14,6 +14,7 @@
 #include "core/kernels/cpu/cpu_isa.h"
 #include "core/kernels/cpu/gemm.h"
 #include "core/offload/async_file.h"
+#include "core/runtime/cuda_devices.h"
 
 #ifndef DSTRAIN_BUILD_TYPE
 #define DSTRAIN_BUILD_TYPE "unknown"
@@ -95,10 +96,14 @@ json OpenMpInfo() {
 
 json CudaInfo() {
   const bool compiled = DSTRAIN_HAVE_CUDA != 0;
+  const dst::CudaDevices &seen = dst::QueryCudaDevices();
   return {{"compiled", compiled},
           {"nccl", DSTRAIN_HAVE_NCCL != 0},
           {"toolkit_found_at_build", DSTRAIN_CUDA_TOOLKIT_FOUND != 0},
-          {"devices", json::array()}};
+          {"devices", seen.devices},
+          {"runtime_version", seen.runtime_version},
+          {"driver_version", seen.driver_version},
+          {"why_no_device", seen.why_none}};
 }
 
 json DefaultCorpusInfo() {

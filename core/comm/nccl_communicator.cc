@@ -3,37 +3,16 @@
 // first use so that libdstrain.so needs neither CUDA nor NCCL to load.
 #include "core/comm/nccl_communicator.h"
 
-#include <dlfcn.h>
-
-#include <cstdlib>
-#include <filesystem>
 #include <mutex>
 #include <string>
-#include <vector>
+
+#include "core/runtime/plugin.h"
 
 namespace dst {
 
 namespace {
 
 using PluginCreateFn = Communicator *(*)(Store *, const NcclOptions *, Status *);
-constexpr const char *kPluginName = "libdstrain_nccl.so";
-
-// Where to look: $DSTRAIN_NCCL_PLUGIN, next to the module holding this code
-// (libdstrain.so or a test executable), then the build tree.
-std::vector<std::string> PluginCandidates() {
-  std::vector<std::string> out;
-  if (const char *env = std::getenv("DSTRAIN_NCCL_PLUGIN"); env && *env) out.push_back(env);
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void *>(&PluginCandidates), &info) && info.dli_fname) {
-    const std::filesystem::path self = std::filesystem::absolute(info.dli_fname).parent_path();
-    out.push_back((self / kPluginName).string());
-    out.push_back((self.parent_path() / kPluginName).string());
-  }
-#ifdef DSTRAIN_NCCL_PLUGIN_BUILD_PATH
-  out.push_back(DSTRAIN_NCCL_PLUGIN_BUILD_PATH);
-#endif
-  return out;
-}
 
 struct Plugin {
   PluginCreateFn create = nullptr;
@@ -49,23 +28,16 @@ const Plugin &LoadPlugin() {
         "this build has no NCCL backend (the CUDA toolkit and NCCL were not found "
         "when it was built)";
 #else
-    std::string tried;
-    for (const std::string &path : PluginCandidates()) {
-      if (!std::filesystem::exists(path)) continue;
-      void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // kept open for the process
-      if (!handle) {
-        tried += std::string(tried.empty() ? "" : "; ") + dlerror();
-        continue;
-      }
-      plugin.create = reinterpret_cast<PluginCreateFn>(dlsym(handle, "dst_nccl_plugin_create"));
-      if (plugin.create) return;
-      tried += "; " + path + " has no dst_nccl_plugin_create";
-    }
-    plugin.error = "the NCCL plugin " + std::string(kPluginName) +
-                   (tried.empty() ? " was not found next to libdstrain.so (set DSTRAIN_NCCL_PLUGIN "
-                                    "to its path)"
-                                  : " could not be loaded: " + tried) +
-                   " (it needs the CUDA runtime and NCCL libraries)";
+#ifdef DSTRAIN_NCCL_PLUGIN_BUILD_PATH
+    const char *build_path = DSTRAIN_NCCL_PLUGIN_BUILD_PATH;
+#else
+    const char *build_path = nullptr;
+#endif
+    const OpenedPlugin opened = OpenPlugin({"libdstrain_nccl.so", "DSTRAIN_NCCL_PLUGIN", build_path,
+                                            "dst_nccl_plugin_create",
+                                            "the CUDA runtime and NCCL libraries"});
+    plugin.create = reinterpret_cast<PluginCreateFn>(opened.entry);
+    plugin.error = opened.error;
 #endif
   });
   return plugin;

@@ -139,6 +139,12 @@ def test_report_json_is_the_build_info(dstrain):
     info = json.loads(result.stdout)
     assert info["blas"]["library"] == "OpenBLAS"
     assert isinstance(info["cuda"]["devices"], list)
+    # A device is named, or why none is seen (no CUDA build, no plugin, no driver, no device).
+    assert info["cuda"]["devices"] or info["cuda"]["why_no_device"]
+    if info["cuda"]["compiled"] and not info["cuda"]["devices"]:
+        assert "CUDA" in info["cuda"]["why_no_device"] or "plugin" in info["cuda"]["why_no_device"]
+    assert info["gemm"]["backend"] in ("oneDNN", "OpenBLAS") and info["gemm"]["target"]
+    assert info["gemm"]["bf16_compute"] in ("bf16", "fp32") and info["gemm"]["bf16_compute_reason"]
     assert {"version", "compiler", "build_type", "cpu", "openmp", "default_corpus"} <= info.keys()
 
 

@@ -567,6 +567,25 @@ TEST(ConfigErrors, OneBitOptimizersPointAtGradientCompression) {
       {"\"OneBitAdam\" (DeepSpeed's momentum-compressing optimizer)", "gradient_compression"}));
 }
 
+TEST(ConfigErrors, OverrideModulesAreRecognisedCheckedAndRefusedWithTheReason) {
+  EXPECT_TRUE(
+      FailsWith(Parse(R"({"train_batch_size": 1,
+                "fp16": {"enabled": true, "fp16_override_modules": ["layernorm"]}})"),
+                Code::kNotSupported,
+                {"fp16.fp16_override_modules [LayerNorm]", "not supported yet", "Remove the key"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
+                "bf16": {"enabled": true, "bf16_override_modules": ["Embedding", "LayerNorm"]}})"),
+                        Code::kNotSupported,
+                        {"bf16.bf16_override_modules [Embedding, LayerNorm]"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
+                "fp16": {"enabled": true, "fp16_override_modules": ["BatchNorm"]}})"),
+                        Code::kConfig, {"unknown layer type \"BatchNorm\"", "LayerNorm"}));
+  // An empty list asks for nothing.
+  EXPECT_TRUE(Parse(R"({"train_batch_size": 1,
+                        "fp16": {"enabled": true, "fp16_override_modules": []}})")
+                  .ok());
+}
+
 TEST(ConfigErrors, BadBetas) {
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
                 "optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.5]}}})"),
