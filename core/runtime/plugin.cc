@@ -36,7 +36,10 @@ OpenedPlugin OpenPlugin(const PluginSpec &spec) {
       continue;
     }
     plugin.entry = dlsym(handle, spec.entry_point);
-    if (plugin.entry) return plugin;
+    if (plugin.entry) {
+      plugin.handle = handle;
+      return plugin;
+    }
     tried += std::string(tried.empty() ? "" : "; ") + path + " has no " + spec.entry_point;
   }
   plugin.error = "the plugin " + std::string(spec.file_name) +

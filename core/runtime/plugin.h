@@ -15,8 +15,9 @@ struct PluginSpec {
 };
 
 struct OpenedPlugin {
-  void *entry = nullptr;  // the entry point's address; null when not loaded
-  std::string error;      // why it could not be loaded
+  void *handle = nullptr;  // dlopen's handle (dlsym more symbols from it); null when not loaded
+  void *entry = nullptr;   // the entry point's address; null when not loaded
+  std::string error;       // why it could not be loaded
 };
 
 // Looks in $env_var, next to the module holding this code (libdstrain.so or a

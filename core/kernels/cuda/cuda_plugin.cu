@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/kernels/elementwise_math.h"
+#include "core/precision/convert.h"
 
 namespace dst::cuda {
 
@@ -27,6 +28,24 @@ __global__ void GeluBackwardKernel(const float *x, const float *dy, float *dx, l
   for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
        i += long(gridDim.x) * blockDim.x)
     dx[i] = dy[i] * math::GeluGrad(x[i]);
+}
+
+// y[i] = x[i] rounded to bf16 (or fp16) and back: the casts the 16-bit paths use.
+__global__ void RoundTripKernel(const float *x, float *y, long n, bool bf16) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
+       i += long(gridDim.x) * blockDim.x)
+    y[i] = bf16 ? BFloat16ToFloat(FloatToBFloat16(x[i])) : HalfToFloat(FloatToHalf(x[i]));
+}
+
+// Launch shape of an element-wise kernel over n elements: 256 threads a
+// block, at most 4 blocks per SM's worth of work (the grid-stride loops do the rest).
+struct Launch {
+  int blocks, threads;
+};
+Launch ElementwiseLaunch(long n) {
+  constexpr int kThreads = 256;
+  const long blocks = (n + kThreads - 1) / kThreads;
+  return {int(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535), kThreads};
 }
 
 namespace {
@@ -69,6 +88,60 @@ std::string DevicesJson() {
 }  // namespace
 
 }  // namespace dst::cuda
+
+namespace {
+
+// Writes "what: cuda error" into err[cap]; returns 2.
+int Fail(char *err, size_t cap, const char *what, cudaError_t status) {
+  if (err != nullptr && cap > 0)
+    std::snprintf(err, cap, "%s: %s", what, cudaGetErrorString(status));
+  return 2;
+}
+
+}  // namespace
+
+// Runs one element-wise kernel on host arrays (copied to device 0 and back):
+// the GPU test suite compares it with the CPU kernel. kernel: "gelu_forward"
+// (out = gelu(a)), "gelu_backward" (out = b * gelu'(a)), "round_bf16",
+// "round_fp16" (out = a through the 16-bit type and back). Returns 0, 1 when
+// there is no device, 2 on an error (err[cap] says which).
+extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_elementwise(
+    const char *kernel, const float *a, const float *b, float *out, long n, char *err,
+    size_t cap) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return 1;
+  const std::string name = kernel;
+  float *da = nullptr, *db = nullptr, *dout = nullptr;
+  const size_t bytes = size_t(n) * sizeof(float);
+  cudaError_t st = cudaMalloc(&da, bytes);
+  if (st == cudaSuccess) st = cudaMalloc(&db, bytes);
+  if (st == cudaSuccess) st = cudaMalloc(&dout, bytes);
+  if (st == cudaSuccess) st = cudaMemcpy(da, a, bytes, cudaMemcpyHostToDevice);
+  if (st == cudaSuccess && b != nullptr) st = cudaMemcpy(db, b, bytes, cudaMemcpyHostToDevice);
+  int rc = 0;
+  if (st != cudaSuccess) {
+    rc = Fail(err, cap, "copying the inputs", st);
+  } else {
+    const dst::cuda::Launch l = dst::cuda::ElementwiseLaunch(n);
+    if (name == "gelu_forward")
+      dst::cuda::GeluForwardKernel<<<l.blocks, l.threads>>>(da, dout, n);
+    else if (name == "gelu_backward")
+      dst::cuda::GeluBackwardKernel<<<l.blocks, l.threads>>>(da, db, dout, n);
+    else if (name == "round_bf16" || name == "round_fp16")
+      dst::cuda::RoundTripKernel<<<l.blocks, l.threads>>>(da, dout, n, name == "round_bf16");
+    else
+      rc = 2;
+    if (rc == 2 && err != nullptr && cap > 0)
+      std::snprintf(err, cap, "no element-wise kernel named \"%s\"", kernel);
+    if (rc == 0) st = cudaGetLastError();
+    if (rc == 0 && st == cudaSuccess) st = cudaMemcpy(out, dout, bytes, cudaMemcpyDeviceToHost);
+    if (rc == 0 && st != cudaSuccess) rc = Fail(err, cap, name.c_str(), st);
+  }
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dout);
+  return rc;
+}
 
 // The devices as JSON ({runtime_version, driver_version, devices: [{index, name,
 // total_memory, compute_capability}], error}) into out[cap]; returns the bytes the

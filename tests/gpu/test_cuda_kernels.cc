@@ -1,0 +1,123 @@
+// The GPU test suite (ctest label "gpu", scripts/test-gpu.sh): every CUDA
+// kernel against the CPU kernel on random inputs (fp32 within 1e-5, casts bit
+// for bit). Without the CUDA plugin or a device each test is reported as
+// skipped ("skipped: no CUDA device"), never as passed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/kernels/cpu/activations.h"
+#include "core/precision/convert.h"
+#include "core/runtime/plugin.h"
+
+namespace dst {
+namespace {
+
+using ElementwiseFn = int (*)(const char *kernel, const float *a, const float *b, float *out,
+                              long n, char *err, size_t cap);
+
+struct CudaPlugin {
+  ElementwiseFn elementwise = nullptr;
+  std::string why;
+};
+
+const CudaPlugin &Plugin() {
+  static const CudaPlugin plugin = [] {
+    CudaPlugin p;
+#ifdef DSTRAIN_CUDA_PLUGIN_BUILD_PATH
+    const OpenedPlugin opened =
+        OpenPlugin({"libdstrain_cuda.so", "DSTRAIN_CUDA_PLUGIN", DSTRAIN_CUDA_PLUGIN_BUILD_PATH,
+                    "dst_cuda_plugin_elementwise", "the CUDA runtime"});
+    p.elementwise = reinterpret_cast<ElementwiseFn>(opened.entry);
+    p.why = opened.error;
+#else
+    p.why = "this build has no CUDA plugin";
+#endif
+    return p;
+  }();
+  return plugin;
+}
+
+// Runs a kernel; false (and the test is skipped) without a plugin or device.
+bool RunOnGpu(const char *kernel, const std::vector<float> &a, const std::vector<float> *b,
+              std::vector<float> *out, std::string *skip) {
+  if (Plugin().elementwise == nullptr) {
+    *skip = "skipped: no CUDA plugin (" + Plugin().why + ")";
+    return false;
+  }
+  out->assign(a.size(), 0.0f);
+  char err[512] = {};
+  const int rc = Plugin().elementwise(kernel, a.data(), b ? b->data() : nullptr, out->data(),
+                                      long(a.size()), err, sizeof err);
+  if (rc == 1) {
+    *skip = "skipped: no CUDA device";
+    return false;
+  }
+  EXPECT_EQ(rc, 0) << err;
+  return rc == 0;
+}
+
+std::vector<float> Random(size_t n, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float &x : v) x = normal(rng);
+  return v;
+}
+
+#define RUN_OR_SKIP(kernel, a, b, out)         \
+  do {                                         \
+    std::string skip;                          \
+    if (!RunOnGpu(kernel, a, b, out, &skip)) { \
+      if (!skip.empty()) GTEST_SKIP() << skip; \
+      return;                                  \
+    }                                          \
+  } while (0)
+
+TEST(CudaKernels, GeluForwardMatchesTheCpuKernel) {
+  const std::vector<float> x = Random(100003, 3.0f, 1);
+  std::vector<float> gpu, cpu(x.size());
+  RUN_OR_SKIP("gelu_forward", x, nullptr, &gpu);
+  cpu::GeluForward(x.data(), int64_t(x.size()), cpu.data());
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_NEAR(gpu[i], cpu[i], 1e-5f * (1.0f + std::fabs(cpu[i]))) << "x = " << x[i];
+}
+
+TEST(CudaKernels, GeluBackwardMatchesTheCpuKernel) {
+  const std::vector<float> x = Random(100003, 3.0f, 2), dy = Random(100003, 1.0f, 3);
+  std::vector<float> gpu, cpu(x.size());
+  RUN_OR_SKIP("gelu_backward", x, &dy, &gpu);
+  cpu::GeluBackward(dy.data(), x.data(), int64_t(x.size()), cpu.data());
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_NEAR(gpu[i], cpu[i], 1e-5f * (1.0f + std::fabs(cpu[i]))) << "x = " << x[i];
+}
+
+// The casts bit for bit, special values included.
+TEST(CudaKernels, SixteenBitRoundTripsEqualTheCpuCastsBitForBit) {
+  std::vector<float> x = Random(65536, 1e3f, 4);
+  for (float v : {0.0f, -0.0f, 1e-8f, -6e-8f, 65504.0f, 65520.0f, 1e30f,
+                  std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                  std::numeric_limits<float>::denorm_min()})
+    x.push_back(v);
+  for (const char *kernel : {"round_bf16", "round_fp16"}) {
+    std::vector<float> gpu;
+    RUN_OR_SKIP(kernel, x, nullptr, &gpu);
+    const bool bf16 = std::strcmp(kernel, "round_bf16") == 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float cpu =
+          bf16 ? BFloat16ToFloat(FloatToBFloat16(x[i])) : HalfToFloat(FloatToHalf(x[i]));
+      uint32_t g, c;
+      std::memcpy(&g, &gpu[i], 4);
+      std::memcpy(&c, &cpu, 4);
+      ASSERT_EQ(g, c) << kernel << " of " << x[i];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dst
