@@ -28,12 +28,7 @@ const Plugin &LoadPlugin() {
         "this build has no NCCL backend (the CUDA toolkit and NCCL were not found "
         "when it was built)";
 #else
-#ifdef DSTRAIN_NCCL_PLUGIN_BUILD_PATH
-    const char *build_path = DSTRAIN_NCCL_PLUGIN_BUILD_PATH;
-#else
-    const char *build_path = nullptr;
-#endif
-    const OpenedPlugin opened = OpenPlugin({"libdstrain_nccl.so", "DSTRAIN_NCCL_PLUGIN", build_path,
+    const OpenedPlugin opened = OpenPlugin({"libdstrain_nccl.so", "DSTRAIN_NCCL_PLUGIN", DSTRAIN_NCCL_PLUGIN_BUILD_PATH,
                                             "dst_nccl_plugin_create",
                                             "the CUDA runtime and NCCL libraries"});
     plugin.create = reinterpret_cast<PluginCreateFn>(opened.entry);

@@ -16,13 +16,9 @@ CudaDevices Query() {
 #if !DSTRAIN_HAVE_CUDA
   out.why_none = "this build has no CUDA backend (nvcc was not found when it was built)";
 #else
-#ifdef DSTRAIN_CUDA_PLUGIN_BUILD_PATH
-  const char *build_path = DSTRAIN_CUDA_PLUGIN_BUILD_PATH;
-#else
-  const char *build_path = nullptr;
-#endif
-  const OpenedPlugin plugin = OpenPlugin({"libdstrain_cuda.so", "DSTRAIN_CUDA_PLUGIN", build_path,
-                                          "dst_cuda_plugin_devices", "the CUDA runtime"});
+  const OpenedPlugin plugin =
+      OpenPlugin({"libdstrain_cuda.so", "DSTRAIN_CUDA_PLUGIN", DSTRAIN_CUDA_PLUGIN_BUILD_PATH,
+                  "dst_cuda_plugin_devices", "the CUDA runtime"});
   if (plugin.entry == nullptr) {
     out.why_none = plugin.error;
     return out;
