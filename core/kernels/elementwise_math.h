@@ -66,4 +66,28 @@ DST_HOST_DEVICE inline T GeluGrad(T x) {
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner;
 }
 
+// One Adam/AdamW step's constants, in float, as every path uses them (the CPU's
+// scalar and vector paths, the CUDA kernel): made on the host per step.
+struct AdamConstants {
+  float b1, omb1, b2, omb2;  // beta1, 1 - beta1, beta2, 1 - beta2
+  float bias2_sqrt;          // sqrt(1 - beta2^step)
+  float step_size;           // lr / (1 - beta1^step)
+  float decay;               // AdamW: 1 - lr * weight_decay; Adam: 1
+  float l2;                  // Adam: weight_decay (added to the gradient); AdamW: 0
+  float eps;
+  float grad_mul;  // applied to the gradient first (unscale x clip)
+};
+
+// One element's update, in the order the vector paths compute it:
+// g' = g * grad_mul + l2 p; m = b1 m + (1 - b1) g'; v = b2 v + (1 - b2) g'^2;
+// p = p * decay - step_size m / (sqrt(v) / bias2_sqrt + eps).
+DST_HOST_DEVICE inline void AdamElement(float &p, float grad, float &m, float &v,
+                                        const AdamConstants &k) {
+  const float g = grad * k.grad_mul + k.l2 * p;
+  m = k.b1 * m + k.omb1 * g;
+  v = k.b2 * v + k.omb2 * (g * g);
+  const float denom = std::sqrt(v) / k.bias2_sqrt + k.eps;
+  p = p * k.decay - (k.step_size * m) / denom;
+}
+
 }  // namespace dst::math

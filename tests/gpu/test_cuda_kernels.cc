@@ -2,6 +2,7 @@
 // kernel against the CPU kernel on random inputs (fp32 within 1e-5, casts bit
 // for bit). Without the CUDA plugin or a device each test is reported as
 // skipped ("skipped: no CUDA device"), never as passed.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/kernels/cpu/activations.h"
+#include "core/kernels/cpu/cpu_adam.h"
 #include "core/precision/convert.h"
 #include "core/runtime/plugin.h"
 
@@ -21,8 +23,12 @@ namespace {
 using ElementwiseFn = int (*)(const char *kernel, const float *a, const float *b, float *out,
                               long n, char *err, size_t cap);
 
+using AdamFn = int (*)(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, long n,
+                       const math::AdamConstants *k, char *err, size_t cap);
+
 struct CudaPlugin {
   ElementwiseFn elementwise = nullptr;
+  AdamFn adam = nullptr;
   std::string why;
 };
 
@@ -34,6 +40,8 @@ const CudaPlugin &Plugin() {
         OpenPlugin({"libdstrain_cuda.so", "DSTRAIN_CUDA_PLUGIN", DSTRAIN_CUDA_PLUGIN_BUILD_PATH,
                     "dst_cuda_plugin_elementwise", "the CUDA runtime"});
     p.elementwise = reinterpret_cast<ElementwiseFn>(opened.entry);
+    if (opened.handle != nullptr)
+      p.adam = reinterpret_cast<AdamFn>(dlsym(opened.handle, "dst_cuda_plugin_adam"));
     p.why = opened.error;
 #else
     p.why = "this build has no CUDA plugin";
@@ -115,6 +123,33 @@ TEST(CudaKernels, SixteenBitRoundTripsEqualTheCpuCastsBitForBit) {
       std::memcpy(&g, &gpu[i], 4);
       std::memcpy(&c, &cpu, 4);
       ASSERT_EQ(g, c) << kernel << " of " << x[i];
+    }
+  }
+}
+
+// AdamW and Adam steps against CPU-Adam's scalar path: the same formula
+// (math::AdamElement), so within fp32 rounding of contracted multiply-adds.
+TEST(CudaKernels, AdamStepMatchesCpuAdam) {
+  if (Plugin().adam == nullptr) GTEST_SKIP() << "skipped: no CUDA plugin (" << Plugin().why << ")";
+  const size_t n = 50001;
+  for (bool decoupled : {true, false}) {
+    const cpu::AdamHyper h{1e-3, 0.9, 0.95, 1e-8, 0.1, 7, decoupled};
+    std::vector<float> param = Random(n, 0.02f, 5), grad = Random(n, 1e-3f, 6);
+    std::vector<float> m = Random(n, 1e-4f, 7), v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = m[i] * m[i] * 3.0f;
+    std::vector<float> gp = param, gm = m, gv = v;
+    const math::AdamConstants k = cpu::AdamConstantsFor(h, 0.5f);
+    char err[512] = {};
+    const int rc =
+        Plugin().adam(gp.data(), grad.data(), gm.data(), gv.data(), long(n), &k, err, sizeof err);
+    if (rc == 1) GTEST_SKIP() << "skipped: no CUDA device";
+    ASSERT_EQ(rc, 0) << err;
+    cpu::CpuAdamRange r{param.data(), grad.data(), m.data(), v.data(), int64_t(n), 0.5f};
+    cpu::CpuAdamUpdate(r, h, cpu::SimdPath::kScalar);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(gp[i], param[i], 1e-6f * (1.0f + std::fabs(param[i]))) << i;
+      ASSERT_NEAR(gm[i], m[i], 1e-6f * std::fabs(m[i]) + 1e-12f) << i;
+      ASSERT_NEAR(gv[i], v[i], 1e-6f * std::fabs(v[i]) + 1e-15f) << i;
     }
   }
 }

@@ -19,37 +19,31 @@
 
 namespace dst::cpu {
 
+math::AdamConstants AdamConstantsFor(const AdamHyper &h, float mul) {
+  math::AdamConstants k;
+  k.b1 = float(h.beta1);
+  k.omb1 = 1.0f - float(h.beta1);
+  k.b2 = float(h.beta2);
+  k.omb2 = 1.0f - float(h.beta2);
+  k.bias2_sqrt = float(std::sqrt(1 - std::pow(h.beta2, double(h.step))));
+  k.step_size = float(h.lr) / float(1 - std::pow(h.beta1, double(h.step)));
+  k.decay = h.decoupled ? float(1 - h.lr * h.weight_decay) : 1.0f;
+  k.l2 = h.decoupled ? 0.0f : float(h.weight_decay);
+  k.eps = float(h.eps);
+  k.grad_mul = mul;
+  return k;
+}
+
 namespace {
 
-// The per-step constants, in float, as every path uses them.
-struct AdamConstants {
-  float b1, omb1, b2, omb2, bias2_sqrt, step_size, decay, l2, eps, grad_mul;
-  AdamConstants(const AdamHyper &h, float mul)
-      : b1(float(h.beta1)),
-        omb1(1.0f - float(h.beta1)),
-        b2(float(h.beta2)),
-        omb2(1.0f - float(h.beta2)),
-        bias2_sqrt(float(std::sqrt(1 - std::pow(h.beta2, double(h.step))))),
-        step_size(float(h.lr) / float(1 - std::pow(h.beta1, double(h.step)))),
-        decay(h.decoupled ? float(1 - h.lr * h.weight_decay) : 1.0f),
-        l2(h.decoupled ? 0.0f : float(h.weight_decay)),
-        eps(float(h.eps)),
-        grad_mul(mul) {}
-};
+using math::AdamConstants;
 
-// Element i, in the order the vector paths use.
+// Element i, in the order the vector paths use (the shared formula).
 inline void ScalarElement(const CpuAdamRange &r, const AdamConstants &k, int64_t i) {
-  const float p = r.param[i];
-  const float g = r.grad[i] * k.grad_mul + k.l2 * p;
-  const float m = k.b1 * r.exp_avg[i] + k.omb1 * g;
-  const float v = k.b2 * r.exp_avg_sq[i] + k.omb2 * (g * g);
-  r.exp_avg[i] = m;
-  r.exp_avg_sq[i] = v;
-  const float denom = std::sqrt(v) / k.bias2_sqrt + k.eps;
-  const float updated = p * k.decay - (k.step_size * m) / denom;
-  r.param[i] = updated;
-  if (r.half_out)
-    r.half_out[i] = r.half == Half::kBf16 ? FloatToBFloat16(updated) : FloatToHalf(updated);
+  float p = r.param[i];
+  math::AdamElement(p, r.grad[i], r.exp_avg[i], r.exp_avg_sq[i], k);
+  r.param[i] = p;
+  if (r.half_out) r.half_out[i] = r.half == Half::kBf16 ? FloatToBFloat16(p) : FloatToHalf(p);
 }
 
 void ScalarRange(const CpuAdamRange &r, const AdamConstants &k, int64_t begin, int64_t end) {
@@ -190,11 +184,11 @@ const char *SimdPathName(SimdPath path) {
 }
 
 void CpuAdamUpdate(const CpuAdamRange &r, const AdamHyper &h, SimdPath path) {
-  RangeOn(path, r, AdamConstants(h, r.grad_mul), 0, r.n);
+  RangeOn(path, r, AdamConstantsFor(h, r.grad_mul), 0, r.n);
 }
 
 void CpuAdamStep(const CpuAdamRange &r, const AdamHyper &h, SimdPath path) {
-  const AdamConstants k(h, r.grad_mul);
+  const AdamConstants k = AdamConstantsFor(h, r.grad_mul);
   constexpr int64_t kAlign = 64;  // elements per thread start on a cache line's multiple
 #pragma omp parallel
   {

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/kernels/cpu/optimizers.h"
+#include "core/kernels/elementwise_math.h"
 #include "core/precision/half_ops.h"
 
 namespace dst::cpu {
@@ -31,6 +32,9 @@ struct CpuAdamRange {
   uint16_t *half_out = nullptr;  // [n] the updated weights in 16 bits, or null
   Half half = Half::kBf16;       // the format of half_out
 };
+
+// The step's float constants every path (and the CUDA kernel) uses.
+math::AdamConstants AdamConstantsFor(const AdamHyper &h, float grad_mul);
 
 // Updates the range on `path` (one thread; CpuAdamStep splits across threads).
 void CpuAdamUpdate(const CpuAdamRange &r, const AdamHyper &h, SimdPath path);

@@ -37,6 +37,19 @@ __global__ void RoundTripKernel(const float *x, float *y, long n, bool bf16) {
     y[i] = bf16 ? BFloat16ToFloat(FloatToBFloat16(x[i])) : HalfToFloat(FloatToHalf(x[i]));
 }
 
+// Fused Adam/AdamW over a flat range (the shared formula, math::AdamElement).
+__global__ void AdamKernel(float *param, const float *grad, float *exp_avg, float *exp_avg_sq,
+                           long n, math::AdamConstants k) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
+       i += long(gridDim.x) * blockDim.x) {
+    float p = param[i], m = exp_avg[i], v = exp_avg_sq[i];
+    math::AdamElement(p, grad[i], m, v, k);
+    param[i] = p;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+  }
+}
+
 // Launch shape of an element-wise kernel over n elements: 256 threads a
 // block, at most 4 blocks per SM's worth of work (the grid-stride loops do the rest).
 struct Launch {
@@ -141,6 +154,34 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_elementwis
   cudaFree(db);
   cudaFree(dout);
   return rc;
+}
+
+// One fused Adam step over host arrays (copied to device 0 and back), with the
+// step's constants (math::AdamConstants): the GPU test suite compares it with
+// CPU-Adam. Returns 0, 1 when there is no device, 2 on an error (err[cap]).
+extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_adam(
+    float *param, const float *grad, float *exp_avg, float *exp_avg_sq, long n,
+    const dst::math::AdamConstants *k, char *err, size_t cap) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return 1;
+  float *buffers[4] = {};
+  float *host[4] = {param, const_cast<float *>(grad), exp_avg, exp_avg_sq};
+  const size_t bytes = size_t(n) * sizeof(float);
+  cudaError_t st = cudaSuccess;
+  for (int b = 0; b < 4 && st == cudaSuccess; ++b) {
+    st = cudaMalloc(&buffers[b], bytes);
+    if (st == cudaSuccess) st = cudaMemcpy(buffers[b], host[b], bytes, cudaMemcpyHostToDevice);
+  }
+  if (st == cudaSuccess) {
+    const dst::cuda::Launch l = dst::cuda::ElementwiseLaunch(n);
+    dst::cuda::AdamKernel<<<l.blocks, l.threads>>>(buffers[0], buffers[1], buffers[2], buffers[3],
+                                                   n, *k);
+    st = cudaGetLastError();
+  }
+  for (int b : {0, 2, 3})
+    if (st == cudaSuccess) st = cudaMemcpy(host[b], buffers[b], bytes, cudaMemcpyDeviceToHost);
+  for (float *buffer : buffers) cudaFree(buffer);
+  return st == cudaSuccess ? 0 : Fail(err, cap, "adam", st);
 }
 
 // The devices as JSON ({runtime_version, driver_version, devices: [{index, name,
