@@ -14,6 +14,7 @@
 
 #include "core/kernels/cpu/activations.h"
 #include "core/kernels/cpu/cpu_adam.h"
+#include "core/kernels/cpu/layernorm.h"
 #include "core/precision/convert.h"
 #include "core/runtime/plugin.h"
 
@@ -26,9 +27,14 @@ using ElementwiseFn = int (*)(const char *kernel, const float *a, const float *b
 using AdamFn = int (*)(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, long n,
                        const math::AdamConstants *k, char *err, size_t cap);
 
+using LayerNormFn = int (*)(const float *x, const float *w, const float *b, const float *dy,
+                            long rows, long C, float eps, float *out, float *mean, float *rstd,
+                            float *dx, float *dw, float *db, char *err, size_t cap);
+
 struct CudaPlugin {
   ElementwiseFn elementwise = nullptr;
   AdamFn adam = nullptr;
+  LayerNormFn layernorm = nullptr;
   std::string why;
 };
 
@@ -42,6 +48,9 @@ const CudaPlugin &Plugin() {
     p.elementwise = reinterpret_cast<ElementwiseFn>(opened.entry);
     if (opened.handle != nullptr)
       p.adam = reinterpret_cast<AdamFn>(dlsym(opened.handle, "dst_cuda_plugin_adam"));
+    if (opened.handle != nullptr)
+      p.layernorm =
+          reinterpret_cast<LayerNormFn>(dlsym(opened.handle, "dst_cuda_plugin_layernorm"));
     p.why = opened.error;
 #else
     p.why = "this build has no CUDA plugin";
@@ -151,6 +160,45 @@ TEST(CudaKernels, AdamStepMatchesCpuAdam) {
       ASSERT_NEAR(gm[i], m[i], 1e-6f * std::fabs(m[i]) + 1e-12f) << i;
       ASSERT_NEAR(gv[i], v[i], 1e-6f * std::fabs(v[i]) + 1e-15f) << i;
     }
+  }
+}
+
+// LayerNorm forward (out, mean, rstd) and backward (dx, dw, db accumulated)
+// against the CPU kernels, at widths below, at and above a warp.
+TEST(CudaKernels, LayerNormMatchesTheCpuKernels) {
+  if (Plugin().layernorm == nullptr)
+    GTEST_SKIP() << "skipped: no CUDA plugin (" << Plugin().why << ")";
+  for (int64_t C : {24, 64, 384, 1000}) {
+    const int64_t rows = 77;
+    const size_t n = size_t(rows * C), nrows = size_t(rows), ncols = size_t(C);
+    const std::vector<float> x = Random(n, 2.0f, 8), dy = Random(n, 1.0f, 9);
+    const std::vector<float> w = Random(ncols, 1.0f, 10), b = Random(ncols, 1.0f, 11);
+    std::vector<float> out(n), mean(nrows), rstd(nrows), dx = Random(n, 0.1f, 12);
+    std::vector<float> dw = Random(ncols, 0.1f, 13), db = Random(ncols, 0.1f, 14);
+    std::vector<float> g_out = out, g_mean = mean, g_rstd = rstd, g_dx = dx, g_dw = dw, g_db = db;
+    char err[512] = {};
+    const int rc =
+        Plugin().layernorm(x.data(), w.data(), b.data(), dy.data(), long(rows), long(C),
+                           float(cpu::kLayerNormEps), g_out.data(), g_mean.data(), g_rstd.data(),
+                           g_dx.data(), g_dw.data(), g_db.data(), err, sizeof err);
+    if (rc == 1) GTEST_SKIP() << "skipped: no CUDA device";
+    ASSERT_EQ(rc, 0) << err;
+    std::vector<float> scratch(2 * ncols);
+    cpu::LayerNormForward(x.data(), w.data(), b.data(), rows, C, out.data(), mean.data(),
+                          rstd.data());
+    cpu::LayerNormBackward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), rows, C,
+                           dx.data(), dw.data(), db.data(), scratch.data(), 1);
+    auto near = [](const std::vector<float> &got, const std::vector<float> &want, float tol) {
+      for (size_t i = 0; i < want.size(); ++i)
+        if (std::fabs(got[i] - want[i]) > tol * (1.0f + std::fabs(want[i]))) return i;
+      return want.size();
+    };
+    EXPECT_EQ(near(g_out, out, 1e-5f), n) << "out, C=" << C;
+    EXPECT_EQ(near(g_mean, mean, 1e-5f), size_t(rows)) << "mean, C=" << C;
+    EXPECT_EQ(near(g_rstd, rstd, 1e-5f), size_t(rows)) << "rstd, C=" << C;
+    EXPECT_EQ(near(g_dx, dx, 1e-5f), n) << "dx, C=" << C;
+    EXPECT_EQ(near(g_dw, dw, 1e-4f), size_t(C)) << "dw, C=" << C;  // sums over 77 rows
+    EXPECT_EQ(near(g_db, db, 1e-4f), size_t(C)) << "db, C=" << C;
   }
 }
 

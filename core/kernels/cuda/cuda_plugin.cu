@@ -50,6 +50,77 @@ __global__ void AdamKernel(float *param, const float *grad, float *exp_avg, floa
   }
 }
 
+// ---- LayerNorm over the last dimension (cpu/layernorm.h's math): one warp a row.
+
+constexpr int kWarp = 32;
+
+__device__ float WarpSum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// out = (x - mean) * rstd * w + b per row of x [rows, C]; mean, rstd [rows] saved.
+__global__ void LayerNormForwardKernel(const float *x, const float *w, const float *b, long rows,
+                                       long C, float *out, float *mean, float *rstd, float eps) {
+  const long row = blockIdx.x * long(blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= rows) return;
+  const float *xr = x + row * C;
+  float sum = 0;
+  for (long i = lane; i < C; i += kWarp) sum += xr[i];
+  const float m = WarpSum(sum) / float(C);
+  float var = 0;
+  for (long i = lane; i < C; i += kWarp) var += (xr[i] - m) * (xr[i] - m);
+  const float s = 1.0f / sqrtf(WarpSum(var) / float(C) + eps);
+  float *o = out + row * C;
+  for (long i = lane; i < C; i += kWarp) o[i] = (xr[i] - m) * s * w[i] + b[i];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+// dx (+=) per row: (dy w - mean(dy w) - norm mean(dy w norm)) rstd.
+__global__ void LayerNormInputGradKernel(const float *dy, const float *x, const float *w,
+                                         const float *mean, const float *rstd, long rows, long C,
+                                         float *dx) {
+  const long row = blockIdx.x * long(blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= rows) return;
+  const float *xr = x + row * C, *g = dy + row * C;
+  const float m = mean[row], s = rstd[row];
+  float dnorm_sum = 0, dnorm_norm_sum = 0;
+  for (long i = lane; i < C; i += kWarp) {
+    const float dnorm = g[i] * w[i];
+    dnorm_sum += dnorm;
+    dnorm_norm_sum += dnorm * (xr[i] - m) * s;
+  }
+  const float dnorm_mean = WarpSum(dnorm_sum) / float(C);
+  const float dnorm_norm_mean = WarpSum(dnorm_norm_sum) / float(C);
+  float *dxr = dx + row * C;
+  for (long i = lane; i < C; i += kWarp) {
+    const float norm = (xr[i] - m) * s;
+    dxr[i] += (g[i] * w[i] - dnorm_mean - norm * dnorm_norm_mean) * s;
+  }
+}
+
+// dw, db (+=) [C]: one thread a column walks every row (a fixed order: the
+// result does not depend on scheduling, as on the CPU).
+__global__ void LayerNormParamGradKernel(const float *dy, const float *x, const float *mean,
+                                         const float *rstd, long rows, long C, float *dw,
+                                         float *db) {
+  const long col = blockIdx.x * long(blockDim.x) + threadIdx.x;
+  if (col >= C) return;
+  float w_sum = 0, b_sum = 0;
+  for (long r = 0; r < rows; ++r) {
+    const float g = dy[r * C + col];
+    w_sum += g * (x[r * C + col] - mean[r]) * rstd[r];
+    b_sum += g;
+  }
+  dw[col] += w_sum;
+  db[col] += b_sum;
+}
+
 // Launch shape of an element-wise kernel over n elements: 256 threads a
 // block, at most 4 blocks per SM's worth of work (the grid-stride loops do the rest).
 struct Launch {
@@ -182,6 +253,53 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_adam(
     if (st == cudaSuccess) st = cudaMemcpy(host[b], buffers[b], bytes, cudaMemcpyDeviceToHost);
   for (float *buffer : buffers) cudaFree(buffer);
   return st == cudaSuccess ? 0 : Fail(err, cap, "adam", st);
+}
+
+// LayerNorm forward then backward on host arrays (device 0, copied back):
+// out, mean, rstd assigned; dx, dw, db accumulated (+=) onto what they hold.
+// Returns 0, 1 when there is no device, 2 on an error (err[cap]).
+extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_layernorm(
+    const float *x, const float *w, const float *b, const float *dy, long rows, long C,
+    float eps, float *out, float *mean, float *rstd, float *dx, float *dw, float *db, char *err,
+    size_t cap) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return 1;
+  const size_t n = size_t(rows) * size_t(C);
+  struct Array {
+    const float *host;
+    float *out_host;  // copied back into, or null
+    size_t size;
+    float *device = nullptr;
+  } arrays[] = {{x, nullptr, n},        {w, nullptr, size_t(C)},   {b, nullptr, size_t(C)},
+                {dy, nullptr, n},       {out, out, n},             {mean, mean, size_t(rows)},
+                {rstd, rstd, size_t(rows)}, {dx, dx, n},           {dw, dw, size_t(C)},
+                {db, db, size_t(C)}};
+  cudaError_t st = cudaSuccess;
+  for (Array &a : arrays) {
+    if (st == cudaSuccess) st = cudaMalloc(&a.device, a.size * sizeof(float));
+    if (st == cudaSuccess)
+      st = cudaMemcpy(a.device, a.host, a.size * sizeof(float), cudaMemcpyHostToDevice);
+  }
+  if (st == cudaSuccess) {
+    constexpr int kThreads = 256, kRowsPerBlock = kThreads / dst::cuda::kWarp;
+    const int row_blocks = int((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    const int col_blocks = int((C + kThreads - 1) / kThreads);
+    dst::cuda::LayerNormForwardKernel<<<row_blocks, kThreads>>>(
+        arrays[0].device, arrays[1].device, arrays[2].device, rows, C, arrays[4].device,
+        arrays[5].device, arrays[6].device, eps);
+    dst::cuda::LayerNormInputGradKernel<<<row_blocks, kThreads>>>(
+        arrays[3].device, arrays[0].device, arrays[1].device, arrays[5].device, arrays[6].device,
+        rows, C, arrays[7].device);
+    dst::cuda::LayerNormParamGradKernel<<<col_blocks, kThreads>>>(
+        arrays[3].device, arrays[0].device, arrays[5].device, arrays[6].device, rows, C,
+        arrays[8].device, arrays[9].device);
+    st = cudaGetLastError();
+  }
+  for (Array &a : arrays)
+    if (st == cudaSuccess && a.out_host != nullptr)
+      st = cudaMemcpy(a.out_host, a.device, a.size * sizeof(float), cudaMemcpyDeviceToHost);
+  for (Array &a : arrays) cudaFree(a.device);
+  return st == cudaSuccess ? 0 : Fail(err, cap, "layernorm", st);
 }
 
 // The devices as JSON ({runtime_version, driver_version, devices: [{index, name,
