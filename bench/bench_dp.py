@@ -49,9 +49,10 @@ def rank_env(rank, world, port, token):
     return env
 
 
-def run_ranks(cmd, world=WORLD, timeout=900):
+def run_ranks(cmd, world=WORLD, timeout=900, extra_env=None):
     port, token = free_port(), secrets.token_hex(8)
-    procs = [subprocess.Popen(cmd, env=rank_env(r, world, port, token), text=True,
+    procs = [subprocess.Popen(cmd, env={**rank_env(r, world, port, token), **(extra_env or {})},
+                              text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for r in range(world)]
     outs = []
@@ -151,9 +152,16 @@ def ddp_worker(args):
     dist.destroy_process_group()
 
 
-def torch_ddp(args):
+def openblas_is_generic(build):
+    """Whether the system OpenBLAS runs its generic kernels here (sgemm_peak says)."""
+    out = subprocess.run([str(build / "bench" / "sgemm_peak"), "--quick", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    return last_json(out).get("openblas_generic", False)
+
+
+def torch_ddp(args, extra_env=None):
     outs = run_ranks([sys.executable, __file__, "--ddp-worker", "--steps", str(args.steps),
-                      "--warmup", str(args.warmup)])
+                      "--warmup", str(args.warmup)], extra_env=extra_env)
     step = max(last_json(o)["mean_step_seconds"] for o in outs)
     return bench_gpt.MICRO_BATCH * bench_gpt.MODEL["n_ctx"] * WORLD / step
 
@@ -204,6 +212,13 @@ def main():
                    for p in args.precisions.split(",") for s in (0, 1, 2, 3)}
         ddp = torch_ddp(args)
         print(f"  {'PyTorch DDP (gloo) fp32':<27} {ddp:10.1f} tok/s")
+        # Where the system OpenBLAS runs generic kernels, DDP once more at its best
+        # (OPENBLAS_CORETYPE set), and the ratios against that.
+        tuned = bench_gpt.tuned_openblas_core() if openblas_is_generic(build) else None
+        if tuned:
+            ddp = torch_ddp(args, {"OPENBLAS_CORETYPE": tuned})
+            print(f"  {'PyTorch DDP* (' + tuned + ')':<27} {ddp:10.1f} tok/s   "
+                  f"(OPENBLAS_CORETYPE={tuned}; the ratios below are against this one)")
         for name, (tps, hidden, comm) in results.items():
             print(f"  {name:<27} {tps:10.1f} tok/s   ratio to DDP {tps / ddp:5.2f}   "
                   f"communication {comm:6.2f} s, {100 * hidden:5.1f}% hidden behind backward")

@@ -9,7 +9,7 @@ BUILD=${DSTRAIN_BUILD_DIR:-build}
 if [ ! -d "$BUILD" ]; then
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release
 fi
-cmake --build "$BUILD" -j"$(nproc)" --target dstrain_gpu_tests
+cmake --build "$BUILD" -j"$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" --target dstrain_gpu_tests
 log=$(mktemp)
 ctest --test-dir "$BUILD" -L gpu --output-on-failure | tee "$log"
 if grep -q "Skipped" "$log"; then

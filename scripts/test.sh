@@ -5,5 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
+# The cores, counted before OMP_NUM_THREADS=1 is exported: GNU nproc honours
+# OMP_NUM_THREADS, and would make ctest run one test at a time.
+jobs=$(nproc)
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 900
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
