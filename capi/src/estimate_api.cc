@@ -158,17 +158,26 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
   int64_t psi = 0;
   for (const dst::ParamDecl &d : decls) psi += d.numel;
   const int64_t dp = config.value().dp_size;
+  // 16-bit training with override_modules: the listed types' tensors are
+  // fp32 and whole on every rank (and so never stage-3 persistent).
+  const std::vector<bool> fp32 =
+      dst::Fp32ByParamType(spec.value(), decls, config.value().fp32_modules());
+  int64_t fp32_elements = 0;
+  for (size_t k = 0; k < decls.size(); ++k) fp32_elements += fp32[k] ? decls[k].numel : 0;
   // Stage 3 keeps tensors of at most this many elements whole on every rank.
   const int64_t persistent = dst::PersistentElements(
       decls, config.value().zero.stage3_param_persistence_threshold,
       dst::WholeByParamType(spec.value(), decls, config.value().zero.zero_allowed_param_types,
-                            config.value().zero.zero_force_param_types));
+                            config.value().zero.zero_force_param_types),
+      fp32);
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   const dst::DType precision = config.value().precision();
   for (int stage = 0; stage <= 3; ++stage) {
     const int64_t stage_persistent = stage == 3 ? persistent : 0;
     dst::ModelStateBytes b = dst::EstimateModelState(psi, dp, stage, config.value().optimizer,
                                                      stage_persistent, precision);
+    b.parameters += 4 * fp32_elements;  // none under fp32 training
+    b.gradients += 4 * fp32_elements;
     // gradient_compression: ZeRO 0/1 keep an fp32 residual of the whole
     // buffer (with dp > 1); stages 2 and 3 refuse it.
     const bool compressed = config.value().gradient_compression.enabled;
@@ -180,6 +189,7 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
                       {"optimizer_state_bytes", b.optimizer_state},
                       {"total_bytes", b.total()},
                       {"persistent_parameters", stage_persistent},
+                      {"fp32_parameters", fp32_elements},
                       {"supported", !compressed || stage <= 1}});
   }
   nlohmann::ordered_json out = {

@@ -99,6 +99,9 @@ struct Fp16Config {
   int hysteresis = 2;
   bool consecutive_hysteresis = false;
   double min_loss_scale = 1.0;
+  // fp16_override_modules: layer types (kZeroParamTypes) whose parameters,
+  // gradients and activations stay fp32 while the rest trains in fp16.
+  std::vector<std::string> override_modules;
 };
 
 struct ActivationCheckpointingConfig {
@@ -228,6 +231,7 @@ struct Config {
   AioConfig aio;
   Fp16Config fp16;
   bool bf16_enabled = false;
+  std::vector<std::string> bf16_override_modules;  // bf16.bf16_override_modules, as fp16's
   // The dtype gradients are reduced in. Unset in the file: the training
   // dtype (DeepSpeed's default), i.e. fp32, or fp16/bf16 under mixed precision.
   DType communication_data_type = DType::kFloat32;
@@ -264,6 +268,12 @@ struct Config {
   }
   DType precision() const {
     return fp16.enabled ? DType::kFloat16 : bf16_enabled ? DType::kBFloat16 : DType::kFloat32;
+  }
+  // The layer types kept in fp32 by the enabled 16-bit mode's override list
+  // (fp16.fp16_override_modules or bf16.bf16_override_modules); none under fp32.
+  const std::vector<std::string> &fp32_modules() const {
+    static const std::vector<std::string> kNone;
+    return fp16.enabled ? fp16.override_modules : bf16_enabled ? bf16_override_modules : kNone;
   }
 };
 

@@ -203,14 +203,14 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kFp16, "consecutive_hysteresis", kBool, "refill hysteresis after a good step"},
     {kFp16, "min_loss_scale", "a number > 0", "lower bound of the dynamic scale"},
     {kFp16, "fp16_override_modules", "a list of layer types",
-     "layer types kept in fp32 (not supported yet: a non-empty list is refused)"},
+     "layer types whose parameters, gradients and activations stay fp32"},
     {kBf16, "enabled", "true, false or \"auto\" (= false)",
      "bf16 parameters, activations, gradients; fp32 master weights"},
     {kBf16, "bf16_override_modules", "a list of layer types",
-     "layer types kept in fp32 (not supported yet: a non-empty list is refused)"},
+     "layer types whose parameters, gradients and activations stay fp32"},
     {kBfloat16, "enabled", "true, false or \"auto\" (= false)", "DeepSpeed's alias of bf16"},
     {kBfloat16, "bf16_override_modules", "a list of layer types",
-     "layer types kept in fp32 (not supported yet: a non-empty list is refused)"},
+     "layer types whose parameters, gradients and activations stay fp32"},
 
     // ---- optimizer ----
     {kOptimizer, "type", "one of Adam, AdamW, SGD (any case)", "the optimizer"},

@@ -469,24 +469,6 @@ Status ReadZero(const ObjectReader &root, ZeroConfig *zero) {
   });
 }
 
-// fp16.fp16_override_modules / bf16.bf16_override_modules: layer types to keep
-// in fp32 under 16-bit training. Checked (the same type names as ZeRO-3's
-// per-type keys); a non-empty list is not supported yet.
-Status ReadOverrideModules(const ObjectReader &section, const char *key) {
-  std::vector<std::string> types;
-  DST_RETURN_IF_ERROR(ReadParamTypes(section, key, &types));
-  if (types.empty()) return Status::Ok();
-  std::string named;
-  for (const std::string &t : types) named += (named.empty() ? "" : ", ") + t;
-  return NotSupported(
-      section.PathOf(key) + " [" + named +
-      "]: keeping some layer types' parameters and gradients in fp32 under 16-bit training is "
-      "not supported yet (every flat parameter and gradient buffer has one storage type). On "
-      "the CPU the layers already compute in fp32 and keep LayerNorm statistics, softmax "
-      "probabilities and the loss in fp32; only parameters, gradients and layer outputs are "
-      "16-bit. Remove the key (or train in fp32) to run");
-}
-
 Status ReadFp16(const ObjectReader &root, Fp16Config *fp16) {
   return ReadSection(root, "fp16", kFp16, [&](const ObjectReader &section) -> Status {
     constexpr int kIntMax = std::numeric_limits<int>::max();
@@ -498,29 +480,31 @@ Status ReadFp16(const ObjectReader &root, Fp16Config *fp16) {
     DST_RETURN_IF_ERROR(section.ReadInt("loss_scale_window", &fp16->loss_scale_window, 1, kIntMax));
     DST_RETURN_IF_ERROR(section.ReadInt("hysteresis", &fp16->hysteresis, 1, kIntMax));
     DST_RETURN_IF_ERROR(section.ReadBool("consecutive_hysteresis", &fp16->consecutive_hysteresis));
-    DST_RETURN_IF_ERROR(ReadOverrideModules(section, "fp16_override_modules"));
+    DST_RETURN_IF_ERROR(ReadParamTypes(section, "fp16_override_modules", &fp16->override_modules));
     return section.ReadNumber("min_loss_scale", &fp16->min_loss_scale, GreaterThan(0));
   });
 }
 
 // "bf16" or DeepSpeed's alias "bfloat16", not both.
-Status ReadBf16(const ObjectReader &root, bool *enabled) {
+Status ReadBf16(const ObjectReader &root, bool *enabled,
+                std::vector<std::string> *override_modules) {
   if (root.Has("bf16") && root.Has("bfloat16")) {
     return ConfigError(
         "bf16 and bfloat16 are both given; they are the same section (bfloat16 is DeepSpeed's "
         "alias), keep one");
   }
   const bool alias = root.Has("bfloat16");
-  return ReadSection(root, alias ? "bfloat16" : "bf16", alias ? kBfloat16 : kBf16,
-                     [&](const ObjectReader &section) -> Status {
-                       DST_RETURN_IF_ERROR(ReadOverrideModules(section, "bf16_override_modules"));
-                       return section.ReadBool("enabled", enabled, /*if_auto=*/false);
-                     });
+  return ReadSection(
+      root, alias ? "bfloat16" : "bf16", alias ? kBfloat16 : kBf16,
+      [&](const ObjectReader &section) -> Status {
+        DST_RETURN_IF_ERROR(ReadParamTypes(section, "bf16_override_modules", override_modules));
+        return section.ReadBool("enabled", enabled, /*if_auto=*/false);
+      });
 }
 
 Status ReadPrecision(const ObjectReader &root, Config *config) {
   DST_RETURN_IF_ERROR(ReadFp16(root, &config->fp16));
-  DST_RETURN_IF_ERROR(ReadBf16(root, &config->bf16_enabled));
+  DST_RETURN_IF_ERROR(ReadBf16(root, &config->bf16_enabled, &config->bf16_override_modules));
   if (config->fp16.enabled && config->bf16_enabled) {
     return ConfigError(
         "fp16.enabled and bf16.enabled are both true; choose one mixed-precision mode");

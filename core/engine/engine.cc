@@ -186,6 +186,8 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   if (const auto *data_parallel = dynamic_cast<const DataParallel *>(dp_.get())) {
     telemetry.params = data_parallel->param_partition();
     telemetry.compression = data_parallel->compressor();
+    if (const Fp32Params *fp32 = data_parallel->fp32_params())
+      telemetry.fp32_parameters = fp32->size();
   }
   telemetry.tp_rank = groups_.coord.tp;
   telemetry.pp_rank = groups_.coord.pp;

@@ -26,6 +26,7 @@ ActivationOptions ActivationOptionsFor(const Config &config, const StagePlan *pl
   ActivationOptions activations;
   if (config.precision() != DType::kFloat32)
     activations.half = config.precision() == DType::kFloat16 ? Half::kFp16 : Half::kBf16;
+  activations.fp32_modules = ModuleSetOf(config.fp32_modules());
   activations.recompute = config.recompute_activations();
   activations.recompute_interval = std::max<int64_t>(1, config.recompute_interval());
   activations.selective = config.selective_recompute();
@@ -56,14 +57,18 @@ Result<std::vector<RankMemory>> LayoutMemory(const ModelSpec &spec, const Config
     const int64_t threshold = config.zero.stage3_param_persistence_threshold;
     const std::vector<bool> whole = WholeByParamType(
         spec, decls, config.zero.zero_allowed_param_types, config.zero.zero_force_param_types);
+    const std::vector<bool> fp32 = Fp32ByParamType(spec, decls, config.fp32_modules());
+    int64_t fp32_elements = 0;
+    for (size_t k = 0; k < decls.size(); ++k) fp32_elements += fp32[k] ? decls[k].numel : 0;
     const int64_t persistent =
-        config.zero.stage == 3 ? PersistentElements(decls, threshold, whole) : 0;
+        config.zero.stage == 3 ? PersistentElements(decls, threshold, whole, fp32) : 0;
     int64_t share = 0;  // offload_param nvme: the largest share a swap window holds
     if (config.zero.stage == 3 && config.zero.offload_param_device == "nvme")
-      share = LargestSwappedShare(BuildPartitionPlan(decls, uses, threshold, whole),
+      share = LargestSwappedShare(BuildPartitionPlan(decls, uses, threshold, whole, fp32),
                                   ShardLayout(m.parameters, config.dp_size),
                                   config.zero.offload_param_max_in_cpu);
-    m.model_state_bytes = EstimateRankModelState(m.parameters, config, persistent, share).total();
+    m.model_state_bytes =
+        EstimateRankModelState(m.parameters, config, persistent, share, fp32_elements).total();
     // ZeRO 2 with a pipeline: the step's gradients accumulate in a step-wide
     // fp32 buffer (freed once reduced), on top of the model state at rest.
     if (config.zero.stage == 2 && plan) m.step_gradient_bytes = m.parameters * 4;

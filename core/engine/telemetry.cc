@@ -450,6 +450,8 @@ std::string Telemetry::MetricsJson(const TrainingState &state) const {
         {"timeline", metrics::TimelineToJson(s.timeline)}}},
       {"precision", DTypeName(ctx_.config->precision())},
       {"compute_type", ctx_.compute == ComputeType::kBf16 ? "bf16" : "fp32"},
+      {"fp32_modules", ctx_.config->fp32_modules()},
+      {"fp32_parameters", ctx_.fp32_parameters},
       {"loss_scale", state.loss_scale},
       {"skipped_steps", state.progress->skipped_steps},
       {"comm", CommJson()},

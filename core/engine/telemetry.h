@@ -54,6 +54,7 @@ struct TelemetryContext {
   const NvmeStateStore *nvme = nullptr;         // the optimizer's NVMe tier, when offloaded there
   const ParameterPartition *params = nullptr;   // ZeRO 3's parameter shard (swap: offload_param)
   const GradCompressor *compression = nullptr;  // gradient_compression (ZeRO 0/1, dp > 1)
+  int64_t fp32_parameters = 0;  // elements kept in fp32 by fp16/bf16_override_modules
 };
 
 // The engine's state a metrics JSON reports beside the last sample.

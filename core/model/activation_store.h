@@ -48,6 +48,10 @@ struct ActivationOptions {
   bool selective = false;          // recomputable tensors in one shared region
   std::optional<Half> half;        // 16-bit training: saved values on the 16-bit grid
   bool split_backward = false;     // keep each layer's deferred gradients per slot
+  // 16-bit training with fp16/bf16_override_modules: the saved tensors of
+  // these parts stay fp32 (exact), and a layer made only of them keeps its
+  // output and input gradient fp32 too (SavedTensorSpec::module).
+  ModuleSet fp32_modules;
 };
 
 // What one layer saves: its tensors, and whether tensor 0 is its output (the

@@ -146,19 +146,19 @@ std::vector<SavedTensorSpec> GptBlock<T>::SavedTensors(const ActivationLimits &l
   const int64_t n = MaxLocalRows(tp_, N);
   std::vector<SavedTensorSpec> saved(kNumSaved);
   saved[kOut] = {n * C};
-  saved[kLn1] = {n * C};
-  saved[kLn1Mean] = {n, true};
-  saved[kLn1Rstd] = {n, true};
-  saved[kQkv] = {N * 3 * Cl};
+  saved[kLn1] = {n * C, false, false, ModuleType::kLayerNorm};
+  saved[kLn1Mean] = {n, true, false, ModuleType::kLayerNorm};
+  saved[kLn1Rstd] = {n, true, false, ModuleType::kLayerNorm};
+  saved[kQkv] = {N * 3 * Cl, false, false, ModuleType::kAttention};
   saved[kAtt] = {limits.max_B * (dims_.n_head / tp_.size) * limits.max_T * limits.max_T, false,
-                 true};
-  saved[kAttY] = {N * Cl};
+                 true, ModuleType::kAttention};
+  saved[kAttY] = {N * Cl, false, false, ModuleType::kAttention};
   saved[kRes2] = {n * C};
-  saved[kLn2] = {n * C};
-  saved[kLn2Mean] = {n, true};
-  saved[kLn2Rstd] = {n, true};
-  saved[kFch] = {N * f_local_};
-  saved[kFchGelu] = {N * f_local_};
+  saved[kLn2] = {n * C, false, false, ModuleType::kLayerNorm};
+  saved[kLn2Mean] = {n, true, false, ModuleType::kLayerNorm};
+  saved[kLn2Rstd] = {n, true, false, ModuleType::kLayerNorm};
+  saved[kFch] = {N * f_local_, false, false, ModuleType::kLinear};
+  saved[kFchGelu] = {N * f_local_, false, false, ModuleType::kLinear};
   return saved;
 }
 
@@ -206,18 +206,21 @@ void GptBlock<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<
   cpu::LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), N, C, a[kLn1], a[kLn1Mean],
                         a[kLn1Rstd]);
   cpu::LinearForward(a[kLn1], p.param(attn_w_), p.param(attn_b_), N, C, 3 * Cl, a[kQkv],
-                     mb.compute);
-  cpu::AttentionForward(a[kQkv], Attention(mb), a[kAtt], a[kAttY], mb.compute);
+                     mb.ComputeOf(ModuleType::kAttention));
+  cpu::AttentionForward(a[kQkv], Attention(mb), a[kAtt], a[kAttY],
+                        mb.ComputeOf(ModuleType::kAttention));
   // attention projection into the output (as scratch), then the first residual
-  cpu::LinearForward(a[kAttY], p.param(proj_w_), GemmBias(proj_b_), N, Cl, C, out, mb.compute);
+  cpu::LinearForward(a[kAttY], p.param(proj_w_), GemmBias(proj_b_), N, Cl, C, out,
+                     mb.ComputeOf(ModuleType::kAttention));
   if (!SumRowParallel(out, p.param(proj_b_), N)) return;
   cpu::Add(in, out, N * C, a[kRes2]);
   cpu::LayerNormForward(a[kRes2], p.param(ln2_w_), p.param(ln2_b_), N, C, a[kLn2], a[kLn2Mean],
                         a[kLn2Rstd]);
-  cpu::LinearForward(a[kLn2], p.param(fc_w_), p.param(fc_b_), N, C, F, a[kFch], mb.compute);
+  cpu::LinearForward(a[kLn2], p.param(fc_w_), p.param(fc_b_), N, C, F, a[kFch],
+                     mb.ComputeOf(ModuleType::kLinear));
   cpu::GeluForward(a[kFch], N * F, a[kFchGelu]);
   cpu::LinearForward(a[kFchGelu], p.param(fcproj_w_), GemmBias(fcproj_b_), N, F, C, out,
-                     mb.compute);
+                     mb.ComputeOf(ModuleType::kLinear));
   if (!SumRowParallel(out, p.param(fcproj_b_), N)) return;
   cpu::AddInPlace(a[kRes2], N * C, out);
 }
@@ -236,9 +239,12 @@ void GptBlock<T>::ForwardSequenceParallel(const T *in, LayerActivations<T> &a,
   cpu::LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), n, C, a[kLn1], a[kLn1Mean],
                         a[kLn1Rstd]);
   if (!Finish(GatherRows(tp_, a[kLn1], n, C, whole), "attention input (all-gather)")) return;
-  cpu::LinearForward(whole, p.param(attn_w_), p.param(attn_b_), N, C, 3 * Cl, a[kQkv], mb.compute);
-  cpu::AttentionForward(a[kQkv], Attention(mb), a[kAtt], a[kAttY], mb.compute);
-  cpu::LinearForward<T>(a[kAttY], p.param(proj_w_), nullptr, N, Cl, C, partial, mb.compute);
+  cpu::LinearForward(whole, p.param(attn_w_), p.param(attn_b_), N, C, 3 * Cl, a[kQkv],
+                     mb.ComputeOf(ModuleType::kAttention));
+  cpu::AttentionForward(a[kQkv], Attention(mb), a[kAtt], a[kAttY],
+                        mb.ComputeOf(ModuleType::kAttention));
+  cpu::LinearForward<T>(a[kAttY], p.param(proj_w_), nullptr, N, Cl, C, partial,
+                        mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(ReduceScatterRows(tp_, partial, n, C), "attention output (reduce-scatter)")) return;
   T *rows = RowsOf(tp_, partial, n, C);  // this rank's rows of the sum
   cpu::AddBiasToRows(p.param(proj_b_), n, C, rows);
@@ -246,9 +252,11 @@ void GptBlock<T>::ForwardSequenceParallel(const T *in, LayerActivations<T> &a,
   cpu::LayerNormForward(a[kRes2], p.param(ln2_w_), p.param(ln2_b_), n, C, a[kLn2], a[kLn2Mean],
                         a[kLn2Rstd]);
   if (!Finish(GatherRows(tp_, a[kLn2], n, C, whole), "MLP input (all-gather)")) return;
-  cpu::LinearForward(whole, p.param(fc_w_), p.param(fc_b_), N, C, F, a[kFch], mb.compute);
+  cpu::LinearForward(whole, p.param(fc_w_), p.param(fc_b_), N, C, F, a[kFch],
+                     mb.ComputeOf(ModuleType::kLinear));
   cpu::GeluForward(a[kFch], N * F, a[kFchGelu]);
-  cpu::LinearForward<T>(a[kFchGelu], p.param(fcproj_w_), nullptr, N, F, C, partial, mb.compute);
+  cpu::LinearForward<T>(a[kFchGelu], p.param(fcproj_w_), nullptr, N, F, C, partial,
+                        mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(ReduceScatterRows(tp_, partial, n, C), "MLP output (reduce-scatter)")) return;
   cpu::AddBiasToRows(p.param(fcproj_b_), n, C, rows);
   cpu::Add(rows, a[kRes2], n * C, a[kOut]);
@@ -280,13 +288,14 @@ void GptBlock<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T
   if (!Finish(GatherRows(tp_, dout, n, C, d_whole), "MLP output gradient (all-gather)")) return;
   std::unique_ptr<Work> gather = GatherRows(tp_, a[kLn2], n, C, gathered);
   cpu::LinearBackward(d_whole, a[kFchGelu], p.param(fcproj_w_), N, F, C, d_fch, p.grad(fcproj_w_),
-                      p.grad(fcproj_b_), mb.compute);
+                      p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
   cpu::GeluBackward(d_fch, a[kFch], N * F, d_fch);
   cpu::LinearBackward<T>(d_fch, nullptr, p.param(fc_w_), N, C, F, d_ln, nullptr, nullptr,
-                         mb.compute);
+                         mb.ComputeOf(ModuleType::kLinear));
   std::unique_ptr<Work> sum = ReduceScatterRows(tp_, d_ln, n, C);
   if (!Finish(std::move(gather), "MLP input (all-gather)")) return;
-  cpu::LinearWeightBackward(d_fch, gathered, N, C, F, p.grad(fc_w_), p.grad(fc_b_), mb.compute);
+  cpu::LinearWeightBackward(d_fch, gathered, N, C, F, p.grad(fc_w_), p.grad(fc_b_),
+                            mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(std::move(sum), "MLP input gradient (reduce-scatter)")) return;
   cpu::LayerNormBackward(RowsOf(tp_, d_ln, n, C), a[kRes2], p.param(ln2_w_), a[kLn2Mean],
                          a[kLn2Rstd], n, C, dout, ln_grads + 2 * C, ln_grads + 3 * C, ln_scratch,
@@ -296,14 +305,15 @@ void GptBlock<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T
     return;
   gather = GatherRows(tp_, a[kLn1], n, C, gathered);
   cpu::LinearBackward(d_whole, a[kAttY], p.param(proj_w_), N, Cl, C, d_ln, p.grad(proj_w_),
-                      p.grad(proj_b_), mb.compute);
-  cpu::AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch, mb.compute);
+                      p.grad(proj_b_), mb.ComputeOf(ModuleType::kAttention));
+  cpu::AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch,
+                         mb.ComputeOf(ModuleType::kAttention));
   cpu::LinearBackward<T>(dqkv, nullptr, p.param(attn_w_), N, C, 3 * Cl, d_ln, nullptr, nullptr,
-                         mb.compute);
+                         mb.ComputeOf(ModuleType::kAttention));
   sum = ReduceScatterRows(tp_, d_ln, n, C);
   if (!Finish(std::move(gather), "attention input (all-gather)")) return;
   cpu::LinearWeightBackward(dqkv, gathered, N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
-                            mb.compute);
+                            mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(std::move(sum), "attention input gradient (reduce-scatter)")) return;
   if (!din)
     din = dout;  // first layer: the input gradient is not needed, but ln_1's is
@@ -330,24 +340,26 @@ void GptBlock<T>::Backward(const T *in, const LayerActivations<T> &a, T *dout, T
 
   // MLP branch; dout doubles as the gradient of res2 (residual).
   cpu::LinearBackward(dout, a[kFchGelu], p.param(fcproj_w_), N, F, C, d_fch, p.grad(fcproj_w_),
-                      p.grad(fcproj_b_), mb.compute);
+                      p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
   cpu::GeluBackward(d_fch, a[kFch], N * F, d_fch);
   cpu::LinearBackward<T>(d_fch, nullptr, p.param(fc_w_), N, C, F, d_ln, nullptr, nullptr,
-                         mb.compute);
+                         mb.ComputeOf(ModuleType::kLinear));
   std::unique_ptr<Work> sum = SumInputGradient(d_ln, N);  // while the weights' GEMM runs
-  cpu::LinearWeightBackward(d_fch, a[kLn2], N, C, F, p.grad(fc_w_), p.grad(fc_b_), mb.compute);
+  cpu::LinearWeightBackward(d_fch, a[kLn2], N, C, F, p.grad(fc_w_), p.grad(fc_b_),
+                            mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(std::move(sum), "MLP input gradient")) return;
   cpu::LayerNormBackward(d_ln, a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C, dout,
                          p.grad(ln2_w_), p.grad(ln2_b_), ln_scratch, mb.max_threads);
   // Attention branch; the residual passes dout (now d res2) straight to din.
   cpu::LinearBackward(dout, a[kAttY], p.param(proj_w_), N, Cl, C, d_ln, p.grad(proj_w_),
-                      p.grad(proj_b_), mb.compute);
-  cpu::AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch, mb.compute);
+                      p.grad(proj_b_), mb.ComputeOf(ModuleType::kAttention));
+  cpu::AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch,
+                         mb.ComputeOf(ModuleType::kAttention));
   cpu::LinearBackward<T>(dqkv, nullptr, p.param(attn_w_), N, C, 3 * Cl, d_ln, nullptr, nullptr,
-                         mb.compute);
+                         mb.ComputeOf(ModuleType::kAttention));
   sum = SumInputGradient(d_ln, N);
   cpu::LinearWeightBackward(dqkv, a[kLn1], N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
-                            mb.compute);
+                            mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(std::move(sum), "attention input gradient")) return;
   if (!din)
     din = dout;  // first layer: the input gradient is not needed, but ln_1's is
@@ -391,10 +403,10 @@ void GptBlock<T>::BackwardInputSequenceParallel(const T *in, const LayerActivati
   T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
   if (!Finish(GatherRows(tp_, dout, n, C, d[kDOut]), "MLP output gradient (all-gather)")) return;
   cpu::LinearBackward<T>(d[kDOut], nullptr, p.param(fcproj_w_), N, F, C, d[kDFch], nullptr, nullptr,
-                         mb.compute);
+                         mb.ComputeOf(ModuleType::kLinear));
   cpu::GeluBackward(d[kDFch], a[kFch], N * F, d[kDFch]);
   cpu::LinearBackward<T>(d[kDFch], nullptr, p.param(fc_w_), N, C, F, partial, nullptr, nullptr,
-                         mb.compute);
+                         mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(ReduceScatterRows(tp_, partial, n, C), "MLP input gradient (reduce-scatter)")) return;
   std::memcpy(d[kDLn2], RowsOf(tp_, partial, n, C), local_bytes);
   cpu::LayerNormBackward<T>(d[kDLn2], a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], n, C,
@@ -402,10 +414,11 @@ void GptBlock<T>::BackwardInputSequenceParallel(const T *in, const LayerActivati
   if (!Finish(GatherRows(tp_, dout, n, C, d[kDRes2]), "attention output gradient (all-gather)"))
     return;
   cpu::LinearBackward<T>(d[kDRes2], nullptr, p.param(proj_w_), N, Cl, C, d_att, nullptr, nullptr,
-                         mb.compute);
-  cpu::AttentionBackward(d_att, a[kQkv], a[kAtt], Attention(mb), d[kDQkv], att_scratch, mb.compute);
+                         mb.ComputeOf(ModuleType::kAttention));
+  cpu::AttentionBackward(d_att, a[kQkv], a[kAtt], Attention(mb), d[kDQkv], att_scratch,
+                         mb.ComputeOf(ModuleType::kAttention));
   cpu::LinearBackward<T>(d[kDQkv], nullptr, p.param(attn_w_), N, C, 3 * Cl, partial, nullptr,
-                         nullptr, mb.compute);
+                         nullptr, mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(ReduceScatterRows(tp_, partial, n, C), "attention input gradient (reduce-scatter)"))
     return;
   std::memcpy(d[kDLn1], RowsOf(tp_, partial, n, C), local_bytes);
@@ -432,16 +445,17 @@ void GptBlock<T>::BackwardWeightSequenceParallel(const T *in, const LayerActivat
   T *ln_grads = ln_scratch + int64_t(mb.max_threads) * 2 * C;  // [4C] ln_1 w, b, ln_2 w, b
   std::fill(ln_grads, ln_grads + 4 * C, T(0));
   cpu::LinearWeightBackward(d[kDOut], a[kFchGelu], N, F, C, p.grad(fcproj_w_), p.grad(fcproj_b_),
-                            mb.compute);
+                            mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(GatherRows(tp_, a[kLn2], n, C, gathered), "MLP input (all-gather)")) return;
-  cpu::LinearWeightBackward(d[kDFch], gathered, N, C, F, p.grad(fc_w_), p.grad(fc_b_), mb.compute);
+  cpu::LinearWeightBackward(d[kDFch], gathered, N, C, F, p.grad(fc_w_), p.grad(fc_b_),
+                            mb.ComputeOf(ModuleType::kLinear));
   cpu::LayerNormParamBackward(d[kDLn2], a[kRes2], a[kLn2Mean], a[kLn2Rstd], n, C, ln_grads + 2 * C,
                               ln_grads + 3 * C, ln_scratch, mb.max_threads);
   cpu::LinearWeightBackward(d[kDRes2], a[kAttY], N, Cl, C, p.grad(proj_w_), p.grad(proj_b_),
-                            mb.compute);
+                            mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(GatherRows(tp_, a[kLn1], n, C, gathered), "attention input (all-gather)")) return;
   cpu::LinearWeightBackward(d[kDQkv], gathered, N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
-                            mb.compute);
+                            mb.ComputeOf(ModuleType::kAttention));
   cpu::LayerNormParamBackward(d[kDLn1], in, a[kLn1Mean], a[kLn1Rstd], n, C, ln_grads, ln_grads + C,
                               ln_scratch, mb.max_threads);
   if (!Finish(TpAllReduce(tp_, ln_grads, 4 * C), "LayerNorm weight gradients (all-reduce)")) return;
@@ -461,19 +475,20 @@ void GptBlock<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *do
   T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
   std::memcpy(d[kDOut], dout, row_bytes);
   cpu::LinearBackward<T>(dout, nullptr, p.param(fcproj_w_), N, F, C, d[kDFch], nullptr, nullptr,
-                         mb.compute);
+                         mb.ComputeOf(ModuleType::kLinear));
   cpu::GeluBackward(d[kDFch], a[kFch], N * F, d[kDFch]);
   cpu::LinearBackward<T>(d[kDFch], nullptr, p.param(fc_w_), N, C, F, d[kDLn2], nullptr, nullptr,
-                         mb.compute);
+                         mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(SumInputGradient(d[kDLn2], N), "MLP input gradient")) return;
   cpu::LayerNormBackward<T>(d[kDLn2], a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C,
                             dout, nullptr, nullptr, ln_scratch, mb.max_threads);
   std::memcpy(d[kDRes2], dout, row_bytes);
   cpu::LinearBackward<T>(dout, nullptr, p.param(proj_w_), N, Cl, C, d_att, nullptr, nullptr,
-                         mb.compute);
-  cpu::AttentionBackward(d_att, a[kQkv], a[kAtt], Attention(mb), d[kDQkv], att_scratch, mb.compute);
+                         mb.ComputeOf(ModuleType::kAttention));
+  cpu::AttentionBackward(d_att, a[kQkv], a[kAtt], Attention(mb), d[kDQkv], att_scratch,
+                         mb.ComputeOf(ModuleType::kAttention));
   cpu::LinearBackward<T>(d[kDQkv], nullptr, p.param(attn_w_), N, C, 3 * Cl, d[kDLn1], nullptr,
-                         nullptr, mb.compute);
+                         nullptr, mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(SumInputGradient(d[kDLn1], N), "attention input gradient")) return;
   if (!din)
     din = dout;
@@ -491,14 +506,15 @@ void GptBlock<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
   T *ln_scratch = mb.scratch;  // [threads, 2C]
   cpu::LinearWeightBackward(d[kDOut], a[kFchGelu], N, F, C, p.grad(fcproj_w_), p.grad(fcproj_b_),
-                            mb.compute);
-  cpu::LinearWeightBackward(d[kDFch], a[kLn2], N, C, F, p.grad(fc_w_), p.grad(fc_b_), mb.compute);
+                            mb.ComputeOf(ModuleType::kLinear));
+  cpu::LinearWeightBackward(d[kDFch], a[kLn2], N, C, F, p.grad(fc_w_), p.grad(fc_b_),
+                            mb.ComputeOf(ModuleType::kLinear));
   cpu::LayerNormParamBackward(d[kDLn2], a[kRes2], a[kLn2Mean], a[kLn2Rstd], N, C, p.grad(ln2_w_),
                               p.grad(ln2_b_), ln_scratch, mb.max_threads);
   cpu::LinearWeightBackward(d[kDRes2], a[kAttY], N, Cl, C, p.grad(proj_w_), p.grad(proj_b_),
-                            mb.compute);
+                            mb.ComputeOf(ModuleType::kAttention));
   cpu::LinearWeightBackward(d[kDQkv], a[kLn1], N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
-                            mb.compute);
+                            mb.ComputeOf(ModuleType::kAttention));
   cpu::LayerNormParamBackward(d[kDLn1], in, a[kLn1Mean], a[kLn1Rstd], N, C, p.grad(ln1_w_),
                               p.grad(ln1_b_), ln_scratch, mb.max_threads);
 }
@@ -507,7 +523,8 @@ void GptBlock<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
 // the backward workspace, which is free until the backward starts.
 template <typename T>
 void GptBlock<T>::RecomputeSaved(const T *, LayerActivations<T> &a, const MicroBatch<T> &mb) {
-  cpu::AttentionForward(a[kQkv], Attention(mb), a[kAtt], mb.scratch, mb.compute);
+  cpu::AttentionForward(a[kQkv], Attention(mb), a[kAtt], mb.scratch,
+                        mb.ComputeOf(ModuleType::kAttention));
 }
 
 // This rank's share: its heads and its slices of the linears.
@@ -544,9 +561,9 @@ template <typename T>
 std::vector<SavedTensorSpec> GptHead<T>::SavedTensors(const ActivationLimits &limits) const {
   const int64_t N = limits.max_rows(), n = MaxLocalRows(tp_, N), C = dims_.d_model;
   std::vector<SavedTensorSpec> saved(kNumSaved);
-  saved[kLnf] = {n * C};
-  saved[kLnfMean] = {n, true};
-  saved[kLnfRstd] = {n, true};
+  saved[kLnf] = {n * C, false, false, ModuleType::kLayerNorm};
+  saved[kLnfMean] = {n, true, false, ModuleType::kLayerNorm};
+  saved[kLnfRstd] = {n, true, false, ModuleType::kLayerNorm};
   saved[kProbs] = {N * vocab_, true};
   return saved;
 }
@@ -574,7 +591,8 @@ void GptHead<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T
     if (!st.ok()) return this->Fail(std::move(st));
     x = mb.scratch;
   }
-  cpu::LinearForward<T>(x, p.param(wte_), nullptr, N, C, vocab_, a[kProbs], mb.compute);
+  cpu::LinearForward<T>(x, p.param(wte_), nullptr, N, C, vocab_, a[kProbs],
+                        mb.ComputeOf(ModuleType::kEmbedding));
   if (tp_.size == 1) {
     a.loss = double(cpu::SoftmaxCrossEntropyForward(a[kProbs], mb.targets, N, vocab_, &a.counted));
     return;
@@ -623,13 +641,13 @@ void GptHead<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T>
   T *ln_grads = gathered + N * C;                              // [2C] weight, bias
   LogitsGradient(a, mb, dlogits);
   cpu::LinearBackward<T>(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr,
-                         mb.compute);
+                         mb.ComputeOf(ModuleType::kEmbedding));
   std::unique_ptr<Work> sum = ReduceScatterRows(tp_, d_lnf, n, C);
   std::unique_ptr<Work> gather = GatherRows(tp_, a[kLnf], n, C, gathered);
   Status st = TpWait(std::move(gather), "LM head input (all-gather)");
   if (st.ok()) {
     cpu::LinearWeightBackward<T>(dlogits, gathered, N, C, vocab_, p.grad(wte_), nullptr,
-                                 mb.compute);
+                                 mb.ComputeOf(ModuleType::kEmbedding));
     st = TpWait(std::move(sum), "LM head input gradient (reduce-scatter)");
   }
   if (!st.ok()) return this->Fail(std::move(st));
@@ -653,7 +671,8 @@ void GptHead<T>::Backward(const T *in, const LayerActivations<T> &a, T *, T *din
   T *d_lnf = dlogits + N * vocab_;  // [N, C]
   T *ln_scratch = d_lnf + N * C;    // [threads, 2C]
   LogitsGradient(a, mb, dlogits);
-  if (!LnfGradient(a, dlogits, d_lnf, N, /*weights=*/true, mb.compute)) return;
+  if (!LnfGradient(a, dlogits, d_lnf, N, /*weights=*/true, mb.ComputeOf(ModuleType::kEmbedding)))
+    return;
   std::memset(din, 0, size_t(N * C) * sizeof(T));
   cpu::LayerNormBackward(d_lnf, in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], N, C, din,
                          p.grad(lnf_w_), p.grad(lnf_b_), ln_scratch, mb.max_threads);
@@ -675,11 +694,12 @@ void GptHead<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *, T
   LogitsGradient(a, mb, dlogits);
   if (tp_.splits_rows()) {  // reduce-scattered; this rank's rows kept for the weight half
     cpu::LinearBackward<T>(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr,
-                           mb.compute);
+                           mb.ComputeOf(ModuleType::kEmbedding));
     Status st = TpWait(ReduceScatterRows(tp_, d_lnf, n, C), "LM head input gradient");
     if (!st.ok()) return this->Fail(std::move(st));
     std::memcpy(d[0], RowsOf(tp_, d_lnf, n, C), size_t(n * C) * sizeof(T));
-  } else if (!LnfGradient(a, dlogits, d[0], N, /*weights=*/false, mb.compute)) {
+  } else if (!LnfGradient(a, dlogits, d[0], N, /*weights=*/false,
+                          mb.ComputeOf(ModuleType::kEmbedding))) {
     return;
   }
   std::memset(din, 0, size_t(n * C) * sizeof(T));
@@ -698,7 +718,8 @@ void GptHead<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
   T *ln_scratch = dlogits + N * (vocab_ + C);  // [threads, 2C]
   LogitsGradient(a, mb, dlogits);
   if (tp_.splits_rows()) return WeightGradientsSequenceParallel(in, a, d, mb, dlogits);
-  cpu::LinearWeightBackward<T>(dlogits, a[kLnf], N, C, vocab_, p.grad(wte_), nullptr, mb.compute);
+  cpu::LinearWeightBackward<T>(dlogits, a[kLnf], N, C, vocab_, p.grad(wte_), nullptr,
+                               mb.ComputeOf(ModuleType::kEmbedding));
   cpu::LayerNormParamBackward(d[0], in, a[kLnfMean], a[kLnfRstd], N, C, p.grad(lnf_w_),
                               p.grad(lnf_b_), ln_scratch, mb.max_threads);
 }
@@ -716,7 +737,8 @@ void GptHead<T>::WeightGradientsSequenceParallel(const T *in, const LayerActivat
   T *ln_grads = gathered + N * C;                              // [2C] weight, bias
   Status st = TpWait(GatherRows(tp_, a[kLnf], n, C, gathered), "LM head input (all-gather)");
   if (!st.ok()) return this->Fail(std::move(st));
-  cpu::LinearWeightBackward<T>(dlogits, gathered, N, C, vocab_, p.grad(wte_), nullptr, mb.compute);
+  cpu::LinearWeightBackward<T>(dlogits, gathered, N, C, vocab_, p.grad(wte_), nullptr,
+                               mb.ComputeOf(ModuleType::kEmbedding));
   std::fill(ln_grads, ln_grads + 2 * C, T(0));
   cpu::LayerNormParamBackward(d[0], in, a[kLnfMean], a[kLnfRstd], n, C, ln_grads, ln_grads + C,
                               ln_scratch, mb.max_threads);

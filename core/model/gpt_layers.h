@@ -42,6 +42,7 @@ class GptEmbedding final : public Layer<T> {
   void BackwardWeight(const T *in, const LayerActivations<T> &act,
                       const LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
   // Deferred: the output gradient [N, C] (the input half has nothing to do).
+  ModuleSet Modules() const override { return {ModuleType::kEmbedding}; }
   double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
   int wte_id() const { return wte_; }
 
@@ -83,6 +84,9 @@ class GptBlock final : public Layer<T> {
                       const LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
   // Selective recomputation: the attention probabilities from the saved QKV.
   void RecomputeSaved(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) override;
+  ModuleSet Modules() const override {
+    return {ModuleType::kLayerNorm, ModuleType::kAttention, ModuleType::kLinear};
+  }
   double ForwardFlops(int64_t B, int64_t seq) const override;
 
   // The saved tensors, N = B*T rows:
@@ -168,6 +172,7 @@ class GptHead final : public Layer<T> {
   // Deferred: the gradient of ln_f's output [N, C]; the weight half
   // recomputes the logits' gradient from the saved probabilities.
   bool IsLoss() const override { return true; }
+  ModuleSet Modules() const override { return {ModuleType::kLayerNorm, ModuleType::kEmbedding}; }
   double ForwardFlops(int64_t B, int64_t seq) const override;
 
   // The saved tensors, N = B*T rows:

@@ -16,6 +16,7 @@
 
 #include "core/common/status.h"
 #include "core/kernels/compute_type.h"
+#include "core/model/module_type.h"
 #include "core/model/params.h"
 #include "core/runtime/memory.h"
 
@@ -35,7 +36,12 @@ struct MicroBatch {
   T *scratch = nullptr;              // shared backward workspace (Layer::ScratchSize)
   int max_threads = 1;
   ComputeType compute = ComputeType::kFp32;  // what the layers' GEMMs multiply in (ComputeType)
+  ModuleSet fp32_modules;  // fp16/bf16_override_modules: these multiply in fp32 whatever `compute`
   int64_t rows() const { return B * seq; }
+  // What the GEMMs of a layer's part of type `m` multiply in.
+  ComputeType ComputeOf(ModuleType m) const {
+    return fp32_modules.has(m) ? ComputeType::kFp32 : compute;
+  }
 };
 
 // The largest micro-batch a layer must hold activations for.
@@ -56,6 +62,11 @@ struct SavedTensorSpec {
   // selective recomputation keeps it in one shared region instead of per
   // micro-batch (the attention probabilities of a transformer block).
   bool recomputable = false;
+  // The part of the layer that produces it (module_type.h). Under 16-bit
+  // training with an override list (fp16_override_modules) the tensors of a
+  // listed part stay fp32, and kWhole tensors (outputs, residual sums) do
+  // when every part of the layer is listed.
+  ModuleType module = ModuleType::kWhole;
 };
 
 // One micro-batch's saved activations of one layer: a pointer per tensor the
@@ -121,6 +132,9 @@ class Layer {
   virtual void RecomputeSaved(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) {
     (void)in, (void)act, (void)mb;
   }
+  // The module types this layer's parameters belong to (module_type.h);
+  // none for a layer without parameters.
+  virtual ModuleSet Modules() const { return {}; }
   // Floating-point operations of one forward over rows (GEMMs counted as 2mnk).
   virtual double ForwardFlops(int64_t B, int64_t seq) const = 0;
 

@@ -179,16 +179,27 @@ struct ActivationNeeds {
   int64_t max_width = 0, max_scratch = 0;
 };
 
+// A layer made only of parts kept in fp32 (fp16_override_modules): its
+// output and input gradient are not rounded to 16 bits either.
+template <typename T>
+bool KeptFp32(const Layer<T> &layer, ModuleSet fp32) {
+  return !layer.Modules().empty() && fp32.covers(layer.Modules());
+}
+
 template <typename T>
 ActivationNeeds NeedsOf(const ModelSpec &spec, const LayerList<T> &layers,
                         const std::vector<LayerRange> &chunks, const ActivationLimits &limits,
                         const ActivationOptions &activations) {
   ActivationNeeds n;
   n.max_width = spec.type == ModelSpec::Type::kSequential ? spec.input_dim : 0;
+  const ModuleSet fp32 = activations.half ? activations.fp32_modules : ModuleSet{};
   for (const auto &layer : layers) {
     n.saves.push_back({layer->SavedTensors(limits), layer->OutWidth() > 0,
                        activations.split_backward ? layer->DeferredTensors(limits)
                                                   : std::vector<SavedTensorSpec>{}});
+    const bool whole = KeptFp32(*layer, fp32);
+    for (SavedTensorSpec &t : n.saves.back().tensors)
+      if (t.module == ModuleType::kWhole ? whole : fp32.has(t.module)) t.exact = true;
     n.max_width = std::max(n.max_width, layer->OutWidth());
     n.max_scratch = std::max(n.max_scratch, layer->ScratchSize(limits));
   }
@@ -320,6 +331,8 @@ Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTra
 
   for (auto &layer : layers_) layer->Bind(store_.get());
   ActivationNeeds needs = NeedsOf(spec, layers_, chunks_, limits, activations);
+  const ModuleSet fp32 = activations.half ? activations.fp32_modules : ModuleSet{};
+  for (auto &layer : layers_) fp32_layers_.push_back(KeptFp32(*layer, fp32));
   group_begin_ = std::move(needs.group_begin);
   group_end_ = std::move(needs.group_end);
   activations_ = ActivationStore<T>(needs.saves, activations, tracker);
@@ -344,6 +357,7 @@ void Model<T>::Prepare(MicroBatch<T> &mb) {
   mb.scratch = scratch_.data();
   mb.max_threads = limits_.max_threads;
   mb.compute = compute_;
+  mb.fp32_modules = activations_.options().half ? activations_.options().fp32_modules : ModuleSet{};
 }
 
 template <typename T>
@@ -410,7 +424,7 @@ Status Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T>
   Timed(timer_, pass, i, mb.rows(), [&] { layers_[i]->Forward(in, act, mb); });
   DST_RETURN_IF_ERROR(layers_[i]->TakeError());
   const bool rounded = activations_.AfterForward(slot, i);
-  if (!rounded && layers_[i]->OutWidth() > 0)
+  if (!rounded && layers_[i]->OutWidth() > 0 && !fp32_layers_[i])
     RoundActivations(hooks, act[0], OutRows(i, mb.rows()) * layers_[i]->OutWidth());
   return Status::Ok();
 }
@@ -514,7 +528,7 @@ Status Model<T>::RunBackward(BackwardHalf half, int64_t slot, LayerRange range, 
       });
       DST_RETURN_IF_ERROR(layers_[i]->TakeError());
     }
-    if (layer_din && global_layers_[i] > 0)  // also the gradient a stage sends back
+    if (layer_din && global_layers_[i] > 0 && !fp32_layers_[i])  // also what a stage sends back
       RoundActivations(hooks, layer_din, InRows(i, mb.rows()) * InWidth(i));
     dout = layer_din;
     next ^= 1;

@@ -252,6 +252,7 @@ class Model {
   std::vector<std::unique_ptr<Layer<T>>> layers_;
   std::vector<LayerRange> chunks_;     // local layer ranges, one per model chunk
   std::vector<size_t> global_layers_;  // per local layer: its index in the whole model
+  std::vector<bool> fp32_layers_;      // per local layer: KeptFp32 (outputs not rounded)
   std::vector<int64_t> in_widths_;     // per local layer: width of its input (0: tokens)
   std::vector<int64_t> first_offset_;  // per layer: lowest offset of the params it writes
   std::vector<size_t> group_begin_;    // per layer: first layer of its recomputation group

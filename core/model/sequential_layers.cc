@@ -31,7 +31,8 @@ std::vector<SavedTensorSpec> LinearLayer<T>::SavedTensors(const ActivationLimits
 template <typename T>
 void LinearLayer<T>::Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) {
   cpu::LinearForward(in, this->store_->param(w_), b_ >= 0 ? this->store_->param(b_) : nullptr,
-                     mb.rows(), in_features_, out_features_, act[0], mb.compute);
+                     mb.rows(), in_features_, out_features_, act[0],
+                     mb.ComputeOf(ModuleType::kLinear));
 }
 
 template <typename T>
@@ -39,7 +40,7 @@ void LinearLayer<T>::Backward(const T *in, const LayerActivations<T> &, T *dout,
                               const MicroBatch<T> &mb) {
   cpu::LinearBackward(dout, in, this->store_->param(w_), mb.rows(), in_features_, out_features_,
                       din, this->store_->grad(w_), b_ >= 0 ? this->store_->grad(b_) : nullptr,
-                      mb.compute);
+                      mb.ComputeOf(ModuleType::kLinear));
 }
 
 template <typename T>
@@ -53,7 +54,7 @@ void LinearLayer<T>::BackwardInput(const T *, const LayerActivations<T> &, T *do
   std::memcpy(deferred[0], dout, size_t(mb.rows() * out_features_) * sizeof(T));
   if (din)
     cpu::LinearBackward<T>(dout, nullptr, this->store_->param(w_), mb.rows(), in_features_,
-                           out_features_, din, nullptr, nullptr, mb.compute);
+                           out_features_, din, nullptr, nullptr, mb.ComputeOf(ModuleType::kLinear));
 }
 
 template <typename T>
@@ -61,7 +62,7 @@ void LinearLayer<T>::BackwardWeight(const T *in, const LayerActivations<T> &,
                                     const LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
   cpu::LinearWeightBackward(deferred[0], in, mb.rows(), in_features_, out_features_,
                             this->store_->grad(w_), b_ >= 0 ? this->store_->grad(b_) : nullptr,
-                            mb.compute);
+                            mb.ComputeOf(ModuleType::kLinear));
 }
 
 // ---------------------------------------------------------------- activations

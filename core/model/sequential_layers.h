@@ -32,6 +32,7 @@ class LinearLayer final : public Layer<T> {
                      LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
   void BackwardWeight(const T *in, const LayerActivations<T> &act,
                       const LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
+  ModuleSet Modules() const override { return {ModuleType::kLinear}; }
   double ForwardFlops(int64_t B, int64_t) const override {
     return 2.0 * double(B) * double(in_features_) * double(out_features_);
   }
@@ -84,6 +85,7 @@ class LayerNormLayer final : public Layer<T> {
                      LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
   void BackwardWeight(const T *in, const LayerActivations<T> &act,
                       const LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
+  ModuleSet Modules() const override { return {ModuleType::kLayerNorm}; }
   double ForwardFlops(int64_t, int64_t) const override { return 0.0; }
 
  private:

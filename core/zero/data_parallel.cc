@@ -64,11 +64,16 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   // persistence: nothing is partitioned) to widen it; fp32 below 3 stages none.
   const int64_t persistence =
       stage_ >= 3 ? config.zero.stage3_param_persistence_threshold : (Wide() ? 0 : -1);
-  plan_ = BuildPartitionPlan(store.decls(), model->layer_params(), persistence,
-                             stage_ >= 3 ? WholeByParamType(model->spec(), store.decls(),
-                                                            config.zero.zero_allowed_param_types,
-                                                            config.zero.zero_force_param_types)
-                                         : std::vector<bool>{});
+  plan_ = BuildPartitionPlan(
+      store.decls(), model->layer_params(), persistence,
+      stage_ >= 3
+          ? WholeByParamType(model->spec(), store.decls(), config.zero.zero_allowed_param_types,
+                             config.zero.zero_force_param_types)
+          : std::vector<bool>{},
+      Wide() ? Fp32ByParamType(model->spec(), store.decls(), config.fp32_modules())
+             : std::vector<bool>{});
+  if (!plan_.fp32.slots.empty())
+    fp32_ = std::make_unique<Fp32Params>(&plan_, &store, tracker, seed);
   if (Wide() && stage_ < 3) local_ = MakeSoloCommunicator("local");
   const ShardLayout local_layout(layout_.padded, 1);
 
@@ -209,6 +214,7 @@ Status DataParallel::ZeroGradients() {
   grads_gathered_ = false;
   launch_buckets_ = false;
   clip_coef_ = 1;
+  if (fp32_) fp32_->ZeroGrads();
   Status st = buckets_ ? buckets_->Reset() : Status::Ok();
   if (grads_) {
     Status zero = grads_->Zero();
@@ -259,6 +265,7 @@ Status DataParallel::FinishReduction() {
     DST_RETURN_IF_ERROR(grads_->Drain());
   else
     DST_RETURN_IF_ERROR(buckets_->Finish());
+  if (fp32_) DST_RETURN_IF_ERROR(fp32_->ReduceGrads(*dp_));
   if (Wide() || dp_->size() == 1) return Status::Ok();  // 16 bits: averaged in the step
   const float k = 1.0f / float(dp_->size());
   cpu::Scale(static_cast<float *>(StateGrads()), state_range_.size, k);
@@ -267,7 +274,9 @@ Status DataParallel::FinishReduction() {
 
 Result<double> DataParallel::GradNorm() {
   const double f = GradFactor();
-  double local = SumOfSquares(storage_, StateGrads(), state_range_.size) * f * f;
+  double local = SumOfSquares(storage_, StateGrads(), state_range_.size);
+  if (fp32_) local += fp32_->GradSquares(state_range_);  // zero in the 16-bit buffer
+  local *= f * f;
   if (stage_ >= 1) {  // summed over the shards in fp32
     float v = float(local);
     if (dp_->size() > 1) DST_RETURN_IF_ERROR(dp_->AllReduceSum(&v, 1)->Wait());
@@ -286,6 +295,7 @@ Result<double> DataParallel::GradSquaredNorm(const std::vector<int> &excluded) {
         storage_, grads + size_t(part.offset - state_range_.offset) * ElementBytes(storage_),
         part.size);
   }
+  if (fp32_) local += fp32_->GradSquares(state_range_, excluded);
   local *= f * f;
   if (stage_ >= 1 && dp_->size() > 1) {  // summed over the shards in fp32
     float v = float(local);
@@ -304,6 +314,10 @@ ShardInfo DataParallel::StatePartOf(int id) const {
 
 Status DataParallel::ReadStoredGradient(int id, float *out) {
   const ParamDecl &d = model_->params().decls()[size_t(id)];
+  if (const TensorSlot *slot = fp32_ ? fp32_->Find(id) : nullptr) {  // whole on every rank
+    std::memcpy(out, fp32_->grads(*slot), size_t(d.numel) * sizeof(float));
+    return Status::Ok();
+  }
   const ShardInfo part = StatePartOf(id);
   std::fill(out, out + d.numel, 0.0f);
   const uint8_t *grads = static_cast<const uint8_t *>(StateGrads());
@@ -316,6 +330,11 @@ Status DataParallel::ReadStoredGradient(int id, float *out) {
 
 Status DataParallel::AddStoredGradient(int id, const float *in) {
   const ParamDecl &d = model_->params().decls()[size_t(id)];
+  if (const TensorSlot *slot = fp32_ ? fp32_->Find(id) : nullptr) {
+    float *g = fp32_->grads(*slot);
+    for (int64_t i = 0; i < d.numel; ++i) g[i] += in[i];
+    return Status::Ok();
+  }
   const ShardInfo part = StatePartOf(id);
   uint8_t *grads = static_cast<uint8_t *>(StateGrads());
   AddInto(storage_, in + (part.offset - d.offset),
@@ -331,6 +350,7 @@ void DataParallel::ScaleGradients(float k) {
 }
 
 Status DataParallel::MasterToParams(int64_t begin, int64_t count, const float *master) {
+  if (fp32_) fp32_->TakeValues(state_range_.offset + begin, count, master);
   const int64_t at = ParamIndex(begin);
   if (params_->Resident(at, count)) {
     Narrow(storage_, master, HalfParams(begin), count);
@@ -350,6 +370,7 @@ Status DataParallel::ShareParams() {
     void *all = Wide() ? params_->shard() : static_cast<void *>(model_->params().values());
     DST_RETURN_IF_ERROR(AllGather(*dp_, storage_, all, layout_.shard_size())->Wait());
   }
+  if (fp32_ && stage_ >= 1) DST_RETURN_IF_ERROR(fp32_->ShareValues(*dp_, state_range_));
   return params_ ? params_->ShardChanged() : Status::Ok();
 }
 
@@ -402,6 +423,7 @@ Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
   for (int64_t c = 0; c < piece.count; c += kChunk) {
     const int64_t n = std::min(kChunk, piece.count - c);
     Widen(storage_, grads + c, chunk, n);
+    if (fp32_) fp32_->OverlayGrads(state_range_.offset + piece.begin + c, n, chunk);
     StatePiece part = piece;
     part.begin = piece.begin + c;
     part.count = n;
@@ -411,6 +433,7 @@ Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
       const int64_t at = ParamIndex(part.begin);
       uint16_t *out = params_->Resident(at, n) ? HalfParams(part.begin) : half;
       optimizer_->Update(part, nullptr, chunk, lr, {factor, out, HalfOf(storage_)});
+      if (fp32_) fp32_->TakeValues(state_range_.offset + part.begin, n, part.tensors[0]);
       if (out == half) DST_RETURN_IF_ERROR(params_->WriteShard(at, half, n));
       continue;
     }
@@ -482,8 +505,12 @@ Status DataParallel::GatherGradients() {
 // ---------------------------------------------------------------- whole tensors
 
 Status DataParallel::ReadParam(int id, float *out) {
-  if (params_) return params_->Read(id, out);
   const ParamDecl &d = model_->params().decls()[size_t(id)];
+  if (const TensorSlot *slot = fp32_ ? fp32_->Find(id) : nullptr) {
+    std::memcpy(out, fp32_->values(*slot), size_t(d.numel) * sizeof(float));
+    return Status::Ok();
+  }
+  if (params_) return params_->Read(id, out);
   std::memcpy(out, model_->params().values() + d.offset, size_t(d.numel) * sizeof(float));
   return Status::Ok();
 }
@@ -497,6 +524,8 @@ Status DataParallel::WriteParam(int id, const float *in) {
       DST_RETURN_IF_ERROR(
           optimizer_->state().Write(0, b - state_range_.offset, e - b, in + (b - d.offset)));
   }
+  if (const TensorSlot *slot = fp32_ ? fp32_->Find(id) : nullptr)
+    std::memcpy(fp32_->values(*slot), in, size_t(d.numel) * sizeof(float));
   if (params_) return params_->Write(id, in);
   std::memcpy(model_->params().values() + d.offset, in, size_t(d.numel) * sizeof(float));
   return Status::Ok();
@@ -509,6 +538,11 @@ Status DataParallel::ReadGrad(int id, float *out) const {
                       " each rank keeps only its shard of the reduced gradients; the full "
                       "gradient is gathered by forward_backward and kept until the next "
                       "train_batch or forward_backward. Call dst_engine_forward_backward first");
+  if (const TensorSlot *slot = fp32_ ? fp32_->Find(id) : nullptr) {  // whole, fp32, summed
+    const float f = float(GradFactor());
+    for (int64_t i = 0; i < d.numel; ++i) out[i] = fp32_->grads(*slot)[i] * f;
+    return Status::Ok();
+  }
   const void *full =
       stage_ >= 2 ? gathered_grads_.at(0) : const_cast<DataParallel *>(this)->FullGrads();
   Widen(storage_, static_cast<const uint8_t *>(full) + size_t(d.offset) * ElementBytes(storage_),

@@ -28,6 +28,9 @@
 // gradients staged and rounded as they are added into 16-bit storage (the
 // GradientPartition over a group of one at stages 0, 1).
 //
+// With fp16/bf16_override_modules the listed layer types' tensors stay fp32
+// (Fp32Params, whole on every rank) and the partitions leave them out.
+//
 // DataParallel is the model's LayerHooks: the engine passes it to
 // Model::Forward/Backward, which stop at the first hook that fails.
 #pragma once
@@ -41,6 +44,7 @@
 #include "core/optim/optimizer.h"
 #include "core/runtime/memory.h"
 #include "core/zero/bucket_reducer.h"
+#include "core/zero/fp32_params.h"
 #include "core/zero/grad_partition.h"
 #include "core/zero/parallelism.h"
 #include "core/zero/param_partition.h"
@@ -96,6 +100,8 @@ class DataParallel final : public DataParallelism {
   Communicator &comm() { return *dp_; }
   const std::vector<GradBucket> &buckets() const;
   const PartitionPlan &plan() const { return plan_; }
+  // The tensors kept in fp32 under 16-bit training (override_modules), or null.
+  const Fp32Params *fp32_params() const { return fp32_.get(); }
 
   Status ZeroGradients() override;
   void BeginBackward(bool last, bool last_of_chunk) override {
@@ -203,7 +209,8 @@ class DataParallel final : public DataParallelism {
   std::unique_ptr<BucketReducer> buckets_;      // stages 0, 1
   std::unique_ptr<GradientPartition> grads_;    // stages 2, 3; 16 bits: also 0, 1 (local)
   std::unique_ptr<ParameterPartition> params_;  // stage 3; 16 bits: also 0-2 (local)
-  FlatBuffer gathered_grads_;                   // [padded] stages 2, 3 after GatherGradients
+  std::unique_ptr<Fp32Params> fp32_;  // 16 bits with override_modules: tensors kept in fp32
+  FlatBuffer gathered_grads_;         // [padded] stages 2, 3 after GatherGradients
   bool grads_gathered_ = false;
   double loss_scale_ = 1, clip_coef_ = 1;  // 16 bits: applied in the step
 };

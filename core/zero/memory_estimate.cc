@@ -39,10 +39,14 @@ int64_t NvmeOffloadBufferBytes(const ZeroConfig &zero, int64_t elements, int64_t
 
 ModelStateBytes EstimateRankModelState(int64_t num_parameters, const Config &config,
                                        int64_t stage3_persistent_elements,
-                                       int64_t largest_swapped_share) {
+                                       int64_t largest_swapped_share, int64_t fp32_elements) {
   const DType precision = config.precision();
   ModelStateBytes b = EstimateModelState(num_parameters, config.dp_size, config.zero.stage,
                                          config.optimizer, stage3_persistent_elements, precision);
+  if (precision != DType::kFloat32) {
+    b.parameters += 4 * fp32_elements;
+    b.gradients += 4 * fp32_elements;
+  }
   const int64_t elements = ShardLayout(num_parameters, config.dp_size).shard_size();
   const bool swap_params = config.zero.offload_param_device == "nvme" && config.zero.stage == 3;
   if (swap_params) {

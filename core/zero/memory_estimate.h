@@ -15,6 +15,8 @@
 //   stage 1: params 2P, grads 2P, optimizer (4 + k) P/N
 //   stage 2: params 2P, grads 2P/N, optimizer (4 + k) P/N
 //   stage 3: params 2P/N + 2S, grads 2P/N, optimizer (4 + k) P/N
+// With fp16/bf16_override_modules the listed types' F elements add 4F to
+// parameters and 4F to gradients (fp32, whole on every rank), and leave S.
 // Communication staging buffers and the fp32 working copies a layer reads
 // under 16 bits (kCommunication) are not model state.
 #pragma once
@@ -47,9 +49,13 @@ int64_t NvmeOffloadBufferBytes(const ZeroConfig &zero, int64_t elements, int64_t
 // the parameters; the swap's windows (`largest_swapped_share` elements
 // each, LargestSwappedShare) and write buffers count instead, and fp32
 // training keeps master weights.
+// fp16/bf16_override_modules: `fp32_elements` (the listed types' tensors)
+// also keep fp32 values and gradients, whole on every rank: 4F + 4F (their
+// 16-bit copies stay in the flat buffers).
 ModelStateBytes EstimateRankModelState(int64_t num_parameters, const Config &config,
                                        int64_t stage3_persistent_elements,
-                                       int64_t largest_swapped_share = 0);
+                                       int64_t largest_swapped_share = 0,
+                                       int64_t fp32_elements = 0);
 
 ModelStateBytes EstimateModelState(int64_t num_parameters, int64_t dp_size, int stage,
                                    const OptimizerConfig &optimizer,

@@ -43,4 +43,14 @@ std::vector<bool> WholeByParamType(const ModelSpec &spec, const std::vector<Para
   return whole;
 }
 
+std::vector<bool> Fp32ByParamType(const ModelSpec &spec, const std::vector<ParamDecl> &decls,
+                                  const std::vector<std::string> &types) {
+  std::vector<bool> fp32(decls.size(), false);
+  for (size_t k = 0; k < decls.size() && !types.empty(); ++k) {
+    const std::string type = ZeroParamTypeOf(spec, decls[k].name);
+    fp32[k] = std::find(types.begin(), types.end(), type) != types.end();
+  }
+  return fp32;
+}
+
 }  // namespace dst

@@ -23,6 +23,11 @@ std::string ZeroParamTypeOf(const ModelSpec &spec, const std::string &name);
 
 // Per declaration: kept whole at stage 3 because its type is forced, or
 // because an allowed list exists and does not name it. Empty lists: none.
+// Per declaration: kept in fp32 under 16-bit training because its type is
+// in `types` (fp16.fp16_override_modules / bf16.bf16_override_modules).
+std::vector<bool> Fp32ByParamType(const ModelSpec &spec, const std::vector<ParamDecl> &decls,
+                                  const std::vector<std::string> &types);
+
 std::vector<bool> WholeByParamType(const ModelSpec &spec, const std::vector<ParamDecl> &decls,
                                    const std::vector<std::string> &allowed,
                                    const std::vector<std::string> &forced);

@@ -20,17 +20,19 @@ StagingLayout PackTensors(const std::vector<ParamDecl> &decls, const std::vector
 }
 
 std::vector<int> PersistentTensors(const std::vector<ParamDecl> &decls, int64_t threshold,
-                                   const std::vector<bool> &whole) {
+                                   const std::vector<bool> &whole, const std::vector<bool> &fp32) {
   std::vector<int> ids;
-  for (size_t k = 0; k < decls.size(); ++k)
+  for (size_t k = 0; k < decls.size(); ++k) {
+    if (k < fp32.size() && fp32[k]) continue;
     if (decls[k].numel <= threshold || (k < whole.size() && whole[k])) ids.push_back(int(k));
+  }
   return ids;
 }
 
 int64_t PersistentElements(const std::vector<ParamDecl> &decls, int64_t threshold,
-                           const std::vector<bool> &whole) {
+                           const std::vector<bool> &whole, const std::vector<bool> &fp32) {
   int64_t total = 0;
-  for (int id : PersistentTensors(decls, threshold, whole)) total += decls[size_t(id)].numel;
+  for (int id : PersistentTensors(decls, threshold, whole, fp32)) total += decls[size_t(id)].numel;
   return total;
 }
 
@@ -64,13 +66,23 @@ std::vector<int> Select(const std::vector<int> &ids, const std::vector<bool> &ex
 
 PartitionPlan BuildPartitionPlan(const std::vector<ParamDecl> &decls,
                                  const std::vector<LayerParamUse> &layers,
-                                 int64_t persistence_threshold, const std::vector<bool> &whole) {
+                                 int64_t persistence_threshold, const std::vector<bool> &whole,
+                                 const std::vector<bool> &fp32) {
   PartitionPlan plan;
   const Writers writers = CountWriters(decls.size(), layers);
+  // Tensors kept in fp32 take no part in staging: "excluded" from everything.
+  std::vector<bool> excluded(decls.size(), false);
+  std::vector<int> fp32_ids;
+  for (size_t k = 0; k < decls.size() && k < fp32.size(); ++k)
+    if (fp32[k]) {
+      excluded[k] = true;
+      fp32_ids.push_back(int(k));
+    }
+  plan.fp32 = PackTensors(decls, fp32_ids);
   std::vector<bool> shared(decls.size(), false);
   std::vector<int> shared_ids;
   for (size_t k = 0; k < decls.size(); ++k)
-    if (writers.count[k] > 1) {
+    if (writers.count[k] > 1 && !excluded[k]) {
       shared[k] = true;
       shared_ids.push_back(int(k));
     }
@@ -81,14 +93,17 @@ PartitionPlan BuildPartitionPlan(const std::vector<ParamDecl> &decls,
     plan.shared_after[writers.last[size_t(slot.id)]].push_back(
         {d.offset, d.offset + d.numel, slot.staged});
   }
+  std::vector<bool> not_staged = excluded;  // gradients: shared or fp32
+  for (size_t k = 0; k < decls.size(); ++k) not_staged[k] = not_staged[k] || shared[k];
   for (const LayerParamUse &layer : layers) {
-    plan.grads.push_back(PackTensors(decls, Select(layer.ids, shared)));
+    plan.grads.push_back(PackTensors(decls, Select(layer.ids, not_staged)));
     plan.max_grad_staging = std::max(plan.max_grad_staging, plan.grads.back().size);
   }
   if (persistence_threshold < 0) return plan;
 
-  std::vector<bool> persistent(decls.size(), false);
-  const std::vector<int> persistent_ids = PersistentTensors(decls, persistence_threshold, whole);
+  std::vector<bool> persistent = excluded;  // parameters: persistent or fp32
+  const std::vector<int> persistent_ids =
+      PersistentTensors(decls, persistence_threshold, whole, fp32);
   for (int id : persistent_ids) persistent[size_t(id)] = true;
   plan.persistent = PackTensors(decls, persistent_ids);
   for (const LayerParamUse &layer : layers) {

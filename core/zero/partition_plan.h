@@ -51,11 +51,12 @@ StagingLayout PackTensors(const std::vector<ParamDecl> &decls, const std::vector
 
 // Tensors kept whole on every rank at stage 3: numel <= threshold, or
 // whole[k] (param_types.h: zero_force_param_types / zero_allowed_param_types;
-// empty: none).
+// empty: none); never an fp32[k] tensor (those are whole in fp32 anyway).
 std::vector<int> PersistentTensors(const std::vector<ParamDecl> &decls, int64_t threshold,
-                                   const std::vector<bool> &whole = {});
+                                   const std::vector<bool> &whole = {},
+                                   const std::vector<bool> &fp32 = {});
 int64_t PersistentElements(const std::vector<ParamDecl> &decls, int64_t threshold,
-                           const std::vector<bool> &whole = {});
+                           const std::vector<bool> &whole = {}, const std::vector<bool> &fp32 = {});
 
 struct PartitionPlan {
   // Per layer: the gradients only this layer writes.
@@ -69,13 +70,18 @@ struct PartitionPlan {
   std::vector<StagingLayout> params;
   // Stage 3: the persistent tensors, in one region.
   StagingLayout persistent;
+  // 16-bit training with fp16/bf16_override_modules: the tensors kept in
+  // fp32, whole on every rank, in one region (fp32_params.h); none of the
+  // above stages, gathers or reduces them.
+  StagingLayout fp32;
   int64_t max_grad_staging = 0, max_param_staging = 0;
 };
 
 // `persistence_threshold` < 0: no parameter partitioning (stage 2).
+// `fp32[k]`: tensor k is kept in fp32 (param_types.h: Fp32ByParamType).
 PartitionPlan BuildPartitionPlan(const std::vector<ParamDecl> &decls,
                                  const std::vector<LayerParamUse> &layers,
-                                 int64_t persistence_threshold,
-                                 const std::vector<bool> &whole = {});
+                                 int64_t persistence_threshold, const std::vector<bool> &whole = {},
+                                 const std::vector<bool> &fp32 = {});
 
 }  // namespace dst

@@ -567,23 +567,26 @@ TEST(ConfigErrors, OneBitOptimizersPointAtGradientCompression) {
       {"\"OneBitAdam\" (DeepSpeed's momentum-compressing optimizer)", "gradient_compression"}));
 }
 
-TEST(ConfigErrors, OverrideModulesAreRecognisedCheckedAndRefusedWithTheReason) {
-  EXPECT_TRUE(
-      FailsWith(Parse(R"({"train_batch_size": 1,
-                "fp16": {"enabled": true, "fp16_override_modules": ["layernorm"]}})"),
-                Code::kNotSupported,
-                {"fp16.fp16_override_modules [LayerNorm]", "not supported yet", "Remove the key"}));
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
-                "bf16": {"enabled": true, "bf16_override_modules": ["Embedding", "LayerNorm"]}})"),
-                        Code::kNotSupported,
-                        {"bf16.bf16_override_modules [Embedding, LayerNorm]"}));
+TEST(Config, OverrideModulesAreReadForTheEnabled16BitMode) {
+  Result<Config> fp16 = Parse(R"({"train_batch_size": 1,
+                "fp16": {"enabled": true, "fp16_override_modules": ["layernorm", "Embedding"]}})");
+  ASSERT_TRUE(fp16.ok()) << fp16.status().message();
+  EXPECT_EQ(fp16.value().fp32_modules(), (std::vector<std::string>{"LayerNorm", "Embedding"}));
+  Result<Config> bf16 = Parse(R"({"train_batch_size": 1,
+                "bfloat16": {"enabled": true, "bf16_override_modules": ["Linear"]}})");
+  ASSERT_TRUE(bf16.ok()) << bf16.status().message();
+  EXPECT_EQ(bf16.value().fp32_modules(), (std::vector<std::string>{"Linear"}));
+  // A list under a mode that is off asks for nothing: fp32 training is fp32.
+  Result<Config> off = Parse(R"({"train_batch_size": 1,
+                "fp16": {"enabled": false, "fp16_override_modules": ["LayerNorm"]}})");
+  ASSERT_TRUE(off.ok());
+  EXPECT_TRUE(off.value().fp32_modules().empty());
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
                 "fp16": {"enabled": true, "fp16_override_modules": ["BatchNorm"]}})"),
                         Code::kConfig, {"unknown layer type \"BatchNorm\"", "LayerNorm"}));
-  // An empty list asks for nothing.
-  EXPECT_TRUE(Parse(R"({"train_batch_size": 1,
-                        "fp16": {"enabled": true, "fp16_override_modules": []}})")
-                  .ok());
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1,
+                "bf16": {"enabled": true, "bf16_override_modules": "LayerNorm"}})"),
+                        Code::kConfig, {"bf16.bf16_override_modules", "a list of layer types"}));
 }
 
 TEST(ConfigErrors, BadBetas) {

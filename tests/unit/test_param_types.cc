@@ -54,5 +54,65 @@ TEST(ParamTypes, SequentialTensorsAndTheWholeMask) {
   EXPECT_EQ(PersistentTensors(decls, -1, forced), (std::vector<int>{2, 3}));
 }
 
+ModuleType ModuleOf(const std::string &type) {
+  for (ModuleType m : {ModuleType::kEmbedding, ModuleType::kLayerNorm, ModuleType::kAttention,
+                       ModuleType::kLinear})
+    if (ModuleName(m) == type) return m;
+  return ModuleType::kWhole;
+}
+
+// Each layer's Modules() are exactly the types of the tensors it reads, so
+// a layer made only of listed types (fp16_override_modules) keeps its
+// output in fp32 exactly when every tensor it reads is fp32.
+TEST(ParamTypes, EachLayerDeclaresTheTypesOfItsTensors) {
+  for (const char *json :
+       {R"({"type": "gpt", "vocab_size": 64, "n_ctx": 8, "n_layer": 2, "n_head": 2, "d_model": 8})",
+        R"({"type": "sequential", "input_dim": 4, "loss": "mse",
+            "layers": [{"type": "linear", "out_features": 8}, {"type": "relu"},
+                       {"type": "layernorm"}, {"type": "linear", "out_features": 1}]})"}) {
+    const ModelSpec spec = Spec(json);
+    MemoryTracker tracker;
+    Model<float> model(spec, ActivationLimits{}, &tracker);
+    const std::vector<ParamDecl> &decls = model.params().decls();
+    for (size_t i = 0; i < model.layers().size(); ++i) {
+      ModuleSet read;
+      for (int id : model.layer_params()[i].ids)
+        read.add(ModuleOf(ZeroParamTypeOf(spec, decls[size_t(id)].name)));
+      EXPECT_TRUE(read == model.layers()[i]->Modules()) << json << " layer " << i;
+    }
+  }
+}
+
+// The tensors kept in fp32 leave every staged region: gradients, the shared
+// (tied) region, stage 3's gathers and its persistent tensors.
+TEST(ParamTypes, Fp32TensorsLeaveThePartitionPlan) {
+  const ModelSpec spec = Spec(
+      R"({"type": "gpt", "vocab_size": 64, "n_ctx": 8, "n_layer": 2, "n_head": 2, "d_model": 8})");
+  MemoryTracker tracker;
+  Model<float> model(spec, ActivationLimits{}, &tracker);
+  const std::vector<ParamDecl> &decls = model.params().decls();
+  const std::vector<bool> fp32 = Fp32ByParamType(spec, decls, {"LayerNorm", "Embedding"});
+  int64_t fp32_elements = 0;
+  for (size_t k = 0; k < decls.size(); ++k) fp32_elements += fp32[k] ? decls[k].numel : 0;
+  EXPECT_EQ(fp32_elements, 2 * 4 * 8 + 2 * 8 + 64 * 8 + 8 * 8);
+  const PartitionPlan plan = BuildPartitionPlan(decls, model.layer_params(), 16, {}, fp32);
+  EXPECT_EQ(plan.fp32.size, fp32_elements);
+  EXPECT_TRUE(plan.shared.slots.empty());  // the tied wte is fp32
+  auto staged = [&](const std::vector<StagingLayout> &layouts, int id) {
+    for (const StagingLayout &l : layouts)
+      for (const TensorSlot &s : l.slots)
+        if (s.id == id) return true;
+    return false;
+  };
+  for (size_t k = 0; k < decls.size(); ++k) {
+    const int id = int(k);
+    EXPECT_EQ(staged(plan.grads, id), !fp32[k]) << decls[k].name;
+    EXPECT_FALSE(fp32[k] && staged(plan.params, id)) << decls[k].name;
+    EXPECT_FALSE(fp32[k] && staged({plan.persistent}, id)) << decls[k].name;
+  }
+  EXPECT_EQ(PersistentElements(decls, 16, {}, fp32),
+            PersistentElements(decls, 16) - (2 * 4 * 8 + 2 * 8));  // the LayerNorms left it
+}
+
 }  // namespace
 }  // namespace dst

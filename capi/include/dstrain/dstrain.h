@@ -427,7 +427,8 @@ DST_API dst_status_t dst_engine_monitor_url(const dst_engine_t *engine, const ch
  * is joined): a JSON object {num_parameters, world_size, dp_size, precision,
  * optimizer_state_bytes_per_parameter, configured_stage, stages: [{stage,
  * parameters_bytes, gradients_bytes, optimizer_state_bytes, total_bytes,
- * persistent_parameters, supported}]}. The figures are exactly
+ * persistent_parameters, fp32_parameters, supported}]} (fp32_parameters:
+ * elements kept in fp32 by fp16/bf16_override_modules). The figures are exactly
  * what a run of that layout allocates (flat buffers padded to a multiple of
  * dp_size). The string is thread-local, valid until the next call on the
  * same thread. */
