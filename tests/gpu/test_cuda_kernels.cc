@@ -2,7 +2,6 @@
 // kernel against the CPU kernel on random inputs (fp32 within 1e-5, casts bit
 // for bit). Without the CUDA plugin or a device each test is reported as
 // skipped ("skipped: no CUDA device"), never as passed.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,49 +15,10 @@
 #include "core/kernels/cpu/cpu_adam.h"
 #include "core/kernels/cpu/layernorm.h"
 #include "core/precision/convert.h"
-#include "core/runtime/plugin.h"
+#include "tests/gpu/gpu_test_support.h"
 
 namespace dst {
 namespace {
-
-using ElementwiseFn = int (*)(const char *kernel, const float *a, const float *b, float *out,
-                              long n, char *err, size_t cap);
-
-using AdamFn = int (*)(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, long n,
-                       const math::AdamConstants *k, char *err, size_t cap);
-
-using LayerNormFn = int (*)(const float *x, const float *w, const float *b, const float *dy,
-                            long rows, long C, float eps, float *out, float *mean, float *rstd,
-                            float *dx, float *dw, float *db, char *err, size_t cap);
-
-struct CudaPlugin {
-  ElementwiseFn elementwise = nullptr;
-  AdamFn adam = nullptr;
-  LayerNormFn layernorm = nullptr;
-  std::string why;
-};
-
-const CudaPlugin &Plugin() {
-  static const CudaPlugin plugin = [] {
-    CudaPlugin p;
-#ifdef DSTRAIN_CUDA_PLUGIN_BUILD_PATH
-    const OpenedPlugin opened =
-        OpenPlugin({"libdstrain_cuda.so", "DSTRAIN_CUDA_PLUGIN", DSTRAIN_CUDA_PLUGIN_BUILD_PATH,
-                    "dst_cuda_plugin_elementwise", "the CUDA runtime"});
-    p.elementwise = reinterpret_cast<ElementwiseFn>(opened.entry);
-    if (opened.handle != nullptr)
-      p.adam = reinterpret_cast<AdamFn>(dlsym(opened.handle, "dst_cuda_plugin_adam"));
-    if (opened.handle != nullptr)
-      p.layernorm =
-          reinterpret_cast<LayerNormFn>(dlsym(opened.handle, "dst_cuda_plugin_layernorm"));
-    p.why = opened.error;
-#else
-    p.why = "this build has no CUDA plugin";
-#endif
-    return p;
-  }();
-  return plugin;
-}
 
 // Runs a kernel; false (and the test is skipped) without a plugin or device.
 bool RunOnGpu(const char *kernel, const std::vector<float> &a, const std::vector<float> *b,
@@ -77,14 +37,6 @@ bool RunOnGpu(const char *kernel, const std::vector<float> &a, const std::vector
   }
   EXPECT_EQ(rc, 0) << err;
   return rc == 0;
-}
-
-std::vector<float> Random(size_t n, float scale, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
-  for (float &x : v) x = normal(rng);
-  return v;
 }
 
 #define RUN_OR_SKIP(kernel, a, b, out)         \

@@ -1,16 +1,18 @@
 // libdstrain_cuda.so: the CUDA backend's plugin, opened with dlopen on use
 // (core/runtime/cuda_devices.cc) so that libdstrain.so loads on a machine
-// without CUDA. So far it reports the devices this process sees (dstrain
-// report) and holds the first kernels, the element-wise ones, written over
+// without CUDA. This file reports the devices this process sees (dstrain
+// report) and holds the element-wise kernels, written over
 // the DST_HOST_DEVICE formulas the CPU kernels use (elementwise_math.h), so
 // the CPU tests exercise the math the GPU runs. Compiled for sm_80 and sm_90
-// (+ PTX) with warnings as errors; not yet run on a GPU (issue 16).
+// (+ PTX) with warnings as errors; not yet run on a GPU (issue 16). The
+// GPT's kernels are in gpt_kernels.cu, the GEMMs (cuBLASLt) in gemm.cu.
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdio>
 #include <string>
 
+#include "core/kernels/cuda/plugin_support.cuh"
 #include "core/kernels/elementwise_math.h"
 #include "core/precision/convert.h"
 
@@ -51,13 +53,6 @@ __global__ void AdamKernel(float *param, const float *grad, float *exp_avg, floa
 }
 
 // ---- LayerNorm over the last dimension (cpu/layernorm.h's math): one warp a row.
-
-constexpr int kWarp = 32;
-
-__device__ float WarpSum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 // out = (x - mean) * rstd * w + b per row of x [rows, C]; mean, rstd [rows] saved.
 __global__ void LayerNormForwardKernel(const float *x, const float *w, const float *b, long rows,
@@ -121,17 +116,6 @@ __global__ void LayerNormParamGradKernel(const float *dy, const float *x, const 
   db[col] += b_sum;
 }
 
-// Launch shape of an element-wise kernel over n elements: 256 threads a
-// block, at most 4 blocks per SM's worth of work (the grid-stride loops do the rest).
-struct Launch {
-  int blocks, threads;
-};
-Launch ElementwiseLaunch(long n) {
-  constexpr int kThreads = 256;
-  const long blocks = (n + kThreads - 1) / kThreads;
-  return {int(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535), kThreads};
-}
-
 namespace {
 
 // Appends `text` with quotes and JSON escapes.
@@ -173,16 +157,7 @@ std::string DevicesJson() {
 
 }  // namespace dst::cuda
 
-namespace {
-
-// Writes "what: cuda error" into err[cap]; returns 2.
-int Fail(char *err, size_t cap, const char *what, cudaError_t status) {
-  if (err != nullptr && cap > 0)
-    std::snprintf(err, cap, "%s: %s", what, cudaGetErrorString(status));
-  return 2;
-}
-
-}  // namespace
+using dst::cuda::Fail;
 
 // Runs one element-wise kernel on host arrays (copied to device 0 and back):
 // the GPU test suite compares it with the CPU kernel. kernel: "gelu_forward"
@@ -192,8 +167,7 @@ int Fail(char *err, size_t cap, const char *what, cudaError_t status) {
 extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_elementwise(
     const char *kernel, const float *a, const float *b, float *out, long n, char *err,
     size_t cap) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return 1;
+  if (!dst::cuda::HasDevice()) return 1;
   const std::string name = kernel;
   float *da = nullptr, *db = nullptr, *dout = nullptr;
   const size_t bytes = size_t(n) * sizeof(float);
@@ -233,8 +207,7 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_elementwis
 extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_adam(
     float *param, const float *grad, float *exp_avg, float *exp_avg_sq, long n,
     const dst::math::AdamConstants *k, char *err, size_t cap) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return 1;
+  if (!dst::cuda::HasDevice()) return 1;
   float *buffers[4] = {};
   float *host[4] = {param, const_cast<float *>(grad), exp_avg, exp_avg_sq};
   const size_t bytes = size_t(n) * sizeof(float);
@@ -262,8 +235,7 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_layernorm(
     const float *x, const float *w, const float *b, const float *dy, long rows, long C,
     float eps, float *out, float *mean, float *rstd, float *dx, float *dw, float *db, char *err,
     size_t cap) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return 1;
+  if (!dst::cuda::HasDevice()) return 1;
   const size_t n = size_t(rows) * size_t(C);
   struct Array {
     const float *host;

@@ -1,0 +1,181 @@
+// The GPT's CUDA kernels (core/kernels/cuda/gpt_kernels.cu) and cuBLASLt
+// GEMMs (gemm.cu) against the CPU kernels on random inputs. fp32 results
+// within 1e-5 of the CPU's scale (different summation orders and exp
+// implementations); TF32 within its 10-bit mantissa; bf16 / fp16 operands
+// against the CPU product of the same rounded operands. Skipped without a
+// plugin or device ("skipped: no CUDA device").
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/kernels/cpu/attention.h"
+#include "core/kernels/cpu/embedding.h"
+#include "core/kernels/cpu/gemm.h"
+#include "core/kernels/cpu/loss.h"
+#include "core/precision/convert.h"
+#include "core/zero/storage.h"
+#include "tests/gpu/gpu_test_support.h"
+
+namespace dst {
+namespace {
+
+using EmbeddingFn = int (*)(const int32_t *tokens, const float *wte, const float *wpe, long B,
+                            long T, long C, long V, long max_T, const float *dout, float *out,
+                            float *dwte, float *dwpe, char *err, size_t cap);
+using CrossEntropyFn = int (*)(const float *logits, const int32_t *targets, long rows, long V,
+                               float grad_scale, float *probs, float *loss, long *counted,
+                               float *dlogits, char *err, size_t cap);
+using AttentionFn = int (*)(const float *qkv, const float *dy, long B, long T, long C, long H,
+                            float *att, float *y, float *dqkv, char *err, size_t cap);
+using GradStatsFn = int (*)(const float *x, long n, double *sum_squares, long *nonfinite,
+                            char *err, size_t cap);
+using GemmFn = int (*)(int type, int trans_a, int trans_b, long m, long n, long k, float alpha,
+                       const float *a, long lda, const float *b, long ldb, float beta, float *c,
+                       long ldc, char *err, size_t cap);
+
+// The index of the first element farther than tol x (the reference's largest
+// magnitude) from the reference, or the size when none is.
+size_t FirstFar(const std::vector<float> &got, const std::vector<float> &want, float tol) {
+  float scale = 1e-30f;
+  for (float w : want) scale = std::max(scale, std::fabs(w));
+  for (size_t i = 0; i < want.size(); ++i)
+    if (!(std::fabs(got[i] - want[i]) <= tol * scale)) return i;
+  return want.size();
+}
+
+std::vector<int32_t> Tokens(size_t n, int32_t V, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, V - 1);
+  std::vector<int32_t> t(n);
+  for (int32_t &x : t) x = pick(rng);
+  return t;
+}
+
+TEST(CudaGptKernels, EmbeddingMatchesTheCpuKernels) {
+  const auto fn = Plugin().Symbol<EmbeddingFn>("dst_cuda_plugin_embedding");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  const long B = 3, T = 17, C = 40, V = 50, max_T = 32;
+  const std::vector<int32_t> tokens = Tokens(size_t(B * T), int32_t(V), 20);  // tokens repeat
+  const std::vector<float> wte = Random(size_t(V * C), 1.0f, 21);
+  const std::vector<float> wpe = Random(size_t(max_T * C), 1.0f, 22);
+  const std::vector<float> dout = Random(size_t(B * T * C), 1.0f, 23);
+  std::vector<float> out(size_t(B * T * C)), dwte = Random(wte.size(), 0.1f, 24);
+  std::vector<float> dwpe = Random(wpe.size(), 0.1f, 25);
+  std::vector<float> g_out = out, g_dwte = dwte, g_dwpe = dwpe;
+  char err[512] = {};
+  const int rc = fn(tokens.data(), wte.data(), wpe.data(), B, T, C, V, max_T, dout.data(),
+                    g_out.data(), g_dwte.data(), g_dwpe.data(), err, sizeof err);
+  DST_GPU_CHECK_RC(rc, err);
+  cpu::EmbeddingForward(tokens.data(), wte.data(), wpe.data(), B, T, C, out.data());
+  cpu::EmbeddingBackward(dout.data(), tokens.data(), B, T, C, dwte.data(), dwpe.data());
+  EXPECT_EQ(FirstFar(g_out, out, 0.0f), out.size());  // one addition: exact
+  EXPECT_EQ(FirstFar(g_dwte, dwte, 1e-5f), dwte.size());
+  EXPECT_EQ(FirstFar(g_dwpe, dwpe, 1e-5f), dwpe.size());
+}
+
+TEST(CudaGptKernels, CrossEntropyMatchesTheCpuKernels) {
+  const auto fn = Plugin().Symbol<CrossEntropyFn>("dst_cuda_plugin_cross_entropy");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  for (long V : {7L, 256L, 50257L}) {
+    const long rows = 13;
+    std::vector<float> logits = Random(size_t(rows * V), 3.0f, 30);
+    std::vector<int32_t> targets = Tokens(size_t(rows), int32_t(V), 31);
+    targets[4] = cpu::kIgnoreIndex;
+    std::vector<float> g_probs(logits.size()), g_dlogits(logits.size()), dlogits(logits.size());
+    float g_loss = 0;
+    long g_counted = 0;
+    char err[512] = {};
+    const int rc = fn(logits.data(), targets.data(), rows, V, 0.5f, g_probs.data(), &g_loss,
+                      &g_counted, g_dlogits.data(), err, sizeof err);
+    DST_GPU_CHECK_RC(rc, err);
+    int64_t counted = 0;
+    const float loss =
+        cpu::SoftmaxCrossEntropyForward(logits.data(), targets.data(), rows, V, &counted);
+    cpu::SoftmaxCrossEntropyBackward(logits.data(), targets.data(), rows, V, counted, 0.5f,
+                                     dlogits.data());
+    EXPECT_EQ(g_counted, counted);
+    EXPECT_NEAR(g_loss, loss, 1e-5f * std::fabs(loss)) << "V=" << V;
+    EXPECT_EQ(FirstFar(g_probs, logits, 1e-5f), logits.size()) << "probabilities, V=" << V;
+    EXPECT_EQ(FirstFar(g_dlogits, dlogits, 1e-5f), dlogits.size()) << "dlogits, V=" << V;
+  }
+}
+
+TEST(CudaGptKernels, CausalAttentionMatchesTheCpuKernels) {
+  const auto fn = Plugin().Symbol<AttentionFn>("dst_cuda_plugin_attention");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  for (long T : {1L, 5L, 33L, 64L}) {
+    const long B = 2, C = 48, H = 3;
+    const cpu::AttentionShape s{B, T, C, H};
+    const std::vector<float> qkv = Random(size_t(B * T * 3 * C), 1.0f, 40);
+    const std::vector<float> dy = Random(size_t(B * T * C), 1.0f, 41);
+    std::vector<float> att(size_t(B * H * T * T)), y(size_t(B * T * C)), dqkv(qkv.size());
+    std::vector<float> g_att = att, g_y = y, g_dqkv = dqkv, scratch(size_t(T * T));
+    char err[512] = {};
+    const int rc = fn(qkv.data(), dy.data(), B, T, C, H, g_att.data(), g_y.data(),
+                      g_dqkv.data(), err, sizeof err);
+    DST_GPU_CHECK_RC(rc, err);
+    cpu::AttentionForward(qkv.data(), s, att.data(), y.data());
+    cpu::AttentionBackward(dy.data(), qkv.data(), att.data(), s, dqkv.data(), scratch.data());
+    EXPECT_EQ(FirstFar(g_att, att, 1e-5f), att.size()) << "att, T=" << T;
+    EXPECT_EQ(FirstFar(g_y, y, 1e-5f), y.size()) << "y, T=" << T;
+    EXPECT_EQ(FirstFar(g_dqkv, dqkv, 1e-5f), dqkv.size()) << "dqkv, T=" << T;
+  }
+}
+
+TEST(CudaGptKernels, GradientStatisticsMatchTheCpuSumAndFindNonFiniteValues) {
+  const auto fn = Plugin().Symbol<GradStatsFn>("dst_cuda_plugin_grad_stats");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  std::vector<float> x = Random(1000003, 1e-2f, 50);
+  double sum = 0;
+  long bad = 0;
+  char err[512] = {};
+  int rc = fn(x.data(), long(x.size()), &sum, &bad, err, sizeof err);
+  DST_GPU_CHECK_RC(rc, err);
+  const double cpu = SumOfSquares(StorageType::kFp32, x.data(), int64_t(x.size()));
+  EXPECT_NEAR(sum, cpu, 1e-12 * cpu);
+  EXPECT_EQ(bad, 0);
+  x[17] = std::numeric_limits<float>::infinity();
+  x[999999] = std::numeric_limits<float>::quiet_NaN();
+  rc = fn(x.data(), long(x.size()), &sum, &bad, err, sizeof err);
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_EQ(bad, 2);
+  EXPECT_FALSE(std::isfinite(sum));
+}
+
+// Row-major GEMMs with every transpose, padded leading dimensions, alpha and
+// beta: fp32 against cpu::Gemm; TF32 within 5e-3 of the largest element (10-bit mantissas, k = 129); bf16
+// and fp16 operands against the CPU product of the same rounded operands.
+TEST(CudaGptKernels, CublasLtGemmsMatchTheCpuGemm) {
+  const auto fn = Plugin().Symbol<GemmFn>("dst_cuda_plugin_gemm");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  const long m = 67, n = 45, k = 129, pad = 3;
+  for (int type = 0; type < 4; ++type)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const long lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+        std::vector<float> a = Random(size_t((ta ? k : m) * lda), 1.0f, 60);
+        std::vector<float> b = Random(size_t((tb ? n : k) * ldb), 1.0f, 61);
+        const std::vector<float> c0 = Random(size_t(m * ldc), 1.0f, 62);
+        std::vector<float> g_c = c0, c = c0;
+        char err[512] = {};
+        const int rc = fn(type, ta, tb, m, n, k, 0.75f, a.data(), lda, b.data(), ldb, 0.5f,
+                          g_c.data(), ldc, err, sizeof err);
+        DST_GPU_CHECK_RC(rc, err);
+        if (type >= 2)  // the GPU multiplies the rounded operands
+          for (std::vector<float> *x : {&a, &b})
+            for (float &v : *x)
+              v = type == 2 ? BFloat16ToFloat(FloatToBFloat16(v)) : HalfToFloat(FloatToHalf(v));
+        cpu::Gemm(ta, tb, int(m), int(n), int(k), 0.75f, a.data(), int(lda), b.data(), int(ldb),
+                  0.5f, c.data(), int(ldc));
+        const float tol = type == 1 ? 5e-3f : 1e-5f;
+        EXPECT_EQ(FirstFar(g_c, c, tol), c.size())
+            << "type " << type << " ta " << ta << " tb " << tb;
+      }
+}
+
+}  // namespace
+}  // namespace dst
