@@ -197,8 +197,11 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
         const float *output = nullptr;
         Status st = model_->Forward(ins.slot, range, input, mb, dp_, &output);
         if (!st.ok()) return st.context(at_step("forward"));
-        if (sends(ins.chunk))
-          link_->KeepOutput(ins.chunk, ins.micro_batch, output, model_->BoundaryRows(mb.rows()));
+        if (sends(ins.chunk)) {
+          st = link_->KeepOutput(ins.chunk, ins.micro_batch, output,
+                                 model_->BoundaryRows(mb.rows()));
+          if (!st.ok()) return st.context(at_step("forward"));
+        }
         if (range.end == model_->all_layers().end && model_->has_loss())
           loss_sum += model_->Loss(ins.slot);
         if (link_ && !training) link_->Release(ins.chunk, ins.micro_batch);
@@ -220,9 +223,12 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
         } else {
           float *dout =
               sends(ins.chunk) ? link_->gradient_input(ins.chunk, ins.micro_batch) : nullptr;
-          float *din = receives(ins.chunk) ? link_->GradientOutput(ins.chunk, ins.micro_batch,
-                                                                   model_->BoundaryRows(mb.rows()))
-                                           : nullptr;
+          float *din = nullptr;
+          if (receives(ins.chunk)) {
+            st = link_->GradientOutput(ins.chunk, ins.micro_batch, model_->BoundaryRows(mb.rows()),
+                                       &din);
+            if (!st.ok()) return st.context(at_step(OpName(ins.op)));
+          }
           if (ins.op == Op::kBackward) {
             dp_->BeginBackward(ins.last_backward, ins.last_of_chunk);
             st = model_->Backward(ins.slot, range, dout, din, mb, dp_);

@@ -173,16 +173,20 @@ const float *StageLink::activation_input(int64_t chunk, int64_t mb) const {
   return h.activation_in < 0 ? nullptr : pool_[size_t(h.activation_in)].data();
 }
 
-void StageLink::KeepOutput(int64_t chunk, int64_t mb, const float *output, int64_t rows) {
+Status StageLink::KeepOutput(int64_t chunk, int64_t mb, const float *output, int64_t rows) {
   Held &h = held_[Key(chunk, mb)];
   if (h.output < 0) {
     Result<int> b = Acquire();
-    if (!b.ok()) return;  // SendActivation reports the missing buffer
+    if (!b.ok()) {
+      Status failed = b.status();
+      return failed.context("pipeline: a send posted earlier");
+    }
     h.output = b.value();
   }
   h.output_rows = rows;
   std::memcpy(pool_[size_t(h.output)].data(), output,
               size_t(rows * chunks_[size_t(chunk)].out_width) * sizeof(float));
+  return Status::Ok();
 }
 
 Status StageLink::SendHeld(Kind kind, int64_t chunk, int64_t mb) {
@@ -217,15 +221,19 @@ float *StageLink::gradient_input(int64_t chunk, int64_t mb) {
   return h.gradient_in < 0 ? nullptr : pool_[size_t(h.gradient_in)].data();
 }
 
-float *StageLink::GradientOutput(int64_t chunk, int64_t mb, int64_t rows) {
+Status StageLink::GradientOutput(int64_t chunk, int64_t mb, int64_t rows, float **out) {
   Held &h = held_[Key(chunk, mb)];
   if (h.gradient_out < 0) {
     Result<int> b = Acquire();
-    if (!b.ok()) return nullptr;
+    if (!b.ok()) {
+      Status failed = b.status();
+      return failed.context("pipeline: a send posted earlier");
+    }
     h.gradient_out = b.value();
   }
   h.gradient_rows = rows;
-  return pool_[size_t(h.gradient_out)].data();
+  *out = pool_[size_t(h.gradient_out)].data();
+  return Status::Ok();
 }
 
 Status StageLink::SendGradient(int64_t chunk, int64_t mb) {

@@ -69,14 +69,18 @@ class StageLink {
   const float *activation_input(int64_t chunk, int64_t mb) const;
   // The chunk's output, copied at once (the model's own buffer is reused by
   // the next pass), then posted to the next virtual stage by SendActivation.
-  void KeepOutput(int64_t chunk, int64_t mb, const float *output, int64_t rows);
+  // An error when no buffer can be had: a send posted earlier failed (the
+  // peer died) and is reported here, not as a missing output later.
+  Status KeepOutput(int64_t chunk, int64_t mb, const float *output, int64_t rows);
   Status SendActivation(int64_t chunk, int64_t mb);
 
   // Backward: the gradient of the chunk's output (from the next virtual
   // stage), and where its input gradient goes before SendGradient posts it.
   Status RecvGradient(int64_t chunk, int64_t mb, int64_t rows);
   float *gradient_input(int64_t chunk, int64_t mb);
-  float *GradientOutput(int64_t chunk, int64_t mb, int64_t rows);
+  // Where the chunk's input gradient goes (*out), or the error of a failed
+  // earlier send, as KeepOutput.
+  Status GradientOutput(int64_t chunk, int64_t mb, int64_t rows, float **out);
   Status SendGradient(int64_t chunk, int64_t mb);
   // The micro-batch's backward (or eval forward) is done: its received
   // buffers go back to the pool.
