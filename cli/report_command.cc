@@ -142,7 +142,8 @@ std::vector<ReportSection> BuildSections(const json &info) {
         {"fp32 GEMM", GemmRow(Child(info, "gemm"))},
         {"bf16 training GEMMs", Text(Child(info, "gemm"), "bf16_compute") + " (" +
                                     Text(Child(info, "gemm"), "bf16_compute_reason") + ")"},
-        {"fp16 training GEMMs", "fp32 (no native fp16 matrix path is used on the CPU)"}}},
+        {"fp16 training GEMMs", "fp32 (no native fp16 matrix path is used on the CPU)"},
+        {"GELU loops", Text(Child(info, "gemm"), "elementwise")}}},
       {"GPU",
        {{"CUDA compiled in", YesNo(Flag(cuda, "compiled"))},
         {"NCCL compiled in", YesNo(Flag(cuda, "nccl"))},

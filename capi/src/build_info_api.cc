@@ -13,6 +13,7 @@
 #include "core/kernels/cpu/cpu_adam.h"
 #include "core/kernels/cpu/cpu_isa.h"
 #include "core/kernels/cpu/gemm.h"
+#include "core/kernels/cpu/vector_math.h"
 #include "core/offload/async_file.h"
 #include "core/runtime/cuda_devices.h"
 
@@ -87,7 +88,8 @@ json GemmInfo() {
           {"openblas_note", OpenBlasGenericCoreNote()},
           {"bf16_compute", Bf16Compute().enabled ? "bf16" : "fp32"},
           {"bf16_compute_reason",
-           Bf16Compute().error.empty() ? Bf16Compute().reason : Bf16Compute().error}};
+           Bf16Compute().error.empty() ? Bf16Compute().reason : Bf16Compute().error},
+          {"elementwise", Avx512Elementwise() ? "avx512" : "avx2"}};
 }
 
 json OpenMpInfo() {

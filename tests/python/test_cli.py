@@ -145,6 +145,7 @@ def test_report_json_is_the_build_info(dstrain):
         assert "CUDA" in info["cuda"]["why_no_device"] or "plugin" in info["cuda"]["why_no_device"]
     assert info["gemm"]["backend"] in ("oneDNN", "OpenBLAS") and info["gemm"]["target"]
     assert info["gemm"]["bf16_compute"] in ("bf16", "fp32") and info["gemm"]["bf16_compute_reason"]
+    assert info["gemm"]["elementwise"] in ("avx512", "avx2")
     assert {"version", "compiler", "build_type", "cpu", "openmp", "default_corpus"} <= info.keys()
 
 

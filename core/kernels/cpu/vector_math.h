@@ -1,8 +1,8 @@
 // AVX2 paths for the transcendental loops (exp in softmax/cross-entropy, tanh
-// in GELU). GCC does not vectorise the scalar forms in elementwise_math.h
-// (their range clamps become control flow), so the float kernels call these;
-// the double instantiations (gradient checks) and non-AVX2 builds use the
-// scalar forms, which compute the same formulas.
+// in GELU; GELU also in AVX-512, bit-equal to its AVX2 form). GCC does not vectorise the scalar
+// forms in elementwise_math.h (their range clamps become control flow), so the float kernels call
+// these; the double instantiations (gradient checks) and non-AVX2 builds use the scalar forms,
+// which compute the same formulas.
 #pragma once
 
 #include <cstdint>
@@ -84,10 +84,24 @@ inline double ExpShiftedAndSum(double *x, int64_t n, double shift) {
   return sum;
 }
 
-// out[i] = gelu(x[i]) for i in [begin, end).
-inline void GeluRange(const float *x, float *out, int64_t begin, int64_t end) {
+// Whether the element-wise loops below take their AVX-512 form (the CPU has
+// AVX-512F and DSTRAIN_CPU_ISA does not cap it at AVX2; vector_math_avx512.cc).
+bool Avx512Elementwise();
+#if DST_HAVE_AVX2
+// The AVX-512 forms: process [begin, end) 16 at a time, return where they
+// stopped (the rest is left to the AVX2 and scalar loops). Every lane equals
+// the AVX2 form's bit for bit. Call only where Avx512Elementwise().
+int64_t GeluRange16(const float *x, float *out, int64_t begin, int64_t end);
+int64_t GeluGradRange16(const float *dout, const float *x, float *dx, int64_t begin, int64_t end);
+#endif
+
+// out[i] = gelu(x[i]) for i in [begin, end); `wide`: the AVX-512 form first.
+inline void GeluRange(const float *x, float *out, int64_t begin, int64_t end,
+                      bool wide = Avx512Elementwise()) {
+  (void)wide;
   int64_t i = begin;
 #if DST_HAVE_AVX2
+  if (wide) i = GeluRange16(x, out, begin, end);
   const __m256 k = _mm256_set1_ps(math::kGeluScale), c = _mm256_set1_ps(math::kGeluCubic);
   const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
   for (; i + 8 <= end; i += 8) {
@@ -104,10 +118,12 @@ inline void GeluRange(const double *x, double *out, int64_t begin, int64_t end) 
 }
 
 // dx[i] = dout[i] * gelu'(x[i]) for i in [begin, end) (dx may alias dout).
-inline void GeluGradRange(const float *dout, const float *x, float *dx, int64_t begin,
-                          int64_t end) {
+inline void GeluGradRange(const float *dout, const float *x, float *dx, int64_t begin, int64_t end,
+                          bool wide = Avx512Elementwise()) {
+  (void)wide;
   int64_t i = begin;
 #if DST_HAVE_AVX2
+  if (wide) i = GeluGradRange16(dout, x, dx, begin, end);
   const __m256 k = _mm256_set1_ps(math::kGeluScale), c = _mm256_set1_ps(math::kGeluCubic);
   const __m256 c3 = _mm256_set1_ps(3.0f * math::kGeluCubic);
   const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);

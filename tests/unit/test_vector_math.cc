@@ -1,0 +1,66 @@
+// The AVX-512 forms of the GELU loops (vector_math_avx512.cc) equal their
+// AVX2 forms bit for bit, over values that reach every branch of the exp
+// range reduction (clamps, signs, zero, tiny and huge inputs) and over ranges
+// whose ends are not multiples of 16 (the AVX2 and scalar loops take the
+// rest). Skipped where the CPU has no AVX-512 or DSTRAIN_CPU_ISA caps it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/kernels/cpu/vector_math.h"
+
+namespace dst::cpu {
+namespace {
+
+std::vector<float> Inputs() {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(100003);
+  for (float &v : x) v = normal(rng);
+  const float specials[] = {0.0f,  -0.0f,  1e-30f, -1e-30f, 1e-3f, 5.0f,  -5.0f, 10.0f, -10.0f,
+                            45.0f, -45.0f, 88.0f,  -88.0f,  1e4f,  -1e4f, 3e38f, -3e38f};
+  for (size_t i = 0; i < sizeof specials / sizeof specials[0]; ++i) x[i * 7] = specials[i];
+  return x;
+}
+
+bool SameBits(const std::vector<float> &a, const std::vector<float> &b, size_t *at) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      *at = i;
+      return false;
+    }
+  return true;
+}
+
+TEST(VectorMath, Avx512GeluEqualsTheAvx2FormBitForBit) {
+#if DST_HAVE_AVX2
+  if (!Avx512Elementwise()) GTEST_SKIP() << "no AVX-512 here (or DSTRAIN_CPU_ISA=avx2)";
+  const std::vector<float> x = Inputs();
+  std::vector<float> dout = Inputs();
+  std::reverse(dout.begin(), dout.end());
+  const int64_t begin = 3, end = int64_t(x.size()) - 5;  // unaligned, tails of 0-15 left
+  std::vector<float> wide(x.size()), narrow(x.size()), dwide(x.size()), dnarrow(x.size());
+  GeluRange(x.data(), wide.data(), begin, end, true);
+  GeluRange(x.data(), narrow.data(), begin, end, false);
+  GeluGradRange(dout.data(), x.data(), dwide.data(), begin, end, true);
+  GeluGradRange(dout.data(), x.data(), dnarrow.data(), begin, end, false);
+  size_t at = 0;
+  EXPECT_TRUE(SameBits(wide, narrow, &at))
+      << "gelu(" << x[at] << "): " << wide[at] << " vs " << narrow[at];
+  EXPECT_TRUE(SameBits(dwide, dnarrow, &at))
+      << "gelu'(" << x[at] << "): " << dwide[at] << " vs " << dnarrow[at];
+  // And both are the scalar formula's values to fp32 roundoff.
+  for (int64_t i = begin; i < end; i += 997)
+    EXPECT_NEAR(wide[size_t(i)], math::Gelu(x[size_t(i)]),
+                1e-5f * (1.0f + std::fabs(x[size_t(i)])));
+#else
+  GTEST_SKIP() << "built without AVX2";
+#endif
+}
+
+}  // namespace
+}  // namespace dst::cpu
