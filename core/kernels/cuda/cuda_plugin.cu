@@ -165,8 +165,7 @@ using dst::cuda::Fail;
 // "round_fp16" (out = a through the 16-bit type and back). Returns 0, 1 when
 // there is no device, 2 on an error (err[cap] says which).
 extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_elementwise(
-    const char *kernel, const float *a, const float *b, float *out, long n, char *err,
-    size_t cap) {
+    const char *kernel, const float *a, const float *b, float *out, long n, char *err, size_t cap) {
   if (!dst::cuda::HasDevice()) return 1;
   const std::string name = kernel;
   float *da = nullptr, *db = nullptr, *dout = nullptr;
@@ -232,9 +231,8 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_adam(
 // out, mean, rstd assigned; dx, dw, db accumulated (+=) onto what they hold.
 // Returns 0, 1 when there is no device, 2 on an error (err[cap]).
 extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_layernorm(
-    const float *x, const float *w, const float *b, const float *dy, long rows, long C,
-    float eps, float *out, float *mean, float *rstd, float *dx, float *dw, float *db, char *err,
-    size_t cap) {
+    const float *x, const float *w, const float *b, const float *dy, long rows, long C, float eps,
+    float *out, float *mean, float *rstd, float *dx, float *dw, float *db, char *err, size_t cap) {
   if (!dst::cuda::HasDevice()) return 1;
   const size_t n = size_t(rows) * size_t(C);
   struct Array {
@@ -242,10 +240,10 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_layernorm(
     float *out_host;  // copied back into, or null
     size_t size;
     float *device = nullptr;
-  } arrays[] = {{x, nullptr, n},        {w, nullptr, size_t(C)},   {b, nullptr, size_t(C)},
-                {dy, nullptr, n},       {out, out, n},             {mean, mean, size_t(rows)},
-                {rstd, rstd, size_t(rows)}, {dx, dx, n},           {dw, dw, size_t(C)},
-                {db, db, size_t(C)}};
+  } arrays[] = {
+      {x, nullptr, n},     {w, nullptr, size_t(C)},    {b, nullptr, size_t(C)},    {dy, nullptr, n},
+      {out, out, n},       {mean, mean, size_t(rows)}, {rstd, rstd, size_t(rows)}, {dx, dx, n},
+      {dw, dw, size_t(C)}, {db, db, size_t(C)}};
   cudaError_t st = cudaSuccess;
   for (Array &a : arrays) {
     if (st == cudaSuccess) st = cudaMalloc(&a.device, a.size * sizeof(float));
@@ -253,16 +251,15 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_layernorm(
       st = cudaMemcpy(a.device, a.host, a.size * sizeof(float), cudaMemcpyHostToDevice);
   }
   if (st == cudaSuccess) {
-    constexpr int kThreads = 256, kRowsPerBlock = kThreads / dst::cuda::kWarp;
-    const int row_blocks = int((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-    const int col_blocks = int((C + kThreads - 1) / kThreads);
-    dst::cuda::LayerNormForwardKernel<<<row_blocks, kThreads>>>(
+    const dst::cuda::Launch by_row = dst::cuda::WarpPerRowLaunch(rows, 256);
+    const dst::cuda::Launch by_column = dst::cuda::ThreadPerColumnLaunch(C, 256);
+    dst::cuda::LayerNormForwardKernel<<<by_row.blocks, by_row.threads>>>(
         arrays[0].device, arrays[1].device, arrays[2].device, rows, C, arrays[4].device,
         arrays[5].device, arrays[6].device, eps);
-    dst::cuda::LayerNormInputGradKernel<<<row_blocks, kThreads>>>(
+    dst::cuda::LayerNormInputGradKernel<<<by_row.blocks, by_row.threads>>>(
         arrays[3].device, arrays[0].device, arrays[1].device, arrays[5].device, arrays[6].device,
         rows, C, arrays[7].device);
-    dst::cuda::LayerNormParamGradKernel<<<col_blocks, kThreads>>>(
+    dst::cuda::LayerNormParamGradKernel<<<by_column.blocks, by_column.threads>>>(
         arrays[3].device, arrays[0].device, arrays[5].device, arrays[6].device, rows, C,
         arrays[8].device, arrays[9].device);
     st = cudaGetLastError();
@@ -278,7 +275,7 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_layernorm(
 // total_memory, compute_capability}], error}) into out[cap]; returns the bytes the
 // JSON needs (without the terminating zero): call again with more room if larger.
 extern "C" __attribute__((visibility("default"))) size_t dst_cuda_plugin_devices(char *out,
-                                                                                  size_t cap) {
+                                                                                 size_t cap) {
   const std::string json = dst::cuda::DevicesJson();
   if (out != nullptr && cap > 0) std::snprintf(out, cap, "%s", json.c_str());
   return json.size();

@@ -101,9 +101,8 @@ cublasStatus_t Matmul(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDat
                                         call.preference, 1, &heuristic, &found);
   if (st == CUBLAS_STATUS_SUCCESS && found == 0) st = CUBLAS_STATUS_NOT_SUPPORTED;
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmul(handle, call.op, &alpha, g.first.data, call.a, g.second.data, call.b,
-                        &beta, d, call.c, d, call.c, &heuristic.algo, workspace, workspace_bytes,
-                        nullptr);
+    st = cublasLtMatmul(handle, call.op, &alpha, g.first.data, call.a, g.second.data, call.b, &beta,
+                        d, call.c, d, call.c, &heuristic.algo, workspace, workspace_bytes, nullptr);
   return st;
 }
 
@@ -142,12 +141,10 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_gemm(
       cuda::ToBf16Kernel<<<lb.blocks, lb.threads>>>(
           d_b.get(), reinterpret_cast<__nv_bfloat16 *>(h_b.get()), long(b_count));
     } else {
-      cuda::ToFp16Kernel<<<la.blocks, la.threads>>>(d_a.get(),
-                                                    reinterpret_cast<__half *>(h_a.get()),
-                                                    long(a_count));
-      cuda::ToFp16Kernel<<<lb.blocks, lb.threads>>>(d_b.get(),
-                                                    reinterpret_cast<__half *>(h_b.get()),
-                                                    long(b_count));
+      cuda::ToFp16Kernel<<<la.blocks, la.threads>>>(
+          d_a.get(), reinterpret_cast<__half *>(h_a.get()), long(a_count));
+      cuda::ToFp16Kernel<<<lb.blocks, lb.threads>>>(
+          d_b.get(), reinterpret_cast<__half *>(h_b.get()), long(b_count));
     }
     st = cudaGetLastError();
   }
@@ -159,7 +156,7 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_gemm(
     const void *db = wide ? static_cast<const void *>(d_b.get()) : h_b.get();
     const cuda::ColumnMajorGemm g =
         cuda::FromRowMajor(trans_a != 0, trans_b != 0, m, n, k, da, lda, db, ldb, ldc);
-    const cudaDataType_t operand = wide                            ? CUDA_R_32F
+    const cudaDataType_t operand = wide                         ? CUDA_R_32F
                                    : t == cuda::GemmType::kBf16 ? CUDA_R_16BF
                                                                 : CUDA_R_16F;
     const cublasComputeType_t compute =

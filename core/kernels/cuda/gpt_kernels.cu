@@ -200,9 +200,8 @@ __global__ void AttentionBackwardRowsKernel(const float *dy, const float *qkv, c
 
 // Backward, columns: for key row (b, h, j), dk_j = scale * sum_{t >= j}
 // ds[t, j] q_t and dv_j = sum_{t >= j} att[t, j] dy_t.
-__global__ void AttentionBackwardColumnsKernel(const float *dy, const float *qkv,
-                                               const float *att, const float *dscore,
-                                               AttentionDims s, float *dqkv) {
+__global__ void AttentionBackwardColumnsKernel(const float *dy, const float *qkv, const float *att,
+                                               const float *dscore, AttentionDims s, float *dqkv) {
   const long col = blockIdx.x * long(blockDim.x / kWarp) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (col >= s.rows()) return;
@@ -281,8 +280,8 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_embedding(
 // Softmax cross-entropy forward (probs [rows, V]; *loss = the mean NLL over
 // counted rows, *counted) and backward (dlogits [rows, V] with grad_scale).
 extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_cross_entropy(
-    const float *logits, const int32_t *targets, long rows, long V, float grad_scale,
-    float *probs, float *loss, long *counted, float *dlogits, char *err, size_t cap) {
+    const float *logits, const int32_t *targets, long rows, long V, float grad_scale, float *probs,
+    float *loss, long *counted, float *dlogits, char *err, size_t cap) {
   if (!cuda::HasDevice()) return 1;
   cudaError_t st = cudaSuccess;
   cuda::DeviceArray<float> d_logits(logits, size_t(rows * V), &st),
@@ -291,9 +290,8 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_cross_entr
   cuda::DeviceArray<int32_t> d_targets(targets, size_t(rows), &st);
   std::vector<float> nll(static_cast<size_t>(rows)), counts(static_cast<size_t>(rows));
   if (st == cudaSuccess) {
-    cuda::CrossEntropyForwardKernel<<<int(rows), 256>>>(d_logits.get(), d_targets.get(), V,
-                                                        d_probs.get(), d_nll.get(),
-                                                        d_counted.get());
+    cuda::CrossEntropyForwardKernel<<<int(rows), 256>>>(
+        d_logits.get(), d_targets.get(), V, d_probs.get(), d_nll.get(), d_counted.get());
     st = cudaGetLastError();
   }
   d_nll.CopyTo(nll.data());
@@ -305,8 +303,8 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_cross_entr
   if (st == cudaSuccess) {
     const cuda::Launch l = cuda::ElementwiseLaunch(rows * V);
     const float k = n > 0 ? grad_scale / float(n) : 0.0f;
-    cuda::CrossEntropyBackwardKernel<<<l.blocks, l.threads>>>(d_probs.get(), d_targets.get(),
-                                                              rows, V, k, d_dlogits.get());
+    cuda::CrossEntropyBackwardKernel<<<l.blocks, l.threads>>>(d_probs.get(), d_targets.get(), rows,
+                                                              V, k, d_dlogits.get());
     st = cudaGetLastError();
   }
   d_probs.CopyTo(probs);
@@ -322,17 +320,15 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_attention(
   if (!cuda::HasDevice()) return 1;
   const cuda::AttentionDims s{B, T, C, H};
   cudaError_t st = cudaSuccess;
-  cuda::DeviceArray<float> d_qkv(qkv, size_t(B * T * 3 * C), &st),
-      d_dy(dy, size_t(B * T * C), &st), d_att(nullptr, size_t(s.rows() * T), &st),
-      d_y(nullptr, size_t(B * T * C), &st), d_dscore(nullptr, size_t(s.rows() * T), &st),
-      d_dqkv(nullptr, size_t(B * T * 3 * C), &st);
+  cuda::DeviceArray<float> d_qkv(qkv, size_t(B * T * 3 * C), &st), d_dy(dy, size_t(B * T * C), &st),
+      d_att(nullptr, size_t(s.rows() * T), &st), d_y(nullptr, size_t(B * T * C), &st),
+      d_dscore(nullptr, size_t(s.rows() * T), &st), d_dqkv(nullptr, size_t(B * T * 3 * C), &st);
   if (st == cudaSuccess) {
-    constexpr int kThreads = 128, kRowsPerBlock = kThreads / cuda::kWarp;
-    const int blocks = int((s.rows() + kRowsPerBlock - 1) / kRowsPerBlock);
-    cuda::AttentionForwardKernel<<<blocks, kThreads>>>(d_qkv.get(), s, d_att.get(), d_y.get());
-    cuda::AttentionBackwardRowsKernel<<<blocks, kThreads>>>(d_dy.get(), d_qkv.get(), d_att.get(),
-                                                            s, d_dscore.get(), d_dqkv.get());
-    cuda::AttentionBackwardColumnsKernel<<<blocks, kThreads>>>(
+    const cuda::Launch l = cuda::WarpPerRowLaunch(s.rows(), 128);
+    cuda::AttentionForwardKernel<<<l.blocks, l.threads>>>(d_qkv.get(), s, d_att.get(), d_y.get());
+    cuda::AttentionBackwardRowsKernel<<<l.blocks, l.threads>>>(d_dy.get(), d_qkv.get(), d_att.get(),
+                                                               s, d_dscore.get(), d_dqkv.get());
+    cuda::AttentionBackwardColumnsKernel<<<l.blocks, l.threads>>>(
         d_dy.get(), d_qkv.get(), d_att.get(), d_dscore.get(), s, d_dqkv.get());
     st = cudaGetLastError();
   }

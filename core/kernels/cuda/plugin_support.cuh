@@ -1,4 +1,4 @@
-// What every part of the CUDA plugin shares: launch shapes, warp reductions,
+// What every part of the CUDA plugin shares: launch shapes (launch.h), warp reductions,
 // and the host-side plumbing of its test entry points (the GPU test suite
 // passes host arrays; each entry point copies them to device 0, runs its
 // kernels and copies the results back).
@@ -9,24 +9,14 @@
 #include <cstddef>
 #include <cstdio>
 
+#include "core/kernels/cuda/launch.h"
+
 namespace dst::cuda {
-
-constexpr int kWarp = 32;
-
-// Launch shape of an element-wise kernel over n elements: 256 threads a
-// block, at most 65535 blocks (the kernels' grid-stride loops do the rest).
-struct Launch {
-  int blocks, threads;
-};
-inline Launch ElementwiseLaunch(long n) {
-  constexpr int kThreads = 256;
-  const long blocks = (n + kThreads - 1) / kThreads;
-  return {int(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535), kThreads};
-}
 
 // The sum of v over the warp, in every lane (a fixed butterfly order).
 __device__ inline float WarpSum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 __device__ inline float WarpMax(float v) {
