@@ -17,22 +17,33 @@ namespace dst::math {
 inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 inline constexpr float kGeluCubic = 0.044715f;
 
+// FastExp's constants, shared with its AVX2 and AVX-512 forms (vector_math.h,
+// vector_math_avx512.cc) so that every form computes the same values: the
+// clamp, log2(e), ln2 split in two for exactness, and the degree-7 Taylor
+// polynomial of exp(r) from its highest coefficient (1/7!) down.
+inline constexpr float kExpMin = -87.3f, kExpMax = 88.3f;
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693145751953125f, kLn2Lo = 1.428606765330187e-06f;
+inline constexpr float kExpP7 = 1.98412698e-4f, kExpP6 = 1.38888889e-3f, kExpP5 = 8.33333333e-3f,
+                       kExpP4 = 4.16666667e-2f, kExpP3 = 1.66666667e-1f, kExpP2 = 0.5f,
+                       kExpP1 = 1.0f, kExpP0 = 1.0f;
+
 // exp(x) in float with relative error < 2e-7 over the whole range, written so
 // that GCC vectorises it (no branches, no calls): x = n ln2 + r with
 // |r| <= ln2/2, exp(r) by a degree-7 polynomial, 2^n through the exponent bits.
 DST_HOST_DEVICE inline float FastExp(float x) {
-  x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  float r = x - n * 0.693145751953125f;  // ln2 split in two for exactness
-  r = r - n * 1.428606765330187e-06f;
-  float p = 1.98412698e-4f;
-  p = p * r + 1.38888889e-3f;
-  p = p * r + 8.33333333e-3f;
-  p = p * r + 4.16666667e-2f;
-  p = p * r + 1.66666667e-1f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  x = x < kExpMin ? kExpMin : (x > kExpMax ? kExpMax : x);
+  const float n = std::floor(x * kLog2e + 0.5f);
+  float r = x - n * kLn2Hi;
+  r = r - n * kLn2Lo;
+  float p = kExpP7;
+  p = p * r + kExpP6;
+  p = p * r + kExpP5;
+  p = p * r + kExpP4;
+  p = p * r + kExpP3;
+  p = p * r + kExpP2;
+  p = p * r + kExpP1;
+  p = p * r + kExpP0;
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   return p * __builtin_bit_cast(float, bits);  // std::bit_cast, also in nvcc's C++17
 }

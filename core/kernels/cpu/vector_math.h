@@ -19,19 +19,19 @@ namespace dst::cpu {
 #if DST_HAVE_AVX2
 // Eight lanes of math::FastExp (same range reduction and polynomial).
 inline __m256 Exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3f)), _mm256_set1_ps(-87.3f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(math::kExpMax)), _mm256_set1_ps(math::kExpMin));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(math::kLog2e)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
-  __m256 p = _mm256_set1_ps(1.98412698e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.38888889e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.33333333e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.16666667e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66666667e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(math::kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(math::kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(math::kExpP7);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(math::kExpP6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(math::kExpP5));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(math::kExpP4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(math::kExpP3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(math::kExpP2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(math::kExpP1));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(math::kExpP0));
   const __m256i bits =
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));

@@ -22,19 +22,19 @@ namespace {
 #define DST_AVX512 __attribute__((target("avx512f")))
 
 DST_AVX512 inline __m512 Exp16(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3f)), _mm512_set1_ps(-87.3f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(math::kExpMax)), _mm512_set1_ps(math::kExpMin));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(math::kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-  __m512 p = _mm512_set1_ps(1.98412698e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.38888889e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.33333333e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.16666667e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66666667e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(math::kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(math::kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(math::kExpP7);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(math::kExpP6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(math::kExpP5));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(math::kExpP4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(math::kExpP3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(math::kExpP2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(math::kExpP1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(math::kExpP0));
   const __m512i bits =
       _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
