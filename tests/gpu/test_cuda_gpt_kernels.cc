@@ -31,8 +31,8 @@ using CrossEntropyFn = int (*)(const float *logits, const int32_t *targets, long
                                float *dlogits, char *err, size_t cap);
 using AttentionFn = int (*)(const float *qkv, const float *dy, long B, long T, long C, long H,
                             float *att, float *y, float *dqkv, char *err, size_t cap);
-using GradStatsFn = int (*)(const float *x, long n, double *sum_squares, long *nonfinite,
-                            char *err, size_t cap);
+using GradStatsFn = int (*)(const float *x, long n, double *sum_squares, long *nonfinite, char *err,
+                            size_t cap);
 using GemmFn = int (*)(int type, int trans_a, int trans_b, long m, long n, long k, float alpha,
                        const float *a, long lda, const float *b, long ldb, float beta, float *c,
                        long ldc, char *err, size_t cap);
@@ -55,11 +55,10 @@ std::vector<int32_t> Tokens(size_t n, int32_t V, uint32_t seed) {
   return t;
 }
 
-TEST(CudaGptKernels, EmbeddingMatchesTheCpuKernels) {
-  const auto fn = Plugin().Symbol<EmbeddingFn>("dst_cuda_plugin_embedding");
-  DST_GPU_SKIP_IF_ABSENT(fn);
-  const long B = 3, T = 17, C = 40, V = 50, max_T = 32;
-  const std::vector<int32_t> tokens = Tokens(size_t(B * T), int32_t(V), 20);  // tokens repeat
+// Embedding forward and backward at [B, T] tokens of a [V, C] table and
+// [max_T, C] positions, against the CPU kernels.
+void CheckEmbedding(EmbeddingFn fn, long B, long T, long C, long V, long max_T) {
+  const std::vector<int32_t> tokens = Tokens(size_t(B * T), int32_t(V), 20);
   const std::vector<float> wte = Random(size_t(V * C), 1.0f, 21);
   const std::vector<float> wpe = Random(size_t(max_T * C), 1.0f, 22);
   const std::vector<float> dout = Random(size_t(B * T * C), 1.0f, 23);
@@ -72,9 +71,22 @@ TEST(CudaGptKernels, EmbeddingMatchesTheCpuKernels) {
   DST_GPU_CHECK_RC(rc, err);
   cpu::EmbeddingForward(tokens.data(), wte.data(), wpe.data(), B, T, C, out.data());
   cpu::EmbeddingBackward(dout.data(), tokens.data(), B, T, C, dwte.data(), dwpe.data());
-  EXPECT_EQ(FirstFar(g_out, out, 0.0f), out.size());  // one addition: exact
-  EXPECT_EQ(FirstFar(g_dwte, dwte, 1e-5f), dwte.size());
-  EXPECT_EQ(FirstFar(g_dwpe, dwpe, 1e-5f), dwpe.size());
+  EXPECT_EQ(FirstFar(g_out, out, 0.0f), out.size()) << "T=" << T;  // one addition: exact
+  EXPECT_EQ(FirstFar(g_dwte, dwte, 1e-5f), dwte.size()) << "T=" << T;
+  EXPECT_EQ(FirstFar(g_dwpe, dwpe, 1e-5f), dwpe.size()) << "T=" << T;
+}
+
+TEST(CudaGptKernels, EmbeddingMatchesTheCpuKernels) {
+  const auto fn = Plugin().Symbol<EmbeddingFn>("dst_cuda_plugin_embedding");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  CheckEmbedding(fn, 3, 17, 40, 50, 32);  // tokens repeat
+}
+
+// GPT-2 124M's table and context (50257 x 768, 1024 positions).
+TEST(CudaGptKernels, EmbeddingMatchesTheCpuKernelsAtGpt2Shapes) {
+  const auto fn = Plugin().Symbol<EmbeddingFn>("dst_cuda_plugin_embedding");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  CheckEmbedding(fn, 2, 1024, 768, 50257, 1024);
 }
 
 TEST(CudaGptKernels, CrossEntropyMatchesTheCpuKernels) {
@@ -104,26 +116,36 @@ TEST(CudaGptKernels, CrossEntropyMatchesTheCpuKernels) {
   }
 }
 
+// Causal attention forward and backward on [B, T, 3C] packed q, k, v with H
+// heads, against the CPU kernels.
+void CheckAttention(AttentionFn fn, long B, long T, long C, long H) {
+  const cpu::AttentionShape s{B, T, C, H};
+  const std::vector<float> qkv = Random(size_t(B * T * 3 * C), 1.0f, 40);
+  const std::vector<float> dy = Random(size_t(B * T * C), 1.0f, 41);
+  std::vector<float> att(size_t(B * H * T * T)), y(size_t(B * T * C)), dqkv(qkv.size());
+  std::vector<float> g_att = att, g_y = y, g_dqkv = dqkv, scratch(size_t(T * T));
+  char err[512] = {};
+  const int rc = fn(qkv.data(), dy.data(), B, T, C, H, g_att.data(), g_y.data(), g_dqkv.data(), err,
+                    sizeof err);
+  DST_GPU_CHECK_RC(rc, err);
+  cpu::AttentionForward(qkv.data(), s, att.data(), y.data());
+  cpu::AttentionBackward(dy.data(), qkv.data(), att.data(), s, dqkv.data(), scratch.data());
+  EXPECT_EQ(FirstFar(g_att, att, 1e-5f), att.size()) << "att, T=" << T;
+  EXPECT_EQ(FirstFar(g_y, y, 1e-5f), y.size()) << "y, T=" << T;
+  EXPECT_EQ(FirstFar(g_dqkv, dqkv, 1e-5f), dqkv.size()) << "dqkv, T=" << T;
+}
+
 TEST(CudaGptKernels, CausalAttentionMatchesTheCpuKernels) {
   const auto fn = Plugin().Symbol<AttentionFn>("dst_cuda_plugin_attention");
   DST_GPU_SKIP_IF_ABSENT(fn);
-  for (long T : {1L, 5L, 33L, 64L}) {
-    const long B = 2, C = 48, H = 3;
-    const cpu::AttentionShape s{B, T, C, H};
-    const std::vector<float> qkv = Random(size_t(B * T * 3 * C), 1.0f, 40);
-    const std::vector<float> dy = Random(size_t(B * T * C), 1.0f, 41);
-    std::vector<float> att(size_t(B * H * T * T)), y(size_t(B * T * C)), dqkv(qkv.size());
-    std::vector<float> g_att = att, g_y = y, g_dqkv = dqkv, scratch(size_t(T * T));
-    char err[512] = {};
-    const int rc = fn(qkv.data(), dy.data(), B, T, C, H, g_att.data(), g_y.data(),
-                      g_dqkv.data(), err, sizeof err);
-    DST_GPU_CHECK_RC(rc, err);
-    cpu::AttentionForward(qkv.data(), s, att.data(), y.data());
-    cpu::AttentionBackward(dy.data(), qkv.data(), att.data(), s, dqkv.data(), scratch.data());
-    EXPECT_EQ(FirstFar(g_att, att, 1e-5f), att.size()) << "att, T=" << T;
-    EXPECT_EQ(FirstFar(g_y, y, 1e-5f), y.size()) << "y, T=" << T;
-    EXPECT_EQ(FirstFar(g_dqkv, dqkv, 1e-5f), dqkv.size()) << "dqkv, T=" << T;
-  }
+  for (long T : {1L, 5L, 33L, 64L}) CheckAttention(fn, 2, T, 48, 3);
+}
+
+// GPT-2 124M's layer: context 1024, 12 heads of 64.
+TEST(CudaGptKernels, CausalAttentionMatchesTheCpuKernelsAtGpt2Shapes) {
+  const auto fn = Plugin().Symbol<AttentionFn>("dst_cuda_plugin_attention");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  CheckAttention(fn, 1, 1024, 768, 12);
 }
 
 TEST(CudaGptKernels, GradientStatisticsMatchTheCpuSumAndFindNonFiniteValues) {
@@ -147,8 +169,8 @@ TEST(CudaGptKernels, GradientStatisticsMatchTheCpuSumAndFindNonFiniteValues) {
 }
 
 // Row-major GEMMs with every transpose, padded leading dimensions, alpha and
-// beta: fp32 against cpu::Gemm; TF32 within 5e-3 of the largest element (10-bit mantissas, k = 129); bf16
-// and fp16 operands against the CPU product of the same rounded operands.
+// beta: fp32 against cpu::Gemm; TF32 within 5e-3 of the largest element (10-bit mantissas, k =
+// 129); bf16 and fp16 operands against the CPU product of the same rounded operands.
 TEST(CudaGptKernels, CublasLtGemmsMatchTheCpuGemm) {
   const auto fn = Plugin().Symbol<GemmFn>("dst_cuda_plugin_gemm");
   DST_GPU_SKIP_IF_ABSENT(fn);

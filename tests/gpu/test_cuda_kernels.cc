@@ -90,6 +90,10 @@ TEST(CudaKernels, SixteenBitRoundTripsEqualTheCpuCastsBitForBit) {
 
 // AdamW and Adam steps against CPU-Adam's scalar path: the same formula
 // (math::AdamElement), so within fp32 rounding of contracted multiply-adds.
+// The first moment's tolerance scales with the terms summed as well as the
+// result: m = beta1 m + (1 - beta1) g, with g = grad + l2 p for Adam, cancels
+// where g opposes m (first seen on an H200: 1.6e-12 apart at m = 2.9e-7
+// from terms near 1e-4, a few ulps of the terms).
 TEST(CudaKernels, AdamStepMatchesCpuAdam) {
   if (Plugin().adam == nullptr) GTEST_SKIP() << "skipped: no CUDA plugin (" << Plugin().why << ")";
   const size_t n = 50001;
@@ -98,6 +102,7 @@ TEST(CudaKernels, AdamStepMatchesCpuAdam) {
     std::vector<float> param = Random(n, 0.02f, 5), grad = Random(n, 1e-3f, 6);
     std::vector<float> m = Random(n, 1e-4f, 7), v(n);
     for (size_t i = 0; i < n; ++i) v[i] = m[i] * m[i] * 3.0f;
+    const std::vector<float> m0 = m, p0 = param;
     std::vector<float> gp = param, gm = m, gv = v;
     const math::AdamConstants k = cpu::AdamConstantsFor(h, 0.5f);
     char err[512] = {};
@@ -109,7 +114,8 @@ TEST(CudaKernels, AdamStepMatchesCpuAdam) {
     cpu::CpuAdamUpdate(r, h, cpu::SimdPath::kScalar);
     for (size_t i = 0; i < n; ++i) {
       ASSERT_NEAR(gp[i], param[i], 1e-6f * (1.0f + std::fabs(param[i]))) << i;
-      ASSERT_NEAR(gm[i], m[i], 1e-6f * std::fabs(m[i]) + 1e-12f) << i;
+      const float terms = std::fabs(m0[i]) + std::fabs(grad[i]) + 0.1f * std::fabs(p0[i]);
+      ASSERT_NEAR(gm[i], m[i], 1e-6f * (std::fabs(m[i]) + terms)) << i;
       ASSERT_NEAR(gv[i], v[i], 1e-6f * std::fabs(v[i]) + 1e-15f) << i;
     }
   }

@@ -68,12 +68,20 @@ const char *LtError(cublasStatus_t status) {
   }
 }
 
-// D = alpha op(first) op(second) + beta D on device memory (column-major g),
-// operands of `operand_type`, D fp32.
-cublasStatus_t Matmul(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDataType_t operand,
-                      cublasComputeType_t compute, float alpha, float beta, float *d,
-                      void *workspace, size_t workspace_bytes) {
+// One GEMM's cuBLASLt plan: its descriptors and the algorithm the heuristic
+// chose within the workspace. `status` is the first failure, if any.
+struct LtPlan {
   LtCall call;
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+};
+
+// Plans D = alpha op(first) op(second) + beta D (column-major g), operands of
+// `operand` type, D of `out` type (fp32, or the operands' 16-bit type).
+void MakePlan(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDataType_t operand,
+              cudaDataType_t out, cublasComputeType_t compute, size_t workspace_bytes,
+              LtPlan *plan) {
+  LtCall &call = plan->call;
   cublasStatus_t st = cublasLtMatmulDescCreate(&call.op, compute, CUDA_R_32F);
   const cublasOperation_t ta = g.first.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = g.second.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -88,22 +96,36 @@ cublasStatus_t Matmul(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDat
     st = cublasLtMatrixLayoutCreate(&call.b, operand, uint64_t(g.second.rows),
                                     uint64_t(g.second.cols), g.second.ld);
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatrixLayoutCreate(&call.c, CUDA_R_32F, uint64_t(g.m), uint64_t(g.n), g.ldc);
+    st = cublasLtMatrixLayoutCreate(&call.c, out, uint64_t(g.m), uint64_t(g.n), g.ldc);
   if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&call.preference);
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulPreferenceSetAttribute(call.preference,
                                               CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                               &workspace_bytes, sizeof workspace_bytes);
-  cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulAlgoGetHeuristic(handle, call.op, call.a, call.b, call.c, call.c,
-                                        call.preference, 1, &heuristic, &found);
+                                        call.preference, 1, &plan->heuristic, &found);
   if (st == CUBLAS_STATUS_SUCCESS && found == 0) st = CUBLAS_STATUS_NOT_SUPPORTED;
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmul(handle, call.op, &alpha, g.first.data, call.a, g.second.data, call.b, &beta,
-                        d, call.c, d, call.c, &heuristic.algo, workspace, workspace_bytes, nullptr);
-  return st;
+  plan->status = st;
+}
+
+// Runs a plan on the default stream.
+cublasStatus_t RunPlan(cublasLtHandle_t handle, const LtPlan &plan, const ColumnMajorGemm &g,
+                       float alpha, float beta, void *d, void *workspace, size_t workspace_bytes) {
+  if (plan.status != CUBLAS_STATUS_SUCCESS) return plan.status;
+  return cublasLtMatmul(handle, plan.call.op, &alpha, g.first.data, plan.call.a, g.second.data,
+                        plan.call.b, &beta, d, plan.call.c, d, plan.call.c, &plan.heuristic.algo,
+                        workspace, workspace_bytes, nullptr);
+}
+
+// Plans and runs one GEMM (what each training call does today).
+cublasStatus_t Matmul(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDataType_t operand,
+                      cudaDataType_t out, cublasComputeType_t compute, float alpha, float beta,
+                      void *d, void *workspace, size_t workspace_bytes) {
+  LtPlan plan;
+  MakePlan(handle, g, operand, out, compute, workspace_bytes, &plan);
+  return RunPlan(handle, plan, g, alpha, beta, d, workspace, workspace_bytes);
 }
 
 }  // namespace
@@ -161,8 +183,8 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_gemm(
                                                                 : CUDA_R_16F;
     const cublasComputeType_t compute =
         t == cuda::GemmType::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    lt = cuda::Matmul(handle, g, operand, compute, alpha, beta, d_c.get(), workspace.get(),
-                      workspace_bytes);
+    lt = cuda::Matmul(handle, g, operand, CUDA_R_32F, compute, alpha, beta, d_c.get(),
+                      workspace.get(), workspace_bytes);
     cublasLtDestroy(handle);
   }
   if (lt != CUBLAS_STATUS_SUCCESS) {
@@ -172,4 +194,114 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_gemm(
   st = cudaDeviceSynchronize();
   d_c.CopyTo(c);
   return st == cudaSuccess ? 0 : cuda::Fail(err, cap, "gemm", st);
+}
+
+namespace dst::cuda {
+namespace {
+
+// x[i] = a deterministic pseudo-random value in [-1, 1), as type T.
+template <typename T>
+__global__ void FillKernel(T *x, long n, unsigned seed) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
+       i += long(gridDim.x) * blockDim.x) {
+    unsigned h = unsigned(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = T(float(h & 0xffffu) / 32768.0f - 1.0f);
+  }
+}
+
+template <typename T>
+cudaError_t FillRandom(T *x, long n, unsigned seed) {
+  const Launch l = ElementwiseLaunch(n);
+  FillKernel<<<l.blocks, l.threads>>>(x, n, seed);
+  return cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace dst::cuda
+
+// What dst_cuda_plugin_gemm_bench varies besides the type.
+enum GemmBenchFlags : int {
+  kBenchSixteenBitOut = 1,  // C in the operands' 16-bit type (bf16 / fp16 only), not fp32
+  kBenchPlanOnce = 2,       // descriptors and heuristic once, not per call
+};
+
+// Times row-major C[m, n] = A[m, k] B[k, n] on device-resident operands of
+// `type` (a cuda::GemmType), `flags` GemmBenchFlags. By default each of the
+// `iters` calls builds its cuBLASLt descriptors and asks the heuristic, as
+// dst_cuda_plugin_gemm does. Writes the mean milliseconds per GEMM (CUDA
+// events, after one untimed call). For bench/bench_gpu_gemm.py. Returns 0, 1
+// without a device, 2 on an error (err[cap]).
+extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_gemm_bench(
+    int type, int flags, long m, long n, long k, int iters, double *ms_per_gemm, char *err,
+    size_t cap) {
+  if (!cuda::HasDevice()) return 1;
+  const cuda::GemmType t = cuda::GemmType(type);
+  const bool wide = t == cuda::GemmType::kFp32 || t == cuda::GemmType::kTf32;
+  const bool out16 = !wide && (flags & kBenchSixteenBitOut) != 0;
+  const size_t element = wide ? 4 : 2;
+  cudaError_t st = cudaSuccess;
+  cuda::DeviceArray<uint8_t> a(nullptr, size_t(m * k) * element, &st),
+      b(nullptr, size_t(k * n) * element, &st);
+  cuda::DeviceArray<uint8_t> c(nullptr, size_t(m * n) * (out16 ? 2 : 4), &st);
+  cudaDeviceProp prop{};
+  if (st == cudaSuccess) st = cudaGetDeviceProperties(&prop, 0);
+  const size_t workspace_bytes = size_t(cuda::GemmWorkspaceBytes(prop.major));
+  cuda::DeviceArray<uint8_t> workspace(nullptr, workspace_bytes, &st);
+  if (st == cudaSuccess) {
+    if (wide) {
+      st = cuda::FillRandom(reinterpret_cast<float *>(a.get()), m * k, 1u);
+      if (st == cudaSuccess) st = cuda::FillRandom(reinterpret_cast<float *>(b.get()), k * n, 2u);
+    } else if (t == cuda::GemmType::kBf16) {
+      st = cuda::FillRandom(reinterpret_cast<__nv_bfloat16 *>(a.get()), m * k, 1u);
+      if (st == cudaSuccess)
+        st = cuda::FillRandom(reinterpret_cast<__nv_bfloat16 *>(b.get()), k * n, 2u);
+    } else {
+      st = cuda::FillRandom(reinterpret_cast<__half *>(a.get()), m * k, 1u);
+      if (st == cudaSuccess) st = cuda::FillRandom(reinterpret_cast<__half *>(b.get()), k * n, 2u);
+    }
+  }
+  if (st != cudaSuccess) return cuda::Fail(err, cap, "gemm bench (device buffers)", st);
+  const cuda::ColumnMajorGemm g =
+      cuda::FromRowMajor(false, false, m, n, k, a.get(), k, b.get(), n, n);
+  const cudaDataType_t operand = wide                         ? CUDA_R_32F
+                                 : t == cuda::GemmType::kBf16 ? CUDA_R_16BF
+                                                              : CUDA_R_16F;
+  const cudaDataType_t out = out16 ? operand : CUDA_R_32F;
+  const cublasComputeType_t compute =
+      t == cuda::GemmType::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  cublasLtHandle_t handle = nullptr;
+  cublasStatus_t lt = cublasLtCreate(&handle);
+  if (lt == CUBLAS_STATUS_SUCCESS) {
+    cuda::LtPlan plan;
+    cuda::MakePlan(handle, g, operand, out, compute, workspace_bytes, &plan);
+    const auto once = [&] {
+      if ((flags & kBenchPlanOnce) != 0)
+        return cuda::RunPlan(handle, plan, g, 1.0f, 0.0f, c.get(), workspace.get(),
+                             workspace_bytes);
+      return cuda::Matmul(handle, g, operand, out, compute, 1.0f, 0.0f, c.get(), workspace.get(),
+                          workspace_bytes);
+    };
+    cudaEvent_t start = nullptr, stop = nullptr;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    lt = once();
+    cudaEventRecord(start);
+    for (int i = 0; i < iters && lt == CUBLAS_STATUS_SUCCESS; ++i) lt = once();
+    cudaEventRecord(stop);
+    st = cudaEventSynchronize(stop);
+    float ms = 0.0f;
+    if (st == cudaSuccess) st = cudaEventElapsedTime(&ms, start, stop);
+    *ms_per_gemm = double(ms) / (iters > 0 ? iters : 1);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cublasLtDestroy(handle);
+  }
+  if (lt != CUBLAS_STATUS_SUCCESS) {
+    if (err != nullptr && cap > 0) std::snprintf(err, cap, "gemm bench: %s", cuda::LtError(lt));
+    return 2;
+  }
+  return st == cudaSuccess ? 0 : cuda::Fail(err, cap, "gemm bench", st);
 }
