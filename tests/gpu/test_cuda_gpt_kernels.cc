@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "core/kernels/cpu/attention.h"
@@ -31,6 +32,8 @@ using CrossEntropyFn = int (*)(const float *logits, const int32_t *targets, long
                                float *dlogits, char *err, size_t cap);
 using AttentionFn = int (*)(const float *qkv, const float *dy, long B, long T, long C, long H,
                             float *att, float *y, float *dqkv, char *err, size_t cap);
+using FlashAttentionFn = int (*)(const float *qkv, const float *dy, long B, long T, long C, long H,
+                                 float *y, float *lse, float *dqkv, char *err, size_t cap);
 using GradStatsFn = int (*)(const float *x, long n, double *sum_squares, long *nonfinite, char *err,
                             size_t cap);
 using GemmFn = int (*)(int type, int trans_a, int trans_b, long m, long n, long k, float alpha,
@@ -146,6 +149,73 @@ TEST(CudaGptKernels, CausalAttentionMatchesTheCpuKernelsAtGpt2Shapes) {
   const auto fn = Plugin().Symbol<AttentionFn>("dst_cuda_plugin_attention");
   DST_GPU_SKIP_IF_ABSENT(fn);
   CheckAttention(fn, 1, 1024, 768, 12);
+}
+
+// The fused (FlashAttention-style) kernels against the CPU's attention: y and
+// dqkv within 1e-5 of the CPU's scale, and lse = log sum_j exp(q_t.k_j /
+// sqrt(hs)) per row against a double-precision sum. Head sizes 16 (exact
+// fit), 20 (padded to 32) and 64; contexts across the tiles' edges.
+void CheckFlashAttention(FlashAttentionFn fn, long B, long T, long C, long H) {
+  const cpu::AttentionShape s{B, T, C, H};
+  const long hs = C / H;
+  const std::vector<float> qkv = Random(size_t(B * T * 3 * C), 1.0f, 42);
+  const std::vector<float> dy = Random(size_t(B * T * C), 1.0f, 43);
+  std::vector<float> g_y(size_t(B * T * C)), g_lse(size_t(B * H * T)), g_dqkv(qkv.size());
+  char err[512] = {};
+  const int rc = fn(qkv.data(), dy.data(), B, T, C, H, g_y.data(), g_lse.data(), g_dqkv.data(), err,
+                    sizeof err);
+  DST_GPU_CHECK_RC(rc, err);
+  std::vector<float> att(size_t(B * H * T * T)), y(size_t(B * T * C)), dqkv(qkv.size());
+  std::vector<float> scratch(size_t(T * T));
+  cpu::AttentionForward(qkv.data(), s, att.data(), y.data());
+  cpu::AttentionBackward(dy.data(), qkv.data(), att.data(), s, dqkv.data(), scratch.data());
+  EXPECT_EQ(FirstFar(g_y, y, 1e-5f), y.size()) << "y, T=" << T << " hs=" << hs;
+  EXPECT_EQ(FirstFar(g_dqkv, dqkv, 1e-5f), dqkv.size()) << "dqkv, T=" << T << " hs=" << hs;
+  std::vector<float> lse(g_lse.size());
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h)
+      for (long t = 0; t < T; ++t) {
+        const float *q = &qkv[size_t((b * T + t) * 3 * C + h * hs)];
+        double sum = 0, max = -1e300;
+        std::vector<double> scores(size_t(t + 1));
+        for (long j = 0; j <= t; ++j) {
+          const float *k = &qkv[size_t((b * T + j) * 3 * C + C + h * hs)];
+          double dot = 0;
+          for (long d = 0; d < hs; ++d) dot += double(q[d]) * double(k[d]);
+          scores[size_t(j)] = dot / std::sqrt(double(hs));
+          max = std::max(max, scores[size_t(j)]);
+        }
+        for (double x : scores) sum += std::exp(x - max);
+        lse[size_t((b * H + h) * T + t)] = float(max + std::log(sum));
+      }
+  EXPECT_EQ(FirstFar(g_lse, lse, 1e-5f), lse.size()) << "lse, T=" << T << " hs=" << hs;
+}
+
+TEST(CudaGptKernels, FlashAttentionMatchesTheCpuKernels) {
+  const auto fn = Plugin().Symbol<FlashAttentionFn>("dst_cuda_plugin_flash_attention");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  for (long T : {1L, 5L, 31L, 32L, 33L, 64L, 65L, 130L}) CheckFlashAttention(fn, 2, T, 48, 3);
+  CheckFlashAttention(fn, 1, 70, 40, 2);  // hs 20, padded to 32
+}
+
+TEST(CudaGptKernels, FlashAttentionMatchesTheCpuKernelsAtGpt2Shapes) {
+  const auto fn = Plugin().Symbol<FlashAttentionFn>("dst_cuda_plugin_flash_attention");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  CheckFlashAttention(fn, 1, 1024, 768, 12);
+}
+
+TEST(CudaGptKernels, FlashAttentionRefusesHeadsOver128) {
+  const auto fn = Plugin().Symbol<FlashAttentionFn>("dst_cuda_plugin_flash_attention");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  const long B = 1, T = 4, C = 256, H = 1;  // hs 256
+  const std::vector<float> qkv(size_t(B * T * 3 * C), 0.5f), dy(size_t(B * T * C), 1.0f);
+  std::vector<float> y(size_t(B * T * C)), lse(static_cast<size_t>(T)), dqkv(qkv.size());
+  char err[512] = {};
+  const int rc =
+      fn(qkv.data(), dy.data(), B, T, C, H, y.data(), lse.data(), dqkv.data(), err, sizeof err);
+  if (rc == 1) GTEST_SKIP() << "skipped: no CUDA device";
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(std::string(err).find("head size"), std::string::npos) << err;
 }
 
 TEST(CudaGptKernels, GradientStatisticsMatchTheCpuSumAndFindNonFiniteValues) {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/kernels/cpu/activations.h"
@@ -122,12 +123,15 @@ TEST(CudaKernels, AdamStepMatchesCpuAdam) {
 }
 
 // LayerNorm forward (out, mean, rstd) and backward (dx, dw, db accumulated)
-// against the CPU kernels, at widths below, at and above a warp.
+// against the CPU kernels, at widths below, at and above a warp, and at
+// GPT-2's width over many rows (the parameter gradients' row chunks, the
+// last one partial).
 TEST(CudaKernels, LayerNormMatchesTheCpuKernels) {
   if (Plugin().layernorm == nullptr)
     GTEST_SKIP() << "skipped: no CUDA plugin (" << Plugin().why << ")";
-  for (int64_t C : {24, 64, 384, 1000}) {
-    const int64_t rows = 77;
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {77, 24}, {77, 64}, {77, 384}, {77, 1000}, {4099, 768}};
+  for (const auto &[rows, C] : shapes) {
     const size_t n = size_t(rows * C), nrows = size_t(rows), ncols = size_t(C);
     const std::vector<float> x = Random(n, 2.0f, 8), dy = Random(n, 1.0f, 9);
     const std::vector<float> w = Random(ncols, 1.0f, 10), b = Random(ncols, 1.0f, 11);
@@ -155,7 +159,7 @@ TEST(CudaKernels, LayerNormMatchesTheCpuKernels) {
     EXPECT_EQ(near(g_mean, mean, 1e-5f), size_t(rows)) << "mean, C=" << C;
     EXPECT_EQ(near(g_rstd, rstd, 1e-5f), size_t(rows)) << "rstd, C=" << C;
     EXPECT_EQ(near(g_dx, dx, 1e-5f), n) << "dx, C=" << C;
-    EXPECT_EQ(near(g_dw, dw, 1e-4f), size_t(C)) << "dw, C=" << C;  // sums over 77 rows
+    EXPECT_EQ(near(g_dw, dw, 1e-4f), size_t(C)) << "dw, C=" << C;  // sums over the rows
     EXPECT_EQ(near(g_db, db, 1e-4f), size_t(C)) << "db, C=" << C;
   }
 }

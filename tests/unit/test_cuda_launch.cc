@@ -45,5 +45,18 @@ TEST(CudaLaunch, OneWarpARowAndOneThreadAColumn) {
     }
 }
 
+TEST(CudaLaunch, ColumnChunksCoverEveryRowOnceWithinTheGridLimit) {
+  for (int64_t rows : {int64_t(0), int64_t(1), int64_t(63), int64_t(64), int64_t(65), int64_t(8192),
+                       int64_t(65535) * 64, int64_t(65535) * 64 + 1, int64_t(1) << 30}) {
+    const ColumnChunks c = ColumnChunkLaunch(rows, 768, 256);
+    EXPECT_EQ(c.column_blocks, 3);
+    EXPECT_GE(c.chunks, 1);
+    EXPECT_LE(c.chunks, 65535) << rows;
+    EXPECT_GE(c.rows_per_chunk, 64);
+    EXPECT_GE(int64_t(c.chunks) * c.rows_per_chunk, rows) << rows;  // every row in a chunk
+    EXPECT_TRUE(c.chunks == 1 || int64_t(c.chunks - 1) * c.rows_per_chunk < rows) << rows;
+  }
+}
+
 }  // namespace
 }  // namespace dst::cuda

@@ -18,18 +18,46 @@
 
 namespace dst::cuda {
 
-// y[i] = gelu(x[i]) (tanh approximation, as the CPU kernel).
-__global__ void GeluForwardKernel(const float *x, float *y, long n) {
-  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
-       i += long(gridDim.x) * blockDim.x)
-    y[i] = math::Gelu(x[i]);
+__device__ inline bool Aligned16(const void *p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
-// dx[i] = dy[i] * gelu'(x[i]).
+// y[i] = gelu(x[i]) (tanh approximation, as the CPU kernel); four elements a
+// thread through float4 when both arrays are 16-byte aligned (launched with
+// ElementwiseLaunch((n + 3) / 4)), the rest one at a time.
+__global__ void GeluForwardKernel(const float *x, float *y, long n) {
+  const long first = blockIdx.x * long(blockDim.x) + threadIdx.x;
+  const long stride = long(gridDim.x) * blockDim.x;
+  long done = 0;
+  if (Aligned16(x) && Aligned16(y)) {
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+    float4 *y4 = reinterpret_cast<float4 *>(y);
+    for (long i = first; i < n / 4; i += stride) {
+      const float4 v = x4[i];
+      y4[i] = make_float4(math::Gelu(v.x), math::Gelu(v.y), math::Gelu(v.z), math::Gelu(v.w));
+    }
+    done = n / 4 * 4;
+  }
+  for (long i = done + first; i < n; i += stride) y[i] = math::Gelu(x[i]);
+}
+
+// dx[i] = dy[i] * gelu'(x[i]), vectorised as the forward.
 __global__ void GeluBackwardKernel(const float *x, const float *dy, float *dx, long n) {
-  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
-       i += long(gridDim.x) * blockDim.x)
-    dx[i] = dy[i] * math::GeluGrad(x[i]);
+  const long first = blockIdx.x * long(blockDim.x) + threadIdx.x;
+  const long stride = long(gridDim.x) * blockDim.x;
+  long done = 0;
+  if (Aligned16(x) && Aligned16(dy) && Aligned16(dx)) {
+    const float4 *x4 = reinterpret_cast<const float4 *>(x),
+                 *g4 = reinterpret_cast<const float4 *>(dy);
+    float4 *d4 = reinterpret_cast<float4 *>(dx);
+    for (long i = first; i < n / 4; i += stride) {
+      const float4 v = x4[i], g = g4[i];
+      d4[i] = make_float4(g.x * math::GeluGrad(v.x), g.y * math::GeluGrad(v.y),
+                          g.z * math::GeluGrad(v.z), g.w * math::GeluGrad(v.w));
+    }
+    done = n / 4 * 4;
+  }
+  for (long i = done + first; i < n; i += stride) dx[i] = dy[i] * math::GeluGrad(x[i]);
 }
 
 // y[i] = x[i] rounded to bf16 (or fp16) and back: the casts the 16-bit paths use.
@@ -99,21 +127,57 @@ __global__ void LayerNormInputGradKernel(const float *dy, const float *x, const 
   }
 }
 
-// dw, db (+=) [C]: one thread a column walks every row (a fixed order: the
-// result does not depend on scheduling, as on the CPU).
-__global__ void LayerNormParamGradKernel(const float *dy, const float *x, const float *mean,
-                                         const float *rstd, long rows, long C, float *dw,
-                                         float *db) {
+// LayerNorm's parameter gradients, pass 1: partial_w, partial_b [chunks, C]
+// = the sums over chunk blockIdx.y's rows, one thread a column.
+__global__ void LayerNormParamGradPartialKernel(const float *dy, const float *x, const float *mean,
+                                                const float *rstd, long rows, long C,
+                                                long rows_per_chunk, float *partial_w,
+                                                float *partial_b) {
   const long col = blockIdx.x * long(blockDim.x) + threadIdx.x;
   if (col >= C) return;
+  const long first = blockIdx.y * rows_per_chunk;
+  const long last = first + rows_per_chunk < rows ? first + rows_per_chunk : rows;
   float w_sum = 0, b_sum = 0;
-  for (long r = 0; r < rows; ++r) {
+  for (long r = first; r < last; ++r) {
     const float g = dy[r * C + col];
     w_sum += g * (x[r * C + col] - mean[r]) * rstd[r];
     b_sum += g;
   }
+  partial_w[blockIdx.y * C + col] = w_sum;
+  partial_b[blockIdx.y * C + col] = b_sum;
+}
+
+// Pass 2: dw, db (+=) [C] = the chunks' partials summed in chunk order (a
+// fixed order: the result does not depend on scheduling).
+__global__ void LayerNormParamGradSumKernel(const float *partial_w, const float *partial_b,
+                                            long chunks, long C, float *dw, float *db) {
+  const long col = blockIdx.x * long(blockDim.x) + threadIdx.x;
+  if (col >= C) return;
+  float w_sum = 0, b_sum = 0;
+  for (long k = 0; k < chunks; ++k) {
+    w_sum += partial_w[k * C + col];
+    b_sum += partial_b[k * C + col];
+  }
   dw[col] += w_sum;
   db[col] += b_sum;
+}
+
+// The scratch floats LaunchLayerNormParamGrad needs.
+size_t LayerNormParamGradScratch(long rows, long C) {
+  return 2 * size_t(ColumnChunkLaunch(rows, C, 256).chunks) * size_t(C);
+}
+
+// dw, db (+=) [C] from dy, x [rows, C] and the saved mean, rstd, through
+// scratch[LayerNormParamGradScratch(rows, C)].
+void LaunchLayerNormParamGrad(const float *dy, const float *x, const float *mean, const float *rstd,
+                              long rows, long C, float *dw, float *db, float *scratch) {
+  const ColumnChunks c = ColumnChunkLaunch(rows, C, 256);
+  float *partial_w = scratch, *partial_b = scratch + size_t(c.chunks) * size_t(C);
+  LayerNormParamGradPartialKernel<<<dim3(unsigned(c.column_blocks), unsigned(c.chunks)),
+                                    c.threads>>>(dy, x, mean, rstd, rows, C, c.rows_per_chunk,
+                                                 partial_w, partial_b);
+  LayerNormParamGradSumKernel<<<c.column_blocks, c.threads>>>(partial_w, partial_b, c.chunks, C, dw,
+                                                              db);
 }
 
 namespace {
@@ -155,6 +219,93 @@ std::string DevicesJson() {
 
 }  // namespace
 
+// ---- bench (dst_cuda_plugin_kernel_bench)
+
+namespace {
+
+// GELU forward or backward over n elements.
+cudaError_t BenchGelu(bool backward, long n, int iters, double *ms) {
+  cudaError_t st = cudaSuccess;
+  DeviceArray<float> x(nullptr, size_t(n), &st), dy(nullptr, size_t(n), &st),
+      out(nullptr, size_t(n), &st);
+  if (st == cudaSuccess) st = FillRandom(x.get(), n, 1u, 3.0f);
+  if (st == cudaSuccess) st = FillRandom(dy.get(), n, 2u);
+  if (st != cudaSuccess) return st;
+  const Launch l = ElementwiseLaunch((n + 3) / 4);
+  return TimeLaunches(
+      iters,
+      [&] {
+        if (backward)
+          GeluBackwardKernel<<<l.blocks, l.threads>>>(x.get(), dy.get(), out.get(), n);
+        else
+          GeluForwardKernel<<<l.blocks, l.threads>>>(x.get(), out.get(), n);
+        return cudaGetLastError();
+      },
+      ms);
+}
+
+// LayerNorm forward, or backward (input and parameter gradients), over rows x C.
+cudaError_t BenchLayerNorm(bool backward, long rows, long C, int iters, double *ms) {
+  const size_t n = size_t(rows * C);
+  cudaError_t st = cudaSuccess;
+  DeviceArray<float> x(nullptr, n, &st), w(nullptr, size_t(C), &st), b(nullptr, size_t(C), &st),
+      dy(nullptr, n, &st), out(nullptr, n, &st), mean(nullptr, size_t(rows), &st),
+      rstd(nullptr, size_t(rows), &st), dx(nullptr, n, &st), dw(nullptr, size_t(C), &st),
+      db(nullptr, size_t(C), &st), scratch(nullptr, LayerNormParamGradScratch(rows, C), &st);
+  if (st == cudaSuccess) st = FillRandom(x.get(), long(n), 1u);
+  if (st == cudaSuccess) st = FillRandom(w.get(), C, 2u);
+  if (st == cudaSuccess) st = FillRandom(dy.get(), long(n), 3u);
+  if (st != cudaSuccess) return st;
+  const Launch by_row = WarpPerRowLaunch(rows, 256);
+  LayerNormForwardKernel<<<by_row.blocks, by_row.threads>>>(
+      x.get(), w.get(), b.get(), rows, C, out.get(), mean.get(), rstd.get(), 1e-5f);
+  return TimeLaunches(
+      iters,
+      [&] {
+        if (!backward) {
+          LayerNormForwardKernel<<<by_row.blocks, by_row.threads>>>(
+              x.get(), w.get(), b.get(), rows, C, out.get(), mean.get(), rstd.get(), 1e-5f);
+        } else {
+          LayerNormInputGradKernel<<<by_row.blocks, by_row.threads>>>(
+              dy.get(), x.get(), w.get(), mean.get(), rstd.get(), rows, C, dx.get());
+          LaunchLayerNormParamGrad(dy.get(), x.get(), mean.get(), rstd.get(), rows, C, dw.get(),
+                                   db.get(), scratch.get());
+        }
+        return cudaGetLastError();
+      },
+      ms);
+}
+
+// One fused AdamW step over n parameters.
+cudaError_t BenchAdam(long n, int iters, double *ms) {
+  cudaError_t st = cudaSuccess;
+  DeviceArray<float> p(nullptr, size_t(n), &st), g(nullptr, size_t(n), &st),
+      m(nullptr, size_t(n), &st), v(nullptr, size_t(n), &st);
+  if (st == cudaSuccess) st = FillRandom(p.get(), n, 1u, 0.02f);
+  if (st == cudaSuccess) st = FillRandom(g.get(), n, 2u, 1e-3f);
+  if (st != cudaSuccess) return st;
+  math::AdamConstants k{};
+  k.grad_mul = 1.0f;
+  k.b1 = 0.9f;
+  k.omb1 = 0.1f;
+  k.b2 = 0.95f;
+  k.omb2 = 0.05f;
+  k.bias2_sqrt = 1.0f;
+  k.eps = 1e-8f;
+  k.step_size = 1e-4f;
+  k.decay = 1.0f - 1e-5f;
+  const Launch l = ElementwiseLaunch(n);
+  return TimeLaunches(
+      iters,
+      [&] {
+        AdamKernel<<<l.blocks, l.threads>>>(p.get(), g.get(), m.get(), v.get(), n, k);
+        return cudaGetLastError();
+      },
+      ms);
+}
+
+}  // namespace
+
 }  // namespace dst::cuda
 
 using dst::cuda::Fail;
@@ -180,10 +331,11 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_elementwis
     rc = Fail(err, cap, "copying the inputs", st);
   } else {
     const dst::cuda::Launch l = dst::cuda::ElementwiseLaunch(n);
+    const dst::cuda::Launch l4 = dst::cuda::ElementwiseLaunch((n + 3) / 4);
     if (name == "gelu_forward")
-      dst::cuda::GeluForwardKernel<<<l.blocks, l.threads>>>(da, dout, n);
+      dst::cuda::GeluForwardKernel<<<l4.blocks, l4.threads>>>(da, dout, n);
     else if (name == "gelu_backward")
-      dst::cuda::GeluBackwardKernel<<<l.blocks, l.threads>>>(da, db, dout, n);
+      dst::cuda::GeluBackwardKernel<<<l4.blocks, l4.threads>>>(da, db, dout, n);
     else if (name == "round_bf16" || name == "round_fp16")
       dst::cuda::RoundTripKernel<<<l.blocks, l.threads>>>(da, dout, n, name == "round_bf16");
     else
@@ -250,18 +402,19 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_layernorm(
     if (st == cudaSuccess)
       st = cudaMemcpy(a.device, a.host, a.size * sizeof(float), cudaMemcpyHostToDevice);
   }
+  dst::cuda::DeviceArray<float> scratch(nullptr, dst::cuda::LayerNormParamGradScratch(rows, C),
+                                        &st);
   if (st == cudaSuccess) {
     const dst::cuda::Launch by_row = dst::cuda::WarpPerRowLaunch(rows, 256);
-    const dst::cuda::Launch by_column = dst::cuda::ThreadPerColumnLaunch(C, 256);
     dst::cuda::LayerNormForwardKernel<<<by_row.blocks, by_row.threads>>>(
         arrays[0].device, arrays[1].device, arrays[2].device, rows, C, arrays[4].device,
         arrays[5].device, arrays[6].device, eps);
     dst::cuda::LayerNormInputGradKernel<<<by_row.blocks, by_row.threads>>>(
         arrays[3].device, arrays[0].device, arrays[1].device, arrays[5].device, arrays[6].device,
         rows, C, arrays[7].device);
-    dst::cuda::LayerNormParamGradKernel<<<by_column.blocks, by_column.threads>>>(
-        arrays[3].device, arrays[0].device, arrays[5].device, arrays[6].device, rows, C,
-        arrays[8].device, arrays[9].device);
+    dst::cuda::LaunchLayerNormParamGrad(arrays[3].device, arrays[0].device, arrays[5].device,
+                                        arrays[6].device, rows, C, arrays[8].device,
+                                        arrays[9].device, scratch.get());
     st = cudaGetLastError();
   }
   for (Array &a : arrays)
@@ -279,4 +432,38 @@ extern "C" __attribute__((visibility("default"))) size_t dst_cuda_plugin_devices
   const std::string json = dst::cuda::DevicesJson();
   if (out != nullptr && cap > 0) std::snprintf(out, cap, "%s", json.c_str());
   return json.size();
+}
+
+// Times one kernel (or a forward/backward pair) on device-resident random
+// inputs at a GPT's shapes (cuda::BenchDims: B x T tokens of width C, H heads,
+// vocabulary V), writing the mean milliseconds per call: "gelu_forward",
+// "gelu_backward" and "adam" over B*T*C elements, "layernorm_forward",
+// "layernorm_backward" over B*T rows of C, "flash_attention_forward" and
+// "flash_attention_backward" (flash_attention.cu), and the GPT kernels
+// (cuda::BenchGptKernel). For bench/bench_gpu_kernels.py. Returns 0, 1 when
+// there is no device, 2 on an error or an unknown kernel (err[cap]).
+extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_kernel_bench(
+    const char *kernel, long B, long T, long C, long H, long V, int iters, double *ms, char *err,
+    size_t cap) {
+  if (!dst::cuda::HasDevice()) return 1;
+  namespace cuda = dst::cuda;
+  const std::string name = kernel;
+  const long rows = B * T;
+  cudaError_t st;
+  if (name == "gelu_forward" || name == "gelu_backward") {
+    st = cuda::BenchGelu(name == "gelu_backward", rows * C, iters, ms);
+  } else if (name == "layernorm_forward" || name == "layernorm_backward") {
+    st = cuda::BenchLayerNorm(name == "layernorm_backward", rows, C, iters, ms);
+  } else if (name == "adam") {
+    st = cuda::BenchAdam(rows * C, iters, ms);
+  } else if (name == "flash_attention_forward" || name == "flash_attention_backward") {
+    st = cuda::BenchFlashAttention(name == "flash_attention_backward",
+                                   cuda::BenchDims{B, T, C, H, V}, iters, ms);
+  } else if (cuda::IsGptBenchKernel(kernel)) {
+    st = cuda::BenchGptKernel(kernel, cuda::BenchDims{B, T, C, H, V}, iters, ms);
+  } else {
+    if (err != nullptr && cap > 0) std::snprintf(err, cap, "kernel bench: no kernel '%s'", kernel);
+    return 2;
+  }
+  return st == cudaSuccess ? 0 : Fail(err, cap, kernel, st);
 }

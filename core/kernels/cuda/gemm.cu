@@ -196,32 +196,6 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_gemm(
   return st == cudaSuccess ? 0 : cuda::Fail(err, cap, "gemm", st);
 }
 
-namespace dst::cuda {
-namespace {
-
-// x[i] = a deterministic pseudo-random value in [-1, 1), as type T.
-template <typename T>
-__global__ void FillKernel(T *x, long n, unsigned seed) {
-  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
-       i += long(gridDim.x) * blockDim.x) {
-    unsigned h = unsigned(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    x[i] = T(float(h & 0xffffu) / 32768.0f - 1.0f);
-  }
-}
-
-template <typename T>
-cudaError_t FillRandom(T *x, long n, unsigned seed) {
-  const Launch l = ElementwiseLaunch(n);
-  FillKernel<<<l.blocks, l.threads>>>(x, n, seed);
-  return cudaGetLastError();
-}
-
-}  // namespace
-}  // namespace dst::cuda
-
 // What dst_cuda_plugin_gemm_bench varies besides the type.
 enum GemmBenchFlags : int {
   kBenchSixteenBitOut = 1,  // C in the operands' 16-bit type (bf16 / fp16 only), not fp32

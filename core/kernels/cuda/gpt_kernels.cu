@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/kernels/cuda/plugin_support.cuh"
@@ -115,18 +116,6 @@ __global__ void CrossEntropyBackwardKernel(const float *probs, const int32_t *ta
 }
 
 // ---------------------------------------------------------------- attention
-
-// qkv [B, T, 3C] (q, k, v; heads of hs = C / H contiguous in each), att
-// [B, H, T, T], y [B, T, C]: cpu/attention.h's layout.
-struct AttentionDims {
-  long B, T, C, H;
-  __host__ __device__ long hs() const { return C / H; }
-  __host__ __device__ long rows() const { return B * H * T; }
-  // The head slice of token (b, t)'s q (part 0), k (1) or v (2).
-  __device__ long At(long b, long t, long h, int part) const {
-    return (b * T + t) * 3 * C + part * C + h * hs();
-  }
-};
 
 __device__ float Dot(const float *a, const float *b, long n, int lane) {
   float s = 0;
@@ -243,6 +232,118 @@ __global__ void GradStatsKernel(const float *x, long n, double *partial, int *no
   }
   if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
   if (bad > 0) atomicAdd(nonfinite, bad);
+}
+
+// ---------------------------------------------------------------- bench
+
+namespace {
+
+// t[i] = a pseudo-random token in [0, V).
+__global__ void TokensKernel(int32_t *t, long n, long V) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
+       i += long(gridDim.x) * blockDim.x)
+    t[i] = int32_t((unsigned(i) * 2654435761u >> 7) % unsigned(V));
+}
+
+cudaError_t RandomTokens(int32_t *t, long n, long V) {
+  const Launch l = ElementwiseLaunch(n);
+  TokensKernel<<<l.blocks, l.threads>>>(t, n, V);
+  return cudaGetLastError();
+}
+
+cudaError_t BenchAttention(bool backward, const BenchDims &d, int iters, double *ms) {
+  const AttentionDims s{d.B, d.T, d.C, d.H};
+  const long BT = d.B * d.T;
+  cudaError_t st = cudaSuccess;
+  DeviceArray<float> qkv(nullptr, size_t(BT * 3 * d.C), &st), dy(nullptr, size_t(BT * d.C), &st),
+      att(nullptr, size_t(s.rows() * d.T), &st), y(nullptr, size_t(BT * d.C), &st),
+      dscore(nullptr, backward ? size_t(s.rows() * d.T) : 1, &st),
+      dqkv(nullptr, backward ? size_t(BT * 3 * d.C) : 1, &st);
+  if (st == cudaSuccess) st = FillRandom(qkv.get(), BT * 3 * d.C, 1u);
+  if (st == cudaSuccess) st = FillRandom(dy.get(), BT * d.C, 2u);
+  const Launch l = WarpPerRowLaunch(s.rows(), 128);
+  if (st == cudaSuccess)  // the probabilities the backward reads
+    AttentionForwardKernel<<<l.blocks, l.threads>>>(qkv.get(), s, att.get(), y.get());
+  if (st != cudaSuccess) return st;
+  return TimeLaunches(
+      iters,
+      [&] {
+        if (!backward) {
+          AttentionForwardKernel<<<l.blocks, l.threads>>>(qkv.get(), s, att.get(), y.get());
+        } else {
+          AttentionBackwardRowsKernel<<<l.blocks, l.threads>>>(dy.get(), qkv.get(), att.get(), s,
+                                                               dscore.get(), dqkv.get());
+          AttentionBackwardColumnsKernel<<<l.blocks, l.threads>>>(dy.get(), qkv.get(), att.get(),
+                                                                  dscore.get(), s, dqkv.get());
+        }
+        return cudaGetLastError();
+      },
+      ms);
+}
+
+cudaError_t BenchCrossEntropy(const BenchDims &d, int iters, double *ms) {
+  const long rows = d.B * d.T, V = d.V;
+  cudaError_t st = cudaSuccess;
+  DeviceArray<float> logits(nullptr, size_t(rows * V), &st), probs(nullptr, size_t(rows * V), &st),
+      nll(nullptr, size_t(rows), &st), counted(nullptr, size_t(rows), &st),
+      dlogits(nullptr, size_t(rows * V), &st);
+  DeviceArray<int32_t> targets(nullptr, size_t(rows), &st);
+  if (st == cudaSuccess) st = FillRandom(logits.get(), rows * V, 3u, 3.0f);
+  if (st == cudaSuccess) st = RandomTokens(targets.get(), rows, V);
+  if (st != cudaSuccess) return st;
+  const Launch l = ElementwiseLaunch(rows * V);
+  return TimeLaunches(
+      iters,
+      [&] {
+        CrossEntropyForwardKernel<<<int(rows), 256>>>(logits.get(), targets.get(), V, probs.get(),
+                                                      nll.get(), counted.get());
+        CrossEntropyBackwardKernel<<<l.blocks, l.threads>>>(probs.get(), targets.get(), rows, V,
+                                                            1.0f / float(rows), dlogits.get());
+        return cudaGetLastError();
+      },
+      ms);
+}
+
+cudaError_t BenchEmbedding(const BenchDims &d, int iters, double *ms) {
+  const long BT = d.B * d.T, C = d.C, V = d.V;
+  cudaError_t st = cudaSuccess;
+  DeviceArray<int32_t> tokens(nullptr, size_t(BT), &st);
+  DeviceArray<float> wte(nullptr, size_t(V * C), &st), wpe(nullptr, size_t(d.T * C), &st),
+      out(nullptr, size_t(BT * C), &st), dout(nullptr, size_t(BT * C), &st),
+      dwte(nullptr, size_t(V * C), &st), dwpe(nullptr, size_t(d.T * C), &st);
+  if (st == cudaSuccess) st = RandomTokens(tokens.get(), BT, V);
+  if (st == cudaSuccess) st = FillRandom(wte.get(), V * C, 4u);
+  if (st == cudaSuccess) st = FillRandom(wpe.get(), d.T * C, 5u);
+  if (st == cudaSuccess) st = FillRandom(dout.get(), BT * C, 6u);
+  if (st != cudaSuccess) return st;
+  const Launch all = ElementwiseLaunch(BT * C), pos = ElementwiseLaunch(d.T * C);
+  return TimeLaunches(
+      iters,
+      [&] {
+        EmbeddingForwardKernel<<<all.blocks, all.threads>>>(tokens.get(), wte.get(), wpe.get(), BT,
+                                                            d.T, C, out.get());
+        PositionGradKernel<<<pos.blocks, pos.threads>>>(dout.get(), d.B, d.T, C, dwpe.get());
+        TokenGradKernel<<<all.blocks, all.threads>>>(dout.get(), tokens.get(), BT, C, dwte.get());
+        return cudaGetLastError();
+      },
+      ms);
+}
+
+}  // namespace
+
+bool IsGptBenchKernel(const char *kernel) {
+  const std::string name = kernel;
+  return name == "attention_forward" || name == "attention_backward" || name == "cross_entropy" ||
+         name == "embedding";
+}
+
+cudaError_t BenchGptKernel(const char *kernel, const BenchDims &d, int iters, double *ms) {
+  const std::string name = kernel;
+  if (name == "attention_forward") return BenchAttention(false, d, iters, ms);
+  if (name == "attention_backward") return BenchAttention(true, d, iters, ms);
+  if (name == "cross_entropy") return BenchCrossEntropy(d, iters, ms);
+  if (name == "embedding") return BenchEmbedding(d, iters, ms);
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace dst::cuda

@@ -36,4 +36,23 @@ inline Launch ThreadPerColumnLaunch(int64_t columns, int threads) {
   return {int(blocks > 0 ? blocks : 1), threads};
 }
 
+// A column reduction over many rows in two fixed-order passes (LayerNorm's
+// parameter gradients): the rows split into `chunks` of rows_per_chunk, one
+// thread a column of a chunk (grid: column_blocks x chunks), then one thread
+// a column sums the chunks' partials in order. At least 64 rows a chunk, and
+// no more chunks than a grid's y dimension holds (65535).
+struct ColumnChunks {
+  int column_blocks, chunks, threads;
+  int64_t rows_per_chunk;
+};
+
+inline ColumnChunks ColumnChunkLaunch(int64_t rows, int64_t columns, int threads) {
+  constexpr int64_t kMinRows = 64, kMaxChunks = 65535;
+  int64_t per_chunk = (rows + kMaxChunks - 1) / kMaxChunks;
+  if (per_chunk < kMinRows) per_chunk = kMinRows;
+  const int64_t chunks = (rows + per_chunk - 1) / per_chunk;
+  return {ThreadPerColumnLaunch(columns, threads).blocks, int(chunks > 0 ? chunks : 1), threads,
+          per_chunk};
+}
+
 }  // namespace dst::cuda

@@ -68,4 +68,73 @@ class DeviceArray {
   cudaError_t *status_;
 };
 
+// qkv [B, T, 3C] (q, k, v; heads of hs = C / H contiguous in each), att
+// [B, H, T, T], y [B, T, C]: cpu/attention.h's layout.
+struct AttentionDims {
+  long B, T, C, H;
+  __host__ __device__ long hs() const { return C / H; }
+  __host__ __device__ long rows() const { return B * H * T; }
+  // The head slice of token (b, t)'s q (part 0), k (1) or v (2).
+  __device__ long At(long b, long t, long h, int part) const {
+    return (b * T + t) * 3 * C + part * C + h * hs();
+  }
+};
+
+// ---- What the bench entry points share (device-resident inputs, CUDA-event timing).
+
+// x[i] = a deterministic pseudo-random value in [-scale, scale), as type T.
+template <typename T>
+__global__ void FillKernel(T *x, long n, unsigned seed, float scale) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
+       i += long(gridDim.x) * blockDim.x) {
+    unsigned h = unsigned(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = T((float(h & 0xffffu) / 32768.0f - 1.0f) * scale);
+  }
+}
+
+template <typename T>
+cudaError_t FillRandom(T *x, long n, unsigned seed, float scale = 1.0f) {
+  const Launch l = ElementwiseLaunch(n);
+  FillKernel<<<l.blocks, l.threads>>>(x, n, seed, scale);
+  return cudaGetLastError();
+}
+
+// The mean milliseconds of one launch() (its kernels on the default stream)
+// over `iters` back-to-back calls after one untimed call, by CUDA events.
+template <typename F>
+cudaError_t TimeLaunches(int iters, F launch, double *ms_per_call) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  cudaError_t st = cudaEventCreate(&start);
+  if (st == cudaSuccess) st = cudaEventCreate(&stop);
+  if (st == cudaSuccess) st = launch();
+  if (st == cudaSuccess) st = cudaEventRecord(start);
+  for (int i = 0; i < iters && st == cudaSuccess; ++i) st = launch();
+  if (st == cudaSuccess) st = cudaEventRecord(stop);
+  if (st == cudaSuccess) st = cudaEventSynchronize(stop);
+  float ms = 0.0f;
+  if (st == cudaSuccess) st = cudaEventElapsedTime(&ms, start, stop);
+  *ms_per_call = double(ms) / (iters > 0 ? iters : 1);
+  if (start) cudaEventDestroy(start);
+  if (stop) cudaEventDestroy(stop);
+  return st;
+}
+
+// The shapes a kernel bench runs at: a GPT's micro-batch B x context T,
+// width C, H heads and vocabulary V (row-wise kernels see B*T rows of C).
+struct BenchDims {
+  long B, T, C, H, V;
+};
+
+// Whether BenchGptKernel knows `kernel`: "attention_forward",
+// "attention_backward", "cross_entropy" (forward and backward), "embedding"
+// (forward and backward).
+bool IsGptBenchKernel(const char *kernel);
+// Times one of the GPT kernels (gpt_kernels.cu) on device-resident random inputs.
+cudaError_t BenchGptKernel(const char *kernel, const BenchDims &d, int iters, double *ms);
+// Times the fused attention (flash_attention.cu), forward or backward.
+cudaError_t BenchFlashAttention(bool backward, const BenchDims &d, int iters, double *ms);
+
 }  // namespace dst::cuda

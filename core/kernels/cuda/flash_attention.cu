@@ -1,0 +1,362 @@
+// Causal attention fused FlashAttention's way, fp32 on the CUDA cores: no
+// [B, H, T, T] matrix in memory. The forward keeps a running maximum and sum
+// per query row (online softmax) while it walks the keys tile by tile, and
+// saves only lse = max + log(sum) per row; the backward recomputes each
+// probability p = exp(q.k * scale - lse) from it.
+//
+// One thread a row (a query row forward; query or key rows backward), its
+// vectors in registers padded to kHs (16, 32, 64 or 128: the head size
+// rounded up), the other side's rows in shared-memory tiles of kTile rows.
+// The backward runs four passes, none with atomics, so results do not depend
+// on scheduling:
+//   D[i]  = dy_i . y_i                                  (one thread a row)
+//   dq_i  = scale sum_{j<=i} p_ij (dy_i.v_j - D_i) k_j  (one thread a query row)
+//   dk_j  = scale sum_{i>=j} p_ij (dy_i.v_j - D_i) q_i  (one thread a key row)
+//   dv_j  =       sum_{i>=j} p_ij dy_i                  (one thread a key row)
+// dk and dv are separate passes so a thread holds three vectors, not four.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <vector>
+
+#include "core/kernels/cuda/plugin_support.cuh"
+
+namespace dst::cuda {
+
+namespace {
+
+constexpr int kRowsPerBlock = 64;  // threads a block, one row each
+constexpr int kTile = 32;          // rows of the other side a shared-memory tile holds
+constexpr int kChunk = 8;          // keys scored together between online-softmax updates
+
+// Row t of one head's slice: base + t * stride (q, k or v of qkv: stride
+// 3C; dy and y: stride C).
+struct HeadRows {
+  const float *base;
+  long stride;
+  __device__ const float *Row(long t) const { return base + t * stride; }
+};
+
+__device__ HeadRows QkvRows(const float *qkv, const AttentionDims &s, long b, long h, int part) {
+  return {qkv + b * s.T * 3 * s.C + part * s.C + h * s.hs(), 3 * s.C};
+}
+__device__ HeadRows OutRows(const float *x, const AttentionDims &s, long b, long h) {
+  return {x + b * s.T * s.C + h * s.hs(), s.C};
+}
+
+// r = row t's first hs values, zeros after (and everywhere when !active).
+template <int kHs>
+__device__ void LoadRow(const HeadRows &rows, long t, long hs, bool active, float (&r)[kHs]) {
+#pragma unroll
+  for (int d = 0; d < kHs; ++d) r[d] = active && d < hs ? rows.Row(t)[d] : 0.0f;
+}
+
+// tile[r] = row first + r (r < kTile), zeros past T and past hs. Every
+// thread of the block takes part.
+template <int kHs>
+__device__ void LoadTile(const HeadRows &rows, long first, long T, long hs, float (*tile)[kHs]) {
+  for (int i = threadIdx.x; i < kTile * kHs; i += blockDim.x) {
+    const int r = i / kHs, d = i % kHs;
+    tile[r][d] = first + r < T && d < hs ? rows.Row(first + r)[d] : 0.0f;
+  }
+}
+
+template <int kHs>
+__device__ float Dot(const float (&a)[kHs], const float *b) {
+  float s = 0.0f;
+#pragma unroll
+  for (int d = 0; d < kHs; ++d) s += a[d] * b[d];
+  return s;
+}
+
+// y [B, T, C] and lse [B, H, T]; grid (query blocks, B * H).
+template <int kHs>
+__global__ void __launch_bounds__(kRowsPerBlock)
+    FlashForwardKernel(const float *qkv, AttentionDims s, float *y, float *lse) {
+  __shared__ __align__(16) float ks[kTile][kHs];
+  __shared__ __align__(16) float vs[kTile][kHs];
+  const long bh = blockIdx.y, b = bh / s.H, h = bh % s.H, hs = s.hs();
+  const long first_query = long(blockIdx.x) * kRowsPerBlock, t = first_query + threadIdx.x;
+  const bool active = t < s.T;
+  const float scale = 1.0f / sqrtf(float(hs));
+  const HeadRows q_rows = QkvRows(qkv, s, b, h, 0), k_rows = QkvRows(qkv, s, b, h, 1),
+                 v_rows = QkvRows(qkv, s, b, h, 2);
+  float q[kHs], o[kHs];
+  LoadRow(q_rows, t, hs, active, q);
+#pragma unroll
+  for (int d = 0; d < kHs; ++d) o[d] = 0.0f;
+  float running_max = -INFINITY, running_sum = 0.0f;
+  const long last_key = (first_query + kRowsPerBlock < s.T ? first_query + kRowsPerBlock : s.T) - 1;
+  for (long first_key = 0; first_key <= last_key; first_key += kTile) {
+    __syncthreads();
+    LoadTile(k_rows, first_key, s.T, hs, ks);
+    LoadTile(v_rows, first_key, s.T, hs, vs);
+    __syncthreads();
+    const long keys = active ? t - first_key + 1 : 0;  // this row sees keys first_key..t
+    for (int c = 0; c < kTile && c < keys; c += kChunk) {
+      float score[kChunk];
+      float chunk_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        score[j] = c + j < keys ? Dot(q, ks[c + j]) * scale : -INFINITY;
+        chunk_max = fmaxf(chunk_max, score[j]);
+      }
+      const float new_max = fmaxf(running_max, chunk_max);
+      const float correction = expf(running_max - new_max);  // 0 on the first chunk
+      running_sum *= correction;
+#pragma unroll
+      for (int d = 0; d < kHs; ++d) o[d] *= correction;
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        const float p = c + j < keys ? expf(score[j] - new_max) : 0.0f;
+        running_sum += p;
+#pragma unroll
+        for (int d = 0; d < kHs; ++d) o[d] += p * vs[c + j][d];
+      }
+      running_max = new_max;
+    }
+  }
+  if (!active) return;
+  const float inv = 1.0f / running_sum;
+  float *out = y + (b * s.T + t) * s.C + h * hs;
+#pragma unroll
+  for (int d = 0; d < kHs; ++d)
+    if (d < hs) out[d] = o[d] * inv;
+  lse[bh * s.T + t] = running_max + logf(running_sum);
+}
+
+// D [B, H, T] = dy . y per query row.
+__global__ void FlashBackwardDotKernel(const float *dy, const float *y, AttentionDims s, float *D) {
+  for (long row = blockIdx.x * long(blockDim.x) + threadIdx.x; row < s.rows();
+       row += long(gridDim.x) * blockDim.x) {
+    const long t = row % s.T, bh = row / s.T, h = bh % s.H, b = bh / s.H, hs = s.hs();
+    const long at = (b * s.T + t) * s.C + h * hs;
+    float sum = 0.0f;
+    for (long d = 0; d < hs; ++d) sum += dy[at + d] * y[at + d];
+    D[row] = sum;
+  }
+}
+
+// dq (assigned into dqkv's q part); grid (query blocks, B * H).
+template <int kHs>
+__global__ void __launch_bounds__(kRowsPerBlock)
+    FlashBackwardQueryKernel(const float *qkv, const float *dy, const float *lse, const float *D,
+                             AttentionDims s, float *dqkv) {
+  __shared__ __align__(16) float ks[kTile][kHs];
+  __shared__ __align__(16) float vs[kTile][kHs];
+  const long bh = blockIdx.y, b = bh / s.H, h = bh % s.H, hs = s.hs();
+  const long first_query = long(blockIdx.x) * kRowsPerBlock, t = first_query + threadIdx.x;
+  const bool active = t < s.T;
+  const float scale = 1.0f / sqrtf(float(hs));
+  const HeadRows k_rows = QkvRows(qkv, s, b, h, 1), v_rows = QkvRows(qkv, s, b, h, 2);
+  float q[kHs], g[kHs], dq[kHs];
+  LoadRow(QkvRows(qkv, s, b, h, 0), t, hs, active, q);
+  LoadRow(OutRows(dy, s, b, h), t, hs, active, g);
+#pragma unroll
+  for (int d = 0; d < kHs; ++d) dq[d] = 0.0f;
+  const float row_lse = active ? lse[bh * s.T + t] : 0.0f, row_d = active ? D[bh * s.T + t] : 0.0f;
+  const long last_key = (first_query + kRowsPerBlock < s.T ? first_query + kRowsPerBlock : s.T) - 1;
+  for (long first_key = 0; first_key <= last_key; first_key += kTile) {
+    __syncthreads();
+    LoadTile(k_rows, first_key, s.T, hs, ks);
+    LoadTile(v_rows, first_key, s.T, hs, vs);
+    __syncthreads();
+    const long keys = active ? t - first_key + 1 : 0;
+    for (int j = 0; j < kTile && j < keys; ++j) {
+      const float p = expf(Dot(q, ks[j]) * scale - row_lse);
+      const float ds = p * (Dot(g, vs[j]) - row_d);
+#pragma unroll
+      for (int d = 0; d < kHs; ++d) dq[d] += ds * ks[j][d];
+    }
+  }
+  if (!active) return;
+  float *out = dqkv + (b * s.T + t) * 3 * s.C + h * hs;
+#pragma unroll
+  for (int d = 0; d < kHs; ++d)
+    if (d < hs) out[d] = dq[d] * scale;
+}
+
+// dk (kWantKey) or dv (assigned into dqkv's k or v part); one thread a key
+// row, walking the query rows at or after it; grid (key blocks, B * H).
+template <int kHs, bool kWantKey>
+__global__ void __launch_bounds__(kRowsPerBlock)
+    FlashBackwardKeyKernel(const float *qkv, const float *dy, const float *lse, const float *D,
+                           AttentionDims s, float *dqkv) {
+  __shared__ __align__(16) float qs[kTile][kHs];
+  __shared__ __align__(16) float gs[kTile][kHs];
+  __shared__ float tile_lse[kTile], tile_d[kTile];
+  const long bh = blockIdx.y, b = bh / s.H, h = bh % s.H, hs = s.hs();
+  const long first_key = long(blockIdx.x) * kRowsPerBlock, j = first_key + threadIdx.x;
+  const bool active = j < s.T;
+  const float scale = 1.0f / sqrtf(float(hs));
+  const HeadRows q_rows = QkvRows(qkv, s, b, h, 0), g_rows = OutRows(dy, s, b, h);
+  float k[kHs], v[kHs], acc[kHs];
+  LoadRow(QkvRows(qkv, s, b, h, 1), j, hs, active, k);
+  LoadRow(QkvRows(qkv, s, b, h, 2), j, hs, active && kWantKey, v);
+#pragma unroll
+  for (int d = 0; d < kHs; ++d) acc[d] = 0.0f;
+  for (long first_query = first_key; first_query < s.T; first_query += kTile) {
+    __syncthreads();
+    LoadTile(q_rows, first_query, s.T, hs, qs);
+    LoadTile(g_rows, first_query, s.T, hs, gs);
+    for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
+      const bool in = first_query + r < s.T;
+      tile_lse[r] = in ? lse[bh * s.T + first_query + r] : 0.0f;
+      tile_d[r] = in ? D[bh * s.T + first_query + r] : 0.0f;
+    }
+    __syncthreads();
+    if (!active) continue;
+    for (int r = 0; r < kTile; ++r) {
+      const long i = first_query + r;
+      if (i < j || i >= s.T) continue;
+      const float p = expf(Dot(k, qs[r]) * scale - tile_lse[r]);
+      if (kWantKey) {
+        const float ds = p * (Dot(v, gs[r]) - tile_d[r]);
+#pragma unroll
+        for (int d = 0; d < kHs; ++d) acc[d] += ds * qs[r][d];
+      } else {
+#pragma unroll
+        for (int d = 0; d < kHs; ++d) acc[d] += p * gs[r][d];
+      }
+    }
+  }
+  if (!active) return;
+  float *out = dqkv + (b * s.T + j) * 3 * s.C + (kWantKey ? 1 : 2) * s.C + h * hs;
+#pragma unroll
+  for (int d = 0; d < kHs; ++d)
+    if (d < hs) out[d] = kWantKey ? acc[d] * scale : acc[d];
+}
+
+dim3 RowBlocks(const AttentionDims &s) {
+  return dim3(unsigned((s.T + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(s.B * s.H));
+}
+
+template <int kHs>
+void LaunchForward(const float *qkv, const AttentionDims &s, float *y, float *lse) {
+  FlashForwardKernel<kHs><<<RowBlocks(s), kRowsPerBlock>>>(qkv, s, y, lse);
+}
+
+template <int kHs>
+void LaunchBackward(const float *qkv, const float *y, const float *lse, const float *dy,
+                    const AttentionDims &s, float *dqkv, float *D) {
+  const Launch rows = ElementwiseLaunch(s.rows());
+  FlashBackwardDotKernel<<<rows.blocks, rows.threads>>>(dy, y, s, D);
+  FlashBackwardQueryKernel<kHs><<<RowBlocks(s), kRowsPerBlock>>>(qkv, dy, lse, D, s, dqkv);
+  FlashBackwardKeyKernel<kHs, true><<<RowBlocks(s), kRowsPerBlock>>>(qkv, dy, lse, D, s, dqkv);
+  FlashBackwardKeyKernel<kHs, false><<<RowBlocks(s), kRowsPerBlock>>>(qkv, dy, lse, D, s, dqkv);
+}
+
+// The padded head size the kernels are instantiated for, or 0 when hs is
+// larger than the largest (128) or the grid cannot hold B * H.
+int PaddedHeadSize(const AttentionDims &s) {
+  if (s.H <= 0 || s.C % s.H != 0 || s.B * s.H > 65535) return 0;
+  const long hs = s.hs();
+  return hs <= 16 ? 16 : hs <= 32 ? 32 : hs <= 64 ? 64 : hs <= 128 ? 128 : 0;
+}
+
+}  // namespace
+
+// y [B, T, C] and lse [B, H, T] from qkv [B, T, 3C] on the default stream.
+// cudaErrorInvalidValue when the head size is over 128 (or C % H != 0).
+cudaError_t FlashAttentionForward(const float *qkv, const AttentionDims &s, float *y, float *lse) {
+  switch (PaddedHeadSize(s)) {
+    case 16:
+      LaunchForward<16>(qkv, s, y, lse);
+      break;
+    case 32:
+      LaunchForward<32>(qkv, s, y, lse);
+      break;
+    case 64:
+      LaunchForward<64>(qkv, s, y, lse);
+      break;
+    case 128:
+      LaunchForward<128>(qkv, s, y, lse);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+// dqkv [B, T, 3C] (assigned) from dy [B, T, C] and the forward's y and lse;
+// D is scratch [B, H, T].
+cudaError_t FlashAttentionBackward(const float *qkv, const float *y, const float *lse,
+                                   const float *dy, const AttentionDims &s, float *dqkv, float *D) {
+  switch (PaddedHeadSize(s)) {
+    case 16:
+      LaunchBackward<16>(qkv, y, lse, dy, s, dqkv, D);
+      break;
+    case 32:
+      LaunchBackward<32>(qkv, y, lse, dy, s, dqkv, D);
+      break;
+    case 64:
+      LaunchBackward<64>(qkv, y, lse, dy, s, dqkv, D);
+      break;
+    case 128:
+      LaunchBackward<128>(qkv, y, lse, dy, s, dqkv, D);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t BenchFlashAttention(bool backward, const BenchDims &d, int iters, double *ms) {
+  const AttentionDims s{d.B, d.T, d.C, d.H};
+  const long BT = d.B * d.T;
+  cudaError_t st = cudaSuccess;
+  DeviceArray<float> qkv(nullptr, size_t(BT * 3 * d.C), &st), dy(nullptr, size_t(BT * d.C), &st),
+      y(nullptr, size_t(BT * d.C), &st), lse(nullptr, size_t(s.rows()), &st),
+      D(nullptr, size_t(s.rows()), &st), dqkv(nullptr, size_t(BT * 3 * d.C), &st);
+  if (st == cudaSuccess) st = FillRandom(qkv.get(), BT * 3 * d.C, 1u);
+  if (st == cudaSuccess) st = FillRandom(dy.get(), BT * d.C, 2u);
+  if (st == cudaSuccess) st = FlashAttentionForward(qkv.get(), s, y.get(), lse.get());
+  if (st != cudaSuccess) return st;
+  return TimeLaunches(
+      iters,
+      [&] {
+        if (backward)
+          return FlashAttentionBackward(qkv.get(), y.get(), lse.get(), dy.get(), s, dqkv.get(),
+                                        D.get());
+        return FlashAttentionForward(qkv.get(), s, y.get(), lse.get());
+      },
+      ms);
+}
+
+}  // namespace dst::cuda
+
+namespace cuda = dst::cuda;
+
+// The fused causal attention on host arrays (device 0, copied back): forward
+// (y [B, T, C], lse [B, H, T]) then backward from dy (dqkv [B, T, 3C]
+// assigned). Returns 0, 1 when there is no device, 2 on an error (err[cap]),
+// a head size over 128 included.
+extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_flash_attention(
+    const float *qkv, const float *dy, long B, long T, long C, long H, float *y, float *lse,
+    float *dqkv, char *err, size_t cap) {
+  if (!cuda::HasDevice()) return 1;
+  const cuda::AttentionDims s{B, T, C, H};
+  if (cuda::PaddedHeadSize(s) == 0) {
+    if (err != nullptr && cap > 0)
+      std::snprintf(err, cap,
+                    "flash attention: head size C / H = %ld / %ld is not supported (at most "
+                    "128, C a multiple of H, B x H at most 65535)",
+                    C, H);
+    return 2;
+  }
+  cudaError_t st = cudaSuccess;
+  cuda::DeviceArray<float> d_qkv(qkv, size_t(B * T * 3 * C), &st), d_dy(dy, size_t(B * T * C), &st),
+      d_y(nullptr, size_t(B * T * C), &st), d_lse(nullptr, size_t(s.rows()), &st),
+      d_D(nullptr, size_t(s.rows()), &st), d_dqkv(nullptr, size_t(B * T * 3 * C), &st);
+  if (st == cudaSuccess) st = cuda::FlashAttentionForward(d_qkv.get(), s, d_y.get(), d_lse.get());
+  if (st == cudaSuccess)
+    st = cuda::FlashAttentionBackward(d_qkv.get(), d_y.get(), d_lse.get(), d_dy.get(), s,
+                                      d_dqkv.get(), d_D.get());
+  if (st == cudaSuccess) st = cudaDeviceSynchronize();
+  d_y.CopyTo(y);
+  d_lse.CopyTo(lse);
+  d_dqkv.CopyTo(dqkv);
+  return st == cudaSuccess ? 0 : cuda::Fail(err, cap, "flash attention", st);
+}
