@@ -10,10 +10,10 @@ with the spread and torch / dstrain (> 1: dstrain is faster).
 
 The peers: F.gelu(tanh) and aten.gelu_backward; F.layer_norm and
 aten.native_layer_norm_backward; attention (dstrain's unfused kernels, which
-keep the T x T probabilities, and its fused flash_attention ones) against PyTorch's memory-efficient
-scaled_dot_product_attention (is_causal, fp32; fused, no T x T matrix) and,
-for the forward, the naive softmax(q k^T) v that keeps the T x T matrix as
-dstrain's kernels do; F.cross_entropy forward + backward; F.embedding forward
+keep the T x T probabilities, and its fused flash_attention ones) against
+PyTorch's memory-efficient scaled_dot_product_attention (is_causal, fp32;
+fused, no T x T matrix) and, for the unfused forward, the naive
+softmax(q k^T) v that keeps the T x T matrix as dstrain's unfused kernels do; F.cross_entropy forward + backward; F.embedding forward
 + backward; torch.optim.AdamW(fused=True).step().
 
 Usage: python3 bench/bench_gpu_kernels.py [--plugin build/libdstrain_cuda.so]

@@ -30,6 +30,8 @@ namespace {
 constexpr int kRowsPerBlock = 64;  // threads a block, one row each
 constexpr int kTile = 32;          // rows of the other side a shared-memory tile holds
 constexpr int kChunk = 8;          // keys scored together between online-softmax updates
+constexpr int kPairChunk = 1;      // backward: rows scored together (two dot products each,
+                                   // fewer registers held: three vectors live)
 
 // Row t of one head's slice: base + t * stride (q, k or v of qkv: stride
 // 3C; dy and y: stride C).
@@ -63,12 +65,37 @@ __device__ void LoadTile(const HeadRows &rows, long first, long T, long hs, floa
   }
 }
 
-template <int kHs>
-__device__ float Dot(const float (&a)[kHs], const float *b) {
-  float s = 0.0f;
+// out[j] = a . tile[first + j] for the kRows rows from `first`, as
+// independent chains of fused multiply-adds (one dot product alone is a chain
+// of kHs dependent ones): a chain a row, or with fewer than four rows four
+// chains a row (over d mod 4) summed at the end. Rows are read four floats
+// at a time.
+template <int kHs, int kRows>
+__device__ void ChunkDots(const float (&a)[kHs], const float (*tile)[kHs], int first,
+                          float (&out)[kRows]) {
+  constexpr int kSplit = kRows >= 4 ? 1 : 4;
+  float part[kRows][kSplit];
 #pragma unroll
-  for (int d = 0; d < kHs; ++d) s += a[d] * b[d];
-  return s;
+  for (int j = 0; j < kRows; ++j)
+#pragma unroll
+    for (int p = 0; p < kSplit; ++p) part[j][p] = 0.0f;
+#pragma unroll
+  for (int d = 0; d < kHs; d += 4) {
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+      const float4 b = *reinterpret_cast<const float4 *>(&tile[first + j][d]);
+      part[j][0 % kSplit] += a[d] * b.x;
+      part[j][1 % kSplit] += a[d + 1] * b.y;
+      part[j][2 % kSplit] += a[d + 2] * b.z;
+      part[j][3 % kSplit] += a[d + 3] * b.w;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    out[j] = part[j][0];
+#pragma unroll
+    for (int p = 1; p < kSplit; ++p) out[j] += part[j][p];
+  }
 }
 
 // y [B, T, C] and lse [B, H, T]; grid (query blocks, B * H).
@@ -97,10 +124,11 @@ __global__ void __launch_bounds__(kRowsPerBlock)
     const long keys = active ? t - first_key + 1 : 0;  // this row sees keys first_key..t
     for (int c = 0; c < kTile && c < keys; c += kChunk) {
       float score[kChunk];
+      ChunkDots(q, ks, c, score);
       float chunk_max = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
-        score[j] = c + j < keys ? Dot(q, ks[c + j]) * scale : -INFINITY;
+        score[j] = c + j < keys ? score[j] * scale : -INFINITY;
         chunk_max = fmaxf(chunk_max, score[j]);
       }
       const float new_max = fmaxf(running_max, chunk_max);
@@ -164,11 +192,16 @@ __global__ void __launch_bounds__(kRowsPerBlock)
     LoadTile(v_rows, first_key, s.T, hs, vs);
     __syncthreads();
     const long keys = active ? t - first_key + 1 : 0;
-    for (int j = 0; j < kTile && j < keys; ++j) {
-      const float p = expf(Dot(q, ks[j]) * scale - row_lse);
-      const float ds = p * (Dot(g, vs[j]) - row_d);
+    for (int c = 0; c < kTile && c < keys; c += kPairChunk) {
+      float score[kPairChunk], dp[kPairChunk];
+      ChunkDots(q, ks, c, score);
+      ChunkDots(g, vs, c, dp);
 #pragma unroll
-      for (int d = 0; d < kHs; ++d) dq[d] += ds * ks[j][d];
+      for (int j = 0; j < kPairChunk; ++j) {
+        const float ds = c + j < keys ? expf(score[j] * scale - row_lse) * (dp[j] - row_d) : 0.0f;
+#pragma unroll
+        for (int d = 0; d < kHs; ++d) dq[d] += ds * ks[c + j][d];
+      }
     }
   }
   if (!active) return;
@@ -190,6 +223,7 @@ __global__ void __launch_bounds__(kRowsPerBlock)
   const long bh = blockIdx.y, b = bh / s.H, h = bh % s.H, hs = s.hs();
   const long first_key = long(blockIdx.x) * kRowsPerBlock, j = first_key + threadIdx.x;
   const bool active = j < s.T;
+  constexpr int kRows = kWantKey ? kPairChunk : kChunk;
   const float scale = 1.0f / sqrtf(float(hs));
   const HeadRows q_rows = QkvRows(qkv, s, b, h, 0), g_rows = OutRows(dy, s, b, h);
   float k[kHs], v[kHs], acc[kHs];
@@ -208,17 +242,20 @@ __global__ void __launch_bounds__(kRowsPerBlock)
     }
     __syncthreads();
     if (!active) continue;
-    for (int r = 0; r < kTile; ++r) {
-      const long i = first_query + r;
-      if (i < j || i >= s.T) continue;
-      const float p = expf(Dot(k, qs[r]) * scale - tile_lse[r]);
-      if (kWantKey) {
-        const float ds = p * (Dot(v, gs[r]) - tile_d[r]);
+    for (int c = 0; c < kTile && first_query + c < s.T; c += kRows) {
+      if (first_query + c + kRows - 1 < j) continue;  // every query of the chunk is before j
+      float score[kRows], dp[kRows];
+      ChunkDots(k, qs, c, score);
+      if (kWantKey) ChunkDots(v, gs, c, dp);
 #pragma unroll
-        for (int d = 0; d < kHs; ++d) acc[d] += ds * qs[r][d];
-      } else {
+      for (int r = 0; r < kRows; ++r) {
+        const long i = first_query + c + r;
+        const float p = i >= j && i < s.T ? expf(score[r] * scale - tile_lse[c + r]) : 0.0f;
+        // dk: the score gradient times q; dv: the probability times dy.
+        const float w = kWantKey ? p * (dp[r] - tile_d[c + r]) : p;
+        const float(&row)[kHs] = kWantKey ? qs[c + r] : gs[c + r];
 #pragma unroll
-        for (int d = 0; d < kHs; ++d) acc[d] += p * gs[r][d];
+        for (int d = 0; d < kHs; ++d) acc[d] += w * row[d];
       }
     }
   }

@@ -13,7 +13,8 @@
 //   grad stats   the sum of squares in double and a count of non-finite
 //                values over a flat range (the gradient norm and the fp16
 //                overflow check), per-block partials summed in order.
-// Not yet run on a GPU (issue 16).
+// The fused attention (no T x T matrix) is flash_attention.cu. Tested on an
+// H200 (2026-11-26).
 #include <cuda_runtime.h>
 
 #include <cmath>

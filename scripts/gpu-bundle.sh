@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Packs the GPU test suite for a GPU machine that lacks dstrain's build
+# dependencies (a CUDA container with its own driver, cuBLASLt and NCCL, but
+# no OpenBLAS, oneDNN or GoogleTest): the test binary, the two plugins, the
+# non-system libraries they load (compressed) and run.sh, which runs
+#   the GPU tests, then compute-sanitizer memcheck and racecheck over the
+#   kernel tests (where compute-sanitizer exists), then, where a CUDA PyTorch
+#   exists, bench/bench_gpu_gemm.py and bench/bench_gpu_kernels.py
+# and leaves logs in $OUT (default: <bundle>/out). Build first
+# (scripts/build.sh); the machine needs CUDA 13's libcublasLt and libnccl.
+#
+# Usage: bash scripts/gpu-bundle.sh [BUNDLE_DIR]      (default .gpu)
+#        then, on the GPU machine, from a checkout: bash BUNDLE_DIR/run.sh
+#        (MEMCHECK=0, RACECHECK=0, BENCH=0, KBENCH=0 skip parts;
+#         BENCH_ARGS / KBENCH_ARGS pass options to the benches)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${DSTRAIN_BUILD_DIR:-build}
+BUNDLE=${1:-.gpu}
+for f in "$BUILD/tests/dstrain_gpu_tests" "$BUILD/libdstrain_cuda.so" "$BUILD/libdstrain_nccl.so"; do
+  [ -f "$f" ] || { echo "gpu-bundle: $f is missing: build with the CUDA toolkit first (scripts/build.sh)" >&2; exit 1; }
+done
+rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/lib"
+cp "$BUILD/tests/dstrain_gpu_tests" "$BUILD/libdstrain_cuda.so" "$BUILD/libdstrain_nccl.so" "$BUNDLE/"
+# Every library the three load except the C/C++ runtime (the target's own is
+# newer or equal) and what the GPU machine must bring (driver, cuBLASLt, NCCL).
+ldd "$BUNDLE"/dstrain_gpu_tests "$BUNDLE"/libdstrain_cuda.so "$BUNDLE"/libdstrain_nccl.so |
+  awk '/=> \//{print $3}' | sort -u |
+  grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt|ld-linux-x86-64|libcublasLt|libcublas|libnccl|libcuda)\.so' |
+  while read -r lib; do cp -L "$lib" "$BUNDLE/lib/"; done
+tar cJf "$BUNDLE/libs.tar.xz" -C "$BUNDLE/lib" . && rm -rf "$BUNDLE/lib"
+cat > "$BUNDLE/run.sh" <<'EOF'
+#!/usr/bin/env bash
+# Runs the bundled GPU suite (made by scripts/gpu-bundle.sh) from a dstrain checkout.
+G=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-$G/out}
+mkdir -p "$OUT" "$G/lib" && tar xJf "$G/libs.tar.xz" -C "$G/lib"
+cd "$G"
+nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv | tee "$OUT/device.txt"
+LT=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)")
+NC=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libnccl.so.2' 2>/dev/null | head -1)")
+echo "cublasLt: $LT nccl: $NC" | tee -a "$OUT/device.txt"
+export DSTRAIN_CUDA_PLUGIN=$G/libdstrain_cuda.so DSTRAIN_NCCL_PLUGIN=$G/libdstrain_nccl.so
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+(
+  export LD_LIBRARY_PATH=$G/lib:$LT:$NC
+  ldd ./dstrain_gpu_tests ./libdstrain_cuda.so ./libdstrain_nccl.so | grep "not found" | tee -a "$OUT/device.txt"
+  timeout 300 ./dstrain_gpu_tests --gtest_output="xml:$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
+  echo "gpu tests rc $?" | tee -a "$OUT/device.txt"
+  grep -E "^\[  (FAILED|SKIPPED|PASSED) |Failure|Expected|Which is" "$OUT/gpu_tests.log" | head -60
+  for tool in memcheck racecheck; do
+    var=$(echo "$tool" | tr a-z A-Z)
+    if [ "${!var:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
+      timeout 200 compute-sanitizer --tool "$tool" --print-limit 20 ./dstrain_gpu_tests \
+        --gtest_filter='Cuda*:-*Gpt2Shapes*' > "$OUT/$tool.log" 2>&1
+      echo "$tool rc $?" | tee -a "$OUT/device.txt"
+      tail -3 "$OUT/$tool.log"
+    fi
+  done
+)
+if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2> /dev/null; then
+  cd "$G/.."
+  export LD_LIBRARY_PATH=$LT:$NC PYTHONUNBUFFERED=1
+  [ "${BENCH:-1}" = 1 ] && timeout 200 python3 bench/bench_gpu_gemm.py --plugin "$G/libdstrain_cuda.so" \
+    ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_gpu_gemm.txt"
+  [ "${KBENCH:-1}" = 1 ] && timeout 200 python3 bench/bench_gpu_kernels.py --plugin "$G/libdstrain_cuda.so" \
+    ${KBENCH_ARGS:-} 2>&1 | tee "$OUT/bench_gpu_kernels.txt"
+fi
+exit 0
+EOF
+chmod +x "$BUNDLE/run.sh"
+echo "gpu-bundle: $BUNDLE ($(du -sh "$BUNDLE" | cut -f1)); on the GPU machine: bash $BUNDLE/run.sh"
