@@ -48,11 +48,13 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
   timeout 300 ./dstrain_gpu_tests --gtest_output="xml:$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
   echo "gpu tests rc $?" | tee -a "$OUT/device.txt"
   grep -E "^\[  (FAILED|SKIPPED|PASSED) |Failure|Expected|Which is" "$OUT/gpu_tests.log" | head -60
+  # The sanitizers skip the GPT-2-shape tests (slow under them) and the two
+  # that fail CUDA calls on purpose (compute-sanitizer reports those as errors).
   for tool in memcheck racecheck; do
     var=$(echo "$tool" | tr a-z A-Z)
     if [ "${!var:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
       timeout 200 compute-sanitizer --tool "$tool" --print-limit 20 ./dstrain_gpu_tests \
-        --gtest_filter='Cuda*:-*Gpt2Shapes*' > "$OUT/$tool.log" 2>&1
+        --gtest_filter='Cuda*:-*Gpt2Shapes*:*OutOfMemory*:*FailedCall*' > "$OUT/$tool.log" 2>&1
       echo "$tool rc $?" | tee -a "$OUT/device.txt"
       tail -3 "$OUT/$tool.log"
     fi

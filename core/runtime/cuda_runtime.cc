@@ -1,0 +1,161 @@
+#include "core/runtime/cuda_runtime.h"
+
+#include <utility>
+
+#include "core/common/log.h"
+#include "core/runtime/plugin.h"
+
+namespace dst {
+
+Result<CudaRuntime> LoadCudaRuntime() {
+#if !DSTRAIN_HAVE_CUDA
+  return Status(Code::kNotSupported,
+                "this build has no CUDA backend (nvcc was not found when it was built)");
+#else
+  const OpenedPlugin plugin =
+      OpenPlugin({"libdstrain_cuda.so", "DSTRAIN_CUDA_PLUGIN", DSTRAIN_CUDA_PLUGIN_BUILD_PATH,
+                  "dst_cuda_plugin_runtime", "the CUDA runtime"});
+  if (plugin.entry == nullptr) return Status(Code::kNotSupported, plugin.error);
+  CudaRuntime runtime;
+  runtime.table_.size = sizeof runtime.table_;
+  if (reinterpret_cast<DstCudaRuntimeFn>(plugin.entry)(&runtime.table_) != 0 ||
+      runtime.table_.size != sizeof runtime.table_)
+    return Status(Code::kNotSupported,
+                  "the CUDA plugin's runtime table is older than this libdstrain (reinstall both "
+                  "from one build)");
+  const int code = runtime.table_.device_count(&runtime.device_count_);
+  if (code != DST_CUDA_SUCCESS || runtime.device_count_ == 0)
+    return Status(
+        Code::kNotSupported,
+        std::string("the CUDA runtime sees no device") +
+            (code != DST_CUDA_SUCCESS ? std::string(": ") + runtime.table_.error_string(code)
+                                      : std::string()));
+  return runtime;
+#endif
+}
+
+Result<const CudaRuntime *> CudaRuntime::Get() {
+  static const Result<CudaRuntime> runtime = LoadCudaRuntime();
+  if (!runtime.ok()) return runtime.status();
+  return &runtime.value();
+}
+
+Status CudaRuntime::Check(int code, const std::string &what) const {
+  if (code == DST_CUDA_SUCCESS) return Status::Ok();
+  return Status(code == DST_CUDA_OUT_OF_MEMORY ? Code::kOutOfMemory : Code::kInternal,
+                what + ": " + table_.error_string(code));
+}
+
+// ---- CudaStream
+
+Result<CudaStream> CudaStream::Create(const CudaRuntime &runtime, int device) {
+  void *handle = nullptr;
+  DST_RETURN_IF_ERROR(runtime.Check(runtime.table().stream_create(device, &handle),
+                                    "creating a stream on cuda:" + std::to_string(device)));
+  return CudaStream(&runtime, device, handle);
+}
+
+CudaStream::CudaStream(CudaStream &&other) noexcept
+    : runtime_(other.runtime_),
+      device_(other.device_),
+      handle_(std::exchange(other.handle_, nullptr)) {}
+
+CudaStream &CudaStream::operator=(CudaStream &&other) noexcept {
+  if (this != &other) {
+    this->~CudaStream();
+    runtime_ = other.runtime_;
+    device_ = other.device_;
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
+  return *this;
+}
+
+CudaStream::~CudaStream() {
+  if (handle_ == nullptr) return;
+  const Status st =
+      runtime_->Check(runtime_->table().stream_destroy(handle_), "destroying a stream");
+  if (!st.ok()) DST_LOG(kWarning, "cuda", st.message());
+}
+
+Status CudaStream::CopyAsync(void *dst, const void *src, size_t bytes, int kind) const {
+  return runtime_->Check(
+      runtime_->table().memcpy_async(dst, src, bytes, kind, handle_),
+      "copying " + std::to_string(bytes) + " bytes on a stream of cuda:" + std::to_string(device_));
+}
+
+Status CudaStream::FillAsync(void *dst, int byte_value, size_t bytes) const {
+  return runtime_->Check(
+      runtime_->table().memset_async(dst, byte_value, bytes, handle_),
+      "filling " + std::to_string(bytes) + " bytes on a stream of cuda:" + std::to_string(device_));
+}
+
+Status CudaStream::Wait(const CudaEvent &event) const {
+  return runtime_->Check(runtime_->table().stream_wait_event(handle_, event.handle()),
+                         "a stream of cuda:" + std::to_string(device_) + " waiting for an event");
+}
+
+Status CudaStream::Synchronize() const {
+  return runtime_->Check(runtime_->table().stream_synchronize(handle_),
+                         "synchronizing a stream of cuda:" + std::to_string(device_));
+}
+
+// ---- CudaEvent
+
+Result<CudaEvent> CudaEvent::Create(const CudaRuntime &runtime, int device) {
+  void *handle = nullptr;
+  DST_RETURN_IF_ERROR(runtime.Check(runtime.table().event_create(device, &handle),
+                                    "creating an event on cuda:" + std::to_string(device)));
+  return CudaEvent(&runtime, handle);
+}
+
+CudaEvent::CudaEvent(CudaEvent &&other) noexcept
+    : runtime_(other.runtime_), handle_(std::exchange(other.handle_, nullptr)) {}
+
+CudaEvent &CudaEvent::operator=(CudaEvent &&other) noexcept {
+  if (this != &other) {
+    this->~CudaEvent();
+    runtime_ = other.runtime_;
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
+  return *this;
+}
+
+CudaEvent::~CudaEvent() {
+  if (handle_ == nullptr) return;
+  const Status st =
+      runtime_->Check(runtime_->table().event_destroy(handle_), "destroying an event");
+  if (!st.ok()) DST_LOG(kWarning, "cuda", st.message());
+}
+
+Status CudaEvent::Record(const CudaStream &stream) const {
+  return runtime_->Check(runtime_->table().event_record(handle_, stream.handle()),
+                         "recording an event");
+}
+
+Result<bool> CudaEvent::Done() const {
+  const int code = runtime_->table().event_query(handle_);
+  if (code == DST_CUDA_NOT_READY) return false;
+  DST_RETURN_IF_ERROR(runtime_->Check(code, "querying an event"));
+  return true;
+}
+
+Status CudaEvent::Synchronize() const {
+  return runtime_->Check(runtime_->table().event_synchronize(handle_), "waiting for an event");
+}
+
+// ---- CudaMemoryResource
+
+Result<void *> CudaMemoryResource::Allocate(size_t bytes) {
+  void *ptr = nullptr;
+  DST_RETURN_IF_ERROR(
+      runtime_.Check(runtime_.table().malloc(device_, bytes, &ptr),
+                     "cudaMalloc of " + std::to_string(bytes) + " bytes on " + name()));
+  return ptr;
+}
+
+void CudaMemoryResource::Free(void *ptr) {
+  const Status st = runtime_.Check(runtime_.table().free(device_, ptr), "cudaFree on " + name());
+  if (!st.ok()) DST_LOG(kWarning, "cuda", st.message());
+}
+
+}  // namespace dst

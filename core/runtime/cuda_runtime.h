@@ -1,0 +1,109 @@
+// The device seam's CUDA side on the host (issue 16): device memory, streams
+// and events through the CUDA plugin's runtime table (cuda_runtime_table.h),
+// so libdstrain.so reaches a GPU without linking CUDA. Every failure is a
+// Status naming the call, the device and CUDA's reason; CUDA's
+// out-of-memory is Code::kOutOfMemory, which the CachingAllocator retries
+// after returning its cache.
+//
+//   CudaRuntime         the table, loaded once per process, or why there is none
+//   CudaStream          a non-blocking stream (RAII): async copies and fills,
+//                       waits on events, synchronize
+//   CudaEvent           an event (RAII): recorded on a stream, queried, waited on
+//   CudaMemoryResource  one device's cudaMalloc/cudaFree for CachingAllocator
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "core/common/status.h"
+#include "core/runtime/caching_allocator.h"
+#include "core/runtime/cuda_runtime_table.h"
+
+namespace dst {
+
+class CudaRuntime {
+ public:
+  // The plugin's runtime; an error (kNotSupported) says why there is none: no
+  // plugin in this build or on this machine, no driver, no device.
+  static Result<const CudaRuntime *> Get();
+
+  int device_count() const { return device_count_; }
+  const DstCudaRuntimeTable &table() const { return table_; }
+  // OK for CUDA's success; else "what: CUDA's reason" (kOutOfMemory for an
+  // out-of-memory, kInternal otherwise).
+  Status Check(int code, const std::string &what) const;
+
+ private:
+  DstCudaRuntimeTable table_{};
+  int device_count_ = 0;
+  friend Result<CudaRuntime> LoadCudaRuntime();
+};
+
+class CudaEvent;
+
+// A non-blocking stream on one device, destroyed (after its work) with the object.
+class CudaStream {
+ public:
+  static Result<CudaStream> Create(const CudaRuntime &runtime, int device);
+  CudaStream(CudaStream &&other) noexcept;
+  CudaStream &operator=(CudaStream &&other) noexcept;
+  CudaStream(const CudaStream &) = delete;
+  CudaStream &operator=(const CudaStream &) = delete;
+  ~CudaStream();
+
+  void *handle() const { return handle_; }
+  int device() const { return device_; }
+  // The CachingAllocator's key for blocks used on this stream.
+  StreamId id() const { return StreamId(reinterpret_cast<uintptr_t>(handle_)); }
+  // kind: DST_CUDA_HOST_TO_DEVICE, DST_CUDA_DEVICE_TO_HOST, DST_CUDA_DEVICE_TO_DEVICE.
+  Status CopyAsync(void *dst, const void *src, size_t bytes, int kind) const;
+  Status FillAsync(void *dst, int byte_value, size_t bytes) const;
+  // Work queued on this stream after this call waits for `event` (the host does not).
+  Status Wait(const CudaEvent &event) const;
+  Status Synchronize() const;
+
+ private:
+  CudaStream(const CudaRuntime *runtime, int device, void *handle)
+      : runtime_(runtime), device_(device), handle_(handle) {}
+  const CudaRuntime *runtime_ = nullptr;
+  int device_ = 0;
+  void *handle_ = nullptr;
+};
+
+// An event without timing on one device, destroyed with the object.
+class CudaEvent {
+ public:
+  static Result<CudaEvent> Create(const CudaRuntime &runtime, int device);
+  CudaEvent(CudaEvent &&other) noexcept;
+  CudaEvent &operator=(CudaEvent &&other) noexcept;
+  CudaEvent(const CudaEvent &) = delete;
+  CudaEvent &operator=(const CudaEvent &) = delete;
+  ~CudaEvent();
+
+  void *handle() const { return handle_; }
+  // Marks the point of `stream`'s queue it completes at.
+  Status Record(const CudaStream &stream) const;
+  // Whether the work before the recorded point has finished (without blocking).
+  Result<bool> Done() const;
+  Status Synchronize() const;
+
+ private:
+  CudaEvent(const CudaRuntime *runtime, void *handle) : runtime_(runtime), handle_(handle) {}
+  const CudaRuntime *runtime_ = nullptr;
+  void *handle_ = nullptr;
+};
+
+// cudaMalloc / cudaFree on one device: the segments of a CachingAllocator.
+class CudaMemoryResource final : public DeviceMemoryResource {
+ public:
+  CudaMemoryResource(const CudaRuntime &runtime, int device) : runtime_(runtime), device_(device) {}
+  Result<void *> Allocate(size_t bytes) override;
+  void Free(void *ptr) override;
+  std::string name() const override { return "cuda:" + std::to_string(device_); }
+
+ private:
+  const CudaRuntime &runtime_;
+  int device_;
+};
+
+}  // namespace dst
