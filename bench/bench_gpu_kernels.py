@@ -14,7 +14,8 @@ keep the T x T probabilities, and its fused flash_attention ones) against
 PyTorch's memory-efficient scaled_dot_product_attention (is_causal, fp32;
 fused, no T x T matrix) and, for the unfused forward, the naive
 softmax(q k^T) v that keeps the T x T matrix as dstrain's unfused kernels do; F.cross_entropy forward + backward; F.embedding forward
-+ backward; torch.optim.AdamW(fused=True).step().
++ backward; torch.optim.AdamW(fused=True).step(); host <-> device copies of 256 MiB
+from page-locked and pageable memory against Tensor.copy_.
 
 Usage: python3 bench/bench_gpu_kernels.py [--plugin build/libdstrain_cuda.so]
        [--reps 3] [--iters 10] [--kernels gelu_forward,...]
@@ -144,6 +145,19 @@ def torch_peers(torch):
     p.grad = torch.randn_like(p) * 1e-3
     opt = torch.optim.AdamW([p], lr=1e-4, weight_decay=0.1, fused=True)
     peers["adam"] = ((adam_rows, 1, C, H, V), [("AdamW(fused=True).step", opt.step)])
+    # Host <-> device copies of 256 MiB, from page-locked and pageable memory.
+    n = 64 << 20
+    pinned, pageable = torch.ones(n).pin_memory(), torch.ones(n)
+    on_device = torch.empty(n, device=dev)
+    copy_dims = (1, 1, n, H, V)
+    peers["copy_h2d_pinned"] = (copy_dims, [(
+        "Tensor.copy_(pinned, non_blocking)", lambda: on_device.copy_(pinned, non_blocking=True))])
+    peers["copy_h2d_pageable"] = (copy_dims, [("Tensor.copy_(pageable)",
+                                               lambda: on_device.copy_(pageable))])
+    peers["copy_d2h_pinned"] = (copy_dims, [(
+        "pinned.copy_(device, non_blocking)", lambda: pinned.copy_(on_device, non_blocking=True))])
+    peers["copy_d2h_pageable"] = (copy_dims, [("pageable.copy_(device)",
+                                               lambda: pageable.copy_(on_device))])
     return peers
 
 

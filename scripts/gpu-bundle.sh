@@ -2,8 +2,8 @@
 # Packs the GPU test suite for a GPU machine that lacks dstrain's build
 # dependencies (a CUDA container with its own driver, cuBLASLt and NCCL, but
 # no OpenBLAS, oneDNN or GoogleTest): the test binary, the two plugins, the
-# non-system libraries they load (compressed) and run.sh, which runs
-#   the GPU tests, then compute-sanitizer memcheck and racecheck over the
+# non-system libraries they load (compressed), the dstrain CLI, and run.sh,
+# which runs `dstrain report` (the devices as dstrain sees them), the GPU tests, then compute-sanitizer memcheck and racecheck over the
 #   kernel tests (where compute-sanitizer exists), then, where a CUDA PyTorch
 #   exists, bench/bench_gpu_gemm.py and bench/bench_gpu_kernels.py
 # and leaves logs in $OUT (default: <bundle>/out). Build first
@@ -17,14 +17,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${DSTRAIN_BUILD_DIR:-build}
 BUNDLE=${1:-.gpu}
-for f in "$BUILD/tests/dstrain_gpu_tests" "$BUILD/libdstrain_cuda.so" "$BUILD/libdstrain_nccl.so"; do
+for f in "$BUILD/tests/dstrain_gpu_tests" "$BUILD/libdstrain_cuda.so" "$BUILD/libdstrain_nccl.so" "$BUILD/dstrain"; do
   [ -f "$f" ] || { echo "gpu-bundle: $f is missing: build with the CUDA toolkit first (scripts/build.sh)" >&2; exit 1; }
 done
 rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/lib"
-cp "$BUILD/tests/dstrain_gpu_tests" "$BUILD/libdstrain_cuda.so" "$BUILD/libdstrain_nccl.so" "$BUNDLE/"
+cp "$BUILD/tests/dstrain_gpu_tests" "$BUILD/libdstrain_cuda.so" "$BUILD/libdstrain_nccl.so" \
+  "$BUILD/dstrain" "$BUNDLE/"
 # Every library the three load except the C/C++ runtime (the target's own is
 # newer or equal) and what the GPU machine must bring (driver, cuBLASLt, NCCL).
-ldd "$BUNDLE"/dstrain_gpu_tests "$BUNDLE"/libdstrain_cuda.so "$BUNDLE"/libdstrain_nccl.so |
+ldd "$BUNDLE"/dstrain_gpu_tests "$BUNDLE"/libdstrain_cuda.so "$BUNDLE"/libdstrain_nccl.so \
+  "$BUNDLE"/dstrain |
   awk '/=> \//{print $3}' | sort -u |
   grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt|ld-linux-x86-64|libcublasLt|libcublas|libnccl|libcuda)\.so' |
   while read -r lib; do cp -L "$lib" "$BUNDLE/lib/"; done
@@ -44,7 +46,10 @@ export DSTRAIN_CUDA_PLUGIN=$G/libdstrain_cuda.so DSTRAIN_NCCL_PLUGIN=$G/libdstra
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 (
   export LD_LIBRARY_PATH=$G/lib:$LT:$NC
-  ldd ./dstrain_gpu_tests ./libdstrain_cuda.so ./libdstrain_nccl.so | grep "not found" | tee -a "$OUT/device.txt"
+  ldd ./dstrain_gpu_tests ./libdstrain_cuda.so ./libdstrain_nccl.so ./dstrain | grep "not found" | tee -a "$OUT/device.txt"
+  ./dstrain report > "$OUT/report.txt" 2>&1
+  echo "dstrain report rc $?" | tee -a "$OUT/device.txt"
+  grep -iE -A6 "cuda|gpu|nccl" "$OUT/report.txt" | head -30
   timeout 300 ./dstrain_gpu_tests --gtest_output="xml:$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
   echo "gpu tests rc $?" | tee -a "$OUT/device.txt"
   grep -E "^\[  (FAILED|SKIPPED|PASSED) |Failure|Expected|Which is" "$OUT/gpu_tests.log" | head -60

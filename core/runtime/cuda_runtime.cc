@@ -158,4 +158,39 @@ void CudaMemoryResource::Free(void *ptr) {
   if (!st.ok()) DST_LOG(kWarning, "cuda", st.message());
 }
 
+// ---- PinnedHostBuffer
+
+Result<PinnedHostBuffer> PinnedHostBuffer::Allocate(const CudaRuntime &runtime, size_t bytes) {
+  void *data = nullptr;
+  const Status st = runtime.Check(runtime.table().host_alloc(bytes, &data),
+                                  "pinning " + std::to_string(bytes) + " bytes of host memory");
+  if (!st.ok())
+    return Status(st.code(), st.message() +
+                                 " (page-locked memory is bounded by RAM and `ulimit -l`; "
+                                 "offload_optimizer.pin_memory: false avoids it)");
+  return PinnedHostBuffer(&runtime, data, bytes);
+}
+
+PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer &&other) noexcept
+    : runtime_(other.runtime_),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+PinnedHostBuffer &PinnedHostBuffer::operator=(PinnedHostBuffer &&other) noexcept {
+  if (this != &other) {
+    this->~PinnedHostBuffer();
+    runtime_ = other.runtime_;
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+PinnedHostBuffer::~PinnedHostBuffer() {
+  if (data_ == nullptr) return;
+  const Status st =
+      runtime_->Check(runtime_->table().host_free(data_), "freeing pinned host memory");
+  if (!st.ok()) DST_LOG(kWarning, "cuda", st.message());
+}
+
 }  // namespace dst

@@ -10,6 +10,8 @@
 //                       waits on events, synchronize
 //   CudaEvent           an event (RAII): recorded on a stream, queried, waited on
 //   CudaMemoryResource  one device's cudaMalloc/cudaFree for CachingAllocator
+//   PinnedHostBuffer    page-locked host memory (RAII): what async copies
+//                       overlap with compute from (ZeRO-Offload's state)
 #pragma once
 
 #include <cstddef>
@@ -104,6 +106,27 @@ class CudaMemoryResource final : public DeviceMemoryResource {
  private:
   const CudaRuntime &runtime_;
   int device_;
+};
+
+// Page-locked host memory of `bytes`, freed with the object.
+class PinnedHostBuffer {
+ public:
+  static Result<PinnedHostBuffer> Allocate(const CudaRuntime &runtime, size_t bytes);
+  PinnedHostBuffer(PinnedHostBuffer &&other) noexcept;
+  PinnedHostBuffer &operator=(PinnedHostBuffer &&other) noexcept;
+  PinnedHostBuffer(const PinnedHostBuffer &) = delete;
+  PinnedHostBuffer &operator=(const PinnedHostBuffer &) = delete;
+  ~PinnedHostBuffer();
+
+  void *data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  PinnedHostBuffer(const CudaRuntime *runtime, void *data, size_t size)
+      : runtime_(runtime), data_(data), size_(size) {}
+  const CudaRuntime *runtime_ = nullptr;
+  void *data_ = nullptr;
+  size_t size_ = 0;
 };
 
 }  // namespace dst

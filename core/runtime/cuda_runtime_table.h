@@ -41,6 +41,10 @@ typedef struct DstCudaRuntimeTable {
   int (*memcpy_async)(void *dst, const void *src, size_t bytes, int kind, void *stream);
   int (*memset_async)(void *dst, int value, size_t bytes, void *stream);
   const char *(*error_string)(int code);
+  /* Page-locked host memory (cudaHostAlloc, portable): what async copies
+   * overlap with compute from, and what ZeRO-Offload keeps its state in. */
+  int (*host_alloc)(size_t bytes, void **ptr);
+  int (*host_free)(void *ptr);
 } DstCudaRuntimeTable;
 
 /* Fills *table (table->size set by the caller to sizeof its table); returns 0. */

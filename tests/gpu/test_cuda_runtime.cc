@@ -104,6 +104,36 @@ TEST(CudaRuntimeOnDevice, AnEventOrdersTwoStreams) {
   resource.Free(buffer.value());
 }
 
+// Page-locked host memory to the device and back through async copies on a
+// stream; a moved-from buffer owns nothing.
+TEST(CudaRuntimeOnDevice, PinnedHostMemoryRoundTripsThroughTheDevice) {
+  DST_CUDA_RUNTIME_OR_SKIP(runtime);
+  const size_t n = size_t(8) << 20;  // floats
+  Result<PinnedHostBuffer> in = PinnedHostBuffer::Allocate(runtime, n * sizeof(float));
+  Result<PinnedHostBuffer> out = PinnedHostBuffer::Allocate(runtime, n * sizeof(float));
+  ASSERT_TRUE(in.ok() && out.ok()) << in.status().message();
+  float *src = static_cast<float *>(in.value().data());
+  for (size_t i = 0; i < n; ++i) src[i] = float(i % 1000003) * 0.5f;
+  CudaMemoryResource resource(runtime, 0);
+  Result<void *> device = resource.Allocate(n * sizeof(float));
+  Result<CudaStream> stream = CudaStream::Create(runtime, 0);
+  ASSERT_TRUE(device.ok() && stream.ok());
+  ASSERT_TRUE(stream.value()
+                  .CopyAsync(device.value(), src, n * sizeof(float), DST_CUDA_HOST_TO_DEVICE)
+                  .ok());
+  ASSERT_TRUE(
+      stream.value()
+          .CopyAsync(out.value().data(), device.value(), n * sizeof(float), DST_CUDA_DEVICE_TO_HOST)
+          .ok());
+  ASSERT_TRUE(stream.value().Synchronize().ok());
+  const float *dst = static_cast<const float *>(out.value().data());
+  for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(dst[i], src[i]) << i;
+  EXPECT_EQ(dst[n - 1], src[n - 1]);
+  PinnedHostBuffer moved = std::move(in).value();
+  EXPECT_EQ(moved.size(), n * sizeof(float));
+  resource.Free(device.value());
+}
+
 // A failed call names itself and the device (calls on a device that does not
 // exist: they fail before any work is queued, so nothing else is disturbed).
 TEST(CudaRuntimeOnDevice, AFailedCallIsNamed) {

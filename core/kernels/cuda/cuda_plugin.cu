@@ -12,6 +12,8 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/kernels/cuda/plugin_support.cuh"
@@ -306,6 +308,37 @@ cudaError_t BenchAdam(long n, int iters, double *ms) {
       ms);
 }
 
+// Copies of n floats host -> device (or back), from page-locked or pageable
+// host memory, on one stream.
+cudaError_t BenchCopy(bool to_device, bool pinned, long n, int iters, double *ms) {
+  const size_t bytes = size_t(n) * sizeof(float);
+  cudaError_t st = cudaSuccess;
+  DeviceArray<float> device(nullptr, size_t(n), &st);
+  void *host = nullptr;
+  if (st == cudaSuccess && pinned) st = cudaHostAlloc(&host, bytes, cudaHostAllocPortable);
+  if (st == cudaSuccess && !pinned) host = std::malloc(bytes);
+  if (st == cudaSuccess && host == nullptr) st = cudaErrorMemoryAllocation;
+  if (st == cudaSuccess) std::memset(host, 1, bytes);
+  cudaStream_t stream = nullptr;
+  if (st == cudaSuccess) st = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (st == cudaSuccess)
+    st = TimeLaunches(
+        iters,
+        [&] {
+          cudaError_t e =
+              to_device
+                  ? cudaMemcpyAsync(device.get(), host, bytes, cudaMemcpyHostToDevice, stream)
+                  : cudaMemcpyAsync(host, device.get(), bytes, cudaMemcpyDeviceToHost, stream);
+          // TimeLaunches' events are on the default stream: join the copy to it.
+          return e == cudaSuccess ? cudaStreamSynchronize(stream) : e;
+        },
+        ms);
+  if (stream) cudaStreamDestroy(stream);
+  if (pinned && host != nullptr) cudaFreeHost(host);
+  if (!pinned) std::free(host);
+  return st;
+}
+
 }  // namespace
 
 }  // namespace dst::cuda
@@ -439,7 +472,8 @@ extern "C" __attribute__((visibility("default"))) size_t dst_cuda_plugin_devices
 // Times one kernel (or a forward/backward pair) on device-resident random
 // inputs at a GPT's shapes (cuda::BenchDims: B x T tokens of width C, H heads,
 // vocabulary V), writing the mean milliseconds per call: "gelu_forward",
-// "gelu_backward" and "adam" over B*T*C elements, "layernorm_forward",
+// "gelu_backward" and "adam" over B*T*C elements, "copy_h2d_pinned",
+// "copy_h2d_pageable", "copy_d2h_pinned", "copy_d2h_pageable" of B*T*C floats, "layernorm_forward",
 // "layernorm_backward" over B*T rows of C, "flash_attention_forward" and
 // "flash_attention_backward" (flash_attention.cu), and the GPT kernels
 // (cuda::BenchGptKernel). For bench/bench_gpu_kernels.py. Returns 0, 1 when
@@ -458,6 +492,10 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_kernel_ben
     st = cuda::BenchLayerNorm(name == "layernorm_backward", rows, C, iters, ms);
   } else if (name == "adam") {
     st = cuda::BenchAdam(rows * C, iters, ms);
+  } else if (name == "copy_h2d_pinned" || name == "copy_h2d_pageable" ||
+             name == "copy_d2h_pinned" || name == "copy_d2h_pageable") {
+    st = cuda::BenchCopy(name.find("h2d") != std::string::npos,
+                         name.find("pinned") != std::string::npos, rows * C, iters, ms);
   } else if (name == "flash_attention_forward" || name == "flash_attention_backward") {
     st = cuda::BenchFlashAttention(name == "flash_attention_backward",
                                    cuda::BenchDims{B, T, C, H, V}, iters, ms);

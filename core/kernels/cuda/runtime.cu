@@ -77,6 +77,14 @@ int MemsetAsync(void *dst, int value, size_t bytes, void *stream) {
 const char *ErrorString(int code) {
   return cudaGetErrorString(static_cast<cudaError_t>(code));
 }
+int HostAlloc(size_t bytes, void **ptr) {
+  const cudaError_t e = cudaHostAlloc(ptr, bytes, cudaHostAllocPortable);
+  if (e != cudaSuccess) cudaGetLastError();
+  return e;
+}
+int HostFree(void *ptr) {
+  return cudaFreeHost(ptr);
+}
 
 }  // namespace
 
@@ -102,6 +110,8 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_runtime(
   mine.memcpy_async = MemcpyAsync;
   mine.memset_async = MemsetAsync;
   mine.error_string = ErrorString;
+  mine.host_alloc = HostAlloc;
+  mine.host_free = HostFree;
   const size_t asked = table->size < sizeof mine ? table->size : sizeof mine;
   std::memcpy(table, &mine, asked);
   table->size = asked;
