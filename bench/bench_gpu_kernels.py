@@ -128,6 +128,7 @@ def torch_peers(torch):
         return torch.autograd.grad(loss, logits)
 
     peers["cross_entropy"] = ((B, T, C, H, V), [("F.cross_entropy fwd+bwd", ce)])
+    peers["cross_entropy_fused"] = ((B, T, C, H, V), [("F.cross_entropy fwd+bwd", ce)])
     wte = torch.randn(V, C, device=dev, requires_grad=True)
     wpe = torch.randn(T, C, device=dev, requires_grad=True)
     tokens = torch.randint(0, V, (B, T), device=dev)

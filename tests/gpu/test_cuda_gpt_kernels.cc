@@ -30,6 +30,9 @@ using EmbeddingFn = int (*)(const int32_t *tokens, const float *wte, const float
 using CrossEntropyFn = int (*)(const float *logits, const int32_t *targets, long rows, long V,
                                float grad_scale, float *probs, float *loss, long *counted,
                                float *dlogits, char *err, size_t cap);
+using CrossEntropyFusedFn = int (*)(const float *logits, const int32_t *targets, long rows, long V,
+                                    float grad_scale, float *loss, long *counted, float *dlogits,
+                                    char *err, size_t cap);
 using AttentionFn = int (*)(const float *qkv, const float *dy, long B, long T, long C, long H,
                             float *att, float *y, float *dqkv, char *err, size_t cap);
 using FlashAttentionFn = int (*)(const float *qkv, const float *dy, long B, long T, long C, long H,
@@ -115,6 +118,35 @@ TEST(CudaGptKernels, CrossEntropyMatchesTheCpuKernels) {
     EXPECT_EQ(g_counted, counted);
     EXPECT_NEAR(g_loss, loss, 1e-5f * std::fabs(loss)) << "V=" << V;
     EXPECT_EQ(FirstFar(g_probs, logits, 1e-5f), logits.size()) << "probabilities, V=" << V;
+    EXPECT_EQ(FirstFar(g_dlogits, dlogits, 1e-5f), dlogits.size()) << "dlogits, V=" << V;
+  }
+}
+
+// The fused cross-entropy (no probabilities in memory) against the CPU
+// kernels: loss, the rows counted and dlogits, an ignored row included, at
+// vocabularies below a block, across blocks and GPT-2's.
+TEST(CudaGptKernels, FusedCrossEntropyMatchesTheCpuKernels) {
+  const auto fn = Plugin().Symbol<CrossEntropyFusedFn>("dst_cuda_plugin_cross_entropy_fused");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  for (long V : {7L, 1000L, 3001L, 50257L}) {
+    const long rows = 13;
+    std::vector<float> logits = Random(size_t(rows * V), 3.0f, 32);
+    std::vector<int32_t> targets = Tokens(size_t(rows), int32_t(V), 33);
+    targets[4] = cpu::kIgnoreIndex;
+    std::vector<float> g_dlogits(logits.size()), dlogits(logits.size());
+    float g_loss = 0;
+    long g_counted = 0;
+    char err[512] = {};
+    const int rc = fn(logits.data(), targets.data(), rows, V, 0.5f, &g_loss, &g_counted,
+                      g_dlogits.data(), err, sizeof err);
+    DST_GPU_CHECK_RC(rc, err);
+    int64_t counted = 0;
+    const float loss =
+        cpu::SoftmaxCrossEntropyForward(logits.data(), targets.data(), rows, V, &counted);
+    cpu::SoftmaxCrossEntropyBackward(logits.data(), targets.data(), rows, V, counted, 0.5f,
+                                     dlogits.data());
+    EXPECT_EQ(g_counted, counted);
+    EXPECT_NEAR(g_loss, loss, 1e-5f * std::fabs(loss)) << "V=" << V;
     EXPECT_EQ(FirstFar(g_dlogits, dlogits, 1e-5f), dlogits.size()) << "dlogits, V=" << V;
   }
 }

@@ -33,8 +33,8 @@ TEST(CudaGemmLayout, TheColumnMajorProductIsTheRowMajorOne) {
       for (float &x : a) x = u(rng);
       for (float &x : b) x = u(rng);
       std::vector<float> want(size_t(m * ldc), 0.0f), got(size_t(m * ldc), 0.0f);
-      cpu::Gemm(ta, tb, int(m), int(n), int(k), 1.0f, a.data(), int(lda), b.data(), int(ldb),
-                0.0f, want.data(), int(ldc));
+      cpu::Gemm(ta, tb, int(m), int(n), int(k), 1.0f, a.data(), int(lda), b.data(), int(ldb), 0.0f,
+                want.data(), int(ldc));
       const ColumnMajorGemm g = FromRowMajor(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, ldc);
       ASSERT_EQ(g.m, n);
       ASSERT_EQ(g.n, m);
