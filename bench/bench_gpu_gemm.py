@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """bench_gpu_gemm: dstrain's cuBLASLt GEMM (the CUDA plugin, issue 16) against
 PyTorch's torch.matmul on the same GPU, in one run, as TFLOP/s and a ratio.
 
@@ -21,9 +21,9 @@ Usage: python3 bench/bench_gpu_gemm.py [--plugin build/libdstrain_cuda.so]
 import argparse
 import ctypes
 import json
-import os
 import statistics
-import sys
+
+import gpu_plugin
 
 TYPES = {"fp32": 0, "tf32": 1, "bf16": 2, "fp16": 3}
 # dst_cuda_plugin_gemm_bench's flags: (label, flags); 1 = 16-bit C, 2 = plan once.
@@ -40,23 +40,14 @@ SHAPES = [
 
 
 def load_plugin(path):
-    lib = ctypes.CDLL(path)
-    fn = lib.dst_cuda_plugin_gemm_bench
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_int,
-                   ctypes.POINTER(ctypes.c_double), ctypes.c_char_p, ctypes.c_size_t]
-    fn.restype = ctypes.c_int
-    return fn
+    return gpu_plugin.entry(path, "dst_cuda_plugin_gemm_bench",
+                            [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long,
+                             ctypes.c_long, ctypes.c_int])
 
 
 def dstrain_ms(fn, type_name, flags, m, n, k, iters):
-    ms = ctypes.c_double(0.0)
-    err = ctypes.create_string_buffer(512)
-    rc = fn(TYPES[type_name], flags, m, n, k, iters, ctypes.byref(ms), err, len(err))
-    if rc == 1:
-        sys.exit("bench_gpu_gemm: no CUDA device visible to the plugin")
-    if rc != 0:
-        sys.exit("bench_gpu_gemm: %s %dx%dx%d: %s" % (type_name, m, n, k, err.value.decode()))
-    return ms.value
+    return gpu_plugin.time_ms(fn, "%s %dx%dx%d" % (type_name, m, n, k), TYPES[type_name], flags,
+                              m, n, k, iters)
 
 
 def torch_ms(torch, type_name, m, n, k, iters):
@@ -76,10 +67,8 @@ def torch_ms(torch, type_name, m, n, k, iters):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser()
-    parser.add_argument("--plugin", default=os.environ.get(
-        "DSTRAIN_CUDA_PLUGIN", os.path.join(here, "..", "build", "libdstrain_cuda.so")))
+    parser.add_argument("--plugin", default=gpu_plugin.default_path())
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--types", default="fp32,tf32,bf16,fp16")

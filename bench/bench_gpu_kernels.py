@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """bench_gpu_kernels: the CUDA plugin's GPT kernels (issue 16) against
 PyTorch's eager CUDA kernels for the same work, on the same GPU in one run.
 
@@ -10,7 +10,8 @@ with the spread and torch / dstrain (> 1: dstrain is faster).
 
 The peers: F.gelu(tanh) and aten.gelu_backward; F.layer_norm and
 aten.native_layer_norm_backward; attention (dstrain's unfused kernels, which
-keep the T x T probabilities, and its fused flash_attention ones) against
+keep the T x T probabilities, the same through batched cuBLASLt GEMMs
+(attention_gemm), and its fused flash_attention ones) against
 PyTorch's memory-efficient scaled_dot_product_attention (is_causal, fp32;
 fused, no T x T matrix) and, for the unfused forward, the naive
 softmax(q k^T) v that keeps the T x T matrix as dstrain's unfused kernels do; F.cross_entropy forward + backward; F.embedding forward
@@ -23,32 +24,22 @@ Usage: python3 bench/bench_gpu_kernels.py [--plugin build/libdstrain_cuda.so]
 import argparse
 import ctypes
 import math
-import os
 import statistics
 import sys
+
+import gpu_plugin
 
 B, T, C, H, V = 8, 1024, 768, 12, 50257
 ADAM_PARAMS = 124_439_808  # GPT-2 124M (tied embedding): 162031 x 768
 
 
 def load_plugin(path):
-    lib = ctypes.CDLL(path)
-    fn = lib.dst_cuda_plugin_kernel_bench
-    fn.argtypes = [ctypes.c_char_p] + [ctypes.c_long] * 5 + [
-        ctypes.c_int, ctypes.POINTER(ctypes.c_double), ctypes.c_char_p, ctypes.c_size_t]
-    fn.restype = ctypes.c_int
-    return fn
+    return gpu_plugin.entry(path, "dst_cuda_plugin_kernel_bench",
+                            [ctypes.c_char_p] + [ctypes.c_long] * 5 + [ctypes.c_int])
 
 
 def dstrain_ms(fn, kernel, dims, iters):
-    ms = ctypes.c_double(0.0)
-    err = ctypes.create_string_buffer(512)
-    rc = fn(kernel.encode(), *dims, iters, ctypes.byref(ms), err, len(err))
-    if rc == 1:
-        sys.exit("bench_gpu_kernels: no CUDA device visible to the plugin")
-    if rc != 0:
-        sys.exit("bench_gpu_kernels: %s: %s" % (kernel, err.value.decode()))
-    return ms.value
+    return gpu_plugin.time_ms(fn, kernel, kernel.encode(), *dims, iters)
 
 
 def timed(torch, work, iters):
@@ -117,6 +108,10 @@ def torch_peers(torch):
                                                     ("naive T x T", naive_forward)])
     peers["attention_backward"] = ((B, T, C, H, V), [("sdpa mem-efficient backward",
                                                       sdpa_backward)])
+    peers["attention_gemm_forward"] = ((B, T, C, H, V), [("sdpa mem-efficient", sdpa_forward),
+                                                         ("naive T x T", naive_forward)])
+    peers["attention_gemm_backward"] = ((B, T, C, H, V), [("sdpa mem-efficient backward",
+                                                           sdpa_backward)])
     peers["flash_attention_forward"] = ((B, T, C, H, V), [("sdpa mem-efficient", sdpa_forward)])
     peers["flash_attention_backward"] = ((B, T, C, H, V), [("sdpa mem-efficient backward",
                                                             sdpa_backward)])
@@ -163,10 +158,8 @@ def torch_peers(torch):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser()
-    parser.add_argument("--plugin", default=os.environ.get(
-        "DSTRAIN_CUDA_PLUGIN", os.path.join(here, "..", "build", "libdstrain_cuda.so")))
+    parser.add_argument("--plugin", default=gpu_plugin.default_path())
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--kernels", default="")

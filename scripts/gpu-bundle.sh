@@ -65,6 +65,8 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
     fi
   done
 )
+# The benches' peer is a CUDA PyTorch: the GPU machine's python3 on PATH, not
+# Debian's /usr/bin/python3 (whose torch is CPU-only) that the CPU benches use.
 if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2> /dev/null; then
   cd "$G/.."
   export LD_LIBRARY_PATH=$LT:$NC PYTHONUNBUFFERED=1

@@ -46,56 +46,55 @@ Status CudaRuntime::Check(int code, const std::string &what) const {
                 what + ": " + table_.error_string(code));
 }
 
+// ---- CudaHandle
+
+CudaHandle &CudaHandle::operator=(CudaHandle &&other) noexcept {
+  if (this != &other) {
+    Reset();
+    runtime_ = other.runtime_;
+    handle_ = std::exchange(other.handle_, nullptr);
+    destroy_ = other.destroy_;
+    what_ = other.what_;
+  }
+  return *this;
+}
+
+void CudaHandle::Reset() {
+  if (handle_ == nullptr) return;
+  const Status st = runtime_->Check(destroy_(std::exchange(handle_, nullptr)),
+                                    std::string("destroying ") + what_);
+  if (!st.ok()) DST_LOG(kWarning, "cuda", st.message());
+}
+
 // ---- CudaStream
 
 Result<CudaStream> CudaStream::Create(const CudaRuntime &runtime, int device) {
   void *handle = nullptr;
   DST_RETURN_IF_ERROR(runtime.Check(runtime.table().stream_create(device, &handle),
                                     "creating a stream on cuda:" + std::to_string(device)));
-  return CudaStream(&runtime, device, handle);
-}
-
-CudaStream::CudaStream(CudaStream &&other) noexcept
-    : runtime_(other.runtime_),
-      device_(other.device_),
-      handle_(std::exchange(other.handle_, nullptr)) {}
-
-CudaStream &CudaStream::operator=(CudaStream &&other) noexcept {
-  if (this != &other) {
-    this->~CudaStream();
-    runtime_ = other.runtime_;
-    device_ = other.device_;
-    handle_ = std::exchange(other.handle_, nullptr);
-  }
-  return *this;
-}
-
-CudaStream::~CudaStream() {
-  if (handle_ == nullptr) return;
-  const Status st =
-      runtime_->Check(runtime_->table().stream_destroy(handle_), "destroying a stream");
-  if (!st.ok()) DST_LOG(kWarning, "cuda", st.message());
+  return CudaStream(CudaHandle(&runtime, handle, runtime.table().stream_destroy, "a stream"),
+                    device);
 }
 
 Status CudaStream::CopyAsync(void *dst, const void *src, size_t bytes, int kind) const {
-  return runtime_->Check(
-      runtime_->table().memcpy_async(dst, src, bytes, kind, handle_),
+  return runtime().Check(
+      runtime().table().memcpy_async(dst, src, bytes, kind, handle()),
       "copying " + std::to_string(bytes) + " bytes on a stream of cuda:" + std::to_string(device_));
 }
 
 Status CudaStream::FillAsync(void *dst, int byte_value, size_t bytes) const {
-  return runtime_->Check(
-      runtime_->table().memset_async(dst, byte_value, bytes, handle_),
+  return runtime().Check(
+      runtime().table().memset_async(dst, byte_value, bytes, handle()),
       "filling " + std::to_string(bytes) + " bytes on a stream of cuda:" + std::to_string(device_));
 }
 
 Status CudaStream::Wait(const CudaEvent &event) const {
-  return runtime_->Check(runtime_->table().stream_wait_event(handle_, event.handle()),
+  return runtime().Check(runtime().table().stream_wait_event(handle(), event.handle()),
                          "a stream of cuda:" + std::to_string(device_) + " waiting for an event");
 }
 
 Status CudaStream::Synchronize() const {
-  return runtime_->Check(runtime_->table().stream_synchronize(handle_),
+  return runtime().Check(runtime().table().stream_synchronize(handle()),
                          "synchronizing a stream of cuda:" + std::to_string(device_));
 }
 
@@ -105,42 +104,23 @@ Result<CudaEvent> CudaEvent::Create(const CudaRuntime &runtime, int device) {
   void *handle = nullptr;
   DST_RETURN_IF_ERROR(runtime.Check(runtime.table().event_create(device, &handle),
                                     "creating an event on cuda:" + std::to_string(device)));
-  return CudaEvent(&runtime, handle);
-}
-
-CudaEvent::CudaEvent(CudaEvent &&other) noexcept
-    : runtime_(other.runtime_), handle_(std::exchange(other.handle_, nullptr)) {}
-
-CudaEvent &CudaEvent::operator=(CudaEvent &&other) noexcept {
-  if (this != &other) {
-    this->~CudaEvent();
-    runtime_ = other.runtime_;
-    handle_ = std::exchange(other.handle_, nullptr);
-  }
-  return *this;
-}
-
-CudaEvent::~CudaEvent() {
-  if (handle_ == nullptr) return;
-  const Status st =
-      runtime_->Check(runtime_->table().event_destroy(handle_), "destroying an event");
-  if (!st.ok()) DST_LOG(kWarning, "cuda", st.message());
+  return CudaEvent(CudaHandle(&runtime, handle, runtime.table().event_destroy, "an event"));
 }
 
 Status CudaEvent::Record(const CudaStream &stream) const {
-  return runtime_->Check(runtime_->table().event_record(handle_, stream.handle()),
+  return runtime().Check(runtime().table().event_record(handle(), stream.handle()),
                          "recording an event");
 }
 
 Result<bool> CudaEvent::Done() const {
-  const int code = runtime_->table().event_query(handle_);
+  const int code = runtime().table().event_query(handle());
   if (code == DST_CUDA_NOT_READY) return false;
-  DST_RETURN_IF_ERROR(runtime_->Check(code, "querying an event"));
+  DST_RETURN_IF_ERROR(runtime().Check(code, "querying an event"));
   return true;
 }
 
 Status CudaEvent::Synchronize() const {
-  return runtime_->Check(runtime_->table().event_synchronize(handle_), "waiting for an event");
+  return runtime().Check(runtime().table().event_synchronize(handle()), "waiting for an event");
 }
 
 // ---- CudaMemoryResource
@@ -168,29 +148,8 @@ Result<PinnedHostBuffer> PinnedHostBuffer::Allocate(const CudaRuntime &runtime, 
     return Status(st.code(), st.message() +
                                  " (page-locked memory is bounded by RAM and `ulimit -l`; "
                                  "offload_optimizer.pin_memory: false avoids it)");
-  return PinnedHostBuffer(&runtime, data, bytes);
-}
-
-PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer &&other) noexcept
-    : runtime_(other.runtime_),
-      data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
-
-PinnedHostBuffer &PinnedHostBuffer::operator=(PinnedHostBuffer &&other) noexcept {
-  if (this != &other) {
-    this->~PinnedHostBuffer();
-    runtime_ = other.runtime_;
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
-}
-
-PinnedHostBuffer::~PinnedHostBuffer() {
-  if (data_ == nullptr) return;
-  const Status st =
-      runtime_->Check(runtime_->table().host_free(data_), "freeing pinned host memory");
-  if (!st.ok()) DST_LOG(kWarning, "cuda", st.message());
+  return PinnedHostBuffer(
+      CudaHandle(&runtime, data, runtime.table().host_free, "pinned host memory"), bytes);
 }
 
 }  // namespace dst

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 
 #include "core/common/status.h"
 #include "core/runtime/caching_allocator.h"
@@ -41,22 +42,42 @@ class CudaRuntime {
   friend Result<CudaRuntime> LoadCudaRuntime();
 };
 
+// One CUDA object (a stream, an event, pinned memory) owned: destroyed with
+// `destroy` (a runtime-table function) when the owner goes; move-only.
+class CudaHandle {
+ public:
+  using Destroy = int (*)(void *);
+  CudaHandle() = default;
+  CudaHandle(const CudaRuntime *runtime, void *handle, Destroy destroy, const char *what)
+      : runtime_(runtime), handle_(handle), destroy_(destroy), what_(what) {}
+  CudaHandle(CudaHandle &&other) noexcept { *this = std::move(other); }
+  CudaHandle &operator=(CudaHandle &&other) noexcept;
+  CudaHandle(const CudaHandle &) = delete;
+  CudaHandle &operator=(const CudaHandle &) = delete;
+  ~CudaHandle() { Reset(); }
+
+  void *get() const { return handle_; }
+  const CudaRuntime &runtime() const { return *runtime_; }
+
+ private:
+  void Reset();  // destroys the object (a failure is logged: destructors do not fail)
+  const CudaRuntime *runtime_ = nullptr;
+  void *handle_ = nullptr;
+  Destroy destroy_ = nullptr;
+  const char *what_ = "";
+};
+
 class CudaEvent;
 
 // A non-blocking stream on one device, destroyed (after its work) with the object.
 class CudaStream {
  public:
   static Result<CudaStream> Create(const CudaRuntime &runtime, int device);
-  CudaStream(CudaStream &&other) noexcept;
-  CudaStream &operator=(CudaStream &&other) noexcept;
-  CudaStream(const CudaStream &) = delete;
-  CudaStream &operator=(const CudaStream &) = delete;
-  ~CudaStream();
 
-  void *handle() const { return handle_; }
+  void *handle() const { return handle_.get(); }
   int device() const { return device_; }
   // The CachingAllocator's key for blocks used on this stream.
-  StreamId id() const { return StreamId(reinterpret_cast<uintptr_t>(handle_)); }
+  StreamId id() const { return StreamId(reinterpret_cast<uintptr_t>(handle())); }
   // kind: DST_CUDA_HOST_TO_DEVICE, DST_CUDA_DEVICE_TO_HOST, DST_CUDA_DEVICE_TO_DEVICE.
   Status CopyAsync(void *dst, const void *src, size_t bytes, int kind) const;
   Status FillAsync(void *dst, int byte_value, size_t bytes) const;
@@ -65,24 +86,18 @@ class CudaStream {
   Status Synchronize() const;
 
  private:
-  CudaStream(const CudaRuntime *runtime, int device, void *handle)
-      : runtime_(runtime), device_(device), handle_(handle) {}
-  const CudaRuntime *runtime_ = nullptr;
+  CudaStream(CudaHandle handle, int device) : handle_(std::move(handle)), device_(device) {}
+  const CudaRuntime &runtime() const { return handle_.runtime(); }
+  CudaHandle handle_;
   int device_ = 0;
-  void *handle_ = nullptr;
 };
 
 // An event without timing on one device, destroyed with the object.
 class CudaEvent {
  public:
   static Result<CudaEvent> Create(const CudaRuntime &runtime, int device);
-  CudaEvent(CudaEvent &&other) noexcept;
-  CudaEvent &operator=(CudaEvent &&other) noexcept;
-  CudaEvent(const CudaEvent &) = delete;
-  CudaEvent &operator=(const CudaEvent &) = delete;
-  ~CudaEvent();
 
-  void *handle() const { return handle_; }
+  void *handle() const { return handle_.get(); }
   // Marks the point of `stream`'s queue it completes at.
   Status Record(const CudaStream &stream) const;
   // Whether the work before the recorded point has finished (without blocking).
@@ -90,9 +105,9 @@ class CudaEvent {
   Status Synchronize() const;
 
  private:
-  CudaEvent(const CudaRuntime *runtime, void *handle) : runtime_(runtime), handle_(handle) {}
-  const CudaRuntime *runtime_ = nullptr;
-  void *handle_ = nullptr;
+  explicit CudaEvent(CudaHandle handle) : handle_(std::move(handle)) {}
+  const CudaRuntime &runtime() const { return handle_.runtime(); }
+  CudaHandle handle_;
 };
 
 // cudaMalloc / cudaFree on one device: the segments of a CachingAllocator.
@@ -112,20 +127,13 @@ class CudaMemoryResource final : public DeviceMemoryResource {
 class PinnedHostBuffer {
  public:
   static Result<PinnedHostBuffer> Allocate(const CudaRuntime &runtime, size_t bytes);
-  PinnedHostBuffer(PinnedHostBuffer &&other) noexcept;
-  PinnedHostBuffer &operator=(PinnedHostBuffer &&other) noexcept;
-  PinnedHostBuffer(const PinnedHostBuffer &) = delete;
-  PinnedHostBuffer &operator=(const PinnedHostBuffer &) = delete;
-  ~PinnedHostBuffer();
 
-  void *data() const { return data_; }
+  void *data() const { return memory_.get(); }  // null once moved from
   size_t size() const { return size_; }
 
  private:
-  PinnedHostBuffer(const CudaRuntime *runtime, void *data, size_t size)
-      : runtime_(runtime), data_(data), size_(size) {}
-  const CudaRuntime *runtime_ = nullptr;
-  void *data_ = nullptr;
+  PinnedHostBuffer(CudaHandle memory, size_t size) : memory_(std::move(memory)), size_(size) {}
+  CudaHandle memory_;
   size_t size_ = 0;
 };
 

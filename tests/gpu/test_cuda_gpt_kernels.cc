@@ -95,30 +95,41 @@ TEST(CudaGptKernels, EmbeddingMatchesTheCpuKernelsAtGpt2Shapes) {
   CheckEmbedding(fn, 2, 1024, 768, 50257, 1024);
 }
 
+// The CPU's softmax cross-entropy of logits [rows, V] (loss, rows counted,
+// probabilities and dlogits with grad_scale): the reference of both CUDA forms.
+struct CpuCrossEntropy {
+  float loss = 0;
+  int64_t counted = 0;
+  std::vector<float> probs, dlogits;
+  CpuCrossEntropy(const std::vector<float> &logits, const std::vector<int32_t> &targets, long rows,
+                  long V, float grad_scale)
+      : probs(logits), dlogits(logits.size()) {
+    loss = cpu::SoftmaxCrossEntropyForward(probs.data(), targets.data(), rows, V, &counted);
+    cpu::SoftmaxCrossEntropyBackward(probs.data(), targets.data(), rows, V, counted, grad_scale,
+                                     dlogits.data());
+  }
+};
+
 TEST(CudaGptKernels, CrossEntropyMatchesTheCpuKernels) {
   const auto fn = Plugin().Symbol<CrossEntropyFn>("dst_cuda_plugin_cross_entropy");
   DST_GPU_SKIP_IF_ABSENT(fn);
   for (long V : {7L, 256L, 50257L}) {
     const long rows = 13;
-    std::vector<float> logits = Random(size_t(rows * V), 3.0f, 30);
+    const std::vector<float> logits = Random(size_t(rows * V), 3.0f, 30);
     std::vector<int32_t> targets = Tokens(size_t(rows), int32_t(V), 31);
     targets[4] = cpu::kIgnoreIndex;
-    std::vector<float> g_probs(logits.size()), g_dlogits(logits.size()), dlogits(logits.size());
+    std::vector<float> g_probs(logits.size()), g_dlogits(logits.size());
     float g_loss = 0;
     long g_counted = 0;
     char err[512] = {};
     const int rc = fn(logits.data(), targets.data(), rows, V, 0.5f, g_probs.data(), &g_loss,
                       &g_counted, g_dlogits.data(), err, sizeof err);
     DST_GPU_CHECK_RC(rc, err);
-    int64_t counted = 0;
-    const float loss =
-        cpu::SoftmaxCrossEntropyForward(logits.data(), targets.data(), rows, V, &counted);
-    cpu::SoftmaxCrossEntropyBackward(logits.data(), targets.data(), rows, V, counted, 0.5f,
-                                     dlogits.data());
-    EXPECT_EQ(g_counted, counted);
-    EXPECT_NEAR(g_loss, loss, 1e-5f * std::fabs(loss)) << "V=" << V;
-    EXPECT_EQ(FirstFar(g_probs, logits, 1e-5f), logits.size()) << "probabilities, V=" << V;
-    EXPECT_EQ(FirstFar(g_dlogits, dlogits, 1e-5f), dlogits.size()) << "dlogits, V=" << V;
+    const CpuCrossEntropy cpu(logits, targets, rows, V, 0.5f);
+    EXPECT_EQ(g_counted, cpu.counted);
+    EXPECT_NEAR(g_loss, cpu.loss, 1e-5f * std::fabs(cpu.loss)) << "V=" << V;
+    EXPECT_EQ(FirstFar(g_probs, cpu.probs, 1e-5f), cpu.probs.size()) << "probabilities, V=" << V;
+    EXPECT_EQ(FirstFar(g_dlogits, cpu.dlogits, 1e-5f), cpu.dlogits.size()) << "dlogits, V=" << V;
   }
 }
 
@@ -130,24 +141,20 @@ TEST(CudaGptKernels, FusedCrossEntropyMatchesTheCpuKernels) {
   DST_GPU_SKIP_IF_ABSENT(fn);
   for (long V : {7L, 1000L, 3001L, 50257L}) {
     const long rows = 13;
-    std::vector<float> logits = Random(size_t(rows * V), 3.0f, 32);
+    const std::vector<float> logits = Random(size_t(rows * V), 3.0f, 32);
     std::vector<int32_t> targets = Tokens(size_t(rows), int32_t(V), 33);
     targets[4] = cpu::kIgnoreIndex;
-    std::vector<float> g_dlogits(logits.size()), dlogits(logits.size());
+    std::vector<float> g_dlogits(logits.size());
     float g_loss = 0;
     long g_counted = 0;
     char err[512] = {};
     const int rc = fn(logits.data(), targets.data(), rows, V, 0.5f, &g_loss, &g_counted,
                       g_dlogits.data(), err, sizeof err);
     DST_GPU_CHECK_RC(rc, err);
-    int64_t counted = 0;
-    const float loss =
-        cpu::SoftmaxCrossEntropyForward(logits.data(), targets.data(), rows, V, &counted);
-    cpu::SoftmaxCrossEntropyBackward(logits.data(), targets.data(), rows, V, counted, 0.5f,
-                                     dlogits.data());
-    EXPECT_EQ(g_counted, counted);
-    EXPECT_NEAR(g_loss, loss, 1e-5f * std::fabs(loss)) << "V=" << V;
-    EXPECT_EQ(FirstFar(g_dlogits, dlogits, 1e-5f), dlogits.size()) << "dlogits, V=" << V;
+    const CpuCrossEntropy cpu(logits, targets, rows, V, 0.5f);
+    EXPECT_EQ(g_counted, cpu.counted);
+    EXPECT_NEAR(g_loss, cpu.loss, 1e-5f * std::fabs(cpu.loss)) << "V=" << V;
+    EXPECT_EQ(FirstFar(g_dlogits, cpu.dlogits, 1e-5f), cpu.dlogits.size()) << "dlogits, V=" << V;
   }
 }
 
@@ -174,6 +181,20 @@ TEST(CudaGptKernels, CausalAttentionMatchesTheCpuKernels) {
   const auto fn = Plugin().Symbol<AttentionFn>("dst_cuda_plugin_attention");
   DST_GPU_SKIP_IF_ABSENT(fn);
   for (long T : {1L, 5L, 33L, 64L}) CheckAttention(fn, 2, T, 48, 3);
+}
+
+// The same contract through batched cuBLASLt GEMMs (attention_gemm.cu).
+TEST(CudaGptKernels, GemmAttentionMatchesTheCpuKernels) {
+  const auto fn = Plugin().Symbol<AttentionFn>("dst_cuda_plugin_attention_gemm");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  for (long T : {1L, 5L, 33L, 64L}) CheckAttention(fn, 2, T, 48, 3);
+  CheckAttention(fn, 1, 70, 40, 2);  // hs 20
+}
+
+TEST(CudaGptKernels, GemmAttentionMatchesTheCpuKernelsAtGpt2Shapes) {
+  const auto fn = Plugin().Symbol<AttentionFn>("dst_cuda_plugin_attention_gemm");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  CheckAttention(fn, 1, 1024, 768, 12);
 }
 
 // GPT-2 124M's layer: context 1024, 12 heads of 64.

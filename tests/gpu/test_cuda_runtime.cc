@@ -130,7 +130,9 @@ TEST(CudaRuntimeOnDevice, PinnedHostMemoryRoundTripsThroughTheDevice) {
   for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(dst[i], src[i]) << i;
   EXPECT_EQ(dst[n - 1], src[n - 1]);
   PinnedHostBuffer moved = std::move(in).value();
+  EXPECT_EQ(moved.data(), static_cast<void *>(src));
   EXPECT_EQ(moved.size(), n * sizeof(float));
+  EXPECT_EQ(in.value().data(), nullptr);  // NOLINT(bugprone-use-after-move): checked on purpose
   resource.Free(device.value());
 }
 

@@ -9,10 +9,11 @@ per-rank model-state memory must equal the ZeRO paper's formulas.
 import json
 import os
 import secrets
-import socket
 import subprocess
 
 import pytest
+
+import free_ports
 
 MODEL = {"type": "gpt", "vocab_size": 256, "n_ctx": 16, "n_layer": 2, "n_head": 2,
          "d_model": 32, "seed": 11}
@@ -21,9 +22,7 @@ TIMEOUT = 180
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports.free_port()
 
 
 def write_job(tmp_path, stage, micro, accum, dp, name, overlap=False, bucket=None,

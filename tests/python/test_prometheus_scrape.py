@@ -13,15 +13,15 @@ Needs $DSTRAIN_BUILD_DIR; skips when prometheus / promtool are missing
 import json
 import os
 import pathlib
-import random
 import re
-import socket
 import subprocess
 import time
 import urllib.parse
 import urllib.request
 
 import pytest
+
+import free_ports
 
 from test_dashboard_browser import Server  # child process with drained output, killpg on stop
 
@@ -60,30 +60,13 @@ def config(base_port):
     }
 
 
-def port_is_free(port):
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def free_port_pair():
-    """P with P and P + 1 free, below the kernel's ephemeral range (32768-60999
-    by default) so that outgoing connections do not take it meanwhile."""
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(20000, 32000)
-        if port_is_free(port) and port_is_free(port + 1):
-            return port
-    pytest.fail("found no two adjacent free TCP ports on 127.0.0.1 in 20000-32000")
+    """P with P and P + 1 free (free_ports: below the ephemeral range)."""
+    return free_ports.free_port(2)
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports.free_port()
 
 
 def http_get(url, timeout=5):

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "core/runtime/cuda_devices.h"
 
 namespace dst {
@@ -22,6 +24,25 @@ TEST(CudaRuntime, LoadsExactlyWhenTheDeviceQuerySeesADevice) {
     ASSERT_TRUE(runtime.ok()) << runtime.status().message();
     EXPECT_EQ(runtime.value()->device_count(), int(devices.devices.size()));
   }
+}
+
+// The CUDA plugin this build made loads here, device or not (dlopen resolves
+// every symbol): a plugin with an undefined symbol (a new .cu left out of the
+// build once) skips the whole GPU suite on a GPU machine instead of failing
+// it, so it is caught here, on every machine.
+TEST(CudaRuntime, ThePluginThisBuildMadeLoads) {
+#if DSTRAIN_HAVE_CUDA
+  const std::string why = QueryCudaDevices().why_none;
+  EXPECT_EQ(why.find("could not be loaded"), std::string::npos) << why;
+  EXPECT_EQ(why.find("was not found"), std::string::npos) << why;
+  const Result<const CudaRuntime *> runtime = CudaRuntime::Get();
+  if (!runtime.ok()) {
+    EXPECT_EQ(runtime.status().message().find("could not be loaded"), std::string::npos)
+        << runtime.status().message();
+  }
+#else
+  GTEST_SKIP() << "this build has no CUDA plugin";
+#endif
 }
 
 }  // namespace

@@ -474,7 +474,8 @@ extern "C" __attribute__((visibility("default"))) size_t dst_cuda_plugin_devices
 // vocabulary V), writing the mean milliseconds per call: "gelu_forward",
 // "gelu_backward" and "adam" over B*T*C elements, "copy_h2d_pinned",
 // "copy_h2d_pageable", "copy_d2h_pinned", "copy_d2h_pageable" of B*T*C floats, "layernorm_forward",
-// "layernorm_backward" over B*T rows of C, "flash_attention_forward" and
+// "layernorm_backward" over B*T rows of C, "attention_gemm_forward" and
+// "attention_gemm_backward" (attention_gemm.cu), "flash_attention_forward" and
 // "flash_attention_backward" (flash_attention.cu), and the GPT kernels
 // (cuda::BenchGptKernel). For bench/bench_gpu_kernels.py. Returns 0, 1 when
 // there is no device, 2 on an error or an unknown kernel (err[cap]).
@@ -496,6 +497,9 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_kernel_ben
              name == "copy_d2h_pinned" || name == "copy_d2h_pageable") {
     st = cuda::BenchCopy(name.find("h2d") != std::string::npos,
                          name.find("pinned") != std::string::npos, rows * C, iters, ms);
+  } else if (name == "attention_gemm_forward" || name == "attention_gemm_backward") {
+    st = cuda::BenchAttentionGemm(name == "attention_gemm_backward", cuda::BenchDims{B, T, C, H, V},
+                                  iters, ms);
   } else if (name == "flash_attention_forward" || name == "flash_attention_backward") {
     st = cuda::BenchFlashAttention(name == "flash_attention_backward",
                                    cuda::BenchDims{B, T, C, H, V}, iters, ms);

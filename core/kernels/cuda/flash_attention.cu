@@ -48,6 +48,33 @@ __device__ HeadRows OutRows(const float *x, const AttentionDims &s, long b, long
   return {x + b * s.T * s.C + h * s.hs(), s.C};
 }
 
+// What a block of kRowsPerBlock rows of one head knows of itself (grid:
+// row blocks x B * H): the head, its first row and this thread's row.
+struct RowBlock {
+  long bh, b, h, hs;
+  long first;   // the block's first row
+  long row;     // this thread's
+  bool active;  // row < T
+  float scale;  // 1 / sqrt(hs)
+  // The last key the block's query rows see (causal): its last row.
+  __device__ long LastKey(const AttentionDims &s) const {
+    return (first + kRowsPerBlock < s.T ? first + kRowsPerBlock : s.T) - 1;
+  }
+};
+
+__device__ RowBlock ThisRowBlock(const AttentionDims &s) {
+  RowBlock r;
+  r.bh = blockIdx.y;
+  r.b = r.bh / s.H;
+  r.h = r.bh % s.H;
+  r.hs = s.hs();
+  r.first = long(blockIdx.x) * kRowsPerBlock;
+  r.row = r.first + threadIdx.x;
+  r.active = r.row < s.T;
+  r.scale = 1.0f / sqrtf(float(r.hs));
+  return r;
+}
+
 // r = row t's first hs values, zeros after (and everywhere when !active).
 template <int kHs>
 __device__ void LoadRow(const HeadRows &rows, long t, long hs, bool active, float (&r)[kHs]) {
@@ -104,19 +131,17 @@ __global__ void __launch_bounds__(kRowsPerBlock)
     FlashForwardKernel(const float *qkv, AttentionDims s, float *y, float *lse) {
   __shared__ __align__(16) float ks[kTile][kHs];
   __shared__ __align__(16) float vs[kTile][kHs];
-  const long bh = blockIdx.y, b = bh / s.H, h = bh % s.H, hs = s.hs();
-  const long first_query = long(blockIdx.x) * kRowsPerBlock, t = first_query + threadIdx.x;
-  const bool active = t < s.T;
-  const float scale = 1.0f / sqrtf(float(hs));
-  const HeadRows q_rows = QkvRows(qkv, s, b, h, 0), k_rows = QkvRows(qkv, s, b, h, 1),
-                 v_rows = QkvRows(qkv, s, b, h, 2);
+  const RowBlock rb = ThisRowBlock(s);
+  const long bh = rb.bh, b = rb.b, h = rb.h, hs = rb.hs, t = rb.row;
+  const bool active = rb.active;
+  const float scale = rb.scale;
+  const HeadRows k_rows = QkvRows(qkv, s, b, h, 1), v_rows = QkvRows(qkv, s, b, h, 2);
   float q[kHs], o[kHs];
-  LoadRow(q_rows, t, hs, active, q);
+  LoadRow(QkvRows(qkv, s, b, h, 0), t, hs, active, q);
 #pragma unroll
   for (int d = 0; d < kHs; ++d) o[d] = 0.0f;
   float running_max = -INFINITY, running_sum = 0.0f;
-  const long last_key = (first_query + kRowsPerBlock < s.T ? first_query + kRowsPerBlock : s.T) - 1;
-  for (long first_key = 0; first_key <= last_key; first_key += kTile) {
+  for (long first_key = 0; first_key <= rb.LastKey(s); first_key += kTile) {
     __syncthreads();
     LoadTile(k_rows, first_key, s.T, hs, ks);
     LoadTile(v_rows, first_key, s.T, hs, vs);
@@ -174,10 +199,10 @@ __global__ void __launch_bounds__(kRowsPerBlock)
                              AttentionDims s, float *dqkv) {
   __shared__ __align__(16) float ks[kTile][kHs];
   __shared__ __align__(16) float vs[kTile][kHs];
-  const long bh = blockIdx.y, b = bh / s.H, h = bh % s.H, hs = s.hs();
-  const long first_query = long(blockIdx.x) * kRowsPerBlock, t = first_query + threadIdx.x;
-  const bool active = t < s.T;
-  const float scale = 1.0f / sqrtf(float(hs));
+  const RowBlock rb = ThisRowBlock(s);
+  const long bh = rb.bh, b = rb.b, h = rb.h, hs = rb.hs, t = rb.row;
+  const bool active = rb.active;
+  const float scale = rb.scale;
   const HeadRows k_rows = QkvRows(qkv, s, b, h, 1), v_rows = QkvRows(qkv, s, b, h, 2);
   float q[kHs], g[kHs], dq[kHs];
   LoadRow(QkvRows(qkv, s, b, h, 0), t, hs, active, q);
@@ -185,8 +210,7 @@ __global__ void __launch_bounds__(kRowsPerBlock)
 #pragma unroll
   for (int d = 0; d < kHs; ++d) dq[d] = 0.0f;
   const float row_lse = active ? lse[bh * s.T + t] : 0.0f, row_d = active ? D[bh * s.T + t] : 0.0f;
-  const long last_key = (first_query + kRowsPerBlock < s.T ? first_query + kRowsPerBlock : s.T) - 1;
-  for (long first_key = 0; first_key <= last_key; first_key += kTile) {
+  for (long first_key = 0; first_key <= rb.LastKey(s); first_key += kTile) {
     __syncthreads();
     LoadTile(k_rows, first_key, s.T, hs, ks);
     LoadTile(v_rows, first_key, s.T, hs, vs);
@@ -220,11 +244,11 @@ __global__ void __launch_bounds__(kRowsPerBlock)
   __shared__ __align__(16) float qs[kTile][kHs];
   __shared__ __align__(16) float gs[kTile][kHs];
   __shared__ float tile_lse[kTile], tile_d[kTile];
-  const long bh = blockIdx.y, b = bh / s.H, h = bh % s.H, hs = s.hs();
-  const long first_key = long(blockIdx.x) * kRowsPerBlock, j = first_key + threadIdx.x;
-  const bool active = j < s.T;
+  const RowBlock rb = ThisRowBlock(s);  // rows are keys here
+  const long bh = rb.bh, b = rb.b, h = rb.h, hs = rb.hs, first_key = rb.first, j = rb.row;
+  const bool active = rb.active;
   constexpr int kRows = kWantKey ? kPairChunk : kChunk;
-  const float scale = 1.0f / sqrtf(float(hs));
+  const float scale = rb.scale;
   const HeadRows q_rows = QkvRows(qkv, s, b, h, 0), g_rows = OutRows(dy, s, b, h);
   float k[kHs], v[kHs], acc[kHs];
   LoadRow(QkvRows(qkv, s, b, h, 1), j, hs, active, k);

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/kernels/cuda/cublaslt.cuh"
 #include "core/kernels/cuda/gemm_layout.h"
 #include "core/kernels/cuda/plugin_support.cuh"
 
@@ -36,19 +37,7 @@ __global__ void ToFp16Kernel(const float *x, __half *y, long n) {
     y[i] = __float2half_rn(x[i]);
 }
 
-// cuBLASLt's objects for one call, destroyed in reverse order.
-struct LtCall {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t preference = nullptr;
-  ~LtCall() {
-    if (preference) cublasLtMatmulPreferenceDestroy(preference);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
+}  // namespace
 
 const char *LtError(cublasStatus_t status) {
   switch (status) {
@@ -69,16 +58,6 @@ const char *LtError(cublasStatus_t status) {
   }
 }
 
-// One GEMM's cuBLASLt plan: its descriptors and the algorithm the heuristic
-// chose within the workspace. `status` is the first failure, if any.
-struct LtPlan {
-  LtCall call;
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-};
-
-// Plans D = alpha op(first) op(second) + beta D (column-major g), operands of
-// `operand` type, D of `out` type (fp32, or the operands' 16-bit type).
 void MakePlan(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDataType_t operand,
               cudaDataType_t out, cublasComputeType_t compute, size_t workspace_bytes,
               LtPlan *plan) {
@@ -98,6 +77,19 @@ void MakePlan(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDataType_t 
                                     uint64_t(g.second.cols), g.second.ld);
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatrixLayoutCreate(&call.c, out, uint64_t(g.m), uint64_t(g.n), g.ldc);
+  if (g.batch > 1) {
+    const int32_t count = g.batch;
+    const int64_t strides[3] = {g.first.batch_stride, g.second.batch_stride, g.c_batch_stride};
+    cublasLtMatrixLayout_t layouts[3] = {call.a, call.b, call.c};
+    for (int i = 0; i < 3 && st == CUBLAS_STATUS_SUCCESS; ++i) {
+      st = cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                            sizeof count);
+      if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutSetAttribute(layouts[i],
+                                              CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                              &strides[i], sizeof strides[i]);
+    }
+  }
   if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&call.preference);
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulPreferenceSetAttribute(call.preference,
@@ -111,7 +103,6 @@ void MakePlan(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDataType_t 
   plan->status = st;
 }
 
-// Runs a plan on the default stream.
 cublasStatus_t RunPlan(cublasLtHandle_t handle, const LtPlan &plan, const ColumnMajorGemm &g,
                        float alpha, float beta, void *d, void *workspace, size_t workspace_bytes) {
   if (plan.status != CUBLAS_STATUS_SUCCESS) return plan.status;
@@ -120,7 +111,6 @@ cublasStatus_t RunPlan(cublasLtHandle_t handle, const LtPlan &plan, const Column
                         workspace, workspace_bytes, nullptr);
 }
 
-// Plans and runs one GEMM (what each training call does today).
 cublasStatus_t Matmul(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDataType_t operand,
                       cudaDataType_t out, cublasComputeType_t compute, float alpha, float beta,
                       void *d, void *workspace, size_t workspace_bytes) {
@@ -128,8 +118,6 @@ cublasStatus_t Matmul(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDat
   MakePlan(handle, g, operand, out, compute, workspace_bytes, &plan);
   return RunPlan(handle, plan, g, alpha, beta, d, workspace, workspace_bytes);
 }
-
-}  // namespace
 
 }  // namespace dst::cuda
 

@@ -15,6 +15,7 @@ struct ColumnMajorOperand {
   const void *data = nullptr;
   bool transposed = false;
   int64_t rows = 0, cols = 0, ld = 0;
+  int64_t batch_stride = 0;  // elements between the matrices of a strided batch
 };
 
 // D[m, n] = alpha op(first) op(second) + beta C, column-major.
@@ -22,6 +23,8 @@ struct ColumnMajorGemm {
   int64_t m = 0, n = 0, k = 0;
   ColumnMajorOperand first, second;
   int64_t ldc = 0;
+  int batch = 1;               // matrices in a strided batch
+  int64_t c_batch_stride = 0;  // elements between the batch's results
 };
 
 // A row-major matrix is its transpose column-major, so row-major C = op(A)
@@ -42,6 +45,21 @@ inline ColumnMajorGemm FromRowMajor(bool trans_a, bool trans_b, int64_t m, int64
   // Second: op(A)^T, [k, m], the same way.
   g.second = {a, trans_a, trans_a ? m : k, trans_a ? k : m, lda};
   g.ldc = ldc;
+  return g;
+}
+
+// FromRowMajor as a strided batch of `batch` products: the i-th multiplies
+// A + i a_stride by B + i b_stride into C + i c_stride (row-major strides in
+// elements; B is the first operand column-major, A the second).
+inline ColumnMajorGemm BatchedFromRowMajor(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                           int64_t k, const void *a, int64_t lda, int64_t a_stride,
+                                           const void *b, int64_t ldb, int64_t b_stride,
+                                           int64_t ldc, int64_t c_stride, int batch) {
+  ColumnMajorGemm g = FromRowMajor(trans_a, trans_b, m, n, k, a, lda, b, ldb, ldc);
+  g.batch = batch;
+  g.first.batch_stride = b_stride;
+  g.second.batch_stride = a_stride;
+  g.c_batch_stride = c_stride;
   return g;
 }
 

@@ -134,6 +134,8 @@ struct BenchDims {
 bool IsGptBenchKernel(const char *kernel);
 // Times one of the GPT kernels (gpt_kernels.cu) on device-resident random inputs.
 cudaError_t BenchGptKernel(const char *kernel, const BenchDims &d, int iters, double *ms);
+// Times the attention through batched GEMMs (attention_gemm.cu), forward or backward.
+cudaError_t BenchAttentionGemm(bool backward, const BenchDims &d, int iters, double *ms);
 // Times the fused attention (flash_attention.cu), forward or backward.
 cudaError_t BenchFlashAttention(bool backward, const BenchDims &d, int iters, double *ms);
 

@@ -14,7 +14,7 @@ SDK_SRC = REPO / "sdk-python" / "src"
 EXAMPLES = REPO / "examples" / "python"
 HEADER = REPO / "capi" / "include" / "dstrain" / "dstrain.h"
 
-for path in (str(SDK_SRC), str(HERE)):
+for path in (str(SDK_SRC), str(HERE), str(HERE.parent)):  # HERE.parent: free_ports
     if path not in sys.path:
         sys.path.insert(0, path)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import numpy as np
 import pytest
 
 from sdk_support import TINY_GPT, tiny_config
+
+import free_ports  # on sys.path through sdk_support
 
 COMM_TIMEOUT = 4  # seconds; close() waits about this long (twice on rank 0) for a stopped peer
 
@@ -40,9 +41,7 @@ print(f"{command} took {time.monotonic() - start:.3f}", flush=True)
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports.free_port()
 
 
 def start_job(env: dict) -> list:

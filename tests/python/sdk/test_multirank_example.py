@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 
 from sdk_support import EXAMPLES
 
+import free_ports  # on sys.path through sdk_support
+
 TIMEOUT = 300
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports.free_port()
 
 
 def losses(stdout: str) -> list:
