@@ -143,7 +143,7 @@ std::vector<ReportSection> BuildSections(const json &info) {
         {"bf16 training GEMMs", Text(Child(info, "gemm"), "bf16_compute") + " (" +
                                     Text(Child(info, "gemm"), "bf16_compute_reason") + ")"},
         {"fp16 training GEMMs", "fp32 (no native fp16 matrix path is used on the CPU)"},
-        {"GELU loops", Text(Child(info, "gemm"), "elementwise")}}},
+        {"GELU, softmax loops", Text(Child(info, "gemm"), "elementwise")}}},
       {"GPU",
        {{"CUDA compiled in", YesNo(Flag(cuda, "compiled"))},
         {"NCCL compiled in", YesNo(Flag(cuda, "nccl"))},

@@ -1,4 +1,4 @@
-// The AVX-512 forms of the GELU loops (vector_math_avx512.cc) equal their
+// The AVX-512 forms of the GELU and softmax loops (vector_math_avx512.cc) equal their
 // AVX2 forms bit for bit, over values that reach every branch of the exp
 // range reduction (clamps, signs, zero, tiny and huge inputs) and over ranges
 // whose ends are not multiples of 16 (the AVX2 and scalar loops take the
@@ -34,6 +34,29 @@ bool SameBits(const std::vector<float> &a, const std::vector<float> &b, size_t *
       return false;
     }
   return true;
+}
+
+// The softmax's exp-and-sum: the values and the sum, bit for bit, for rows
+// shorter than a vector, with tails of every length, and a vocabulary's.
+TEST(VectorMath, Avx512ExpShiftedAndSumEqualsTheAvx2FormBitForBit) {
+#if DST_HAVE_AVX2
+  if (!Avx512Elementwise()) GTEST_SKIP() << "no AVX-512 here (or DSTRAIN_CPU_ISA=avx2)";
+  const std::vector<float> inputs = Inputs();
+  for (size_t n : {size_t(1), size_t(7), size_t(15), size_t(16), size_t(17), size_t(31), size_t(40),
+                   size_t(256), size_t(1000), size_t(50257)}) {
+    std::vector<float> wide(n), narrow(n);
+    for (size_t i = 0; i < n; ++i) wide[i] = narrow[i] = inputs[(i * 7919) % inputs.size()];
+    const float shift = 1.25f;
+    const float sum_wide = ExpShiftedAndSum(wide.data(), int64_t(n), shift, true);
+    const float sum_narrow = ExpShiftedAndSum(narrow.data(), int64_t(n), shift, false);
+    size_t at = 0;
+    EXPECT_TRUE(SameBits(wide, narrow, &at)) << "n=" << n << " at " << at;
+    EXPECT_EQ(std::memcmp(&sum_wide, &sum_narrow, sizeof(float)), 0)
+        << "n=" << n << ": " << sum_wide << " vs " << sum_narrow;
+  }
+#else
+  GTEST_SKIP() << "built without AVX2";
+#endif
 }
 
 TEST(VectorMath, Avx512GeluEqualsTheAvx2FormBitForBit) {

@@ -55,26 +55,7 @@ inline float HorizontalSum(__m256 v) {
 }
 #endif
 
-// x[i] = exp(x[i] - shift) for i < n; returns the sum of the new values.
-inline float ExpShiftedAndSum(float *x, int64_t n, float shift) {
-  int64_t i = 0;
-  float sum = 0.0f;
-#if DST_HAVE_AVX2
-  __m256 acc = _mm256_setzero_ps();
-  const __m256 s = _mm256_set1_ps(shift);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
-    _mm256_storeu_ps(x + i, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  sum = HorizontalSum(acc);
-#endif
-  for (; i < n; ++i) {
-    x[i] = math::FastExp(x[i] - shift);
-    sum += x[i];
-  }
-  return sum;
-}
+// ExpShiftedAndSum's double form (the gradient checks).
 inline double ExpShiftedAndSum(double *x, int64_t n, double shift) {
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) {
@@ -93,7 +74,34 @@ bool Avx512Elementwise();
 // the AVX2 form's bit for bit. Call only where Avx512Elementwise().
 int64_t GeluRange16(const float *x, float *out, int64_t begin, int64_t end);
 int64_t GeluGradRange16(const float *dout, const float *x, float *dx, int64_t begin, int64_t end);
+// ExpShiftedAndSum's loop 16 at a time from 0, adding into the AVX2 form's
+// eight partial sums *acc in its order (so the total is the same bits too).
+int64_t ExpShiftedAndSum16(float *x, int64_t n, float shift, __m256 *acc);
 #endif
+
+// x[i] = exp(x[i] - shift) for i < n; returns the sum of the new values (the
+// softmax of attention and of the loss). `wide`: the AVX-512 form first.
+inline float ExpShiftedAndSum(float *x, int64_t n, float shift, bool wide = Avx512Elementwise()) {
+  (void)wide;
+  int64_t i = 0;
+  float sum = 0.0f;
+#if DST_HAVE_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  if (wide) i = ExpShiftedAndSum16(x, n, shift, &acc);
+  const __m256 s = _mm256_set1_ps(shift);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(x + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  sum = HorizontalSum(acc);
+#endif
+  for (; i < n; ++i) {
+    x[i] = math::FastExp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
+}
 
 // out[i] = gelu(x[i]) for i in [begin, end); `wide`: the AVX-512 form first.
 inline void GeluRange(const float *x, float *out, int64_t begin, int64_t end,

@@ -1,4 +1,4 @@
-// AVX-512 forms of vector_math.h's AVX2 GELU loops: the same range reduction,
+// AVX-512 forms of vector_math.h's AVX2 GELU and exp-and-sum loops: the same range reduction,
 // polynomial and operation order in every lane (roundscale for round, the
 // integer forms of and/or/andnot, which AVX-512F has for floats only with
 // DQ), so each of the 16 lanes computes what an AVX2 lane does, bit for bit
@@ -82,6 +82,21 @@ DST_AVX512 int64_t GeluGradRange16(const float *dout, const float *x, float *dx,
         half, _mm512_fmadd_ps(_mm512_mul_ps(v, sech2), dinner, _mm512_add_ps(one, t)));
     _mm512_storeu_ps(dx + i, _mm512_mul_ps(_mm512_loadu_ps(dout + i), grad));
   }
+  return i;
+}
+
+DST_AVX512 int64_t ExpShiftedAndSum16(float *x, int64_t n, float shift, __m256 *acc) {
+  const __m512 s = _mm512_set1_ps(shift);
+  __m256 sum = *acc;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), s));
+    _mm512_storeu_ps(x + i, e);
+    // The AVX2 form adds elements i..i+7, then i+8..i+15: the same two adds.
+    sum = _mm256_add_ps(sum, _mm512_castps512_ps256(e));
+    sum = _mm256_add_ps(sum, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+  }
+  *acc = sum;
   return i;
 }
 
