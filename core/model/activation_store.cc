@@ -202,8 +202,7 @@ bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer) {
         // Into 16 bits, and the fp32 copy in the region rounded the same way,
         // so the backward sees what the 16-bit store gives back whether or
         // not the region is reused first.
-        FromFloat(half, act[k], stash, n);
-        ToFloat(half, stash, act[k], n);
+        FromFloatRounding(half, act[k], stash, n);
         stash += n;
       } else {
         RoundInPlace(half, act[k], n);

@@ -67,4 +67,10 @@ void FloatToHalf(const float *in, uint16_t *out, int64_t n);
 void BFloat16ToFloat(const uint16_t *in, float *out, int64_t n);
 void FloatToBFloat16(const float *in, uint16_t *out, int64_t n);
 
+// x[i] onto the 16-bit grid in place, in one pass: x[i] = ToFloat(From(x[i])),
+// the same bits as the two conversions; with `out`, the 16-bit values are
+// stored there too (what a 16-bit activation stash keeps).
+void RoundThroughHalf(float *x, uint16_t *out, int64_t n);
+void RoundThroughBFloat16(float *x, uint16_t *out, int64_t n);
+
 }  // namespace dst

@@ -27,12 +27,14 @@ void FromFloat(Half h, const float *in, uint16_t *out, int64_t n) {
 }
 
 void RoundInPlace(Half h, float *x, int64_t n) {
-  uint16_t bits[kChunk];
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t m = std::min(kChunk, n - i);
-    FromFloat(h, x + i, bits, m);
-    ToFloat(h, bits, x + i, m);
-  }
+  FromFloatRounding(h, x, nullptr, n);
+}
+
+void FromFloatRounding(Half h, float *x, uint16_t *out, int64_t n) {
+  if (h == Half::kFp16)
+    RoundThroughHalf(x, out, n);
+  else
+    RoundThroughBFloat16(x, out, n);
 }
 
 void AccumulateInto(Half h, const float *add, uint16_t *acc, int64_t n) {

@@ -22,6 +22,9 @@ void ToFloat(Half h, const uint16_t *in, float *out, int64_t n);
 void FromFloat(Half h, const float *in, uint16_t *out, int64_t n);
 // x[i] = float(round16(x[i])): fp32 storage holding 16-bit values.
 void RoundInPlace(Half h, float *x, int64_t n);
+// out[i] = the 16-bit x[i], and x[i] rounded the same way (one pass; out may
+// be null): a value stored in 16 bits whose fp32 copy stays in use.
+void FromFloatRounding(Half h, float *x, uint16_t *out, int64_t n);
 // acc[i] = round16(float(acc[i]) + add[i]).
 void AccumulateInto(Half h, const float *add, uint16_t *acc, int64_t n);
 // x[i] = round16(float(x[i]) + float(y[i])).

@@ -109,5 +109,53 @@ TEST(Bf16, ArrayPathMatchesScalar) {
   }
 }
 
+// The vector array path equals the scalar form bit for bit over any bits:
+// NaNs (signalling too, either sign), infinities, subnormals, ties, the
+// largest finite values (rounding up to inf), and a tail past the last eight.
+TEST(Bf16, ArrayPathMatchesScalarBitForBitOverAnyBits) {
+  std::vector<float> in;
+  for (uint32_t i = 0; i < 200003; ++i) in.push_back(Bits(uint32_t(Mix64(i))));
+  for (uint32_t special :
+       {0x7F800000u, 0xFF800000u, 0x7F800001u, 0xFFBFFFFFu, 0x7FC00000u, 0x7F7FFFFFu, 0x7F7F8000u,
+        0x00008000u, 0x3F808000u, 0x3F818000u, 0x80000000u, 0x00000001u, 0x807FFFFFu})
+    in.push_back(Bits(special));
+  std::vector<uint16_t> vec(in.size());
+  FloatToBFloat16(in.data(), vec.data(), int64_t(in.size()));
+  for (size_t i = 0; i < in.size(); ++i)
+    ASSERT_EQ(vec[i], FloatToBFloat16(in[i])) << "bits " << std::bit_cast<uint32_t>(in[i]);
+  std::vector<float> back(vec.size());
+  BFloat16ToFloat(vec.data(), back.data(), int64_t(vec.size()));
+  for (size_t i = 0; i < vec.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(back[i]), std::bit_cast<uint32_t>(BFloat16ToFloat(vec[i])))
+        << vec[i];
+}
+
+// The one-pass rounding (and its 16-bit copy) equals the two array
+// conversions bit for bit, in both formats, over any bits.
+TEST(RoundThrough, EqualsTheTwoConversionsBitForBit) {
+  std::vector<float> in;
+  for (uint32_t i = 0; i < 100003; ++i) in.push_back(Bits(uint32_t(Mix64(i + 7))));
+  for (bool bf16 : {true, false}) {
+    std::vector<uint16_t> want16(in.size()), got16(in.size());
+    std::vector<float> want(in.size()), got = in, alone = in;
+    if (bf16) {
+      FloatToBFloat16(in.data(), want16.data(), int64_t(in.size()));
+      BFloat16ToFloat(want16.data(), want.data(), int64_t(in.size()));
+      RoundThroughBFloat16(got.data(), got16.data(), int64_t(in.size()));
+      RoundThroughBFloat16(alone.data(), nullptr, int64_t(in.size()));
+    } else {
+      FloatToHalf(in.data(), want16.data(), int64_t(in.size()));
+      HalfToFloat(want16.data(), want.data(), int64_t(in.size()));
+      RoundThroughHalf(got.data(), got16.data(), int64_t(in.size()));
+      RoundThroughHalf(alone.data(), nullptr, int64_t(in.size()));
+    }
+    for (size_t i = 0; i < in.size(); ++i) {
+      ASSERT_EQ(got16[i], want16[i]) << (bf16 ? "bf16 " : "fp16 ") << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(alone[i]), std::bit_cast<uint32_t>(want[i])) << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dst
