@@ -185,7 +185,7 @@ void ActivationStore<T>::AllocateDeferred(size_t slots, int64_t per_slot, Memory
 }
 
 template <typename T>
-bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer) {
+bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer, const Kernels<T> &k) {
   const LayerSaveSpec &spec = specs_[layer];
   if (options_.recompute) resident_[0] = {slot, spec.group};
   if (options_.selective) transient_resident_ = {slot, int64_t(layer)};
@@ -194,24 +194,24 @@ bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer) {
     const Half half = *options_.half;
     LayerActivations<T> &act = at(slot, layer);
     uint16_t *stash = Keeps16() ? stash_[size_t(slot)][layer].data() : nullptr;
-    for (size_t k = 0; k < spec.tensors.size(); ++k) {
-      if (spec.tensors[k].exact) continue;
-      const int64_t n = spec.tensors[k].numel;
-      const bool transient = options_.selective && spec.tensors[k].recomputable;
+    for (size_t i = 0; i < spec.tensors.size(); ++i) {
+      if (spec.tensors[i].exact) continue;
+      const int64_t n = spec.tensors[i].numel;
+      const bool transient = options_.selective && spec.tensors[i].recomputable;
       if (stash && !transient) {
         // Into 16 bits, and the fp32 copy in the region rounded the same way,
         // so the backward sees what the 16-bit store gives back whether or
         // not the region is reused first.
-        FromFloatRounding(half, act[k], stash, n);
+        k.StashTo16(half, act[i], n, stash);
         stash += n;
       } else {
-        RoundInPlace(half, act[k], n);
+        k.RoundTo16(half, act[i], n);
       }
     }
     if (Keeps16()) resident_[layer % 2] = {slot, int64_t(layer)};
     return spec.first_is_output;
   } else {
-    (void)slot;
+    (void)slot, (void)k;
     return false;
   }
 }
@@ -231,34 +231,33 @@ bool ActivationStore<T>::NeedsRecomputeSaved(int64_t slot, size_t layer) const {
 }
 
 template <typename T>
-void ActivationStore<T>::AfterRecomputeSaved(int64_t slot, size_t layer) {
+void ActivationStore<T>::AfterRecomputeSaved(int64_t slot, size_t layer, const Kernels<T> &k) {
   transient_resident_ = {slot, int64_t(layer)};
   if constexpr (std::is_same_v<T, float>) {
     if (!options_.half.has_value()) return;
     const LayerSaveSpec &spec = specs_[layer];
     LayerActivations<T> &act = at(slot, layer);
-    for (size_t k = 0; k < spec.tensors.size(); ++k)
-      if (spec.tensors[k].recomputable && !spec.tensors[k].exact)
-        RoundInPlace(*options_.half, act[k], spec.tensors[k].numel);
+    for (size_t i = 0; i < spec.tensors.size(); ++i)
+      if (spec.tensors[i].recomputable && !spec.tensors[i].exact)
+        k.RoundTo16(*options_.half, act[i], spec.tensors[i].numel);
   }
 }
 
 template <typename T>
-void ActivationStore<T>::Restore(int64_t slot, size_t layer) {
+void ActivationStore<T>::Restore(int64_t slot, size_t layer, const Kernels<T> &k) {
   if constexpr (std::is_same_v<T, float>) {
     if (!Keeps16() || resident_[layer % 2].is(slot, int64_t(layer))) return;
     const LayerSaveSpec &spec = specs_[layer];
     LayerActivations<T> &act = at(slot, layer);
     const uint16_t *stash = stash_[size_t(slot)][layer].data();
-    for (size_t k = 0; k < spec.tensors.size(); ++k) {
-      if (spec.tensors[k].exact || (options_.selective && spec.tensors[k].recomputable)) continue;
-      ToFloat(*options_.half, stash, act[k], spec.tensors[k].numel);
-      stash += spec.tensors[k].numel;
+    for (size_t i = 0; i < spec.tensors.size(); ++i) {
+      if (spec.tensors[i].exact || (options_.selective && spec.tensors[i].recomputable)) continue;
+      k.UnstashFrom16(*options_.half, stash, spec.tensors[i].numel, act[i]);
+      stash += spec.tensors[i].numel;
     }
     resident_[layer % 2] = {slot, int64_t(layer)};
   } else {
-    (void)slot;
-    (void)layer;
+    (void)slot, (void)layer, (void)k;
   }
 }
 

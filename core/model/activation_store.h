@@ -90,18 +90,19 @@ class ActivationStore {
   // After `layer`'s forward in `slot` (also after a recomputation): rounds
   // its saved values onto the 16-bit grid and, under the 16-bit keep
   // policy, stores them in 16 bits. Returns whether its output was rounded
-  // (otherwise the caller rounds it, if it wants 16-bit outputs).
-  bool AfterForward(int64_t slot, size_t layer);
+  // (otherwise the caller rounds it, if it wants 16-bit outputs). The
+  // conversions run as kernels of `k` (where the tensors live).
+  bool AfterForward(int64_t slot, size_t layer, const Kernels<T> &k);
   // Before `layer`'s backward in `slot`: true when its saved values are not
   // held and the caller must run its group's forward again (recompute policy).
   bool NeedsRecompute(int64_t slot, size_t layer) const;
   // Selective: true when the layer's recomputable tensors do not hold the
   // slot's values (the caller runs Layer::RecomputeSaved, then AfterRecomputeSaved).
   bool NeedsRecomputeSaved(int64_t slot, size_t layer) const;
-  void AfterRecomputeSaved(int64_t slot, size_t layer);
+  void AfterRecomputeSaved(int64_t slot, size_t layer, const Kernels<T> &k);
   // Before `layer`'s backward in `slot`: makes its saved values readable
   // again (16-bit keep policy: widens them into the shared region).
-  void Restore(int64_t slot, size_t layer);
+  void Restore(int64_t slot, size_t layer, const Kernels<T> &k);
 
  private:
   // Region sizes in elements (aligned per tensor).

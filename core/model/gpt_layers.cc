@@ -2,16 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 
-#include "core/kernels/cpu/activations.h"
-#include "core/kernels/cpu/attention.h"
-#include "core/kernels/cpu/embedding.h"
-#include "core/kernels/cpu/gemm.h"
-#include "core/kernels/cpu/layernorm.h"
-#include "core/kernels/cpu/linear.h"
-#include "core/kernels/cpu/loss.h"
 #include "core/tensor_parallel/sequence_parallel.h"
 #include "core/tensor_parallel/tp_comm.h"
 #include "core/tensor_parallel/vocab_parallel.h"
@@ -52,41 +44,43 @@ int64_t GptEmbedding<T>::ScratchSize(const ActivationLimits &limits) const {
 
 template <typename T>
 void GptEmbedding<T>::Forward(const T *, LayerActivations<T> &act, const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   ParamStore<T> &p = *this->store_;
   const int64_t C = dims_.d_model;
   if (tp_.size == 1) {
-    cpu::EmbeddingForward(mb.tokens, p.param(wte_), p.param(wpe_), mb.B, mb.seq, C, act[0]);
+    k.EmbeddingForward(mb.tokens, p.param(wte_), p.param(wpe_), mb.B, mb.seq, C, act[0]);
     return;
   }
   if (!tp_.splits_rows()) {
-    cpu::EmbeddingLookupRange(mb.tokens, p.param(wte_), first_, rows_, mb.B, mb.seq, C, act[0]);
+    k.EmbeddingLookupRange(mb.tokens, p.param(wte_), first_, rows_, mb.B, mb.seq, C, act[0]);
     Status st = TpWait(TpAllReduce(tp_, act[0], mb.rows() * C), "token embedding");
     if (!st.ok()) return this->Fail(std::move(st));
-    cpu::AddPositions(p.param(wpe_), mb.B, mb.seq, C, act[0]);
+    k.AddPositionsToRows(p.param(wpe_), 0, mb.rows(), mb.seq, C, act[0]);
     return;
   }
   const int64_t n = LocalRows(tp_, mb.rows());
   T *whole = mb.scratch;  // [N, C]
-  cpu::EmbeddingLookupRange(mb.tokens, p.param(wte_), first_, rows_, mb.B, mb.seq, C, whole);
+  k.EmbeddingLookupRange(mb.tokens, p.param(wte_), first_, rows_, mb.B, mb.seq, C, whole);
   Status st = TpWait(ReduceScatterRows(tp_, whole, n, C), "token embedding");
   if (!st.ok()) return this->Fail(std::move(st));
-  std::memcpy(act[0], RowsOf(tp_, whole, n, C), size_t(n * C) * sizeof(T));
-  cpu::AddPositionsToRows(p.param(wpe_), tp_.rank * n, n, mb.seq, C, act[0]);
+  k.Copy(RowsOf(tp_, whole, n, C), n * C, act[0]);
+  k.AddPositionsToRows(p.param(wpe_), tp_.rank * n, n, mb.seq, C, act[0]);
 }
 
 template <typename T>
 void GptEmbedding<T>::Backward(const T *, const LayerActivations<T> &, T *dout, T *,
                                const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   const T *grad = dout;
   if (tp_.splits_rows()) {  // every row's gradient: wpe's is then whole on every rank
     T *whole = mb.scratch;
     const int64_t n = LocalRows(tp_, mb.rows());
-    Status st = TpWait(GatherRows(tp_, dout, n, dims_.d_model, whole), "embedding gradient");
+    Status st = TpWait(GatherRows(k, tp_, dout, n, dims_.d_model, whole), "embedding gradient");
     if (!st.ok()) return this->Fail(std::move(st));
     grad = whole;
   }
-  cpu::EmbeddingBackward(grad, mb.tokens, mb.B, mb.seq, dims_.d_model, this->store_->grad(wte_),
-                         this->store_->grad(wpe_), first_, rows_);
+  k.EmbeddingBackward(grad, mb.tokens, mb.B, mb.seq, dims_.d_model, this->store_->grad(wte_),
+                      this->store_->grad(wpe_), first_, rows_);
 }
 
 template <typename T>
@@ -98,8 +92,9 @@ std::vector<SavedTensorSpec> GptEmbedding<T>::DeferredTensors(
 template <typename T>
 void GptEmbedding<T>::BackwardInput(const T *, const LayerActivations<T> &, T *dout, T *,
                                     LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   const int64_t n = LocalRows(tp_, mb.rows());
-  std::memcpy(deferred[0], dout, size_t(n * dims_.d_model) * sizeof(T));
+  k.Copy(dout, n * dims_.d_model, deferred[0]);
 }
 
 template <typename T>
@@ -184,11 +179,13 @@ bool GptBlock<T>::Finish(std::unique_ptr<Work> work, const char *what) {
 }
 
 template <typename T>
-bool GptBlock<T>::SumRowParallel(T *out, const T *bias, int64_t N) {
+bool GptBlock<T>::SumRowParallel(T *out, const T *bias, const MicroBatch<T> &mb) {
+  const int64_t N = mb.rows();
+  const Kernels<T> &k = *mb.kernels;
   if (tp_.size == 1) return true;
   const int64_t C = dims_.d_model;
   if (!Finish(TpAllReduce(tp_, out, N * C), "attention / MLP output projection")) return false;
-  cpu::AddBiasToRows(bias, N, C, out);
+  k.AddBiasToRows(bias, N, C, out);
   return true;
 }
 
@@ -199,30 +196,30 @@ std::unique_ptr<Work> GptBlock<T>::SumInputGradient(T *din, int64_t N) {
 
 template <typename T>
 void GptBlock<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   if (tp_.splits_rows()) return ForwardSequenceParallel(in, a, mb);
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
   T *out = a[kOut];
-  cpu::LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), N, C, a[kLn1], a[kLn1Mean],
-                        a[kLn1Rstd]);
-  cpu::LinearForward(a[kLn1], p.param(attn_w_), p.param(attn_b_), N, C, 3 * Cl, a[kQkv],
+  k.LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), N, C, a[kLn1], a[kLn1Mean], a[kLn1Rstd]);
+  k.LinearForward(a[kLn1], p.param(attn_w_), p.param(attn_b_), N, C, 3 * Cl, a[kQkv],
+                  mb.ComputeOf(ModuleType::kAttention));
+  k.AttentionForward(a[kQkv], Attention(mb), a[kAtt], a[kAttY],
                      mb.ComputeOf(ModuleType::kAttention));
-  cpu::AttentionForward(a[kQkv], Attention(mb), a[kAtt], a[kAttY],
-                        mb.ComputeOf(ModuleType::kAttention));
   // attention projection into the output (as scratch), then the first residual
-  cpu::LinearForward(a[kAttY], p.param(proj_w_), GemmBias(proj_b_), N, Cl, C, out,
-                     mb.ComputeOf(ModuleType::kAttention));
-  if (!SumRowParallel(out, p.param(proj_b_), N)) return;
-  cpu::Add(in, out, N * C, a[kRes2]);
-  cpu::LayerNormForward(a[kRes2], p.param(ln2_w_), p.param(ln2_b_), N, C, a[kLn2], a[kLn2Mean],
-                        a[kLn2Rstd]);
-  cpu::LinearForward(a[kLn2], p.param(fc_w_), p.param(fc_b_), N, C, F, a[kFch],
-                     mb.ComputeOf(ModuleType::kLinear));
-  cpu::GeluForward(a[kFch], N * F, a[kFchGelu]);
-  cpu::LinearForward(a[kFchGelu], p.param(fcproj_w_), GemmBias(fcproj_b_), N, F, C, out,
-                     mb.ComputeOf(ModuleType::kLinear));
-  if (!SumRowParallel(out, p.param(fcproj_b_), N)) return;
-  cpu::AddInPlace(a[kRes2], N * C, out);
+  k.LinearForward(a[kAttY], p.param(proj_w_), GemmBias(proj_b_), N, Cl, C, out,
+                  mb.ComputeOf(ModuleType::kAttention));
+  if (!SumRowParallel(out, p.param(proj_b_), mb)) return;
+  k.Add(in, out, N * C, a[kRes2]);
+  k.LayerNormForward(a[kRes2], p.param(ln2_w_), p.param(ln2_b_), N, C, a[kLn2], a[kLn2Mean],
+                     a[kLn2Rstd]);
+  k.LinearForward(a[kLn2], p.param(fc_w_), p.param(fc_b_), N, C, F, a[kFch],
+                  mb.ComputeOf(ModuleType::kLinear));
+  k.GeluForward(a[kFch], N * F, a[kFchGelu]);
+  k.LinearForward(a[kFchGelu], p.param(fcproj_w_), GemmBias(fcproj_b_), N, F, C, out,
+                  mb.ComputeOf(ModuleType::kLinear));
+  if (!SumRowParallel(out, p.param(fcproj_b_), mb)) return;
+  k.AddInPlace(a[kRes2], N * C, out);
 }
 
 // Sequence-parallel forward: in, out, the LayerNorms and the residual are
@@ -231,35 +228,35 @@ void GptBlock<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<
 template <typename T>
 void GptBlock<T>::ForwardSequenceParallel(const T *in, LayerActivations<T> &a,
                                           const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model, Cl = c_local_,
                 F = f_local_;
   T *whole = mb.scratch;       // [N, C] a LayerNorm output, every rank's rows
   T *partial = whole + N * C;  // [N, C] a row-parallel GEMM's partial sums
-  cpu::LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), n, C, a[kLn1], a[kLn1Mean],
-                        a[kLn1Rstd]);
-  if (!Finish(GatherRows(tp_, a[kLn1], n, C, whole), "attention input (all-gather)")) return;
-  cpu::LinearForward(whole, p.param(attn_w_), p.param(attn_b_), N, C, 3 * Cl, a[kQkv],
+  k.LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), n, C, a[kLn1], a[kLn1Mean], a[kLn1Rstd]);
+  if (!Finish(GatherRows(k, tp_, a[kLn1], n, C, whole), "attention input (all-gather)")) return;
+  k.LinearForward(whole, p.param(attn_w_), p.param(attn_b_), N, C, 3 * Cl, a[kQkv],
+                  mb.ComputeOf(ModuleType::kAttention));
+  k.AttentionForward(a[kQkv], Attention(mb), a[kAtt], a[kAttY],
                      mb.ComputeOf(ModuleType::kAttention));
-  cpu::AttentionForward(a[kQkv], Attention(mb), a[kAtt], a[kAttY],
-                        mb.ComputeOf(ModuleType::kAttention));
-  cpu::LinearForward<T>(a[kAttY], p.param(proj_w_), nullptr, N, Cl, C, partial,
-                        mb.ComputeOf(ModuleType::kAttention));
+  k.LinearForward(a[kAttY], p.param(proj_w_), nullptr, N, Cl, C, partial,
+                  mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(ReduceScatterRows(tp_, partial, n, C), "attention output (reduce-scatter)")) return;
   T *rows = RowsOf(tp_, partial, n, C);  // this rank's rows of the sum
-  cpu::AddBiasToRows(p.param(proj_b_), n, C, rows);
-  cpu::Add(in, rows, n * C, a[kRes2]);
-  cpu::LayerNormForward(a[kRes2], p.param(ln2_w_), p.param(ln2_b_), n, C, a[kLn2], a[kLn2Mean],
-                        a[kLn2Rstd]);
-  if (!Finish(GatherRows(tp_, a[kLn2], n, C, whole), "MLP input (all-gather)")) return;
-  cpu::LinearForward(whole, p.param(fc_w_), p.param(fc_b_), N, C, F, a[kFch],
-                     mb.ComputeOf(ModuleType::kLinear));
-  cpu::GeluForward(a[kFch], N * F, a[kFchGelu]);
-  cpu::LinearForward<T>(a[kFchGelu], p.param(fcproj_w_), nullptr, N, F, C, partial,
-                        mb.ComputeOf(ModuleType::kLinear));
+  k.AddBiasToRows(p.param(proj_b_), n, C, rows);
+  k.Add(in, rows, n * C, a[kRes2]);
+  k.LayerNormForward(a[kRes2], p.param(ln2_w_), p.param(ln2_b_), n, C, a[kLn2], a[kLn2Mean],
+                     a[kLn2Rstd]);
+  if (!Finish(GatherRows(k, tp_, a[kLn2], n, C, whole), "MLP input (all-gather)")) return;
+  k.LinearForward(whole, p.param(fc_w_), p.param(fc_b_), N, C, F, a[kFch],
+                  mb.ComputeOf(ModuleType::kLinear));
+  k.GeluForward(a[kFch], N * F, a[kFchGelu]);
+  k.LinearForward(a[kFchGelu], p.param(fcproj_w_), nullptr, N, F, C, partial,
+                  mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(ReduceScatterRows(tp_, partial, n, C), "MLP output (reduce-scatter)")) return;
-  cpu::AddBiasToRows(p.param(fcproj_b_), n, C, rows);
-  cpu::Add(rows, a[kRes2], n * C, a[kOut]);
+  k.AddBiasToRows(p.param(fcproj_b_), n, C, rows);
+  k.Add(rows, a[kRes2], n * C, a[kOut]);
 }
 
 // Sequence-parallel backward: the output gradient's rows are gathered before
@@ -271,6 +268,7 @@ void GptBlock<T>::ForwardSequenceParallel(const T *in, LayerActivations<T> &a,
 template <typename T>
 void GptBlock<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T> &a, T *dout,
                                            T *din, const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model, Cl = c_local_,
                 F = f_local_;
@@ -282,53 +280,53 @@ void GptBlock<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T
   T *att_scratch = dqkv + N * 3 * C;                                        // [threads, T, T]
   T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
   T *ln_grads = ln_scratch + int64_t(mb.max_threads) * 2 * C;  // [4C] ln_1 w, b, ln_2 w, b
-  std::fill(ln_grads, ln_grads + 4 * C, T(0));
+  k.Zero(4 * C, ln_grads);
 
   // MLP branch; dout doubles as the gradient of res2 (residual).
-  if (!Finish(GatherRows(tp_, dout, n, C, d_whole), "MLP output gradient (all-gather)")) return;
-  std::unique_ptr<Work> gather = GatherRows(tp_, a[kLn2], n, C, gathered);
-  cpu::LinearBackward(d_whole, a[kFchGelu], p.param(fcproj_w_), N, F, C, d_fch, p.grad(fcproj_w_),
-                      p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
-  cpu::GeluBackward(d_fch, a[kFch], N * F, d_fch);
-  cpu::LinearBackward<T>(d_fch, nullptr, p.param(fc_w_), N, C, F, d_ln, nullptr, nullptr,
-                         mb.ComputeOf(ModuleType::kLinear));
+  if (!Finish(GatherRows(k, tp_, dout, n, C, d_whole), "MLP output gradient (all-gather)")) return;
+  std::unique_ptr<Work> gather = GatherRows(k, tp_, a[kLn2], n, C, gathered);
+  k.LinearBackward(d_whole, a[kFchGelu], p.param(fcproj_w_), N, F, C, d_fch, p.grad(fcproj_w_),
+                   p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
+  k.GeluBackward(d_fch, a[kFch], N * F, d_fch);
+  k.LinearBackward(d_fch, nullptr, p.param(fc_w_), N, C, F, d_ln, nullptr, nullptr,
+                   mb.ComputeOf(ModuleType::kLinear));
   std::unique_ptr<Work> sum = ReduceScatterRows(tp_, d_ln, n, C);
   if (!Finish(std::move(gather), "MLP input (all-gather)")) return;
-  cpu::LinearWeightBackward(d_fch, gathered, N, C, F, p.grad(fc_w_), p.grad(fc_b_),
-                            mb.ComputeOf(ModuleType::kLinear));
+  k.LinearWeightBackward(d_fch, gathered, N, C, F, p.grad(fc_w_), p.grad(fc_b_),
+                         mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(std::move(sum), "MLP input gradient (reduce-scatter)")) return;
-  cpu::LayerNormBackward(RowsOf(tp_, d_ln, n, C), a[kRes2], p.param(ln2_w_), a[kLn2Mean],
-                         a[kLn2Rstd], n, C, dout, ln_grads + 2 * C, ln_grads + 3 * C, ln_scratch,
-                         mb.max_threads);
+  k.LayerNormBackward(RowsOf(tp_, d_ln, n, C), a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd],
+                      n, C, dout, ln_grads + 2 * C, ln_grads + 3 * C, ln_scratch, mb.max_threads);
   // Attention branch; the residual passes dout (now d res2) straight to din.
-  if (!Finish(GatherRows(tp_, dout, n, C, d_whole), "attention output gradient (all-gather)"))
+  if (!Finish(GatherRows(k, tp_, dout, n, C, d_whole), "attention output gradient (all-gather)"))
     return;
-  gather = GatherRows(tp_, a[kLn1], n, C, gathered);
-  cpu::LinearBackward(d_whole, a[kAttY], p.param(proj_w_), N, Cl, C, d_ln, p.grad(proj_w_),
-                      p.grad(proj_b_), mb.ComputeOf(ModuleType::kAttention));
-  cpu::AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch,
-                         mb.ComputeOf(ModuleType::kAttention));
-  cpu::LinearBackward<T>(dqkv, nullptr, p.param(attn_w_), N, C, 3 * Cl, d_ln, nullptr, nullptr,
-                         mb.ComputeOf(ModuleType::kAttention));
+  gather = GatherRows(k, tp_, a[kLn1], n, C, gathered);
+  k.LinearBackward(d_whole, a[kAttY], p.param(proj_w_), N, Cl, C, d_ln, p.grad(proj_w_),
+                   p.grad(proj_b_), mb.ComputeOf(ModuleType::kAttention));
+  k.AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch,
+                      mb.ComputeOf(ModuleType::kAttention));
+  k.LinearBackward(dqkv, nullptr, p.param(attn_w_), N, C, 3 * Cl, d_ln, nullptr, nullptr,
+                   mb.ComputeOf(ModuleType::kAttention));
   sum = ReduceScatterRows(tp_, d_ln, n, C);
   if (!Finish(std::move(gather), "attention input (all-gather)")) return;
-  cpu::LinearWeightBackward(dqkv, gathered, N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
-                            mb.ComputeOf(ModuleType::kAttention));
+  k.LinearWeightBackward(dqkv, gathered, N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
+                         mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(std::move(sum), "attention input gradient (reduce-scatter)")) return;
   if (!din)
     din = dout;  // first layer: the input gradient is not needed, but ln_1's is
   else
-    std::memcpy(din, dout, size_t(n * C) * sizeof(T));
-  cpu::LayerNormBackward(RowsOf(tp_, d_ln, n, C), in, p.param(ln1_w_), a[kLn1Mean], a[kLn1Rstd], n,
-                         C, din, ln_grads, ln_grads + C, ln_scratch, mb.max_threads);
+    k.Copy(dout, n * C, din);
+  k.LayerNormBackward(RowsOf(tp_, d_ln, n, C), in, p.param(ln1_w_), a[kLn1Mean], a[kLn1Rstd], n, C,
+                      din, ln_grads, ln_grads + C, ln_scratch, mb.max_threads);
   if (!Finish(TpAllReduce(tp_, ln_grads, 4 * C), "LayerNorm weight gradients (all-reduce)")) return;
   const int ids[4] = {ln1_w_, ln1_b_, ln2_w_, ln2_b_};
-  for (int k = 0; k < 4; ++k) cpu::AddInPlace(ln_grads + k * C, C, p.grad(ids[k]));
+  for (int i = 0; i < 4; ++i) k.AddInPlace(ln_grads + i * C, C, p.grad(ids[i]));
 }
 
 template <typename T>
 void GptBlock<T>::Backward(const T *in, const LayerActivations<T> &a, T *dout, T *din,
                            const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   if (tp_.splits_rows()) return BackwardSequenceParallel(in, a, dout, din, mb);
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
@@ -339,34 +337,34 @@ void GptBlock<T>::Backward(const T *in, const LayerActivations<T> &a, T *dout, T
   T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
 
   // MLP branch; dout doubles as the gradient of res2 (residual).
-  cpu::LinearBackward(dout, a[kFchGelu], p.param(fcproj_w_), N, F, C, d_fch, p.grad(fcproj_w_),
-                      p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
-  cpu::GeluBackward(d_fch, a[kFch], N * F, d_fch);
-  cpu::LinearBackward<T>(d_fch, nullptr, p.param(fc_w_), N, C, F, d_ln, nullptr, nullptr,
-                         mb.ComputeOf(ModuleType::kLinear));
+  k.LinearBackward(dout, a[kFchGelu], p.param(fcproj_w_), N, F, C, d_fch, p.grad(fcproj_w_),
+                   p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
+  k.GeluBackward(d_fch, a[kFch], N * F, d_fch);
+  k.LinearBackward(d_fch, nullptr, p.param(fc_w_), N, C, F, d_ln, nullptr, nullptr,
+                   mb.ComputeOf(ModuleType::kLinear));
   std::unique_ptr<Work> sum = SumInputGradient(d_ln, N);  // while the weights' GEMM runs
-  cpu::LinearWeightBackward(d_fch, a[kLn2], N, C, F, p.grad(fc_w_), p.grad(fc_b_),
-                            mb.ComputeOf(ModuleType::kLinear));
+  k.LinearWeightBackward(d_fch, a[kLn2], N, C, F, p.grad(fc_w_), p.grad(fc_b_),
+                         mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(std::move(sum), "MLP input gradient")) return;
-  cpu::LayerNormBackward(d_ln, a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C, dout,
-                         p.grad(ln2_w_), p.grad(ln2_b_), ln_scratch, mb.max_threads);
+  k.LayerNormBackward(d_ln, a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C, dout,
+                      p.grad(ln2_w_), p.grad(ln2_b_), ln_scratch, mb.max_threads);
   // Attention branch; the residual passes dout (now d res2) straight to din.
-  cpu::LinearBackward(dout, a[kAttY], p.param(proj_w_), N, Cl, C, d_ln, p.grad(proj_w_),
-                      p.grad(proj_b_), mb.ComputeOf(ModuleType::kAttention));
-  cpu::AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch,
-                         mb.ComputeOf(ModuleType::kAttention));
-  cpu::LinearBackward<T>(dqkv, nullptr, p.param(attn_w_), N, C, 3 * Cl, d_ln, nullptr, nullptr,
-                         mb.ComputeOf(ModuleType::kAttention));
+  k.LinearBackward(dout, a[kAttY], p.param(proj_w_), N, Cl, C, d_ln, p.grad(proj_w_),
+                   p.grad(proj_b_), mb.ComputeOf(ModuleType::kAttention));
+  k.AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch,
+                      mb.ComputeOf(ModuleType::kAttention));
+  k.LinearBackward(dqkv, nullptr, p.param(attn_w_), N, C, 3 * Cl, d_ln, nullptr, nullptr,
+                   mb.ComputeOf(ModuleType::kAttention));
   sum = SumInputGradient(d_ln, N);
-  cpu::LinearWeightBackward(dqkv, a[kLn1], N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
-                            mb.ComputeOf(ModuleType::kAttention));
+  k.LinearWeightBackward(dqkv, a[kLn1], N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
+                         mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(std::move(sum), "attention input gradient")) return;
   if (!din)
     din = dout;  // first layer: the input gradient is not needed, but ln_1's is
   else
-    std::memcpy(din, dout, size_t(N * C) * sizeof(T));
-  cpu::LayerNormBackward(d_ln, in, p.param(ln1_w_), a[kLn1Mean], a[kLn1Rstd], N, C, din,
-                         p.grad(ln1_w_), p.grad(ln1_b_), ln_scratch, mb.max_threads);
+    k.Copy(dout, N * C, din);
+  k.LayerNormBackward(d_ln, in, p.param(ln1_w_), a[kLn1Mean], a[kLn1Rstd], N, C, din,
+                      p.grad(ln1_w_), p.grad(ln1_b_), ln_scratch, mb.max_threads);
 }
 
 // Sequence-parallel: the LayerNorms' output gradients hold this rank's rows;
@@ -393,41 +391,41 @@ template <typename T>
 void GptBlock<T>::BackwardInputSequenceParallel(const T *in, const LayerActivations<T> &a, T *dout,
                                                 T *din, LayerActivations<T> &d,
                                                 const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model, Cl = c_local_,
                 F = f_local_;
-  const size_t local_bytes = size_t(n * C) * sizeof(T);
   T *partial = mb.scratch;                                                  // [N, C]
   T *d_att = partial + N * C;                                               // [N, C']
   T *att_scratch = d_att + N * C;                                           // [threads, T, T]
   T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
-  if (!Finish(GatherRows(tp_, dout, n, C, d[kDOut]), "MLP output gradient (all-gather)")) return;
-  cpu::LinearBackward<T>(d[kDOut], nullptr, p.param(fcproj_w_), N, F, C, d[kDFch], nullptr, nullptr,
-                         mb.ComputeOf(ModuleType::kLinear));
-  cpu::GeluBackward(d[kDFch], a[kFch], N * F, d[kDFch]);
-  cpu::LinearBackward<T>(d[kDFch], nullptr, p.param(fc_w_), N, C, F, partial, nullptr, nullptr,
-                         mb.ComputeOf(ModuleType::kLinear));
+  if (!Finish(GatherRows(k, tp_, dout, n, C, d[kDOut]), "MLP output gradient (all-gather)")) return;
+  k.LinearBackward(d[kDOut], nullptr, p.param(fcproj_w_), N, F, C, d[kDFch], nullptr, nullptr,
+                   mb.ComputeOf(ModuleType::kLinear));
+  k.GeluBackward(d[kDFch], a[kFch], N * F, d[kDFch]);
+  k.LinearBackward(d[kDFch], nullptr, p.param(fc_w_), N, C, F, partial, nullptr, nullptr,
+                   mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(ReduceScatterRows(tp_, partial, n, C), "MLP input gradient (reduce-scatter)")) return;
-  std::memcpy(d[kDLn2], RowsOf(tp_, partial, n, C), local_bytes);
-  cpu::LayerNormBackward<T>(d[kDLn2], a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], n, C,
-                            dout, nullptr, nullptr, ln_scratch, mb.max_threads);
-  if (!Finish(GatherRows(tp_, dout, n, C, d[kDRes2]), "attention output gradient (all-gather)"))
+  k.Copy(RowsOf(tp_, partial, n, C), n * C, d[kDLn2]);
+  k.LayerNormBackward(d[kDLn2], a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], n, C, dout,
+                      nullptr, nullptr, ln_scratch, mb.max_threads);
+  if (!Finish(GatherRows(k, tp_, dout, n, C, d[kDRes2]), "attention output gradient (all-gather)"))
     return;
-  cpu::LinearBackward<T>(d[kDRes2], nullptr, p.param(proj_w_), N, Cl, C, d_att, nullptr, nullptr,
-                         mb.ComputeOf(ModuleType::kAttention));
-  cpu::AttentionBackward(d_att, a[kQkv], a[kAtt], Attention(mb), d[kDQkv], att_scratch,
-                         mb.ComputeOf(ModuleType::kAttention));
-  cpu::LinearBackward<T>(d[kDQkv], nullptr, p.param(attn_w_), N, C, 3 * Cl, partial, nullptr,
-                         nullptr, mb.ComputeOf(ModuleType::kAttention));
+  k.LinearBackward(d[kDRes2], nullptr, p.param(proj_w_), N, Cl, C, d_att, nullptr, nullptr,
+                   mb.ComputeOf(ModuleType::kAttention));
+  k.AttentionBackward(d_att, a[kQkv], a[kAtt], Attention(mb), d[kDQkv], att_scratch,
+                      mb.ComputeOf(ModuleType::kAttention));
+  k.LinearBackward(d[kDQkv], nullptr, p.param(attn_w_), N, C, 3 * Cl, partial, nullptr, nullptr,
+                   mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(ReduceScatterRows(tp_, partial, n, C), "attention input gradient (reduce-scatter)"))
     return;
-  std::memcpy(d[kDLn1], RowsOf(tp_, partial, n, C), local_bytes);
+  k.Copy(RowsOf(tp_, partial, n, C), n * C, d[kDLn1]);
   if (!din)
     din = dout;
   else
-    std::memcpy(din, dout, local_bytes);
-  cpu::LayerNormBackward<T>(d[kDLn1], in, p.param(ln1_w_), a[kLn1Mean], a[kLn1Rstd], n, C, din,
-                            nullptr, nullptr, ln_scratch, mb.max_threads);
+    k.Copy(dout, n * C, din);
+  k.LayerNormBackward(d[kDLn1], in, p.param(ln1_w_), a[kLn1Mean], a[kLn1Rstd], n, C, din, nullptr,
+                      nullptr, ln_scratch, mb.max_threads);
 }
 
 // Sequence-parallel weight half: the LayerNorm outputs gathered again for
@@ -437,94 +435,97 @@ template <typename T>
 void GptBlock<T>::BackwardWeightSequenceParallel(const T *in, const LayerActivations<T> &a,
                                                  const LayerActivations<T> &d,
                                                  const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model, Cl = c_local_,
                 F = f_local_;
   T *gathered = mb.scratch;                                    // [N, C]
   T *ln_scratch = gathered + N * C;                            // [threads, 2C]
   T *ln_grads = ln_scratch + int64_t(mb.max_threads) * 2 * C;  // [4C] ln_1 w, b, ln_2 w, b
-  std::fill(ln_grads, ln_grads + 4 * C, T(0));
-  cpu::LinearWeightBackward(d[kDOut], a[kFchGelu], N, F, C, p.grad(fcproj_w_), p.grad(fcproj_b_),
-                            mb.ComputeOf(ModuleType::kLinear));
-  if (!Finish(GatherRows(tp_, a[kLn2], n, C, gathered), "MLP input (all-gather)")) return;
-  cpu::LinearWeightBackward(d[kDFch], gathered, N, C, F, p.grad(fc_w_), p.grad(fc_b_),
-                            mb.ComputeOf(ModuleType::kLinear));
-  cpu::LayerNormParamBackward(d[kDLn2], a[kRes2], a[kLn2Mean], a[kLn2Rstd], n, C, ln_grads + 2 * C,
-                              ln_grads + 3 * C, ln_scratch, mb.max_threads);
-  cpu::LinearWeightBackward(d[kDRes2], a[kAttY], N, Cl, C, p.grad(proj_w_), p.grad(proj_b_),
-                            mb.ComputeOf(ModuleType::kAttention));
-  if (!Finish(GatherRows(tp_, a[kLn1], n, C, gathered), "attention input (all-gather)")) return;
-  cpu::LinearWeightBackward(d[kDQkv], gathered, N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
-                            mb.ComputeOf(ModuleType::kAttention));
-  cpu::LayerNormParamBackward(d[kDLn1], in, a[kLn1Mean], a[kLn1Rstd], n, C, ln_grads, ln_grads + C,
-                              ln_scratch, mb.max_threads);
+  k.Zero(4 * C, ln_grads);
+  k.LinearWeightBackward(d[kDOut], a[kFchGelu], N, F, C, p.grad(fcproj_w_), p.grad(fcproj_b_),
+                         mb.ComputeOf(ModuleType::kLinear));
+  if (!Finish(GatherRows(k, tp_, a[kLn2], n, C, gathered), "MLP input (all-gather)")) return;
+  k.LinearWeightBackward(d[kDFch], gathered, N, C, F, p.grad(fc_w_), p.grad(fc_b_),
+                         mb.ComputeOf(ModuleType::kLinear));
+  k.LayerNormParamBackward(d[kDLn2], a[kRes2], a[kLn2Mean], a[kLn2Rstd], n, C, ln_grads + 2 * C,
+                           ln_grads + 3 * C, ln_scratch, mb.max_threads);
+  k.LinearWeightBackward(d[kDRes2], a[kAttY], N, Cl, C, p.grad(proj_w_), p.grad(proj_b_),
+                         mb.ComputeOf(ModuleType::kAttention));
+  if (!Finish(GatherRows(k, tp_, a[kLn1], n, C, gathered), "attention input (all-gather)")) return;
+  k.LinearWeightBackward(d[kDQkv], gathered, N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
+                         mb.ComputeOf(ModuleType::kAttention));
+  k.LayerNormParamBackward(d[kDLn1], in, a[kLn1Mean], a[kLn1Rstd], n, C, ln_grads, ln_grads + C,
+                           ln_scratch, mb.max_threads);
   if (!Finish(TpAllReduce(tp_, ln_grads, 4 * C), "LayerNorm weight gradients (all-reduce)")) return;
   const int ids[4] = {ln1_w_, ln1_b_, ln2_w_, ln2_b_};
-  for (int k = 0; k < 4; ++k) cpu::AddInPlace(ln_grads + k * C, C, p.grad(ids[k]));
+  for (int i = 0; i < 4; ++i) k.AddInPlace(ln_grads + i * C, C, p.grad(ids[i]));
 }
 
 template <typename T>
 void GptBlock<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *dout, T *din,
                                 LayerActivations<T> &d, const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   if (tp_.splits_rows()) return BackwardInputSequenceParallel(in, a, dout, din, d, mb);
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
-  const size_t row_bytes = size_t(N * C) * sizeof(T);
   T *d_att = mb.scratch;                                                    // [N, C']
   T *att_scratch = d_att + N * C;                                           // [threads, T, T]
   T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
-  std::memcpy(d[kDOut], dout, row_bytes);
-  cpu::LinearBackward<T>(dout, nullptr, p.param(fcproj_w_), N, F, C, d[kDFch], nullptr, nullptr,
-                         mb.ComputeOf(ModuleType::kLinear));
-  cpu::GeluBackward(d[kDFch], a[kFch], N * F, d[kDFch]);
-  cpu::LinearBackward<T>(d[kDFch], nullptr, p.param(fc_w_), N, C, F, d[kDLn2], nullptr, nullptr,
-                         mb.ComputeOf(ModuleType::kLinear));
+  k.Copy(dout, N * C, d[kDOut]);
+  k.LinearBackward(dout, nullptr, p.param(fcproj_w_), N, F, C, d[kDFch], nullptr, nullptr,
+                   mb.ComputeOf(ModuleType::kLinear));
+  k.GeluBackward(d[kDFch], a[kFch], N * F, d[kDFch]);
+  k.LinearBackward(d[kDFch], nullptr, p.param(fc_w_), N, C, F, d[kDLn2], nullptr, nullptr,
+                   mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(SumInputGradient(d[kDLn2], N), "MLP input gradient")) return;
-  cpu::LayerNormBackward<T>(d[kDLn2], a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C,
-                            dout, nullptr, nullptr, ln_scratch, mb.max_threads);
-  std::memcpy(d[kDRes2], dout, row_bytes);
-  cpu::LinearBackward<T>(dout, nullptr, p.param(proj_w_), N, Cl, C, d_att, nullptr, nullptr,
-                         mb.ComputeOf(ModuleType::kAttention));
-  cpu::AttentionBackward(d_att, a[kQkv], a[kAtt], Attention(mb), d[kDQkv], att_scratch,
-                         mb.ComputeOf(ModuleType::kAttention));
-  cpu::LinearBackward<T>(d[kDQkv], nullptr, p.param(attn_w_), N, C, 3 * Cl, d[kDLn1], nullptr,
-                         nullptr, mb.ComputeOf(ModuleType::kAttention));
+  k.LayerNormBackward(d[kDLn2], a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C, dout,
+                      nullptr, nullptr, ln_scratch, mb.max_threads);
+  k.Copy(dout, N * C, d[kDRes2]);
+  k.LinearBackward(dout, nullptr, p.param(proj_w_), N, Cl, C, d_att, nullptr, nullptr,
+                   mb.ComputeOf(ModuleType::kAttention));
+  k.AttentionBackward(d_att, a[kQkv], a[kAtt], Attention(mb), d[kDQkv], att_scratch,
+                      mb.ComputeOf(ModuleType::kAttention));
+  k.LinearBackward(d[kDQkv], nullptr, p.param(attn_w_), N, C, 3 * Cl, d[kDLn1], nullptr, nullptr,
+                   mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(SumInputGradient(d[kDLn1], N), "attention input gradient")) return;
   if (!din)
     din = dout;
   else
-    std::memcpy(din, dout, row_bytes);
-  cpu::LayerNormBackward<T>(d[kDLn1], in, p.param(ln1_w_), a[kLn1Mean], a[kLn1Rstd], N, C, din,
-                            nullptr, nullptr, ln_scratch, mb.max_threads);
+    k.Copy(dout, N * C, din);
+  k.LayerNormBackward(d[kDLn1], in, p.param(ln1_w_), a[kLn1Mean], a[kLn1Rstd], N, C, din, nullptr,
+                      nullptr, ln_scratch, mb.max_threads);
 }
 
 template <typename T>
 void GptBlock<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
                                  const LayerActivations<T> &d, const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   if (tp_.splits_rows()) return BackwardWeightSequenceParallel(in, a, d, mb);
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
   T *ln_scratch = mb.scratch;  // [threads, 2C]
-  cpu::LinearWeightBackward(d[kDOut], a[kFchGelu], N, F, C, p.grad(fcproj_w_), p.grad(fcproj_b_),
-                            mb.ComputeOf(ModuleType::kLinear));
-  cpu::LinearWeightBackward(d[kDFch], a[kLn2], N, C, F, p.grad(fc_w_), p.grad(fc_b_),
-                            mb.ComputeOf(ModuleType::kLinear));
-  cpu::LayerNormParamBackward(d[kDLn2], a[kRes2], a[kLn2Mean], a[kLn2Rstd], N, C, p.grad(ln2_w_),
-                              p.grad(ln2_b_), ln_scratch, mb.max_threads);
-  cpu::LinearWeightBackward(d[kDRes2], a[kAttY], N, Cl, C, p.grad(proj_w_), p.grad(proj_b_),
-                            mb.ComputeOf(ModuleType::kAttention));
-  cpu::LinearWeightBackward(d[kDQkv], a[kLn1], N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
-                            mb.ComputeOf(ModuleType::kAttention));
-  cpu::LayerNormParamBackward(d[kDLn1], in, a[kLn1Mean], a[kLn1Rstd], N, C, p.grad(ln1_w_),
-                              p.grad(ln1_b_), ln_scratch, mb.max_threads);
+  k.LinearWeightBackward(d[kDOut], a[kFchGelu], N, F, C, p.grad(fcproj_w_), p.grad(fcproj_b_),
+                         mb.ComputeOf(ModuleType::kLinear));
+  k.LinearWeightBackward(d[kDFch], a[kLn2], N, C, F, p.grad(fc_w_), p.grad(fc_b_),
+                         mb.ComputeOf(ModuleType::kLinear));
+  k.LayerNormParamBackward(d[kDLn2], a[kRes2], a[kLn2Mean], a[kLn2Rstd], N, C, p.grad(ln2_w_),
+                           p.grad(ln2_b_), ln_scratch, mb.max_threads);
+  k.LinearWeightBackward(d[kDRes2], a[kAttY], N, Cl, C, p.grad(proj_w_), p.grad(proj_b_),
+                         mb.ComputeOf(ModuleType::kAttention));
+  k.LinearWeightBackward(d[kDQkv], a[kLn1], N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
+                         mb.ComputeOf(ModuleType::kAttention));
+  k.LayerNormParamBackward(d[kDLn1], in, a[kLn1Mean], a[kLn1Rstd], N, C, p.grad(ln1_w_),
+                           p.grad(ln1_b_), ln_scratch, mb.max_threads);
 }
 
 // The attention core once more; its output (already saved as kAttY) goes to
 // the backward workspace, which is free until the backward starts.
 template <typename T>
 void GptBlock<T>::RecomputeSaved(const T *, LayerActivations<T> &a, const MicroBatch<T> &mb) {
-  cpu::AttentionForward(a[kQkv], Attention(mb), a[kAtt], mb.scratch,
-                        mb.ComputeOf(ModuleType::kAttention));
+  const Kernels<T> &k = *mb.kernels;
+  k.AttentionForward(a[kQkv], Attention(mb), a[kAtt], mb.scratch,
+                     mb.ComputeOf(ModuleType::kAttention));
 }
 
 // This rank's share: its heads and its slices of the linears.
@@ -581,44 +582,46 @@ int64_t GptHead<T>::ScratchSize(const ActivationLimits &limits) const {
 
 template <typename T>
 void GptHead<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model;
-  cpu::LayerNormForward(in, p.param(lnf_w_), p.param(lnf_b_), n, C, a[kLnf], a[kLnfMean],
-                        a[kLnfRstd]);
+  k.LayerNormForward(in, p.param(lnf_w_), p.param(lnf_b_), n, C, a[kLnf], a[kLnfMean], a[kLnfRstd]);
   const T *x = a[kLnf];  // [N, C] every row (sequence-parallel: gathered)
   if (tp_.splits_rows()) {
-    Status st = TpWait(GatherRows(tp_, a[kLnf], n, C, mb.scratch), "LM head input (all-gather)");
+    Status st = TpWait(GatherRows(k, tp_, a[kLnf], n, C, mb.scratch), "LM head input (all-gather)");
     if (!st.ok()) return this->Fail(std::move(st));
     x = mb.scratch;
   }
-  cpu::LinearForward<T>(x, p.param(wte_), nullptr, N, C, vocab_, a[kProbs],
-                        mb.ComputeOf(ModuleType::kEmbedding));
+  k.LinearForward(x, p.param(wte_), nullptr, N, C, vocab_, a[kProbs],
+                  mb.ComputeOf(ModuleType::kEmbedding));
   if (tp_.size == 1) {
-    a.loss = double(cpu::SoftmaxCrossEntropyForward(a[kProbs], mb.targets, N, vocab_, &a.counted));
+    a.loss = k.SoftmaxCrossEntropyForward(a[kProbs], mb.targets, N, vocab_, &a.counted);
     return;
   }
-  Status st = VocabParallelCrossEntropy(tp_, a[kProbs], mb.targets, N, vocab_, first_, mb.scratch,
-                                        &a.loss, &a.counted);
+  Status st = VocabParallelCrossEntropy(k, tp_, a[kProbs], mb.targets, N, vocab_, first_,
+                                        mb.scratch, &a.loss, &a.counted);
   if (!st.ok()) this->Fail(std::move(st));
 }
 
 template <typename T>
 void GptHead<T>::LogitsGradient(const LayerActivations<T> &a, const MicroBatch<T> &mb,
                                 T *dlogits) const {
-  cpu::SoftmaxCrossEntropyBackward(a[kProbs], mb.targets, mb.rows(), vocab_, a.counted,
-                                   mb.grad_scale, dlogits, first_);
+  const Kernels<T> &k = *mb.kernels;
+  k.SoftmaxCrossEntropyBackward(a[kProbs], mb.targets, mb.rows(), vocab_, a.counted, mb.grad_scale,
+                                dlogits, first_);
 }
 
 template <typename T>
-bool GptHead<T>::LnfGradient(const LayerActivations<T> &a, const T *dlogits, T *d_lnf, int64_t N,
-                             bool weights, ComputeType compute) {
+bool GptHead<T>::LnfGradient(const LayerActivations<T> &a, const T *dlogits, T *d_lnf, bool weights,
+                             const MicroBatch<T> &mb) {
   ParamStore<T> &p = *this->store_;
-  const int64_t C = dims_.d_model;
-  cpu::LinearBackward<T>(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr,
-                         compute);
+  const Kernels<T> &k = *mb.kernels;
+  const int64_t N = mb.rows(), C = dims_.d_model;
+  const ComputeType compute = mb.ComputeOf(ModuleType::kEmbedding);
+  k.LinearBackward(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr, compute);
   std::unique_ptr<Work> sum = TpAllReduce(tp_, d_lnf, N * C);  // while the wte GEMM runs
   if (weights)
-    cpu::LinearWeightBackward<T>(dlogits, a[kLnf], N, C, vocab_, p.grad(wte_), nullptr, compute);
+    k.LinearWeightBackward(dlogits, a[kLnf], N, C, vocab_, p.grad(wte_), nullptr, compute);
   Status st = TpWait(std::move(sum), "LM head input gradient");
   if (st.ok()) return true;
   this->Fail(std::move(st));
@@ -632,6 +635,7 @@ bool GptHead<T>::LnfGradient(const LayerActivations<T> &a, const T *dlogits, T *
 template <typename T>
 void GptHead<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T> &a, T *din,
                                           const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model;
   T *dlogits = mb.scratch;                                     // [N, V']
@@ -640,30 +644,31 @@ void GptHead<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T>
   T *gathered = ln_scratch + int64_t(mb.max_threads) * 2 * C;  // [N, C]
   T *ln_grads = gathered + N * C;                              // [2C] weight, bias
   LogitsGradient(a, mb, dlogits);
-  cpu::LinearBackward<T>(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr,
-                         mb.ComputeOf(ModuleType::kEmbedding));
+  k.LinearBackward(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr,
+                   mb.ComputeOf(ModuleType::kEmbedding));
   std::unique_ptr<Work> sum = ReduceScatterRows(tp_, d_lnf, n, C);
-  std::unique_ptr<Work> gather = GatherRows(tp_, a[kLnf], n, C, gathered);
+  std::unique_ptr<Work> gather = GatherRows(k, tp_, a[kLnf], n, C, gathered);
   Status st = TpWait(std::move(gather), "LM head input (all-gather)");
   if (st.ok()) {
-    cpu::LinearWeightBackward<T>(dlogits, gathered, N, C, vocab_, p.grad(wte_), nullptr,
-                                 mb.ComputeOf(ModuleType::kEmbedding));
+    k.LinearWeightBackward(dlogits, gathered, N, C, vocab_, p.grad(wte_), nullptr,
+                           mb.ComputeOf(ModuleType::kEmbedding));
     st = TpWait(std::move(sum), "LM head input gradient (reduce-scatter)");
   }
   if (!st.ok()) return this->Fail(std::move(st));
-  std::memset(din, 0, size_t(n * C) * sizeof(T));
-  std::fill(ln_grads, ln_grads + 2 * C, T(0));
-  cpu::LayerNormBackward(RowsOf(tp_, d_lnf, n, C), in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], n,
-                         C, din, ln_grads, ln_grads + C, ln_scratch, mb.max_threads);
+  k.Zero(n * C, din);
+  k.Zero(2 * C, ln_grads);
+  k.LayerNormBackward(RowsOf(tp_, d_lnf, n, C), in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], n, C,
+                      din, ln_grads, ln_grads + C, ln_scratch, mb.max_threads);
   st = TpWait(TpAllReduce(tp_, ln_grads, 2 * C), "final LayerNorm gradients (all-reduce)");
   if (!st.ok()) return this->Fail(std::move(st));
-  cpu::AddInPlace(ln_grads, C, p.grad(lnf_w_));
-  cpu::AddInPlace(ln_grads + C, C, p.grad(lnf_b_));
+  k.AddInPlace(ln_grads, C, p.grad(lnf_w_));
+  k.AddInPlace(ln_grads + C, C, p.grad(lnf_b_));
 }
 
 template <typename T>
 void GptHead<T>::Backward(const T *in, const LayerActivations<T> &a, T *, T *din,
                           const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   if (tp_.splits_rows()) return BackwardSequenceParallel(in, a, din, mb);
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model;
@@ -671,11 +676,10 @@ void GptHead<T>::Backward(const T *in, const LayerActivations<T> &a, T *, T *din
   T *d_lnf = dlogits + N * vocab_;  // [N, C]
   T *ln_scratch = d_lnf + N * C;    // [threads, 2C]
   LogitsGradient(a, mb, dlogits);
-  if (!LnfGradient(a, dlogits, d_lnf, N, /*weights=*/true, mb.ComputeOf(ModuleType::kEmbedding)))
-    return;
-  std::memset(din, 0, size_t(N * C) * sizeof(T));
-  cpu::LayerNormBackward(d_lnf, in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], N, C, din,
-                         p.grad(lnf_w_), p.grad(lnf_b_), ln_scratch, mb.max_threads);
+  if (!LnfGradient(a, dlogits, d_lnf, /*weights=*/true, mb)) return;
+  k.Zero(N * C, din);
+  k.LayerNormBackward(d_lnf, in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], N, C, din,
+                      p.grad(lnf_w_), p.grad(lnf_b_), ln_scratch, mb.max_threads);
 }
 
 template <typename T>
@@ -686,6 +690,7 @@ std::vector<SavedTensorSpec> GptHead<T>::DeferredTensors(const ActivationLimits 
 template <typename T>
 void GptHead<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *, T *din,
                                LayerActivations<T> &d, const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model;
   T *dlogits = mb.scratch;                     // [N, V']
@@ -693,18 +698,17 @@ void GptHead<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *, T
   T *ln_scratch = dlogits + N * (vocab_ + C);  // [threads, 2C]
   LogitsGradient(a, mb, dlogits);
   if (tp_.splits_rows()) {  // reduce-scattered; this rank's rows kept for the weight half
-    cpu::LinearBackward<T>(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr,
-                           mb.ComputeOf(ModuleType::kEmbedding));
+    k.LinearBackward(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr,
+                     mb.ComputeOf(ModuleType::kEmbedding));
     Status st = TpWait(ReduceScatterRows(tp_, d_lnf, n, C), "LM head input gradient");
     if (!st.ok()) return this->Fail(std::move(st));
-    std::memcpy(d[0], RowsOf(tp_, d_lnf, n, C), size_t(n * C) * sizeof(T));
-  } else if (!LnfGradient(a, dlogits, d[0], N, /*weights=*/false,
-                          mb.ComputeOf(ModuleType::kEmbedding))) {
+    k.Copy(RowsOf(tp_, d_lnf, n, C), n * C, d[0]);
+  } else if (!LnfGradient(a, dlogits, d[0], /*weights=*/false, mb)) {
     return;
   }
-  std::memset(din, 0, size_t(n * C) * sizeof(T));
-  cpu::LayerNormBackward<T>(d[0], in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], n, C, din, nullptr,
-                            nullptr, ln_scratch, mb.max_threads);
+  k.Zero(n * C, din);
+  k.LayerNormBackward(d[0], in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], n, C, din, nullptr,
+                      nullptr, ln_scratch, mb.max_threads);
 }
 
 // The logits' gradient again (an element-wise pass over the probabilities,
@@ -712,16 +716,17 @@ void GptHead<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *, T
 template <typename T>
 void GptHead<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
                                 const LayerActivations<T> &d, const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model;
   T *dlogits = mb.scratch;                     // [N, V']
   T *ln_scratch = dlogits + N * (vocab_ + C);  // [threads, 2C]
   LogitsGradient(a, mb, dlogits);
   if (tp_.splits_rows()) return WeightGradientsSequenceParallel(in, a, d, mb, dlogits);
-  cpu::LinearWeightBackward<T>(dlogits, a[kLnf], N, C, vocab_, p.grad(wte_), nullptr,
-                               mb.ComputeOf(ModuleType::kEmbedding));
-  cpu::LayerNormParamBackward(d[0], in, a[kLnfMean], a[kLnfRstd], N, C, p.grad(lnf_w_),
-                              p.grad(lnf_b_), ln_scratch, mb.max_threads);
+  k.LinearWeightBackward(dlogits, a[kLnf], N, C, vocab_, p.grad(wte_), nullptr,
+                         mb.ComputeOf(ModuleType::kEmbedding));
+  k.LayerNormParamBackward(d[0], in, a[kLnfMean], a[kLnfRstd], N, C, p.grad(lnf_w_), p.grad(lnf_b_),
+                           ln_scratch, mb.max_threads);
 }
 
 // Sequence-parallel weight half: wte's gradient from ln_f's re-gathered
@@ -730,22 +735,23 @@ template <typename T>
 void GptHead<T>::WeightGradientsSequenceParallel(const T *in, const LayerActivations<T> &a,
                                                  const LayerActivations<T> &d,
                                                  const MicroBatch<T> &mb, const T *dlogits) {
+  const Kernels<T> &k = *mb.kernels;
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = dims_.d_model;
   T *ln_scratch = mb.scratch + N * (vocab_ + C);               // [threads, 2C]
   T *gathered = ln_scratch + int64_t(mb.max_threads) * 2 * C;  // [N, C]
   T *ln_grads = gathered + N * C;                              // [2C] weight, bias
-  Status st = TpWait(GatherRows(tp_, a[kLnf], n, C, gathered), "LM head input (all-gather)");
+  Status st = TpWait(GatherRows(k, tp_, a[kLnf], n, C, gathered), "LM head input (all-gather)");
   if (!st.ok()) return this->Fail(std::move(st));
-  cpu::LinearWeightBackward<T>(dlogits, gathered, N, C, vocab_, p.grad(wte_), nullptr,
-                               mb.ComputeOf(ModuleType::kEmbedding));
-  std::fill(ln_grads, ln_grads + 2 * C, T(0));
-  cpu::LayerNormParamBackward(d[0], in, a[kLnfMean], a[kLnfRstd], n, C, ln_grads, ln_grads + C,
-                              ln_scratch, mb.max_threads);
+  k.LinearWeightBackward(dlogits, gathered, N, C, vocab_, p.grad(wte_), nullptr,
+                         mb.ComputeOf(ModuleType::kEmbedding));
+  k.Zero(2 * C, ln_grads);
+  k.LayerNormParamBackward(d[0], in, a[kLnfMean], a[kLnfRstd], n, C, ln_grads, ln_grads + C,
+                           ln_scratch, mb.max_threads);
   st = TpWait(TpAllReduce(tp_, ln_grads, 2 * C), "final LayerNorm gradients (all-reduce)");
   if (!st.ok()) return this->Fail(std::move(st));
-  cpu::AddInPlace(ln_grads, C, p.grad(lnf_w_));
-  cpu::AddInPlace(ln_grads + C, C, p.grad(lnf_b_));
+  k.AddInPlace(ln_grads, C, p.grad(lnf_w_));
+  k.AddInPlace(ln_grads + C, C, p.grad(lnf_b_));
 }
 
 template <typename T>

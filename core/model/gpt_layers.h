@@ -4,7 +4,6 @@
 
 #include <string>
 
-#include "core/kernels/cpu/attention.h"
 #include "core/model/layer.h"
 #include "core/tensor_parallel/tp_group.h"
 
@@ -118,12 +117,12 @@ class GptBlock final : public Layer<T> {
   };
 
  private:
-  cpu::AttentionShape Attention(const MicroBatch<T> &mb) const {
+  AttentionShape Attention(const MicroBatch<T> &mb) const {
     return {mb.B, mb.seq, c_local_, dims_.n_head / tp_.size};
   }
   // A row-parallel GEMM's partial output [N, C] summed over the group, then
   // its bias added (tp > 1; at tp 1 the GEMM added it). False on failure.
-  bool SumRowParallel(T *out, const T *bias, int64_t N);
+  bool SumRowParallel(T *out, const T *bias, const MicroBatch<T> &mb);
   // The block under sequence parallelism (sequence_parallel.h).
   void ForwardSequenceParallel(const T *in, LayerActivations<T> &a, const MicroBatch<T> &mb);
   void BackwardSequenceParallel(const T *in, const LayerActivations<T> &a, T *dout, T *din,
@@ -189,8 +188,8 @@ class GptHead final : public Layer<T> {
   void LogitsGradient(const LayerActivations<T> &a, const MicroBatch<T> &mb, T *dlogits) const;
   // d_lnf = dlogits wte [N, C] (summed over the group), with the wte
   // gradient's GEMM (if `weights`) while the sum runs. False on failure.
-  bool LnfGradient(const LayerActivations<T> &a, const T *dlogits, T *d_lnf, int64_t N,
-                   bool weights, ComputeType compute);
+  bool LnfGradient(const LayerActivations<T> &a, const T *dlogits, T *d_lnf, bool weights,
+                   const MicroBatch<T> &mb);
   void BackwardSequenceParallel(const T *in, const LayerActivations<T> &a, T *din,
                                 const MicroBatch<T> &mb);
   void WeightGradientsSequenceParallel(const T *in, const LayerActivations<T> &a,

@@ -16,6 +16,7 @@
 
 #include "core/common/status.h"
 #include "core/kernels/compute_type.h"
+#include "core/kernels/kernels.h"
 #include "core/model/module_type.h"
 #include "core/model/params.h"
 #include "core/runtime/memory.h"
@@ -37,6 +38,9 @@ struct MicroBatch {
   int max_threads = 1;
   ComputeType compute = ComputeType::kFp32;  // what the layers' GEMMs multiply in (ComputeType)
   ModuleSet fp32_modules;  // fp16/bf16_override_modules: these multiply in fp32 whatever `compute`
+  // The backend the layers run their kernels through (kernels.h): where the
+  // pointers above and the activations live. The model sets it (Prepare).
+  const Kernels<T> *kernels = &HostKernels<T>();
   int64_t rows() const { return B * seq; }
   // What the GEMMs of a layer's part of type `m` multiply in.
   ComputeType ComputeOf(ModuleType m) const {

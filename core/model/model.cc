@@ -345,10 +345,11 @@ Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTra
 
 // The output buffer belongs to the activation store (const only to its readers).
 template <typename T>
-void Model<T>::RoundActivations(LayerHooks *hooks, const T *data, int64_t n) {
+void Model<T>::RoundActivations(LayerHooks *hooks, const T *data, int64_t n) const {
   if constexpr (std::is_same_v<T, float>) {
     if (hooks == nullptr || n == 0) return;
-    if (LayerHooks::RoundFn round = hooks->activation_rounding()) round(const_cast<T *>(data), n);
+    if (const std::optional<Half> half = hooks->activation_half())
+      kernels_->RoundTo16(*half, const_cast<T *>(data), n);
   }
 }
 
@@ -357,6 +358,7 @@ void Model<T>::Prepare(MicroBatch<T> &mb) {
   mb.scratch = scratch_.data();
   mb.max_threads = limits_.max_threads;
   mb.compute = compute_;
+  mb.kernels = kernels_;
   mb.fp32_modules = activations_.options().half ? activations_.options().fp32_modules : ModuleSet{};
 }
 
@@ -423,7 +425,7 @@ Status Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T>
   LayerActivations<T> &act = activations_.at(slot, i);
   Timed(timer_, pass, i, mb.rows(), [&] { layers_[i]->Forward(in, act, mb); });
   DST_RETURN_IF_ERROR(layers_[i]->TakeError());
-  const bool rounded = activations_.AfterForward(slot, i);
+  const bool rounded = activations_.AfterForward(slot, i, *kernels_);
   if (!rounded && layers_[i]->OutWidth() > 0 && !fp32_layers_[i])
     RoundActivations(hooks, act[0], OutRows(i, mb.rows()) * layers_[i]->OutWidth());
   return Status::Ok();
@@ -443,8 +445,9 @@ Status Model<T>::CheckPass(const char *what, int64_t slot, LayerRange range) con
 template <typename T>
 Status Model<T>::EnsureSaved(size_t i, int64_t slot, LayerRange range, MicroBatch<T> &mb,
                              LayerHooks *hooks, bool recomputable_too) {
-  activations_.Restore(slot, i);
-  if (i > range.begin) activations_.Restore(slot, i - 1);  // its output is this layer's input
+  activations_.Restore(slot, i, *kernels_);
+  if (i > range.begin)
+    activations_.Restore(slot, i - 1, *kernels_);  // its output is this layer's input
   if (activations_.NeedsRecompute(slot, i)) {
     if (group_begin_[i] < range.begin || group_end_[i] > range.end)
       return InternalError("Model: recomputation group [" + std::to_string(group_begin_[i]) + ", " +
@@ -462,7 +465,7 @@ Status Model<T>::EnsureSaved(size_t i, int64_t slot, LayerRange range, MicroBatc
       layers_[i]->RecomputeSaved(InputOf(i, slot, range, mb), activations_.at(slot, i), mb);
     });
     DST_RETURN_IF_ERROR(layers_[i]->TakeError());
-    activations_.AfterRecomputeSaved(slot, i);
+    activations_.AfterRecomputeSaved(slot, i, *kernels_);
   }
   return Status::Ok();
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,11 +87,11 @@ class LayerHooks {
     (void)layer;
     return Status::Ok();
   }
-  // Mixed precision: rounds fp32 activations onto the 16-bit grid in place;
-  // Model<float> applies it to every layer's output and input gradient, so
-  // what crosses a layer boundary is a 16-bit value. Null: leave them alone.
-  using RoundFn = void (*)(float *data, int64_t n);
-  virtual RoundFn activation_rounding() const { return nullptr; }
+  // Mixed precision: the 16-bit format fp32 activations are rounded onto
+  // (through the model's kernels); Model<float> rounds every layer's output
+  // and input gradient, so what crosses a layer boundary is a 16-bit value.
+  // None: leave them alone.
+  virtual std::optional<Half> activation_half() const { return std::nullopt; }
 };
 
 // A contiguous run of layers [begin, end): the whole model, or a pipeline stage.
@@ -223,9 +224,13 @@ class Model {
   // What the layers' GEMMs multiply in (every pass's MicroBatch::compute).
   void SetComputeType(ComputeType compute) { compute_ = compute; }
   ComputeType compute_type() const { return compute_; }
+  // The backend every pass's layers run their kernels through
+  // (MicroBatch::kernels); the CPU one unless set. It must outlive the model.
+  void SetKernels(const Kernels<T> &kernels) { kernels_ = &kernels; }
+  const Kernels<T> &kernels() const { return *kernels_; }
 
  private:
-  static void RoundActivations(LayerHooks *hooks, const T *data, int64_t n);
+  void RoundActivations(LayerHooks *hooks, const T *data, int64_t n) const;
   // Runs layer i forward on `in` into the slot's activations.
   Status ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &mb, LayerHooks *hooks,
                       LayerPass pass);
@@ -260,6 +265,7 @@ class Model {
   std::vector<LayerParamUse> layer_params_;
   LayerTimer *timer_ = nullptr;
   ComputeType compute_ = ComputeType::kFp32;
+  const Kernels<T> *kernels_ = &HostKernels<T>();
   std::unique_ptr<ParamStore<T>> store_;
   ActivationStore<T> activations_;
   std::vector<const T *> range_input_;  // [slot] the external input of the slot's forward

@@ -1,12 +1,7 @@
 #include "core/model/sequential_layers.h"
 
 #include <cmath>
-#include <cstring>
 
-#include "core/kernels/cpu/activations.h"
-#include "core/kernels/cpu/layernorm.h"
-#include "core/kernels/cpu/linear.h"
-#include "core/kernels/cpu/loss.h"
 #include "core/tensor_parallel/sequence_parallel.h"
 
 namespace dst {
@@ -30,17 +25,19 @@ std::vector<SavedTensorSpec> LinearLayer<T>::SavedTensors(const ActivationLimits
 
 template <typename T>
 void LinearLayer<T>::Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) {
-  cpu::LinearForward(in, this->store_->param(w_), b_ >= 0 ? this->store_->param(b_) : nullptr,
-                     mb.rows(), in_features_, out_features_, act[0],
-                     mb.ComputeOf(ModuleType::kLinear));
+  const Kernels<T> &k = *mb.kernels;
+  k.LinearForward(in, this->store_->param(w_), b_ >= 0 ? this->store_->param(b_) : nullptr,
+                  mb.rows(), in_features_, out_features_, act[0],
+                  mb.ComputeOf(ModuleType::kLinear));
 }
 
 template <typename T>
 void LinearLayer<T>::Backward(const T *in, const LayerActivations<T> &, T *dout, T *din,
                               const MicroBatch<T> &mb) {
-  cpu::LinearBackward(dout, in, this->store_->param(w_), mb.rows(), in_features_, out_features_,
-                      din, this->store_->grad(w_), b_ >= 0 ? this->store_->grad(b_) : nullptr,
-                      mb.ComputeOf(ModuleType::kLinear));
+  const Kernels<T> &k = *mb.kernels;
+  k.LinearBackward(dout, in, this->store_->param(w_), mb.rows(), in_features_, out_features_, din,
+                   this->store_->grad(w_), b_ >= 0 ? this->store_->grad(b_) : nullptr,
+                   mb.ComputeOf(ModuleType::kLinear));
 }
 
 template <typename T>
@@ -51,18 +48,20 @@ std::vector<SavedTensorSpec> LinearLayer<T>::DeferredTensors(const ActivationLim
 template <typename T>
 void LinearLayer<T>::BackwardInput(const T *, const LayerActivations<T> &, T *dout, T *din,
                                    LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
-  std::memcpy(deferred[0], dout, size_t(mb.rows() * out_features_) * sizeof(T));
+  const Kernels<T> &k = *mb.kernels;
+  k.Copy(dout, mb.rows() * out_features_, deferred[0]);
   if (din)
-    cpu::LinearBackward<T>(dout, nullptr, this->store_->param(w_), mb.rows(), in_features_,
-                           out_features_, din, nullptr, nullptr, mb.ComputeOf(ModuleType::kLinear));
+    k.LinearBackward(dout, nullptr, this->store_->param(w_), mb.rows(), in_features_, out_features_,
+                     din, nullptr, nullptr, mb.ComputeOf(ModuleType::kLinear));
 }
 
 template <typename T>
 void LinearLayer<T>::BackwardWeight(const T *in, const LayerActivations<T> &,
                                     const LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
-  cpu::LinearWeightBackward(deferred[0], in, mb.rows(), in_features_, out_features_,
-                            this->store_->grad(w_), b_ >= 0 ? this->store_->grad(b_) : nullptr,
-                            mb.ComputeOf(ModuleType::kLinear));
+  const Kernels<T> &k = *mb.kernels;
+  k.LinearWeightBackward(deferred[0], in, mb.rows(), in_features_, out_features_,
+                         this->store_->grad(w_), b_ >= 0 ? this->store_->grad(b_) : nullptr,
+                         mb.ComputeOf(ModuleType::kLinear));
 }
 
 // ---------------------------------------------------------------- activations
@@ -76,22 +75,24 @@ std::vector<SavedTensorSpec> ActivationLayer<T>::SavedTensors(
 
 template <typename T>
 void ActivationLayer<T>::Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   const int64_t n = LocalRows(rows_, mb.rows()) * width_;
   if (fn_ == Fn::kRelu)
-    cpu::ReluForward(in, n, act[0]);
+    k.ReluForward(in, n, act[0]);
   else
-    cpu::GeluForward(in, n, act[0]);
+    k.GeluForward(in, n, act[0]);
 }
 
 template <typename T>
 void ActivationLayer<T>::Backward(const T *in, const LayerActivations<T> &, T *dout, T *din,
                                   const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   if (!din) return;
   const int64_t n = LocalRows(rows_, mb.rows()) * width_;
   if (fn_ == Fn::kRelu)
-    cpu::ReluBackward(dout, in, n, din);
+    k.ReluBackward(dout, in, n, din);
   else
-    cpu::GeluBackward(dout, in, n, din);
+    k.GeluBackward(dout, in, n, din);
 }
 
 // ---------------------------------------------------------------- layernorm
@@ -113,44 +114,47 @@ std::vector<SavedTensorSpec> LayerNormLayer<T>::SavedTensors(const ActivationLim
 
 template <typename T>
 void LayerNormLayer<T>::Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) {
-  cpu::LayerNormForward(in, this->store_->param(w_), this->store_->param(b_),
-                        LocalRows(rows_, mb.rows()), width_, act[0], act[1], act[2]);
+  const Kernels<T> &k = *mb.kernels;
+  k.LayerNormForward(in, this->store_->param(w_), this->store_->param(b_),
+                     LocalRows(rows_, mb.rows()), width_, act[0], act[1], act[2]);
 }
 
 template <typename T>
 bool LayerNormLayer<T>::ParamGradients(const T *dout, const T *in, const LayerActivations<T> &act,
                                        const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   ParamStore<T> &p = *this->store_;
   const int64_t n = LocalRows(rows_, mb.rows());
   if (!rows_.splits_rows()) {
-    cpu::LayerNormParamBackward(dout, in, act[1], act[2], n, width_, p.grad(w_), p.grad(b_),
-                                mb.scratch, mb.max_threads);
+    k.LayerNormParamBackward(dout, in, act[1], act[2], n, width_, p.grad(w_), p.grad(b_),
+                             mb.scratch, mb.max_threads);
     return true;
   }
   // This rank's rows' part, summed over the group, then accumulated.
   T *sums = mb.scratch + int64_t(mb.max_threads) * 2 * width_;  // [2 * width]
-  std::fill(sums, sums + 2 * width_, T(0));
-  cpu::LayerNormParamBackward(dout, in, act[1], act[2], n, width_, sums, sums + width_, mb.scratch,
-                              mb.max_threads);
+  k.Zero(2 * width_, sums);
+  k.LayerNormParamBackward(dout, in, act[1], act[2], n, width_, sums, sums + width_, mb.scratch,
+                           mb.max_threads);
   Status st = TpWait(TpAllReduce(rows_, sums, 2 * width_), "LayerNorm weight gradients");
   if (!st.ok()) {
     this->Fail(std::move(st));
     return false;
   }
-  cpu::AddInPlace(sums, width_, p.grad(w_));
-  cpu::AddInPlace(sums + width_, width_, p.grad(b_));
+  k.AddInPlace(sums, width_, p.grad(w_));
+  k.AddInPlace(sums + width_, width_, p.grad(b_));
   return true;
 }
 
 template <typename T>
 void LayerNormLayer<T>::Backward(const T *in, const LayerActivations<T> &act, T *dout, T *din,
                                  const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   if (rows_.splits_rows()) {  // this rank's rows; the parameter gradients summed over tp
     const int64_t n = LocalRows(rows_, mb.rows());
     if (din) {
-      std::memset(din, 0, size_t(n * width_) * sizeof(T));
-      cpu::LayerNormBackward<T>(dout, in, this->store_->param(w_), act[1], act[2], n, width_, din,
-                                nullptr, nullptr, mb.scratch, mb.max_threads);
+      k.Zero(n * width_, din);
+      k.LayerNormBackward(dout, in, this->store_->param(w_), act[1], act[2], n, width_, din,
+                          nullptr, nullptr, mb.scratch, mb.max_threads);
     }
     ParamGradients(dout, in, act, mb);
     return;
@@ -158,16 +162,15 @@ void LayerNormLayer<T>::Backward(const T *in, const LayerActivations<T> &act, T 
   // The weight/bias gradients are needed even when din is not.
   T *dx = din ? din : dout;
   if (din)
-    std::memset(din, 0, size_t(mb.rows() * width_) * sizeof(T));
+    k.Zero(mb.rows() * width_, din);
   else {
     // First layer: nobody consumes the input gradient, but the kernel computes
     // it alongside the parameter gradients; send it to the scratch tail.
     dx = mb.scratch + int64_t(mb.max_threads) * 2 * width_;
-    std::memset(dx, 0, size_t(mb.rows() * width_) * sizeof(T));
+    k.Zero(mb.rows() * width_, dx);
   }
-  cpu::LayerNormBackward(dout, in, this->store_->param(w_), act[1], act[2], mb.rows(), width_, dx,
-                         this->store_->grad(w_), this->store_->grad(b_), mb.scratch,
-                         mb.max_threads);
+  k.LayerNormBackward(dout, in, this->store_->param(w_), act[1], act[2], mb.rows(), width_, dx,
+                      this->store_->grad(w_), this->store_->grad(b_), mb.scratch, mb.max_threads);
 }
 
 template <typename T>
@@ -179,12 +182,13 @@ std::vector<SavedTensorSpec> LayerNormLayer<T>::DeferredTensors(
 template <typename T>
 void LayerNormLayer<T>::BackwardInput(const T *in, const LayerActivations<T> &act, T *dout, T *din,
                                       LayerActivations<T> &deferred, const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   const int64_t n = LocalRows(rows_, mb.rows());
-  std::memcpy(deferred[0], dout, size_t(n * width_) * sizeof(T));
+  k.Copy(dout, n * width_, deferred[0]);
   if (!din) return;
-  std::memset(din, 0, size_t(n * width_) * sizeof(T));
-  cpu::LayerNormBackward<T>(dout, in, this->store_->param(w_), act[1], act[2], n, width_, din,
-                            nullptr, nullptr, mb.scratch, mb.max_threads);
+  k.Zero(n * width_, din);
+  k.LayerNormBackward(dout, in, this->store_->param(w_), act[1], act[2], n, width_, din, nullptr,
+                      nullptr, mb.scratch, mb.max_threads);
 }
 
 template <typename T>
@@ -201,13 +205,14 @@ void LayerNormLayer<T>::BackwardWeight(const T *in, const LayerActivations<T> &a
 // every rank's elements.
 template <typename T>
 void MseLossLayer<T>::Forward(const T *in, LayerActivations<T> &act, const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   const int64_t n = LocalRows(rows_, mb.rows());
   const T *labels = RowsOf(rows_, mb.labels, n, width_);
   if (!rows_.splits_rows()) {
-    act.loss = double(cpu::MseForward(in, labels, n * width_));
+    act.loss = k.MseForward(in, labels, n * width_);
     return;
   }
-  T mean = cpu::MseForward(in, labels, n * width_);
+  T mean = T(k.MseForward(in, labels, n * width_));  // the loss is a host scalar
   Status st = TpWait(TpAllReduce(rows_, &mean, 1), "MSE loss");
   if (!st.ok()) return this->Fail(std::move(st));
   act.loss = double(mean) / double(rows_.size);
@@ -216,10 +221,11 @@ void MseLossLayer<T>::Forward(const T *in, LayerActivations<T> &act, const Micro
 template <typename T>
 void MseLossLayer<T>::Backward(const T *in, const LayerActivations<T> &, T *, T *din,
                                const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   const int64_t n = LocalRows(rows_, mb.rows());
   if (din)
-    cpu::MseBackward(in, RowsOf(rows_, mb.labels, n, width_), n * width_, mb.grad_scale, din,
-                     mb.rows() * width_);
+    k.MseBackward(in, RowsOf(rows_, mb.labels, n, width_), n * width_, mb.grad_scale, din,
+                  mb.rows() * width_);
 }
 
 // Saves the softmax probabilities [B, classes] (exact).
@@ -234,10 +240,11 @@ std::vector<SavedTensorSpec> CrossEntropyLossLayer<T>::SavedTensors(
 template <typename T>
 void CrossEntropyLossLayer<T>::Forward(const T *in, LayerActivations<T> &act,
                                        const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   const int64_t n = LocalRows(rows_, mb.rows());
-  std::memcpy(act[0], in, size_t(n * classes_) * sizeof(T));
-  const T mean = cpu::SoftmaxCrossEntropyForward(act[0], RowsOf(rows_, mb.targets, n, int64_t(1)),
-                                                 n, classes_, &act.counted);
+  k.Copy(in, n * classes_, act[0]);
+  const T mean = T(k.SoftmaxCrossEntropyForward(act[0], RowsOf(rows_, mb.targets, n, int64_t(1)), n,
+                                                classes_, &act.counted));
   act.loss = double(mean);
   if (!rows_.splits_rows()) return;
   T sums[2] = {mean * T(act.counted), T(act.counted)};  // loss sum, counted
@@ -250,10 +257,11 @@ void CrossEntropyLossLayer<T>::Forward(const T *in, LayerActivations<T> &act,
 template <typename T>
 void CrossEntropyLossLayer<T>::Backward(const T *, const LayerActivations<T> &act, T *, T *din,
                                         const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   const int64_t n = LocalRows(rows_, mb.rows());
   if (din)
-    cpu::SoftmaxCrossEntropyBackward(act[0], RowsOf(rows_, mb.targets, n, int64_t(1)), n, classes_,
-                                     act.counted, mb.grad_scale, din);
+    k.SoftmaxCrossEntropyBackward(act[0], RowsOf(rows_, mb.targets, n, int64_t(1)), n, classes_,
+                                  act.counted, mb.grad_scale, din, 0);
 }
 
 template class LinearLayer<float>;

@@ -15,9 +15,9 @@
 // gradient is taken from the gathered output gradient, whole on every rank).
 #pragma once
 
-#include <cstring>
 #include <memory>
 
+#include "core/kernels/kernels.h"
 #include "core/tensor_parallel/tp_comm.h"
 
 namespace dst {
@@ -40,9 +40,9 @@ T *RowsOf(const TensorParallelGroup &tp, T *whole, int64_t n, int64_t width) {
 
 // whole [N, width] <- every rank's rows `local` [n, width]: launched.
 template <typename T>
-std::unique_ptr<Work> GatherRows(const TensorParallelGroup &tp, const T *local, int64_t n,
-                                 int64_t width, T *whole) {
-  std::memcpy(RowsOf(tp, whole, n, width), local, size_t(n * width) * sizeof(T));
+std::unique_ptr<Work> GatherRows(const Kernels<T> &k, const TensorParallelGroup &tp, const T *local,
+                                 int64_t n, int64_t width, T *whole) {
+  k.Copy(local, n * width, RowsOf(tp, whole, n, width));
   return TpAllGather(tp, whole, n * width);
 }
 

@@ -1,10 +1,8 @@
 #include "core/tensor_parallel/tp_linear.h"
 
 #include <cmath>
-#include <cstring>
 #include <type_traits>
 
-#include "core/kernels/cpu/linear.h"
 #include "core/tensor_parallel/sequence_parallel.h"
 #include "core/tensor_parallel/tp_comm.h"
 
@@ -79,12 +77,13 @@ const T *TensorParallelLinear<T>::WholeInput(const T *in, const MicroBatch<T> &m
   if (!tp_.splits_rows() || role_ == TpRole::kRow) return in;  // a row-parallel input: all rows
   const int64_t n = LocalRows(tp_, mb.rows());
   T *whole = ScratchOf(mb).input;
-  return Finish(GatherRows(tp_, in, n, in_, whole)) ? whole : nullptr;
+  return Finish(GatherRows(*mb.kernels, tp_, in, n, in_, whole)) ? whole : nullptr;
 }
 
 template <typename T>
 void TensorParallelLinear<T>::Forward(const T *in, LayerActivations<T> &act,
                                       const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), n = LocalRows(tp_, N);
   const T *bias = b_ >= 0 ? p.param(b_) : nullptr;
@@ -92,7 +91,7 @@ void TensorParallelLinear<T>::Forward(const T *in, LayerActivations<T> &act,
   in = WholeInput(in, mb);  // sequence-parallel: every rank's rows
   if (!in) return;
   if (role_ == TpRole::kColumn) {
-    cpu::LinearForward(in, p.param(w_), bias, N, in_, out_local_, act[0], mb.compute);
+    k.LinearForward(in, p.param(w_), bias, N, in_, out_local_, act[0], mb.compute);
     return;
   }
   if (role_ == TpRole::kColumnGathered) {
@@ -100,28 +99,26 @@ void TensorParallelLinear<T>::Forward(const T *in, LayerActivations<T> &act,
     // rank's rows under sequence parallelism).
     T *gathered = s.output;
     const int64_t shard = N * out_local_;
-    cpu::LinearForward(in, p.param(w_), bias, N, in_, out_local_, gathered + tp_.rank * shard,
-                       mb.compute);
+    k.LinearForward(in, p.param(w_), bias, N, in_, out_local_, gathered + tp_.rank * shard,
+                    mb.compute);
     if (!Finish(TpAllGather(tp_, gathered, shard))) return;
     const int64_t first = tp_.splits_rows() ? tp_.rank * n : 0;
     for (int64_t part = 0; part < tp_.size; ++part)
-      for (int64_t r = 0; r < n; ++r)
-        std::memcpy(act[0] + r * out_ + part * out_local_,
-                    gathered + part * shard + (first + r) * out_local_,
-                    size_t(out_local_) * sizeof(T));
+      k.CopyRows(gathered + part * shard + first * out_local_, out_local_, n, out_local_,
+                 act[0] + part * out_local_, out_);
     return;
   }
   // Row: partial sums over this rank's input features, summed (sequence-
   // parallel: reduce-scattered to this rank's rows), then the bias once.
   if (!tp_.splits_rows()) {
-    cpu::LinearForward<T>(in, p.param(w_), nullptr, N, in_local_, out_, act[0], mb.compute);
+    k.LinearForward(in, p.param(w_), nullptr, N, in_local_, out_, act[0], mb.compute);
     if (!Finish(TpAllReduce(tp_, act[0], N * out_))) return;
   } else {
-    cpu::LinearForward<T>(in, p.param(w_), nullptr, N, in_local_, out_, s.output, mb.compute);
+    k.LinearForward(in, p.param(w_), nullptr, N, in_local_, out_, s.output, mb.compute);
     if (!Finish(ReduceScatterRows(tp_, s.output, n, out_))) return;
-    std::memcpy(act[0], RowsOf(tp_, s.output, n, out_), size_t(n * out_) * sizeof(T));
+    k.Copy(RowsOf(tp_, s.output, n, out_), n * out_, act[0]);
   }
-  if (bias) cpu::AddBiasToRows(bias, n, out_, act[0]);
+  if (bias) k.AddBiasToRows(bias, n, out_, act[0]);
 }
 
 // The output gradient this rank's weights see, [N, out / tp]: dout itself
@@ -133,22 +130,21 @@ const T *TensorParallelLinear<T>::LocalGradient(const T *dout, const MicroBatch<
   const int64_t N = mb.rows(), n = LocalRows(tp_, N);
   const Scratch s = ScratchOf(mb);
   if (tp_.splits_rows()) {
-    if (!Finish(GatherRows(tp_, dout, n, out_, s.gradient))) return nullptr;
+    if (!Finish(GatherRows(*mb.kernels, tp_, dout, n, out_, s.gradient))) return nullptr;
     dout = s.gradient;
   }
   if (role_ == TpRole::kRow) return dout;
-  for (int64_t r = 0; r < N; ++r)
-    std::memcpy(s.columns + r * out_local_, dout + r * out_ + tp_.rank * out_local_,
-                size_t(out_local_) * sizeof(T));
+  mb.kernels->CopyRows(dout + tp_.rank * out_local_, out_, N, out_local_, s.columns, out_local_);
   return s.columns;
 }
 
 template <typename T>
 void TensorParallelLinear<T>::WeightGradient(const T *dy_local, const T *in,
                                              const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   ParamStore<T> &p = *this->store_;
-  cpu::LinearWeightBackward(dy_local, in, mb.rows(), in_local_, out_local_, p.grad(w_),
-                            b_ >= 0 ? p.grad(b_) : nullptr, mb.compute);
+  k.LinearWeightBackward(dy_local, in, mb.rows(), in_local_, out_local_, p.grad(w_),
+                         b_ >= 0 ? p.grad(b_) : nullptr, mb.compute);
 }
 
 // dx = dy_local W_local. Column-parallel: every rank holds part of each input
@@ -158,12 +154,13 @@ void TensorParallelLinear<T>::WeightGradient(const T *dy_local, const T *in,
 template <typename T>
 void TensorParallelLinear<T>::InputGradient(const T *dy_local, const T *in, T *din,
                                             const MicroBatch<T> &mb, bool weights) {
+  const Kernels<T> &k = *mb.kernels;
   const int64_t N = mb.rows(), n = LocalRows(tp_, N);
   const bool scatter = din && role_ != TpRole::kRow && tp_.splits_rows();
   T *dx = scatter ? ScratchOf(mb).partial : din;
   if (dx)
-    cpu::LinearBackward<T>(dy_local, nullptr, this->store_->param(w_), N, in_local_, out_local_, dx,
-                           nullptr, nullptr, mb.compute);
+    k.LinearBackward(dy_local, nullptr, this->store_->param(w_), N, in_local_, out_local_, dx,
+                     nullptr, nullptr, mb.compute);
   std::unique_ptr<Work> sum;
   if (scatter)
     sum = ReduceScatterRows(tp_, dx, n, in_);
@@ -173,8 +170,7 @@ void TensorParallelLinear<T>::InputGradient(const T *dy_local, const T *in, T *d
     const T *x = WholeInput(in, mb);
     if (x) WeightGradient(dy_local, x, mb);
   }
-  if (sum && Finish(std::move(sum)) && scatter)
-    std::memcpy(din, RowsOf(tp_, dx, n, in_), size_t(n * in_) * sizeof(T));
+  if (sum && Finish(std::move(sum)) && scatter) k.Copy(RowsOf(tp_, dx, n, in_), n * in_, din);
 }
 
 template <typename T>
@@ -194,9 +190,10 @@ template <typename T>
 void TensorParallelLinear<T>::BackwardInput(const T *in, const LayerActivations<T> &, T *dout,
                                             T *din, LayerActivations<T> &deferred,
                                             const MicroBatch<T> &mb) {
+  const Kernels<T> &k = *mb.kernels;
   const T *dy_local = LocalGradient(dout, mb);
   if (!dy_local) return;
-  std::memcpy(deferred[0], dy_local, size_t(mb.rows() * out_local_) * sizeof(T));
+  k.Copy(dy_local, mb.rows() * out_local_, deferred[0]);
   InputGradient(dy_local, in, din, mb, /*weights=*/false);
 }
 

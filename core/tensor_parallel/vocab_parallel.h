@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/common/status.h"
+#include "core/kernels/kernels.h"
 #include "core/tensor_parallel/tp_group.h"
 
 namespace dst {
@@ -18,9 +19,10 @@ namespace dst {
 // (ignored). scratch: at least (tp + 2) x rows elements. *loss: the mean
 // negative log-likelihood over counted rows (the same on every rank);
 // *counted: the rows not ignored.
+// The three passes run as kernels of `k` (kernels.h).
 template <typename T>
-Status VocabParallelCrossEntropy(const TensorParallelGroup &tp, T *logits, const int32_t *targets,
-                                 int64_t rows, int64_t V, int64_t first, T *scratch, double *loss,
-                                 int64_t *counted);
+Status VocabParallelCrossEntropy(const Kernels<T> &k, const TensorParallelGroup &tp, T *logits,
+                                 const int32_t *targets, int64_t rows, int64_t V, int64_t first,
+                                 T *scratch, double *loss, int64_t *counted);
 
 }  // namespace dst

@@ -18,13 +18,6 @@ namespace {
 
 constexpr int64_t kChunk = 4096;  // elements widened at a time in a 16-bit step
 
-void RoundFp16(float *x, int64_t n) {
-  RoundInPlace(Half::kFp16, x, n);
-}
-void RoundBf16(float *x, int64_t n) {
-  RoundInPlace(Half::kBf16, x, n);
-}
-
 }  // namespace
 
 ParamStoreOptions StoreOptionsForStage(int stage, int64_t dp_size, DType precision) {
@@ -188,9 +181,9 @@ const std::vector<GradBucket> &DataParallel::buckets() const {
   return buckets_ ? buckets_->buckets() : kNone;
 }
 
-LayerHooks::RoundFn DataParallel::activation_rounding() const {
-  if (!Wide()) return nullptr;
-  return storage_ == StorageType::kFp16 ? &RoundFp16 : &RoundBf16;
+std::optional<Half> DataParallel::activation_half() const {
+  if (!Wide()) return std::nullopt;
+  return storage_ == StorageType::kFp16 ? Half::kFp16 : Half::kBf16;
 }
 
 void *DataParallel::FullGrads() {

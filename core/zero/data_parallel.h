@@ -114,7 +114,7 @@ class DataParallel final : public DataParallelism {
   Status AfterBackward(size_t layer) override;
   Status BeforeInputGradient(size_t layer) override;
   Status BeforeWeightGradient(size_t layer) override;
-  RoundFn activation_rounding() const override;
+  std::optional<Half> activation_half() const override;
 
   // Launches what is left, waits for everything, and (fp32) averages: the
   // whole buffer (stage 0) or this rank's shard (stages 1-3).

@@ -15,13 +15,11 @@
 #include "core/kernels/cpu/gemm.h"
 #include "core/kernels/cpu/vector_math.h"
 #include "core/kernels/elementwise_math.h"
+#include "core/kernels/kernels.h"
 
 namespace dst::cpu {
 
-struct AttentionShape {
-  int64_t B, T, C, H;
-  int64_t head_size() const { return C / H; }
-};
+using dst::AttentionShape;  // core/kernels/kernels.h
 
 // Row t of a causal score matrix: softmax over columns 0..t, zeros after.
 template <typename T>

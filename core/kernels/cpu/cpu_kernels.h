@@ -1,0 +1,248 @@
+// The CPU kernel backend: host memory, each call forwarded to its dst::cpu
+// kernel. `Scope` is constructed around every call with the kernel's name
+// (the default does nothing and compiles away); a test backend uses it to
+// open the memory the tensors live in only while a kernel runs, which proves
+// that the layers reach their tensors through the backend alone.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "core/kernels/cpu/activations.h"
+#include "core/kernels/cpu/attention.h"
+#include "core/kernels/cpu/embedding.h"
+#include "core/kernels/cpu/layernorm.h"
+#include "core/kernels/cpu/linear.h"
+#include "core/kernels/cpu/loss.h"
+#include "core/kernels/cpu/vector_math.h"
+#include "core/kernels/kernels.h"
+
+namespace dst::cpu {
+
+struct NoScope {
+  explicit NoScope(const char *) {}
+};
+
+template <typename T, typename Scope = NoScope>
+class CpuKernels final : public Kernels<T> {
+ public:
+  const char *name() const override { return "cpu"; }
+
+  void Copy(const T *src, int64_t n, T *dst) const override {
+    Scope s("Copy");
+    std::memcpy(dst, src, size_t(n) * sizeof(T));
+  }
+  void CopyRows(const T *src, int64_t src_stride, int64_t rows, int64_t width, T *dst,
+                int64_t dst_stride) const override {
+    Scope s("CopyRows");
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(dst + r * dst_stride, src + r * src_stride, size_t(width) * sizeof(T));
+  }
+  void Zero(int64_t n, T *dst) const override {
+    Scope s("Zero");
+    std::memset(static_cast<void *>(dst), 0, size_t(n) * sizeof(T));
+  }
+
+  // fp32 through the vectorised conversions; fp64 (gradient checks) one value at a time.
+  void RoundTo16(Half half, T *x, int64_t n) const override {
+    Scope s("RoundTo16");
+    if constexpr (std::is_same_v<T, float>) {
+      RoundInPlace(half, x, n);
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        float v = float(x[i]);
+        uint16_t h;
+        FromFloat(half, &v, &h, 1);
+        ToFloat(half, &h, &v, 1);
+        x[i] = T(v);
+      }
+    }
+  }
+  void StashTo16(Half half, T *x, int64_t n, uint16_t *stash) const override {
+    Scope s("StashTo16");
+    if constexpr (std::is_same_v<T, float>) {
+      FromFloatRounding(half, x, stash, n);
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        float v = float(x[i]);
+        FromFloat(half, &v, stash + i, 1);
+        ToFloat(half, stash + i, &v, 1);
+        x[i] = T(v);
+      }
+    }
+  }
+  void UnstashFrom16(Half half, const uint16_t *stash, int64_t n, T *x) const override {
+    Scope s("UnstashFrom16");
+    if constexpr (std::is_same_v<T, float>) {
+      ToFloat(half, stash, x, n);
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        float v;
+        ToFloat(half, stash + i, &v, 1);
+        x[i] = T(v);
+      }
+    }
+  }
+
+  void Add(const T *a, const T *b, int64_t n, T *out) const override {
+    Scope s("Add");
+    cpu::Add(a, b, n, out);
+  }
+  void AddInPlace(const T *x, int64_t n, T *y) const override {
+    Scope s("AddInPlace");
+    cpu::AddInPlace(x, n, y);
+  }
+  void AddBiasToRows(const T *bias, int64_t rows, int64_t out, T *y) const override {
+    Scope s("AddBiasToRows");
+    cpu::AddBiasToRows(bias, rows, out, y);
+  }
+  void GeluForward(const T *x, int64_t n, T *out) const override {
+    Scope s("GeluForward");
+    cpu::GeluForward(x, n, out);
+  }
+  void GeluBackward(const T *dout, const T *x, int64_t n, T *dx) const override {
+    Scope s("GeluBackward");
+    cpu::GeluBackward(dout, x, n, dx);
+  }
+  void ReluForward(const T *x, int64_t n, T *out) const override {
+    Scope s("ReluForward");
+    cpu::ReluForward(x, n, out);
+  }
+  void ReluBackward(const T *dout, const T *x, int64_t n, T *dx) const override {
+    Scope s("ReluBackward");
+    cpu::ReluBackward(dout, x, n, dx);
+  }
+
+  void LinearForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t in,
+                     int64_t out, T *y, ComputeType compute) const override {
+    Scope s("LinearForward");
+    cpu::LinearForward(x, weight, bias, rows, in, out, y, compute);
+  }
+  void LinearBackward(const T *dy, const T *x, const T *weight, int64_t rows, int64_t in,
+                      int64_t out, T *dx, T *dweight, T *dbias,
+                      ComputeType compute) const override {
+    Scope s("LinearBackward");
+    cpu::LinearBackward(dy, x, weight, rows, in, out, dx, dweight, dbias, compute);
+  }
+  void LinearWeightBackward(const T *dy, const T *x, int64_t rows, int64_t in, int64_t out,
+                            T *dweight, T *dbias, ComputeType compute) const override {
+    Scope s("LinearWeightBackward");
+    cpu::LinearWeightBackward(dy, x, rows, in, out, dweight, dbias, compute);
+  }
+
+  void LayerNormForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t C, T *out,
+                        T *mean, T *rstd) const override {
+    Scope s("LayerNormForward");
+    cpu::LayerNormForward(x, weight, bias, rows, C, out, mean, rstd);
+  }
+  void LayerNormBackward(const T *dout, const T *x, const T *weight, const T *mean, const T *rstd,
+                         int64_t rows, int64_t C, T *dx, T *dweight, T *dbias, T *scratch,
+                         int max_threads) const override {
+    Scope s("LayerNormBackward");
+    cpu::LayerNormBackward(dout, x, weight, mean, rstd, rows, C, dx, dweight, dbias, scratch,
+                           max_threads);
+  }
+  void LayerNormParamBackward(const T *dout, const T *x, const T *mean, const T *rstd, int64_t rows,
+                              int64_t C, T *dweight, T *dbias, T *scratch,
+                              int max_threads) const override {
+    Scope s("LayerNormParamBackward");
+    cpu::LayerNormParamBackward(dout, x, mean, rstd, rows, C, dweight, dbias, scratch, max_threads);
+  }
+
+  void AttentionForward(const T *qkv, const AttentionShape &shape, T *att, T *y,
+                        ComputeType compute) const override {
+    Scope s("AttentionForward");
+    cpu::AttentionForward(qkv, shape, att, y, compute);
+  }
+  void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionShape &shape,
+                         T *dqkv, T *scratch, ComputeType compute) const override {
+    Scope s("AttentionBackward");
+    cpu::AttentionBackward(dy, qkv, att, shape, dqkv, scratch, compute);
+  }
+
+  void EmbeddingForward(const int32_t *tokens, const T *wte, const T *wpe, int64_t B, int64_t Tn,
+                        int64_t C, T *out) const override {
+    Scope s("EmbeddingForward");
+    cpu::EmbeddingForward(tokens, wte, wpe, B, Tn, C, out);
+  }
+  void EmbeddingLookupRange(const int32_t *tokens, const T *wte, int64_t first, int64_t rows,
+                            int64_t B, int64_t Tn, int64_t C, T *out) const override {
+    Scope s("EmbeddingLookupRange");
+    cpu::EmbeddingLookupRange(tokens, wte, first, rows, B, Tn, C, out);
+  }
+  void AddPositionsToRows(const T *wpe, int64_t first_row, int64_t rows, int64_t Tn, int64_t C,
+                          T *out) const override {
+    Scope s("AddPositionsToRows");
+    cpu::AddPositionsToRows(wpe, first_row, rows, Tn, C, out);
+  }
+  void EmbeddingBackward(const T *dout, const int32_t *tokens, int64_t B, int64_t Tn, int64_t C,
+                         T *dwte, T *dwpe, int64_t first, int64_t rows) const override {
+    Scope s("EmbeddingBackward");
+    cpu::EmbeddingBackward(dout, tokens, B, Tn, C, dwte, dwpe, first, rows);
+  }
+
+  double SoftmaxCrossEntropyForward(T *logits, const int32_t *targets, int64_t rows, int64_t V,
+                                    int64_t *counted) const override {
+    Scope s("SoftmaxCrossEntropyForward");
+    return double(cpu::SoftmaxCrossEntropyForward(logits, targets, rows, V, counted));
+  }
+  void SoftmaxCrossEntropyBackward(const T *probs, const int32_t *targets, int64_t rows, int64_t V,
+                                   int64_t counted, T grad_scale, T *dlogits,
+                                   int64_t first) const override {
+    Scope s("SoftmaxCrossEntropyBackward");
+    cpu::SoftmaxCrossEntropyBackward(probs, targets, rows, V, counted, grad_scale, dlogits, first);
+  }
+  void RowMaxima(const T *logits, int64_t rows, int64_t V, T *maxima) const override {
+    Scope s("RowMaxima");
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *row = logits + r * V;
+      T m = row[0];
+      for (int64_t j = 1; j < V; ++j) m = row[j] > m ? row[j] : m;
+      maxima[r] = m;
+    }
+  }
+  void ExpAndSums(T *logits, int64_t rows, int64_t V, const T *maxima, int64_t parts,
+                  const int32_t *targets, int64_t first, T *sums, T *target_exp) const override {
+    Scope s("ExpAndSums");
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      T m = maxima[r];
+      for (int64_t p = 1; p < parts; ++p) m = std::max(m, maxima[p * rows + r]);
+      T *row = logits + r * V;
+      sums[r] = cpu::ExpShiftedAndSum(row, V, m);  // row holds exp(logit - max) now
+      const int64_t t = int64_t(targets[r]) - first;
+      target_exp[r] = t >= 0 && t < V ? row[t] : T(0);
+    }
+  }
+  double NormalizeAndNll(T *logits, int64_t rows, int64_t V, const T *sums, const T *target_exp,
+                         const int32_t *targets, int64_t *counted) const override {
+    Scope s("NormalizeAndNll");
+    double nll = 0;
+    int64_t n = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const T inv = T(1) / sums[r];
+      T *row = logits + r * V;
+      for (int64_t j = 0; j < V; ++j) row[j] *= inv;
+      if (targets[r] == kIgnoreIndex) continue;
+      const double p = double(target_exp[r] * inv);  // -log p_t, floored as the plain loss is
+      nll += -std::log(p > 1e-30 ? p : 1e-30);
+      ++n;
+    }
+    *counted = n;
+    return n > 0 ? nll / double(n) : 0.0;
+  }
+  double MseForward(const T *pred, const T *labels, int64_t n) const override {
+    Scope s("MseForward");
+    return double(cpu::MseForward(pred, labels, n));
+  }
+  void MseBackward(const T *pred, const T *labels, int64_t n, T grad_scale, T *dpred,
+                   int64_t mean_over) const override {
+    Scope s("MseBackward");
+    cpu::MseBackward(pred, labels, n, grad_scale, dpred, mean_over);
+  }
+};
+
+}  // namespace dst::cpu

@@ -1,0 +1,150 @@
+// The kernel backend: every computation a layer runs on its tensors, and
+// every copy or fill of them, goes through one Kernels object (the layers see
+// it as MicroBatch::kernels). The pointers a layer passes live where the
+// backend computes — host memory for the CPU backend, device memory for a GPU
+// one — so a layer never reads or writes a tensor itself: it says which
+// kernel runs on which tensors, and the backend runs it. The CPU backend
+// (cpu/cpu_kernels.h) forwards to the dst::cpu kernels.
+//
+// Conventions, as in the cpu:: kernels: inputs first, then sizes, then
+// outputs; row-major tensors with their shapes in the comments; "+=" marks
+// an output that accumulates, everything else assigns. `compute` is what a
+// GEMM multiplies in (compute_type.h), apart from what T stores.
+#pragma once
+
+#include <cstdint>
+
+#include "core/kernels/compute_type.h"
+#include "core/precision/half_ops.h"
+
+namespace dst {
+
+// Causal multi-head self-attention over B sequences of T tokens, C = H x hs.
+struct AttentionShape {
+  int64_t B, T, C, H;
+  int64_t head_size() const { return C / H; }
+};
+
+template <typename T>
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+  // Where the tensors live and the kernels run ("cpu").
+  virtual const char *name() const = 0;
+
+  // ---- memory
+  // dst [n] = src [n].
+  virtual void Copy(const T *src, int64_t n, T *dst) const = 0;
+  // rows x width elements from src (rows `src_stride` apart) to dst (rows
+  // `dst_stride` apart): a column block of a matrix, cudaMemcpy2D's shape.
+  virtual void CopyRows(const T *src, int64_t src_stride, int64_t rows, int64_t width, T *dst,
+                        int64_t dst_stride) const = 0;
+  // dst [n] = 0.
+  virtual void Zero(int64_t n, T *dst) const = 0;
+
+  // ---- 16-bit activations (the activation store's stash; `half` the format)
+  // x [n] rounded onto the 16-bit grid in place.
+  virtual void RoundTo16(Half half, T *x, int64_t n) const = 0;
+  // stash [n] = x in 16 bits, and x rounded the same way (one pass).
+  virtual void StashTo16(Half half, T *x, int64_t n, uint16_t *stash) const = 0;
+  // x [n] = stash [n] widened.
+  virtual void UnstashFrom16(Half half, const uint16_t *stash, int64_t n, T *x) const = 0;
+
+  // ---- element-wise
+  virtual void Add(const T *a, const T *b, int64_t n, T *out) const = 0;  // out = a + b
+  virtual void AddInPlace(const T *x, int64_t n, T *y) const = 0;         // y += x
+  // y [rows, out] += bias [out] on every row.
+  virtual void AddBiasToRows(const T *bias, int64_t rows, int64_t out, T *y) const = 0;
+  virtual void GeluForward(const T *x, int64_t n, T *out) const = 0;  // tanh approximation
+  virtual void GeluBackward(const T *dout, const T *x, int64_t n, T *dx) const = 0;
+  virtual void ReluForward(const T *x, int64_t n, T *out) const = 0;
+  virtual void ReluBackward(const T *dout, const T *x, int64_t n, T *dx) const = 0;
+
+  // ---- linear: y = x W^T + b, W [out, in] (nn.Linear)
+  // x [rows, in], bias [out] or null -> y [rows, out].
+  virtual void LinearForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t in,
+                             int64_t out, T *y, ComputeType compute) const = 0;
+  // dy [rows, out] -> dx [rows, in] (if non-null), then LinearWeightBackward
+  // if dweight is non-null.
+  virtual void LinearBackward(const T *dy, const T *x, const T *weight, int64_t rows, int64_t in,
+                              int64_t out, T *dx, T *dweight, T *dbias,
+                              ComputeType compute) const = 0;
+  // dweight [out, in] += dy^T x; dbias [out] += column sums of dy (if non-null).
+  virtual void LinearWeightBackward(const T *dy, const T *x, int64_t rows, int64_t in, int64_t out,
+                                    T *dweight, T *dbias, ComputeType compute) const = 0;
+
+  // ---- LayerNorm over rows of C
+  // x [rows, C] -> out [rows, C], mean [rows], rstd [rows].
+  virtual void LayerNormForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t C,
+                                T *out, T *mean, T *rstd) const = 0;
+  // dx [rows, C] += the input gradient; dweight, dbias [C] += theirs when
+  // non-null. scratch: [max_threads, 2C].
+  virtual void LayerNormBackward(const T *dout, const T *x, const T *weight, const T *mean,
+                                 const T *rstd, int64_t rows, int64_t C, T *dx, T *dweight,
+                                 T *dbias, T *scratch, int max_threads) const = 0;
+  // dweight, dbias [C] += the parameter gradients only. scratch: [max_threads, 2C].
+  virtual void LayerNormParamBackward(const T *dout, const T *x, const T *mean, const T *rstd,
+                                      int64_t rows, int64_t C, T *dweight, T *dbias, T *scratch,
+                                      int max_threads) const = 0;
+
+  // ---- causal attention core (after the QKV projection)
+  // qkv [B, T, 3C] -> att [B, H, T, T] softmax probabilities (saved), y [B, T, C].
+  virtual void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y,
+                                ComputeType compute) const = 0;
+  // dy [B, T, C] -> dqkv [B, T, 3C]. scratch: [threads, T, T].
+  virtual void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionShape &s,
+                                 T *dqkv, T *scratch, ComputeType compute) const = 0;
+
+  // ---- embeddings (tokens [B, T] in [0, V))
+  // out [B, T, C] = wte [V, C] rows of the tokens + wpe [T, C].
+  virtual void EmbeddingForward(const int32_t *tokens, const T *wte, const T *wpe, int64_t B,
+                                int64_t Tn, int64_t C, T *out) const = 0;
+  // out [B, T, C] = the rows of wte [rows, C] (vocabulary rows [first,
+  // first + rows)) of the tokens among them, zeros for the others.
+  virtual void EmbeddingLookupRange(const int32_t *tokens, const T *wte, int64_t first,
+                                    int64_t rows, int64_t B, int64_t Tn, int64_t C,
+                                    T *out) const = 0;
+  // out [rows, C] += wpe [t, C] where out's row r is token row first_row + r
+  // of sequences of Tn tokens (t = (first_row + r) mod Tn).
+  virtual void AddPositionsToRows(const T *wpe, int64_t first_row, int64_t rows, int64_t Tn,
+                                  int64_t C, T *out) const = 0;
+  // dwte [rows, C] += dout rows of the tokens in [first, first + rows);
+  // dwpe [T, C] += dout summed over the batch.
+  virtual void EmbeddingBackward(const T *dout, const int32_t *tokens, int64_t B, int64_t Tn,
+                                 int64_t C, T *dwte, T *dwpe, int64_t first,
+                                 int64_t rows) const = 0;
+
+  // ---- losses (targets: [rows] in [0, V) or -1, ignored)
+  // logits [rows, V] replaced by their softmax; returns the mean negative
+  // log-likelihood over the counted (not ignored) targets.
+  virtual double SoftmaxCrossEntropyForward(T *logits, const int32_t *targets, int64_t rows,
+                                            int64_t V, int64_t *counted) const = 0;
+  // dlogits [rows, V] = (probs - onehot(target - first)) * grad_scale / counted.
+  virtual void SoftmaxCrossEntropyBackward(const T *probs, const int32_t *targets, int64_t rows,
+                                           int64_t V, int64_t counted, T grad_scale, T *dlogits,
+                                           int64_t first) const = 0;
+  // Vocabulary-parallel cross-entropy in three passes around the group's
+  // collectives (vocab_parallel.h). maxima [rows] = row maxima of logits [rows, V].
+  virtual void RowMaxima(const T *logits, int64_t rows, int64_t V, T *maxima) const = 0;
+  // With m = max over parts of maxima [parts, rows]: logits = exp(logits - m),
+  // sums [rows] = their row sums, target_exp [rows] = the target's value
+  // (target - first in [0, V)) or 0.
+  virtual void ExpAndSums(T *logits, int64_t rows, int64_t V, const T *maxima, int64_t parts,
+                          const int32_t *targets, int64_t first, T *sums, T *target_exp) const = 0;
+  // logits /= sums (row-wise); returns the mean of -log(target_exp / sums)
+  // over the counted targets (*counted of them).
+  virtual double NormalizeAndNll(T *logits, int64_t rows, int64_t V, const T *sums,
+                                 const T *target_exp, const int32_t *targets,
+                                 int64_t *counted) const = 0;
+  // Mean squared error of pred, labels [n].
+  virtual double MseForward(const T *pred, const T *labels, int64_t n) const = 0;
+  // dpred [n] = 2 (pred - labels) grad_scale / mean_over (n when 0).
+  virtual void MseBackward(const T *pred, const T *labels, int64_t n, T grad_scale, T *dpred,
+                           int64_t mean_over) const = 0;
+};
+
+// The CPU backend (cpu/cpu_kernels.h): host memory, the dst::cpu kernels.
+template <typename T>
+const Kernels<T> &HostKernels();
+
+}  // namespace dst
