@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "core/common/status.h"
 #include "core/kernels/compute_type.h"
 #include "core/precision/half_ops.h"
 
@@ -29,8 +30,13 @@ template <typename T>
 class Kernels {
  public:
   virtual ~Kernels() = default;
-  // Where the tensors live and the kernels run ("cpu").
+  // Where the tensors live and the kernels run ("cpu", "cuda:0").
   virtual const char *name() const = 0;
+  // The first kernel failure since the last call, then cleared: a device
+  // backend's kernels fail apart from the layer that queued them (the
+  // layers' calls return nothing), so the model asks after each layer pass.
+  // The CPU backend's kernels do not fail.
+  virtual Status TakeError() const { return Status::Ok(); }
 
   // ---- memory
   // dst [n] = src [n].

@@ -189,6 +189,23 @@ bool GptBlock<T>::SumRowParallel(T *out, const T *bias, const MicroBatch<T> &mb)
   return true;
 }
 
+// dy [N, C] (attn.c_proj's output gradient, all N rows) -> attn.c_proj's
+// weight gradients (+=), the attention core's backward into dqkv [N, 3C'],
+// and c_attn's input gradient into d_ln [N, C] (partial sums at tp > 1);
+// d_ln first holds the attention output's gradient [N, C'].
+template <typename T>
+void GptBlock<T>::AttentionBranchBackward(const T *dy, const LayerActivations<T> &a, T *d_ln,
+                                          T *dqkv, T *att_scratch, const MicroBatch<T> &mb) {
+  ParamStore<T> &p = *this->store_;
+  const Kernels<T> &k = *mb.kernels;
+  const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_;
+  const ComputeType compute = mb.ComputeOf(ModuleType::kAttention);
+  k.LinearBackward(dy, a[kAttY], p.param(proj_w_), N, Cl, C, d_ln, p.grad(proj_w_), p.grad(proj_b_),
+                   compute);
+  k.AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch, compute);
+  k.LinearBackward(dqkv, nullptr, p.param(attn_w_), N, C, 3 * Cl, d_ln, nullptr, nullptr, compute);
+}
+
 template <typename T>
 std::unique_ptr<Work> GptBlock<T>::SumInputGradient(T *din, int64_t N) {
   return TpAllReduce(tp_, din, N * dims_.d_model);
@@ -301,12 +318,7 @@ void GptBlock<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T
   if (!Finish(GatherRows(k, tp_, dout, n, C, d_whole), "attention output gradient (all-gather)"))
     return;
   gather = GatherRows(k, tp_, a[kLn1], n, C, gathered);
-  k.LinearBackward(d_whole, a[kAttY], p.param(proj_w_), N, Cl, C, d_ln, p.grad(proj_w_),
-                   p.grad(proj_b_), mb.ComputeOf(ModuleType::kAttention));
-  k.AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch,
-                      mb.ComputeOf(ModuleType::kAttention));
-  k.LinearBackward(dqkv, nullptr, p.param(attn_w_), N, C, 3 * Cl, d_ln, nullptr, nullptr,
-                   mb.ComputeOf(ModuleType::kAttention));
+  AttentionBranchBackward(d_whole, a, d_ln, dqkv, att_scratch, mb);
   sum = ReduceScatterRows(tp_, d_ln, n, C);
   if (!Finish(std::move(gather), "attention input (all-gather)")) return;
   k.LinearWeightBackward(dqkv, gathered, N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
@@ -349,12 +361,7 @@ void GptBlock<T>::Backward(const T *in, const LayerActivations<T> &a, T *dout, T
   k.LayerNormBackward(d_ln, a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C, dout,
                       p.grad(ln2_w_), p.grad(ln2_b_), ln_scratch, mb.max_threads);
   // Attention branch; the residual passes dout (now d res2) straight to din.
-  k.LinearBackward(dout, a[kAttY], p.param(proj_w_), N, Cl, C, d_ln, p.grad(proj_w_),
-                   p.grad(proj_b_), mb.ComputeOf(ModuleType::kAttention));
-  k.AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch,
-                      mb.ComputeOf(ModuleType::kAttention));
-  k.LinearBackward(dqkv, nullptr, p.param(attn_w_), N, C, 3 * Cl, d_ln, nullptr, nullptr,
-                   mb.ComputeOf(ModuleType::kAttention));
+  AttentionBranchBackward(dout, a, d_ln, dqkv, att_scratch, mb);
   sum = SumInputGradient(d_ln, N);
   k.LinearWeightBackward(dqkv, a[kLn1], N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
                          mb.ComputeOf(ModuleType::kAttention));

@@ -131,6 +131,10 @@ class GptBlock final : public Layer<T> {
                                      LayerActivations<T> &d, const MicroBatch<T> &mb);
   void BackwardWeightSequenceParallel(const T *in, const LayerActivations<T> &a,
                                       const LayerActivations<T> &d, const MicroBatch<T> &mb);
+  // The attention branch's backward from attn.c_proj's output gradient to
+  // c_attn's input gradient (the parts plain and sequence-parallel share).
+  void AttentionBranchBackward(const T *dy, const LayerActivations<T> &a, T *d_ln, T *dqkv,
+                               T *att_scratch, const MicroBatch<T> &mb);
   // A column-parallel layer's input gradient, launched (null at tp 1).
   std::unique_ptr<Work> SumInputGradient(T *din, int64_t N);
   bool Finish(std::unique_ptr<Work> work, const char *what);

@@ -424,11 +424,18 @@ Status Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T>
                               LayerHooks *hooks, LayerPass pass) {
   LayerActivations<T> &act = activations_.at(slot, i);
   Timed(timer_, pass, i, mb.rows(), [&] { layers_[i]->Forward(in, act, mb); });
-  DST_RETURN_IF_ERROR(layers_[i]->TakeError());
+  DST_RETURN_IF_ERROR(TakeErrors(i));
   const bool rounded = activations_.AfterForward(slot, i, *kernels_);
   if (!rounded && layers_[i]->OutWidth() > 0 && !fp32_layers_[i])
     RoundActivations(hooks, act[0], OutRows(i, mb.rows()) * layers_[i]->OutWidth());
   return Status::Ok();
+}
+
+// A failed collective of layer i, or a failed kernel of the backend.
+template <typename T>
+Status Model<T>::TakeErrors(size_t i) {
+  DST_RETURN_IF_ERROR(layers_[i]->TakeError());
+  return kernels_->TakeError();
 }
 
 template <typename T>
@@ -464,7 +471,7 @@ Status Model<T>::EnsureSaved(size_t i, int64_t slot, LayerRange range, MicroBatc
     Timed(timer_, LayerPass::kRecompute, i, mb.rows(), [&] {
       layers_[i]->RecomputeSaved(InputOf(i, slot, range, mb), activations_.at(slot, i), mb);
     });
-    DST_RETURN_IF_ERROR(layers_[i]->TakeError());
+    DST_RETURN_IF_ERROR(TakeErrors(i));
     activations_.AfterRecomputeSaved(slot, i, *kernels_);
   }
   return Status::Ok();
@@ -522,14 +529,14 @@ Status Model<T>::RunBackward(BackwardHalf half, int64_t slot, LayerRange range, 
     if (half == BackwardHalf::kWhole) {
       Timed(timer_, LayerPass::kBackward, i, mb.rows(),
             [&] { layers_[i]->Backward(in, activations_.at(slot, i), dout, layer_din, mb); });
-      DST_RETURN_IF_ERROR(layers_[i]->TakeError());
+      DST_RETURN_IF_ERROR(TakeErrors(i));
       if (hooks) DST_RETURN_IF_ERROR(hooks->AfterBackward(i));
     } else {
       Timed(timer_, LayerPass::kBackwardInput, i, mb.rows(), [&] {
         layers_[i]->BackwardInput(in, activations_.at(slot, i), dout, layer_din,
                                   activations_.deferred(slot, i), mb);
       });
-      DST_RETURN_IF_ERROR(layers_[i]->TakeError());
+      DST_RETURN_IF_ERROR(TakeErrors(i));
     }
     if (layer_din && global_layers_[i] > 0 && !fp32_layers_[i])  // also what a stage sends back
       RoundActivations(hooks, layer_din, InRows(i, mb.rows()) * InWidth(i));
@@ -553,7 +560,7 @@ Status Model<T>::BackwardWeight(int64_t slot, LayerRange range, MicroBatch<T> &m
     Timed(timer_, LayerPass::kBackwardWeight, i, mb.rows(), [&] {
       layers_[i]->BackwardWeight(in, activations_.at(slot, i), activations_.deferred(slot, i), mb);
     });
-    DST_RETURN_IF_ERROR(layers_[i]->TakeError());
+    DST_RETURN_IF_ERROR(TakeErrors(i));
     if (hooks) DST_RETURN_IF_ERROR(hooks->AfterBackward(i));
   }
   return Status::Ok();

@@ -231,6 +231,7 @@ class Model {
 
  private:
   void RoundActivations(LayerHooks *hooks, const T *data, int64_t n) const;
+  Status TakeErrors(size_t layer);
   // Runs layer i forward on `in` into the slot's activations.
   Status ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &mb, LayerHooks *hooks,
                       LayerPass pass);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/runtime/cuda_devices.h"
+#include "core/runtime/cuda_kernels.h"
 
 namespace dst {
 namespace {
@@ -42,6 +43,17 @@ TEST(CudaRuntime, ThePluginThisBuildMadeLoads) {
   }
 #else
   GTEST_SKIP() << "this build has no CUDA plugin";
+#endif
+}
+
+// The kernel backend's table loads from this build's plugin, every entry
+// filled (no device needed: the table is plain host code of the plugin).
+TEST(CudaRuntime, ThePluginsKernelTableIsComplete) {
+#if DSTRAIN_HAVE_CUDA
+  const Status st = CudaKernels::CheckPlugin();
+  EXPECT_TRUE(st.ok()) << st.message();
+#else
+  EXPECT_EQ(CudaKernels::CheckPlugin().code(), Code::kNotSupported);
 #endif
 }
 

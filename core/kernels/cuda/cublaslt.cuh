@@ -42,14 +42,18 @@ const char *LtError(cublasStatus_t status);
 
 // Plans D = alpha op(first) op(second) + beta D (column-major g, a strided
 // batch when g.batch > 1), operands of `operand` type, D of `out` type (fp32,
-// or the operands' 16-bit type).
+// or the operands' 16-bit type). `alignment`: the bytes every pointer the
+// plan will run with is a multiple of (cuBLASLt assumes 256 unless told:
+// tensors inside a flat buffer are often less aligned).
 void MakePlan(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDataType_t operand,
-              cudaDataType_t out, cublasComputeType_t compute, size_t workspace_bytes,
-              LtPlan *plan);
+              cudaDataType_t out, cublasComputeType_t compute, size_t workspace_bytes, LtPlan *plan,
+              uint32_t alignment = 256);
 
-// Runs a plan on the default stream with g's operand pointers and d.
+// Runs a plan on `stream` (the default one unless given) with g's operand
+// pointers and d.
 cublasStatus_t RunPlan(cublasLtHandle_t handle, const LtPlan &plan, const ColumnMajorGemm &g,
-                       float alpha, float beta, void *d, void *workspace, size_t workspace_bytes);
+                       float alpha, float beta, void *d, void *workspace, size_t workspace_bytes,
+                       cudaStream_t stream = nullptr);
 
 // Plans and runs one GEMM (what each training call does today).
 cublasStatus_t Matmul(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDataType_t operand,

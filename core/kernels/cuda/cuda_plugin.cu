@@ -16,7 +16,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/kernels/cuda/plugin_support.cuh"
+#include "core/kernels/cuda/kernels.cuh"
 #include "core/kernels/elementwise_math.h"
 #include "core/precision/convert.h"
 
@@ -174,14 +174,15 @@ size_t LayerNormParamGradScratch(long rows, long C) {
 // dw, db (+=) [C] from dy, x [rows, C] and the saved mean, rstd, through
 // scratch[LayerNormParamGradScratch(rows, C)].
 void LaunchLayerNormParamGrad(const float *dy, const float *x, const float *mean, const float *rstd,
-                              long rows, long C, float *dw, float *db, float *scratch) {
+                              long rows, long C, float *dw, float *db, float *scratch,
+                              cudaStream_t stream) {
   const ColumnChunks c = ColumnChunkLaunch(rows, C, 256);
   float *partial_w = scratch, *partial_b = scratch + size_t(c.chunks) * size_t(C);
-  LayerNormParamGradPartialKernel<<<dim3(unsigned(c.column_blocks), unsigned(c.chunks)),
-                                    c.threads>>>(dy, x, mean, rstd, rows, C, c.rows_per_chunk,
+  LayerNormParamGradPartialKernel<<<dim3(unsigned(c.column_blocks), unsigned(c.chunks)), c.threads,
+                                    0, stream>>>(dy, x, mean, rstd, rows, C, c.rows_per_chunk,
                                                  partial_w, partial_b);
-  LayerNormParamGradSumKernel<<<c.column_blocks, c.threads>>>(partial_w, partial_b, c.chunks, C, dw,
-                                                              db);
+  LayerNormParamGradSumKernel<<<c.column_blocks, c.threads, 0, stream>>>(partial_w, partial_b,
+                                                                         c.chunks, C, dw, db);
 }
 
 namespace {

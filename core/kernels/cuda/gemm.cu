@@ -59,8 +59,8 @@ const char *LtError(cublasStatus_t status) {
 }
 
 void MakePlan(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDataType_t operand,
-              cudaDataType_t out, cublasComputeType_t compute, size_t workspace_bytes,
-              LtPlan *plan) {
+              cudaDataType_t out, cublasComputeType_t compute, size_t workspace_bytes, LtPlan *plan,
+              uint32_t alignment) {
   LtCall &call = plan->call;
   cublasStatus_t st = cublasLtMatmulDescCreate(&call.op, compute, CUDA_R_32F);
   const cublasOperation_t ta = g.first.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -95,6 +95,12 @@ void MakePlan(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDataType_t 
     st = cublasLtMatmulPreferenceSetAttribute(call.preference,
                                               CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                               &workspace_bytes, sizeof workspace_bytes);
+  for (const cublasLtMatmulPreferenceAttributes_t attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st =
+          cublasLtMatmulPreferenceSetAttribute(call.preference, attr, &alignment, sizeof alignment);
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulAlgoGetHeuristic(handle, call.op, call.a, call.b, call.c, call.c,
@@ -104,11 +110,12 @@ void MakePlan(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDataType_t 
 }
 
 cublasStatus_t RunPlan(cublasLtHandle_t handle, const LtPlan &plan, const ColumnMajorGemm &g,
-                       float alpha, float beta, void *d, void *workspace, size_t workspace_bytes) {
+                       float alpha, float beta, void *d, void *workspace, size_t workspace_bytes,
+                       cudaStream_t stream) {
   if (plan.status != CUBLAS_STATUS_SUCCESS) return plan.status;
   return cublasLtMatmul(handle, plan.call.op, &alpha, g.first.data, plan.call.a, g.second.data,
                         plan.call.b, &beta, d, plan.call.c, d, plan.call.c, &plan.heuristic.algo,
-                        workspace, workspace_bytes, nullptr);
+                        workspace, workspace_bytes, stream);
 }
 
 cublasStatus_t Matmul(cublasLtHandle_t handle, const ColumnMajorGemm &g, cudaDataType_t operand,

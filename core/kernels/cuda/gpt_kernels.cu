@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "core/kernels/cuda/plugin_support.cuh"
+#include "core/kernels/cuda/kernels.cuh"
 
 namespace dst::cuda {
 
@@ -52,32 +52,18 @@ __global__ void PositionGradKernel(const float *dout, long B, long T, long C, fl
   }
 }
 
-// dwte[tokens[bt], c] += dout[bt, c].
+// dwte[tokens[bt] - first, c] += dout[bt, c] for the tokens among wte's rows
+// [first, first + rows) (a vocabulary-parallel rank's).
 __global__ void TokenGradKernel(const float *dout, const int32_t *tokens, long BT, long C,
-                                float *dwte) {
+                                long first, long rows, float *dwte) {
   for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < BT * C;
-       i += long(gridDim.x) * blockDim.x)
-    atomicAdd(&dwte[long(tokens[i / C]) * C + i % C], dout[i]);
+       i += long(gridDim.x) * blockDim.x) {
+    const long row = long(tokens[i / C]) - first;
+    if (row >= 0 && row < rows) atomicAdd(&dwte[row * C + i % C], dout[i]);
+  }
 }
 
 // ---------------------------------------------------------------- cross-entropy
-
-// The max (kMax) or the sum of v over the block, in every thread; blockDim.x
-// a multiple of the warp size.
-template <bool kMax>
-__device__ float BlockReduce(float v) {
-  __shared__ float partial[kWarp];
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  v = kMax ? WarpMax(v) : WarpSum(v);
-  __syncthreads();  // a previous call's readers are done with `partial`
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  const int warps = int(blockDim.x) / kWarp;
-  v = lane < warps ? partial[lane] : (kMax ? -INFINITY : 0.0f);
-  return kMax ? WarpMax(v) : WarpSum(v);
-}
-
-constexpr int32_t kIgnoreIndex = -1;  // cpu::kIgnoreIndex
 
 // One block a row of logits [rows, V]: probs = softmax(row); nll[row] =
 // -log(max(p[target], 1e-30)) and counted[row] = 1, or both 0 when the
@@ -107,14 +93,15 @@ __global__ void CrossEntropyForwardKernel(const float *logits, const int32_t *ta
   }
 }
 
-// dlogits (assigns) [rows, V] = (p - onehot(target)) * k, zero for ignored rows.
+// dlogits (assigns) [rows, V] = (p - onehot(target - first)) * k, zero for
+// ignored rows (first: a vocabulary-parallel rank's first column).
 __global__ void CrossEntropyBackwardKernel(const float *probs, const int32_t *targets, long rows,
-                                           long V, float k, float *dlogits) {
+                                           long V, float k, long first, float *dlogits) {
   for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < rows * V;
        i += long(gridDim.x) * blockDim.x) {
     const int32_t t = targets[i / V];
     const long j = i % V;
-    dlogits[i] = t == kIgnoreIndex ? 0.0f : (probs[i] - (j == t ? 1.0f : 0.0f)) * k;
+    dlogits[i] = t == kIgnoreIndex ? 0.0f : (probs[i] - (j == long(t) - first ? 1.0f : 0.0f)) * k;
   }
 }
 
@@ -378,7 +365,7 @@ cudaError_t BenchCrossEntropy(const BenchDims &d, int iters, double *ms) {
         CrossEntropyForwardKernel<<<int(rows), 256>>>(logits.get(), targets.get(), V, probs.get(),
                                                       nll.get(), counted.get());
         CrossEntropyBackwardKernel<<<l.blocks, l.threads>>>(probs.get(), targets.get(), rows, V,
-                                                            1.0f / float(rows), dlogits.get());
+                                                            1.0f / float(rows), 0, dlogits.get());
         return cudaGetLastError();
       },
       ms);
@@ -423,7 +410,8 @@ cudaError_t BenchEmbedding(const BenchDims &d, int iters, double *ms) {
         EmbeddingForwardKernel<<<all.blocks, all.threads>>>(tokens.get(), wte.get(), wpe.get(), BT,
                                                             d.T, C, out.get());
         PositionGradKernel<<<pos.blocks, pos.threads>>>(dout.get(), d.B, d.T, C, dwpe.get());
-        TokenGradKernel<<<all.blocks, all.threads>>>(dout.get(), tokens.get(), BT, C, dwte.get());
+        TokenGradKernel<<<all.blocks, all.threads>>>(dout.get(), tokens.get(), BT, C, 0, d.V,
+                                                     dwte.get());
         return cudaGetLastError();
       },
       ms);
@@ -469,7 +457,7 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_embedding(
     cuda::EmbeddingForwardKernel<<<all.blocks, all.threads>>>(d_tokens.get(), d_wte.get(),
                                                               d_wpe.get(), BT, T, C, d_out.get());
     cuda::PositionGradKernel<<<pos.blocks, pos.threads>>>(d_dout.get(), B, T, C, d_dwpe.get());
-    cuda::TokenGradKernel<<<all.blocks, all.threads>>>(d_dout.get(), d_tokens.get(), BT, C,
+    cuda::TokenGradKernel<<<all.blocks, all.threads>>>(d_dout.get(), d_tokens.get(), BT, C, 0, V,
                                                        d_dwte.get());
     st = cudaGetLastError();
   }
@@ -506,7 +494,7 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_cross_entr
     const cuda::Launch l = cuda::ElementwiseLaunch(rows * V);
     const float k = n > 0 ? grad_scale / float(n) : 0.0f;
     cuda::CrossEntropyBackwardKernel<<<l.blocks, l.threads>>>(d_probs.get(), d_targets.get(), rows,
-                                                              V, k, d_dlogits.get());
+                                                              V, k, 0, d_dlogits.get());
     st = cudaGetLastError();
   }
   d_probs.CopyTo(probs);

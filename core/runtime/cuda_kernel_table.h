@@ -1,0 +1,117 @@
+/* The CUDA kernel backend's calls, as the CUDA plugin (libdstrain_cuda.so,
+ * core/kernels/cuda/device_kernels.cu) exports them: a table of plain C
+ * function pointers filled by dst_cuda_plugin_kernels(), behind
+ * core/runtime/cuda_kernels.h's Kernels<float>. Every pointer is device
+ * memory of the context's device; every kernel is queued on the context's
+ * stream (the host does not wait) except where a result comes back to the
+ * host (the losses), which waits for the stream. Each call returns 0 or an
+ * error code that error_string names (CUDA's cudaError_t values, and
+ * DST_CUDA_BLAS_ERROR + a cuBLAS status). The table grows at the end only.
+ *
+ * Sizes and conventions are core/kernels/kernels.h's: inputs, sizes,
+ * outputs; row-major; "+=" where the CPU kernel accumulates. `compute` is a
+ * DST_CUDA_COMPUTE_* value. */
+#ifndef DSTRAIN_CORE_RUNTIME_CUDA_KERNEL_TABLE_H_
+#define DSTRAIN_CORE_RUNTIME_CUDA_KERNEL_TABLE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DST_CUDA_BLAS_ERROR 100000 /* + cublasStatus_t */
+
+#define DST_CUDA_COMPUTE_FP32 0 /* fp32 operands, fp32 accumulation */
+#define DST_CUDA_COMPUTE_BF16 1 /* operands rounded to bf16, fp32 accumulation and result */
+
+#define DST_CUDA_HALF_FP16 0 /* the 16-bit formats of the activation stash */
+#define DST_CUDA_HALF_BF16 1
+
+typedef struct DstCudaKernelTable {
+  size_t size; /* sizeof the table the plugin filled (a newer caller reads no further) */
+  /* A context: the device, the stream (a cudaStream_t the caller owns), a
+   * cuBLASLt handle, GEMM plans per shape and the kernels' workspaces (grown
+   * on first use, then reused: a repeated step allocates nothing). */
+  int (*context_create)(int device, void *stream, void **ctx);
+  int (*context_destroy)(void *ctx);
+  const char *(*error_string)(int code);
+
+  /* memory (bytes) */
+  int (*copy_rows)(void *ctx, const void *src, size_t src_pitch, size_t rows, size_t width,
+                   void *dst, size_t dst_pitch);
+  int (*zero)(void *ctx, void *dst, size_t bytes);
+
+  /* 16-bit activations */
+  int (*round_to_16)(void *ctx, int half, float *x, long n);
+  int (*stash_to_16)(void *ctx, int half, float *x, long n, uint16_t *stash);
+  int (*unstash_from_16)(void *ctx, int half, const uint16_t *stash, long n, float *x);
+
+  /* element-wise */
+  int (*add)(void *ctx, const float *a, const float *b, long n, float *out);
+  int (*add_in_place)(void *ctx, const float *x, long n, float *y);
+  int (*add_bias_to_rows)(void *ctx, const float *bias, long rows, long out, float *y);
+  int (*gelu_forward)(void *ctx, const float *x, long n, float *out);
+  int (*gelu_backward)(void *ctx, const float *dout, const float *x, long n, float *dx);
+  int (*relu_forward)(void *ctx, const float *x, long n, float *out);
+  int (*relu_backward)(void *ctx, const float *dout, const float *x, long n, float *dx);
+
+  /* linear, W [out, in] */
+  int (*linear_forward)(void *ctx, const float *x, const float *weight, const float *bias,
+                        long rows, long in, long out, float *y, int compute);
+  /* dx [rows, in] = dy W (assigns) */
+  int (*linear_input_backward)(void *ctx, const float *dy, const float *weight, long rows, long in,
+                               long out, float *dx, int compute);
+  /* dweight += dy^T x; dbias (if non-null) += column sums of dy */
+  int (*linear_weight_backward)(void *ctx, const float *dy, const float *x, long rows, long in,
+                                long out, float *dweight, float *dbias, int compute);
+
+  /* LayerNorm (eps 1e-5) */
+  int (*layernorm_forward)(void *ctx, const float *x, const float *weight, const float *bias,
+                           long rows, long C, float *out, float *mean, float *rstd);
+  /* dx (if non-null) += the input gradient; dweight, dbias (if non-null) += theirs */
+  int (*layernorm_backward)(void *ctx, const float *dout, const float *x, const float *weight,
+                            const float *mean, const float *rstd, long rows, long C, float *dx,
+                            float *dweight, float *dbias);
+
+  /* causal attention: qkv [B, T, 3C], att [B, H, T, T], y [B, T, C] */
+  int (*attention_forward)(void *ctx, const float *qkv, long B, long T, long C, long H, float *att,
+                           float *y);
+  int (*attention_backward)(void *ctx, const float *dy, const float *qkv, const float *att, long B,
+                            long T, long C, long H, float *dqkv);
+
+  /* embeddings */
+  int (*embedding_lookup)(void *ctx, const int32_t *tokens, const float *wte, long first,
+                          long rows, long B, long T, long C, float *out);
+  int (*add_positions_to_rows)(void *ctx, const float *wpe, long first_row, long rows, long T,
+                               long C, float *out);
+  int (*embedding_backward)(void *ctx, const float *dout, const int32_t *tokens, long B, long T,
+                            long C, float *dwte, float *dwpe, long first, long rows);
+
+  /* losses; the forward ones wait for the stream and write host scalars */
+  int (*cross_entropy_forward)(void *ctx, float *logits, const int32_t *targets, long rows,
+                               long V, double *loss, long *counted);
+  int (*cross_entropy_backward)(void *ctx, const float *probs, const int32_t *targets, long rows,
+                                long V, long counted, float grad_scale, float *dlogits,
+                                long first);
+  int (*row_maxima)(void *ctx, const float *logits, long rows, long V, float *maxima);
+  int (*exp_and_sums)(void *ctx, float *logits, long rows, long V, const float *maxima,
+                      long parts, const int32_t *targets, long first, float *sums,
+                      float *target_exp);
+  int (*normalize_and_nll)(void *ctx, float *logits, long rows, long V, const float *sums,
+                           const float *target_exp, const int32_t *targets, double *loss,
+                           long *counted);
+  int (*mse_forward)(void *ctx, const float *pred, const float *labels, long n, double *loss);
+  int (*mse_backward)(void *ctx, const float *pred, const float *labels, long n, float grad_scale,
+                      float *dpred, long mean_over);
+} DstCudaKernelTable;
+
+/* Fills *table (table->size set by the caller to sizeof its table); returns 0. */
+typedef int (*DstCudaKernelsFn)(DstCudaKernelTable *table);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DSTRAIN_CORE_RUNTIME_CUDA_KERNEL_TABLE_H_ */

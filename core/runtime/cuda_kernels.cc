@@ -1,0 +1,252 @@
+#include "core/runtime/cuda_kernels.h"
+
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "core/common/log.h"
+#include "core/runtime/plugin.h"
+
+namespace dst {
+
+namespace {
+
+// The plugin's kernel table, loaded once per process, or why there is none.
+Result<DstCudaKernelTable> LoadKernelTable() {
+#if !DSTRAIN_HAVE_CUDA
+  return Status(Code::kNotSupported,
+                "this build has no CUDA backend (nvcc was not found when it was built)");
+#else
+  const OpenedPlugin plugin =
+      OpenPlugin({"libdstrain_cuda.so", "DSTRAIN_CUDA_PLUGIN", DSTRAIN_CUDA_PLUGIN_BUILD_PATH,
+                  "dst_cuda_plugin_kernels", "the CUDA runtime"});
+  if (plugin.entry == nullptr) return Status(Code::kNotSupported, plugin.error);
+  DstCudaKernelTable table{};
+  table.size = sizeof table;
+  if (reinterpret_cast<DstCudaKernelsFn>(plugin.entry)(&table) != 0 || table.size != sizeof table)
+    return Status(Code::kNotSupported,
+                  "the CUDA plugin's kernel table is older than this libdstrain (reinstall both "
+                  "from one build)");
+  // Every entry after `size` is a function pointer, and each must be filled.
+  const size_t first = offsetof(DstCudaKernelTable, context_create);
+  for (size_t at = first; at < sizeof table; at += sizeof(void (*)())) {
+    void (*fn)() = nullptr;
+    std::memcpy(&fn, reinterpret_cast<const char *>(&table) + at, sizeof fn);
+    if (fn == nullptr)
+      return Status(Code::kNotSupported, "the CUDA plugin's kernel table leaves entry " +
+                                             std::to_string((at - first) / sizeof fn) +
+                                             " empty (a plugin from another build?)");
+  }
+  return table;
+#endif
+}
+
+int HalfCode(Half half) {
+  return half == Half::kBf16 ? DST_CUDA_HALF_BF16 : DST_CUDA_HALF_FP16;
+}
+
+int ComputeCode(ComputeType compute) {
+  return compute == ComputeType::kBf16 ? DST_CUDA_COMPUTE_BF16 : DST_CUDA_COMPUTE_FP32;
+}
+
+constexpr size_t kFloat = sizeof(float);
+
+const Result<DstCudaKernelTable> &KernelTable() {
+  static const Result<DstCudaKernelTable> table = LoadKernelTable();
+  return table;
+}
+
+}  // namespace
+
+Status CudaKernels::CheckPlugin() {
+  return KernelTable().status();
+}
+
+Result<std::unique_ptr<CudaKernels>> CudaKernels::Create(const CudaRuntime &runtime,
+                                                         const CudaStream &stream) {
+  (void)runtime;  // the stream's device is the runtime's; the table is its own
+  const Result<DstCudaKernelTable> &table = KernelTable();
+  if (!table.ok()) return table.status();
+  void *context = nullptr;
+  const int code = table.value().context_create(stream.device(), stream.handle(), &context);
+  if (code != 0)
+    return Status(Code::kInternal,
+                  "creating the CUDA kernel backend on cuda:" + std::to_string(stream.device()) +
+                      ": " + table.value().error_string(code));
+  return std::unique_ptr<CudaKernels>(new CudaKernels(table.value(), context, stream.device()));
+}
+
+CudaKernels::~CudaKernels() {
+  const int code = t_.context_destroy(ctx_);
+  if (code != 0)
+    DST_LOG(kWarning, "cuda",
+            "closing the kernel backend on " + name_ + ": " + t_.error_string(code));
+}
+
+void CudaKernels::Check(int code, const char *kernel) const {
+  if (code == 0 || !error_.ok()) return;
+  error_ = Status(Code::kInternal, std::string("CUDA kernel ") + kernel + " on " + name_ + ": " +
+                                       t_.error_string(code));
+}
+
+Status CudaKernels::TakeError() const {
+  return std::exchange(error_, Status::Ok());
+}
+
+void CudaKernels::Copy(const float *src, int64_t n, float *dst) const {
+  const size_t bytes = size_t(n) * kFloat;
+  Check(t_.copy_rows(ctx_, src, bytes, 1, bytes, dst, bytes), "Copy");
+}
+void CudaKernels::CopyRows(const float *src, int64_t src_stride, int64_t rows, int64_t width,
+                           float *dst, int64_t dst_stride) const {
+  Check(t_.copy_rows(ctx_, src, size_t(src_stride) * kFloat, size_t(rows), size_t(width) * kFloat,
+                     dst, size_t(dst_stride) * kFloat),
+        "CopyRows");
+}
+void CudaKernels::Zero(int64_t n, float *dst) const {
+  Check(t_.zero(ctx_, dst, size_t(n) * kFloat), "Zero");
+}
+void CudaKernels::RoundTo16(Half half, float *x, int64_t n) const {
+  Check(t_.round_to_16(ctx_, HalfCode(half), x, n), "RoundTo16");
+}
+void CudaKernels::StashTo16(Half half, float *x, int64_t n, uint16_t *stash) const {
+  Check(t_.stash_to_16(ctx_, HalfCode(half), x, n, stash), "StashTo16");
+}
+void CudaKernels::UnstashFrom16(Half half, const uint16_t *stash, int64_t n, float *x) const {
+  Check(t_.unstash_from_16(ctx_, HalfCode(half), stash, n, x), "UnstashFrom16");
+}
+void CudaKernels::Add(const float *a, const float *b, int64_t n, float *out) const {
+  Check(t_.add(ctx_, a, b, n, out), "Add");
+}
+void CudaKernels::AddInPlace(const float *x, int64_t n, float *y) const {
+  Check(t_.add_in_place(ctx_, x, n, y), "AddInPlace");
+}
+void CudaKernels::AddBiasToRows(const float *bias, int64_t rows, int64_t out, float *y) const {
+  Check(t_.add_bias_to_rows(ctx_, bias, rows, out, y), "AddBiasToRows");
+}
+void CudaKernels::GeluForward(const float *x, int64_t n, float *out) const {
+  Check(t_.gelu_forward(ctx_, x, n, out), "GeluForward");
+}
+void CudaKernels::GeluBackward(const float *dout, const float *x, int64_t n, float *dx) const {
+  Check(t_.gelu_backward(ctx_, dout, x, n, dx), "GeluBackward");
+}
+void CudaKernels::ReluForward(const float *x, int64_t n, float *out) const {
+  Check(t_.relu_forward(ctx_, x, n, out), "ReluForward");
+}
+void CudaKernels::ReluBackward(const float *dout, const float *x, int64_t n, float *dx) const {
+  Check(t_.relu_backward(ctx_, dout, x, n, dx), "ReluBackward");
+}
+void CudaKernels::LinearForward(const float *x, const float *weight, const float *bias,
+                                int64_t rows, int64_t in, int64_t out, float *y,
+                                ComputeType compute) const {
+  Check(t_.linear_forward(ctx_, x, weight, bias, rows, in, out, y, ComputeCode(compute)),
+        "LinearForward");
+}
+void CudaKernels::LinearBackward(const float *dy, const float *x, const float *weight, int64_t rows,
+                                 int64_t in, int64_t out, float *dx, float *dweight, float *dbias,
+                                 ComputeType compute) const {
+  if (dx)
+    Check(t_.linear_input_backward(ctx_, dy, weight, rows, in, out, dx, ComputeCode(compute)),
+          "LinearBackward");
+  if (dweight) LinearWeightBackward(dy, x, rows, in, out, dweight, dbias, compute);
+}
+void CudaKernels::LinearWeightBackward(const float *dy, const float *x, int64_t rows, int64_t in,
+                                       int64_t out, float *dweight, float *dbias,
+                                       ComputeType compute) const {
+  Check(t_.linear_weight_backward(ctx_, dy, x, rows, in, out, dweight, dbias, ComputeCode(compute)),
+        "LinearWeightBackward");
+}
+void CudaKernels::LayerNormForward(const float *x, const float *weight, const float *bias,
+                                   int64_t rows, int64_t C, float *out, float *mean,
+                                   float *rstd) const {
+  Check(t_.layernorm_forward(ctx_, x, weight, bias, rows, C, out, mean, rstd), "LayerNormForward");
+}
+void CudaKernels::LayerNormBackward(const float *dout, const float *x, const float *weight,
+                                    const float *mean, const float *rstd, int64_t rows, int64_t C,
+                                    float *dx, float *dweight, float *dbias, float *, int) const {
+  Check(t_.layernorm_backward(ctx_, dout, x, weight, mean, rstd, rows, C, dx, dweight, dbias),
+        "LayerNormBackward");
+}
+void CudaKernels::LayerNormParamBackward(const float *dout, const float *x, const float *mean,
+                                         const float *rstd, int64_t rows, int64_t C, float *dweight,
+                                         float *dbias, float *, int) const {
+  Check(t_.layernorm_backward(ctx_, dout, x, nullptr, mean, rstd, rows, C, nullptr, dweight, dbias),
+        "LayerNormParamBackward");
+}
+void CudaKernels::AttentionForward(const float *qkv, const AttentionShape &s, float *att, float *y,
+                                   ComputeType) const {
+  Check(t_.attention_forward(ctx_, qkv, s.B, s.T, s.C, s.H, att, y), "AttentionForward");
+}
+void CudaKernels::AttentionBackward(const float *dy, const float *qkv, const float *att,
+                                    const AttentionShape &s, float *dqkv, float *,
+                                    ComputeType) const {
+  Check(t_.attention_backward(ctx_, dy, qkv, att, s.B, s.T, s.C, s.H, dqkv), "AttentionBackward");
+}
+void CudaKernels::EmbeddingForward(const int32_t *tokens, const float *wte, const float *wpe,
+                                   int64_t B, int64_t Tn, int64_t C, float *out) const {
+  EmbeddingLookupRange(tokens, wte, 0, std::numeric_limits<long>::max(), B, Tn, C, out);
+  AddPositionsToRows(wpe, 0, B * Tn, Tn, C, out);
+}
+void CudaKernels::EmbeddingLookupRange(const int32_t *tokens, const float *wte, int64_t first,
+                                       int64_t rows, int64_t B, int64_t Tn, int64_t C,
+                                       float *out) const {
+  Check(t_.embedding_lookup(ctx_, tokens, wte, first, rows, B, Tn, C, out), "EmbeddingLookup");
+}
+void CudaKernels::AddPositionsToRows(const float *wpe, int64_t first_row, int64_t rows, int64_t Tn,
+                                     int64_t C, float *out) const {
+  Check(t_.add_positions_to_rows(ctx_, wpe, first_row, rows, Tn, C, out), "AddPositionsToRows");
+}
+void CudaKernels::EmbeddingBackward(const float *dout, const int32_t *tokens, int64_t B, int64_t Tn,
+                                    int64_t C, float *dwte, float *dwpe, int64_t first,
+                                    int64_t rows) const {
+  Check(t_.embedding_backward(ctx_, dout, tokens, B, Tn, C, dwte, dwpe, first, rows),
+        "EmbeddingBackward");
+}
+double CudaKernels::SoftmaxCrossEntropyForward(float *logits, const int32_t *targets, int64_t rows,
+                                               int64_t V, int64_t *counted) const {
+  double loss = 0;
+  long n = 0;
+  Check(t_.cross_entropy_forward(ctx_, logits, targets, rows, V, &loss, &n),
+        "SoftmaxCrossEntropyForward");
+  *counted = n;
+  return loss;
+}
+void CudaKernels::SoftmaxCrossEntropyBackward(const float *probs, const int32_t *targets,
+                                              int64_t rows, int64_t V, int64_t counted,
+                                              float grad_scale, float *dlogits,
+                                              int64_t first) const {
+  Check(
+      t_.cross_entropy_backward(ctx_, probs, targets, rows, V, counted, grad_scale, dlogits, first),
+      "SoftmaxCrossEntropyBackward");
+}
+void CudaKernels::RowMaxima(const float *logits, int64_t rows, int64_t V, float *maxima) const {
+  Check(t_.row_maxima(ctx_, logits, rows, V, maxima), "RowMaxima");
+}
+void CudaKernels::ExpAndSums(float *logits, int64_t rows, int64_t V, const float *maxima,
+                             int64_t parts, const int32_t *targets, int64_t first, float *sums,
+                             float *target_exp) const {
+  Check(t_.exp_and_sums(ctx_, logits, rows, V, maxima, parts, targets, first, sums, target_exp),
+        "ExpAndSums");
+}
+double CudaKernels::NormalizeAndNll(float *logits, int64_t rows, int64_t V, const float *sums,
+                                    const float *target_exp, const int32_t *targets,
+                                    int64_t *counted) const {
+  double loss = 0;
+  long n = 0;
+  Check(t_.normalize_and_nll(ctx_, logits, rows, V, sums, target_exp, targets, &loss, &n),
+        "NormalizeAndNll");
+  *counted = n;
+  return loss;
+}
+double CudaKernels::MseForward(const float *pred, const float *labels, int64_t n) const {
+  double loss = 0;
+  Check(t_.mse_forward(ctx_, pred, labels, n, &loss), "MseForward");
+  return loss;
+}
+void CudaKernels::MseBackward(const float *pred, const float *labels, int64_t n, float grad_scale,
+                              float *dpred, int64_t mean_over) const {
+  Check(t_.mse_backward(ctx_, pred, labels, n, grad_scale, dpred, mean_over), "MseBackward");
+}
+
+}  // namespace dst

@@ -1,0 +1,112 @@
+// The CUDA kernel backend (issue 16): Kernels<float> (core/kernels/kernels.h)
+// over the CUDA plugin's kernel table (cuda_kernel_table.h), on one device,
+// every kernel queued on one stream. The layers' tensors, the tokens and
+// targets must be that device's memory. A failed kernel is kept (the first
+// one) and reported by TakeError, which the model calls after each layer
+// pass; the losses come back to the host, so those calls wait for the stream.
+//
+// The kernels are fp32 (the layers' ComputeType::kBf16 GEMMs round their
+// operands to bf16 and accumulate in fp32, as on the CPU; attention and the
+// element-wise kernels compute in fp32 whatever the compute type). The
+// scratch a layer hands a kernel (sized for the CPU's threads) is not used:
+// the backend keeps its own workspaces on the device.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/common/status.h"
+#include "core/kernels/kernels.h"
+#include "core/runtime/cuda_kernel_table.h"
+#include "core/runtime/cuda_runtime.h"
+
+namespace dst {
+
+class CudaKernels final : public Kernels<float> {
+ public:
+  // The backend on `stream`'s device, queuing on it (the stream must outlive
+  // the backend); kNotSupported says why there is none (no plugin, a plugin
+  // older than this library).
+  static Result<std::unique_ptr<CudaKernels>> Create(const CudaRuntime &runtime,
+                                                     const CudaStream &stream);
+  // Whether this build's CUDA plugin exports a complete kernel table (no
+  // device needed): kNotSupported says why not.
+  static Status CheckPlugin();
+  ~CudaKernels() override;
+  CudaKernels(const CudaKernels &) = delete;
+  CudaKernels &operator=(const CudaKernels &) = delete;
+
+  const char *name() const override { return name_.c_str(); }
+  Status TakeError() const override;
+
+  void Copy(const float *src, int64_t n, float *dst) const override;
+  void CopyRows(const float *src, int64_t src_stride, int64_t rows, int64_t width, float *dst,
+                int64_t dst_stride) const override;
+  void Zero(int64_t n, float *dst) const override;
+  void RoundTo16(Half half, float *x, int64_t n) const override;
+  void StashTo16(Half half, float *x, int64_t n, uint16_t *stash) const override;
+  void UnstashFrom16(Half half, const uint16_t *stash, int64_t n, float *x) const override;
+  void Add(const float *a, const float *b, int64_t n, float *out) const override;
+  void AddInPlace(const float *x, int64_t n, float *y) const override;
+  void AddBiasToRows(const float *bias, int64_t rows, int64_t out, float *y) const override;
+  void GeluForward(const float *x, int64_t n, float *out) const override;
+  void GeluBackward(const float *dout, const float *x, int64_t n, float *dx) const override;
+  void ReluForward(const float *x, int64_t n, float *out) const override;
+  void ReluBackward(const float *dout, const float *x, int64_t n, float *dx) const override;
+  void LinearForward(const float *x, const float *weight, const float *bias, int64_t rows,
+                     int64_t in, int64_t out, float *y, ComputeType compute) const override;
+  void LinearBackward(const float *dy, const float *x, const float *weight, int64_t rows,
+                      int64_t in, int64_t out, float *dx, float *dweight, float *dbias,
+                      ComputeType compute) const override;
+  void LinearWeightBackward(const float *dy, const float *x, int64_t rows, int64_t in, int64_t out,
+                            float *dweight, float *dbias, ComputeType compute) const override;
+  void LayerNormForward(const float *x, const float *weight, const float *bias, int64_t rows,
+                        int64_t C, float *out, float *mean, float *rstd) const override;
+  void LayerNormBackward(const float *dout, const float *x, const float *weight, const float *mean,
+                         const float *rstd, int64_t rows, int64_t C, float *dx, float *dweight,
+                         float *dbias, float *scratch, int max_threads) const override;
+  void LayerNormParamBackward(const float *dout, const float *x, const float *mean,
+                              const float *rstd, int64_t rows, int64_t C, float *dweight,
+                              float *dbias, float *scratch, int max_threads) const override;
+  void AttentionForward(const float *qkv, const AttentionShape &s, float *att, float *y,
+                        ComputeType compute) const override;
+  void AttentionBackward(const float *dy, const float *qkv, const float *att,
+                         const AttentionShape &s, float *dqkv, float *scratch,
+                         ComputeType compute) const override;
+  void EmbeddingForward(const int32_t *tokens, const float *wte, const float *wpe, int64_t B,
+                        int64_t Tn, int64_t C, float *out) const override;
+  void EmbeddingLookupRange(const int32_t *tokens, const float *wte, int64_t first, int64_t rows,
+                            int64_t B, int64_t Tn, int64_t C, float *out) const override;
+  void AddPositionsToRows(const float *wpe, int64_t first_row, int64_t rows, int64_t Tn, int64_t C,
+                          float *out) const override;
+  void EmbeddingBackward(const float *dout, const int32_t *tokens, int64_t B, int64_t Tn, int64_t C,
+                         float *dwte, float *dwpe, int64_t first, int64_t rows) const override;
+  double SoftmaxCrossEntropyForward(float *logits, const int32_t *targets, int64_t rows, int64_t V,
+                                    int64_t *counted) const override;
+  void SoftmaxCrossEntropyBackward(const float *probs, const int32_t *targets, int64_t rows,
+                                   int64_t V, int64_t counted, float grad_scale, float *dlogits,
+                                   int64_t first) const override;
+  void RowMaxima(const float *logits, int64_t rows, int64_t V, float *maxima) const override;
+  void ExpAndSums(float *logits, int64_t rows, int64_t V, const float *maxima, int64_t parts,
+                  const int32_t *targets, int64_t first, float *sums,
+                  float *target_exp) const override;
+  double NormalizeAndNll(float *logits, int64_t rows, int64_t V, const float *sums,
+                         const float *target_exp, const int32_t *targets,
+                         int64_t *counted) const override;
+  double MseForward(const float *pred, const float *labels, int64_t n) const override;
+  void MseBackward(const float *pred, const float *labels, int64_t n, float grad_scale,
+                   float *dpred, int64_t mean_over) const override;
+
+ private:
+  CudaKernels(const DstCudaKernelTable &table, void *context, int device)
+      : t_(table), ctx_(context), name_("cuda:" + std::to_string(device)) {}
+  // Keeps the first failure (`kernel` names it).
+  void Check(int code, const char *kernel) const;
+
+  const DstCudaKernelTable &t_;
+  void *ctx_;
+  std::string name_;
+  mutable Status error_;
+};
+
+}  // namespace dst

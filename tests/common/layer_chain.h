@@ -1,0 +1,229 @@
+// A chain of layers run forward and backward outside a model, through a
+// given kernel backend and with every tensor (parameters, gradients,
+// activations, scratch, tokens, targets, inputs, labels) in a given memory:
+// the kernel-seam tests (tests/unit/test_kernel_seam.cc: memory closed to the
+// host) and the CUDA backend's tests (tests/gpu: device memory) run the same
+// chains and compare them with the CPU backend on host memory.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/kernels/kernels.h"
+#include "core/model/gpt_layers.h"
+#include "core/model/sequential_layers.h"
+
+namespace dst {
+
+// Where a chain's tensors live. Take hands out memory (null when full);
+// Upload and Download move bytes between the host and it.
+class TensorMemory {
+ public:
+  virtual ~TensorMemory() = default;
+  virtual void *TakeBytes(size_t bytes) = 0;
+  virtual void Upload(void *dst, const void *src, size_t bytes) = 0;
+  virtual void Download(void *dst, const void *src, size_t bytes) = 0;
+  template <typename T>
+  T *Take(int64_t n) {
+    return static_cast<T *>(TakeBytes((size_t(n) * sizeof(T) + 63) / 64 * 64));
+  }
+  template <typename T>
+  T *TakeCopy(const std::vector<T> &host) {
+    T *p = Take<T>(int64_t(host.size()));
+    if (p) Upload(p, host.data(), host.size() * sizeof(T));
+    return p;
+  }
+};
+
+enum class ChainPass { kWhole, kZeroBubbleRecompute };
+
+struct Chain {
+  ParamRegistry registry;
+  std::vector<std::unique_ptr<Layer<float>>> layers;
+  std::unique_ptr<ParamStore<float>> store;
+  int64_t B = 2, T = 8, in_width = 0;  // in_width: 0 for a GPT (tokens)
+  int64_t classes = 0;                 // targets in [0, classes) (0: none)
+  bool mse = false;                    // labels [B * T, width of the last layer's input]
+  ComputeType compute = ComputeType::kFp32;
+};
+
+// Embedding, two blocks, head: vocabulary 32, context 8, 2 heads, d_model 16.
+inline std::unique_ptr<Chain> TinyGpt() {
+  auto chain = std::make_unique<Chain>();
+  GptDims dims{/*vocab=*/32, /*n_ctx=*/8, /*n_layer=*/2, /*n_head=*/2, /*d_model=*/16};
+  auto embedding = std::make_unique<GptEmbedding<float>>(dims, chain->registry);
+  const int wte = embedding->wte_id();
+  chain->layers.push_back(std::move(embedding));
+  for (int i = 0; i < 2; ++i)
+    chain->layers.push_back(std::make_unique<GptBlock<float>>(dims, i, chain->registry));
+  chain->layers.push_back(std::make_unique<GptHead<float>>(dims, wte, chain->registry));
+  chain->classes = dims.vocab;
+  return chain;
+}
+
+// Linear, GELU, LayerNorm, linear, ReLU, then MSE or cross-entropy.
+inline std::unique_ptr<Chain> TinySequential(bool mse) {
+  using Fn = ActivationLayer<float>::Fn;
+  auto chain = std::make_unique<Chain>();
+  chain->T = 1;
+  chain->B = 6;
+  chain->in_width = 8;
+  ParamRegistry &r = chain->registry;
+  chain->layers.push_back(std::make_unique<LinearLayer<float>>("l0", 8, 16, true, r));
+  chain->layers.push_back(std::make_unique<ActivationLayer<float>>(Fn::kGelu, 16));
+  chain->layers.push_back(std::make_unique<LayerNormLayer<float>>("ln", 16, r));
+  chain->layers.push_back(std::make_unique<LinearLayer<float>>("l1", 16, 4, false, r));
+  chain->layers.push_back(std::make_unique<ActivationLayer<float>>(Fn::kRelu, 4));
+  if (mse) {
+    chain->layers.push_back(std::make_unique<MseLossLayer<float>>(4));
+    chain->mse = true;
+  } else {
+    chain->layers.push_back(std::make_unique<CrossEntropyLossLayer<float>>(4));
+    chain->classes = 4;
+  }
+  return chain;
+}
+
+// Builds the chain `make` returns with initialised parameters.
+inline std::unique_ptr<Chain> MakeChain(std::unique_ptr<Chain> (*make)()) {
+  std::unique_ptr<Chain> chain = make();
+  chain->store = std::make_unique<ParamStore<float>>(chain->registry, nullptr);
+  chain->store->Initialize(11);
+  return chain;
+}
+
+struct ChainOutcome {
+  double loss = 0;
+  std::vector<float> grads;       // every parameter's gradient, flat
+  std::vector<float> input_grad;  // of the first layer's input (sequential)
+  std::string error;              // set-up, a layer or the backend failed
+};
+
+// Runs forward and backward of `chain` through `kernels` with every tensor
+// in `memory`; `closed` runs the passes (the default: as they are), so a
+// caller can close the memory around them.
+inline ChainOutcome RunChain(
+    Chain &chain, const Kernels<float> &kernels, TensorMemory &memory, ChainPass pass,
+    const std::function<void(const std::function<void()> &)> &closed =
+        [](const std::function<void()> &passes) { passes(); }) {
+  const size_t L = chain.layers.size();
+  const int64_t N = chain.B * chain.T;
+  ParamStore<float> &store = *chain.store;
+  const ActivationLimits limits{chain.B, chain.T, omp_get_max_threads()};
+  ChainOutcome outcome;
+
+  const size_t padded = size_t(store.padded_size());
+  float *values = memory.TakeCopy(std::vector<float>(store.values(), store.values() + padded));
+  float *grads = memory.TakeCopy(std::vector<float>(padded, 0.0f));
+  if (values == nullptr || grads == nullptr) {
+    outcome.error = "the tensor memory is too small";
+    return outcome;
+  }
+  for (size_t id = 0; id < store.decls().size(); ++id) {
+    store.SetParamPointer(int(id), values + store.decls()[id].offset);
+    store.SetGradPointer(int(id), grads + store.decls()[id].offset);
+  }
+
+  std::mt19937 rng(5);
+  MicroBatch<float> mb;
+  mb.B = chain.B;
+  mb.seq = chain.T;
+  mb.max_threads = limits.max_threads;
+  mb.compute = chain.compute;
+  mb.kernels = &kernels;
+  std::vector<int32_t> ids(size_t(2 * N));  // tokens | targets
+  for (int32_t &id : ids) id = int32_t(rng() % uint32_t(chain.classes > 0 ? chain.classes : 1));
+  ids[size_t(N + 1)] = -1;  // one ignored target
+  const int32_t *device_ids = memory.TakeCopy(ids);
+  mb.tokens = device_ids;
+  mb.targets = chain.classes > 0 ? device_ids + N : nullptr;
+  std::normal_distribution<float> normal;
+  auto random = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float &x : v) x = normal(rng);
+    return memory.TakeCopy(v);
+  };
+  if (chain.in_width > 0) mb.inputs = random(N * chain.in_width);
+  if (chain.mse) mb.labels = random(N * chain.layers[L - 2]->OutWidth());
+
+  int64_t scratch = 1;
+  std::vector<LayerActivations<float>> acts(L), deferred(L);
+  std::vector<float *> out_grads(L, nullptr);  // gradient of layer i's output [N, OutWidth]
+  for (size_t i = 0; i < L; ++i) {
+    Layer<float> &layer = *chain.layers[i];
+    layer.Bind(&store);
+    for (const SavedTensorSpec &t : layer.SavedTensors(limits))
+      acts[i].tensors.push_back(memory.Take<float>(t.numel));
+    for (const SavedTensorSpec &t : layer.DeferredTensors(limits))
+      deferred[i].tensors.push_back(memory.Take<float>(t.numel));
+    scratch = std::max(scratch, layer.ScratchSize(limits));
+    if (layer.OutWidth() > 0) out_grads[i] = memory.Take<float>(N * layer.OutWidth());
+  }
+  float *input_grad = chain.in_width > 0 ? memory.Take<float>(N * chain.in_width) : nullptr;
+  mb.scratch = memory.Take<float>(scratch);
+  if (mb.scratch == nullptr) {
+    outcome.error = "the tensor memory is too small";
+    return outcome;
+  }
+  auto in_of = [&](size_t i) -> const float * { return i == 0 ? mb.inputs : acts[i - 1][0]; };
+  auto din_of = [&](size_t i) { return i == 0 ? input_grad : out_grads[i - 1]; };
+
+  closed([&] {
+    for (size_t i = 0; i < L; ++i) chain.layers[i]->Forward(in_of(i), acts[i], mb);
+    if (pass == ChainPass::kWhole) {
+      for (size_t i = L; i-- > 0;)
+        chain.layers[i]->Backward(in_of(i), acts[i], out_grads[i], din_of(i), mb);
+      return;
+    }
+    for (size_t i = L; i-- > 0;) {
+      chain.layers[i]->RecomputeSaved(in_of(i), acts[i], mb);
+      chain.layers[i]->BackwardInput(in_of(i), acts[i], out_grads[i], din_of(i), deferred[i], mb);
+    }
+    for (size_t i = 0; i < L; ++i)
+      chain.layers[i]->BackwardWeight(in_of(i), acts[i], deferred[i], mb);
+  });
+
+  outcome.loss = acts[L - 1].loss;
+  outcome.grads.resize(size_t(store.size()));
+  memory.Download(outcome.grads.data(), grads, outcome.grads.size() * sizeof(float));
+  if (input_grad) {
+    outcome.input_grad.resize(size_t(N * chain.in_width));
+    memory.Download(outcome.input_grad.data(), input_grad,
+                    outcome.input_grad.size() * sizeof(float));
+  }
+  for (auto &layer : chain.layers) {
+    Status st = layer->TakeError();
+    if (!st.ok() && outcome.error.empty()) outcome.error = st.message();
+  }
+  Status st = kernels.TakeError();
+  if (!st.ok() && outcome.error.empty()) outcome.error = st.message();
+  return outcome;
+}
+
+// Host memory in one page-aligned block (what the CPU backend reads).
+class HostMemory : public TensorMemory {
+ public:
+  explicit HostMemory(size_t bytes) : bytes_(bytes), data_(new char[bytes + 64]) {}
+  void *TakeBytes(size_t bytes) override {
+    char *base = data_.get() + (64 - reinterpret_cast<uintptr_t>(data_.get()) % 64) % 64;
+    if (used_ + bytes > bytes_) return nullptr;
+    void *p = base + used_;
+    used_ += bytes;
+    return p;
+  }
+  void Upload(void *dst, const void *src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void Download(void *dst, const void *src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+
+ private:
+  size_t bytes_, used_ = 0;
+  std::unique_ptr<char[]> data_;
+};
+
+}  // namespace dst

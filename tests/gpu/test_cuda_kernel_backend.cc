@@ -1,0 +1,209 @@
+// The CUDA kernel backend (core/runtime/cuda_kernels.h) against the CPU one:
+// the tiny GPT and sequential chains (tests/common/layer_chain.h) run with
+// every tensor in device memory through CudaKernels, and on the host through
+// the CPU backend; the losses and every gradient must agree (fp32 within
+// 1e-4 of the largest gradient, bf16 GEMMs within 2e-2), the 16-bit stash
+// bit for bit, and a failed call is named. Skipped without the plugin or a
+// device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/kernels/cpu/cpu_kernels.h"
+#include "core/runtime/cuda_kernels.h"
+#include "core/runtime/cuda_runtime.h"
+#include "tests/common/layer_chain.h"
+
+namespace dst {
+namespace {
+
+// One device region handed out in pieces; copies on the backend's stream.
+class DeviceMemory final : public TensorMemory {
+ public:
+  DeviceMemory(const CudaRuntime &runtime, const CudaStream &stream, size_t bytes)
+      : resource_(runtime, stream.device()), stream_(stream), bytes_(bytes) {
+    Result<void *> p = resource_.Allocate(bytes);
+    if (p.ok())
+      base_ = static_cast<char *>(p.value());
+    else
+      status_ = p.status();
+  }
+  ~DeviceMemory() override {
+    if (base_) resource_.Free(base_);
+  }
+  void *TakeBytes(size_t bytes) override {
+    if (base_ == nullptr || used_ + bytes > bytes_) return nullptr;
+    void *p = base_ + used_;
+    used_ += (bytes + 255) / 256 * 256;
+    return p;
+  }
+  void Upload(void *dst, const void *src, size_t bytes) override {
+    Keep(stream_.CopyAsync(dst, src, bytes, DST_CUDA_HOST_TO_DEVICE));
+    Keep(stream_.Synchronize());
+  }
+  void Download(void *dst, const void *src, size_t bytes) override {
+    Keep(stream_.CopyAsync(dst, src, bytes, DST_CUDA_DEVICE_TO_HOST));
+    Keep(stream_.Synchronize());
+  }
+  const Status &status() const { return status_; }
+
+ private:
+  void Keep(Status st) {
+    if (status_.ok()) status_ = std::move(st);
+  }
+  CudaMemoryResource resource_;
+  const CudaStream &stream_;
+  size_t bytes_, used_ = 0;
+  char *base_ = nullptr;
+  Status status_;
+};
+
+// The runtime, a stream and the backend on device 0, or the reason to skip.
+struct Device {
+  const CudaRuntime *runtime = nullptr;
+  std::unique_ptr<CudaStream> stream;
+  std::unique_ptr<CudaKernels> kernels;
+  std::string why;  // empty when usable
+};
+
+Device OpenDevice() {
+  Device d;
+  Result<const CudaRuntime *> runtime = CudaRuntime::Get();
+  if (!runtime.ok()) {
+    d.why = runtime.status().message();
+    return d;
+  }
+  d.runtime = runtime.value();
+  Result<CudaStream> stream = CudaStream::Create(*d.runtime, 0);
+  if (!stream.ok()) {
+    d.why = stream.status().message();
+    return d;
+  }
+  d.stream = std::make_unique<CudaStream>(std::move(stream.value()));
+  Result<std::unique_ptr<CudaKernels>> kernels = CudaKernels::Create(*d.runtime, *d.stream);
+  if (!kernels.ok()) {
+    d.why = kernels.status().message();
+    return d;
+  }
+  d.kernels = std::move(kernels.value());
+  return d;
+}
+
+#define DST_DEVICE_OR_SKIP(d) \
+  Device d = OpenDevice();    \
+  if (d.kernels == nullptr) GTEST_SKIP() << "skipped: " << d.why
+
+void ExpectClose(const std::vector<float> &got, const std::vector<float> &want, double rel,
+                 const char *what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0;
+  for (float w : want) scale = std::max(scale, double(std::fabs(w)));
+  ASSERT_GT(scale, 0.0) << what << ": the CPU run's values are all zero";
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_LE(std::fabs(double(got[i]) - double(want[i])), rel * scale)
+        << what << " [" << i << "]: " << got[i] << " vs " << want[i];
+}
+
+// The chain on the device against the same chain on the host.
+void ExpectChainMatchesTheCpu(Device &d, std::unique_ptr<Chain> (*make)(), ChainPass pass,
+                              ComputeType compute, double rel) {
+  std::unique_ptr<Chain> cpu_chain = MakeChain(make), gpu_chain = MakeChain(make);
+  cpu_chain->compute = gpu_chain->compute = compute;
+  HostMemory host(64 << 20);
+  const ChainOutcome want = RunChain(*cpu_chain, HostKernels<float>(), host, pass);
+  DeviceMemory device(*d.runtime, *d.stream, 64 << 20);
+  ASSERT_TRUE(device.status().ok()) << device.status().message();
+  const ChainOutcome got = RunChain(*gpu_chain, *d.kernels, device, pass);
+  ASSERT_TRUE(device.status().ok()) << device.status().message();
+  ASSERT_EQ(want.error, "");
+  ASSERT_EQ(got.error, "");
+  EXPECT_NEAR(got.loss, want.loss, rel * std::fabs(want.loss));
+  ExpectClose(got.grads, want.grads, rel, "parameter gradients");
+  if (!want.input_grad.empty()) ExpectClose(got.input_grad, want.input_grad, rel, "input gradient");
+}
+
+std::unique_ptr<Chain> Mse() {
+  return TinySequential(true);
+}
+std::unique_ptr<Chain> CrossEntropy() {
+  return TinySequential(false);
+}
+
+TEST(CudaKernelBackend, GptLayersMatchTheCpu) {
+  DST_DEVICE_OR_SKIP(d);
+  ExpectChainMatchesTheCpu(d, TinyGpt, ChainPass::kWhole, ComputeType::kFp32, 1e-4);
+}
+
+TEST(CudaKernelBackend, GptZeroBubbleHalvesAndRecomputationMatchTheCpu) {
+  DST_DEVICE_OR_SKIP(d);
+  ExpectChainMatchesTheCpu(d, TinyGpt, ChainPass::kZeroBubbleRecompute, ComputeType::kFp32, 1e-4);
+}
+
+TEST(CudaKernelBackend, Bf16GemmsMatchTheCpusBf16Gemms) {
+  DST_DEVICE_OR_SKIP(d);
+  ExpectChainMatchesTheCpu(d, TinyGpt, ChainPass::kWhole, ComputeType::kBf16, 2e-2);
+}
+
+TEST(CudaKernelBackend, SequentialLayersMatchTheCpu) {
+  DST_DEVICE_OR_SKIP(d);
+  ExpectChainMatchesTheCpu(d, Mse, ChainPass::kWhole, ComputeType::kFp32, 1e-4);
+  ExpectChainMatchesTheCpu(d, CrossEntropy, ChainPass::kZeroBubbleRecompute, ComputeType::kFp32,
+                           1e-4);
+}
+
+// The activation store's conversions: the same bits as the CPU's, NaN and
+// infinities included.
+TEST(CudaKernelBackend, The16BitStashMatchesTheCpuBitForBit) {
+  DST_DEVICE_OR_SKIP(d);
+  std::mt19937 rng(3);
+  std::vector<float> x(4099);
+  for (float &v : x) {
+    uint32_t bits = uint32_t(rng());
+    std::memcpy(&v, &bits, sizeof v);
+  }
+  x[0] = std::numeric_limits<float>::infinity();
+  x[1] = -0.0f;
+  x[2] = std::numeric_limits<float>::quiet_NaN();
+  const int64_t n = int64_t(x.size());
+  for (Half half : {Half::kBf16, Half::kFp16}) {
+    std::vector<float> cpu_x = x, cpu_back(x.size()), gpu_x(x.size()), gpu_back(x.size());
+    std::vector<uint16_t> cpu_stash(x.size()), gpu_stash(x.size());
+    HostKernels<float>().StashTo16(half, cpu_x.data(), n, cpu_stash.data());
+    HostKernels<float>().UnstashFrom16(half, cpu_stash.data(), n, cpu_back.data());
+    DeviceMemory device(*d.runtime, *d.stream, 1 << 20);
+    float *dx = device.TakeCopy(x), *dback = device.Take<float>(n);
+    uint16_t *dstash = device.Take<uint16_t>(n);
+    d.kernels->StashTo16(half, dx, n, dstash);
+    d.kernels->UnstashFrom16(half, dstash, n, dback);
+    ASSERT_TRUE(d.kernels->TakeError().ok());
+    device.Download(gpu_x.data(), dx, x.size() * sizeof(float));
+    device.Download(gpu_stash.data(), dstash, x.size() * sizeof(uint16_t));
+    device.Download(gpu_back.data(), dback, x.size() * sizeof(float));
+    ASSERT_TRUE(device.status().ok()) << device.status().message();
+    EXPECT_EQ(gpu_stash, cpu_stash) << HalfName(half);
+    EXPECT_EQ(std::memcmp(gpu_x.data(), cpu_x.data(), x.size() * sizeof(float)), 0)
+        << HalfName(half);
+    EXPECT_EQ(std::memcmp(gpu_back.data(), cpu_back.data(), x.size() * sizeof(float)), 0)
+        << HalfName(half);
+  }
+}
+
+// A failed call is kept and named (the first one), then cleared.
+TEST(CudaKernelBackend, AFailedKernelIsNamedOnce) {
+  DST_DEVICE_OR_SKIP(d);
+  d.kernels->Copy(nullptr, 16, nullptr);  // cudaMemcpy2DAsync rejects null pointers
+  d.kernels->Zero(16, nullptr);
+  const Status st = d.kernels->TakeError();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("CUDA kernel Copy on cuda:0"), std::string::npos) << st.message();
+  EXPECT_TRUE(d.kernels->TakeError().ok());
+}
+
+}  // namespace
+}  // namespace dst
