@@ -117,7 +117,8 @@ int64_t ActivationStore<T>::Bytes(const std::vector<LayerSaveSpec> &layers,
 
 template <typename T>
 ActivationStore<T>::ActivationStore(const std::vector<LayerSaveSpec> &layers,
-                                    const ActivationOptions &options, MemoryTracker *tracker)
+                                    const ActivationOptions &options, MemoryTracker *tracker,
+                                    MemoryResource *memory)
     : options_(Effective(options)), specs_(layers) {
   const auto cat = MemoryCategory::kActivations;
   const size_t L = layers.size();
@@ -128,14 +129,14 @@ ActivationStore<T>::ActivationStore(const std::vector<LayerSaveSpec> &layers,
   const Sizes z = Plan(layers, options_);
   group_needs_work_ = z.group_needs_work;
   for (int r = 0; r < 2; ++r)
-    if (z.shared[r] > 0) shared_[r] = Buffer<T>(tracker, cat, size_t(z.shared[r]));
-  if (z.transient > 0) transient_ = Buffer<T>(tracker, cat, size_t(z.transient));
+    if (z.shared[r] > 0) shared_[r] = Buffer<T>(tracker, cat, size_t(z.shared[r]), memory);
+  if (z.transient > 0) transient_ = Buffer<T>(tracker, cat, size_t(z.transient), memory);
 
   acts_.resize(slots);
   own_.resize(slots);
   if (Keeps16()) stash_.resize(slots);
   for (size_t s = 0; s < slots; ++s) {
-    own_[s] = Buffer<T>(tracker, cat, size_t(z.own));
+    own_[s] = Buffer<T>(tracker, cat, size_t(z.own), memory);
     int64_t own_offset = 0, shared_offset = 0;
     acts_[s].resize(L);
     for (size_t l = 0; l < L; ++l) {
@@ -161,18 +162,19 @@ ActivationStore<T>::ActivationStore(const std::vector<LayerSaveSpec> &layers,
             break;
         }
       }
-      if (Keeps16()) stash_[s].emplace_back(tracker, cat, size_t(z.stash_numel[l]));
+      if (Keeps16()) stash_[s].emplace_back(tracker, cat, size_t(z.stash_numel[l]), memory);
     }
   }
-  if (options_.split_backward) AllocateDeferred(slots, z.deferred, tracker);
+  if (options_.split_backward) AllocateDeferred(slots, z.deferred, tracker, memory);
 }
 
 template <typename T>
-void ActivationStore<T>::AllocateDeferred(size_t slots, int64_t per_slot, MemoryTracker *tracker) {
+void ActivationStore<T>::AllocateDeferred(size_t slots, int64_t per_slot, MemoryTracker *tracker,
+                                          MemoryResource *memory) {
   deferred_.resize(slots);
   deferred_own_.resize(slots);
   for (size_t s = 0; s < slots; ++s) {
-    deferred_own_[s] = Buffer<T>(tracker, MemoryCategory::kActivations, size_t(per_slot));
+    deferred_own_[s] = Buffer<T>(tracker, MemoryCategory::kActivations, size_t(per_slot), memory);
     int64_t offset = 0;
     for (const LayerSaveSpec &spec : specs_) {
       LayerActivations<T> &d = deferred_[s].emplace_back();

@@ -69,8 +69,9 @@ template <typename T>
 class ActivationStore {
  public:
   ActivationStore() = default;
+  // `memory`: where every region lives (null: host memory).
   ActivationStore(const std::vector<LayerSaveSpec> &layers, const ActivationOptions &options,
-                  MemoryTracker *tracker);
+                  MemoryTracker *tracker, MemoryResource *memory = nullptr);
   // The bytes the constructor charges to kActivations for these layers and
   // options, without allocating them (`dstrain estimate`).
   static int64_t Bytes(const std::vector<LayerSaveSpec> &layers, const ActivationOptions &options);
@@ -118,7 +119,8 @@ class ActivationStore {
   // The options as the store applies them (16-bit keep on fp32 models only;
   // full recomputation supersedes selective; at least one slot).
   static ActivationOptions Effective(ActivationOptions options);
-  void AllocateDeferred(size_t slots, int64_t per_slot, MemoryTracker *tracker);
+  void AllocateDeferred(size_t slots, int64_t per_slot, MemoryTracker *tracker,
+                        MemoryResource *memory);
   bool Keeps16() const { return options_.half.has_value() && !options_.recompute; }
   struct Resident {  // one slot's values of one layer (16-bit keep) or group (recompute)
     int64_t slot = -1;

@@ -303,7 +303,7 @@ std::vector<LayerSummary> SummarizeLayers(const ModelSpec &spec, int64_t B, int6
 template <typename T>
 Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTracker *tracker,
                 const ParamStoreOptions &store, const ActivationOptions &activations,
-                const ModelPart &part)
+                const ModelPart &part, MemoryResource *memory)
     : spec_(spec),
       limits_(limits),
       row_split_(part.tp.splits_rows() ? part.tp.size : 1),
@@ -326,7 +326,7 @@ Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTra
           registry.SetInitKey(int(k), int64_t(g));
   }
 
-  store_ = std::make_unique<ParamStore<T>>(registry, tracker, store);
+  store_ = std::make_unique<ParamStore<T>>(registry, tracker, store, memory);
   store_->Initialize(spec.seed);
 
   for (auto &layer : layers_) layer->Bind(store_.get());
@@ -335,12 +335,12 @@ Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTra
   for (auto &layer : layers_) fp32_layers_.push_back(KeptFp32(*layer, fp32));
   group_begin_ = std::move(needs.group_begin);
   group_end_ = std::move(needs.group_end);
-  activations_ = ActivationStore<T>(needs.saves, activations, tracker);
+  activations_ = ActivationStore<T>(needs.saves, activations, tracker, memory);
   range_input_.assign(size_t(activations_.slots()), nullptr);
   const auto act = MemoryCategory::kActivations;  // the work buffers (WorkElements)
-  grad_a_ = Buffer<T>(tracker, act, limits.max_rows() * needs.max_width);
-  grad_b_ = Buffer<T>(tracker, act, limits.max_rows() * needs.max_width);
-  scratch_ = Buffer<T>(tracker, act, needs.max_scratch);
+  grad_a_ = Buffer<T>(tracker, act, limits.max_rows() * needs.max_width, memory);
+  grad_b_ = Buffer<T>(tracker, act, limits.max_rows() * needs.max_width, memory);
+  scratch_ = Buffer<T>(tracker, act, needs.max_scratch, memory);
 }
 
 // The output buffer belongs to the activation store (const only to its readers).

@@ -146,9 +146,11 @@ class Model {
   // weights from spec.seed, and allocates the activation store: `activations`
   // says how many micro-batches can be in flight and how their saved values
   // are kept (ActivationStore), each slot sized for `limits`.
+  // `memory`: where the parameters, gradients, activations and work buffers
+  // live (null: host memory); the kernels (SetKernels) must reach it.
   Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTracker *tracker,
         const ParamStoreOptions &store = {}, const ActivationOptions &activations = {},
-        const ModelPart &part = {});
+        const ModelPart &part = {}, MemoryResource *memory = nullptr);
 
   // Runs layers [range.begin, range.end) forward on the micro-batch held in
   // activation slot `slot` (0 <= slot < activation_slots()). `input` is the

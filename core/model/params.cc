@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/runtime/rng.h"
 
@@ -58,13 +59,14 @@ int64_t ParamDecl::GlobalRun() const {
 
 template <typename T>
 ParamStore<T>::ParamStore(const ParamRegistry &registry, MemoryTracker *tracker,
-                          const ParamStoreOptions &options)
+                          const ParamStoreOptions &options, MemoryResource *memory)
     : decls_(registry.decls()),
       numel_(registry.total_numel()),
       padded_(Padded(numel_, options.pad_multiple)) {
   if (options.full_values)
-    values_ = Buffer<T>(tracker, MemoryCategory::kParameters, size_t(padded_));
-  if (options.full_grads) grads_ = Buffer<T>(tracker, MemoryCategory::kGradients, size_t(padded_));
+    values_ = Buffer<T>(tracker, MemoryCategory::kParameters, size_t(padded_), memory);
+  if (options.full_grads)
+    grads_ = Buffer<T>(tracker, MemoryCategory::kGradients, size_t(padded_), memory);
   param_ptr_.assign(decls_.size(), nullptr);
   grad_ptr_.assign(decls_.size(), nullptr);
   for (size_t k = 0; k < decls_.size(); ++k) {
@@ -105,7 +107,13 @@ void ParamStore<T>::InitializeRange(uint64_t seed, int64_t begin, int64_t end, T
 
 template <typename T>
 void ParamStore<T>::Initialize(uint64_t seed) {
-  if (values_.data()) InitializeRange(seed, 0, padded_, values_.data());
+  if (MemoryResource *memory = values_.resource()) {
+    std::vector<T> host(static_cast<size_t>(padded_));
+    InitializeRange(seed, 0, padded_, host.data());
+    memory->Upload(values_.data(), host.data(), host.size() * sizeof(T));
+  } else if (values_.data()) {
+    InitializeRange(seed, 0, padded_, values_.data());
+  }
   grads_.zero();
 }
 

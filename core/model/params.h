@@ -93,11 +93,13 @@ struct ParamStoreOptions {
 template <typename T>
 class ParamStore {
  public:
+  // `memory`: where the flat buffers live (null: host memory).
   ParamStore(const ParamRegistry &registry, MemoryTracker *tracker,
-             const ParamStoreOptions &options = {});
+             const ParamStoreOptions &options = {}, MemoryResource *memory = nullptr);
 
   // Deterministic initialisation of the flat values (when allocated): element
-  // i of tensor k is a pure function of (seed, k, i).
+  // i of tensor k is a pure function of (seed, k, i). Values in a memory
+  // resource are computed on the host and uploaded.
   void Initialize(uint64_t seed);
   // The same values for flat elements [begin, end) into out[0, end - begin):
   // lets a rank initialise just its shard. Padding elements are zero.

@@ -46,17 +46,41 @@ class MemoryTracker {
   std::atomic<int64_t> total_peak_{0};
 };
 
+// Where a buffer's memory lives when not in host memory (a device:
+// core/runtime/cuda_memory.h; a test's guarded pages). The host reaches it
+// only through Upload, Download and Zero; kernels reach it through the
+// matching kernel backend (core/kernels/kernels.h).
+class MemoryResource {
+ public:
+  virtual ~MemoryResource() = default;
+  virtual std::string_view name() const = 0;  // "cuda:0"
+  // `bytes` of zeroed memory aligned to at least 64 bytes; null when out of memory.
+  virtual void *Allocate(size_t bytes) = 0;
+  virtual void Free(void *p) = 0;
+  // Host <-> resource copies and a fill with zeros; each complete on return.
+  virtual void Upload(void *dst, const void *src, size_t bytes) = 0;
+  virtual void Download(void *dst, const void *src, size_t bytes) = 0;
+  virtual void Zero(void *dst, size_t bytes) = 0;
+};
+
 // A zero-initialised, 64-byte aligned array of trivially copyable T, charged
-// to a category of a tracker for its lifetime. Move-only.
+// to a category of a tracker for its lifetime, in host memory or in
+// `resource`'s (the tracker then counts that device's bytes). Move-only.
 template <typename T>
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(MemoryTracker *tracker, MemoryCategory category, size_t count)
-      : tracker_(tracker), category_(category), count_(count) {
+  Buffer(MemoryTracker *tracker, MemoryCategory category, size_t count,
+         MemoryResource *resource = nullptr)
+      : tracker_(tracker), category_(category), count_(count), resource_(resource) {
     if (count_ == 0) return;
-    data_ = static_cast<T *>(::operator new[](bytes(), std::align_val_t(kAlignment)));
-    std::memset(static_cast<void *>(data_), 0, bytes());
+    if (resource_) {
+      data_ = static_cast<T *>(resource_->Allocate(bytes()));
+      if (data_ == nullptr) throw std::bad_alloc();
+    } else {
+      data_ = static_cast<T *>(::operator new[](bytes(), std::align_val_t(kAlignment)));
+      std::memset(static_cast<void *>(data_), 0, bytes());
+    }
     if (tracker_) tracker_->Add(category_, static_cast<int64_t>(bytes()));
   }
   ~Buffer() { reset(); }
@@ -69,6 +93,7 @@ class Buffer {
       std::swap(data_, other.data_);
       std::swap(count_, other.count_);
       std::swap(owned_, other.owned_);
+      std::swap(resource_, other.resource_);
     }
     return *this;
   }
@@ -87,12 +112,18 @@ class Buffer {
 
   T *data() { return data_; }
   const T *data() const { return data_; }
+  // Where the memory lives: null for host memory.
+  MemoryResource *resource() const { return resource_; }
   size_t size() const { return count_; }
   size_t bytes() const { return count_ * sizeof(T); }
   T &operator[](size_t i) { return data_[i]; }
   const T &operator[](size_t i) const { return data_[i]; }
   void zero() {
-    if (data_) std::memset(static_cast<void *>(data_), 0, bytes());
+    if (!data_) return;
+    if (resource_)
+      resource_->Zero(data_, bytes());
+    else
+      std::memset(static_cast<void *>(data_), 0, bytes());
   }
 
  private:
@@ -101,11 +132,15 @@ class Buffer {
     if (!data_) return;
     if (owned_) {
       if (tracker_) tracker_->Release(category_, static_cast<int64_t>(bytes()));
-      ::operator delete[](data_, std::align_val_t(kAlignment));
+      if (resource_)
+        resource_->Free(data_);
+      else
+        ::operator delete[](data_, std::align_val_t(kAlignment));
     }
     data_ = nullptr;
     count_ = 0;
     owned_ = true;
+    resource_ = nullptr;
   }
 
   MemoryTracker *tracker_ = nullptr;
@@ -113,6 +148,7 @@ class Buffer {
   T *data_ = nullptr;
   size_t count_ = 0;
   bool owned_ = true;
+  MemoryResource *resource_ = nullptr;
 };
 
 }  // namespace dst

@@ -1,9 +1,10 @@
-// A chain of layers run forward and backward outside a model, through a
-// given kernel backend and with every tensor (parameters, gradients,
-// activations, scratch, tokens, targets, inputs, labels) in a given memory:
-// the kernel-seam tests (tests/unit/test_kernel_seam.cc: memory closed to the
-// host) and the CUDA backend's tests (tests/gpu: device memory) run the same
-// chains and compare them with the CPU backend on host memory.
+// A chain of layers run forward and backward outside a model, and a whole
+// model, through a given kernel backend and with every tensor (parameters,
+// gradients, activations, scratch, tokens, targets, inputs, labels) in a
+// given memory: the kernel-seam tests (tests/unit/test_kernel_seam.cc:
+// memory closed to the host) and the CUDA backend's tests (tests/gpu: device
+// memory) run the same cases and compare them with the CPU backend on host
+// memory.
 #pragma once
 
 #include <omp.h>
@@ -12,24 +13,31 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/kernels/kernels.h"
 #include "core/model/gpt_layers.h"
+#include "core/model/model.h"
 #include "core/model/sequential_layers.h"
+#include "core/runtime/memory.h"
 
 namespace dst {
 
-// Where a chain's tensors live. Take hands out memory (null when full);
-// Upload and Download move bytes between the host and it.
-class TensorMemory {
+// Where a case's tensors live: one region handed out in pieces (TakeBytes:
+// null when full), never freed piecemeal; as a MemoryResource it holds a
+// model's buffers too.
+class TensorMemory : public MemoryResource {
  public:
-  virtual ~TensorMemory() = default;
   virtual void *TakeBytes(size_t bytes) = 0;
-  virtual void Upload(void *dst, const void *src, size_t bytes) = 0;
-  virtual void Download(void *dst, const void *src, size_t bytes) = 0;
+  void *Allocate(size_t bytes) override {
+    void *p = TakeBytes((bytes + 255) / 256 * 256);
+    if (p) Zero(p, bytes);
+    return p;
+  }
+  void Free(void *) override {}  // the whole region goes with the object
   template <typename T>
   T *Take(int64_t n) {
     return static_cast<T *>(TakeBytes((size_t(n) * sizeof(T) + 63) / 64 * 64));
@@ -207,10 +215,12 @@ inline ChainOutcome RunChain(
   return outcome;
 }
 
-// Host memory in one page-aligned block (what the CPU backend reads).
+// Host memory in one 64-byte-aligned block (what the CPU backend reads).
 class HostMemory : public TensorMemory {
  public:
   explicit HostMemory(size_t bytes) : bytes_(bytes), data_(new char[bytes + 64]) {}
+  std::string_view name() const override { return "host"; }
+  void Zero(void *dst, size_t bytes) override { std::memset(dst, 0, bytes); }
   void *TakeBytes(size_t bytes) override {
     char *base = data_.get() + (64 - reinterpret_cast<uintptr_t>(data_.get()) % 64) % 64;
     if (used_ + bytes > bytes_) return nullptr;
@@ -225,5 +235,81 @@ class HostMemory : public TensorMemory {
   size_t bytes_, used_ = 0;
   std::unique_ptr<char[]> data_;
 };
+
+// One micro-batch (B 2, T 8) of a whole model built from `json`:
+// `activations` as the model keeps them; with activations.half, the hooks
+// round the layers' outputs and input gradients onto that 16-bit grid as
+// 16-bit training does; kZeroBubbleRecompute runs the two backward halves
+// (activations.split_backward must be set). `in_memory`: the model's buffers
+// in `memory` too (else the host's); the tokens and targets are in `memory`.
+struct ModelCase {
+  std::string json = R"({"type":"gpt","vocab_size":32,"n_ctx":8,"n_layer":2,"n_head":2,)"
+                     R"("d_model":16,"seed":7})";
+  ActivationOptions activations;
+  ChainPass pass = ChainPass::kWhole;
+  ComputeType compute = ComputeType::kFp32;
+};
+
+class RoundingHooks final : public LayerHooks {
+ public:
+  explicit RoundingHooks(std::optional<Half> half) : half_(half) {}
+  std::optional<Half> activation_half() const override { return half_; }
+
+ private:
+  std::optional<Half> half_;
+};
+
+inline ChainOutcome RunModel(
+    const ModelCase &c, const Kernels<float> &kernels, TensorMemory &memory, bool in_memory,
+    const std::function<void(const std::function<void()> &)> &closed =
+        [](const std::function<void()> &passes) { passes(); }) {
+  ChainOutcome outcome;
+  Result<ModelSpec> spec = ParseModelSpec(c.json);
+  if (!spec.ok()) {
+    outcome.error = spec.status().message();
+    return outcome;
+  }
+  const int64_t B = 2, T = 8;
+  MemoryTracker tracker;
+  Model<float> model(spec.value(), {B, T, omp_get_max_threads()}, &tracker, {}, c.activations, {},
+                     in_memory ? &memory : nullptr);
+  model.SetKernels(kernels);
+  model.SetComputeType(c.compute);
+  std::mt19937 rng(9);
+  std::vector<int32_t> ids(size_t(2 * B * T));  // tokens | targets
+  for (int32_t &id : ids) id = int32_t(rng() % 32u);
+  ids[size_t(B * T + 3)] = -1;  // one ignored target
+  const int32_t *device_ids = memory.TakeCopy(ids);
+  MicroBatch<float> mb;
+  mb.B = B;
+  mb.seq = T;
+  mb.tokens = device_ids;
+  mb.targets = device_ids + B * T;
+  RoundingHooks hooks(c.activations.half);
+  Status st;
+  closed([&] {
+    Result<double> loss = model.Forward(mb, &hooks);
+    st = loss.status();
+    if (!st.ok()) return;
+    if (c.pass == ChainPass::kWhole) {
+      st = model.Backward(mb, &hooks);
+      return;
+    }
+    st = model.BackwardInput(0, model.all_layers(), nullptr, nullptr, mb, &hooks);
+    if (st.ok()) st = model.BackwardWeight(0, model.all_layers(), mb, &hooks);
+  });
+  if (!st.ok()) {
+    outcome.error = st.message();
+    return outcome;
+  }
+  outcome.loss = model.Loss(0);
+  outcome.grads.resize(size_t(model.params().size()));
+  const size_t bytes = outcome.grads.size() * sizeof(float);
+  if (in_memory)
+    memory.Download(outcome.grads.data(), model.params().grads(), bytes);
+  else
+    std::memcpy(outcome.grads.data(), model.params().grads(), bytes);
+  return outcome;
+}
 
 }  // namespace dst

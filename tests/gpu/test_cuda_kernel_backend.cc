@@ -37,6 +37,11 @@ class DeviceMemory final : public TensorMemory {
   ~DeviceMemory() override {
     if (base_) resource_.Free(base_);
   }
+  std::string_view name() const override { return "cuda:0 (test)"; }
+  void Zero(void *dst, size_t bytes) override {
+    Keep(stream_.FillAsync(dst, 0, bytes));
+    Keep(stream_.Synchronize());
+  }
   void *TakeBytes(size_t bytes) override {
     if (base_ == nullptr || used_ + bytes > bytes_) return nullptr;
     void *p = base_ + used_;
@@ -128,6 +133,20 @@ void ExpectChainMatchesTheCpu(Device &d, std::unique_ptr<Chain> (*make)(), Chain
   if (!want.input_grad.empty()) ExpectClose(got.input_grad, want.input_grad, rel, "input gradient");
 }
 
+// A whole model on the device against the same model on the host.
+void ExpectModelMatchesTheCpu(Device &d, const ModelCase &c, double rel) {
+  HostMemory host(16 << 20);
+  const ChainOutcome want = RunModel(c, HostKernels<float>(), host, /*in_memory=*/false);
+  DeviceMemory device(*d.runtime, *d.stream, 64 << 20);
+  ASSERT_TRUE(device.status().ok()) << device.status().message();
+  const ChainOutcome got = RunModel(c, *d.kernels, device, /*in_memory=*/true);
+  ASSERT_TRUE(device.status().ok()) << device.status().message();
+  ASSERT_EQ(want.error, "");
+  ASSERT_EQ(got.error, "");
+  EXPECT_NEAR(got.loss, want.loss, rel * std::fabs(want.loss));
+  ExpectClose(got.grads, want.grads, rel, "parameter gradients");
+}
+
 std::unique_ptr<Chain> Mse() {
   return TinySequential(true);
 }
@@ -155,6 +174,32 @@ TEST(CudaKernelBackend, SequentialLayersMatchTheCpu) {
   ExpectChainMatchesTheCpu(d, Mse, ChainPass::kWhole, ComputeType::kFp32, 1e-4);
   ExpectChainMatchesTheCpu(d, CrossEntropy, ChainPass::kZeroBubbleRecompute, ComputeType::kFp32,
                            1e-4);
+}
+
+// A model's step on the device: its parameters, gradients, activation store
+// and work buffers in device memory (Model's MemoryResource).
+TEST(CudaKernelBackend, AModelsStepMatchesTheCpu) {
+  DST_DEVICE_OR_SKIP(d);
+  ExpectModelMatchesTheCpu(d, ModelCase{}, 1e-4);
+}
+
+// 16-bit training's stash (bf16 keep), its rounding of layer outputs, and
+// full recomputation: the rounding is the same formula on both sides, so
+// only the fp32 arithmetic differs (a value near a rounding boundary may
+// round the other way: the looser bound).
+TEST(CudaKernelBackend, AModelsBf16StashAndRecomputationMatchTheCpu) {
+  DST_DEVICE_OR_SKIP(d);
+  ModelCase keep;
+  keep.activations.half = Half::kBf16;
+  ExpectModelMatchesTheCpu(d, keep, 2e-2);
+  ModelCase recompute = keep;
+  recompute.activations.recompute = true;
+  ExpectModelMatchesTheCpu(d, recompute, 2e-2);
+  ModelCase split;
+  split.activations.split_backward = true;
+  split.activations.selective = true;
+  split.pass = ChainPass::kZeroBubbleRecompute;
+  ExpectModelMatchesTheCpu(d, split, 1e-4);
 }
 
 // The activation store's conversions: the same bits as the CPU's, NaN and

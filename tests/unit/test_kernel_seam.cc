@@ -49,6 +49,8 @@ class Arena final : public TensorMemory {
   }
   void Upload(void *dst, const void *src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void Download(void *dst, const void *src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  std::string_view name() const override { return "guarded"; }
+  void Zero(void *dst, size_t bytes) override { std::memset(dst, 0, bytes); }
   void Open() const { mprotect(base_, bytes_, PROT_READ | PROT_WRITE); }
   void Close() const { mprotect(base_, bytes_, PROT_NONE); }
   bool Holds(const void *p) const {
@@ -88,7 +90,7 @@ void GuardArena(const Arena *arena) {
 
 void OnFault(int, siginfo_t *info, void *) {
   if (g_arena && g_arena->Holds(info->si_addr)) {
-    const char msg[] = "a layer touched a tensor outside the backend, after kernel ";
+    const char msg[] = "host code touched a tensor outside the backend, after kernel ";
     (void)!write(2, msg, sizeof(msg) - 1);
     (void)!write(2, g_kernel, strlen(g_kernel));
     (void)!write(2, "\n", 1);
@@ -133,19 +135,73 @@ void GuardedRunMatches(std::unique_ptr<Chain> (*make)(), ChainPass pass) {
   _exit(0);
 }
 
-std::unique_ptr<Chain> Mse() {
-  return TinySequential(true);
-}
-std::unique_ptr<Chain> CrossEntropy() {
-  return TinySequential(false);
-}
-
 class KernelSeam : public ::testing::Test {
  protected:
   // The death test re-runs this test alone in a fresh process (OpenMP's
   // threads do not survive a fork).
   void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
 };
+
+// The whole model with its parameters, gradients, activation store and work
+// buffers in the closed arena: the model, the store's 16-bit stash and the
+// rounding of 16-bit outputs touch them only through the backend too.
+void GuardedModelMatches(const ModelCase &c) {
+  HostMemory host(16 << 20);
+  const ChainOutcome want = RunModel(c, HostKernels<float>(), host, /*in_memory=*/false);
+  Arena arena(64 << 20);
+  GuardArena(&arena);
+  GuardedKernels guarded;
+  const ChainOutcome got =
+      RunModel(c, guarded, arena, /*in_memory=*/true, [&](const std::function<void()> &passes) {
+        arena.Close();
+        passes();
+        arena.Open();
+      });
+  g_arena = nullptr;
+  if (!want.error.empty() || !got.error.empty()) {
+    fprintf(stderr, "%s%s\n", want.error.c_str(), got.error.c_str());
+    _exit(1);
+  }
+  if (want.loss != got.loss || want.grads != got.grads || !(want.loss > 0)) {
+    fprintf(stderr, "the guarded model differs: loss %.9g vs %.9g\n", got.loss, want.loss);
+    _exit(1);
+  }
+  _exit(0);
+}
+
+ModelCase Case(std::optional<Half> half, bool recompute, bool selective, bool split) {
+  ModelCase c;
+  c.activations.half = half;
+  c.activations.recompute = recompute;
+  c.activations.selective = selective;
+  c.activations.split_backward = split;
+  if (split) c.pass = ChainPass::kZeroBubbleRecompute;
+  return c;
+}
+
+TEST_F(KernelSeam, AModelTouchesItsBuffersOnlyThroughTheBackend) {
+  EXPECT_EXIT(GuardedModelMatches(Case(std::nullopt, false, false, false)),
+              ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(KernelSeam, The16BitStashAndRoundingToo) {
+  EXPECT_EXIT(GuardedModelMatches(Case(Half::kBf16, false, false, false)),
+              ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(GuardedModelMatches(Case(Half::kFp16, false, true, true)),
+              ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(KernelSeam, FullRecomputationToo) {
+  EXPECT_EXIT(GuardedModelMatches(Case(Half::kBf16, true, false, false)),
+              ::testing::ExitedWithCode(0), "");
+}
+
+std::unique_ptr<Chain> Mse() {
+  return TinySequential(true);
+}
+std::unique_ptr<Chain> CrossEntropy() {
+  return TinySequential(false);
+}
 
 TEST_F(KernelSeam, GptLayersTouchTheirTensorsOnlyThroughTheBackend) {
   EXPECT_EXIT(GuardedRunMatches(TinyGpt, ChainPass::kWhole), ::testing::ExitedWithCode(0), "");
