@@ -4,29 +4,32 @@
 # no OpenBLAS, oneDNN or GoogleTest): the test binary, the two plugins, the
 # non-system libraries they load (compressed), the dstrain CLI, and run.sh,
 # which runs `dstrain report` (the devices as dstrain sees them), the GPU tests, then compute-sanitizer memcheck and racecheck over the
-#   kernel tests (where compute-sanitizer exists), then, where a CUDA PyTorch
-#   exists, bench/bench_gpu_gemm.py and bench/bench_gpu_kernels.py
+#   kernel tests (where compute-sanitizer exists), then bench/bench_gpu.py (the
+#   GPT-2 124M model on the device through the kernel backend, and where a
+#   CUDA PyTorch exists the same model in PyTorch), bench/bench_gpu_gemm.py
+#   and bench/bench_gpu_kernels.py
 # and leaves logs in $OUT (default: <bundle>/out). Build first
 # (scripts/build.sh); the machine needs CUDA 13's libcublasLt and libnccl.
 #
 # Usage: bash scripts/gpu-bundle.sh [BUNDLE_DIR]      (default .gpu)
 #        then, on the GPU machine, from a checkout: bash BUNDLE_DIR/run.sh
-#        (MEMCHECK=0, RACECHECK=0, BENCH=0, KBENCH=0 skip parts;
-#         BENCH_ARGS / KBENCH_ARGS pass options to the benches)
+#        (MEMCHECK=0, RACECHECK=0, MBENCH=0, BENCH=0, KBENCH=0 skip parts;
+#         MBENCH_ARGS / BENCH_ARGS / KBENCH_ARGS pass options to the benches)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${DSTRAIN_BUILD_DIR:-build}
 BUNDLE=${1:-.gpu}
-for f in "$BUILD/tests/dstrain_gpu_tests" "$BUILD/libdstrain_cuda.so" "$BUILD/libdstrain_nccl.so" "$BUILD/dstrain"; do
+for f in "$BUILD/tests/dstrain_gpu_tests" "$BUILD/libdstrain_cuda.so" "$BUILD/libdstrain_nccl.so" "$BUILD/dstrain" \
+  "$BUILD/bench/bench_gpu_model"; do
   [ -f "$f" ] || { echo "gpu-bundle: $f is missing: build with the CUDA toolkit first (scripts/build.sh)" >&2; exit 1; }
 done
 rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/lib"
 cp "$BUILD/tests/dstrain_gpu_tests" "$BUILD/libdstrain_cuda.so" "$BUILD/libdstrain_nccl.so" \
-  "$BUILD/dstrain" "$BUNDLE/"
+  "$BUILD/dstrain" "$BUILD/bench/bench_gpu_model" "$BUNDLE/"
 # Every library the three load except the C/C++ runtime (the target's own is
 # newer or equal) and what the GPU machine must bring (driver, cuBLASLt, NCCL).
 ldd "$BUNDLE"/dstrain_gpu_tests "$BUNDLE"/libdstrain_cuda.so "$BUNDLE"/libdstrain_nccl.so \
-  "$BUNDLE"/dstrain |
+  "$BUNDLE"/dstrain "$BUNDLE"/bench_gpu_model |
   awk '/=> \//{print $3}' | sort -u |
   grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt|ld-linux-x86-64|libcublasLt|libcublas|libnccl|libcuda)\.so' |
   while read -r lib; do cp -L "$lib" "$BUNDLE/lib/"; done
@@ -65,6 +68,17 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
     fi
   done
 )
+# bench_gpu.py finds the model bench at <build-dir>/bench/bench_gpu_model: a
+# wrapper there gives it the bundled libraries without handing them to python.
+mkdir -p "$G/bench"
+printf '#!/usr/bin/env bash\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$G/lib:$LT:$NC" "$G/bench_gpu_model" \
+  > "$G/bench/bench_gpu_model" && chmod +x "$G/bench/bench_gpu_model"
+PY=python3
+python3 -c "import torch" 2> /dev/null || PY=/usr/bin/python3
+if [ "${MBENCH:-1}" = 1 ]; then
+  (cd "$G/.." && PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$LT:$NC timeout 400 $PY bench/bench_gpu.py \
+    --build-dir "$G" ${MBENCH_ARGS:-} 2>&1 | tee "$OUT/bench_gpu.txt")
+fi
 # The benches' peer is a CUDA PyTorch: the GPU machine's python3 on PATH, not
 # Debian's /usr/bin/python3 (whose torch is CPU-only) that the CPU benches use.
 if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2> /dev/null; then

@@ -108,6 +108,8 @@ class ParamStore {
   // Tensor `id` as the layers see it (see the pointer table above).
   T *param(int id) { return param_ptr_[size_t(id)]; }
   T *grad(int id) { return grad_ptr_[size_t(id)]; }
+  // Zeroes the full gradient buffer (where it lives), when allocated.
+  void ZeroGrads() { grads_.zero(); }
   void SetParamPointer(int id, T *p) { param_ptr_[size_t(id)] = p; }
   void SetGradPointer(int id, T *g) { grad_ptr_[size_t(id)] = g; }
   // The flat buffers; null when not allocated (ZeRO stages 2 and 3).

@@ -152,4 +152,45 @@ Result<PinnedHostBuffer> PinnedHostBuffer::Allocate(const CudaRuntime &runtime, 
       CudaHandle(&runtime, data, runtime.table().host_free, "pinned host memory"), bytes);
 }
 
+// ---- CudaDeviceMemory
+
+CudaDeviceMemory::CudaDeviceMemory(const CudaStream &stream)
+    : stream_(stream), name_("cuda:" + std::to_string(stream.device())) {}
+
+bool CudaDeviceMemory::Keep(Status st) {
+  if (st.ok()) return true;
+  if (status_.ok()) status_ = std::move(st);
+  return false;
+}
+
+void *CudaDeviceMemory::Allocate(size_t bytes) {
+  const CudaRuntime &runtime = stream_.runtime();
+  void *p = nullptr;
+  if (!Keep(runtime.Check(runtime.table().malloc(stream_.device(), bytes, &p),
+                          "allocating " + std::to_string(bytes) + " bytes on " + name_)))
+    return nullptr;
+  if (Keep(stream_.FillAsync(p, 0, bytes)) && Keep(stream_.Synchronize())) return p;
+  Free(p);
+  return nullptr;
+}
+
+void CudaDeviceMemory::Free(void *p) {
+  const CudaRuntime &runtime = stream_.runtime();
+  Keep(runtime.Check(runtime.table().free(stream_.device(), p), "freeing memory on " + name_));
+}
+
+void CudaDeviceMemory::Upload(void *dst, const void *src, size_t bytes) {
+  if (Keep(stream_.CopyAsync(dst, src, bytes, DST_CUDA_HOST_TO_DEVICE)))
+    Keep(stream_.Synchronize());
+}
+
+void CudaDeviceMemory::Download(void *dst, const void *src, size_t bytes) {
+  if (Keep(stream_.CopyAsync(dst, src, bytes, DST_CUDA_DEVICE_TO_HOST)))
+    Keep(stream_.Synchronize());
+}
+
+void CudaDeviceMemory::Zero(void *dst, size_t bytes) {
+  if (Keep(stream_.FillAsync(dst, 0, bytes))) Keep(stream_.Synchronize());
+}
+
 }  // namespace dst

@@ -12,15 +12,18 @@
 //   CudaMemoryResource  one device's cudaMalloc/cudaFree for CachingAllocator
 //   PinnedHostBuffer    page-locked host memory (RAII): what async copies
 //                       overlap with compute from (ZeRO-Offload's state)
+//   CudaDeviceMemory    one device's memory as a MemoryResource (a Model's buffers)
 #pragma once
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "core/common/status.h"
 #include "core/runtime/caching_allocator.h"
 #include "core/runtime/cuda_runtime_table.h"
+#include "core/runtime/memory.h"
 
 namespace dst {
 
@@ -85,9 +88,10 @@ class CudaStream {
   Status Wait(const CudaEvent &event) const;
   Status Synchronize() const;
 
+  const CudaRuntime &runtime() const { return handle_.runtime(); }
+
  private:
   CudaStream(CudaHandle handle, int device) : handle_(std::move(handle)), device_(device) {}
-  const CudaRuntime &runtime() const { return handle_.runtime(); }
   CudaHandle handle_;
   int device_ = 0;
 };
@@ -121,6 +125,28 @@ class CudaMemoryResource final : public DeviceMemoryResource {
  private:
   const CudaRuntime &runtime_;
   int device_;
+};
+
+// One device's memory as a MemoryResource (what a Model's buffers live in
+// on a GPU): cudaMalloc'd, zeroed, copied to and from the host and zeroed on
+// `stream` (which must outlive it), each call complete on return. The first
+// failure is kept (status()); Allocate returns null on one.
+class CudaDeviceMemory final : public MemoryResource {
+ public:
+  explicit CudaDeviceMemory(const CudaStream &stream);
+  std::string_view name() const override { return name_; }
+  void *Allocate(size_t bytes) override;
+  void Free(void *p) override;
+  void Upload(void *dst, const void *src, size_t bytes) override;
+  void Download(void *dst, const void *src, size_t bytes) override;
+  void Zero(void *dst, size_t bytes) override;
+  const Status &status() const { return status_; }
+
+ private:
+  bool Keep(Status st);  // true when st is OK
+  const CudaStream &stream_;
+  std::string name_;
+  Status status_;
 };
 
 // Page-locked host memory of `bytes`, freed with the object.

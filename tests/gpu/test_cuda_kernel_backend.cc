@@ -240,7 +240,7 @@ TEST(CudaKernelBackend, The16BitStashMatchesTheCpuBitForBit) {
 }
 
 // A failed call is kept and named (the first one), then cleared.
-TEST(CudaKernelBackend, AFailedKernelIsNamedOnce) {
+TEST(CudaKernelBackend, AFailedCallIsNamedOnce) {
   DST_DEVICE_OR_SKIP(d);
   d.kernels->Copy(nullptr, 16, nullptr);  // cudaMemcpy2DAsync rejects null pointers
   d.kernels->Zero(16, nullptr);

@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""bench_gpu: GPT-2 124M's forward + backward on one CUDA device (issue 16):
+dstrain's model through its CUDA kernel backend (build/bench/bench_gpu_model)
+against the same model in PyTorch (tests/python/torch_gpt.py, unfused
+attention as dstrain's, bf16 autocast or fp32), interleaved --repeats times;
+tokens/s, TFLOP/s and MFU against the device's dense peak, median with the
+spread, and dstrain / torch (> 1: dstrain is faster).
+
+Both sides time the model's share of a step: gradients cleared, forward with
+the loss read back, backward, the device synchronised; no optimizer step
+(fused AdamW over 124M parameters is ~1 ms: bench_gpu_kernels.py). FLOPs per
+step are 3 x the forward's (every GEMM 2mnk, attention over the full T x T),
+the same count for both.
+
+Usage: python3 bench/bench_gpu.py [--build-dir build] [--repeats 3]
+       [--steps 10] [--precisions bf16,fp32] [--batch 8] [--layers 12]
+       [--device cpu]   (the same through the CPU backend: a check without a GPU)
+The peer needs a CUDA PyTorch on the machine (python3 on PATH); without one
+only dstrain's figures are printed.
+"""
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent
+GPT2 = {"vocab_size": 50257, "n_ctx": 1024, "n_layer": 12, "n_head": 12, "d_model": 768}
+
+
+def dstrain_run(args, precision):
+    cmd = [str(pathlib.Path(args.build_dir) / "bench" / "bench_gpu_model"),
+           "--layers", str(args.layers), "--heads", str(GPT2["n_head"]),
+           "--d-model", str(GPT2["d_model"]), "--ctx", str(args.ctx),
+           "--vocab", str(GPT2["vocab_size"]), "--batch", str(args.batch),
+           "--steps", str(args.steps), "--warmup", "2", "--compute", precision,
+           "--device", args.device]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if proc.returncode != 0:
+        sys.exit(f"bench_gpu: {' '.join(cmd)} failed: {proc.stderr.strip()}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def torch_run(args, precision, flops_per_step, peak):
+    """The same model in PyTorch on cuda:0; None without a CUDA PyTorch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available() or args.device != "cuda":
+        return None
+    sys.path.insert(0, str(REPO / "tests" / "python"))
+    import torch_gpt
+
+    spec = dict(GPT2, type="gpt", n_layer=args.layers, n_ctx=args.ctx, seed=1)
+    cfg = torch_gpt.GPTConfig.from_spec(spec)
+    model = torch_gpt.gpt2_init_(torch_gpt.GPT(cfg)).cuda()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randint(0, cfg.vocab_size, (args.batch, args.ctx), generator=gen).cuda()
+    y = torch.randint(0, cfg.vocab_size, (args.batch, args.ctx), generator=gen).cuda()
+
+    def step():
+        model.zero_grad(set_to_none=False)
+        if precision == "bf16":
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                _, loss = model(x, y)
+        else:
+            _, loss = model(x, y)
+        value = loss.item()
+        loss.backward()
+        torch.cuda.synchronize()
+        return value
+
+    for _ in range(2):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        loss = step()
+    step_s = (time.perf_counter() - t0) / args.steps
+    tflops = flops_per_step / step_s / 1e12
+    return {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+            "step_ms": step_s * 1e3, "tokens_per_s": args.batch * args.ctx / step_s,
+            "tflops": tflops, "mfu": tflops / peak if peak else 0.0, "loss": loss}
+
+
+def median_spread(values):
+    return statistics.median(values), min(values), max(values)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build-dir", default=os.environ.get("DSTRAIN_BUILD_DIR", "build"))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--precisions", default="bf16,fp32")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--layers", type=int, default=GPT2["n_layer"])
+    ap.add_argument("--ctx", type=int, default=GPT2["n_ctx"])
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--timeout", type=int, default=600)
+    args = ap.parse_args()
+
+    print(f"GPT-2 shape: {args.layers} layers x d_model {GPT2['d_model']}, {GPT2['n_head']} heads, "
+          f"context {args.ctx}, vocabulary {GPT2['vocab_size']}, micro-batch {args.batch}; "
+          f"forward + backward, median of {args.repeats} (min-max)")
+    for precision in args.precisions.split(","):
+        ours, theirs = [], []
+        for _ in range(args.repeats):  # interleaved
+            ours.append(dstrain_run(args, precision))
+            peer = torch_run(args, precision, ours[-1]["tflops"] * 1e12 * ours[-1]["step_ms"] / 1e3,
+                             ours[-1]["peak_tflops"])
+            if peer:
+                theirs.append(peer)
+        first = ours[0]
+        tps = median_spread([r["tokens_per_s"] for r in ours])
+        mfu = median_spread([r["mfu"] for r in ours])
+        line = (f"{precision}: dstrain {tps[0]:.0f} tok/s ({tps[1]:.0f}-{tps[2]:.0f}), "
+                f"{statistics.median(r['tflops'] for r in ours):.1f} TFLOP/s, "
+                f"MFU {100 * mfu[0]:.1f}% of {first['peak_tflops']:.0f} ({first['device']})")
+        if theirs:
+            ttps = median_spread([r["tokens_per_s"] for r in theirs])
+            line += (f"; torch {theirs[0]['torch']} {ttps[0]:.0f} tok/s ({ttps[1]:.0f}-{ttps[2]:.0f}),"
+                     f" MFU {100 * statistics.median(r['mfu'] for r in theirs):.1f}%;"
+                     f" dstrain / torch {tps[0] / ttps[0]:.2f}x")
+        print(line, flush=True)
+        print(json.dumps({"precision": precision, "dstrain": ours, "torch": theirs}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
