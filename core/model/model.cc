@@ -491,7 +491,7 @@ Status Model<T>::Forward(int64_t slot, LayerRange range, const T *input, MicroBa
   if (output)
     *output =
         layers_[range.end - 1]->OutWidth() > 0 ? activations_.at(slot, range.end - 1)[0] : nullptr;
-  return Status::Ok();
+  return kernels_->TakeError();  // the last layer's stash and rounding
 }
 
 template <typename T>
@@ -543,7 +543,7 @@ Status Model<T>::RunBackward(BackwardHalf half, int64_t slot, LayerRange range, 
     dout = layer_din;
     next ^= 1;
   }
-  return Status::Ok();
+  return kernels_->TakeError();  // the first layer's input-gradient rounding
 }
 
 template <typename T>

@@ -68,13 +68,17 @@ Result<std::unique_ptr<CudaKernels>> CudaKernels::Create(const CudaRuntime &runt
   (void)runtime;  // the stream's device is the runtime's; the table is its own
   const Result<DstCudaKernelTable> &table = KernelTable();
   if (!table.ok()) return table.status();
+  return WithTable(table.value(), stream.device(), stream.handle());
+}
+
+Result<std::unique_ptr<CudaKernels>> CudaKernels::WithTable(const DstCudaKernelTable &table,
+                                                            int device, void *stream) {
   void *context = nullptr;
-  const int code = table.value().context_create(stream.device(), stream.handle(), &context);
+  const int code = table.context_create(device, stream, &context);
   if (code != 0)
-    return Status(Code::kInternal,
-                  "creating the CUDA kernel backend on cuda:" + std::to_string(stream.device()) +
-                      ": " + table.value().error_string(code));
-  return std::unique_ptr<CudaKernels>(new CudaKernels(table.value(), context, stream.device()));
+    return Status(Code::kInternal, "creating the CUDA kernel backend on cuda:" +
+                                       std::to_string(device) + ": " + table.error_string(code));
+  return std::unique_ptr<CudaKernels>(new CudaKernels(table, context, device));
 }
 
 CudaKernels::~CudaKernels() {

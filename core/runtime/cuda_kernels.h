@@ -29,6 +29,11 @@ class CudaKernels final : public Kernels<float> {
   // older than this library).
   static Result<std::unique_ptr<CudaKernels>> Create(const CudaRuntime &runtime,
                                                      const CudaStream &stream);
+  // The backend over `table` (which must outlive it) on `device`, queuing on
+  // `stream` (a cudaStream_t): what Create does with the plugin's table, and
+  // what the unit tests do with a recording one.
+  static Result<std::unique_ptr<CudaKernels>> WithTable(const DstCudaKernelTable &table, int device,
+                                                        void *stream);
   // Whether this build's CUDA plugin exports a complete kernel table (no
   // device needed): kNotSupported says why not.
   static Status CheckPlugin();

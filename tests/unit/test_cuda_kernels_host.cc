@@ -1,0 +1,263 @@
+// The CUDA kernel backend's host half (core/runtime/cuda_kernels.cc) over a
+// recording kernel table, on any machine: which table entries each
+// Kernels<float> call turns into, with which sizes, pitches and codes; the
+// first failure kept, named and cleared; the context made and closed. The
+// device half runs in tests/gpu/test_cuda_kernel_backend.cc.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/model/model.h"
+#include "core/model/model_spec.h"
+#include "core/runtime/cuda_kernels.h"
+
+namespace dst {
+namespace {
+
+// What the fake table saw: one line per call ("entry a b c ...").
+std::vector<std::string> g_calls;
+int g_fail_entry_code = 0;  // the code every entry returns (0: success)
+int g_context = 42;
+
+template <typename... Args>
+int Record(const char *entry, Args... args) {
+  std::string line = entry;
+  ((line += " " + std::to_string(args)), ...);
+  g_calls.push_back(line);
+  return g_fail_entry_code;
+}
+
+DstCudaKernelTable FakeTable() {
+  DstCudaKernelTable t{};
+  t.size = sizeof t;
+  t.context_create = [](int device, void *, void **ctx) {
+    *ctx = &g_context;
+    return Record("context_create", device);
+  };
+  t.context_destroy = [](void *ctx) { return Record("context_destroy", ctx == &g_context); };
+  t.error_string = [](int code) {
+    static std::string text;
+    text = "fake error " + std::to_string(code);
+    return text.c_str();
+  };
+  t.copy_rows = [](void *, const void *, size_t sp, size_t rows, size_t width, void *, size_t dp) {
+    return Record("copy_rows", sp, rows, width, dp);
+  };
+  t.zero = [](void *, void *, size_t bytes) { return Record("zero", bytes); };
+  t.round_to_16 = [](void *, int half, float *, long n) { return Record("round_to_16", half, n); };
+  t.stash_to_16 = [](void *, int half, float *, long n, uint16_t *) {
+    return Record("stash_to_16", half, n);
+  };
+  t.unstash_from_16 = [](void *, int half, const uint16_t *, long n, float *) {
+    return Record("unstash_from_16", half, n);
+  };
+  t.add = [](void *, const float *, const float *, long n, float *) { return Record("add", n); };
+  t.add_in_place = [](void *, const float *, long n, float *) { return Record("add_in_place", n); };
+  t.add_bias_to_rows = [](void *, const float *, long rows, long out, float *) {
+    return Record("add_bias_to_rows", rows, out);
+  };
+  t.gelu_forward = [](void *, const float *, long n, float *) { return Record("gelu_forward", n); };
+  t.gelu_backward = [](void *, const float *, const float *, long n, float *) {
+    return Record("gelu_backward", n);
+  };
+  t.relu_forward = [](void *, const float *, long n, float *) { return Record("relu_forward", n); };
+  t.relu_backward = [](void *, const float *, const float *, long n, float *) {
+    return Record("relu_backward", n);
+  };
+  t.linear_forward = [](void *, const float *, const float *, const float *bias, long rows, long in,
+                        long out, float *, int compute) {
+    return Record("linear_forward", bias != nullptr, rows, in, out, compute);
+  };
+  t.linear_input_backward = [](void *, const float *, const float *, long rows, long in, long out,
+                               float *, int compute) {
+    return Record("linear_input_backward", rows, in, out, compute);
+  };
+  t.linear_weight_backward = [](void *, const float *, const float *, long rows, long in, long out,
+                                float *, float *dbias, int compute) {
+    return Record("linear_weight_backward", rows, in, out, dbias != nullptr, compute);
+  };
+  t.layernorm_forward = [](void *, const float *, const float *, const float *, long rows, long C,
+                           float *, float *,
+                           float *) { return Record("layernorm_forward", rows, C); };
+  t.layernorm_backward = [](void *, const float *, const float *, const float *weight,
+                            const float *, const float *, long rows, long C, float *dx,
+                            float *dweight, float *dbias) {
+    return Record("layernorm_backward", rows, C, weight != nullptr, dx != nullptr,
+                  dweight != nullptr, dbias != nullptr);
+  };
+  t.attention_forward = [](void *, const float *, long B, long T, long C, long H, float *,
+                           float *) { return Record("attention_forward", B, T, C, H); };
+  t.attention_backward = [](void *, const float *, const float *, const float *, long B, long T,
+                            long C, long H,
+                            float *) { return Record("attention_backward", B, T, C, H); };
+  t.embedding_lookup = [](void *, const int32_t *, const float *, long first, long rows, long B,
+                          long T, long C,
+                          float *) { return Record("embedding_lookup", first, rows, B, T, C); };
+  t.add_positions_to_rows = [](void *, const float *, long first_row, long rows, long T, long C,
+                               float *) {
+    return Record("add_positions_to_rows", first_row, rows, T, C);
+  };
+  t.embedding_backward = [](void *, const float *, const int32_t *, long B, long T, long C, float *,
+                            float *, long first, long rows) {
+    return Record("embedding_backward", B, T, C, first, rows);
+  };
+  t.cross_entropy_forward = [](void *, float *, const int32_t *, long rows, long V, double *loss,
+                               long *counted) {
+    *loss = 2.5;
+    *counted = rows - 1;
+    return Record("cross_entropy_forward", rows, V);
+  };
+  t.cross_entropy_backward = [](void *, const float *, const int32_t *, long rows, long V,
+                                long counted, float, float *, long first) {
+    return Record("cross_entropy_backward", rows, V, counted, first);
+  };
+  t.row_maxima = [](void *, const float *, long rows, long V, float *) {
+    return Record("row_maxima", rows, V);
+  };
+  t.exp_and_sums = [](void *, float *, long rows, long V, const float *, long parts,
+                      const int32_t *, long first, float *,
+                      float *) { return Record("exp_and_sums", rows, V, parts, first); };
+  t.normalize_and_nll = [](void *, float *, long rows, long V, const float *, const float *,
+                           const int32_t *, double *loss, long *counted) {
+    *loss = 1.25;
+    *counted = rows;
+    return Record("normalize_and_nll", rows, V);
+  };
+  t.mse_forward = [](void *, const float *, const float *, long n, double *loss) {
+    *loss = 0.5;
+    return Record("mse_forward", n);
+  };
+  t.mse_backward = [](void *, const float *, const float *, long n, float, float *,
+                      long mean_over) { return Record("mse_backward", n, mean_over); };
+  return t;
+}
+
+class CudaKernelsHost : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_calls.clear();
+    g_fail_entry_code = 0;
+    Result<std::unique_ptr<CudaKernels>> k = CudaKernels::WithTable(table_, 3, nullptr);
+    ASSERT_TRUE(k.ok()) << k.status().message();
+    kernels_ = std::move(k.value());
+    EXPECT_EQ(g_calls, std::vector<std::string>{"context_create 3"});
+    g_calls.clear();
+  }
+  const DstCudaKernelTable table_ = FakeTable();
+  std::unique_ptr<CudaKernels> kernels_;
+  float x_[4] = {}, y_[4] = {};
+  int32_t t_[4] = {};
+};
+
+TEST_F(CudaKernelsHost, NamesItsDeviceAndClosesItsContext) {
+  EXPECT_STREQ(kernels_->name(), "cuda:3");
+  kernels_.reset();
+  EXPECT_EQ(g_calls, std::vector<std::string>{"context_destroy 1"});
+}
+
+TEST_F(CudaKernelsHost, CopiesInBytesWithPitches) {
+  kernels_->Copy(x_, 5, y_);
+  kernels_->CopyRows(x_, 10, 3, 4, y_, 7);
+  kernels_->Zero(6, y_);
+  EXPECT_EQ(g_calls,
+            (std::vector<std::string>{"copy_rows 20 1 20 20", "copy_rows 40 3 16 28", "zero 24"}));
+}
+
+TEST_F(CudaKernelsHost, TheLinearBackwardRunsOnlyTheHalvesAsked) {
+  kernels_->LinearBackward(x_, x_, x_, 8, 4, 6, y_, nullptr, nullptr, ComputeType::kFp32);
+  kernels_->LinearBackward(x_, x_, x_, 8, 4, 6, nullptr, y_, y_, ComputeType::kBf16);
+  kernels_->LinearBackward(x_, x_, x_, 8, 4, 6, y_, y_, nullptr, ComputeType::kFp32);
+  kernels_->LinearForward(x_, x_, nullptr, 8, 4, 6, y_, ComputeType::kBf16);
+  EXPECT_EQ(g_calls, (std::vector<std::string>{
+                         "linear_input_backward 8 4 6 0", "linear_weight_backward 8 4 6 1 1",
+                         "linear_input_backward 8 4 6 0", "linear_weight_backward 8 4 6 0 0",
+                         "linear_forward 0 8 4 6 1"}));
+}
+
+TEST_F(CudaKernelsHost, TheEmbeddingIsALookupThenThePositions) {
+  kernels_->EmbeddingForward(t_, x_, x_, 2, 8, 16, y_);
+  kernels_->EmbeddingLookupRange(t_, x_, 32, 16, 2, 8, 16, y_);
+  kernels_->AddPositionsToRows(x_, 4, 4, 8, 16, y_);
+  ASSERT_EQ(g_calls.size(), 4u);
+  EXPECT_EQ(g_calls[0].rfind("embedding_lookup 0 ", 0), 0u) << g_calls[0];  // every row
+  EXPECT_EQ(g_calls[1], "add_positions_to_rows 0 16 8 16");
+  EXPECT_EQ(g_calls[2], "embedding_lookup 32 16 2 8 16");
+  EXPECT_EQ(g_calls[3], "add_positions_to_rows 4 4 8 16");
+}
+
+TEST_F(CudaKernelsHost, LayerNormsParameterHalfPassesNoInputGradient) {
+  kernels_->LayerNormBackward(x_, x_, x_, x_, x_, 5, 16, y_, y_, y_, nullptr, 1);
+  kernels_->LayerNormBackward(x_, x_, x_, x_, x_, 5, 16, y_, nullptr, nullptr, nullptr, 1);
+  kernels_->LayerNormParamBackward(x_, x_, x_, x_, 5, 16, y_, y_, nullptr, 1);
+  EXPECT_EQ(g_calls, (std::vector<std::string>{"layernorm_backward 5 16 1 1 1 1",
+                                               "layernorm_backward 5 16 1 1 0 0",
+                                               "layernorm_backward 5 16 0 0 1 1"}));
+}
+
+TEST_F(CudaKernelsHost, SixteenBitFormatsAndLossesCrossTheTable) {
+  kernels_->RoundTo16(Half::kBf16, y_, 4);
+  uint16_t stash[4];
+  kernels_->StashTo16(Half::kFp16, y_, 4, stash);
+  kernels_->UnstashFrom16(Half::kBf16, stash, 4, y_);
+  int64_t counted = 0;
+  EXPECT_EQ(kernels_->SoftmaxCrossEntropyForward(y_, t_, 4, 9, &counted), 2.5);
+  EXPECT_EQ(counted, 3);
+  EXPECT_EQ(kernels_->NormalizeAndNll(y_, 4, 9, x_, x_, t_, &counted), 1.25);
+  EXPECT_EQ(counted, 4);
+  EXPECT_EQ(kernels_->MseForward(x_, x_, 4), 0.5);
+  EXPECT_EQ(g_calls, (std::vector<std::string>{"round_to_16 1 4", "stash_to_16 0 4",
+                                               "unstash_from_16 1 4", "cross_entropy_forward 4 9",
+                                               "normalize_and_nll 4 9", "mse_forward 4"}));
+  EXPECT_TRUE(kernels_->TakeError().ok());
+}
+
+TEST_F(CudaKernelsHost, TheFirstFailureIsKeptNamedAndCleared) {
+  g_fail_entry_code = 5;
+  kernels_->Add(x_, x_, 4, y_);
+  g_fail_entry_code = 7;
+  kernels_->GeluForward(x_, 4, y_);
+  g_fail_entry_code = 0;
+  kernels_->ReluForward(x_, 4, y_);
+  const Status st = kernels_->TakeError();
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message(), "CUDA kernel Add on cuda:3: fake error 5");
+  EXPECT_TRUE(kernels_->TakeError().ok());
+  EXPECT_EQ(g_calls.size(), 3u);  // later calls still run: the stream decides what they do
+}
+
+// A model over a failing backend stops its pass at the layer and names the
+// kernel (the fake table touches no memory: the model's buffers are host ones).
+TEST_F(CudaKernelsHost, AModelStopsAtAFailedKernelAndNamesIt) {
+  Result<ModelSpec> spec = ParseModelSpec(
+      R"({"type":"gpt","vocab_size":16,"n_ctx":4,"n_layer":1,"n_head":1,"d_model":8,"seed":1})");
+  ASSERT_TRUE(spec.ok());
+  Model<float> model(spec.value(), {1, 4, 1}, nullptr);
+  model.SetKernels(*kernels_);
+  int32_t ids[8] = {1, 2, 3, 4, 2, 3, 4, 5};
+  MicroBatch<float> mb;
+  mb.B = 1;
+  mb.seq = 4;
+  mb.tokens = ids;
+  mb.targets = ids + 4;
+  ASSERT_TRUE(model.Forward(mb).ok());  // every entry succeeds
+  g_calls.clear();
+  g_fail_entry_code = 11;
+  const Result<double> loss = model.Forward(mb);
+  ASSERT_FALSE(loss.ok());
+  EXPECT_EQ(loss.status().message(), "CUDA kernel EmbeddingLookup on cuda:3: fake error 11");
+  EXPECT_EQ(g_calls.size(), 2u) << "the pass stops after the embedding layer (lookup, positions)";
+  g_fail_entry_code = 0;
+  EXPECT_TRUE(model.Forward(mb).ok()) << "the failure is not sticky once reported";
+}
+
+TEST(CudaKernelsHostCreate, AFailedContextIsNamed) {
+  DstCudaKernelTable t = FakeTable();
+  t.context_create = [](int, void *, void **) { return 9; };
+  Result<std::unique_ptr<CudaKernels>> k = CudaKernels::WithTable(t, 1, nullptr);
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().message(), "creating the CUDA kernel backend on cuda:1: fake error 9");
+}
+
+}  // namespace
+}  // namespace dst
