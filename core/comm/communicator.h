@@ -46,6 +46,13 @@ class Work {
   virtual ~Work() = default;
   virtual Status Wait() = 0;
   virtual bool Test() = 0;
+  // Stream semantics (a device backend's collectives): the CUDA event
+  // (a cudaEvent_t) recorded where the operation completes on its stream,
+  // which a compute stream can wait on (CudaStream::WaitEvent) without the
+  // host blocking; null for work that completes on the host (Gloo). The Work
+  // owns the event: keep it until the waiting stream has queued its wait, and
+  // still call Wait or Test for the operation's Status.
+  virtual void *CompletionEvent() const { return nullptr; }
 };
 
 class Communicator {
@@ -91,6 +98,19 @@ class Communicator {
   using CompletionHook = std::function<void(const CommRecord &)>;
   // Called on the communication thread after each successful collective.
   virtual void SetCompletionHook(CompletionHook hook) = 0;
+
+  // Orders every later operation of this group after the work queued until
+  // then on `stream` (a cudaStream_t of this group's device): a device
+  // backend records an event there and has its own stream wait on it, so a
+  // buffer the compute stream is still writing is not sent early, and the
+  // host does not wait. Null: no ordering (buffers the host wrote). A backend
+  // without streams (Gloo) supports only null (kNotSupported, named).
+  virtual Status OrderAfter(void *stream) {
+    if (stream == nullptr) return Status::Ok();
+    return Status(Code::kNotSupported, "group '" + name() +
+                                           "' completes its operations on the host: there is no "
+                                           "stream to order after (use the NCCL backend on GPUs)");
+  }
 };
 
 // A communicator that passes every call to another one: the base of those
@@ -117,6 +137,7 @@ class ForwardingCommunicator : public Communicator {
     return inner_->Broadcast(d, n, root);
   }
   Status Barrier() override { return inner_->Barrier(); }
+  Status OrderAfter(void *stream) override { return inner_->OrderAfter(stream); }
   std::unique_ptr<Work> Send(const void *d, int64_t bytes, int64_t peer, uint32_t tag) override {
     return inner_->Send(d, bytes, peer, tag);
   }

@@ -89,7 +89,12 @@ Status CudaStream::FillAsync(void *dst, int byte_value, size_t bytes) const {
 }
 
 Status CudaStream::Wait(const CudaEvent &event) const {
-  return runtime().Check(runtime().table().stream_wait_event(handle(), event.handle()),
+  return WaitEvent(event.handle());
+}
+
+Status CudaStream::WaitEvent(void *event) const {
+  if (event == nullptr) return Status::Ok();
+  return runtime().Check(runtime().table().stream_wait_event(handle(), event),
                          "a stream of cuda:" + std::to_string(device_) + " waiting for an event");
 }
 

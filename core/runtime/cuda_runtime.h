@@ -86,6 +86,9 @@ class CudaStream {
   Status FillAsync(void *dst, int byte_value, size_t bytes) const;
   // Work queued on this stream after this call waits for `event` (the host does not).
   Status Wait(const CudaEvent &event) const;
+  // The same for an event another module owns (a cudaEvent_t: a collective's
+  // Work::CompletionEvent); a null event is no wait.
+  Status WaitEvent(void *event) const;
   Status Synchronize() const;
 
   const CudaRuntime &runtime() const { return handle_.runtime(); }

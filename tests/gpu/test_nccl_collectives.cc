@@ -76,6 +76,34 @@ std::vector<uint16_t> Bits(size_t n) {
   return v;
 }
 
+// Stream semantics: the collective is ordered after what a compute stream
+// queued (OrderAfter) and the compute stream waits on its completion event,
+// with no host wait in between: the fill queued on the compute stream is
+// what the all-reduce sees, and the copy queued after the wait sees its result.
+TEST_F(NcclOneRank, ACollectiveOrdersAfterAndCompletesOnStreams) {
+  const size_t n = 1 << 20;
+  DeviceBuffer<float> buf(std::vector<float>(n, 0.0f));
+  cudaStream_t compute = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(buf.data, 0x3f, n * sizeof(float), compute), cudaSuccess);
+  ASSERT_TRUE(comm_->OrderAfter(compute).ok());
+  std::unique_ptr<Work> work = comm_->AllReduceSum(buf.data, int64_t(n));
+  ASSERT_NE(work->CompletionEvent(), nullptr);
+  ASSERT_EQ(cudaStreamWaitEvent(compute, static_cast<cudaEvent_t>(work->CompletionEvent()), 0),
+            cudaSuccess);
+  std::vector<float> back(n);
+  ASSERT_EQ(
+      cudaMemcpyAsync(back.data(), buf.data, n * sizeof(float), cudaMemcpyDeviceToHost, compute),
+      cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+  EXPECT_TRUE(work->Wait().ok());
+  float want;
+  std::memset(&want, 0x3f, sizeof want);
+  for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(back[i], want) << i;
+  ASSERT_TRUE(comm_->OrderAfter(nullptr).ok());
+  cudaStreamDestroy(compute);
+}
+
 TEST_F(NcclOneRank, Fp32CollectivesLeaveTheDataAsItWas) {
   const std::vector<float> host = Ramp(100003);
   DeviceBuffer<float> buf(host);

@@ -218,3 +218,29 @@ TEST(PointToPoint, ADeadPeerDuringRecvIsNamed) {
 
 }  // namespace
 }  // namespace dst
+
+namespace dst {
+namespace {
+
+// Stream semantics belong to device backends: a Gloo group's work completes
+// on the host (no completion event), and asking it to order after a device
+// stream is refused by name; null (no ordering) is accepted.
+TEST(StreamSemantics, AHostGroupHasNoEventsAndRefusesAStream) {
+  test::RunRanks(2, [&](int64_t rank, Store &store) {
+    std::unique_ptr<Communicator> comm = Connect(store, rank);
+    ASSERT_TRUE(comm);
+    std::vector<float> buf(8, 1.0f);
+    std::unique_ptr<Work> work = comm->AllReduceSum(buf.data(), 8);
+    EXPECT_EQ(work->CompletionEvent(), nullptr);
+    EXPECT_TRUE(work->Wait().ok());
+    EXPECT_TRUE(comm->OrderAfter(nullptr).ok());
+    int not_a_stream = 0;
+    const Status st = comm->OrderAfter(&not_a_stream);
+    EXPECT_EQ(st.code(), Code::kNotSupported);
+    EXPECT_NE(st.message().find("completes its operations on the host"), std::string::npos)
+        << st.message();
+  });
+}
+
+}  // namespace
+}  // namespace dst

@@ -43,6 +43,7 @@ class NcclWork final : public Work {
     (void)Wait();
     if (event_) cudaEventDestroy(event_);
   }
+  void *CompletionEvent() const override { return event_; }
   bool Test() override {
     if (done_ || !status_.ok()) return true;
     const cudaError_t e = cudaEventQuery(event_);
@@ -95,7 +96,18 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override {
     cudaStreamSynchronize(stream_);
     ncclCommDestroy(comm_);
+    if (order_event_) cudaEventDestroy(order_event_);
     cudaStreamDestroy(stream_);
+  }
+  Status OrderAfter(void *stream) override {
+    if (stream != nullptr && order_event_ == nullptr) {
+      const cudaError_t e = cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming);
+      if (e != cudaSuccess)
+        return Status(Code::kComm,
+                      "group '" + options_.name + "': an ordering event: " + CudaText(e));
+    }
+    producer_ = static_cast<cudaStream_t>(stream);
+    return Status::Ok();
   }
   int64_t rank() const override { return options_.rank; }
   int64_t size() const override { return options_.size; }
@@ -103,56 +115,63 @@ class NcclCommunicator final : public Communicator {
   void SetCompletionHook(CompletionHook hook) override { hook_ = std::move(hook); }
 
   std::unique_ptr<Work> AllReduceSum(float *data, int64_t count) override {
-    return Launch(CommOp::kAllReduce, count * 4,
-                  ncclAllReduce(data, data, size_t(count), ncclFloat, ncclSum, comm_, stream_));
+    return Launch(CommOp::kAllReduce, count * 4, [&] {
+      return ncclAllReduce(data, data, size_t(count), ncclFloat, ncclSum, comm_, stream_);
+    });
   }
   std::unique_ptr<Work> ReduceSum(float *data, int64_t count, int64_t root) override {
-    return Launch(
-        CommOp::kReduce, count * 4,
-        ncclReduce(data, data, size_t(count), ncclFloat, ncclSum, int(root), comm_, stream_));
+    return Launch(CommOp::kReduce, count * 4, [&] {
+      return ncclReduce(data, data, size_t(count), ncclFloat, ncclSum, int(root), comm_, stream_);
+    });
   }
   std::unique_ptr<Work> ReduceScatterSum(float *data, int64_t shard) override {
-    return Launch(CommOp::kReduceScatter, shard * size() * 4,
-                  ncclReduceScatter(data, data + rank() * shard, size_t(shard), ncclFloat, ncclSum,
-                                    comm_, stream_));
+    return Launch(CommOp::kReduceScatter, shard * size() * 4, [&] {
+      return ncclReduceScatter(data, data + rank() * shard, size_t(shard), ncclFloat, ncclSum,
+                               comm_, stream_);
+    });
   }
   std::unique_ptr<Work> AllGather(float *data, int64_t shard) override {
-    return Launch(
-        CommOp::kAllGather, shard * size() * 4,
-        ncclAllGather(data + rank() * shard, data, size_t(shard), ncclFloat, comm_, stream_));
+    return Launch(CommOp::kAllGather, shard * size() * 4, [&] {
+      return ncclAllGather(data + rank() * shard, data, size_t(shard), ncclFloat, comm_, stream_);
+    });
   }
   std::unique_ptr<Work> Broadcast(float *data, int64_t count, int64_t root) override {
-    return Launch(CommOp::kBroadcast, count * 4,
-                  ncclBroadcast(data, data, size_t(count), ncclFloat, int(root), comm_, stream_));
+    return Launch(CommOp::kBroadcast, count * 4, [&] {
+      return ncclBroadcast(data, data, size_t(count), ncclFloat, int(root), comm_, stream_);
+    });
   }
   std::unique_ptr<Work> AllReduceSum16(uint16_t *data, int64_t count, Half type) override {
-    return Launch(
-        CommOp::kAllReduce, count * 2,
-        ncclAllReduce(data, data, size_t(count), NcclType(type), ncclSum, comm_, stream_));
+    return Launch(CommOp::kAllReduce, count * 2, [&] {
+      return ncclAllReduce(data, data, size_t(count), NcclType(type), ncclSum, comm_, stream_);
+    });
   }
   std::unique_ptr<Work> ReduceSum16(uint16_t *data, int64_t count, int64_t root,
                                     Half type) override {
-    return Launch(
-        CommOp::kReduce, count * 2,
-        ncclReduce(data, data, size_t(count), NcclType(type), ncclSum, int(root), comm_, stream_));
+    return Launch(CommOp::kReduce, count * 2, [&] {
+      return ncclReduce(data, data, size_t(count), NcclType(type), ncclSum, int(root), comm_,
+                        stream_);
+    });
   }
   std::unique_ptr<Work> AllGather16(uint16_t *data, int64_t shard) override {
-    return Launch(
-        CommOp::kAllGather, shard * size() * 2,
-        ncclAllGather(data + rank() * shard, data, size_t(shard), ncclFloat16, comm_, stream_));
+    return Launch(CommOp::kAllGather, shard * size() * 2, [&] {
+      return ncclAllGather(data + rank() * shard, data, size_t(shard), ncclFloat16, comm_, stream_);
+    });
   }
   std::unique_ptr<Work> Broadcast16(uint16_t *data, int64_t count, int64_t root) override {
-    return Launch(CommOp::kBroadcast, count * 2,
-                  ncclBroadcast(data, data, size_t(count), ncclFloat16, int(root), comm_, stream_));
+    return Launch(CommOp::kBroadcast, count * 2, [&] {
+      return ncclBroadcast(data, data, size_t(count), ncclFloat16, int(root), comm_, stream_);
+    });
   }
   // tag: NCCL matches sends and receives by order per peer, not by tag.
   std::unique_ptr<Work> Send(const void *data, int64_t bytes, int64_t peer, uint32_t) override {
-    return Launch(CommOp::kSend, bytes,
-                  ncclSend(data, size_t(bytes), ncclUint8, int(peer), comm_, stream_));
+    return Launch(CommOp::kSend, bytes, [&] {
+      return ncclSend(data, size_t(bytes), ncclUint8, int(peer), comm_, stream_);
+    });
   }
   std::unique_ptr<Work> Recv(void *data, int64_t bytes, int64_t peer, uint32_t) override {
-    return Launch(CommOp::kRecv, bytes,
-                  ncclRecv(data, size_t(bytes), ncclUint8, int(peer), comm_, stream_));
+    return Launch(CommOp::kRecv, bytes, [&] {
+      return ncclRecv(data, size_t(bytes), ncclUint8, int(peer), comm_, stream_);
+    });
   }
   Status Barrier() override {
     float *one = nullptr;
@@ -167,10 +186,21 @@ class NcclCommunicator final : public Communicator {
   static ncclDataType_t NcclType(Half type) {
     return type == Half::kFp16 ? ncclFloat16 : ncclBfloat16;
   }
-  std::unique_ptr<Work> Launch(CommOp op, int64_t bytes, ncclResult_t enqueued) {
+  // Orders the operation after the producer stream (OrderAfter), enqueues it
+  // on this group's stream and records its completion event.
+  template <typename Enqueue>
+  std::unique_ptr<Work> Launch(CommOp op, int64_t bytes, Enqueue enqueue) {
     const std::string what = std::string(CommOpName(op)) + " of " + std::to_string(bytes) +
                              " bytes on group '" + options_.name + "' (rank " +
                              std::to_string(rank()) + " of " + std::to_string(size()) + ")";
+    if (producer_ != nullptr) {
+      cudaError_t e = cudaEventRecord(order_event_, producer_);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, order_event_, 0);
+      if (e != cudaSuccess)
+        return std::make_unique<DoneWork>(
+            Status(Code::kComm, what + ": ordering after the compute stream: " + CudaText(e)));
+    }
+    const ncclResult_t enqueued = enqueue();
     if (enqueued != ncclSuccess)
       return std::make_unique<DoneWork>(Status(Code::kComm, what + ": " + NcclText(enqueued)));
     cudaEvent_t event = nullptr;
@@ -185,6 +215,8 @@ class NcclCommunicator final : public Communicator {
   NcclOptions options_;
   ncclComm_t comm_;
   cudaStream_t stream_;
+  cudaStream_t producer_ = nullptr;    // OrderAfter's stream, or none
+  cudaEvent_t order_event_ = nullptr;  // recorded on producer_ before each operation
   CompletionHook hook_;
 };
 
