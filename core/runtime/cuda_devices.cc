@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/runtime/plugin.h"
+#include "core/runtime/cuda_runtime.h"
 
 namespace dst {
 
@@ -13,17 +13,12 @@ using DevicesFn = size_t (*)(char *out, size_t cap);
 
 CudaDevices Query() {
   CudaDevices out;
-#if !DSTRAIN_HAVE_CUDA
-  out.why_none = "this build has no CUDA backend (nvcc was not found when it was built)";
-#else
-  const OpenedPlugin plugin =
-      OpenPlugin({"libdstrain_cuda.so", "DSTRAIN_CUDA_PLUGIN", DSTRAIN_CUDA_PLUGIN_BUILD_PATH,
-                  "dst_cuda_plugin_devices", "the CUDA runtime"});
-  if (plugin.entry == nullptr) {
-    out.why_none = plugin.error;
+  const Result<void *> entry = CudaPluginEntry("dst_cuda_plugin_devices");
+  if (!entry.ok()) {
+    out.why_none = entry.status().message();
     return out;
   }
-  const auto devices = reinterpret_cast<DevicesFn>(plugin.entry);
+  const auto devices = reinterpret_cast<DevicesFn>(entry.value());
   std::vector<char> text(devices(nullptr, 0) + 1);
   devices(text.data(), text.size());
   const nlohmann::json j = nlohmann::json::parse(text.data(), nullptr, false);
@@ -39,7 +34,6 @@ CudaDevices Query() {
     out.why_none = "the CUDA runtime sees no device" + (error.empty() ? "" : ": " + error);
     if (out.driver_version == 0) out.why_none += " (no NVIDIA driver is loaded on this machine)";
   }
-#endif
   return out;
 }
 

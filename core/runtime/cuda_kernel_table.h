@@ -82,23 +82,21 @@ typedef struct DstCudaKernelTable {
                             long T, long C, long H, float *dqkv);
 
   /* embeddings */
-  int (*embedding_lookup)(void *ctx, const int32_t *tokens, const float *wte, long first,
-                          long rows, long B, long T, long C, float *out);
+  int (*embedding_lookup)(void *ctx, const int32_t *tokens, const float *wte, long first, long rows,
+                          long B, long T, long C, float *out);
   int (*add_positions_to_rows)(void *ctx, const float *wpe, long first_row, long rows, long T,
                                long C, float *out);
   int (*embedding_backward)(void *ctx, const float *dout, const int32_t *tokens, long B, long T,
                             long C, float *dwte, float *dwpe, long first, long rows);
 
   /* losses; the forward ones wait for the stream and write host scalars */
-  int (*cross_entropy_forward)(void *ctx, float *logits, const int32_t *targets, long rows,
-                               long V, double *loss, long *counted);
+  int (*cross_entropy_forward)(void *ctx, float *logits, const int32_t *targets, long rows, long V,
+                               double *loss, long *counted);
   int (*cross_entropy_backward)(void *ctx, const float *probs, const int32_t *targets, long rows,
-                                long V, long counted, float grad_scale, float *dlogits,
-                                long first);
+                                long V, long counted, float grad_scale, float *dlogits, long first);
   int (*row_maxima)(void *ctx, const float *logits, long rows, long V, float *maxima);
-  int (*exp_and_sums)(void *ctx, float *logits, long rows, long V, const float *maxima,
-                      long parts, const int32_t *targets, long first, float *sums,
-                      float *target_exp);
+  int (*exp_and_sums)(void *ctx, float *logits, long rows, long V, const float *maxima, long parts,
+                      const int32_t *targets, long first, float *sums, float *target_exp);
   int (*normalize_and_nll)(void *ctx, float *logits, long rows, long V, const float *sums,
                            const float *target_exp, const int32_t *targets, double *loss,
                            long *counted);

@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "core/common/log.h"
-#include "core/runtime/plugin.h"
 
 namespace dst {
 
@@ -14,17 +13,11 @@ namespace {
 
 // The plugin's kernel table, loaded once per process, or why there is none.
 Result<DstCudaKernelTable> LoadKernelTable() {
-#if !DSTRAIN_HAVE_CUDA
-  return Status(Code::kNotSupported,
-                "this build has no CUDA backend (nvcc was not found when it was built)");
-#else
-  const OpenedPlugin plugin =
-      OpenPlugin({"libdstrain_cuda.so", "DSTRAIN_CUDA_PLUGIN", DSTRAIN_CUDA_PLUGIN_BUILD_PATH,
-                  "dst_cuda_plugin_kernels", "the CUDA runtime"});
-  if (plugin.entry == nullptr) return Status(Code::kNotSupported, plugin.error);
+  const Result<void *> entry = CudaPluginEntry("dst_cuda_plugin_kernels");
+  if (!entry.ok()) return entry.status();
   DstCudaKernelTable table{};
   table.size = sizeof table;
-  if (reinterpret_cast<DstCudaKernelsFn>(plugin.entry)(&table) != 0 || table.size != sizeof table)
+  if (reinterpret_cast<DstCudaKernelsFn>(entry.value())(&table) != 0 || table.size != sizeof table)
     return Status(Code::kNotSupported,
                   "the CUDA plugin's kernel table is older than this libdstrain (reinstall both "
                   "from one build)");
@@ -39,7 +32,6 @@ Result<DstCudaKernelTable> LoadKernelTable() {
                                              " empty (a plugin from another build?)");
   }
   return table;
-#endif
 }
 
 int HalfCode(Half half) {

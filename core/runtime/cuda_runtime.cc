@@ -7,18 +7,26 @@
 
 namespace dst {
 
-Result<CudaRuntime> LoadCudaRuntime() {
+Result<void *> CudaPluginEntry(const char *symbol) {
 #if !DSTRAIN_HAVE_CUDA
+  (void)symbol;
   return Status(Code::kNotSupported,
                 "this build has no CUDA backend (nvcc was not found when it was built)");
 #else
   const OpenedPlugin plugin =
       OpenPlugin({"libdstrain_cuda.so", "DSTRAIN_CUDA_PLUGIN", DSTRAIN_CUDA_PLUGIN_BUILD_PATH,
-                  "dst_cuda_plugin_runtime", "the CUDA runtime"});
+                  symbol, "the CUDA runtime"});
   if (plugin.entry == nullptr) return Status(Code::kNotSupported, plugin.error);
+  return plugin.entry;
+#endif
+}
+
+Result<CudaRuntime> LoadCudaRuntime() {
+  const Result<void *> entry = CudaPluginEntry("dst_cuda_plugin_runtime");
+  if (!entry.ok()) return entry.status();
   CudaRuntime runtime;
   runtime.table_.size = sizeof runtime.table_;
-  if (reinterpret_cast<DstCudaRuntimeFn>(plugin.entry)(&runtime.table_) != 0 ||
+  if (reinterpret_cast<DstCudaRuntimeFn>(entry.value())(&runtime.table_) != 0 ||
       runtime.table_.size != sizeof runtime.table_)
     return Status(Code::kNotSupported,
                   "the CUDA plugin's runtime table is older than this libdstrain (reinstall both "
@@ -31,7 +39,6 @@ Result<CudaRuntime> LoadCudaRuntime() {
             (code != DST_CUDA_SUCCESS ? std::string(": ") + runtime.table_.error_string(code)
                                       : std::string()));
   return runtime;
-#endif
 }
 
 Result<const CudaRuntime *> CudaRuntime::Get() {

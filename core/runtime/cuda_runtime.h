@@ -27,6 +27,11 @@
 
 namespace dst {
 
+// An entry point of this build's CUDA plugin (libdstrain_cuda.so, looked
+// up once per symbol by the callers), or why there is none (kNotSupported:
+// no CUDA in this build, no plugin on this machine, no such symbol).
+Result<void *> CudaPluginEntry(const char *symbol);
+
 class CudaRuntime {
  public:
   // The plugin's runtime; an error (kNotSupported) says why there is none: no

@@ -115,6 +115,15 @@ void ExpectClose(const std::vector<float> &got, const std::vector<float> &want, 
         << what << " [" << i << "]: " << got[i] << " vs " << want[i];
 }
 
+// A device outcome against the CPU's: no errors, the loss and the gradients within `rel`.
+void ExpectSameOutcome(const ChainOutcome &got, const ChainOutcome &want, double rel) {
+  ASSERT_EQ(want.error, "");
+  ASSERT_EQ(got.error, "");
+  EXPECT_NEAR(got.loss, want.loss, rel * std::fabs(want.loss));
+  ExpectClose(got.grads, want.grads, rel, "parameter gradients");
+  if (!want.input_grad.empty()) ExpectClose(got.input_grad, want.input_grad, rel, "input gradient");
+}
+
 // The chain on the device against the same chain on the host.
 void ExpectChainMatchesTheCpu(Device &d, std::unique_ptr<Chain> (*make)(), ChainPass pass,
                               ComputeType compute, double rel) {
@@ -126,11 +135,7 @@ void ExpectChainMatchesTheCpu(Device &d, std::unique_ptr<Chain> (*make)(), Chain
   ASSERT_TRUE(device.status().ok()) << device.status().message();
   const ChainOutcome got = RunChain(*gpu_chain, *d.kernels, device, pass);
   ASSERT_TRUE(device.status().ok()) << device.status().message();
-  ASSERT_EQ(want.error, "");
-  ASSERT_EQ(got.error, "");
-  EXPECT_NEAR(got.loss, want.loss, rel * std::fabs(want.loss));
-  ExpectClose(got.grads, want.grads, rel, "parameter gradients");
-  if (!want.input_grad.empty()) ExpectClose(got.input_grad, want.input_grad, rel, "input gradient");
+  ExpectSameOutcome(got, want, rel);
 }
 
 // A whole model on the device against the same model on the host.
@@ -141,10 +146,7 @@ void ExpectModelMatchesTheCpu(Device &d, const ModelCase &c, double rel) {
   ASSERT_TRUE(device.status().ok()) << device.status().message();
   const ChainOutcome got = RunModel(c, *d.kernels, device, /*in_memory=*/true);
   ASSERT_TRUE(device.status().ok()) << device.status().message();
-  ASSERT_EQ(want.error, "");
-  ASSERT_EQ(got.error, "");
-  EXPECT_NEAR(got.loss, want.loss, rel * std::fabs(want.loss));
-  ExpectClose(got.grads, want.grads, rel, "parameter gradients");
+  ExpectSameOutcome(got, want, rel);
 }
 
 std::unique_ptr<Chain> Mse() {

@@ -100,6 +100,34 @@ void OnFault(int, siginfo_t *info, void *) {
   raise(SIGSEGV);
 }
 
+// Runs a case's passes with `arena` closed to the host.
+std::function<void(const std::function<void()> &)> ClosedAround(const Arena &arena) {
+  return [&arena](const std::function<void()> &passes) {
+    arena.Close();
+    passes();
+    arena.Open();
+  };
+}
+
+// Exits 0 when the guarded run gave the open run's bits and the open run
+// computed something (the death tests' verdict), else 1 with the reason.
+[[noreturn]] void ExitWithVerdict(const ChainOutcome &want, const ChainOutcome &got) {
+  g_arena = nullptr;
+  if (!want.error.empty() || !got.error.empty()) {
+    fprintf(stderr, "%s%s\n", want.error.c_str(), got.error.c_str());
+    _exit(1);
+  }
+  if (want.loss != got.loss || want.grads != got.grads || want.input_grad != got.input_grad) {
+    fprintf(stderr, "the guarded run differs: loss %.9g vs %.9g\n", got.loss, want.loss);
+    _exit(1);
+  }
+  if (!(want.loss > 0) || want.grads.empty()) {
+    fprintf(stderr, "the open run computed nothing (loss %.9g)\n", want.loss);
+    _exit(1);
+  }
+  _exit(0);
+}
+
 // The chain's run with its tensors closed to the host against the open run:
 // no fault, the same loss and the same gradient bits. Exits 0 when so
 // (run as a death test: a fault ends the process).
@@ -111,28 +139,8 @@ void GuardedRunMatches(std::unique_ptr<Chain> (*make)(), ChainPass pass) {
   Arena arena(64 << 20);
   GuardArena(&arena);
   GuardedKernels guarded;
-  const ChainOutcome got =
-      RunChain(*guarded_chain, guarded, arena, pass, [&](const std::function<void()> &passes) {
-        arena.Close();
-        passes();
-        arena.Open();
-      });
-  g_arena = nullptr;
-
-  if (!want.error.empty() || !got.error.empty()) {
-    fprintf(stderr, "%s%s\n", want.error.c_str(), got.error.c_str());
-    _exit(1);
-  }
-  bool same = want.loss == got.loss && want.grads == got.grads && want.input_grad == got.input_grad;
-  if (!same) {
-    fprintf(stderr, "the guarded run differs: loss %.9g vs %.9g\n", got.loss, want.loss);
-    _exit(1);
-  }
-  if (!(want.loss > 0) || want.grads.empty()) {
-    fprintf(stderr, "the open run computed nothing (loss %.9g)\n", want.loss);
-    _exit(1);
-  }
-  _exit(0);
+  const ChainOutcome got = RunChain(*guarded_chain, guarded, arena, pass, ClosedAround(arena));
+  ExitWithVerdict(want, got);
 }
 
 class KernelSeam : public ::testing::Test {
@@ -151,22 +159,8 @@ void GuardedModelMatches(const ModelCase &c) {
   Arena arena(64 << 20);
   GuardArena(&arena);
   GuardedKernels guarded;
-  const ChainOutcome got =
-      RunModel(c, guarded, arena, /*in_memory=*/true, [&](const std::function<void()> &passes) {
-        arena.Close();
-        passes();
-        arena.Open();
-      });
-  g_arena = nullptr;
-  if (!want.error.empty() || !got.error.empty()) {
-    fprintf(stderr, "%s%s\n", want.error.c_str(), got.error.c_str());
-    _exit(1);
-  }
-  if (want.loss != got.loss || want.grads != got.grads || !(want.loss > 0)) {
-    fprintf(stderr, "the guarded model differs: loss %.9g vs %.9g\n", got.loss, want.loss);
-    _exit(1);
-  }
-  _exit(0);
+  const ChainOutcome got = RunModel(c, guarded, arena, /*in_memory=*/true, ClosedAround(arena));
+  ExitWithVerdict(want, got);
 }
 
 ModelCase Case(std::optional<Half> half, bool recompute, bool selective, bool split) {
