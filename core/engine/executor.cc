@@ -191,6 +191,7 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &b
       }
       case Op::kForward: {
         MicroBatch<float> mb = MicroBatchAt(batch, ins.micro_batch);
+        mb.backward_follows = training;  // an eval program keeps nothing for a backward
         const LayerRange range = model_->chunk(size_t(ins.chunk));
         const float *input =
             receives(ins.chunk) ? link_->activation_input(ins.chunk, ins.micro_batch) : nullptr;

@@ -187,7 +187,8 @@ void ActivationStore<T>::AllocateDeferred(size_t slots, int64_t per_slot, Memory
 }
 
 template <typename T>
-bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer, const Kernels<T> &k) {
+bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer, const Kernels<T> &k,
+                                      bool backward_follows) {
   const LayerSaveSpec &spec = specs_[layer];
   if (options_.recompute) resident_[0] = {slot, spec.group};
   if (options_.selective) transient_resident_ = {slot, int64_t(layer)};
@@ -195,6 +196,12 @@ bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer, const Kernels<
     if (!options_.half.has_value()) return false;
     const Half half = *options_.half;
     LayerActivations<T> &act = at(slot, layer);
+    if (!backward_follows) {  // the output is what the next layer (or stage) reads
+      if (spec.first_is_output && !spec.tensors[0].exact)
+        k.RoundTo16(half, act[0], spec.tensors[0].numel);
+      if (Keeps16()) resident_[layer % 2] = {};  // the region holds no stashed slot now
+      return spec.first_is_output;
+    }
     uint16_t *stash = Keeps16() ? stash_[size_t(slot)][layer].data() : nullptr;
     for (size_t i = 0; i < spec.tensors.size(); ++i) {
       if (spec.tensors[i].exact) continue;
@@ -213,7 +220,7 @@ bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer, const Kernels<
     if (Keeps16()) resident_[layer % 2] = {slot, int64_t(layer)};
     return spec.first_is_output;
   } else {
-    (void)slot, (void)k;
+    (void)slot, (void)k, (void)backward_follows;
     return false;
   }
 }

@@ -92,8 +92,10 @@ class ActivationStore {
   // its saved values onto the 16-bit grid and, under the 16-bit keep
   // policy, stores them in 16 bits. Returns whether its output was rounded
   // (otherwise the caller rounds it, if it wants 16-bit outputs). The
-  // conversions run as kernels of `k` (where the tensors live).
-  bool AfterForward(int64_t slot, size_t layer, const Kernels<T> &k);
+  // conversions run as kernels of `k` (where the tensors live). Without
+  // `backward_follows` (an eval forward) only the output is rounded: nothing
+  // will read the rest, so nothing is stashed.
+  bool AfterForward(int64_t slot, size_t layer, const Kernels<T> &k, bool backward_follows = true);
   // Before `layer`'s backward in `slot`: true when its saved values are not
   // held and the caller must run its group's forward again (recompute policy).
   bool NeedsRecompute(int64_t slot, size_t layer) const;

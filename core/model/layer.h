@@ -38,6 +38,9 @@ struct MicroBatch {
   int max_threads = 1;
   ComputeType compute = ComputeType::kFp32;  // what the layers' GEMMs multiply in (ComputeType)
   ModuleSet fp32_modules;  // fp16/bf16_override_modules: these multiply in fp32 whatever `compute`
+  // False for a forward no backward follows (an eval program): the saved
+  // tensors other than the output need not be kept (16-bit stash skipped).
+  bool backward_follows = true;
   // The backend the layers run their kernels through (kernels.h): where the
   // pointers above and the activations live. The model sets it (Prepare).
   const Kernels<T> *kernels = &HostKernels<T>();

@@ -425,7 +425,7 @@ Status Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T>
   LayerActivations<T> &act = activations_.at(slot, i);
   Timed(timer_, pass, i, mb.rows(), [&] { layers_[i]->Forward(in, act, mb); });
   DST_RETURN_IF_ERROR(TakeErrors(i));
-  const bool rounded = activations_.AfterForward(slot, i, *kernels_);
+  const bool rounded = activations_.AfterForward(slot, i, *kernels_, mb.backward_follows);
   if (!rounded && layers_[i]->OutWidth() > 0 && !fp32_layers_[i])
     RoundActivations(hooks, act[0], OutRows(i, mb.rows()) * layers_[i]->OutWidth());
   return Status::Ok();

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -264,6 +265,41 @@ TEST(KernelSeamStore, The16BitStashConvertsThroughTheBackend) {
     rounded_away += back[i] != want[size_t(i)];
   }
   EXPECT_GT(rounded_away, 32);
+}
+
+// An eval forward (no backward follows) stashes nothing, rounds only the
+// layers' outputs, and gives the training forward's loss bit for bit.
+TEST(KernelSeamStore, AnEvalForwardStashesNothingAndGivesTheSameLoss) {
+  ModelCase c;
+  c.activations.half = Half::kBf16;
+  Result<ModelSpec> spec = ParseModelSpec(c.json);
+  ASSERT_TRUE(spec.ok());
+  Model<float> model(spec.value(), {2, 8, 1}, nullptr, {}, c.activations);
+  cpu::CpuKernels<float, Record> kernels;
+  model.SetKernels(kernels);
+  std::vector<int32_t> ids(32);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7) % 32);
+  MicroBatch<float> mb;
+  mb.B = 2;
+  mb.seq = 8;
+  mb.tokens = ids.data();
+  mb.targets = ids.data() + 16;
+  RoundingHooks hooks(Half::kBf16);
+  double losses[2];
+  size_t stashes[2], rounds[2];
+  for (int eval = 0; eval < 2; ++eval) {
+    g_calls.clear();
+    mb.backward_follows = eval == 0;
+    Result<double> loss = model.Forward(mb, &hooks);
+    ASSERT_TRUE(loss.ok()) << loss.status().message();
+    losses[eval] = loss.value();
+    stashes[eval] = size_t(std::count(g_calls.begin(), g_calls.end(), "StashTo16"));
+    rounds[eval] = size_t(std::count(g_calls.begin(), g_calls.end(), "RoundTo16"));
+  }
+  EXPECT_EQ(losses[1], losses[0]);
+  EXPECT_GT(stashes[0], 0u);
+  EXPECT_EQ(stashes[1], 0u);
+  EXPECT_EQ(rounds[1], 3u);  // the embedding's and the two blocks' outputs
 }
 
 }  // namespace
