@@ -148,6 +148,7 @@ std::vector<ReportSection> BuildSections(const json &info) {
        {{"CUDA compiled in", YesNo(Flag(cuda, "compiled"))},
         {"NCCL compiled in", YesNo(Flag(cuda, "nccl"))},
         {"devices", Devices(cuda)},
+        {"kernel backend", Text(cuda, "kernel_backend")},
         {"CUDA runtime / driver",
          CudaVersion(cuda, "runtime_version") + " / " + CudaVersion(cuda, "driver_version")}}},
       {"offload / optimizer",

@@ -16,6 +16,7 @@
 #include "core/kernels/cpu/vector_math.h"
 #include "core/offload/async_file.h"
 #include "core/runtime/cuda_devices.h"
+#include "core/runtime/cuda_kernels.h"
 
 #ifndef DSTRAIN_BUILD_TYPE
 #define DSTRAIN_BUILD_TYPE "unknown"
@@ -96,6 +97,14 @@ json OpenMpInfo() {
   return {{"max_threads", omp_get_max_threads()}};
 }
 
+// The CUDA kernel backend the layers would run through on a device: whether
+// the plugin's kernel table loads complete (no device needed), or why not.
+std::string KernelBackendInfo() {
+  const dst::Status table = dst::CudaKernels::CheckPlugin();
+  if (!table.ok()) return "not available: " + table.message();
+  return "the plugin's kernel table is complete; the engine does not train on a device yet";
+}
+
 json CudaInfo() {
   const bool compiled = DSTRAIN_HAVE_CUDA != 0;
   const dst::CudaDevices &seen = dst::QueryCudaDevices();
@@ -105,7 +114,8 @@ json CudaInfo() {
           {"devices", seen.devices},
           {"runtime_version", seen.runtime_version},
           {"driver_version", seen.driver_version},
-          {"why_no_device", seen.why_none}};
+          {"why_no_device", seen.why_none},
+          {"kernel_backend", KernelBackendInfo()}};
 }
 
 json DefaultCorpusInfo() {

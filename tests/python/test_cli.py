@@ -128,7 +128,8 @@ def test_report_shows_build_and_machine(dstrain):
     assert result.returncode == 0, result.stderr
     for field in ("version", "build type", "compiler", "cores", "features", "avx2",
                   "compiled for", "OpenBLAS", "threads", "OpenMP", "CUDA compiled in",
-                  "NCCL compiled in", "devices", "NVMe I/O engine", "CPU-Adam path",
+                  "NCCL compiled in", "devices", "kernel backend", "NVMe I/O engine",
+                  "CPU-Adam path",
                   "default corpus"):
         assert field in result.stdout, f"report lacks {field!r}:\n{result.stdout}"
 
@@ -143,6 +144,11 @@ def test_report_json_is_the_build_info(dstrain):
     assert info["cuda"]["devices"] or info["cuda"]["why_no_device"]
     if info["cuda"]["compiled"] and not info["cuda"]["devices"]:
         assert "CUDA" in info["cuda"]["why_no_device"] or "plugin" in info["cuda"]["why_no_device"]
+    # The CUDA kernel backend's table loads from a CUDA build's plugin without a device.
+    if info["cuda"]["compiled"]:
+        assert "kernel table is complete" in info["cuda"]["kernel_backend"], info["cuda"]
+    else:
+        assert info["cuda"]["kernel_backend"].startswith("not available"), info["cuda"]
     assert info["gemm"]["backend"] in ("oneDNN", "OpenBLAS") and info["gemm"]["target"]
     assert info["gemm"]["bf16_compute"] in ("bf16", "fp32") and info["gemm"]["bf16_compute_reason"]
     assert info["gemm"]["elementwise"] in ("avx512", "avx2")
