@@ -171,6 +171,9 @@ struct RuntimeConfig {
   // offload_optimizer.nvme_path (their last commit every rank holds),
   // instead of starting afresh; without such files the run starts afresh.
   bool resume_from_swap = false;
+  // Where this rank trains: "cpu", or "cuda" (the GPU LOCAL_RANK names,
+  // through the CUDA plugin; the layouts it runs: CheckDeviceSupported).
+  std::string device = "cpu";
 };
 
 // gradient_compression: the data-parallel gradient reduction of ZeRO 0 and 1

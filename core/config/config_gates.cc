@@ -166,6 +166,36 @@ Status CheckGradientCompressionSupported(const Config &config) {
       std::to_string(config.zero.stage));
 }
 
+// A device trains one rank in fp32 with its buffers and optimizer state in
+// device memory (ZeRO 0, or 1 over a group of one); the rest of the engine
+// (16-bit storage, sharded gradients and parameters, offload, compression,
+// the pipeline's and tensor parallelism's exchanges, the data-parallel
+// group's NCCL communicator) still runs on host memory only.
+Status CheckDeviceSupported(const Config &config, const ConfigContext &context) {
+  if (config.runtime.device != "cuda") return Status::Ok();
+  const std::string head = "dstrain.device \"cuda\" with ";
+  const std::string tail =
+      " is not supported yet; a device trains one rank (world size 1) in "
+      "fp32 at ZeRO stage 0 or 1 without offload, compression, pipeline or "
+      "tensor parallelism. Use dstrain.device \"cpu\" for this layout";
+  if (context.world_size > 1)
+    return NotSupported(head + "a world size of " + std::to_string(context.world_size) +
+                        " (the groups' NCCL communicators are not wired to the engine)" + tail);
+  if (config.precision() != DType::kFloat32)
+    return NotSupported(head + (config.precision() == DType::kFloat16 ? "fp16" : "bf16") +
+                        ".enabled (16-bit storage is converted on the host)" + tail);
+  if (config.zero.stage > 1)
+    return NotSupported(head + "zero_optimization.stage " + std::to_string(config.zero.stage) +
+                        tail);
+  if (config.zero.offload_optimizer_device != "none" || config.zero.offload_param_device != "none")
+    return NotSupported(head + "zero_optimization.offload_optimizer/offload_param" + tail);
+  if (config.gradient_compression.enabled)
+    return NotSupported(head + "gradient_compression" + tail);
+  if (config.pp_size > 1 || config.tp_size > 1)
+    return NotSupported(head + "pipeline or tensor parallelism" + tail);
+  return Status::Ok();
+}
+
 Status CheckSupported(const Config &config, const ExtraSettings &extra) {
   // Offload before stage: offload implies a stage > 0, and naming the offload
   // is the more specific message.

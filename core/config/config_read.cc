@@ -981,6 +981,11 @@ Status ReadDstrain(const ObjectReader &root, Config *config) {
         section.ReadNumber("comm_timeout_seconds", &runtime->comm_timeout_seconds, GreaterThan(0)));
     DST_RETURN_IF_ERROR(section.ReadUint("seed", &runtime->seed));
     DST_RETURN_IF_ERROR(section.ReadBool("resume_from_swap", &runtime->resume_from_swap));
+    DST_RETURN_IF_ERROR(section.ReadString("device", &runtime->device));
+    if (runtime->device != "cpu" && runtime->device != "cuda")
+      return ConfigError(section.PathOf("device") + ": \"" + runtime->device +
+                         "\" is not a device dstrain trains on; use \"cpu\" or \"cuda\" (the "
+                         "GPU LOCAL_RANK names)");
     if (runtime->resume_from_swap && config->zero.offload_optimizer_device != "nvme")
       return ConfigError(section.PathOf("resume_from_swap") +
                          " needs the optimizer's NVMe tier (zero_optimization.offload_optimizer."

@@ -242,6 +242,7 @@ std::string ResolvedJson(const Config &config) {
                         {"seed", config.runtime.seed},
                         {"comm_timeout_seconds", config.runtime.comm_timeout_seconds},
                         {"resume_from_swap", config.runtime.resume_from_swap},
+                        {"device", config.runtime.device},
                         {"monitor", MonitorJson(config.monitor)}};
   return out.dump(2, ' ', false, Json::error_handler_t::replace);
 }

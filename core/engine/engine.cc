@@ -71,11 +71,20 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
     if (!actions.ok()) return actions.status();
     plan = std::move(planned).value();
   }
+  std::unique_ptr<TrainingDevice> device;
+  if (config.value().runtime.device == "cuda") {
+    Result<std::unique_ptr<TrainingDevice>> opened = TrainingDevice::Open(env.value().local_rank);
+    if (!opened.ok()) return opened.status();
+    device = std::move(opened).value();
+  }
   Result<Job> job = JoinJob(env.value(), config.value(),
                             config.value().resolved_json + spec.value().canonical_json);
   if (!job.ok()) return job.status();
   std::unique_ptr<Engine> engine(new Engine(std::move(config).value(), std::move(spec).value(),
-                                            std::move(job).value(), std::move(plan)));
+                                            std::move(job).value(), std::move(plan),
+                                            std::move(device)));
+  // A device reports a failed allocation here (the buffers are built).
+  if (engine->device_) DST_RETURN_IF_ERROR(engine->device_->TakeStatus());
   // Checked here; the constructor gave the store the same faults.
   Result<std::vector<InjectedIoFault>> io_faults = ParseIoFaultInjection(engine->env_.rank);
   if (!io_faults.ok()) return io_faults.status();
@@ -97,13 +106,15 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   return engine;
 }
 
-Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> plan)
+Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> plan,
+               std::unique_ptr<TrainingDevice> device)
     : config_(std::move(config)),
       env_(std::move(job.env)),
       store_(std::move(job.store)),
       heartbeat_(std::move(job.heartbeat)),
       groups_(std::move(job.groups)),
       dp_comm_(groups_.dp.get()),
+      device_(std::move(device)),
       scaler_(config_.fp16),
       plan_(std::move(plan)) {
   SetNumThreads(ResolveNumThreads(config_.runtime.num_threads));
@@ -129,10 +140,14 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   if (config_.tp_size > 1)
     part.tp = {groups_.tp.get(), config_.tp_size, groups_.coord.tp, config_.sequence_parallel};
   if (plan_) part.chunks = plan_->ChunksOf(pp_rank);
+  // On a device every buffer of the model and the optimizer is its memory
+  // and every kernel its backend's.
+  const StepPlacement placement = device_ ? device_->placement() : StepPlacement{};
   model_ = std::make_unique<Model<float>>(
       spec, limits, &memory_,
       StoreOptionsForStage(config_.zero.stage, dp_comm_->size(), config_.precision()), activations,
-      part);
+      part, placement.memory);
+  if (device_) model_->SetKernels(device_->kernels());
   // bf16 training multiplies in bf16 where this CPU's bf16 dot products are
   // the faster ones (cpu::Bf16Compute); elsewhere, and for fp16, in fp32.
   if (config_.precision() == DType::kBFloat16 && cpu::Bf16Compute().enabled)
@@ -143,8 +158,9 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
       NvmeStateStoreMaker(
           config_, env_.rank,
           io_faults.ok() ? std::move(io_faults).value() : std::vector<InjectedIoFault>{}),
-      ParamSwapOptionsFor(config_, env_.rank));
+      ParamSwapOptionsFor(config_, env_.rank), placement);
   executor_ = std::make_unique<Executor>(config_, model_.get(), dp_.get(), &scaler_, &progress_);
+  if (device_) executor_->StageBatchesIn(placement.memory, &memory_);
   whole_decls_ = DeclareParameters(spec);
   holder_.assign(whole_decls_.size(), 0);
   if (plan_) SetUpPipeline(limits);
@@ -400,6 +416,7 @@ Status Engine::RunProgram(Op kind, const BatchView &batch, const char *call, boo
   }
   double mean = 0;
   DST_RETURN_IF_ERROR(RunAndNoteFailure(*program.value(), batch, &mean));
+  if (device_) DST_RETURN_IF_ERROR(device_->TakeStatus().context(call));
   if (loss) *loss = float(mean);
   return Status::Ok();
 }
@@ -492,17 +509,29 @@ Status Engine::GetGrad(const std::string &name, float *data, size_t count) const
 
 // ---------------------------------------------------------------- checkpoints
 
+Status Engine::CheckpointsHere(const char *call) const {
+  if (!device_) return Status::Ok();
+  return NotSupported(std::string(call) +
+                      " with dstrain.device \"cuda\" is not supported yet: "
+                      "checkpoints read and write the weights and optimizer state in host "
+                      "memory. Train with dstrain.device \"cpu\" to checkpoint, or read the "
+                      "weights with get_param");
+}
+
 Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
                               const std::string &client_state_json) {
+  DST_RETURN_IF_ERROR(CheckpointsHere("save_checkpoint"));
   return checkpoints_->Save(dir, tag, client_state_json);
 }
 
 Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
                               std::string *client_state_json) {
+  DST_RETURN_IF_ERROR(CheckpointsHere("load_checkpoint"));
   return checkpoints_->Load(dir, tag, client_state_json);
 }
 
 Status Engine::LoadWeights(const std::string &dir, const std::string &tag) {
+  DST_RETURN_IF_ERROR(CheckpointsHere("load_weights"));
   return checkpoints_->LoadWeights(dir, tag);
 }
 

@@ -29,6 +29,7 @@
 #include "core/engine/step_profiler.h"
 #include "core/engine/straggler.h"
 #include "core/engine/telemetry.h"
+#include "core/engine/training_device.h"
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
 #include "core/pipeline/stage_link.h"
@@ -111,7 +112,10 @@ class Engine {
   MemoryTracker &memory() { return memory_; }
 
  private:
-  Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> plan);
+  Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> plan,
+         std::unique_ptr<TrainingDevice> device);
+  // NotSupported for checkpoints on a device (they copy host memory).
+  Status CheckpointsHere(const char *call) const;
 
   // Validates `batch`, then runs the program of `kind` over it.
   Status RunProgram(Op kind, const BatchView &batch, const char *call, bool exact_train,
@@ -143,12 +147,13 @@ class Engine {
 
   Config config_;
   LaunchEnv env_;
-  CommStats comm_stats_;                  // fed by every group's completion hook
-  std::unique_ptr<Store> store_;          // rendezvous (multi-rank jobs)
-  std::unique_ptr<Heartbeat> heartbeat_;  // this rank's liveness (multi-rank jobs)
-  ProcessGroups groups_;                  // dp, tp, pp communicators of this rank
-  Communicator *dp_comm_;                 // groups_.dp
-  MemoryTracker memory_;                  // declared before everything it accounts
+  CommStats comm_stats_;                    // fed by every group's completion hook
+  std::unique_ptr<Store> store_;            // rendezvous (multi-rank jobs)
+  std::unique_ptr<Heartbeat> heartbeat_;    // this rank's liveness (multi-rank jobs)
+  ProcessGroups groups_;                    // dp, tp, pp communicators of this rank
+  Communicator *dp_comm_;                   // groups_.dp
+  MemoryTracker memory_;                    // declared before everything it accounts
+  std::unique_ptr<TrainingDevice> device_;  // dstrain.device "cuda" (null: the CPU)
   std::unique_ptr<Model<float>> model_;
   std::unique_ptr<DataParallelism> dp_;  // gradient reduction, (sharded) optimizer, precision
   LossScaler scaler_;                    // fp16 loss scaling (identity otherwise)

@@ -146,8 +146,10 @@ Status Executor::RunPipeOp(const Instruction &ins, const BatchView &batch, Phase
   return InternalError(std::string("executor: ") + OpName(ins.op) + " is not a pipeline op");
 }
 
-Status Executor::Run(const std::vector<Instruction> &program, const BatchView &batch,
+Status Executor::Run(const std::vector<Instruction> &program, const BatchView &host_batch,
                      StepRecord *record) {
+  // On a device the layers read the batch where they compute.
+  const BatchView batch = device_batch_ ? device_batch_->Stage(host_batch) : host_batch;
   int64_t micro_batches = 0;
   bool training = false;
   for (const Instruction &ins : program) {

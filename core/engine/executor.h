@@ -8,11 +8,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/common/status.h"
 #include "core/config/config.h"
 #include "core/engine/batch.h"
+#include "core/engine/device_batch.h"
 #include "core/engine/schedule.h"
 #include "core/model/model.h"
 #include "core/pipeline/stage_link.h"
@@ -89,6 +91,11 @@ class Executor {
   // Test hook (DSTRAIN_INJECT_GRAD_OVERFLOW): the steps at which this rank's
   // gradients are made infinite, as an fp16 overflow would.
   void InjectOverflowAt(std::vector<int64_t> steps) { inject_overflow_at_ = std::move(steps); }
+  // The model computes on a device: each batch is copied into `memory`
+  // (charged to `tracker`; both outlive the executor) before it runs.
+  void StageBatchesIn(MemoryResource *memory, MemoryTracker *tracker) {
+    device_batch_ = std::make_unique<DeviceBatch>(memory, tracker);
+  }
   // Records the timeline of the next runs without a pipeline too (tracing).
   void SetRecordTimeline(bool on) { record_timeline_ = on; }
 
@@ -128,6 +135,7 @@ class Executor {
   std::vector<int> tp_replicated_;  // tensors whole on every tp rank
   std::vector<int> norm_excluded_;  // left out of this rank's share of the norm
   std::vector<int64_t> inject_overflow_at_;
+  std::unique_ptr<DeviceBatch> device_batch_;  // null: the layers read the caller's batch
   bool record_timeline_ = false;
 };
 

@@ -101,4 +101,19 @@ DST_HOST_DEVICE inline void AdamElement(float &p, float grad, float &m, float &v
   p = p * k.decay - (k.step_size * m) / denom;
 }
 
+// One SGD element, torch.optim.SGD's rule (the CPU loop and the CUDA kernel):
+// g = grad + wd p; with momentum, buf = first ? g : momentum buf + damp g and
+// g = nesterov ? g + momentum buf : buf; then p -= lr g. damp = 1 - dampening.
+template <typename T>
+DST_HOST_DEVICE inline void SgdElement(T &p, T grad, T *buf, T lr, T momentum, T damp, T wd,
+                                       bool nesterov, bool first_step) {
+  T g = grad + wd * p;
+  if (buf != nullptr) {
+    const T b = first_step ? g : momentum * *buf + damp * g;
+    *buf = b;
+    g = nesterov ? g + momentum * b : b;
+  }
+  p -= lr * g;
+}
+
 }  // namespace dst::math

@@ -1,8 +1,5 @@
 #include "core/optim/optimizer.h"
 
-#include "core/kernels/cpu/cpu_adam.h"
-#include "core/kernels/cpu/optimizers.h"
-
 namespace dst {
 
 namespace {
@@ -14,15 +11,17 @@ std::vector<std::string> StateNames(const OptimizerConfig &config) {
 }  // namespace
 
 Optimizer::Optimizer(const OptimizerConfig &config, int64_t numel, MemoryTracker *tracker,
-                     bool master_weights, const StateStoreMaker &make_store)
-    : config_(config), numel_(numel), master_(master_weights) {
+                     bool master_weights, const StateStoreMaker &make_store,
+                     StepPlacement placement)
+    : config_(config), numel_(numel), master_(master_weights), placement_(placement) {
   std::vector<std::string> names;
   if (master_) names.push_back("master");
   for (std::string &n : StateNames(config)) names.push_back(std::move(n));
   if (make_store)
     state_ = make_store(std::move(names), numel, tracker);
   else
-    state_ = std::make_unique<ResidentStateStore>(std::move(names), numel, tracker);
+    state_ =
+        std::make_unique<ResidentStateStore>(std::move(names), numel, tracker, placement.memory);
 }
 
 std::vector<std::string> Optimizer::state_names() const {
@@ -46,16 +45,16 @@ void Optimizer::Update(const StatePiece &piece, float *params, const float *grad
   float *w = params ? params : piece.tensors[0];
   float *const *s = piece.tensors.data() + first_state_tensor();
   if (config_.type == OptimizerType::kSGD) {
-    const cpu::SgdHyper h{
+    const SgdHyper h{
         lr,         config_.momentum, config_.dampening, config_.weight_decay, config_.nesterov,
         steps_ == 1};
-    cpu::SgdUpdate(w, grads, config_.momentum != 0 ? s[0] : nullptr, piece.count, h);
+    placement_.step().SgdUpdate(grads, piece.count, h, w, config_.momentum != 0 ? s[0] : nullptr);
     return;
   }
   const bool decoupled = config_.type == OptimizerType::kAdamW || config_.adam_w_mode;
-  const cpu::AdamHyper h{
-      lr, config_.betas[0], config_.betas[1], config_.eps, config_.weight_decay, steps_, decoupled};
-  cpu::CpuAdamRange range;  // CPU-Adam: the widest vector path this CPU has
+  const AdamHyper h{lr,     config_.betas[0], config_.betas[1], config_.eps, config_.weight_decay,
+                    steps_, decoupled};
+  AdamRange range;  // CPU-Adam: the widest vector path this CPU has
   range.param = w;
   range.grad = grads;
   range.exp_avg = s[0];
@@ -64,7 +63,7 @@ void Optimizer::Update(const StatePiece &piece, float *params, const float *grad
   range.grad_mul = fusion.grad_mul;
   range.half_out = fusion.half_out;
   range.half = fusion.half;
-  cpu::CpuAdamStep(range, h);
+  placement_.step().AdamUpdate(range, h);
 }
 
 std::vector<OptimizerStateBuffer> Optimizer::StateBuffers() {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/config/config.h"
+#include "core/kernels/step_kernels.h"
 #include "core/optim/state_store.h"
 #include "core/precision/half_ops.h"
 #include "core/runtime/memory.h"
@@ -43,9 +44,11 @@ class Optimizer {
  public:
   // State for `numel` elements in memory (or where `make_store` puts it);
   // `master_weights`: the store's first tensor ("master") holds fp32 weights
-  // the updates apply to.
+  // the updates apply to. `placement`: the memory a resident store's state
+  // lives in and the step backend the updates run on (default: the host's).
   Optimizer(const OptimizerConfig &config, int64_t numel, MemoryTracker *tracker,
-            bool master_weights = false, const StateStoreMaker &make_store = nullptr);
+            bool master_weights = false, const StateStoreMaker &make_store = nullptr,
+            StepPlacement placement = {});
 
   // One update of params[0, numel) from grads at learning rate `lr`.
   void Step(float *params, const float *grads, double lr);
@@ -82,6 +85,7 @@ class Optimizer {
   OptimizerConfig config_;
   int64_t numel_;
   bool master_;
+  StepPlacement placement_;
   int64_t steps_ = 0;
   std::unique_ptr<StateStore> state_;
 };

@@ -5,10 +5,10 @@
 namespace dst {
 
 ResidentStateStore::ResidentStateStore(std::vector<std::string> names, int64_t numel,
-                                       MemoryTracker *tracker)
-    : StateStore(std::move(names), numel) {
+                                       MemoryTracker *tracker, MemoryResource *memory)
+    : StateStore(std::move(names), numel), memory_(memory) {
   for (size_t k = 0; k < this->names().size(); ++k)
-    tensors_.emplace_back(tracker, MemoryCategory::kOptimizerState, size_t(numel));
+    tensors_.emplace_back(tracker, MemoryCategory::kOptimizerState, size_t(numel), memory);
 }
 
 Status ResidentStateStore::CheckRange(size_t k, int64_t begin, int64_t count) const {
@@ -33,13 +33,21 @@ Status ResidentStateStore::Acquire(int64_t begin, int64_t count, StatePiece *pie
 
 Status ResidentStateStore::Read(size_t k, int64_t begin, int64_t count, float *out) const {
   DST_RETURN_IF_ERROR(CheckRange(k, begin, count));
-  std::memcpy(out, tensors_[k].data() + begin, size_t(count) * sizeof(float));
+  const size_t bytes = size_t(count) * sizeof(float);
+  if (memory_)
+    memory_->Download(out, tensors_[k].data() + begin, bytes);
+  else
+    std::memcpy(out, tensors_[k].data() + begin, bytes);
   return Status::Ok();
 }
 
 Status ResidentStateStore::Write(size_t k, int64_t begin, int64_t count, const float *in) {
   DST_RETURN_IF_ERROR(CheckRange(k, begin, count));
-  std::memcpy(tensors_[k].data() + begin, in, size_t(count) * sizeof(float));
+  const size_t bytes = size_t(count) * sizeof(float);
+  if (memory_)
+    memory_->Upload(tensors_[k].data() + begin, in, bytes);
+  else
+    std::memcpy(tensors_[k].data() + begin, in, bytes);
   return Status::Ok();
 }
 

@@ -84,20 +84,23 @@ class StateStore {
   int64_t numel_;
 };
 
-// Every tensor in memory, charged to optimizer_state.
+// Every tensor in memory, charged to optimizer_state: the host's, or
+// `memory`'s (a device: Resident is then null and Read/Write copy).
 class ResidentStateStore final : public StateStore {
  public:
-  ResidentStateStore(std::vector<std::string> names, int64_t numel, MemoryTracker *tracker);
+  ResidentStateStore(std::vector<std::string> names, int64_t numel, MemoryTracker *tracker,
+                     MemoryResource *memory = nullptr);
   const char *kind() const override { return "resident"; }
   Status Acquire(int64_t begin, int64_t count, StatePiece *piece) override;
   Status Release(const StatePiece &, bool) override { return Status::Ok(); }
   Status Read(size_t k, int64_t begin, int64_t count, float *out) const override;
   Status Write(size_t k, int64_t begin, int64_t count, const float *in) override;
-  const float *Resident(size_t k) const override { return tensors_[k].data(); }
+  const float *Resident(size_t k) const override { return memory_ ? nullptr : tensors_[k].data(); }
   float *data(size_t k) { return tensors_[k].data(); }
 
  private:
   Status CheckRange(size_t k, int64_t begin, int64_t count) const;
+  MemoryResource *memory_;
   std::vector<Buffer<float>> tensors_;
 };
 

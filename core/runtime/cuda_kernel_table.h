@@ -29,6 +29,19 @@ extern "C" {
 #define DST_CUDA_HALF_FP16 0 /* the 16-bit formats of the activation stash */
 #define DST_CUDA_HALF_BF16 1
 
+/* One Adam/AdamW step's float constants (dst::math::AdamConstants, field for
+ * field): g' = g grad_mul + l2 p; m = b1 m + omb1 g'; v = b2 v + omb2 g'^2;
+ * p = p decay - step_size m / (sqrt(v) / bias2_sqrt + eps). */
+typedef struct DstCudaAdamConstants {
+  float b1, omb1, b2, omb2, bias2_sqrt, step_size, decay, l2, eps, grad_mul;
+} DstCudaAdamConstants;
+
+/* One SGD step's constants (dst::math::SgdElement); damp = 1 - dampening. */
+typedef struct DstCudaSgdConstants {
+  float lr, momentum, damp, weight_decay;
+  int nesterov, first_step;
+} DstCudaSgdConstants;
+
 typedef struct DstCudaKernelTable {
   size_t size; /* sizeof the table the plugin filled (a newer caller reads no further) */
   /* A context: the device, the stream (a cudaStream_t the caller owns), a
@@ -103,6 +116,15 @@ typedef struct DstCudaKernelTable {
   int (*mse_forward)(void *ctx, const float *pred, const float *labels, long n, double *loss);
   int (*mse_backward)(void *ctx, const float *pred, const float *labels, long n, float grad_scale,
                       float *dpred, long mean_over);
+
+  /* The step backend's calls (core/kernels/step_kernels.h) over flat fp32
+   * ranges. sum_of_squares waits for the stream (the norm comes back). */
+  int (*scale)(void *ctx, float k, long n, float *x);
+  int (*sum_of_squares)(void *ctx, const float *x, long n, double *sum);
+  int (*adam)(void *ctx, float *param, const float *grad, float *exp_avg, float *exp_avg_sq, long n,
+              const DstCudaAdamConstants *k, uint16_t *half_out, int half);
+  int (*sgd)(void *ctx, const float *grad, long n, const DstCudaSgdConstants *k, float *param,
+             float *momentum);
 } DstCudaKernelTable;
 
 /* Fills *table (table->size set by the caller to sizeof its table); returns 0. */

@@ -44,6 +44,9 @@ int ComputeCode(ComputeType compute) {
 
 constexpr size_t kFloat = sizeof(float);
 
+static_assert(sizeof(DstCudaAdamConstants) == sizeof(math::AdamConstants),
+              "the table's Adam constants are math::AdamConstants field for field");
+
 const Result<DstCudaKernelTable> &KernelTable() {
   static const Result<DstCudaKernelTable> table = LoadKernelTable();
   return table;
@@ -243,6 +246,36 @@ double CudaKernels::MseForward(const float *pred, const float *labels, int64_t n
 void CudaKernels::MseBackward(const float *pred, const float *labels, int64_t n, float grad_scale,
                               float *dpred, int64_t mean_over) const {
   Check(t_.mse_backward(ctx_, pred, labels, n, grad_scale, dpred, mean_over), "MseBackward");
+}
+
+// ---------------------------------------------------------------- step backend
+
+void CudaKernels::ScaleRange(float k, int64_t n, float *x) const {
+  Check(t_.scale(ctx_, k, n, x), "ScaleRange");
+}
+
+double CudaKernels::SumOfSquaresRange(const float *x, int64_t n) const {
+  double sum = 0;
+  const int code = t_.sum_of_squares(ctx_, x, n, &sum);
+  Check(code, "SumOfSquaresRange");
+  return code == 0 ? sum : std::numeric_limits<double>::quiet_NaN();
+}
+
+void CudaKernels::AdamUpdate(const AdamRange &r, const AdamHyper &h) const {
+  const math::AdamConstants k = cpu::AdamConstantsFor(h, r.grad_mul);
+  const DstCudaAdamConstants c{k.b1,        k.omb1,  k.b2, k.omb2, k.bias2_sqrt,
+                               k.step_size, k.decay, k.l2, k.eps,  k.grad_mul};
+  Check(t_.adam(ctx_, r.param, r.grad, r.exp_avg, r.exp_avg_sq, r.n, &c, r.half_out,
+                HalfCode(r.half)),
+        "AdamUpdate");
+}
+
+void CudaKernels::SgdUpdate(const float *grad, int64_t n, const SgdHyper &h, float *param,
+                            float *momentum) const {
+  // The constants as cpu::SgdUpdate rounds them to float.
+  const DstCudaSgdConstants c{float(h.lr),           float(h.momentum),  float(1 - h.dampening),
+                              float(h.weight_decay), h.nesterov ? 1 : 0, h.first_step ? 1 : 0};
+  Check(t_.sgd(ctx_, grad, n, &c, param, h.momentum != 0 ? momentum : nullptr), "SgdUpdate");
 }
 
 }  // namespace dst

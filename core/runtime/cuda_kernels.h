@@ -1,6 +1,7 @@
 // The CUDA kernel backend (issue 16): Kernels<float> (core/kernels/kernels.h)
-// over the CUDA plugin's kernel table (cuda_kernel_table.h), on one device,
-// every kernel queued on one stream. The layers' tensors, the tokens and
+// and StepKernels (core/kernels/step_kernels.h) over the CUDA plugin's kernel
+// table (cuda_kernel_table.h), on one device, every kernel queued on one
+// stream. The layers' tensors, the tokens and
 // targets must be that device's memory. A failed kernel is kept (the first
 // one) and reported by TakeError, which the model calls after each layer
 // pass; the losses come back to the host, so those calls wait for the stream.
@@ -17,12 +18,13 @@
 
 #include "core/common/status.h"
 #include "core/kernels/kernels.h"
+#include "core/kernels/step_kernels.h"
 #include "core/runtime/cuda_kernel_table.h"
 #include "core/runtime/cuda_runtime.h"
 
 namespace dst {
 
-class CudaKernels final : public Kernels<float> {
+class CudaKernels final : public Kernels<float>, public StepKernels {
  public:
   // The backend on `stream`'s device, queuing on it (the stream must outlive
   // the backend); kNotSupported says why there is none (no plugin, a plugin
@@ -101,6 +103,15 @@ class CudaKernels final : public Kernels<float> {
   double MseForward(const float *pred, const float *labels, int64_t n) const override;
   void MseBackward(const float *pred, const float *labels, int64_t n, float grad_scale,
                    float *dpred, int64_t mean_over) const override;
+
+  // StepKernels: the flat ranges of the optimizer step.
+  void ZeroRange(int64_t n, float *x) const override { Zero(n, x); }
+  void CopyRange(const float *src, int64_t n, float *dst) const override { Copy(src, n, dst); }
+  void ScaleRange(float k, int64_t n, float *x) const override;
+  double SumOfSquaresRange(const float *x, int64_t n) const override;
+  void AdamUpdate(const AdamRange &r, const AdamHyper &h) const override;
+  void SgdUpdate(const float *grad, int64_t n, const SgdHyper &h, float *param,
+                 float *momentum) const override;
 
  private:
   CudaKernels(const DstCudaKernelTable &table, void *context, int device)

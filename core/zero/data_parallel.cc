@@ -9,9 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "core/kernels/cpu/optimizers.h"
-#include "core/kernels/cpu/reduce.h"
-
 namespace dst {
 
 namespace {
@@ -31,7 +28,7 @@ ParamStoreOptions StoreOptionsForStage(int stage, int64_t dp_size, DType precisi
 
 DataParallel::DataParallel(const Config &config, Model<float> *model, Communicator *dp,
                            MemoryTracker *tracker, const StateStoreMaker &make_store,
-                           ParamSwapOptions param_swap)
+                           ParamSwapOptions param_swap, StepPlacement placement)
     : stage_(config.zero.stage),
       storage_(StorageOf(config.precision())),
       wire_(StorageOf(config.communication_data_type)),
@@ -40,7 +37,8 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
       tracker_(tracker),
       layout_(model->params().size(), dp->size()),
       overlap_(config.zero.overlap_comm && dp->size() > 1),
-      param_swap_(std::move(param_swap)) {
+      param_swap_(std::move(param_swap)),
+      placement_(placement) {
   if (stage_ < 3) param_swap_.path.clear();
   // 16-bit training reduces in fp32 or its own type (the config gate says so).
   if (Wide() && wire_ != StorageType::kFp32 && wire_ != storage_) wire_ = storage_;
@@ -48,7 +46,7 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   state_range_ = stage_ == 0 ? all : my_shard();
   mirror_ = (make_store != nullptr || ParamsOffloaded()) && !Wide();
   optimizer_ = std::make_unique<Optimizer>(config.optimizer, state_range_.size, tracker,
-                                           Wide() || mirror_, make_store);
+                                           Wide() || mirror_, make_store, placement_);
   ParamStore<float> &store = model->params();
   const uint64_t seed = model->spec().seed;
   const int64_t bucket = std::max<int64_t>(1, config.zero.reduce_bucket_size);
@@ -126,7 +124,7 @@ Status DataParallel::StartFresh() {
   return ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {
     const int64_t begin = state_range_.offset + piece.begin;
     if (mirror_ && !ParamsOffloaded())
-      std::memcpy(piece.tensors[0], StateParams() + piece.begin, size_t(piece.count) * 4);
+      step().CopyRange(StateParams() + piece.begin, piece.count, piece.tensors[0]);
     else
       store.InitializeRange(seed, begin, begin + piece.count, piece.tensors[0]);
     return Status::Ok();
@@ -186,6 +184,25 @@ std::optional<Half> DataParallel::activation_half() const {
   return storage_ == StorageType::kFp16 ? Half::kFp16 : Half::kBf16;
 }
 
+void DataParallel::ToHost(const float *src, int64_t n, float *host) const {
+  if (placement_.memory)
+    placement_.memory->Download(host, src, size_t(n) * sizeof(float));
+  else
+    std::memcpy(host, src, size_t(n) * sizeof(float));
+}
+
+void DataParallel::FromHost(const float *host, int64_t n, float *dst) const {
+  if (placement_.memory)
+    placement_.memory->Upload(dst, host, size_t(n) * sizeof(float));
+  else
+    std::memcpy(dst, host, size_t(n) * sizeof(float));
+}
+
+double DataParallel::SquaresOf(const void *grads, int64_t n) const {
+  if (Wide()) return SumOfSquares(storage_, grads, n);
+  return step().SumOfSquaresRange(static_cast<const float *>(grads), n);
+}
+
 void *DataParallel::FullGrads() {
   return grads_ ? grads_->shard() : model_->params().grads();
 }
@@ -213,7 +230,7 @@ Status DataParallel::ZeroGradients() {
     Status zero = grads_->Zero();
     if (st.ok()) st = zero;
   } else {
-    std::memset(model_->params().grads(), 0, size_t(layout_.padded) * sizeof(float));
+    step().ZeroRange(layout_.padded, model_->params().grads());
   }
   return st;
 }
@@ -261,13 +278,14 @@ Status DataParallel::FinishReduction() {
   if (fp32_) DST_RETURN_IF_ERROR(fp32_->ReduceGrads(*dp_));
   if (Wide() || dp_->size() == 1) return Status::Ok();  // 16 bits: averaged in the step
   const float k = 1.0f / float(dp_->size());
-  cpu::Scale(static_cast<float *>(StateGrads()), state_range_.size, k);
-  return Status::Ok();
+  step().ScaleRange(k, state_range_.size, static_cast<float *>(StateGrads()));
+  return step().TakeError();
 }
 
 Result<double> DataParallel::GradNorm() {
   const double f = GradFactor();
-  double local = SumOfSquares(storage_, StateGrads(), state_range_.size);
+  double local = SquaresOf(StateGrads(), state_range_.size);
+  DST_RETURN_IF_ERROR(step().TakeError());
   if (fp32_) local += fp32_->GradSquares(state_range_);  // zero in the 16-bit buffer
   local *= f * f;
   if (stage_ >= 1) {  // summed over the shards in fp32
@@ -280,14 +298,14 @@ Result<double> DataParallel::GradNorm() {
 
 Result<double> DataParallel::GradSquaredNorm(const std::vector<int> &excluded) {
   const double f = GradFactor();
-  double local = SumOfSquares(storage_, StateGrads(), state_range_.size);
+  double local = SquaresOf(StateGrads(), state_range_.size);
   for (int id : excluded) {
     const ShardInfo part = StatePartOf(id);
     const uint8_t *grads = static_cast<const uint8_t *>(StateGrads());
-    local -= SumOfSquares(
-        storage_, grads + size_t(part.offset - state_range_.offset) * ElementBytes(storage_),
-        part.size);
+    local -= SquaresOf(grads + size_t(part.offset - state_range_.offset) * ElementBytes(storage_),
+                       part.size);
   }
+  DST_RETURN_IF_ERROR(step().TakeError());
   if (fp32_) local += fp32_->GradSquares(state_range_, excluded);
   local *= f * f;
   if (stage_ >= 1 && dp_->size() > 1) {  // summed over the shards in fp32
@@ -339,7 +357,7 @@ void DataParallel::ScaleGradients(float k) {
   if (Wide())
     clip_coef_ *= double(k);
   else
-    cpu::Scale(static_cast<float *>(StateGrads()), state_range_.size, k);
+    step().ScaleRange(k, state_range_.size, static_cast<float *>(StateGrads()));
 }
 
 Status DataParallel::MasterToParams(int64_t begin, int64_t count, const float *master) {
@@ -403,7 +421,7 @@ Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
       return MastersToParams(piece.begin, piece.count, piece.tensors[0]);
     }
     optimizer_->Update(piece, StateParams() + piece.begin, grads, lr);
-    return Status::Ok();
+    return step().TakeError();
   }
   // 16 bits: widen the gradients a chunk at a time; CPU-Adam unscales and
   // clips them, updates the master weights and writes their 16-bit copy
@@ -446,7 +464,7 @@ uint16_t *DataParallel::HalfParams(int64_t begin) {
 Status DataParallel::MastersToParams(int64_t begin, int64_t count, const float *master) {
   if (Wide()) return MasterToParams(begin, count, master);
   if (params_) return params_->WriteShard(begin, master, count);  // stage 3: the shard
-  std::memcpy(StateParams() + begin, master, size_t(count) * sizeof(float));
+  step().CopyRange(master, count, StateParams() + begin);
   return Status::Ok();
 }
 
@@ -504,7 +522,7 @@ Status DataParallel::ReadParam(int id, float *out) {
     return Status::Ok();
   }
   if (params_) return params_->Read(id, out);
-  std::memcpy(out, model_->params().values() + d.offset, size_t(d.numel) * sizeof(float));
+  ToHost(model_->params().values() + d.offset, d.numel, out);
   return Status::Ok();
 }
 
@@ -520,7 +538,7 @@ Status DataParallel::WriteParam(int id, const float *in) {
   if (const TensorSlot *slot = fp32_ ? fp32_->Find(id) : nullptr)
     std::memcpy(fp32_->values(*slot), in, size_t(d.numel) * sizeof(float));
   if (params_) return params_->Write(id, in);
-  std::memcpy(model_->params().values() + d.offset, in, size_t(d.numel) * sizeof(float));
+  FromHost(in, d.numel, model_->params().values() + d.offset);
   return Status::Ok();
 }
 
@@ -538,6 +556,10 @@ Status DataParallel::ReadGrad(int id, float *out) const {
   }
   const void *full =
       stage_ >= 2 ? gathered_grads_.at(0) : const_cast<DataParallel *>(this)->FullGrads();
+  if (!Wide()) {
+    ToHost(static_cast<const float *>(full) + d.offset, d.numel, out);
+    return Status::Ok();
+  }
   Widen(storage_, static_cast<const uint8_t *>(full) + size_t(d.offset) * ElementBytes(storage_),
         out, d.numel);
   if (Wide()) {
@@ -548,7 +570,8 @@ Status DataParallel::ReadGrad(int id, float *out) const {
 }
 
 float *DataParallel::FullParams() {
-  if (Wide() || ParamsOffloaded())  // the master weights, when they cover everything
+  if (!placement_.on_host()) return nullptr;  // not host memory: ReadParam copies
+  if (Wide() || ParamsOffloaded())            // the master weights, when they cover everything
     return state_range_.size == layout_.padded
                ? const_cast<float *>(optimizer_->state().Resident(0))
                : nullptr;
@@ -573,7 +596,7 @@ Status DataParallel::ParamsChanged() {
   if (Wide() || ParamsOffloaded()) return ParamsFromMasters();  // the masters were loaded
   if (mirror_)  // the parameters were loaded: their mirror follows
     DST_RETURN_IF_ERROR(ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {
-      std::memcpy(piece.tensors[0], StateParams() + piece.begin, size_t(piece.count) * 4);
+      step().CopyRange(StateParams() + piece.begin, piece.count, piece.tensors[0]);
       return Status::Ok();
     }));
   return params_ ? params_->ShardChanged() : Status::Ok();

@@ -69,8 +69,13 @@ class DataParallel final : public DataParallelism {
   // mirror the parameters, so that a failed step can restore them.
   // `param_swap` (path set): ZeRO 3's parameter shard beyond max_in_cpu
   // elements lives on NVMe; fp32 training then keeps master weights too.
+  // `placement`: where the model's buffers live (the memory `model` was
+  // built with) and the step backend that computes on them; a device
+  // placement runs fp32 at stages 0 and 1 in memory (the engine checks the
+  // layout first: CheckDevicePlacement), everything else on the host.
   DataParallel(const Config &config, Model<float> *model, Communicator *dp, MemoryTracker *tracker,
-               const StateStoreMaker &make_store = nullptr, ParamSwapOptions param_swap = {});
+               const StateStoreMaker &make_store = nullptr, ParamSwapOptions param_swap = {},
+               StepPlacement placement = {});
   ~DataParallel() override;
   // Opens the optimizer's store, writes the initial master weights and
   // (offload_param nvme) the swapped parameters; once, before the first step.
@@ -152,6 +157,12 @@ class DataParallel final : public DataParallelism {
   // The part of tensor `id` this rank's state range holds: [begin, end) in
   // flat offsets (empty when begin == end).
   ShardInfo StatePartOf(int id) const;
+  const StepKernels &step() const { return placement_.step(); }
+  // Copies n floats between the host and the placement's memory.
+  void ToHost(const float *src, int64_t n, float *host) const;
+  void FromHost(const float *host, int64_t n, float *dst) const;
+  // Sum of squares of n gradients in the storage type (fp32: the step backend).
+  double SquaresOf(const void *grads, int64_t n) const;
   // The full gradient buffer of stages 0, 1 (storage type).
   void *FullGrads();
   // This rank's gradients over the state range (storage type).
@@ -203,6 +214,7 @@ class DataParallel final : public DataParallelism {
   bool mirror_ =
       false;  // fp32 training with master weights in a store elsewhere (or swapped params)
   ParamSwapOptions param_swap_;
+  StepPlacement placement_;
   std::unique_ptr<Communicator> local_;  // a group of one: 16-bit working copies at stages 0-2
   PartitionPlan plan_;
   std::unique_ptr<Optimizer> optimizer_;

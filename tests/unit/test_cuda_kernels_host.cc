@@ -1,6 +1,7 @@
 // The CUDA kernel backend's host half (core/runtime/cuda_kernels.cc) over a
 // recording kernel table, on any machine: which table entries each
-// Kernels<float> call turns into, with which sizes, pitches and codes; the
+// Kernels<float> and StepKernels call turns into (the optimizer's constants
+// as CPU-Adam computes them), with which sizes, pitches and codes; the
 // first failure kept, named and cleared; the context made and closed. The
 // device half runs in tests/gpu/test_cuda_kernel_backend.cc.
 #include <gtest/gtest.h>
@@ -8,16 +9,20 @@
 #include <string>
 #include <vector>
 
+#include "core/kernels/cpu/cpu_adam.h"
 #include "core/model/model.h"
 #include "core/model/model_spec.h"
 #include "core/runtime/cuda_kernels.h"
+#include "tests/common/one_rank.h"
 
 namespace dst {
 namespace {
 
 // What the fake table saw: one line per call ("entry a b c ...").
 std::vector<std::string> g_calls;
-int g_fail_entry_code = 0;  // the code every entry returns (0: success)
+int g_fail_entry_code = 0;      // the code every entry returns (0: success)
+DstCudaAdamConstants g_adam{};  // the last adam call's constants
+DstCudaSgdConstants g_sgd{};    // the last sgd call's
 int g_context = 42;
 
 template <typename... Args>
@@ -130,6 +135,21 @@ DstCudaKernelTable FakeTable() {
   };
   t.mse_backward = [](void *, const float *, const float *, long n, float, float *,
                       long mean_over) { return Record("mse_backward", n, mean_over); };
+  t.scale = [](void *, float k, long n, float *) { return Record("scale", int(k * 100), n); };
+  t.sum_of_squares = [](void *, const float *, long n, double *sum) {
+    *sum = 9.0;
+    return Record("sum_of_squares", n);
+  };
+  t.adam = [](void *, float *, const float *, float *, float *, long n,
+              const DstCudaAdamConstants *k, uint16_t *half_out, int half) {
+    g_adam = *k;
+    return Record("adam", n, half_out != nullptr, half);
+  };
+  t.sgd = [](void *, const float *, long n, const DstCudaSgdConstants *k, float *,
+             float *momentum) {
+    g_sgd = *k;
+    return Record("sgd", n, momentum != nullptr);
+  };
   return t;
 }
 
@@ -249,6 +269,69 @@ TEST_F(CudaKernelsHost, AModelStopsAtAFailedKernelAndNamesIt) {
   EXPECT_EQ(g_calls.size(), 2u) << "the pass stops after the embedding layer (lookup, positions)";
   g_fail_entry_code = 0;
   EXPECT_TRUE(model.Forward(mb).ok()) << "the failure is not sticky once reported";
+}
+
+TEST_F(CudaKernelsHost, TheStepCallsCrossTheTableWithCpuAdamsConstants) {
+  const StepKernels &step = *kernels_;
+  step.ScaleRange(0.25f, 7, y_);
+  EXPECT_EQ(step.SumOfSquaresRange(x_, 7), 9.0);
+  const AdamHyper adam{0.01, 0.9, 0.99, 1e-8, 0.1, 3, true};
+  AdamRange range;
+  range.n = 5;
+  range.grad_mul = 0.5f;
+  step.AdamUpdate(range, adam);
+  uint16_t half[4];
+  range.half_out = half;
+  range.half = Half::kFp16;
+  step.AdamUpdate(range, adam);
+  const math::AdamConstants want = cpu::AdamConstantsFor(adam, 0.5f);
+  EXPECT_EQ(g_adam.step_size, want.step_size);
+  EXPECT_EQ(g_adam.bias2_sqrt, want.bias2_sqrt);
+  EXPECT_EQ(g_adam.decay, want.decay);
+  EXPECT_EQ(g_adam.l2, 0.0f);
+  EXPECT_EQ(g_adam.grad_mul, 0.5f);
+  step.SgdUpdate(x_, 6, SgdHyper{0.1, 0.0, 0.0, 0.0, false, true}, y_, y_);
+  EXPECT_EQ(g_sgd.momentum, 0.0f);
+  step.SgdUpdate(x_, 6, SgdHyper{0.1, 0.9, 0.25, 0.01, true, false}, y_, y_);
+  EXPECT_EQ(g_sgd.damp, 0.75f);
+  EXPECT_EQ(g_sgd.nesterov, 1);
+  EXPECT_EQ(g_sgd.first_step, 0);
+  step.ZeroRange(3, y_);
+  step.CopyRange(x_, 2, y_);
+  EXPECT_EQ(g_calls,
+            (std::vector<std::string>{"scale 25 7", "sum_of_squares 7", "adam 5 0 1", "adam 5 1 0",
+                                      "sgd 6 0", "sgd 6 1", "zero 12", "copy_rows 8 1 8 8"}));
+  g_fail_entry_code = 4;
+  EXPECT_TRUE(std::isnan(step.SumOfSquaresRange(x_, 7)));
+  EXPECT_EQ(step.TakeError().message(), "CUDA kernel SumOfSquaresRange on cuda:3: fake error 4");
+}
+
+// A training step over a failing step backend stops and names the kernel
+// (the fake table touches no memory: the buffers are host ones).
+TEST_F(CudaKernelsHost, AStepStopsAtAFailedStepKernelAndNamesIt) {
+  Result<Config> config = ParseConfig(R"({"train_micro_batch_size_per_gpu": 1,
+      "gradient_clipping": 1.0, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})",
+                                      ConfigContext{});
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  RankPlacement placement;
+  placement.step.kernels = kernels_.get();
+  placement.kernels = kernels_.get();
+  Rank rank(
+      R"({"type":"gpt","vocab_size":16,"n_ctx":4,"n_layer":1,"n_head":1,"d_model":8,"seed":1})",
+      config.value(), ActivationOptions{}, placement);
+  std::vector<Instruction> program = TrainSchedule(1);
+  ASSERT_TRUE(PrepareProgram(&program, 1, rank.model->activation_slots()).ok());
+  StepRecord record;
+  ASSERT_TRUE(rank.Run(program, 1, 0, &record).ok());  // every entry succeeds
+  EXPECT_NE(std::find(g_calls.begin(), g_calls.end(),
+                      "sum_of_squares " + std::to_string(rank.model->params().size())),
+            g_calls.end());
+  g_calls.clear();
+  g_fail_entry_code = 6;
+  const Status st = rank.Run(program, 1, 1, &record);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("CUDA kernel"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("fake error 6"), std::string::npos) << st.message();
 }
 
 TEST(CudaKernelsHostCreate, AFailedContextIsNamed) {

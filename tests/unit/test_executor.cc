@@ -21,6 +21,7 @@
 #include "core/model/model_spec.h"
 #include "core/precision/loss_scaler.h"
 #include "core/zero/data_parallel.h"
+#include "tests/common/one_rank.h"
 
 namespace dst {
 namespace {
@@ -137,80 +138,6 @@ TEST(Programs, BadProgramsAreNamedErrors) {
 }
 
 // ---------------------------------------------------------------- one rank
-
-// One rank's training stack: model, data-parallel layer over a group of one,
-// loss scaler, executor.
-struct Rank {
-  Rank(const char *spec_text, const Config &c, ActivationOptions activations)
-      : config(c), comm(MakeSoloCommunicator("dp")), scaler(config.fp16) {
-    const ModelSpec spec = Spec(spec_text);
-    ActivationLimits limits{config.train_micro_batch_size_per_gpu,
-                            spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1, 1};
-    const bool mixed = config.precision() != DType::kFloat32;
-    if (mixed) activations.half = config.precision() == DType::kFloat16 ? Half::kFp16 : Half::kBf16;
-    model = std::make_unique<Model<float>>(
-        spec, limits, &tracker, StoreOptionsForStage(config.zero.stage, 1, config.precision()),
-        activations);
-    dp = std::make_unique<DataParallel>(config, model.get(), comm.get(), &tracker);
-    const Status started = dp->Start();
-    EXPECT_TRUE(started.ok()) << started.message();
-    executor = std::make_unique<Executor>(config, model.get(), dp.get(), &scaler, &progress);
-  }
-
-  // Runs `program` (prepared here) for `steps` steps on deterministic
-  // batches; returns every step's loss followed by the final weights.
-  std::vector<float> Train(std::vector<Instruction> program, int steps) {
-    const int64_t micro = config.train_micro_batch_size_per_gpu;
-    const int64_t m = config.gradient_accumulation_steps;
-    Status st = PrepareProgram(&program, m, model->activation_slots());
-    EXPECT_TRUE(st.ok()) << st.message();
-    std::vector<float> out;
-    const ModelSpec &spec = model->spec();
-    for (int step = 0; step < steps; ++step) {
-      BatchView batch;
-      batch.n_samples = size_t(micro * m);
-      std::vector<int32_t> tokens, targets;
-      std::vector<float> inputs, labels;
-      if (spec.type == ModelSpec::Type::kGpt) {
-        const int64_t T = spec.gpt.n_ctx;
-        for (int64_t i = 0; i < micro * m * T; ++i) {
-          tokens.push_back(int32_t((i * 7 + step * 13 + i / T) % spec.gpt.vocab));
-          targets.push_back(int32_t((i * 5 + step * 3 + 1) % spec.gpt.vocab));
-        }
-        batch.seq_len = size_t(T);
-        batch.tokens = tokens.data(), batch.tokens_count = tokens.size();
-        batch.targets = targets.data(), batch.targets_count = targets.size();
-      } else {
-        for (int64_t i = 0; i < micro * m * spec.input_dim; ++i)
-          inputs.push_back(float((i * 37 + step * 11) % 17) / 8.0f - 1.0f);
-        for (int64_t i = 0; i < micro * m * spec.SequentialOutputDim(); ++i)
-          labels.push_back(float((i * 29 + step) % 13) / 6.0f - 1.0f);
-        batch.inputs = inputs.data(), batch.inputs_count = inputs.size();
-        batch.labels = labels.data(), batch.labels_count = labels.size();
-      }
-      StepRecord record;
-      Status run = executor->Run(program, batch, &record);
-      EXPECT_TRUE(run.ok()) << run.message();
-      out.push_back(float(record.loss));
-    }
-    const std::vector<ParamDecl> &decls = model->params().decls();
-    for (size_t id = 0; id < decls.size(); ++id) {
-      std::vector<float> w(size_t(decls[id].numel));
-      EXPECT_TRUE(dp->ReadParam(int(id), w.data()).ok());
-      out.insert(out.end(), w.begin(), w.end());
-    }
-    return out;
-  }
-
-  Config config;
-  MemoryTracker tracker;
-  std::unique_ptr<Communicator> comm;
-  LossScaler scaler;
-  TrainingProgress progress;
-  std::unique_ptr<Model<float>> model;
-  std::unique_ptr<DataParallelism> dp;
-  std::unique_ptr<Executor> executor;
-};
 
 void ExpectBitwiseEqual(const std::vector<float> &a, const std::vector<float> &b) {
   ASSERT_EQ(a.size(), b.size());

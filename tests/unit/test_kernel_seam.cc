@@ -22,93 +22,11 @@
 
 #include "core/kernels/cpu/cpu_kernels.h"
 #include "core/model/activation_store.h"
+#include "tests/common/guarded_memory.h"
 #include "tests/common/layer_chain.h"
 
 namespace dst {
 namespace {
-
-// Page-aligned memory (TensorMemory); Close() takes every access away,
-// Open() gives it back.
-class Arena final : public TensorMemory {
- public:
-  explicit Arena(size_t bytes) : bytes_((bytes + 4095) / 4096 * 4096) {
-    base_ = static_cast<char *>(
-        mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-    if (base_ == MAP_FAILED) base_ = nullptr;
-  }
-  ~Arena() override {
-    if (base_) munmap(base_, bytes_);
-  }
-  Arena(const Arena &) = delete;
-  Arena &operator=(const Arena &) = delete;
-
-  void *TakeBytes(size_t bytes) override {
-    if (base_ == nullptr || used_ + bytes > bytes_) return nullptr;
-    void *p = base_ + used_;
-    used_ += (bytes + 63) / 64 * 64;
-    return p;
-  }
-  void Upload(void *dst, const void *src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void Download(void *dst, const void *src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  std::string_view name() const override { return "guarded"; }
-  void Zero(void *dst, size_t bytes) override { std::memset(dst, 0, bytes); }
-  void Open() const { mprotect(base_, bytes_, PROT_READ | PROT_WRITE); }
-  void Close() const { mprotect(base_, bytes_, PROT_NONE); }
-  bool Holds(const void *p) const {
-    const char *c = static_cast<const char *>(p);
-    return c >= base_ && c < base_ + bytes_;
-  }
-
- private:
-  size_t bytes_;
-  char *base_ = nullptr;
-  size_t used_ = 0;
-};
-
-// The guarded backend's state: the arena it opens and the last kernel run.
-const Arena *g_arena = nullptr;
-const char *g_kernel = "(none)";
-
-struct OpenWhileRunning {
-  explicit OpenWhileRunning(const char *kernel) {
-    g_kernel = kernel;
-    g_arena->Open();
-  }
-  ~OpenWhileRunning() { g_arena->Close(); }
-};
-using GuardedKernels = cpu::CpuKernels<float, OpenWhileRunning>;
-
-void OnFault(int, siginfo_t *info, void *);
-
-// The guarded backend opens `arena`; a fault inside it is reported (OnFault).
-void GuardArena(const Arena *arena) {
-  struct sigaction action {};
-  action.sa_sigaction = OnFault;
-  action.sa_flags = SA_SIGINFO;
-  sigaction(SIGSEGV, &action, nullptr);
-  g_arena = arena;
-}
-
-void OnFault(int, siginfo_t *info, void *) {
-  if (g_arena && g_arena->Holds(info->si_addr)) {
-    const char msg[] = "host code touched a tensor outside the backend, after kernel ";
-    (void)!write(2, msg, sizeof(msg) - 1);
-    (void)!write(2, g_kernel, strlen(g_kernel));
-    (void)!write(2, "\n", 1);
-    _exit(3);
-  }
-  signal(SIGSEGV, SIG_DFL);
-  raise(SIGSEGV);
-}
-
-// Runs a case's passes with `arena` closed to the host.
-std::function<void(const std::function<void()> &)> ClosedAround(const Arena &arena) {
-  return [&arena](const std::function<void()> &passes) {
-    arena.Close();
-    passes();
-    arena.Open();
-  };
-}
 
 // Exits 0 when the guarded run gave the open run's bits and the open run
 // computed something (the death tests' verdict), else 1 with the reason.

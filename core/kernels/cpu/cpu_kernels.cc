@@ -1,4 +1,5 @@
 #include "core/kernels/cpu/cpu_kernels.h"
+#include "core/kernels/cpu/cpu_step_kernels.h"
 
 namespace dst {
 
@@ -10,5 +11,10 @@ const Kernels<T> &HostKernels() {
 
 template const Kernels<float> &HostKernels<float>();
 template const Kernels<double> &HostKernels<double>();
+
+const StepKernels &HostStepKernels() {
+  static const cpu::CpuStepKernels<> kernels;
+  return kernels;
+}
 
 }  // namespace dst

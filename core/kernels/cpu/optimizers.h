@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/kernels/elementwise_math.h"
+
 namespace dst::cpu {
 
 // Adam / AdamW, torch.optim semantics. `step` is 1-based (after increment).
@@ -48,15 +50,9 @@ void SgdUpdate(T *param, const T *grad, T *momentum_buf, int64_t n, const SgdHyp
   const T lr = T(h.lr), mom = T(h.momentum), damp = T(1 - h.dampening), wd = T(h.weight_decay);
   const bool use_momentum = h.momentum != 0;
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    T g = grad[i] + wd * param[i];
-    if (use_momentum) {
-      const T buf = h.first_step ? g : mom * momentum_buf[i] + damp * g;
-      momentum_buf[i] = buf;
-      g = h.nesterov ? g + mom * buf : buf;
-    }
-    param[i] -= lr * g;
-  }
+  for (int64_t i = 0; i < n; ++i)
+    math::SgdElement(param[i], grad[i], use_momentum ? momentum_buf + i : nullptr, lr, mom, damp,
+                     wd, h.nesterov, h.first_step);
 }
 
 // x *= k.

@@ -165,6 +165,28 @@ __global__ void SquaredErrorKernel(const float *pred, const float *labels, long 
   }
   if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
 }
+// partial[block] = this block's share of sum x[i]^2, in double.
+__global__ void SquaresKernel(const float *x, long n, double *partial) {
+  __shared__ double sums[256];
+  double sum = 0;
+  DST_GRID_STRIDE(i, n) sum += double(x[i]) * double(x[i]);
+  sums[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (int(threadIdx.x) < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+}
+__global__ void ScaleKernel(float k, long n, float *x) {
+  DST_GRID_STRIDE(i, n) x[i] *= k;
+}
+__global__ void SgdKernel(const float *grad, long n, DstCudaSgdConstants k, float *param,
+                          float *momentum) {
+  DST_GRID_STRIDE(i, n)
+  math::SgdElement(param[i], grad[i], momentum ? momentum + i : nullptr, k.lr, k.momentum, k.damp,
+                   k.weight_decay, k.nesterov != 0, k.first_step != 0);
+}
 __global__ void MseGradKernel(const float *pred, const float *labels, long n, float k,
                               float *dpred) {
   DST_GRID_STRIDE(i, n) dpred[i] = k * (pred[i] - labels[i]);
@@ -587,6 +609,48 @@ int MseBackward(void *ctx, const float *pred, const float *labels, long n, float
   DST_LAUNCH_ELEMENTWISE(MseGradKernel, n, pred, labels, n, k, dpred);
 }
 
+// ---- the step backend
+
+int Scale(void *ctx, float k, long n, float *x) {
+  DST_ENTER(ctx);
+  DST_LAUNCH_ELEMENTWISE(ScaleKernel, n, k, n, x);
+}
+
+// Partial sums per block, then their sum on the host (in block order: the
+// same bits run to run).
+int SumOfSquares(void *ctx, const float *x, long n, double *sum) {
+  DST_ENTER(ctx);
+  *sum = 0;
+  if (n == 0) return 0;
+  const Launch l = ElementwiseLaunch(n);
+  double *partial = nullptr;
+  if (cudaError_t e = TakeArray(c, kRowTerms, size_t(l.blocks), &partial)) return e;
+  SquaresKernel<<<l.blocks, 256, 0, c.stream>>>(x, n, partial);
+  if (int e = Launched()) return e;
+  c.host_double.resize(size_t(l.blocks));
+  cudaError_t e = cudaMemcpyAsync(c.host_double.data(), partial, size_t(l.blocks) * sizeof(double),
+                                  cudaMemcpyDeviceToHost, c.stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(c.stream);
+  if (e != cudaSuccess) return e;
+  for (double p : c.host_double) *sum += p;
+  return 0;
+}
+
+int Adam(void *ctx, float *param, const float *grad, float *exp_avg, float *exp_avg_sq, long n,
+         const DstCudaAdamConstants *k, uint16_t *half_out, int half) {
+  DST_ENTER(ctx);
+  const math::AdamConstants constants{k->b1,        k->omb1,  k->b2, k->omb2, k->bias2_sqrt,
+                                      k->step_size, k->decay, k->l2, k->eps,  k->grad_mul};
+  DST_LAUNCH_ELEMENTWISE(AdamKernel, n, param, grad, exp_avg, exp_avg_sq, n, constants, half_out,
+                         half == DST_CUDA_HALF_BF16);
+}
+
+int Sgd(void *ctx, const float *grad, long n, const DstCudaSgdConstants *k, float *param,
+        float *momentum) {
+  DST_ENTER(ctx);
+  DST_LAUNCH_ELEMENTWISE(SgdKernel, n, grad, n, *k, param, momentum);
+}
+
 #undef DST_LAUNCH_ELEMENTWISE
 #undef DST_ENTER
 
@@ -632,5 +696,9 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_kernels(
   t->normalize_and_nll = k::NormalizeAndNll;
   t->mse_forward = k::MseForward;
   t->mse_backward = k::MseBackward;
+  t->scale = k::Scale;
+  t->sum_of_squares = k::SumOfSquares;
+  t->adam = k::Adam;
+  t->sgd = k::Sgd;
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/kernels/cuda/plugin_support.cuh"
+#include "core/kernels/elementwise_math.h"
 
 namespace dst::cuda {
 
@@ -32,6 +33,10 @@ __device__ float BlockReduce(float v) {
 }
 
 // ---- cuda_plugin.cu
+// Fused Adam/AdamW over a flat range (math::AdamElement); half_out (or null):
+// the updated weights rounded to bf16 (or fp16) in the same pass.
+__global__ void AdamKernel(float *param, const float *grad, float *exp_avg, float *exp_avg_sq,
+                           long n, math::AdamConstants k, uint16_t *half_out, bool bf16);
 // y = gelu(x), dx = dy gelu'(x): four elements a thread (ElementwiseLaunch((n + 3) / 4)).
 __global__ void GeluForwardKernel(const float *x, float *y, long n);
 __global__ void GeluBackwardKernel(const float *x, const float *dy, float *dx, long n);

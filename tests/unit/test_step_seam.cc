@@ -1,0 +1,150 @@
+// The whole training step through the device seam (dstrain.device "cuda"'s
+// layouts): the model's parameters, gradients and activations, the optimizer
+// state, the staged batch — every buffer — live in memory closed to the host
+// (tests/common/guarded_memory.h), the layers compute through the guarded
+// layer backend and DataParallel + Optimizer through the guarded step backend
+// (zeroing, averaging, the norm and clipping, the Adam/AdamW/SGD updates,
+// reading and writing whole tensors). A host touch anywhere in the step —
+// what would crash on device memory — faults and names the last kernel; the
+// steps must also give the host run's losses and weights bit for bit.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/config/config.h"
+#include "tests/common/guarded_memory.h"
+#include "tests/common/one_rank.h"
+
+namespace dst {
+namespace {
+
+constexpr const char *kGpt =
+    R"({"type":"gpt","vocab_size":32,"n_ctx":8,"n_layer":2,"n_head":2,"d_model":16,"seed":5})";
+constexpr const char *kSequential =
+    R"({"type":"sequential","input_dim":6,"loss":"mse","seed":4,"layers":[
+        {"type":"linear","out_features":8},{"type":"layernorm"},{"type":"gelu"},
+        {"type":"linear","out_features":3}]})";
+
+Config StepConfig(const std::string &extra) {
+  const std::string text =
+      R"({"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.5, )" + extra + "}";
+  Result<Config> config = ParseConfig(text, ConfigContext{});
+  EXPECT_TRUE(config.ok()) << config.status().message();
+  return config.value();
+}
+
+// Exits 0 when the guarded steps gave the host run's bits (a death test: a
+// fault ends the process with code 3 first).
+void GuardedStepsMatch(const char *spec, const std::string &extra) {
+  omp_set_num_threads(1);
+  const Config config = StepConfig(extra);
+  const StepsOutcome want = TrainThenReadGradients(spec, config, {});
+  Arena arena(64 << 20);
+  GuardArena(&arena);
+  GuardedKernels kernels;
+  GuardedStepKernels step;
+  const StepsOutcome got =
+      TrainThenReadGradients(spec, config, {{&arena, &step}, &kernels}, ClosedAround(arena));
+  g_arena = nullptr;
+  if (!want.error.empty() || !got.error.empty()) {
+    fprintf(stderr, "%s%s\n", want.error.c_str(), got.error.c_str());
+    _exit(1);
+  }
+  if (want.values.empty() || !(want.values[0] > 0)) {
+    fprintf(stderr, "the host run computed nothing\n");
+    _exit(1);
+  }
+  if (got.values.size() != want.values.size() ||
+      std::memcmp(got.values.data(), want.values.data(), want.values.size() * sizeof(float)) != 0) {
+    fprintf(stderr, "the guarded steps differ: first loss %.9g vs %.9g\n", double(got.values[0]),
+            double(want.values[0]));
+    _exit(1);
+  }
+  _exit(0);
+}
+
+class StepSeam : public ::testing::Test {
+ protected:
+  // The death test re-runs this test alone in a fresh process.
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(StepSeam, AnAdamWStepTouchesItsBuffersOnlyThroughTheBackends) {
+  EXPECT_EXIT(GuardedStepsMatch(kGpt, R"("optimizer": {"type": "AdamW",
+                                 "params": {"lr": 0.01, "weight_decay": 0.1}})"),
+              ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(StepSeam, ZeroOneWithAccumulationAndAdamToo) {
+  EXPECT_EXIT(GuardedStepsMatch(kGpt, R"("gradient_accumulation_steps": 2,
+                                 "zero_optimization": {"stage": 1},
+                                 "optimizer": {"type": "Adam", "params": {"lr": 0.01}})"),
+              ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(StepSeam, SgdWithNesterovMomentumToo) {
+  EXPECT_EXIT(GuardedStepsMatch(kSequential, R"("optimizer": {"type": "SGD",
+                                 "params": {"lr": 0.05, "momentum": 0.9, "nesterov": true}})"),
+              ::testing::ExitedWithCode(0), "");
+}
+
+// The guard covers the step's own code: a host write into a gradient after
+// the step backend ran is caught and named.
+TEST_F(StepSeam, AHostTouchOfAClosedGradientIsCaught) {
+  auto touch = [] {
+    Arena arena(1 << 16);
+    float *g = arena.Take<float>(16);
+    GuardArena(&arena);
+    GuardedStepKernels step;
+    arena.Close();
+    step.ScaleRange(0.5f, 16, g);                  // through the backend: fine
+    *static_cast<volatile float *>(g + 3) = 1.0f;  // the host itself: faults
+    _exit(0);
+  };
+  EXPECT_EXIT(touch(), ::testing::ExitedWithCode(3),
+              "outside the backend, after kernel ScaleRange");
+}
+
+// The layouts a device does not train yet are named errors, with the fix.
+TEST(DeviceConfig, LayoutsADeviceDoesNotTrainYetAreNamed) {
+  auto error = [](const std::string &extra, int64_t world = 1) {
+    ConfigContext context;
+    context.world_size = world;
+    const std::string text = R"({"train_micro_batch_size_per_gpu": 2,
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+        "dstrain": {"device": "cuda"})" +
+                             extra + "}";
+    Result<Config> config = ParseConfig(text, context);
+    return config.ok() ? std::string("ok") : config.status().message();
+  };
+  EXPECT_EQ(error(""), "ok");
+  EXPECT_EQ(error(R"(, "zero_optimization": {"stage": 1})"), "ok");
+  EXPECT_NE(error(R"(, "bf16": {"enabled": true})").find("bf16.enabled"), std::string::npos);
+  EXPECT_NE(error(R"(, "fp16": {"enabled": true})").find("fp16.enabled"), std::string::npos);
+  EXPECT_NE(error(R"(, "zero_optimization": {"stage": 2})").find("zero_optimization.stage 2"),
+            std::string::npos);
+  EXPECT_NE(error(R"(, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}})")
+                .find("offload_optimizer"),
+            std::string::npos);
+  EXPECT_NE(error("", 2).find("a world size of 2"), std::string::npos);
+  EXPECT_NE(error("", 2).find("Use dstrain.device \"cpu\""), std::string::npos);
+
+  ConfigContext one;
+  Result<Config> bad = ParseConfig(R"({"train_micro_batch_size_per_gpu": 2,
+      "dstrain": {"device": "gpu"}})",
+                                   one);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("dstrain.device: \"gpu\" is not a device"),
+            std::string::npos);
+  Result<Config> cpu = ParseConfig(R"({"train_micro_batch_size_per_gpu": 2})", one);
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu.value().runtime.device, "cpu");
+  EXPECT_NE(cpu.value().resolved_json.find("\"device\": \"cpu\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dst
