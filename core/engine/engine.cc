@@ -509,29 +509,17 @@ Status Engine::GetGrad(const std::string &name, float *data, size_t count) const
 
 // ---------------------------------------------------------------- checkpoints
 
-Status Engine::CheckpointsHere(const char *call) const {
-  if (!device_) return Status::Ok();
-  return NotSupported(std::string(call) +
-                      " with dstrain.device \"cuda\" is not supported yet: "
-                      "checkpoints read and write the weights and optimizer state in host "
-                      "memory. Train with dstrain.device \"cpu\" to checkpoint, or read the "
-                      "weights with get_param");
-}
-
 Status Engine::SaveCheckpoint(const std::string &dir, const std::string &tag,
                               const std::string &client_state_json) {
-  DST_RETURN_IF_ERROR(CheckpointsHere("save_checkpoint"));
   return checkpoints_->Save(dir, tag, client_state_json);
 }
 
 Status Engine::LoadCheckpoint(const std::string &dir, const std::string &tag,
                               std::string *client_state_json) {
-  DST_RETURN_IF_ERROR(CheckpointsHere("load_checkpoint"));
   return checkpoints_->Load(dir, tag, client_state_json);
 }
 
 Status Engine::LoadWeights(const std::string &dir, const std::string &tag) {
-  DST_RETURN_IF_ERROR(CheckpointsHere("load_weights"));
   return checkpoints_->LoadWeights(dir, tag);
 }
 

@@ -114,8 +114,6 @@ class Engine {
  private:
   Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> plan,
          std::unique_ptr<TrainingDevice> device);
-  // NotSupported for checkpoints on a device (they copy host memory).
-  Status CheckpointsHere(const char *call) const;
 
   // Validates `batch`, then runs the program of `kind` over it.
   Status RunProgram(Op kind, const BatchView &batch, const char *call, bool exact_train,

@@ -569,9 +569,16 @@ Status DataParallel::ReadGrad(int id, float *out) const {
   return Status::Ok();
 }
 
+float *DataParallel::HostParams() {
+  if (host_params_.size() == 0)
+    host_params_ = Buffer<float>(tracker_, MemoryCategory::kOffload, size_t(layout_.padded));
+  ToHost(model_->params().values(), layout_.padded, host_params_.data());
+  return host_params_.data();
+}
+
 float *DataParallel::FullParams() {
-  if (!placement_.on_host()) return nullptr;  // not host memory: ReadParam copies
-  if (Wide() || ParamsOffloaded())            // the master weights, when they cover everything
+  if (!placement_.on_host()) return HostParams();  // fp32 at stages 0, 1: every parameter
+  if (Wide() || ParamsOffloaded())                 // the master weights, when they cover everything
     return state_range_.size == layout_.padded
                ? const_cast<float *>(optimizer_->state().Resident(0))
                : nullptr;
@@ -580,6 +587,10 @@ float *DataParallel::FullParams() {
 }
 
 float *DataParallel::LocalParams(ShardInfo *range) {
+  if (!placement_.on_host()) {
+    *range = ShardInfo{0, layout_.padded};
+    return HostParams();
+  }
   if (Wide() || ParamsOffloaded()) {
     *range = state_range_;
     return const_cast<float *>(optimizer_->state().Resident(0));
@@ -593,6 +604,8 @@ float *DataParallel::LocalParams(ShardInfo *range) {
 }
 
 Status DataParallel::ParamsChanged() {
+  if (!placement_.on_host() && host_params_.size() > 0)  // a load wrote the host copy
+    FromHost(host_params_.data(), layout_.padded, model_->params().values());
   if (Wide() || ParamsOffloaded()) return ParamsFromMasters();  // the masters were loaded
   if (mirror_)  // the parameters were loaded: their mirror follows
     DST_RETURN_IF_ERROR(ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {

@@ -147,6 +147,8 @@ class DataParallel final : public DataParallelism {
   Status WriteParam(int id, const float *in) override;
   // Stages 1-3: an error unless GatherGradients ran since the step began.
   Status ReadGrad(int id, float *out) const override;
+  // On a device both return a host copy of the parameters, downloaded at the
+  // call (checkpoints read it; a load writes it, then ParamsChanged uploads it).
   float *FullParams() override;
   float *LocalParams(ShardInfo *range) override;
   ShardInfo StateRange() const override { return state_range_; }
@@ -161,6 +163,8 @@ class DataParallel final : public DataParallelism {
   // Copies n floats between the host and the placement's memory.
   void ToHost(const float *src, int64_t n, float *host) const;
   void FromHost(const float *host, int64_t n, float *dst) const;
+  // The parameters downloaded into host_params_ (a device placement).
+  float *HostParams();
   // Sum of squares of n gradients in the storage type (fp32: the step backend).
   double SquaresOf(const void *grads, int64_t n) const;
   // The full gradient buffer of stages 0, 1 (storage type).
@@ -223,6 +227,7 @@ class DataParallel final : public DataParallelism {
   std::unique_ptr<ParameterPartition> params_;  // stage 3; 16 bits: also 0-2 (local)
   std::unique_ptr<Fp32Params> fp32_;  // 16 bits with override_modules: tensors kept in fp32
   FlatBuffer gathered_grads_;         // [padded] stages 2, 3 after GatherGradients
+  Buffer<float> host_params_;  // [padded] on a device: the host copy checkpoints use (offload)
   bool grads_gathered_ = false;
   double loss_scale_ = 1, clip_coef_ = 1;  // 16 bits: applied in the step
 };

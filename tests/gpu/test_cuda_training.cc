@@ -76,47 +76,61 @@ TEST(CudaTraining, AdamWStepsAtZeroOneWithAccumulationMatchTheCpu) {
 }
 
 // The engine from a ds_config: dstrain.device "cuda" trains the same losses
-// as the CPU, and names what it does not do yet.
-TEST(CudaTraining, TheEngineTrainsOnTheDeviceFromItsConfig) {
+// as the CPU, and its checkpoint is the CPU's: saved on the device after two
+// steps, loaded by a CPU engine, the next two steps match the device's.
+std::unique_ptr<Engine> MakeEngine(const std::string &device) {
+  EngineOptions options;
+  options.model_text = kGpt;
+  options.config_text = R"({"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+      "dstrain": {"device": ")" +
+                        device + R"("}})";
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(options);
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  return engine.ok() ? std::move(engine).value() : nullptr;
+}
+
+std::vector<float> TrainSteps(Engine &engine, int first, int count) {
+  std::vector<float> out;
+  std::vector<int32_t> tokens(32), targets(32);
+  for (int step = first; step < first + count; ++step) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = int32_t((i * 7 + size_t(step) * 3) % 64);
+      targets[i] = int32_t((i * 5 + 1) % 64);
+    }
+    BatchView batch;
+    batch.n_samples = 2;
+    batch.seq_len = 16;
+    batch.tokens = tokens.data(), batch.tokens_count = tokens.size();
+    batch.targets = targets.data(), batch.targets_count = targets.size();
+    float loss = 0;
+    const Status st = engine.TrainBatch(batch, &loss);
+    EXPECT_TRUE(st.ok()) << st.message();
+    out.push_back(loss);
+  }
+  return out;
+}
+
+TEST(CudaTraining, TheEngineTrainsOnTheDeviceAndItsCheckpointLoadsOnTheCpu) {
   DST_TRAINING_DEVICE_OR_SKIP(device);
   (void)device;
-  auto losses = [](const std::string &where) {
-    EngineOptions options;
-    options.model_text = kGpt;
-    options.config_text = R"({"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
-        "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
-        "dstrain": {"device": ")" +
-                          where + R"("}})";
-    Result<std::unique_ptr<Engine>> engine = Engine::Create(options);
-    EXPECT_TRUE(engine.ok()) << engine.status().message();
-    std::vector<float> out;
-    if (!engine.ok()) return out;
-    std::vector<int32_t> tokens(32), targets(32);
-    for (int step = 0; step < 4; ++step) {
-      for (size_t i = 0; i < tokens.size(); ++i) {
-        tokens[i] = int32_t((i * 7 + size_t(step) * 3) % 64);
-        targets[i] = int32_t((i * 5 + 1) % 64);
-      }
-      BatchView batch;
-      batch.n_samples = 2;
-      batch.seq_len = 16;
-      batch.tokens = tokens.data(), batch.tokens_count = tokens.size();
-      batch.targets = targets.data(), batch.targets_count = targets.size();
-      float loss = 0;
-      const Status st = engine.value()->TrainBatch(batch, &loss);
-      EXPECT_TRUE(st.ok()) << st.message();
-      out.push_back(loss);
-    }
-    if (where == "cuda") {
-      const Status st = engine.value()->SaveCheckpoint("/tmp/dstrain_gpu_ckpt", "t", "");
-      EXPECT_NE(st.message().find("not supported yet"), std::string::npos) << st.message();
-    }
-    return out;
-  };
-  const std::vector<float> cpu = losses("cpu"), gpu = losses("cuda");
-  ASSERT_EQ(gpu.size(), 4u);
-  ExpectClose(gpu, cpu, 1e-4);
-  EXPECT_LT(gpu.back(), gpu.front()) << "the device run learns";
+  std::unique_ptr<Engine> cpu = MakeEngine("cpu"), gpu = MakeEngine("cuda");
+  ASSERT_TRUE(cpu && gpu);
+  const std::vector<float> want = TrainSteps(*cpu, 0, 4);
+  std::vector<float> got = TrainSteps(*gpu, 0, 2);
+  const std::string dir = ::testing::TempDir() + "dstrain_gpu_checkpoint";
+  const Status saved = gpu->SaveCheckpoint(dir, "step2", "");
+  ASSERT_TRUE(saved.ok()) << saved.message();
+  const std::vector<float> rest = TrainSteps(*gpu, 2, 2);
+  got.insert(got.end(), rest.begin(), rest.end());
+  ExpectClose(got, want, 1e-4);
+  EXPECT_LT(got.back(), got.front()) << "the device run learns";
+
+  std::unique_ptr<Engine> resumed = MakeEngine("cpu");
+  ASSERT_TRUE(resumed);
+  const Status loaded = resumed->LoadCheckpoint(dir, "step2", nullptr);
+  ASSERT_TRUE(loaded.ok()) << loaded.message();
+  ExpectClose(TrainSteps(*resumed, 2, 2), rest, 1e-4);
 }
 
 }  // namespace

@@ -92,6 +92,55 @@ TEST_F(StepSeam, SgdWithNesterovMomentumToo) {
               ::testing::ExitedWithCode(0), "");
 }
 
+// What checkpoints use on a device, in closed memory: the parameters as a
+// host copy (FullParams / LocalParams download them; a load writes the copy
+// and ParamsChanged uploads it) and the optimizer state through its store's
+// Read / Write (Resident is null off the host).
+void CheckpointAccessWorksOnClosedMemory() {
+  omp_set_num_threads(1);
+  const Config config = StepConfig(R"("optimizer": {"type": "AdamW", "params": {"lr": 0.01}})");
+  Arena arena(64 << 20);
+  GuardArena(&arena);
+  GuardedKernels kernels;
+  GuardedStepKernels step;
+  Rank rank(kGpt, config, ActivationOptions{}, {{&arena, &step}, &kernels});
+  auto fail = [](const char *what) {
+    fprintf(stderr, "%s\n", what);
+    _exit(1);
+  };
+  arena.Close();
+  (void)rank.Train(TrainSchedule(1), 1);
+  DataParallelism &dp = *rank.dp;
+  ShardInfo held;
+  float *params = dp.LocalParams(&held);
+  if (params == nullptr || arena.Holds(params) || dp.FullParams() != params) fail("no host copy");
+  const ParamDecl &wte = rank.model->params().decls()[0];
+  std::vector<float> read(size_t(wte.numel));
+  if (!dp.ReadParam(0, read.data()).ok()) fail("ReadParam");
+  if (std::memcmp(read.data(), params + wte.offset, read.size() * 4) != 0) fail("stale host copy");
+  for (int64_t i = 0; i < held.size; ++i) params[i] *= 2.0f;  // a load writes the copy
+  if (!dp.ParamsChanged().ok()) fail("ParamsChanged");
+  std::vector<float> back(read.size());
+  if (!dp.ReadParam(0, back.data()).ok()) fail("ReadParam");
+  for (size_t i = 0; i < back.size(); ++i)
+    if (back[i] != 2.0f * read[i]) fail("the loaded copy did not reach the device");
+  StateStore &state = dp.optimizer().state();
+  if (state.Resident(0) != nullptr) fail("device state handed out as host memory");
+  std::vector<float> m(size_t(state.numel())), again(m.size());
+  if (!state.Read(0, 0, state.numel(), m.data()).ok()) fail("state Read");
+  m[5] = 0.25f;
+  if (!state.Write(0, 0, state.numel(), m.data()).ok() ||
+      !state.Read(0, 0, state.numel(), again.data()).ok() || again != m)
+    fail("state Write");
+  arena.Open();
+  g_arena = nullptr;
+  _exit(0);
+}
+
+TEST_F(StepSeam, CheckpointsReadAHostCopyAndTheStateThroughItsStore) {
+  EXPECT_EXIT(CheckpointAccessWorksOnClosedMemory(), ::testing::ExitedWithCode(0), "");
+}
+
 // The guard covers the step's own code: a host write into a gradient after
 // the step backend ran is caught and named.
 TEST_F(StepSeam, AHostTouchOfAClosedGradientIsCaught) {
