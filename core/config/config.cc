@@ -66,7 +66,7 @@ Result<Config> ParseChecked(std::string_view json_text, const ConfigContext &con
   DST_RETURN_IF_ERROR(ReadAll(root, context, &parsed));
   DST_RETURN_IF_ERROR(CheckSupported(parsed.config, parsed.extra));
   DST_RETURN_IF_ERROR(ResolveBatch(parsed.batch, context, &parsed.config));
-  DST_RETURN_IF_ERROR(config_phases::CheckDeviceSupported(parsed.config, context));
+  DST_RETURN_IF_ERROR(config_phases::CheckDeviceSupported(parsed.config));
   parsed.config.resolved_json = ResolvedJson(parsed.config);
   return std::move(parsed.config);
 }

@@ -166,21 +166,18 @@ Status CheckGradientCompressionSupported(const Config &config) {
       std::to_string(config.zero.stage));
 }
 
-// A device trains one rank in fp32 with its buffers and optimizer state in
-// device memory (ZeRO 0, or 1 over a group of one); the rest of the engine
-// (16-bit storage, sharded gradients and parameters, offload, compression,
-// the pipeline's and tensor parallelism's exchanges, the data-parallel
-// group's NCCL communicator) still runs on host memory only.
-Status CheckDeviceSupported(const Config &config, const ConfigContext &context) {
+// A device trains in fp32 with its buffers and optimizer state in device
+// memory at ZeRO 0 or 1; the rest of the engine (16-bit storage, sharded
+// gradients and parameters, offload, compression, the pipeline's and tensor
+// parallelism's exchanges) still runs on host memory only. (The world size a
+// CUDA device takes is TrainingDevice::Open's to say: the guarded stand-in
+// trains any data-parallel size.)
+Status CheckDeviceSupported(const Config &config) {
   if (config.runtime.device != "cuda") return Status::Ok();
   const std::string head = "dstrain.device \"cuda\" with ";
   const std::string tail =
-      " is not supported yet; a device trains one rank (world size 1) in "
-      "fp32 at ZeRO stage 0 or 1 without offload, compression, pipeline or "
-      "tensor parallelism. Use dstrain.device \"cpu\" for this layout";
-  if (context.world_size > 1)
-    return NotSupported(head + "a world size of " + std::to_string(context.world_size) +
-                        " (the groups' NCCL communicators are not wired to the engine)" + tail);
+      " is not supported yet; a device trains in fp32 at ZeRO stage 0 or 1 without offload, "
+      "compression, pipeline or tensor parallelism. Use dstrain.device \"cpu\" for this layout";
   if (config.precision() != DType::kFloat32)
     return NotSupported(head + (config.precision() == DType::kFloat16 ? "fp16" : "bf16") +
                         ".enabled (16-bit storage is converted on the host)" + tail);

@@ -69,9 +69,8 @@ struct Parsed {
 Status ReadAll(const ObjectReader &root, const ConfigContext &context, Parsed *parsed);
 // Phase 2: recognised features this build cannot run are kNotSupported.
 Status CheckSupported(const Config &config, const ExtraSettings &extra);
-// dstrain.device "cuda": the layouts a device trains yet (after the batch
-// resolves: the data-parallel size is known).
-Status CheckDeviceSupported(const Config &config, const ConfigContext &context);
+// dstrain.device "cuda": the layouts a device trains yet.
+Status CheckDeviceSupported(const Config &config);
 // Phase 3: train_batch_size = micro x accumulation x dp, "auto" resolved.
 Status ResolveBatch(const BatchKeys &written, const ConfigContext &context, Config *config);
 // Phase 4: the resolved config in DeepSpeed's spelling (parsing it again

@@ -73,7 +73,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   }
   std::unique_ptr<TrainingDevice> device;
   if (config.value().runtime.device == "cuda") {
-    Result<std::unique_ptr<TrainingDevice>> opened = TrainingDevice::Open(env.value().local_rank);
+    Result<std::unique_ptr<TrainingDevice>> opened =
+        TrainingDevice::Open(env.value().local_rank, env.value().world_size);
     if (!opened.ok()) return opened.status();
     device = std::move(opened).value();
   }
@@ -118,6 +119,12 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
       scaler_(config_.fp16),
       plan_(std::move(plan)) {
   SetNumThreads(ResolveNumThreads(config_.runtime.num_threads));
+  if (device_) {  // the groups reach the device's memory
+    for (std::unique_ptr<Communicator> *group :
+         {&groups_.dp, &groups_.tp, &groups_.pp, &groups_.pp_p2p})
+      if (*group) *group = device_->Adopt(std::move(*group));
+    dp_comm_ = groups_.dp.get();
+  }
   profiler_ = std::make_unique<StepProfiler>(config_, env_.rank);
   SetLogRank(env_.rank);
   const std::pair<Communicator *, CommGroup> hooked[] = {{groups_.dp.get(), CommGroup::kDp},

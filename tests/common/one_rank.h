@@ -6,6 +6,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <functional>
 #include <memory>
@@ -38,8 +39,10 @@ struct Rank {
     Result<ModelSpec> parsed = ParseModelSpec(spec_text);
     EXPECT_TRUE(parsed.ok()) << parsed.status().message();
     const ModelSpec &spec = parsed.value();
+    // Scratch for as many threads as the kernels will use.
     ActivationLimits limits{config.train_micro_batch_size_per_gpu,
-                            spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1, 1};
+                            spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1,
+                            omp_get_max_threads()};
     const bool mixed = config.precision() != DType::kFloat32;
     if (mixed) activations.half = config.precision() == DType::kFloat16 ? Half::kFp16 : Half::kBf16;
     model = std::make_unique<Model<float>>(

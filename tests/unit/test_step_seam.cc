@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "core/config/config.h"
+#include "core/engine/training_device.h"
+#include "core/runtime/guarded_device.h"
 #include "tests/common/guarded_memory.h"
 #include "tests/common/one_rank.h"
 
@@ -179,8 +181,9 @@ TEST(DeviceConfig, LayoutsADeviceDoesNotTrainYetAreNamed) {
   EXPECT_NE(error(R"(, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}})")
                 .find("offload_optimizer"),
             std::string::npos);
-  EXPECT_NE(error("", 2).find("a world size of 2"), std::string::npos);
-  EXPECT_NE(error("", 2).find("Use dstrain.device \"cpu\""), std::string::npos);
+  EXPECT_EQ(error("", 2), "ok");  // the device says (TrainingDevice::Open)
+  EXPECT_NE(error(R"(, "zero_optimization": {"stage": 3})").find("Use dstrain.device \"cpu\""),
+            std::string::npos);
 
   ConfigContext one;
   Result<Config> bad = ParseConfig(R"({"train_micro_batch_size_per_gpu": 2,
@@ -193,6 +196,52 @@ TEST(DeviceConfig, LayoutsADeviceDoesNotTrainYetAreNamed) {
   ASSERT_TRUE(cpu.ok());
   EXPECT_EQ(cpu.value().runtime.device, "cpu");
   EXPECT_NE(cpu.value().resolved_json.find("\"device\": \"cpu\""), std::string::npos);
+}
+
+// A CUDA device trains one rank for now; the guarded stand-in any number,
+// and only DSTRAIN_TEST_DEVICE=guarded selects it.
+TEST(DeviceConfig, TheDeviceSaysWhichWorldSizesItTrains) {
+  unsetenv("DSTRAIN_TEST_DEVICE");
+  Result<std::unique_ptr<TrainingDevice>> cuda = TrainingDevice::Open(0, 2);
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_NE(cuda.status().message().find("with a world size of 2 is not supported yet"),
+            std::string::npos)
+      << cuda.status().message();
+  setenv("DSTRAIN_TEST_DEVICE", "guarded", 1);
+  Result<std::unique_ptr<TrainingDevice>> guarded = TrainingDevice::Open(0, 2);
+  ASSERT_TRUE(guarded.ok()) << guarded.status().message();
+  EXPECT_STREQ(guarded.value()->name(), "guarded");
+  setenv("DSTRAIN_TEST_DEVICE", "gpu", 1);
+  Result<std::unique_ptr<TrainingDevice>> bad = TrainingDevice::Open(0, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("the only stand-in device is \"guarded\""),
+            std::string::npos);
+  unsetenv("DSTRAIN_TEST_DEVICE");
+}
+
+// The stand-in's region: a kernel, a copy and a collective's Work open it;
+// a host touch outside them faults and is named with the last kernel.
+TEST(GuardedDevice, AHostTouchOutsideAKernelIsNamed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto touch = [] {
+    guarded::Memory memory;
+    float *x = static_cast<float *>(memory.Allocate(64 * sizeof(float)));
+    const float one[4] = {1, 1, 1, 1};
+    memory.Upload(x, one, sizeof one);
+    guarded::StepKernels step;
+    step.ScaleRange(2.0f, 4, x);
+    float back[4] = {};
+    memory.Download(back, x, sizeof back);
+    if (back[3] != 2.0f) _exit(1);
+    std::unique_ptr<Communicator> solo =
+        std::make_unique<guarded::Communicator>(MakeSoloCommunicator("dp"));
+    if (!solo->AllReduceSum(x, 4)->Wait().ok()) _exit(1);
+    *static_cast<volatile float *>(x + 1) = 5.0f;  // the host itself: faults
+    _exit(0);
+  };
+  EXPECT_DEATH(touch(),
+               "host code touched device memory at 0x[0-9a-f]+ outside a kernel \\(the "
+               "last kernel or copy: AllReduceSum\\)");
 }
 
 }  // namespace

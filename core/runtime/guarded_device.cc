@@ -1,0 +1,192 @@
+#include "core/runtime/guarded_device.h"
+
+#include <execinfo.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace dst::guarded {
+
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kDefaultReserve = size_t(2) << 30;
+
+size_t ReserveBytes() {
+  const char *env = std::getenv("DSTRAIN_TEST_DEVICE_BYTES");
+  if (env == nullptr || *env == '\0') return kDefaultReserve;
+  const unsigned long long v = std::strtoull(env, nullptr, 10);
+  return v >= kPage ? size_t(v) : kDefaultReserve;
+}
+
+Region *g_region = nullptr;
+
+void Say(const char *text) {
+  (void)!write(2, text, std::strlen(text));
+}
+
+// A touch of the region outside a kernel: named (address, last kernel, the
+// stack), then the default action (the process dies of the SIGSEGV).
+void OnFault(int signal, siginfo_t *info, void *) {
+  if (g_region != nullptr && g_region->Holds(info->si_addr)) {
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "dstrain: DSTRAIN_TEST_DEVICE=guarded: host code touched device memory at %p "
+                  "outside a kernel (the last kernel or copy: ",
+                  info->si_addr);
+    Say(line);
+    Say(g_region->last());
+    Say(")\n");
+    void *frames[32];
+    backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+  }
+  ::signal(signal, SIG_DFL);  // the faulting access repeats and ends the process
+}
+
+}  // namespace
+
+Region &Region::Get() {
+  static Region region;
+  return region;
+}
+
+Region::Region() : reserved_(ReserveBytes()) {
+  void *p = mmap(nullptr, reserved_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  base_ = p == MAP_FAILED ? nullptr : static_cast<char *>(p);
+  g_region = this;
+  struct sigaction action {};
+  action.sa_sigaction = OnFault;
+  action.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &action, nullptr);
+}
+
+void Region::Protect(int prot) {
+  if (protected_ > 0) mprotect(base_, protected_, prot);
+}
+
+void *Region::Allocate(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t size = (bytes + 63) / 64 * 64;
+  if (base_ == nullptr || used_ + size > reserved_) return nullptr;
+  void *p = base_ + used_;
+  used_ += size;
+  const size_t pages = (used_ + kPage - 1) / kPage * kPage;
+  if (pages > protected_) {  // the new pages: readable while open, and zeroed
+    mprotect(base_ + protected_, pages - protected_, PROT_READ | PROT_WRITE);
+    std::memset(base_ + protected_, 0, pages - protected_);
+    if (open_ == 0) mprotect(base_ + protected_, pages - protected_, PROT_NONE);
+    protected_ = pages;
+  }
+  return p;
+}
+
+void Region::Enter(const char *what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_ = what;
+  if (open_++ == 0) Protect(PROT_READ | PROT_WRITE);
+}
+
+void Region::Leave() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (--open_ == 0) Protect(PROT_NONE);
+}
+
+bool Region::Holds(const void *p) const {
+  const char *c = static_cast<const char *>(p);
+  return base_ != nullptr && c >= base_ && c < base_ + reserved_;
+}
+
+void Memory::Upload(void *dst, const void *src, size_t bytes) {
+  const Scope open("Upload");
+  std::memcpy(dst, src, bytes);
+}
+
+void Memory::Download(void *dst, const void *src, size_t bytes) {
+  const Scope open("Download");
+  std::memcpy(dst, src, bytes);
+}
+
+void Memory::Zero(void *dst, size_t bytes) {
+  const Scope open("Zero");
+  std::memset(dst, 0, bytes);
+}
+
+namespace {
+
+// The region stays open until the operation completes (Wait, a true Test,
+// or the Work's end).
+class OpenWork final : public Work {
+ public:
+  explicit OpenWork(std::unique_ptr<Work> inner) : inner_(std::move(inner)) {}
+  ~OpenWork() override {
+    inner_.reset();
+    Close();
+  }
+  Status Wait() override {
+    Status st = inner_->Wait();
+    Close();
+    return st;
+  }
+  bool Test() override {
+    const bool done = inner_->Test();
+    if (done) Close();
+    return done;
+  }
+
+ private:
+  void Close() {
+    if (open_) Region::Get().Leave();
+    open_ = false;
+  }
+  std::unique_ptr<Work> inner_;
+  bool open_ = true;
+};
+
+template <typename Launch>
+std::unique_ptr<Work> Opened(const char *op, Launch launch) {
+  Region::Get().Enter(op);
+  return std::make_unique<OpenWork>(launch());
+}
+
+}  // namespace
+
+std::unique_ptr<Work> Communicator::AllReduceSum(float *d, int64_t n) {
+  return Opened("AllReduceSum", [&] { return inner().AllReduceSum(d, n); });
+}
+std::unique_ptr<Work> Communicator::ReduceSum(float *d, int64_t n, int64_t root) {
+  return Opened("ReduceSum", [&] { return inner().ReduceSum(d, n, root); });
+}
+std::unique_ptr<Work> Communicator::ReduceScatterSum(float *d, int64_t shard) {
+  return Opened("ReduceScatterSum", [&] { return inner().ReduceScatterSum(d, shard); });
+}
+std::unique_ptr<Work> Communicator::AllGather(float *d, int64_t shard) {
+  return Opened("AllGather", [&] { return inner().AllGather(d, shard); });
+}
+std::unique_ptr<Work> Communicator::Broadcast(float *d, int64_t n, int64_t root) {
+  return Opened("Broadcast", [&] { return inner().Broadcast(d, n, root); });
+}
+std::unique_ptr<Work> Communicator::Send(const void *d, int64_t bytes, int64_t peer, uint32_t tag) {
+  return Opened("Send", [&] { return inner().Send(d, bytes, peer, tag); });
+}
+std::unique_ptr<Work> Communicator::Recv(void *d, int64_t bytes, int64_t peer, uint32_t tag) {
+  return Opened("Recv", [&] { return inner().Recv(d, bytes, peer, tag); });
+}
+std::unique_ptr<Work> Communicator::AllReduceSum16(uint16_t *d, int64_t n, Half type) {
+  return Opened("AllReduceSum16", [&] { return inner().AllReduceSum16(d, n, type); });
+}
+std::unique_ptr<Work> Communicator::ReduceSum16(uint16_t *d, int64_t n, int64_t root, Half type) {
+  return Opened("ReduceSum16", [&] { return inner().ReduceSum16(d, n, root, type); });
+}
+std::unique_ptr<Work> Communicator::AllGather16(uint16_t *d, int64_t shard) {
+  return Opened("AllGather16", [&] { return inner().AllGather16(d, shard); });
+}
+std::unique_ptr<Work> Communicator::Broadcast16(uint16_t *d, int64_t n, int64_t root) {
+  return Opened("Broadcast16", [&] { return inner().Broadcast16(d, n, root); });
+}
+
+}  // namespace dst::guarded

@@ -1,0 +1,98 @@
+// A device stand-in that checks the device path's host code on any machine
+// (DSTRAIN_TEST_DEVICE=guarded with dstrain.device "cuda"): the buffers a
+// device would hold live in one reserved host region that is mapped without
+// access except while a kernel of the stand-in's backends, one of its copies
+// (upload, download, zero) or a collective over it runs. Any other read or
+// write of device memory — what would crash or read garbage on a GPU —
+// faults, and the fault handler names the address and the last kernel before
+// the process dies. The kernels are the CPU's, so a run on the stand-in gives
+// the CPU run's bits.
+//
+// What it cannot see: a device kernel handed host memory (both are host
+// memory here), and host touches while a collective is in flight (the region
+// stays open until its Work completes).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string_view>
+
+#include "core/comm/communicator.h"
+#include "core/kernels/cpu/cpu_kernels.h"
+#include "core/kernels/cpu/cpu_step_kernels.h"
+#include "core/runtime/memory.h"
+
+namespace dst::guarded {
+
+// The process's region (one per process: the fault handler and the kernels'
+// scopes reach it globally). Opened while any Enter is not yet matched by
+// its Leave.
+class Region {
+ public:
+  // Reserves `bytes` of address space on first use (DSTRAIN_TEST_DEVICE_BYTES,
+  // default 2 GiB) and installs the fault handler.
+  static Region &Get();
+
+  // `bytes` from the region (64-byte aligned, zeroed), or null when full.
+  void *Allocate(size_t bytes);
+  // Opens the region for `what` (a kernel, a copy, a collective).
+  void Enter(const char *what);
+  void Leave();
+  bool Holds(const void *p) const;
+  // The last thing that opened the region (the fault message names it).
+  const char *last() const { return last_; }
+
+ private:
+  Region();
+  void Protect(int prot);  // over the pages handed out so far
+
+  std::mutex mutex_;
+  char *base_ = nullptr;
+  size_t reserved_ = 0, used_ = 0, protected_ = 0;
+  int open_ = 0;
+  const char *last_ = "(none)";
+};
+
+// The region open for a scope: the backends' per-kernel Scope.
+struct Scope {
+  explicit Scope(const char *kernel) { Region::Get().Enter(kernel); }
+  ~Scope() { Region::Get().Leave(); }
+  Scope(const Scope &) = delete;
+  Scope &operator=(const Scope &) = delete;
+};
+
+using Kernels = cpu::CpuKernels<float, Scope>;
+using StepKernels = cpu::CpuStepKernels<Scope>;
+
+// The region as a MemoryResource ("guarded"); Free does not reuse.
+class Memory final : public MemoryResource {
+ public:
+  std::string_view name() const override { return "guarded"; }
+  void *Allocate(size_t bytes) override { return Region::Get().Allocate(bytes); }
+  void Free(void *) override {}
+  void Upload(void *dst, const void *src, size_t bytes) override;
+  void Download(void *dst, const void *src, size_t bytes) override;
+  void Zero(void *dst, size_t bytes) override;
+};
+
+// A group whose collectives may read and write the region: open from each
+// operation's start until its Work completes.
+class Communicator final : public ForwardingCommunicator {
+ public:
+  explicit Communicator(std::unique_ptr<dst::Communicator> inner)
+      : ForwardingCommunicator(std::move(inner)) {}
+  std::unique_ptr<Work> AllReduceSum(float *d, int64_t n) override;
+  std::unique_ptr<Work> ReduceSum(float *d, int64_t n, int64_t root) override;
+  std::unique_ptr<Work> ReduceScatterSum(float *d, int64_t shard) override;
+  std::unique_ptr<Work> AllGather(float *d, int64_t shard) override;
+  std::unique_ptr<Work> Broadcast(float *d, int64_t n, int64_t root) override;
+  std::unique_ptr<Work> Send(const void *d, int64_t bytes, int64_t peer, uint32_t tag) override;
+  std::unique_ptr<Work> Recv(void *d, int64_t bytes, int64_t peer, uint32_t tag) override;
+  std::unique_ptr<Work> AllReduceSum16(uint16_t *d, int64_t n, Half type) override;
+  std::unique_ptr<Work> ReduceSum16(uint16_t *d, int64_t n, int64_t root, Half type) override;
+  std::unique_ptr<Work> AllGather16(uint16_t *d, int64_t shard) override;
+  std::unique_ptr<Work> Broadcast16(uint16_t *d, int64_t n, int64_t root) override;
+};
+
+}  // namespace dst::guarded

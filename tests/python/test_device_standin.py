@@ -1,0 +1,111 @@
+"""`dstrain.device "cuda"` on the guarded stand-in (DSTRAIN_TEST_DEVICE=guarded):
+the device path — every buffer of the model and the optimizer, the staged
+batches, the step — runs with that memory closed to the host except inside
+the (CPU) kernels, their copies and the collectives, so a host-side touch of
+device memory kills the run with a message naming it. The kernels are the
+CPU's, so the run must also be the CPU run bit for bit: the same printed
+losses and the same checkpoint bytes, which a CPU engine then resumes."""
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+import test_cli as cli_tests
+from test_cli import dstrain, job  # noqa: F401  (fixtures)
+import test_data_parallel as dp_tests
+
+
+def run(binary, *args, standin=True):
+    env = dict(os.environ)
+    env.pop("DSTRAIN_TEST_DEVICE", None)
+    if standin:
+        env["DSTRAIN_TEST_DEVICE"] = "guarded"
+    return subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
+                          timeout=cli_tests.TIMEOUT, env=env)
+
+
+def write_config(tmp_path, name, device, stage, micro=8):
+    config = cli_tests.tiny_config(total_num_steps=20)
+    config["train_micro_batch_size_per_gpu"] = micro
+    del config["gradient_accumulation_steps"]
+    config["zero_optimization"] = {"stage": stage, "overlap_comm": True}
+    config["dstrain"] = {"device": device}
+    path = tmp_path / name
+    path.write_text(json.dumps(config))
+    return path
+
+
+def checkpoint_bytes(directory):
+    """Every tensor file of a checkpoint tag, by name."""
+    return {p.name: p.read_bytes() for p in sorted(pathlib.Path(directory).glob("*.safetensors"))}
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+def test_one_rank_on_the_device_is_the_cpu_run_and_its_checkpoint_resumes_on_the_cpu(
+        dstrain, job, tmp_path, stage):  # noqa: F811
+    job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage)
+    job["dev"] = write_config(tmp_path, "dev.json", "cuda", stage)
+    cpu = run(dstrain, *cli_tests.train_args(job, "cpu", 10, "--save", tmp_path / "c"),
+              standin=False)
+    assert cpu.returncode == 0, cpu.stderr
+    dev = run(dstrain, *cli_tests.train_args(job, "dev", 10, "--save", tmp_path / "d"))
+    assert dev.returncode == 0, dev.stderr + dev.stdout
+    assert cli_tests.final_line(dev.stdout) == cli_tests.final_line(cpu.stdout)
+    files = checkpoint_bytes(tmp_path / "d" / "global_step10")
+    assert files and files == checkpoint_bytes(tmp_path / "c" / "global_step10")
+
+    whole = run(dstrain, *cli_tests.train_args(job, "cpu", 20), standin=False)
+    assert whole.returncode == 0, whole.stderr
+    resumed = run(dstrain, *cli_tests.train_args(job, "cpu", 20, "--load", tmp_path / "d"),
+                  standin=False)
+    assert resumed.returncode == 0, resumed.stderr
+    assert cli_tests.final_line(resumed.stdout) == cli_tests.final_line(whole.stdout)
+
+
+def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(dstrain, job, tmp_path):  # noqa: F811
+    job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", 1, micro=4)
+    job["dev"] = write_config(tmp_path, "dev.json", "cuda", 1, micro=4)
+    outputs = {}
+    for name, standin in (("cpu", False), ("dev", True)):
+        launched = run(dstrain, "launch", "--nproc-per-node", "2", "--master-port",
+                       dp_tests.free_port(), "--", dstrain,
+                       *cli_tests.train_args(job, name, 10, "--save", tmp_path / name),
+                       standin=standin)
+        assert launched.returncode == 0, launched.stderr + launched.stdout
+        assert "(2 ranks)" in launched.stdout
+        outputs[name] = launched.stdout
+    assert cli_tests.final_line(outputs["dev"]) == cli_tests.final_line(outputs["cpu"])
+    files = checkpoint_bytes(tmp_path / "dev" / "global_step10")
+    assert len(files) >= 2  # the model and each rank's optimizer shard
+    assert files == checkpoint_bytes(tmp_path / "cpu" / "global_step10")
+
+
+def test_a_layout_the_device_does_not_train_yet_is_named(dstrain, job, tmp_path):  # noqa: F811
+    config = json.loads(write_config(tmp_path, "bf16.json", "cuda", 1).read_text())
+    config["bf16"] = {"enabled": True}
+    (tmp_path / "bf16.json").write_text(json.dumps(config))
+    job["bf16"] = tmp_path / "bf16.json"
+    result = run(dstrain, *cli_tests.train_args(job, "bf16", 2))
+    assert result.returncode == 2, result.stdout
+    assert 'dstrain.device "cuda" with bf16.enabled' in result.stderr
+    assert "is not supported yet" in result.stderr
+
+
+def test_a_cuda_device_this_machine_lacks_is_named(dstrain, job, tmp_path):  # noqa: F811
+    job["dev"] = write_config(tmp_path, "dev.json", "cuda", 0)
+    result = run(dstrain, *cli_tests.train_args(job, "dev", 2), standin=False)
+    if result.returncode == 0:
+        pytest.skip("this machine has a CUDA device: the run trained on it")
+    assert 'dstrain.device "cuda"' in result.stderr, result.stderr
+
+
+def test_an_unknown_standin_is_named(dstrain, job, tmp_path, monkeypatch):  # noqa: F811
+    job["dev"] = write_config(tmp_path, "dev.json", "cuda", 0)
+    monkeypatch.setenv("DSTRAIN_TEST_DEVICE", "gpu")
+    env = dict(os.environ)
+    result = subprocess.run([str(dstrain), *map(str, cli_tests.train_args(job, "dev", 2))],
+                            capture_output=True, text=True, timeout=cli_tests.TIMEOUT, env=env)
+    assert result.returncode != 0
+    assert 'the only stand-in device is "guarded"' in result.stderr, result.stderr
