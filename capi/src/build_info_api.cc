@@ -104,7 +104,7 @@ std::string KernelBackendInfo() {
   const dst::Status table = dst::CudaKernels::CheckPlugin();
   if (!table.ok()) return "not available: " + table.message();
   return "the plugin's kernel table is complete; dstrain.device \"cuda\" trains one rank in fp32 "
-         "at ZeRO 0/1 (other layouts: not yet)";
+         "at ZeRO 0/1/2 (other layouts: not yet)";
 }
 
 json CudaInfo() {

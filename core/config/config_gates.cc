@@ -167,7 +167,7 @@ Status CheckGradientCompressionSupported(const Config &config) {
 }
 
 // A device trains in fp32 with its buffers and optimizer state in device
-// memory at ZeRO 0 or 1; the rest of the engine (16-bit storage, sharded
+// memory at ZeRO 0, 1 or 2; the rest of the engine (16-bit storage, sharded
 // gradients and parameters, offload, compression, the pipeline's and tensor
 // parallelism's exchanges) still runs on host memory only. (The world size a
 // CUDA device takes is TrainingDevice::Open's to say: the guarded stand-in
@@ -176,12 +176,12 @@ Status CheckDeviceSupported(const Config &config) {
   if (config.runtime.device != "cuda") return Status::Ok();
   const std::string head = "dstrain.device \"cuda\" with ";
   const std::string tail =
-      " is not supported yet; a device trains in fp32 at ZeRO stage 0 or 1 without offload, "
+      " is not supported yet; a device trains in fp32 at ZeRO stage 0, 1 or 2 without offload, "
       "compression, pipeline or tensor parallelism. Use dstrain.device \"cpu\" for this layout";
   if (config.precision() != DType::kFloat32)
     return NotSupported(head + (config.precision() == DType::kFloat16 ? "fp16" : "bf16") +
                         ".enabled (16-bit storage is converted on the host)" + tail);
-  if (config.zero.stage > 1)
+  if (config.zero.stage > 2)
     return NotSupported(head + "zero_optimization.stage " + std::to_string(config.zero.stage) +
                         tail);
   if (config.zero.offload_optimizer_device != "none" || config.zero.offload_param_device != "none")

@@ -1,8 +1,10 @@
-// The step backend: what the data-parallel layer and the optimizer compute
-// on the flat fp32 parameter, gradient and optimizer-state ranges between the
-// last backward and the next forward — zeroing and averaging the gradients,
-// their norm (which is also the fp16 overflow check: a non-finite norm), the
-// fused Adam/AdamW and SGD updates, copies between ranges. It is the second
+// The step backend: what the data-parallel layer, its partitions and the
+// optimizer compute on the flat parameter, gradient and optimizer-state
+// ranges outside the layers — zeroing, accumulating and averaging the
+// gradients, their norm (which is also the fp16 overflow check: a non-finite
+// norm), the fused Adam/AdamW and SGD updates, copies between ranges, and the
+// conversions between fp32 and a 16-bit storage type (bf16, fp16: rounded to
+// nearest even, as core/precision/half_ops.h). It is the second
 // half of the device seam (kernels.h is the layers'): the pointers live where
 // the backend computes, so DataParallel and Optimizer never read or write a
 // parameter, gradient or state element themselves. The CPU backend
@@ -16,6 +18,7 @@
 #include "core/common/status.h"
 #include "core/kernels/cpu/cpu_adam.h"
 #include "core/kernels/cpu/optimizers.h"
+#include "core/precision/half_ops.h"
 #include "core/runtime/memory.h"
 
 namespace dst {
@@ -48,6 +51,19 @@ class StepKernels {
   // One SGD update of param [n] (momentum [n], or null without momentum).
   virtual void SgdUpdate(const float *grad, int64_t n, const SgdHyper &h, float *param,
                          float *momentum) const = 0;
+
+  // acc += add.
+  virtual void AddRange(const float *add, int64_t n, float *acc) const = 0;
+  virtual void CopyBytes(const void *src, size_t bytes, void *dst) const = 0;
+  // 16-bit storage: dst = float(src); dst = src rounded; acc = round(acc +
+  // add); acc += float(add); acc = round(acc + add) (both 16-bit); the sum of
+  // squares in double (as SumOfSquaresRange).
+  virtual void Widen16(Half h, const uint16_t *src, int64_t n, float *dst) const = 0;
+  virtual void Narrow16(Half h, const float *src, int64_t n, uint16_t *dst) const = 0;
+  virtual void AddInto16(Half h, const float *add, int64_t n, uint16_t *acc) const = 0;
+  virtual void AddWide16(Half h, const uint16_t *add, int64_t n, float *acc) const = 0;
+  virtual void Sum16(Half h, const uint16_t *add, int64_t n, uint16_t *acc) const = 0;
+  virtual double SumOfSquares16(Half h, const uint16_t *x, int64_t n) const = 0;
 };
 
 // The CPU backend (cpu/cpu_step_kernels.h).

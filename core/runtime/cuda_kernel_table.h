@@ -125,6 +125,14 @@ typedef struct DstCudaKernelTable {
               const DstCudaAdamConstants *k, uint16_t *half_out, int half);
   int (*sgd)(void *ctx, const float *grad, long n, const DstCudaSgdConstants *k, float *param,
              float *momentum);
+  /* 16-bit storage (half: DST_CUDA_HALF_*): dst = src rounded; acc =
+   * round(acc + add); acc += float(add); acc = round(acc + add) over 16-bit
+   * operands; the sum of squares in double (waits). */
+  int (*narrow_16)(void *ctx, int half, const float *src, long n, uint16_t *dst);
+  int (*add_into_16)(void *ctx, int half, const float *add, long n, uint16_t *acc);
+  int (*add_wide_16)(void *ctx, int half, const uint16_t *add, long n, float *acc);
+  int (*sum_16)(void *ctx, int half, const uint16_t *add, long n, uint16_t *acc);
+  int (*sum_of_squares_16)(void *ctx, int half, const uint16_t *x, long n, double *sum);
 } DstCudaKernelTable;
 
 /* Fills *table (table->size set by the caller to sizeof its table); returns 0. */

@@ -270,6 +270,29 @@ void CudaKernels::AdamUpdate(const AdamRange &r, const AdamHyper &h) const {
         "AdamUpdate");
 }
 
+void CudaKernels::CopyBytes(const void *src, size_t bytes, void *dst) const {
+  Check(t_.copy_rows(ctx_, src, bytes, 1, bytes, dst, bytes), "CopyBytes");
+}
+
+void CudaKernels::Narrow16(Half h, const float *src, int64_t n, uint16_t *dst) const {
+  Check(t_.narrow_16(ctx_, HalfCode(h), src, n, dst), "Narrow16");
+}
+void CudaKernels::AddInto16(Half h, const float *add, int64_t n, uint16_t *acc) const {
+  Check(t_.add_into_16(ctx_, HalfCode(h), add, n, acc), "AddInto16");
+}
+void CudaKernels::AddWide16(Half h, const uint16_t *add, int64_t n, float *acc) const {
+  Check(t_.add_wide_16(ctx_, HalfCode(h), add, n, acc), "AddWide16");
+}
+void CudaKernels::Sum16(Half h, const uint16_t *add, int64_t n, uint16_t *acc) const {
+  Check(t_.sum_16(ctx_, HalfCode(h), add, n, acc), "Sum16");
+}
+double CudaKernels::SumOfSquares16(Half h, const uint16_t *x, int64_t n) const {
+  double sum = 0;
+  const int code = t_.sum_of_squares_16(ctx_, HalfCode(h), x, n, &sum);
+  Check(code, "SumOfSquares16");
+  return code == 0 ? sum : std::numeric_limits<double>::quiet_NaN();
+}
+
 void CudaKernels::SgdUpdate(const float *grad, int64_t n, const SgdHyper &h, float *param,
                             float *momentum) const {
   // The constants as cpu::SgdUpdate rounds them to float.

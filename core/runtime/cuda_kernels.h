@@ -112,6 +112,16 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
   void AdamUpdate(const AdamRange &r, const AdamHyper &h) const override;
   void SgdUpdate(const float *grad, int64_t n, const SgdHyper &h, float *param,
                  float *momentum) const override;
+  void AddRange(const float *add, int64_t n, float *acc) const override { AddInPlace(add, n, acc); }
+  void CopyBytes(const void *src, size_t bytes, void *dst) const override;
+  void Widen16(Half h, const uint16_t *src, int64_t n, float *dst) const override {
+    UnstashFrom16(h, src, n, dst);
+  }
+  void Narrow16(Half h, const float *src, int64_t n, uint16_t *dst) const override;
+  void AddInto16(Half h, const float *add, int64_t n, uint16_t *acc) const override;
+  void AddWide16(Half h, const uint16_t *add, int64_t n, float *acc) const override;
+  void Sum16(Half h, const uint16_t *add, int64_t n, uint16_t *acc) const override;
+  double SumOfSquares16(Half h, const uint16_t *x, int64_t n) const override;
 
  private:
   CudaKernels(const DstCudaKernelTable &table, void *context, int device)

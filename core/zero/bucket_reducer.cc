@@ -6,8 +6,14 @@ namespace dst {
 
 BucketReducer::BucketReducer(const ShardLayout &layout, int stage, Communicator *comm, void *grads,
                              StorageType storage, StorageType wire, int64_t bucket_elements,
-                             MemoryTracker *tracker, const CodecOptions *codec)
-    : layout_(layout), comm_(comm), grads_(grads), storage_(storage), wire_type_(wire) {
+                             MemoryTracker *tracker, const CodecOptions *codec,
+                             StepPlacement placement)
+    : layout_(layout),
+      comm_(comm),
+      grads_(grads),
+      storage_(storage),
+      wire_type_(wire),
+      ops_(placement) {
   bucket_elements = std::max<int64_t>(1, bucket_elements);
   int64_t end = layout_.padded;
   while (end > 0) {
@@ -30,7 +36,7 @@ BucketReducer::BucketReducer(const ShardLayout &layout, int stage, Communicator 
   if (storage_ != wire_type_ && comm_->size() > 1)
     for (FlatBuffer &w : wire_)
       w = FlatBuffer(tracker, MemoryCategory::kCommunication, wire_type_,
-                     std::min(bucket_elements, layout_.padded));
+                     std::min(bucket_elements, layout_.padded), placement.memory);
 }
 
 BucketReducer::~BucketReducer() {
@@ -73,9 +79,9 @@ Status BucketReducer::Launch(size_t b) {
   next_wire_ ^= 1;
   void *wire = wire_[w].at(0);
   if (storage_ == StorageType::kFp32)
-    Narrow(wire_type_, static_cast<const float *>(data), wire, n);
+    ops_.Narrow(wire_type_, static_cast<const float *>(data), wire, n);
   else
-    Widen(storage_, data, static_cast<float *>(wire), n);
+    ops_.Widen(storage_, data, static_cast<float *>(wire), n);
   pending_.push_back({bucket.root < 0 ? AllReduceSum(*comm_, wire_type_, wire, n)
                                       : ReduceSum(*comm_, wire_type_, wire, n, bucket.root),
                       b, w});
@@ -93,9 +99,9 @@ Status BucketReducer::WaitOldest() {
   const int64_t n = bucket.end - bucket.begin;
   if (compressor_) return compressor_->Complete(p.wire, data, n);
   if (storage_ == StorageType::kFp32)
-    Widen(wire_type_, wire_[p.wire].at(0), static_cast<float *>(data), n);
+    ops_.Widen(wire_type_, wire_[p.wire].at(0), static_cast<float *>(data), n);
   else
-    Narrow(storage_, static_cast<const float *>(wire_[p.wire].at(0)), data, n);
+    ops_.Narrow(storage_, static_cast<const float *>(wire_[p.wire].at(0)), data, n);
   return Status::Ok();
 }
 

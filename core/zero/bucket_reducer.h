@@ -33,10 +33,13 @@ struct GradBucket {
 class BucketReducer {
  public:
   // `grads` (storage type, [layout.padded]) and `comm` must outlive this.
-  // `codec`: compress every bucket with it (null: reduce them as they are).
+  // `codec`: compress every bucket with it (null: reduce them as they are;
+  // host memory only). `placement`: where `grads` lives (the wire buffers
+  // go there too, and the conversions run on its step backend).
   BucketReducer(const ShardLayout &layout, int stage, Communicator *comm, void *grads,
                 StorageType storage, StorageType wire, int64_t bucket_elements,
-                MemoryTracker *tracker, const CodecOptions *codec = nullptr);
+                MemoryTracker *tracker, const CodecOptions *codec = nullptr,
+                StepPlacement placement = {});
   ~BucketReducer();
 
   const std::vector<GradBucket> &buckets() const { return buckets_; }
@@ -64,6 +67,7 @@ class BucketReducer {
   Communicator *comm_;
   void *grads_;
   StorageType storage_, wire_type_;
+  StorageOps ops_;
   std::vector<GradBucket> buckets_;  // from the top of the buffer down
   size_t next_ = 0;
   std::deque<Pending> pending_;

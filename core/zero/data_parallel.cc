@@ -38,7 +38,8 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
       layout_(model->params().size(), dp->size()),
       overlap_(config.zero.overlap_comm && dp->size() > 1),
       param_swap_(std::move(param_swap)),
-      placement_(placement) {
+      placement_(placement),
+      ops_(placement) {
   if (stage_ < 3) param_swap_.path.clear();
   // 16-bit training reduces in fp32 or its own type (the config gate says so).
   if (Wide() && wire_ != StorageType::kFp32 && wire_ != storage_) wire_ = storage_;
@@ -85,17 +86,17 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
     // A pipeline stage's micro-batches run a layer's backward at times spread
     // over the step: ZeRO 2 accumulates them locally and reduces once.
     grad_options.once_per_step = stage_ == 2 && config.pp_size > 1;
-    grads_ =
-        std::make_unique<GradientPartition>(&plan_, layout_, dp_, &store, tracker, grad_options);
+    grads_ = std::make_unique<GradientPartition>(&plan_, layout_, dp_, &store, tracker,
+                                                 grad_options, placement_);
   } else if (Wide()) {
     grads_ = std::make_unique<GradientPartition>(&plan_, local_layout, local_.get(), &store,
-                                                 tracker, grad_options);
+                                                 tracker, grad_options, placement_);
   }
   if (stage_ <= 1) {
     const CodecOptions codec = CodecOptionsOf(config.gradient_compression);
     buckets_ = std::make_unique<BucketReducer>(
         layout_, stage_, dp_, FullGrads(), storage_, wire_, bucket, tracker,
-        config.gradient_compression.enabled ? &codec : nullptr);
+        config.gradient_compression.enabled ? &codec : nullptr, placement_);
   }
 }
 
@@ -185,22 +186,15 @@ std::optional<Half> DataParallel::activation_half() const {
 }
 
 void DataParallel::ToHost(const float *src, int64_t n, float *host) const {
-  if (placement_.memory)
-    placement_.memory->Download(host, src, size_t(n) * sizeof(float));
-  else
-    std::memcpy(host, src, size_t(n) * sizeof(float));
+  ops_.Download(host, src, size_t(n) * sizeof(float));
 }
 
 void DataParallel::FromHost(const float *host, int64_t n, float *dst) const {
-  if (placement_.memory)
-    placement_.memory->Upload(dst, host, size_t(n) * sizeof(float));
-  else
-    std::memcpy(dst, host, size_t(n) * sizeof(float));
+  ops_.Upload(dst, host, size_t(n) * sizeof(float));
 }
 
 double DataParallel::SquaresOf(const void *grads, int64_t n) const {
-  if (Wide()) return SumOfSquares(storage_, grads, n);
-  return step().SumOfSquaresRange(static_cast<const float *>(grads), n);
+  return ops_.SumOfSquares(storage_, grads, n);
 }
 
 void *DataParallel::FullGrads() {
@@ -502,10 +496,10 @@ Status DataParallel::GatherGradients() {
   if (stage_ == 1 && dp_->size() > 1)
     DST_RETURN_IF_ERROR(AllGather(*dp_, storage_, FullGrads(), layout_.shard_size())->Wait());
   if (stage_ >= 2) {
-    gathered_grads_ = FlatBuffer(tracker_, MemoryCategory::kGradients, storage_, layout_.padded);
+    gathered_grads_ = FlatBuffer(tracker_, MemoryCategory::kGradients, storage_, layout_.padded,
+                                 placement_.memory);
     const ShardInfo s = my_shard();
-    std::memcpy(gathered_grads_.at(s.offset), grads_->shard(),
-                size_t(s.size) * ElementBytes(storage_));
+    ops_.Copy(storage_, grads_->shard(), gathered_grads_.at(s.offset), s.size);
     if (dp_->size() > 1)
       DST_RETURN_IF_ERROR(AllGather(*dp_, storage_, gathered_grads_.at(0), s.size)->Wait());
   }

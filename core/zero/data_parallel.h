@@ -219,6 +219,7 @@ class DataParallel final : public DataParallelism {
       false;  // fp32 training with master weights in a store elsewhere (or swapped params)
   ParamSwapOptions param_swap_;
   StepPlacement placement_;
+  StorageOps ops_;                       // over the placement
   std::unique_ptr<Communicator> local_;  // a group of one: 16-bit working copies at stages 0-2
   PartitionPlan plan_;
   std::unique_ptr<Optimizer> optimizer_;

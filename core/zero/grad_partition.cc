@@ -7,25 +7,31 @@ namespace dst {
 
 GradientPartition::GradientPartition(const PartitionPlan *plan, const ShardLayout &layout,
                                      Communicator *comm, ParamStore<float> *store,
-                                     MemoryTracker *tracker, const GradPartitionOptions &options)
+                                     MemoryTracker *tracker, const GradPartitionOptions &options,
+                                     StepPlacement placement)
     : plan_(plan),
       layout_(layout),
       comm_(comm),
       store_(store),
       options_(options),
       tracker_(tracker),
+      ops_(placement),
       mine_(layout.Shard(comm->rank())),
-      shard_(tracker, MemoryCategory::kGradients, options.storage, layout.shard_size()),
-      shared_(tracker, MemoryCategory::kCommunication, size_t(plan->shared.size)) {
+      shard_(tracker, MemoryCategory::kGradients, options.storage, layout.shard_size(),
+             placement.memory),
+      shared_(tracker, MemoryCategory::kCommunication, size_t(plan->shared.size),
+              placement.memory) {
   const auto comm_category = MemoryCategory::kCommunication;
   const size_t staging = size_t(plan->max_grad_staging);
-  staging_[0] = Buffer<float>(tracker, comm_category, staging);
-  if (options_.double_buffer) staging_[1] = Buffer<float>(tracker, comm_category, staging);
+  MemoryResource *memory = placement.memory;
+  staging_[0] = Buffer<float>(tracker, comm_category, staging, memory);
+  if (options_.double_buffer) staging_[1] = Buffer<float>(tracker, comm_category, staging, memory);
   if (options_.wire != StorageType::kFp32 && comm->size() > 1) {
     for (int b = 0; b < 2; ++b)
       if (staging_[b].data())
-        wire_[b] = FlatBuffer(tracker, comm_category, options_.wire, int64_t(staging));
-    wire_[kSharedBuffer] = FlatBuffer(tracker, comm_category, options_.wire, plan->shared.size);
+        wire_[b] = FlatBuffer(tracker, comm_category, options_.wire, int64_t(staging), memory);
+    wire_[kSharedBuffer] =
+        FlatBuffer(tracker, comm_category, options_.wire, plan->shared.size, memory);
   }
   // Shared gradients stay in their region for good.
   for (const TensorSlot &slot : plan->shared.slots)
@@ -53,10 +59,11 @@ Status GradientPartition::Zero() {
   shard_.zero();
   if (options_.once_per_step) {
     const int64_t total = step_offset_.empty() ? 0 : step_offset_.back() + plan_->grads.back().size;
-    step_ = Buffer<float>(tracker_, MemoryCategory::kGradients, size_t(total));  // zeroed
+    step_ = Buffer<float>(tracker_, MemoryCategory::kGradients, size_t(total),
+                          ops_.memory());  // zeroed
     if (options_.wire != StorageType::kFp32 && comm_->size() > 1)
       wire_[kStepBuffer] =
-          FlatBuffer(tracker_, MemoryCategory::kCommunication, options_.wire, total);
+          FlatBuffer(tracker_, MemoryCategory::kCommunication, options_.wire, total, ops_.memory());
     shared_.zero();
     for (size_t layer = 0; layer < plan_->grads.size(); ++layer)
       for (const TensorSlot &slot : plan_->grads[layer].slots)
@@ -72,7 +79,7 @@ Status GradientPartition::BeforeBackward(size_t layer) {
   Status st = Wait(current_);  // the buffer is free once waited on, even after an error
   const StagingLayout &staged = plan_->grads[layer];
   float *base = staging_[current_].data();
-  if (staged.size > 0) std::memset(base, 0, size_t(staged.size) * sizeof(float));
+  if (staged.size > 0) ops_.ZeroFloats(base, staged.size);
   for (const TensorSlot &slot : staged.slots) store_->SetGradPointer(slot.id, base + slot.staged);
   return st;
 }
@@ -109,23 +116,24 @@ Status GradientPartition::Drain() {
 void GradientPartition::AddToShard(int64_t begin, const void *data, int64_t count) {
   void *dst = shard_.at(begin - mine_.offset);
   if (options_.wire == StorageType::kFp32)
-    AddInto(shard_.type(), static_cast<const float *>(data), dst, count);
+    ops_.AddInto(shard_.type(), static_cast<const float *>(data), dst, count);
   else if (shard_.type() == StorageType::kFp32)  // fp32 training, 16-bit wire
-    AddWideInto(options_.wire, data, static_cast<float *>(dst), count);
+    ops_.AddWideInto(options_.wire, data, static_cast<float *>(dst), count);
   else
-    SumInto(shard_.type(), dst, data, count);
+    ops_.SumInto(shard_.type(), dst, data, count);
 }
 
 void GradientPartition::Launch(const Segment &segment, float *base, int buffer,
                                int64_t wire_offset) {
   const float *staged = base + segment.staged;
   if (comm_->size() == 1) {  // the whole buffer is this rank's shard: no collective
-    AddInto(shard_.type(), staged, shard_.at(segment.begin), segment.size());
+    ops_.AddInto(shard_.type(), staged, shard_.at(segment.begin), segment.size());
     return;
   }
   const bool wide_wire = options_.wire == StorageType::kFp32;
   if (!wide_wire)
-    Narrow(options_.wire, staged, wire_[buffer].at(wire_offset + segment.staged), segment.size());
+    ops_.Narrow(options_.wire, staged, wire_[buffer].at(wire_offset + segment.staged),
+                segment.size());
   const int64_t bucket = options_.bucket_elements > 0 ? options_.bucket_elements : segment.size();
   layout_.ForEachOwner(segment.begin, segment.end, [&](int64_t owner, int64_t begin, int64_t end) {
     for (int64_t x = begin; x < end; x += bucket) {

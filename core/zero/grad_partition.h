@@ -24,6 +24,9 @@
 // Over a group of one rank the partition is "local": the shard is the whole
 // buffer and a layer's staged gradients are added into it after its backward
 // (how 16-bit ZeRO 0/1 accumulate fp32 layer gradients into 16-bit storage).
+//
+// Every buffer lives where the placement says (a device's memory or the
+// host's) and every sum, rounding and fill runs through its step backend.
 #pragma once
 
 #include <memory>
@@ -52,7 +55,7 @@ class GradientPartition {
   // `plan`, `comm` and `store` must outlive this object.
   GradientPartition(const PartitionPlan *plan, const ShardLayout &layout, Communicator *comm,
                     ParamStore<float> *store, MemoryTracker *tracker,
-                    const GradPartitionOptions &options);
+                    const GradPartitionOptions &options, StepPlacement placement = {});
   ~GradientPartition();
 
   // This rank's gradient shard [shard_size] in the storage type: after
@@ -105,6 +108,7 @@ class GradientPartition {
   ParamStore<float> *store_;
   GradPartitionOptions options_;
   MemoryTracker *tracker_;
+  StorageOps ops_;  // the placement's memory and step backend
   ShardInfo mine_;
   FlatBuffer shard_;          // [shard_size] kGradients, storage type
   Buffer<float> staging_[2];  // [max_grad_staging] kCommunication (one unless double_buffer)

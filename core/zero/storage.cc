@@ -18,8 +18,10 @@ StorageType StorageOf(DType dtype) {
 }
 
 FlatBuffer::FlatBuffer(MemoryTracker *tracker, MemoryCategory category, StorageType type,
-                       int64_t numel)
-    : type_(type), numel_(numel), bytes_(tracker, category, size_t(numel) * ElementBytes(type)) {}
+                       int64_t numel, MemoryResource *memory)
+    : type_(type),
+      numel_(numel),
+      bytes_(tracker, category, size_t(numel) * ElementBytes(type), memory) {}
 
 void Widen(StorageType t, const void *src, float *dst, int64_t n) {
   if (t == StorageType::kFp32)
@@ -65,6 +67,73 @@ void SumInto(StorageType t, void *acc, const void *add, int64_t n) {
 double SumOfSquares(StorageType t, const void *x, int64_t n) {
   if (t == StorageType::kFp32) return cpu::SumOfSquares(static_cast<const float *>(x), n);
   return SumOfSquares16(HalfOf(t), static_cast<const uint16_t *>(x), n);
+}
+
+namespace {
+uint16_t *Bits(void *p) {
+  return static_cast<uint16_t *>(p);
+}
+const uint16_t *Bits(const void *p) {
+  return static_cast<const uint16_t *>(p);
+}
+}  // namespace
+
+void StorageOps::Widen(StorageType t, const void *src, float *dst, int64_t n) const {
+  if (t == StorageType::kFp32)
+    kernels().CopyRange(static_cast<const float *>(src), n, dst);
+  else
+    kernels().Widen16(HalfOf(t), Bits(src), n, dst);
+}
+
+void StorageOps::Narrow(StorageType t, const float *src, void *dst, int64_t n) const {
+  if (t == StorageType::kFp32)
+    kernels().CopyRange(src, n, static_cast<float *>(dst));
+  else
+    kernels().Narrow16(HalfOf(t), src, n, Bits(dst));
+}
+
+void StorageOps::AddInto(StorageType t, const float *add, void *acc, int64_t n) const {
+  if (t == StorageType::kFp32)
+    kernels().AddRange(add, n, static_cast<float *>(acc));
+  else
+    kernels().AddInto16(HalfOf(t), add, n, Bits(acc));
+}
+
+void StorageOps::AddWideInto(StorageType t, const void *add, float *acc, int64_t n) const {
+  if (t == StorageType::kFp32)
+    kernels().AddRange(static_cast<const float *>(add), n, acc);
+  else
+    kernels().AddWide16(HalfOf(t), Bits(add), n, acc);
+}
+
+void StorageOps::SumInto(StorageType t, void *acc, const void *add, int64_t n) const {
+  if (t == StorageType::kFp32)
+    kernels().AddRange(static_cast<const float *>(add), n, static_cast<float *>(acc));
+  else
+    kernels().Sum16(HalfOf(t), Bits(add), n, Bits(acc));
+}
+
+double StorageOps::SumOfSquares(StorageType t, const void *x, int64_t n) const {
+  if (t == StorageType::kFp32) return kernels().SumOfSquaresRange(static_cast<const float *>(x), n);
+  return kernels().SumOfSquares16(HalfOf(t), Bits(x), n);
+}
+
+void StorageOps::Copy(StorageType t, const void *src, void *dst, int64_t n) const {
+  kernels().CopyBytes(src, size_t(n) * ElementBytes(t), dst);
+}
+
+void StorageOps::Upload(void *dst, const void *host, size_t bytes) const {
+  if (memory())
+    memory()->Upload(dst, host, bytes);
+  else
+    std::memcpy(dst, host, bytes);
+}
+
+void StorageOps::Download(void *host, const void *src, size_t bytes) const {
+  if (memory())
+    memory()->Download(host, src, bytes);
+  else
+    std::memcpy(host, src, bytes);
 }
 
 std::unique_ptr<Work> AllReduceSum(Communicator &comm, StorageType t, void *data, int64_t n) {

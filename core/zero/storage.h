@@ -13,6 +13,7 @@
 
 #include "core/comm/communicator.h"
 #include "core/config/config.h"
+#include "core/kernels/step_kernels.h"
 #include "core/precision/half_ops.h"
 #include "core/runtime/memory.h"
 
@@ -31,11 +32,13 @@ inline Half HalfOf(StorageType t) {
 }
 
 // A zeroed, 64-byte aligned flat buffer of `numel` elements of a storage
-// type, charged to a memory category for its lifetime.
+// type, charged to a memory category for its lifetime; in host memory or
+// `memory`'s.
 class FlatBuffer {
  public:
   FlatBuffer() = default;
-  FlatBuffer(MemoryTracker *tracker, MemoryCategory category, StorageType type, int64_t numel);
+  FlatBuffer(MemoryTracker *tracker, MemoryCategory category, StorageType type, int64_t numel,
+             MemoryResource *memory = nullptr);
 
   StorageType type() const { return type_; }
   int64_t size() const { return numel_; }
@@ -63,6 +66,33 @@ void AddWideInto(StorageType t, const void *add, float *acc, int64_t n);
 void SumInto(StorageType t, void *acc, const void *add, int64_t n);
 // Sum of squares in double; not finite if an element is not.
 double SumOfSquares(StorageType t, const void *x, int64_t n);
+
+// The functions above over memory a StepPlacement holds (the host's, or a
+// device's), computed by its step backend: what the partitions and the
+// data-parallel layer call, so that one code path serves both. Upload and
+// Download copy between the host and that memory.
+class StorageOps {
+ public:
+  explicit StorageOps(StepPlacement placement = {}) : placement_(placement) {}
+  const StepKernels &kernels() const { return placement_.step(); }
+  MemoryResource *memory() const { return placement_.memory; }
+  bool on_host() const { return placement_.on_host(); }
+
+  void Widen(StorageType t, const void *src, float *dst, int64_t n) const;
+  void Narrow(StorageType t, const float *src, void *dst, int64_t n) const;
+  void AddInto(StorageType t, const float *add, void *acc, int64_t n) const;
+  void AddWideInto(StorageType t, const void *add, float *acc, int64_t n) const;
+  void SumInto(StorageType t, void *acc, const void *add, int64_t n) const;
+  double SumOfSquares(StorageType t, const void *x, int64_t n) const;
+  // n elements of type t.
+  void Copy(StorageType t, const void *src, void *dst, int64_t n) const;
+  void ZeroFloats(float *x, int64_t n) const { kernels().ZeroRange(n, x); }
+  void Upload(void *dst, const void *host, size_t bytes) const;
+  void Download(void *host, const void *src, size_t bytes) const;
+
+ private:
+  StepPlacement placement_;
+};
 
 // Collectives on data of a storage type: the fp32 or the 16-bit variant.
 std::unique_ptr<Work> AllReduceSum(Communicator &comm, StorageType t, void *data, int64_t n);

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,117 @@ void ExpectStepsMatchTheCpu(TrainingDevice &device, const std::string &extra, do
   ASSERT_EQ(got.error, "");
   ASSERT_TRUE(device.TakeStatus().ok()) << device.TakeStatus().message();
   ExpectClose(got.values, want.values, rel);
+}
+
+// Each step kernel on device memory against the CPU step backend on the same
+// random inputs: the conversions bit for bit (both round to nearest even),
+// the arithmetic within fp32's reordering.
+class DeviceArrays {
+ public:
+  explicit DeviceArrays(TrainingDevice &device) : memory_(*device.memory()) {}
+  ~DeviceArrays() {
+    for (void *p : taken_) memory_.Free(p);
+  }
+  template <typename T>
+  T *Copy(const std::vector<T> &host) {
+    void *p = memory_.Allocate(host.size() * sizeof(T));
+    taken_.push_back(p);
+    memory_.Upload(p, host.data(), host.size() * sizeof(T));
+    return static_cast<T *>(p);
+  }
+  template <typename T>
+  std::vector<T> Back(const T *device, size_t n) {
+    std::vector<T> host(n);
+    memory_.Download(host.data(), device, n * sizeof(T));
+    return host;
+  }
+
+ private:
+  MemoryResource &memory_;
+  std::vector<void *> taken_;
+};
+
+TEST(CudaTraining, StepKernelsMatchTheCpu) {
+  DST_TRAINING_DEVICE_OR_SKIP(device);
+  const StepKernels &gpu = device.step(), &cpu = HostStepKernels();
+  DeviceArrays arrays(device);
+  const int64_t n = 5000;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto random = [&] {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float &x : v) x = normal(rng);
+    return v;
+  };
+  std::vector<float> a = random(), b = random(), m = random(), v = random();
+  for (float &x : v) x = std::fabs(x);
+
+  // Scale, add, norm.
+  float *da = arrays.Copy(a), *db = arrays.Copy(b);
+  gpu.ScaleRange(0.5f, n, da);
+  gpu.AddRange(db, n, da);
+  std::vector<float> want = a;
+  cpu.ScaleRange(0.5f, n, want.data());
+  cpu.AddRange(b.data(), n, want.data());
+  ExpectClose(arrays.Back(da, size_t(n)), want, 0.0);
+  EXPECT_NEAR(gpu.SumOfSquaresRange(db, n), cpu.SumOfSquaresRange(b.data(), n),
+              1e-9 * cpu.SumOfSquaresRange(b.data(), n));
+
+  // Adam with the 16-bit copy, SGD with momentum.
+  const AdamHyper adam{1e-3, 0.9, 0.999, 1e-8, 0.1, 2, true};
+  AdamRange range;
+  range.param = arrays.Copy(a);
+  range.grad = arrays.Copy(b);
+  range.exp_avg = arrays.Copy(m);
+  range.exp_avg_sq = arrays.Copy(v);
+  range.n = n;
+  range.grad_mul = 0.25f;
+  range.half_out = arrays.Copy(std::vector<uint16_t>(size_t(n)));
+  gpu.AdamUpdate(range, adam);
+  std::vector<float> p = a, mm = m, vv = v;
+  std::vector<uint16_t> half(static_cast<size_t>(n));
+  AdamRange host{p.data(), b.data(), mm.data(), vv.data(), n, 0.25f, half.data(), Half::kBf16};
+  cpu.AdamUpdate(host, adam);
+  ExpectClose(arrays.Back(range.param, size_t(n)), p, 1e-6);
+  ExpectClose(arrays.Back(range.exp_avg_sq, size_t(n)), vv, 1e-6);
+  const std::vector<uint16_t> got_half = arrays.Back(range.half_out, size_t(n));
+  int64_t off = 0;  // a weight within fp32 rounding of a bf16 boundary may round the other way
+  for (int64_t i = 0; i < n; ++i) off += got_half[size_t(i)] != half[size_t(i)];
+  EXPECT_LE(off, n / 1000);
+  const SgdHyper sgd{0.05, 0.9, 0.1, 0.01, true, false};
+  float *dp = arrays.Copy(a), *dm = arrays.Copy(m);
+  gpu.SgdUpdate(db, n, sgd, dp, dm);
+  p = a, mm = m;
+  cpu.SgdUpdate(b.data(), n, sgd, p.data(), mm.data());
+  ExpectClose(arrays.Back(dp, size_t(n)), p, 1e-6);
+
+  // The 16-bit storage conversions and sums.
+  for (Half h : {Half::kBf16, Half::kFp16}) {
+    std::vector<uint16_t> ha(static_cast<size_t>(n)), hb(static_cast<size_t>(n));
+    cpu.Narrow16(h, a.data(), n, ha.data());
+    cpu.Narrow16(h, b.data(), n, hb.data());
+    uint16_t *dha = arrays.Copy(std::vector<uint16_t>(size_t(n)));
+    gpu.Narrow16(h, arrays.Copy(a), n, dha);
+    EXPECT_EQ(arrays.Back(dha, size_t(n)), ha) << HalfName(h);
+    uint16_t *dhb = arrays.Copy(hb);
+    gpu.Sum16(h, dhb, n, dha);
+    cpu.Sum16(h, hb.data(), n, ha.data());
+    EXPECT_EQ(arrays.Back(dha, size_t(n)), ha) << HalfName(h);
+    gpu.AddInto16(h, arrays.Copy(b), n, dha);
+    cpu.AddInto16(h, b.data(), n, ha.data());
+    EXPECT_EQ(arrays.Back(dha, size_t(n)), ha) << HalfName(h);
+    float *wide = arrays.Copy(a);
+    gpu.AddWide16(h, dha, n, wide);
+    std::vector<float> wide_cpu = a;
+    cpu.AddWide16(h, ha.data(), n, wide_cpu.data());
+    ExpectClose(arrays.Back(wide, size_t(n)), wide_cpu, 0.0);
+    gpu.Widen16(h, dha, n, wide);
+    cpu.Widen16(h, ha.data(), n, wide_cpu.data());
+    ExpectClose(arrays.Back(wide, size_t(n)), wide_cpu, 0.0);
+    EXPECT_NEAR(gpu.SumOfSquares16(h, dha, n), cpu.SumOfSquares16(h, ha.data(), n),
+                1e-9 * cpu.SumOfSquares16(h, ha.data(), n));
+  }
+  EXPECT_TRUE(device.TakeStatus().ok()) << device.TakeStatus().message();
 }
 
 TEST(CudaTraining, SgdStepsMatchTheCpu) {

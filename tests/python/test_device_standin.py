@@ -26,11 +26,14 @@ def run(binary, *args, standin=True):
                           timeout=cli_tests.TIMEOUT, env=env)
 
 
-def write_config(tmp_path, name, device, stage, micro=8):
+def write_config(tmp_path, name, device, stage, micro=8, wire=None):
     config = cli_tests.tiny_config(total_num_steps=20)
     config["train_micro_batch_size_per_gpu"] = micro
     del config["gradient_accumulation_steps"]
-    config["zero_optimization"] = {"stage": stage, "overlap_comm": True}
+    config["zero_optimization"] = {"stage": stage, "overlap_comm": True,
+                                   "reduce_bucket_size": 5000}
+    if wire:
+        config["communication_data_type"] = wire
     config["dstrain"] = {"device": device}
     path = tmp_path / name
     path.write_text(json.dumps(config))
@@ -42,7 +45,7 @@ def checkpoint_bytes(directory):
     return {p.name: p.read_bytes() for p in sorted(pathlib.Path(directory).glob("*.safetensors"))}
 
 
-@pytest.mark.parametrize("stage", [0, 1])
+@pytest.mark.parametrize("stage", [0, 1, 2])
 def test_one_rank_on_the_device_is_the_cpu_run_and_its_checkpoint_resumes_on_the_cpu(
         dstrain, job, tmp_path, stage):  # noqa: F811
     job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage)
@@ -64,9 +67,13 @@ def test_one_rank_on_the_device_is_the_cpu_run_and_its_checkpoint_resumes_on_the
     assert cli_tests.final_line(resumed.stdout) == cli_tests.final_line(whole.stdout)
 
 
-def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(dstrain, job, tmp_path):  # noqa: F811
-    job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", 1, micro=4)
-    job["dev"] = write_config(tmp_path, "dev.json", "cuda", 1, micro=4)
+# ZeRO 1; ZeRO 2's partitioned gradients reduced in fp16; ZeRO 0's buckets
+# all-reduced in bf16 (the wire conversions run on the device too).
+@pytest.mark.parametrize("stage,wire", [(1, None), (2, "fp16"), (0, "bf16")])
+def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(
+        dstrain, job, tmp_path, stage, wire):  # noqa: F811
+    job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage, micro=4, wire=wire)
+    job["dev"] = write_config(tmp_path, "dev.json", "cuda", stage, micro=4, wire=wire)
     outputs = {}
     for name, standin in (("cpu", False), ("dev", True)):
         launched = run(dstrain, "launch", "--nproc-per-node", "2", "--master-port",

@@ -150,6 +150,22 @@ DstCudaKernelTable FakeTable() {
     g_sgd = *k;
     return Record("sgd", n, momentum != nullptr);
   };
+  t.narrow_16 = [](void *, int half, const float *, long n, uint16_t *) {
+    return Record("narrow_16", half, n);
+  };
+  t.add_into_16 = [](void *, int half, const float *, long n, uint16_t *) {
+    return Record("add_into_16", half, n);
+  };
+  t.add_wide_16 = [](void *, int half, const uint16_t *, long n, float *) {
+    return Record("add_wide_16", half, n);
+  };
+  t.sum_16 = [](void *, int half, const uint16_t *, long n, uint16_t *) {
+    return Record("sum_16", half, n);
+  };
+  t.sum_of_squares_16 = [](void *, int half, const uint16_t *, long n, double *sum) {
+    *sum = 4.0;
+    return Record("sum_of_squares_16", half, n);
+  };
   return t;
 }
 
@@ -301,6 +317,20 @@ TEST_F(CudaKernelsHost, TheStepCallsCrossTheTableWithCpuAdamsConstants) {
   EXPECT_EQ(g_calls,
             (std::vector<std::string>{"scale 25 7", "sum_of_squares 7", "adam 5 0 1", "adam 5 1 0",
                                       "sgd 6 0", "sgd 6 1", "zero 12", "copy_rows 8 1 8 8"}));
+  g_calls.clear();
+  uint16_t h16[4] = {};
+  step.AddRange(x_, 3, y_);
+  step.CopyBytes(x_, 6, y_);
+  step.Widen16(Half::kBf16, h16, 4, y_);
+  step.Narrow16(Half::kFp16, x_, 4, h16);
+  step.AddInto16(Half::kBf16, x_, 4, h16);
+  step.AddWide16(Half::kFp16, h16, 4, y_);
+  step.Sum16(Half::kBf16, h16, 4, h16);
+  EXPECT_EQ(step.SumOfSquares16(Half::kBf16, h16, 4), 4.0);
+  EXPECT_EQ(g_calls,
+            (std::vector<std::string>{"add_in_place 3", "copy_rows 6 1 6 6", "unstash_from_16 1 4",
+                                      "narrow_16 0 4", "add_into_16 1 4", "add_wide_16 0 4",
+                                      "sum_16 1 4", "sum_of_squares_16 1 4"}));
   g_fail_entry_code = 4;
   EXPECT_TRUE(std::isnan(step.SumOfSquaresRange(x_, 7)));
   EXPECT_EQ(step.TakeError().message(), "CUDA kernel SumOfSquaresRange on cuda:3: fake error 4");

@@ -3,6 +3,7 @@
 // around every call with its name; the default compiles away.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/kernels/cpu/cpu_adam.h"
@@ -42,6 +43,45 @@ class CpuStepKernels final : public StepKernels {
                  float *momentum) const override {
     Scope s("SgdUpdate");
     cpu::SgdUpdate(param, grad, momentum, n, h);
+  }
+
+  void AddRange(const float *add, int64_t n, float *acc) const override {
+    Scope s("AddRange");
+    for (int64_t i = 0; i < n; ++i) acc[i] += add[i];
+  }
+  void CopyBytes(const void *src, size_t bytes, void *dst) const override {
+    Scope s("CopyBytes");
+    std::memcpy(dst, src, bytes);
+  }
+  void Widen16(Half h, const uint16_t *src, int64_t n, float *dst) const override {
+    Scope s("Widen16");
+    ToFloat(h, src, dst, n);
+  }
+  void Narrow16(Half h, const float *src, int64_t n, uint16_t *dst) const override {
+    Scope s("Narrow16");
+    FromFloat(h, src, dst, n);
+  }
+  void AddInto16(Half h, const float *add, int64_t n, uint16_t *acc) const override {
+    Scope s("AddInto16");
+    AccumulateInto(h, add, acc, n);
+  }
+  void AddWide16(Half h, const uint16_t *add, int64_t n, float *acc) const override {
+    Scope s("AddWide16");
+    constexpr int64_t kChunk = 4096;
+    float wide[kChunk];
+    for (int64_t c = 0; c < n; c += kChunk) {
+      const int64_t m = std::min(kChunk, n - c);
+      ToFloat(h, add + c, wide, m);
+      for (int64_t i = 0; i < m; ++i) acc[c + i] += wide[i];
+    }
+  }
+  void Sum16(Half h, const uint16_t *add, int64_t n, uint16_t *acc) const override {
+    Scope s("Sum16");
+    dst::Sum16(h, acc, add, n);
+  }
+  double SumOfSquares16(Half h, const uint16_t *x, int64_t n) const override {
+    Scope s("SumOfSquares16");
+    return dst::SumOfSquares16(h, x, n);
   }
 };
 

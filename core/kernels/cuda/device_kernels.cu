@@ -178,6 +178,33 @@ __global__ void SquaresKernel(const float *x, long n, double *partial) {
   }
   if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
 }
+__global__ void Squares16Kernel(bool bf16, const uint16_t *x, long n, double *partial) {
+  __shared__ double sums[256];
+  double sum = 0;
+  DST_GRID_STRIDE(i, n) {
+    const double v = From16(bf16, x[i]);
+    sum += v * v;
+  }
+  sums[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (int(threadIdx.x) < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+}
+__global__ void Narrow16Kernel(bool bf16, const float *src, long n, uint16_t *dst) {
+  DST_GRID_STRIDE(i, n) dst[i] = To16(bf16, src[i]);
+}
+__global__ void AddInto16Kernel(bool bf16, const float *add, long n, uint16_t *acc) {
+  DST_GRID_STRIDE(i, n) acc[i] = To16(bf16, From16(bf16, acc[i]) + add[i]);
+}
+__global__ void AddWide16Kernel(bool bf16, const uint16_t *add, long n, float *acc) {
+  DST_GRID_STRIDE(i, n) acc[i] += From16(bf16, add[i]);
+}
+__global__ void Sum16Kernel(bool bf16, const uint16_t *add, long n, uint16_t *acc) {
+  DST_GRID_STRIDE(i, n) acc[i] = To16(bf16, From16(bf16, acc[i]) + From16(bf16, add[i]));
+}
 __global__ void ScaleKernel(float k, long n, float *x) {
   DST_GRID_STRIDE(i, n) x[i] *= k;
 }
@@ -582,24 +609,34 @@ int NormalizeAndNll(void *ctx, float *logits, long rows, long V, const float *su
   return SumRowTerms(c, terms, rows, loss, counted);
 }
 
-int MseForward(void *ctx, const float *pred, const float *labels, long n, double *loss) {
-  DST_ENTER(ctx);
-  *loss = 0;
+// The per-block partial sums `launch` wrote into `partial` [blocks], summed
+// on the host in block order (the same bits run to run).
+template <typename LaunchFn>
+int SumPartials(Context &c, long n, double *sum, LaunchFn launch) {
+  *sum = 0;
   if (n == 0) return 0;
   const Launch l = ElementwiseLaunch(n);
   double *partial = nullptr;
   if (cudaError_t e = TakeArray(c, kRowTerms, size_t(l.blocks), &partial)) return e;
-  SquaredErrorKernel<<<l.blocks, 256, 0, c.stream>>>(pred, labels, n, partial);
+  launch(l.blocks, partial);
   if (int e = Launched()) return e;
   c.host_double.resize(size_t(l.blocks));
   cudaError_t e = cudaMemcpyAsync(c.host_double.data(), partial, size_t(l.blocks) * sizeof(double),
                                   cudaMemcpyDeviceToHost, c.stream);
   if (e == cudaSuccess) e = cudaStreamSynchronize(c.stream);
   if (e != cudaSuccess) return e;
-  double sum = 0;
-  for (double p : c.host_double) sum += p;
-  *loss = sum / double(n);
+  for (double p : c.host_double) *sum += p;
   return 0;
+}
+
+int MseForward(void *ctx, const float *pred, const float *labels, long n, double *loss) {
+  DST_ENTER(ctx);
+  double sum = 0;
+  const int e = SumPartials(c, n, &sum, [&](unsigned blocks, double *partial) {
+    SquaredErrorKernel<<<blocks, 256, 0, c.stream>>>(pred, labels, n, partial);
+  });
+  *loss = e == 0 && n > 0 ? sum / double(n) : 0.0;
+  return e;
 }
 
 int MseBackward(void *ctx, const float *pred, const float *labels, long n, float grad_scale,
@@ -616,24 +653,36 @@ int Scale(void *ctx, float k, long n, float *x) {
   DST_LAUNCH_ELEMENTWISE(ScaleKernel, n, k, n, x);
 }
 
-// Partial sums per block, then their sum on the host (in block order: the
-// same bits run to run).
 int SumOfSquares(void *ctx, const float *x, long n, double *sum) {
   DST_ENTER(ctx);
-  *sum = 0;
-  if (n == 0) return 0;
-  const Launch l = ElementwiseLaunch(n);
-  double *partial = nullptr;
-  if (cudaError_t e = TakeArray(c, kRowTerms, size_t(l.blocks), &partial)) return e;
-  SquaresKernel<<<l.blocks, 256, 0, c.stream>>>(x, n, partial);
-  if (int e = Launched()) return e;
-  c.host_double.resize(size_t(l.blocks));
-  cudaError_t e = cudaMemcpyAsync(c.host_double.data(), partial, size_t(l.blocks) * sizeof(double),
-                                  cudaMemcpyDeviceToHost, c.stream);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(c.stream);
-  if (e != cudaSuccess) return e;
-  for (double p : c.host_double) *sum += p;
-  return 0;
+  return SumPartials(c, n, sum, [&](unsigned blocks, double *partial) {
+    SquaresKernel<<<blocks, 256, 0, c.stream>>>(x, n, partial);
+  });
+}
+
+int SumOfSquares16(void *ctx, int half, const uint16_t *x, long n, double *sum) {
+  DST_ENTER(ctx);
+  const bool bf16 = half == DST_CUDA_HALF_BF16;
+  return SumPartials(c, n, sum, [&](unsigned blocks, double *partial) {
+    Squares16Kernel<<<blocks, 256, 0, c.stream>>>(bf16, x, n, partial);
+  });
+}
+
+int Narrow16(void *ctx, int half, const float *src, long n, uint16_t *dst) {
+  DST_ENTER(ctx);
+  DST_LAUNCH_ELEMENTWISE(Narrow16Kernel, n, half == DST_CUDA_HALF_BF16, src, n, dst);
+}
+int AddInto16(void *ctx, int half, const float *add, long n, uint16_t *acc) {
+  DST_ENTER(ctx);
+  DST_LAUNCH_ELEMENTWISE(AddInto16Kernel, n, half == DST_CUDA_HALF_BF16, add, n, acc);
+}
+int AddWide16(void *ctx, int half, const uint16_t *add, long n, float *acc) {
+  DST_ENTER(ctx);
+  DST_LAUNCH_ELEMENTWISE(AddWide16Kernel, n, half == DST_CUDA_HALF_BF16, add, n, acc);
+}
+int Sum16(void *ctx, int half, const uint16_t *add, long n, uint16_t *acc) {
+  DST_ENTER(ctx);
+  DST_LAUNCH_ELEMENTWISE(Sum16Kernel, n, half == DST_CUDA_HALF_BF16, add, n, acc);
 }
 
 int Adam(void *ctx, float *param, const float *grad, float *exp_avg, float *exp_avg_sq, long n,
@@ -700,5 +749,10 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_kernels(
   t->sum_of_squares = k::SumOfSquares;
   t->adam = k::Adam;
   t->sgd = k::Sgd;
+  t->narrow_16 = k::Narrow16;
+  t->add_into_16 = k::AddInto16;
+  t->add_wide_16 = k::AddWide16;
+  t->sum_16 = k::Sum16;
+  t->sum_of_squares_16 = k::SumOfSquares16;
   return 0;
 }
