@@ -166,28 +166,25 @@ Status CheckGradientCompressionSupported(const Config &config) {
       std::to_string(config.zero.stage));
 }
 
-// A device trains in fp32 with its buffers and optimizer state in device
-// memory at ZeRO 0, 1 or 2; the rest of the engine (16-bit storage, sharded
-// gradients and parameters, offload, compression, the pipeline's and tensor
-// parallelism's exchanges) still runs on host memory only. (The world size a
-// CUDA device takes is TrainingDevice::Open's to say: the guarded stand-in
-// trains any data-parallel size.)
+// A device trains with every buffer and the optimizer state in its memory at
+// any ZeRO stage, in fp32, fp16 or bf16; what still runs on host memory only
+// (offload, compression, the fp32 modules of 16-bit training, the
+// pipeline's and tensor parallelism's exchanges) is refused. (The world
+// size a CUDA device takes is TrainingDevice::Open's to say: the guarded
+// stand-in trains any data-parallel size.)
 Status CheckDeviceSupported(const Config &config) {
   if (config.runtime.device != "cuda") return Status::Ok();
   const std::string head = "dstrain.device \"cuda\" with ";
   const std::string tail =
-      " is not supported yet; a device trains in fp32 at ZeRO stage 0, 1 or 2 without offload, "
-      "compression, pipeline or tensor parallelism. Use dstrain.device \"cpu\" for this layout";
-  if (config.precision() != DType::kFloat32)
-    return NotSupported(head + (config.precision() == DType::kFloat16 ? "fp16" : "bf16") +
-                        ".enabled (16-bit storage is converted on the host)" + tail);
-  if (config.zero.stage > 2)
-    return NotSupported(head + "zero_optimization.stage " + std::to_string(config.zero.stage) +
-                        tail);
+      " is not supported yet; a device trains at ZeRO 0-3 in fp32, fp16 or bf16 without "
+      "offload, compression, fp32 modules, pipeline or tensor parallelism. Use dstrain.device "
+      "\"cpu\" for this layout";
   if (config.zero.offload_optimizer_device != "none" || config.zero.offload_param_device != "none")
     return NotSupported(head + "zero_optimization.offload_optimizer/offload_param" + tail);
-  if (config.gradient_compression.enabled)
-    return NotSupported(head + "gradient_compression" + tail);
+  if (config.gradient_compression.enabled) return NotSupported(head + "gradient_compression" + tail);
+  if (config.precision() != DType::kFloat32 && !config.fp32_modules().empty())
+    return NotSupported(head + (config.precision() == DType::kFloat16 ? "fp16" : "bf16") +
+                        "_override_modules" + tail);
   if (config.pp_size > 1 || config.tp_size > 1)
     return NotSupported(head + "pipeline or tensor parallelism" + tail);
   return Status::Ok();

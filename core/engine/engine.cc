@@ -155,9 +155,10 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
       StoreOptionsForStage(config_.zero.stage, dp_comm_->size(), config_.precision()), activations,
       part, placement.memory);
   if (device_) model_->SetKernels(device_->kernels());
-  // bf16 training multiplies in bf16 where this CPU's bf16 dot products are
+  // bf16 training multiplies in bf16 on a GPU, and where this CPU's bf16 dot products are
   // the faster ones (cpu::Bf16Compute); elsewhere, and for fp16, in fp32.
-  if (config_.precision() == DType::kBFloat16 && cpu::Bf16Compute().enabled)
+  const bool bf16_gemms = device_ ? device_->Bf16Gemms() : cpu::Bf16Compute().enabled;
+  if (config_.precision() == DType::kBFloat16 && bf16_gemms)
     model_->SetComputeType(ComputeType::kBf16);
   Result<std::vector<InjectedIoFault>> io_faults = ParseIoFaultInjection(env_.rank);
   dp_ = std::make_unique<DataParallel>(

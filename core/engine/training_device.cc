@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/kernels/cpu/gemm.h"
 #include "core/runtime/cuda_kernels.h"
 #include "core/runtime/cuda_runtime.h"
 #include "core/runtime/guarded_device.h"
@@ -43,6 +44,7 @@ class CudaTrainingDevice final : public TrainingDevice {
   MemoryResource *memory() override { return memory_.get(); }
   const Kernels<float> &kernels() const override { return *kernels_; }
   const StepKernels &step() const override { return *kernels_; }
+  bool Bf16Gemms() const override { return true; }
   Status TakeStatus() const override {
     if (!memory_->status().ok()) return memory_->status();
     return kernels().TakeError();
@@ -61,6 +63,7 @@ class GuardedTrainingDevice final : public TrainingDevice {
   MemoryResource *memory() override { return &memory_; }
   const Kernels<float> &kernels() const override { return kernels_; }
   const StepKernels &step() const override { return step_; }
+  bool Bf16Gemms() const override { return cpu::Bf16Compute().enabled; }
   Status TakeStatus() const override { return Status::Ok(); }
   std::unique_ptr<Communicator> Adopt(std::unique_ptr<Communicator> group) override {
     return std::make_unique<guarded::Communicator>(std::move(group));

@@ -35,6 +35,9 @@ class TrainingDevice {
   virtual const Kernels<float> &kernels() const = 0;
   virtual const StepKernels &step() const = 0;
   StepPlacement placement() { return {memory(), &step()}; }
+  // Whether bf16 training multiplies in bf16 here (ComputeType::kBf16: CUDA's
+  // bf16 GEMMs with fp32 accumulation; the stand-in follows the CPU's choice).
+  virtual bool Bf16Gemms() const = 0;
   // The first allocation or copy that failed, else the first kernel that
   // failed since the last call (OK when none): the engine asks after
   // building and after each step.

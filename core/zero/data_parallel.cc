@@ -72,10 +72,14 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   if (stage_ >= 3)
     params_ = std::make_unique<ParameterPartition>(
         &plan_, layout_, dp_, &store, tracker, seed, config.zero.stage3_prefetch_bucket_size,
-        storage_, ParamsOffloaded() ? param_swap_.max_in_cpu : -1);
+        storage_, ParamsOffloaded() ? param_swap_.max_in_cpu : -1, placement_);
   else if (Wide())
     params_ = std::make_unique<ParameterPartition>(&plan_, local_layout, local_.get(), &store,
-                                                   tracker, seed, 0, storage_);
+                                                   tracker, seed, 0, storage_, -1, placement_);
+  // 16 bits: the gradients widened a chunk at a time where they live.
+  if (Wide())
+    chunk_ = Buffer<float>(tracker, MemoryCategory::kCommunication, size_t(kChunk),
+                           placement_.memory);
 
   GradPartitionOptions grad_options;
   grad_options.bucket_elements = bucket;
@@ -124,10 +128,18 @@ Status DataParallel::StartFresh() {
   const uint64_t seed = model_->spec().seed;
   return ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {
     const int64_t begin = state_range_.offset + piece.begin;
-    if (mirror_ && !ParamsOffloaded())
+    if (mirror_ && !ParamsOffloaded()) {
       step().CopyRange(StateParams() + piece.begin, piece.count, piece.tensors[0]);
-    else
+    } else if (ops_.on_host()) {
       store.InitializeRange(seed, begin, begin + piece.count, piece.tensors[0]);
+    } else {  // made on the host, a chunk at a time
+      std::vector<float> host(static_cast<size_t>(std::min(kChunk, piece.count)));
+      for (int64_t c = 0; c < piece.count; c += kChunk) {
+        const int64_t n = std::min(kChunk, piece.count - c);
+        store.InitializeRange(seed, begin + c, begin + c + n, host.data());
+        ops_.Upload(piece.tensors[0] + c, host.data(), size_t(n) * sizeof(float));
+      }
+    }
     return Status::Ok();
   });
 }
@@ -358,7 +370,7 @@ Status DataParallel::MasterToParams(int64_t begin, int64_t count, const float *m
   if (fp32_) fp32_->TakeValues(state_range_.offset + begin, count, master);
   const int64_t at = ParamIndex(begin);
   if (params_->Resident(at, count)) {
-    Narrow(storage_, master, HalfParams(begin), count);
+    ops_.Narrow(storage_, master, HalfParams(begin), count);
     return Status::Ok();
   }
   uint16_t half[kChunk];
@@ -423,11 +435,11 @@ Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
   const float factor = float(clip_coef_ * GradFactor());
   const uint16_t *grads = static_cast<const uint16_t *>(StateGrads()) + piece.begin;
   const bool fused = optimizer_->fuses();
-  float chunk[kChunk];
-  uint16_t half[kChunk];  // the 16-bit copy of a chunk whose parameters are swapped
+  float *chunk = chunk_.data();
+  uint16_t half[kChunk];  // the 16-bit copy of a chunk whose parameters are swapped (host)
   for (int64_t c = 0; c < piece.count; c += kChunk) {
     const int64_t n = std::min(kChunk, piece.count - c);
-    Widen(storage_, grads + c, chunk, n);
+    ops_.Widen(storage_, grads + c, chunk, n);
     if (fp32_) fp32_->OverlayGrads(state_range_.offset + piece.begin + c, n, chunk);
     StatePiece part = piece;
     part.begin = piece.begin + c;
@@ -442,7 +454,7 @@ Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
       if (out == half) DST_RETURN_IF_ERROR(params_->WriteShard(at, half, n));
       continue;
     }
-    for (int64_t i = 0; i < n; ++i) chunk[i] *= factor;
+    step().ScaleRange(factor, n, chunk);
     optimizer_->Update(part, nullptr, chunk, lr);
     DST_RETURN_IF_ERROR(MasterToParams(part.begin, n, part.tensors[0]));
   }
@@ -462,6 +474,16 @@ Status DataParallel::MastersToParams(int64_t begin, int64_t count, const float *
   return Status::Ok();
 }
 
+Status DataParallel::HostMastersToParams(int64_t begin, int64_t count, const float *master) {
+  if (ops_.on_host()) return MastersToParams(begin, count, master);
+  for (int64_t c = 0; c < count; c += kChunk) {  // through the device's chunk buffer
+    const int64_t n = std::min(kChunk, count - c);
+    ops_.Upload(chunk_.data(), master + c, size_t(n) * sizeof(float));
+    DST_RETURN_IF_ERROR(MastersToParams(begin + c, n, chunk_.data()));
+  }
+  return Status::Ok();
+}
+
 Status DataParallel::RollBack(int64_t touched, Status failure) {
   StateStore &state = optimizer_->state();
   state.AbortPass();
@@ -476,7 +498,7 @@ Status DataParallel::RollBack(int64_t touched, Status failure) {
     for (int64_t c = 0; c < touched && restored.ok(); c += int64_t(master.size())) {
       const int64_t n = std::min(int64_t(master.size()), touched - c);
       restored = state.Read(0, c, n, master.data());
-      if (restored.ok()) restored = MastersToParams(c, n, master.data());
+      if (restored.ok()) restored = HostMastersToParams(c, n, master.data());
     }
   }
   if (swapped) {
@@ -550,12 +572,9 @@ Status DataParallel::ReadGrad(int id, float *out) const {
   }
   const void *full =
       stage_ >= 2 ? gathered_grads_.at(0) : const_cast<DataParallel *>(this)->FullGrads();
-  if (!Wide()) {
-    ToHost(static_cast<const float *>(full) + d.offset, d.numel, out);
-    return Status::Ok();
-  }
-  Widen(storage_, static_cast<const uint8_t *>(full) + size_t(d.offset) * ElementBytes(storage_),
-        out, d.numel);
+  ops_.WidenToHost(storage_,
+                   static_cast<const uint8_t *>(full) + size_t(d.offset) * ElementBytes(storage_),
+                   out, d.numel);
   if (Wide()) {
     const float f = float(GradFactor());
     for (int64_t i = 0; i < d.numel; ++i) out[i] *= f;
@@ -563,16 +582,28 @@ Status DataParallel::ReadGrad(int id, float *out) const {
   return Status::Ok();
 }
 
+ShardInfo DataParallel::HeldParams() const {
+  if (MastersAreParams()) return state_range_;
+  if (params_) return my_shard();
+  return ShardInfo{0, layout_.padded};
+}
+
 float *DataParallel::HostParams() {
   if (host_params_.size() == 0)
     host_params_ = Buffer<float>(tracker_, MemoryCategory::kOffload, size_t(layout_.padded));
-  ToHost(model_->params().values(), layout_.padded, host_params_.data());
+  const ShardInfo held = HeldParams();
+  if (MastersAreParams())
+    (void)optimizer_->state().Read(0, 0, held.size, host_params_.data());  // resident: cannot fail
+  else
+    ToHost(params_ ? params_->shard_f32() : model_->params().values(), held.size,
+           host_params_.data());
   return host_params_.data();
 }
 
 float *DataParallel::FullParams() {
-  if (!placement_.on_host()) return HostParams();  // fp32 at stages 0, 1: every parameter
-  if (Wide() || ParamsOffloaded())                 // the master weights, when they cover everything
+  if (!placement_.on_host())
+    return HeldParams().size == layout_.padded ? HostParams() : nullptr;
+  if (Wide() || ParamsOffloaded())  // the master weights, when they cover everything
     return state_range_.size == layout_.padded
                ? const_cast<float *>(optimizer_->state().Resident(0))
                : nullptr;
@@ -582,7 +613,7 @@ float *DataParallel::FullParams() {
 
 float *DataParallel::LocalParams(ShardInfo *range) {
   if (!placement_.on_host()) {
-    *range = ShardInfo{0, layout_.padded};
+    *range = HeldParams();
     return HostParams();
   }
   if (Wide() || ParamsOffloaded()) {
@@ -598,8 +629,14 @@ float *DataParallel::LocalParams(ShardInfo *range) {
 }
 
 Status DataParallel::ParamsChanged() {
-  if (!placement_.on_host() && host_params_.size() > 0)  // a load wrote the host copy
-    FromHost(host_params_.data(), layout_.padded, model_->params().values());
+  if (!placement_.on_host() && host_params_.size() > 0) {  // a load wrote the host copy
+    const ShardInfo held = HeldParams();
+    if (MastersAreParams())
+      DST_RETURN_IF_ERROR(optimizer_->state().Write(0, 0, held.size, host_params_.data()));
+    else
+      FromHost(host_params_.data(), held.size,
+               params_ ? params_->shard_f32() : model_->params().values());
+  }
   if (Wide() || ParamsOffloaded()) return ParamsFromMasters();  // the masters were loaded
   if (mirror_)  // the parameters were loaded: their mirror follows
     DST_RETURN_IF_ERROR(ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {

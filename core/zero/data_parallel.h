@@ -163,7 +163,12 @@ class DataParallel final : public DataParallelism {
   // Copies n floats between the host and the placement's memory.
   void ToHost(const float *src, int64_t n, float *host) const;
   void FromHost(const float *host, int64_t n, float *dst) const;
-  // The parameters downloaded into host_params_ (a device placement).
+  // The parameters checkpoints see: the master weights (16 bits, or fp32
+  // with a mirror), else the fp32 parameters; HeldParams: the flat range of
+  // them this rank holds.
+  bool MastersAreParams() const { return Wide() || ParamsOffloaded(); }
+  ShardInfo HeldParams() const;
+  // Those parameters downloaded into host_params_ (a device placement).
   float *HostParams();
   // Sum of squares of n gradients in the storage type (fp32: the step backend).
   double SquaresOf(const void *grads, int64_t n) const;
@@ -191,6 +196,8 @@ class DataParallel final : public DataParallelism {
   bool ParamsOffloaded() const { return !param_swap_.path.empty(); }
   // Opens the parameter swap file and moves the shard beyond max_in_cpu there.
   Status StartParamSwap();
+  // MastersToParams from master weights in host memory (a rollback's).
+  Status HostMastersToParams(int64_t begin, int64_t count, const float *master);
   // The master weights into every parameter (a checkpoint loaded them, or a resume).
   Status ParamsFromMasters();
   // The optimizer update of the state range, a store piece at a time, as one
@@ -229,6 +236,7 @@ class DataParallel final : public DataParallelism {
   std::unique_ptr<Fp32Params> fp32_;  // 16 bits with override_modules: tensors kept in fp32
   FlatBuffer gathered_grads_;         // [padded] stages 2, 3 after GatherGradients
   Buffer<float> host_params_;  // [padded] on a device: the host copy checkpoints use (offload)
+  Buffer<float> chunk_;        // [kChunk] 16 bits: gradients widened for the update
   bool grads_gathered_ = false;
   double loss_scale_ = 1, clip_coef_ = 1;  // 16 bits: applied in the step
 };

@@ -13,25 +13,31 @@ ParameterPartition::ParameterPartition(const PartitionPlan *plan, const ShardLay
                                        Communicator *comm, ParamStore<float> *store,
                                        MemoryTracker *tracker, uint64_t seed,
                                        int64_t prefetch_elements, StorageType storage,
-                                       int64_t resident)
+                                       int64_t resident, StepPlacement placement)
     : plan_(plan),
       layout_(layout),
       comm_(comm),
       store_(store),
       mine_(layout.Shard(comm->rank())),
       prefetch_elements_(prefetch_elements),
+      ops_(placement),
       shard_(tracker, MemoryCategory::kParameters, storage,
-             resident < 0 ? layout.shard_size() : std::min(resident, layout.shard_size())),
-      persistent_(tracker, MemoryCategory::kParameters, storage, plan->persistent.size),
+             resident < 0 ? layout.shard_size() : std::min(resident, layout.shard_size()),
+             placement.memory),
+      persistent_(tracker, MemoryCategory::kParameters, storage, plan->persistent.size,
+                  placement.memory),
       seed_(seed) {
   const auto comm_category = MemoryCategory::kCommunication;
+  MemoryResource *memory = placement.memory;
   const int64_t staging = plan->max_param_staging;
   const int buffers = prefetch_elements_ > 0 ? 2 : 1;
   for (int b = 0; b < buffers; ++b) {
-    staging_[b] = FlatBuffer(tracker, comm_category, storage, staging);
-    if (Wide()) working_[b] = Buffer<float>(tracker, comm_category, size_t(staging));
+    staging_[b] = FlatBuffer(tracker, comm_category, storage, staging, memory);
+    if (Wide()) working_[b] = Buffer<float>(tracker, comm_category, size_t(staging), memory);
   }
-  if (Wide()) persistent_work_ = Buffer<float>(tracker, comm_category, size_t(persistent_.size()));
+  if (Wide())
+    persistent_work_ =
+        Buffer<float>(tracker, comm_category, size_t(persistent_.size()), memory);
   // Until a layer is gathered its tensors point into the working buffer, so
   // that a pass cut short by an error reads only memory this object owns.
   for (const StagingLayout &layer : plan->params)
@@ -41,19 +47,11 @@ ParameterPartition::ParameterPartition(const PartitionPlan *plan, const ShardLay
   // Initialisation is a pure function of the element: the shard and the
   // persistent tensors hold what the single-rank run would (rounded to the
   // storage type).
-  std::vector<float> chunk(static_cast<size_t>(kInitChunk), 0.0f);
-  auto init = [&](int64_t begin, int64_t end, FlatBuffer &dst, int64_t at) {
-    for (int64_t b = begin; b < end; b += kInitChunk) {
-      const int64_t n = std::min(kInitChunk, end - b);
-      store_->InitializeRange(seed, b, b + n, chunk.data());
-      Narrow(storage, chunk.data(), dst.at(at + (b - begin)), n);
-    }
-  };
-  init(mine_.offset, mine_.offset + shard_.size(), shard_, 0);  // the rest: AttachSwap
+  Initialize(mine_.offset, mine_.offset + shard_.size(), shard_, 0);  // the rest: AttachSwap
   const std::vector<ParamDecl> &decls = store_->decls();
   for (const TensorSlot &slot : plan->persistent.slots) {
     const ParamDecl &d = decls[size_t(slot.id)];
-    init(d.offset, d.offset + d.numel, persistent_, slot.staged);
+    Initialize(d.offset, d.offset + d.numel, persistent_, slot.staged);
     store_->SetParamPointer(slot.id, Wide() ? persistent_work_.data() + slot.staged
                                             : static_cast<float *>(persistent_.at(slot.staged)));
   }
@@ -64,8 +62,19 @@ ParameterPartition::~ParameterPartition() {
   (void)Drain();
 }
 
+void ParameterPartition::Initialize(int64_t begin, int64_t end, FlatBuffer &dst, int64_t at) {
+  std::vector<float> chunk(static_cast<size_t>(kInitChunk), 0.0f);
+  std::vector<uint8_t> narrow(size_t(kInitChunk) * ElementBytes(storage()));
+  for (int64_t b = begin; b < end; b += kInitChunk) {
+    const int64_t n = std::min(kInitChunk, end - b);
+    store_->InitializeRange(seed_, b, b + n, chunk.data());
+    Narrow(storage(), chunk.data(), narrow.data(), n);
+    ops_.Upload(dst.at(at + (b - begin)), narrow.data(), size_t(n) * ElementBytes(storage()));
+  }
+}
+
 void ParameterPartition::WidenPersistent() {
-  if (Wide()) Widen(storage(), persistent_.at(0), persistent_work_.data(), persistent_.size());
+  if (Wide()) ops_.Widen(storage(), persistent_.at(0), persistent_work_.data(), persistent_.size());
 }
 
 Status ParameterPartition::Gather(const StagingLayout &layout, void *dst,
@@ -88,7 +97,7 @@ Status ParameterPartition::Gather(const StagingLayout &layout, void *dst,
 Status ParameterPartition::ReadShard(int64_t at, int64_t n, void *dst, int64_t key) {
   const size_t bytes = ElementBytes(storage());
   const int64_t here = std::clamp<int64_t>(shard_.size() - at, 0, n);
-  if (here > 0) std::memcpy(dst, shard_.at(at), size_t(here) * bytes);
+  if (here > 0) ops_.Copy(storage(), shard_.at(at), dst, here);
   if (here == n) return Status::Ok();
   uint8_t *rest = static_cast<uint8_t *>(dst) + size_t(here) * bytes;
   const int64_t begin = (at + here - shard_.size()) * int64_t(bytes);
@@ -175,7 +184,7 @@ Status ParameterPartition::AttachSwap(std::unique_ptr<ParamSwap> swap) {
     const int64_t n = std::min(kInitChunk, layout_.shard_size() - at);
     store_->InitializeRange(seed_, mine_.offset + at, mine_.offset + at + n, chunk.data());
     Narrow(storage(), chunk.data(), narrow.data(), n);
-    Status st = WriteShard(at, narrow.data(), n);
+    Status st = WriteShard(at, narrow.data(), n, /*from_host=*/true);
     if (!st.ok()) {
       AbortShardWrite();
       return st;
@@ -184,10 +193,15 @@ Status ParameterPartition::AttachSwap(std::unique_ptr<ParamSwap> swap) {
   return EndShardWrite(0);
 }
 
-Status ParameterPartition::WriteShard(int64_t at, const void *src, int64_t n) {
+Status ParameterPartition::WriteShard(int64_t at, const void *src, int64_t n, bool from_host) {
   const size_t bytes = ElementBytes(storage());
   const int64_t here = std::clamp<int64_t>(shard_.size() - at, 0, n);
-  if (here > 0 && shard_.at(at) != src) std::memcpy(shard_.at(at), src, size_t(here) * bytes);
+  if (here > 0 && shard_.at(at) != src) {
+    if (from_host)
+      ops_.Upload(shard_.at(at), src, size_t(here) * bytes);
+    else
+      ops_.Copy(storage(), src, shard_.at(at), here);
+  }
   if (here == n) return Status::Ok();
   const uint8_t *rest = static_cast<const uint8_t *>(src) + size_t(here) * bytes;
   const int64_t count = (n - here) * int64_t(bytes);
@@ -230,7 +244,8 @@ Status ParameterPartition::Acquire(size_t layer, int64_t next) {
   }
   DST_RETURN_IF_ERROR(WaitStaged(&staged_[buffer]));
   if (Wide() && !staged_[buffer].widened) {
-    Widen(storage(), staging_[buffer].at(0), working_[buffer].data(), plan_->params[layer].size);
+    ops_.Widen(storage(), staging_[buffer].at(0), working_[buffer].data(),
+               plan_->params[layer].size);
     staged_[buffer].widened = true;
   }
   current_ = buffer;
@@ -297,21 +312,17 @@ Status ParameterPartition::Read(int id, float *out) {
   const ParamDecl &d = store_->decls()[size_t(id)];
   for (const TensorSlot &slot : plan_->persistent.slots)
     if (slot.id == id) {
-      Widen(storage(), persistent_.at(slot.staged), out, d.numel);
+      ops_.WidenToHost(storage(), persistent_.at(slot.staged), out, d.numel);
       return Status::Ok();
     }
-  std::vector<uint8_t> wide;  // the gathered tensor in its storage type (16 bits only)
-  void *dst = out;
-  if (Wide()) {
-    wide.resize(size_t(d.numel) * ElementBytes(storage()));
-    dst = wide.data();
-  }
+  // Gathered in the storage type where the shard lives, then widened to `out`.
+  FlatBuffer gathered(nullptr, MemoryCategory::kCommunication, storage(), d.numel, ops_.memory());
   std::vector<std::unique_ptr<Work>> works;
-  Status gathered =
-      Gather(StagingLayout{{{d.offset, d.offset + d.numel, 0}}, {{id, 0}}, d.numel}, dst, &works);
+  Status st = Gather(StagingLayout{{{d.offset, d.offset + d.numel, 0}}, {{id, 0}}, d.numel},
+                     gathered.at(0), &works);
   DST_RETURN_IF_ERROR(WaitAll(&works));
-  DST_RETURN_IF_ERROR(gathered);
-  if (Wide()) Widen(storage(), wide.data(), out, d.numel);
+  DST_RETURN_IF_ERROR(st);
+  ops_.WidenToHost(storage(), gathered.at(0), out, d.numel);
   return Status::Ok();
 }
 
@@ -323,14 +334,16 @@ Status ParameterPartition::Write(int id, const float *in) {
   if (lo < hi) {
     std::vector<uint8_t> narrow(size_t(hi - lo) * ElementBytes(storage()));
     Narrow(storage(), in + (lo - d.offset), narrow.data(), hi - lo);
-    DST_RETURN_IF_ERROR(WriteShard(lo - mine_.offset, narrow.data(), hi - lo));
+    DST_RETURN_IF_ERROR(WriteShard(lo - mine_.offset, narrow.data(), hi - lo, /*from_host=*/true));
   }
   for (const TensorSlot &slot : plan_->persistent.slots)
     if (slot.id == id) {
-      Narrow(storage(), in, persistent_.at(slot.staged), d.numel);
+      std::vector<uint8_t> narrow(size_t(d.numel) * ElementBytes(storage()));
+      Narrow(storage(), in, narrow.data(), d.numel);
+      ops_.Upload(persistent_.at(slot.staged), narrow.data(), narrow.size());
       if (Wide())
-        Widen(storage(), persistent_.at(slot.staged), persistent_work_.data() + slot.staged,
-              d.numel);
+        ops_.Widen(storage(), persistent_.at(slot.staged), persistent_work_.data() + slot.staged,
+                   d.numel);
     }
   return Status::Ok();
 }

@@ -47,11 +47,13 @@ class ParameterPartition {
  public:
   // Initialises this rank's shard and the persistent tensors exactly as the
   // single-rank run would (initialisation is a pure function of the element).
-  // `plan`, `comm` and `store` must outlive this object.
+  // `plan`, `comm` and `store` must outlive this object. `placement`: where
+  // the shard, the persistent tensors and the staging and working buffers
+  // live and what converts and copies them (the swap file stays host I/O).
   ParameterPartition(const PartitionPlan *plan, const ShardLayout &layout, Communicator *comm,
                      ParamStore<float> *store, MemoryTracker *tracker, uint64_t seed,
                      int64_t prefetch_elements, StorageType storage = StorageType::kFp32,
-                     int64_t resident = -1);
+                     int64_t resident = -1, StepPlacement placement = {});
   ~ParameterPartition();
 
   // Offloads the shard beyond `resident` elements (the ctor's) to `swap`
@@ -68,10 +70,10 @@ class ParameterPartition {
     return LargestSwappedShare(*plan_, layout_, shard_.size());
   }
   bool Resident(int64_t at, int64_t n) const { return at + n <= shard_.size(); }
-  // Shard elements [at, at + n) from `src` (storage type). Offloaded: the
-  // swapped part is appended to the write pass, in order, or (outside a
-  // pass) rewritten in place.
-  Status WriteShard(int64_t at, const void *src, int64_t n);
+  // Shard elements [at, at + n) from `src` (storage type; in the placement's
+  // memory, or the host's when `from_host`). Offloaded: the swapped part is
+  // appended to the write pass, in order, or (outside a pass) rewritten in place.
+  Status WriteShard(int64_t at, const void *src, int64_t n, bool from_host = false);
   Status BeginShardWrite();
   Status EndShardWrite(int64_t step);
   void AbortShardWrite();
@@ -127,6 +129,9 @@ class ParameterPartition {
   Status ReadAhead(size_t layer, int64_t next);
   // Widens the persistent tensors into their working copy.
   void WidenPersistent();
+  // Elements [begin, end) of the flat parameters, initialised on the host and
+  // narrowed into `dst` from element `at`.
+  void Initialize(int64_t begin, int64_t end, FlatBuffer &dst, int64_t at);
   Status WaitStaged(Staged *staged);
   Status Forget();
 
@@ -136,6 +141,7 @@ class ParameterPartition {
   ParamStore<float> *store_;
   ShardInfo mine_;
   int64_t prefetch_elements_;
+  StorageOps ops_;  // the placement's memory and step backend
   FlatBuffer shard_;               // [shard_size] kParameters
   FlatBuffer persistent_;          // [persistent.size] kParameters
   Buffer<float> persistent_work_;  // [persistent.size] kCommunication, 16 bits only

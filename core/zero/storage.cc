@@ -1,6 +1,7 @@
 #include "core/zero/storage.h"
 
 #include <cstring>
+#include <vector>
 
 #include "core/kernels/cpu/reduce.h"
 
@@ -120,6 +121,14 @@ double StorageOps::SumOfSquares(StorageType t, const void *x, int64_t n) const {
 
 void StorageOps::Copy(StorageType t, const void *src, void *dst, int64_t n) const {
   kernels().CopyBytes(src, size_t(n) * ElementBytes(t), dst);
+}
+
+void StorageOps::WidenToHost(StorageType t, const void *src, float *out, int64_t n) const {
+  if (on_host()) return dst::Widen(t, src, out, n);
+  if (t == StorageType::kFp32) return Download(out, src, size_t(n) * sizeof(float));
+  std::vector<uint16_t> bits(static_cast<size_t>(n));
+  Download(bits.data(), src, bits.size() * sizeof(uint16_t));
+  dst::Widen(t, bits.data(), out, n);
 }
 
 void StorageOps::Upload(void *dst, const void *host, size_t bytes) const {

@@ -89,6 +89,8 @@ class StorageOps {
   void ZeroFloats(float *x, int64_t n) const { kernels().ZeroRange(n, x); }
   void Upload(void *dst, const void *host, size_t bytes) const;
   void Download(void *host, const void *src, size_t bytes) const;
+  // n elements of type t in the placement's memory, widened into host `out`.
+  void WidenToHost(StorageType t, const void *src, float *out, int64_t n) const;
 
  private:
   StepPlacement placement_;

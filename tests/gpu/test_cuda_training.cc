@@ -188,6 +188,22 @@ TEST(CudaTraining, AdamWStepsAtZeroOneWithAccumulationMatchTheCpu) {
                          2e-3);
 }
 
+// ZeRO 3's gathered shards, and 16-bit storage (the device multiplies bf16
+// operands, the CPU here may not: the bf16 bound).
+TEST(CudaTraining, ZeroThreeAnd16BitStepsMatchTheCpu) {
+  DST_TRAINING_DEVICE_OR_SKIP(device);
+  ExpectStepsMatchTheCpu(device, R"("zero_optimization": {"stage": 3,
+      "stage3_param_persistence_threshold": 100},
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.001}})",
+                         2e-3);
+  ExpectStepsMatchTheCpu(device, R"("bf16": {"enabled": true}, "zero_optimization": {"stage": 2},
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.001}})",
+                         3e-2);
+  ExpectStepsMatchTheCpu(device, R"("fp16": {"enabled": true, "initial_scale_power": 8},
+      "optimizer": {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9}})",
+                         3e-2);
+}
+
 // The engine from a ds_config: dstrain.device "cuda" trains the same losses
 // as the CPU, and its checkpoint is the CPU's: saved on the device after two
 // steps, loaded by a CPU engine, the next two steps match the device's.

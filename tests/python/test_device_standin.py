@@ -26,7 +26,7 @@ def run(binary, *args, standin=True):
                           timeout=cli_tests.TIMEOUT, env=env)
 
 
-def write_config(tmp_path, name, device, stage, micro=8, wire=None):
+def write_config(tmp_path, name, device, stage, micro=8, wire=None, precision=None):
     config = cli_tests.tiny_config(total_num_steps=20)
     config["train_micro_batch_size_per_gpu"] = micro
     del config["gradient_accumulation_steps"]
@@ -34,6 +34,8 @@ def write_config(tmp_path, name, device, stage, micro=8, wire=None):
                                    "reduce_bucket_size": 5000}
     if wire:
         config["communication_data_type"] = wire
+    if precision:
+        config[precision] = {"enabled": True}
     config["dstrain"] = {"device": device}
     path = tmp_path / name
     path.write_text(json.dumps(config))
@@ -45,11 +47,12 @@ def checkpoint_bytes(directory):
     return {p.name: p.read_bytes() for p in sorted(pathlib.Path(directory).glob("*.safetensors"))}
 
 
-@pytest.mark.parametrize("stage", [0, 1, 2])
+@pytest.mark.parametrize("stage,precision", [(0, None), (1, None), (2, None), (3, None),
+                                             (0, "bf16"), (3, "fp16")])
 def test_one_rank_on_the_device_is_the_cpu_run_and_its_checkpoint_resumes_on_the_cpu(
-        dstrain, job, tmp_path, stage):  # noqa: F811
-    job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage)
-    job["dev"] = write_config(tmp_path, "dev.json", "cuda", stage)
+        dstrain, job, tmp_path, stage, precision):  # noqa: F811
+    job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage, precision=precision)
+    job["dev"] = write_config(tmp_path, "dev.json", "cuda", stage, precision=precision)
     cpu = run(dstrain, *cli_tests.train_args(job, "cpu", 10, "--save", tmp_path / "c"),
               standin=False)
     assert cpu.returncode == 0, cpu.stderr
@@ -68,12 +71,15 @@ def test_one_rank_on_the_device_is_the_cpu_run_and_its_checkpoint_resumes_on_the
 
 
 # ZeRO 1; ZeRO 2's partitioned gradients reduced in fp16; ZeRO 0's buckets
-# all-reduced in bf16 (the wire conversions run on the device too).
-@pytest.mark.parametrize("stage,wire", [(1, None), (2, "fp16"), (0, "bf16")])
+# all-reduced in bf16 (the wire conversions run on the device too); ZeRO 3's
+# gathered bf16 shards; fp16 at ZeRO 2.
+@pytest.mark.parametrize("stage,wire,precision", [(1, None, None), (2, "fp16", None),
+                                                  (0, "bf16", None), (3, None, "bf16"),
+                                                  (2, None, "fp16")])
 def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(
-        dstrain, job, tmp_path, stage, wire):  # noqa: F811
-    job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage, micro=4, wire=wire)
-    job["dev"] = write_config(tmp_path, "dev.json", "cuda", stage, micro=4, wire=wire)
+        dstrain, job, tmp_path, stage, wire, precision):  # noqa: F811
+    job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage, 4, wire, precision)
+    job["dev"] = write_config(tmp_path, "dev.json", "cuda", stage, 4, wire, precision)
     outputs = {}
     for name, standin in (("cpu", False), ("dev", True)):
         launched = run(dstrain, "launch", "--nproc-per-node", "2", "--master-port",
@@ -90,13 +96,13 @@ def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(
 
 
 def test_a_layout_the_device_does_not_train_yet_is_named(dstrain, job, tmp_path):  # noqa: F811
-    config = json.loads(write_config(tmp_path, "bf16.json", "cuda", 1).read_text())
-    config["bf16"] = {"enabled": True}
-    (tmp_path / "bf16.json").write_text(json.dumps(config))
-    job["bf16"] = tmp_path / "bf16.json"
-    result = run(dstrain, *cli_tests.train_args(job, "bf16", 2))
+    config = json.loads(write_config(tmp_path, "off.json", "cuda", 1).read_text())
+    config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+    (tmp_path / "off.json").write_text(json.dumps(config))
+    job["off"] = tmp_path / "off.json"
+    result = run(dstrain, *cli_tests.train_args(job, "off", 2))
     assert result.returncode == 2, result.stdout
-    assert 'dstrain.device "cuda" with bf16.enabled' in result.stderr
+    assert 'dstrain.device "cuda" with zero_optimization.offload_optimizer' in result.stderr
     assert "is not supported yet" in result.stderr
 
 
