@@ -254,8 +254,9 @@ void AddPieces(const std::vector<FlatRange> &ranges, const float *data, const st
 
 }  // namespace
 
-// Rank 0, ZeRO-3 across ranks or a pipeline: model.safetensors from the
-// weight pieces in every rank's shard file.
+// Rank 0, ZeRO-3 across ranks, a pipeline, or weights held in a store
+// (NVMe) rather than memory: model.safetensors from the weight pieces in
+// every rank's shard file.
 Result<WrittenFile> CheckpointCoordinator::ConsolidateWeights(const std::string &dir,
                                                               const std::string &tag,
                                                               const Json &shards) {
@@ -322,6 +323,15 @@ Status CheckpointCoordinator::Save(const std::string &dir, const std::string &ta
     if (!own.ok()) {
       AbortStaging(dir, tag);
       return own;
+    }
+    if (!HoldsEveryWeight()) {  // the weights are in the store (NVMe), not in memory
+      Result<WrittenFile> weights = ConsolidateWeights(dir, tag, shards);
+      if (!weights.ok()) {
+        AbortStaging(dir, tag);
+        Status failed = weights.status();
+        return failed.context("save_checkpoint: consolidating the weights");
+      }
+      written.push_back(weights.value());
     }
     meta["shards"] = shards;
     return CommitStaging(dir, tag, written, meta);

@@ -257,7 +257,8 @@ void Engine::SetUpPipeline(const ActivationLimits &limits) {
                       model_->layers()[r.end - 1]->OutWidth() * model_->OutRows(r.end - 1, split)});
   }
   link_ = std::make_unique<StageLink>(groups_.pp_p2p.get(), groups_.pp.get(), std::move(shapes),
-                                      (limits.max_rows() + split - 1) / split, &memory_);
+                                      (limits.max_rows() + split - 1) / split, &memory_,
+                                      device_ ? device_->placement() : StepPlacement{});
   for (int64_t r = p - 1; r >= 0; --r) {  // the lowest rank holding a tensor answers for it
     const std::vector<ParamDecl> held = DeclarePartParameters(model_->spec(), plan_->ChunksOf(r));
     for (size_t k = 0; k < whole_decls_.size(); ++k)
@@ -269,7 +270,7 @@ void Engine::SetUpPipeline(const ActivationLimits &limits) {
     tied = model_->params().Find("transformer.wte.weight");
   const int64_t numel = tied >= 0 ? model_->params().decls()[size_t(tied)].numel : 0;
   tied_ = std::make_unique<TiedWeights>(groups_.pp_p2p.get(), tied, numel, pp_rank == 0 ? p - 1 : 0,
-                                        &memory_);
+                                        &memory_, device_ ? device_->memory() : nullptr);
   executor_->SetPipeline(link_.get(), tied_.get());
 }
 

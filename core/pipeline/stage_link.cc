@@ -17,8 +17,13 @@ constexpr int64_t kMaxVirtualStages = 512;
 }  // namespace
 
 StageLink::StageLink(Communicator *p2p, Communicator *pp, std::vector<ChunkShape> chunks,
-                     int64_t max_rows, MemoryTracker *tracker)
-    : p2p_(p2p), pp_(pp), chunks_(std::move(chunks)), max_rows_(max_rows), tracker_(tracker) {
+                     int64_t max_rows, MemoryTracker *tracker, StepPlacement placement)
+    : p2p_(p2p),
+      pp_(pp),
+      chunks_(std::move(chunks)),
+      max_rows_(max_rows),
+      tracker_(tracker),
+      placement_(placement) {
   for (const ChunkShape &c : chunks_) max_width_ = std::max({max_width_, c.in_width, c.out_width});
 }
 
@@ -66,7 +71,8 @@ uint32_t StageLink::Tag(Kind kind, int64_t to_virtual_stage, int64_t mb) const {
 Result<int> StageLink::Acquire() {
   if (free_.empty()) DST_RETURN_IF_ERROR(Reap(/*all=*/false));
   if (free_.empty()) {  // the pool grows to the schedule's peak in the first step
-    pool_.emplace_back(tracker_, MemoryCategory::kCommunication, size_t(max_rows_ * max_width_));
+    pool_.emplace_back(tracker_, MemoryCategory::kCommunication, size_t(max_rows_ * max_width_),
+                       placement_.memory);
     free_.reserve(pool_.size());
     return int(pool_.size() - 1);
   }
@@ -184,8 +190,8 @@ Status StageLink::KeepOutput(int64_t chunk, int64_t mb, const float *output, int
     h.output = b.value();
   }
   h.output_rows = rows;
-  std::memcpy(pool_[size_t(h.output)].data(), output,
-              size_t(rows * chunks_[size_t(chunk)].out_width) * sizeof(float));
+  placement_.step().CopyRange(output, rows * chunks_[size_t(chunk)].out_width,
+                              pool_[size_t(h.output)].data());
   return Status::Ok();
 }
 

@@ -19,6 +19,7 @@
 
 #include "core/comm/communicator.h"
 #include "core/common/status.h"
+#include "core/kernels/step_kernels.h"
 #include "core/runtime/memory.h"
 
 namespace dst {
@@ -40,8 +41,10 @@ class StageLink {
   // (rank = stage; ProcessGroups::pp_p2p), `pp`: the same members for the
   // step's collectives; `chunks`: this rank's model chunks; `max_rows`: rows
   // of the largest micro-batch (B x context).
+  // `placement`: where the activations and gradients crossing stages live
+  // (the model's memory) and what copies them.
   StageLink(Communicator *p2p, Communicator *pp, std::vector<ChunkShape> chunks, int64_t max_rows,
-            MemoryTracker *tracker);
+            MemoryTracker *tracker, StepPlacement placement = {});
   ~StageLink();
 
   int64_t stages() const { return pp_->size(); }
@@ -137,6 +140,7 @@ class StageLink {
   std::vector<ChunkShape> chunks_;
   int64_t max_rows_, max_width_ = 0;
   MemoryTracker *tracker_;
+  StepPlacement placement_;
   int64_t micro_batches_ = 0;
   std::vector<Held> held_;
   std::vector<Buffer<float>> pool_;

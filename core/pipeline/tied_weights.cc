@@ -9,11 +9,11 @@ constexpr uint32_t kTiedTag = uint32_t(3) << 30;  // apart from StageLink's tags
 }
 
 TiedWeights::TiedWeights(Communicator *pp, int local_id, int64_t numel, int64_t peer,
-                         MemoryTracker *tracker)
+                         MemoryTracker *tracker, MemoryResource *memory)
     : pp_(pp), id_(local_id), numel_(numel), peer_(peer) {
   if (id_ < 0) return;
-  mine_ = Buffer<float>(tracker, MemoryCategory::kCommunication, size_t(numel_));
-  theirs_ = Buffer<float>(tracker, MemoryCategory::kCommunication, size_t(numel_));
+  mine_ = Buffer<float>(tracker, MemoryCategory::kCommunication, size_t(numel_), memory);
+  theirs_ = Buffer<float>(tracker, MemoryCategory::kCommunication, size_t(numel_), memory);
 }
 
 Status TiedWeights::SumGradients(DataParallelism &dp) {

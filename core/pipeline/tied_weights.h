@@ -19,7 +19,9 @@ class TiedWeights {
  public:
   // `local_id`: the tensor's id in this stage's model (-1: this stage holds
   // no copy: nothing to do). `peer`: the pp rank holding the other copy.
-  TiedWeights(Communicator *pp, int local_id, int64_t numel, int64_t peer, MemoryTracker *tracker);
+  // `memory`: where the model's gradients live (the exchange buffers go there too).
+  TiedWeights(Communicator *pp, int local_id, int64_t numel, int64_t peer, MemoryTracker *tracker,
+              MemoryResource *memory = nullptr);
 
   bool holds_copy() const { return id_ >= 0; }
   // The tensor to leave out of this stage's gradient norm (-1: none).

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dst {
@@ -45,9 +46,14 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   if (Wide() && wire_ != StorageType::kFp32 && wire_ != storage_) wire_ = storage_;
   const ShardInfo all{0, layout_.padded};
   state_range_ = stage_ == 0 ? all : my_shard();
-  mirror_ = (make_store != nullptr || ParamsOffloaded()) && !Wide();
-  optimizer_ = std::make_unique<Optimizer>(config.optimizer, state_range_.size, tracker,
-                                           Wide() || mirror_, make_store, placement_);
+  // On a device, offload_optimizer (cpu, or nvme through its store) keeps the
+  // optimizer's state and the master weights on the host (ZeRO-Offload).
+  host_state_ = !placement_.on_host() &&
+                (make_store != nullptr || config.zero.offload_optimizer_device == "cpu");
+  mirror_ = (make_store != nullptr || ParamsOffloaded() || host_state_) && !Wide();
+  optimizer_ =
+      std::make_unique<Optimizer>(config.optimizer, state_range_.size, tracker, Wide() || mirror_,
+                                  make_store, host_state_ ? StepPlacement{} : placement_);
   ParamStore<float> &store = model->params();
   const uint64_t seed = model->spec().seed;
   const int64_t bucket = std::max<int64_t>(1, config.zero.reduce_bucket_size);
@@ -76,10 +82,11 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   else if (Wide())
     params_ = std::make_unique<ParameterPartition>(&plan_, local_layout, local_.get(), &store,
                                                    tracker, seed, 0, storage_, -1, placement_);
-  // 16 bits: the gradients widened a chunk at a time where they live.
-  if (Wide())
-    chunk_ = Buffer<float>(tracker, MemoryCategory::kCommunication, size_t(kChunk),
-                           placement_.memory);
+  // 16 bits: the gradients widened a chunk at a time where they live; with
+  // the state on the host, master weights go up through it.
+  if (Wide() || host_state_)
+    chunk_ =
+        Buffer<float>(tracker, MemoryCategory::kCommunication, size_t(kChunk), placement_.memory);
 
   GradPartitionOptions grad_options;
   grad_options.bucket_elements = bucket;
@@ -129,8 +136,8 @@ Status DataParallel::StartFresh() {
   return ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {
     const int64_t begin = state_range_.offset + piece.begin;
     if (mirror_ && !ParamsOffloaded()) {
-      step().CopyRange(StateParams() + piece.begin, piece.count, piece.tensors[0]);
-    } else if (ops_.on_host()) {
+      ParamsToMasters(piece);
+    } else if (ops_.on_host() || host_state_) {
       store.InitializeRange(seed, begin, begin + piece.count, piece.tensors[0]);
     } else {  // made on the host, a chunk at a time
       std::vector<float> host(static_cast<size_t>(std::min(kChunk, piece.count)));
@@ -336,10 +343,10 @@ Status DataParallel::ReadStoredGradient(int id, float *out) {
     return Status::Ok();
   }
   const ShardInfo part = StatePartOf(id);
-  std::fill(out, out + d.numel, 0.0f);
+  ops_.ZeroFloats(out, d.numel);
   const uint8_t *grads = static_cast<const uint8_t *>(StateGrads());
-  Widen(storage_, grads + size_t(part.offset - state_range_.offset) * ElementBytes(storage_),
-        out + (part.offset - d.offset), part.size);
+  ops_.Widen(storage_, grads + size_t(part.offset - state_range_.offset) * ElementBytes(storage_),
+             out + (part.offset - d.offset), part.size);
   // Stages 1-3: the shards are disjoint, so their sum is the whole tensor.
   if (stage_ >= 1 && dp_->size() > 1) DST_RETURN_IF_ERROR(dp_->AllReduceSum(out, d.numel)->Wait());
   return Status::Ok();
@@ -354,8 +361,9 @@ Status DataParallel::AddStoredGradient(int id, const float *in) {
   }
   const ShardInfo part = StatePartOf(id);
   uint8_t *grads = static_cast<uint8_t *>(StateGrads());
-  AddInto(storage_, in + (part.offset - d.offset),
-          grads + size_t(part.offset - state_range_.offset) * ElementBytes(storage_), part.size);
+  ops_.AddInto(storage_, in + (part.offset - d.offset),
+               grads + size_t(part.offset - state_range_.offset) * ElementBytes(storage_),
+               part.size);
   return Status::Ok();
 }
 
@@ -419,9 +427,51 @@ Status DataParallel::UpdatePieces(double lr, int64_t *touched) {
   return state.EndPass();
 }
 
+namespace {
+// Elements [c, c + n) of a piece.
+StatePiece PartOf(const StatePiece &piece, int64_t c, int64_t n) {
+  StatePiece part = piece;
+  part.begin = piece.begin + c;
+  part.count = n;
+  for (float *&t : part.tensors)
+    if (t) t += c;
+  return part;
+}
+}  // namespace
+
+void DataParallel::ParamsToMasters(const StatePiece &piece) {
+  if (host_state_)
+    ToHost(StateParams() + piece.begin, piece.count, piece.tensors[0]);
+  else
+    step().CopyRange(StateParams() + piece.begin, piece.count, piece.tensors[0]);
+}
+
+Status DataParallel::StateToParams(int64_t begin, int64_t count, const float *master) {
+  return host_state_ ? HostMastersToParams(begin, count, master)
+                     : MastersToParams(begin, count, master);
+}
+
+Status DataParallel::WriteHalfParams(int64_t begin, int64_t n, const uint16_t *host) {
+  const int64_t at = ParamIndex(begin);
+  if (params_->Resident(at, n)) {
+    ops_.Upload(HalfParams(begin), host, size_t(n) * sizeof(uint16_t));
+    return Status::Ok();
+  }
+  return params_->WriteShard(at, host, n, /*from_host=*/true);
+}
+
 Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
   if (!Wide()) {  // fp32: the parameters updated in place, or their mirror and a copy
     const float *grads = static_cast<const float *>(StateGrads()) + piece.begin;
+    if (host_state_) {  // the gradients down a chunk at a time, CPU-Adam, the weights up
+      std::vector<float> host(static_cast<size_t>(std::min(kChunk, piece.count)));
+      for (int64_t c = 0; c < piece.count; c += kChunk) {
+        const int64_t n = std::min(kChunk, piece.count - c);
+        ToHost(grads + c, n, host.data());
+        optimizer_->Update(PartOf(piece, c, n), nullptr, host.data(), lr);
+      }
+      return StateToParams(piece.begin, piece.count, piece.tensors[0]);
+    }
     if (mirror_) {
       optimizer_->Update(piece, nullptr, grads, lr);
       return MastersToParams(piece.begin, piece.count, piece.tensors[0]);
@@ -429,6 +479,7 @@ Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
     optimizer_->Update(piece, StateParams() + piece.begin, grads, lr);
     return step().TakeError();
   }
+  if (host_state_) return UpdateHostPiece(piece, lr);
   // 16 bits: widen the gradients a chunk at a time; CPU-Adam unscales and
   // clips them, updates the master weights and writes their 16-bit copy
   // into the parameters in one pass (SGD: the same in three).
@@ -441,11 +492,7 @@ Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
     const int64_t n = std::min(kChunk, piece.count - c);
     ops_.Widen(storage_, grads + c, chunk, n);
     if (fp32_) fp32_->OverlayGrads(state_range_.offset + piece.begin + c, n, chunk);
-    StatePiece part = piece;
-    part.begin = piece.begin + c;
-    part.count = n;
-    for (float *&t : part.tensors)
-      if (t) t += c;
+    const StatePiece part = PartOf(piece, c, n);
     if (fused) {
       const int64_t at = ParamIndex(part.begin);
       uint16_t *out = params_->Resident(at, n) ? HalfParams(part.begin) : half;
@@ -457,6 +504,31 @@ Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
     step().ScaleRange(factor, n, chunk);
     optimizer_->Update(part, nullptr, chunk, lr);
     DST_RETURN_IF_ERROR(MasterToParams(part.begin, n, part.tensors[0]));
+  }
+  return Status::Ok();
+}
+
+// 16 bits with the state on the host (ZeRO-Offload): each chunk's 16-bit
+// gradients down, widened, CPU-Adam's update with the 16-bit copy written in
+// the same pass, that copy up (2 bytes a parameter each way).
+Status DataParallel::UpdateHostPiece(const StatePiece &piece, double lr) {
+  const float factor = float(clip_coef_ * GradFactor());
+  const uint16_t *grads = static_cast<const uint16_t *>(StateGrads()) + piece.begin;
+  std::vector<uint16_t> half(static_cast<size_t>(kChunk));
+  std::vector<float> chunk(static_cast<size_t>(kChunk));
+  for (int64_t c = 0; c < piece.count; c += kChunk) {
+    const int64_t n = std::min(kChunk, piece.count - c);
+    ops_.Download(half.data(), grads + c, size_t(n) * sizeof(uint16_t));
+    Widen(storage_, half.data(), chunk.data(), n);
+    const StatePiece part = PartOf(piece, c, n);
+    if (optimizer_->fuses()) {
+      optimizer_->Update(part, nullptr, chunk.data(), lr, {factor, half.data(), HalfOf(storage_)});
+    } else {
+      for (int64_t i = 0; i < n; ++i) chunk[size_t(i)] *= factor;
+      optimizer_->Update(part, nullptr, chunk.data(), lr);
+      Narrow(storage_, part.tensors[0], half.data(), n);
+    }
+    DST_RETURN_IF_ERROR(WriteHalfParams(part.begin, n, half.data()));
   }
   return Status::Ok();
 }
@@ -601,8 +673,11 @@ float *DataParallel::HostParams() {
 }
 
 float *DataParallel::FullParams() {
-  if (!placement_.on_host())
+  if (!placement_.on_host()) {  // as on the host: all of them, held in memory
+    if (MastersAreParams() && std::string_view(optimizer_->state().kind()) != "resident")
+      return nullptr;
     return HeldParams().size == layout_.padded ? HostParams() : nullptr;
+  }
   if (Wide() || ParamsOffloaded())  // the master weights, when they cover everything
     return state_range_.size == layout_.padded
                ? const_cast<float *>(optimizer_->state().Resident(0))
@@ -640,7 +715,7 @@ Status DataParallel::ParamsChanged() {
   if (Wide() || ParamsOffloaded()) return ParamsFromMasters();  // the masters were loaded
   if (mirror_)  // the parameters were loaded: their mirror follows
     DST_RETURN_IF_ERROR(ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {
-      step().CopyRange(StateParams() + piece.begin, piece.count, piece.tensors[0]);
+      ParamsToMasters(piece);
       return Status::Ok();
     }));
   return params_ ? params_->ShardChanged() : Status::Ok();
@@ -649,7 +724,7 @@ Status DataParallel::ParamsChanged() {
 Status DataParallel::ParamsFromMasters() {
   if (params_) DST_RETURN_IF_ERROR(params_->BeginShardWrite());
   Status st = ForEachStatePiece(/*modified=*/false, [&](const StatePiece &piece) {
-    return MastersToParams(piece.begin, piece.count, piece.tensors[0]);
+    return StateToParams(piece.begin, piece.count, piece.tensors[0]);
   });
   if (st.ok() && params_) st = params_->EndShardWrite(optimizer_->steps_taken());
   if (!st.ok() && params_) params_->AbortShardWrite();

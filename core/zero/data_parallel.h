@@ -198,6 +198,14 @@ class DataParallel final : public DataParallelism {
   Status StartParamSwap();
   // MastersToParams from master weights in host memory (a rollback's).
   Status HostMastersToParams(int64_t begin, int64_t count, const float *master);
+  // MastersToParams from the state store's masters, wherever they live.
+  Status StateToParams(int64_t begin, int64_t count, const float *master);
+  // fp32 with a mirror: the parameters into the piece's master weights.
+  void ParamsToMasters(const StatePiece &piece);
+  // 16 bits: host `host` [n] into the parameters of state elements [begin, begin + n).
+  Status WriteHalfParams(int64_t begin, int64_t n, const uint16_t *host);
+  // UpdatePiece under 16 bits with the state on the host.
+  Status UpdateHostPiece(const StatePiece &piece, double lr);
   // The master weights into every parameter (a checkpoint loaded them, or a resume).
   Status ParamsFromMasters();
   // The optimizer update of the state range, a store piece at a time, as one
@@ -224,6 +232,7 @@ class DataParallel final : public DataParallelism {
   bool overlap_ = false, launch_buckets_ = false;
   bool mirror_ =
       false;  // fp32 training with master weights in a store elsewhere (or swapped params)
+  bool host_state_ = false;  // on a device: the optimizer state on the host (offload_optimizer)
   ParamSwapOptions param_swap_;
   StepPlacement placement_;
   StorageOps ops_;                       // over the placement

@@ -67,6 +67,7 @@ class DataParallelism : public LayerHooks {
   // group size), whole on every rank (collective over the group), and
   // adding to it (each rank adds to the part it holds): how a pipeline sums
   // the two stages' copies of a tied weight.
+  // `out` / `in` [numel] are in the memory the model's buffers live in.
   virtual Status ReadStoredGradient(int id, float *out) = 0;
   virtual Status AddStoredGradient(int id, const float *in) = 0;
   // Multiplies the gradients the step will use by k (clipping).

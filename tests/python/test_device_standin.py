@@ -26,7 +26,7 @@ def run(binary, *args, standin=True):
                           timeout=cli_tests.TIMEOUT, env=env)
 
 
-def write_config(tmp_path, name, device, stage, micro=8, wire=None, precision=None):
+def write_config(tmp_path, name, device, stage, micro=8, wire=None, precision=None, offload=None):
     config = cli_tests.tiny_config(total_num_steps=20)
     config["train_micro_batch_size_per_gpu"] = micro
     del config["gradient_accumulation_steps"]
@@ -36,6 +36,13 @@ def write_config(tmp_path, name, device, stage, micro=8, wire=None, precision=No
         config["communication_data_type"] = wire
     if precision:
         config[precision] = {"enabled": True}
+    if offload == "cpu":
+        config["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    elif offload == "nvme":
+        swap = tmp_path / ("swap_" + name)
+        swap.mkdir()
+        config["zero_optimization"]["offload_optimizer"] = {"device": "nvme",
+                                                           "nvme_path": str(swap)}
     config["dstrain"] = {"device": device}
     path = tmp_path / name
     path.write_text(json.dumps(config))
@@ -47,12 +54,17 @@ def checkpoint_bytes(directory):
     return {p.name: p.read_bytes() for p in sorted(pathlib.Path(directory).glob("*.safetensors"))}
 
 
-@pytest.mark.parametrize("stage,precision", [(0, None), (1, None), (2, None), (3, None),
-                                             (0, "bf16"), (3, "fp16")])
+# ZeRO 0-3 in fp32/fp16/bf16, and ZeRO-Offload: the optimizer state and the
+# master weights on the host (cpu) or on NVMe, the device holding the rest.
+@pytest.mark.parametrize("stage,precision,offload", [
+    (0, None, None), (1, None, None), (2, None, None), (3, None, None), (0, "bf16", None),
+    (3, "fp16", None), (1, None, "cpu"), (2, "bf16", "cpu"), (3, "bf16", "nvme")])
 def test_one_rank_on_the_device_is_the_cpu_run_and_its_checkpoint_resumes_on_the_cpu(
-        dstrain, job, tmp_path, stage, precision):  # noqa: F811
-    job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage, precision=precision)
-    job["dev"] = write_config(tmp_path, "dev.json", "cuda", stage, precision=precision)
+        dstrain, job, tmp_path, stage, precision, offload):  # noqa: F811
+    job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage, precision=precision,
+                              offload=offload)
+    job["dev"] = write_config(tmp_path, "dev.json", "cuda", stage, precision=precision,
+                              offload=offload)
     cpu = run(dstrain, *cli_tests.train_args(job, "cpu", 10, "--save", tmp_path / "c"),
               standin=False)
     assert cpu.returncode == 0, cpu.stderr
@@ -73,13 +85,13 @@ def test_one_rank_on_the_device_is_the_cpu_run_and_its_checkpoint_resumes_on_the
 # ZeRO 1; ZeRO 2's partitioned gradients reduced in fp16; ZeRO 0's buckets
 # all-reduced in bf16 (the wire conversions run on the device too); ZeRO 3's
 # gathered bf16 shards; fp16 at ZeRO 2.
-@pytest.mark.parametrize("stage,wire,precision", [(1, None, None), (2, "fp16", None),
-                                                  (0, "bf16", None), (3, None, "bf16"),
-                                                  (2, None, "fp16")])
+@pytest.mark.parametrize("stage,wire,precision,offload", [
+    (1, None, None, None), (2, "fp16", None, None), (0, "bf16", None, None),
+    (3, None, "bf16", None), (2, None, "fp16", None), (2, None, "bf16", "cpu")])
 def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(
-        dstrain, job, tmp_path, stage, wire, precision):  # noqa: F811
-    job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage, 4, wire, precision)
-    job["dev"] = write_config(tmp_path, "dev.json", "cuda", stage, 4, wire, precision)
+        dstrain, job, tmp_path, stage, wire, precision, offload):  # noqa: F811
+    job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage, 4, wire, precision, offload)
+    job["dev"] = write_config(tmp_path, "dev.json", "cuda", stage, 4, wire, precision, offload)
     outputs = {}
     for name, standin in (("cpu", False), ("dev", True)):
         launched = run(dstrain, "launch", "--nproc-per-node", "2", "--master-port",
@@ -95,14 +107,51 @@ def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(
     assert files == checkpoint_bytes(tmp_path / "cpu" / "global_step10")
 
 
+# Tensor parallelism (with sequence parallelism), the pipeline (1F1B,
+# zero-bubble with recomputation, 16 bits at ZeRO 1): the activations and
+# gradients crossing ranks live in device memory, the tied embedding's
+# gradients are summed there.
+@pytest.mark.parametrize("layout", [
+    {"tensor_parallel": {"tp_size": 2}},
+    {"tensor_parallel": {"tp_size": 2, "sequence_parallel": True}},
+    {"pipeline_parallel": {"pp_size": 2}},
+    {"pipeline_parallel": {"pp_size": 2}, "pipeline": {"schedule": "zb-h1"},
+     "activation_checkpointing": {"partition_activations": False,
+                                  "recompute_granularity": "full"}},
+    {"pipeline_parallel": {"pp_size": 2}, "bf16": {"enabled": True},
+     "zero_optimization": {"stage": 1}},
+], ids=["tp2", "tp2-sp", "pp2", "pp2-zb", "pp2-bf16-zero1"])
+def test_model_parallel_layouts_on_the_device_are_the_cpu_run(
+        dstrain, job, tmp_path, layout):  # noqa: F811
+    model = dict(cli_tests.TINY_MODEL, n_layer=2)
+    job["model"].write_text(json.dumps(model))
+    for name, device in (("cpu", "cpu"), ("dev", "cuda")):
+        config = json.loads(write_config(tmp_path, name + ".json", device, 0, micro=4).read_text())
+        config.update(layout)
+        (tmp_path / (name + ".json")).write_text(json.dumps(config))
+        job[name] = tmp_path / (name + ".json")
+    outputs = {}
+    for name, standin in (("cpu", False), ("dev", True)):
+        launched = run(dstrain, "launch", "--nproc-per-node", "2", "--master-port",
+                       dp_tests.free_port(), "--", dstrain,
+                       *cli_tests.train_args(job, name, 10, "--save", tmp_path / name),
+                       standin=standin)
+        assert launched.returncode == 0, launched.stderr + launched.stdout
+        outputs[name] = launched.stdout
+    assert cli_tests.final_line(outputs["dev"]) == cli_tests.final_line(outputs["cpu"])
+    files = checkpoint_bytes(tmp_path / "dev" / "global_step10")
+    assert files and files == checkpoint_bytes(tmp_path / "cpu" / "global_step10")
+
+
 def test_a_layout_the_device_does_not_train_yet_is_named(dstrain, job, tmp_path):  # noqa: F811
     config = json.loads(write_config(tmp_path, "off.json", "cuda", 1).read_text())
-    config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+    config["zero_optimization"]["stage"] = 3
+    config["zero_optimization"]["offload_param"] = {"device": "cpu"}
     (tmp_path / "off.json").write_text(json.dumps(config))
     job["off"] = tmp_path / "off.json"
     result = run(dstrain, *cli_tests.train_args(job, "off", 2))
     assert result.returncode == 2, result.stdout
-    assert 'dstrain.device "cuda" with zero_optimization.offload_optimizer' in result.stderr
+    assert 'dstrain.device "cuda" with zero_optimization.offload_param' in result.stderr
     assert "is not supported yet" in result.stderr
 
 

@@ -189,6 +189,7 @@ def test_a_missing_nvme_path_is_named(tmp_path, tool):
     ("bf16", 2, 1, True),   # an offloaded dp 2 checkpoint resumes resident on one rank
     ("fp32", 1, 2, False),  # a resident checkpoint resumes offloaded on two ranks
     ("fp16", 2, 2, True),   # offloaded to offloaded
+    ("bf16", 1, 1, True),   # one process: its weights consolidated from the store (was missing)
 ])
 def test_checkpoints_move_between_offloaded_and_resident_runs(tmp_path, tool, precision, saved_dp,
                                                                loaded_dp, offload_saves):

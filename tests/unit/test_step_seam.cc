@@ -117,9 +117,31 @@ TEST_F(StepSeam, ZeroThreesShardsInFp32AndBf16Too) {
                                      "stage3_param_persistence_threshold": 40},
                                  "optimizer": {"type": "AdamW", "params": {"lr": 0.01}})"),
               ::testing::ExitedWithCode(0), "");
-  EXPECT_EXIT(GuardedStepsMatch(kGpt, R"("bf16": {"enabled": true}, "gradient_accumulation_steps": 2,
+  EXPECT_EXIT(
+      GuardedStepsMatch(kGpt, R"("bf16": {"enabled": true}, "gradient_accumulation_steps": 2,
                                  "zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 0},
                                  "optimizer": {"type": "AdamW", "params": {"lr": 0.01}})"),
+      ::testing::ExitedWithCode(0), "");
+}
+
+// ZeRO-Offload: the optimizer state and master weights on the host, the
+// gradients down and the weights up each step (fp32 with a mirror; bf16 with
+// CPU-Adam writing the 16-bit copy; SGD).
+TEST_F(StepSeam, OffloadedOptimizerStateStaysOnTheHost) {
+  EXPECT_EXIT(GuardedStepsMatch(kGpt, R"("zero_optimization": {"stage": 1,
+                                     "offload_optimizer": {"device": "cpu"}},
+                                 "optimizer": {"type": "AdamW", "params": {"lr": 0.01}})"),
+              ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      GuardedStepsMatch(kGpt, R"("bf16": {"enabled": true}, "zero_optimization": {"stage": 2,
+                                     "offload_optimizer": {"device": "cpu"}},
+                                 "optimizer": {"type": "AdamW", "params": {"lr": 0.01}})"),
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(GuardedStepsMatch(kGpt, R"("fp16": {"enabled": true, "initial_scale_power": 8},
+                                 "zero_optimization": {"stage": 3,
+                                     "offload_optimizer": {"device": "cpu"}},
+                                 "optimizer": {"type": "SGD", "params": {"lr": 0.05,
+                                                                         "momentum": 0.9}})"),
               ::testing::ExitedWithCode(0), "");
 }
 
@@ -215,13 +237,15 @@ TEST(DeviceConfig, LayoutsADeviceDoesNotTrainYetAreNamed) {
   EXPECT_NE(error(R"(, "bf16": {"enabled": true}, "bf16_override_modules": ["layernorm"])")
                 .find("bf16_override_modules"),
             std::string::npos);
-  EXPECT_NE(error(R"(, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}})")
-                .find("offload_optimizer"),
+  EXPECT_EQ(error(R"(, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}})"),
+            "ok");
+  EXPECT_NE(error(R"(, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}})")
+                .find("zero_optimization.offload_param"),
             std::string::npos);
   EXPECT_EQ(error("", 2), "ok");  // the device says (TrainingDevice::Open)
-  EXPECT_NE(error(R"(, "gradient_compression": {"enabled": true})")
-                .find("Use dstrain.device \"cpu\""),
-            std::string::npos);
+  EXPECT_NE(
+      error(R"(, "gradient_compression": {"enabled": true})").find("Use dstrain.device \"cpu\""),
+      std::string::npos);
 
   ConfigContext one;
   Result<Config> bad = ParseConfig(R"({"train_micro_batch_size_per_gpu": 2,
