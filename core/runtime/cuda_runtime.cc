@@ -167,7 +167,10 @@ Result<PinnedHostBuffer> PinnedHostBuffer::Allocate(const CudaRuntime &runtime, 
 // ---- CudaDeviceMemory
 
 CudaDeviceMemory::CudaDeviceMemory(const CudaStream &stream)
-    : stream_(stream), name_("cuda:" + std::to_string(stream.device())) {}
+    : stream_(stream),
+      name_("cuda:" + std::to_string(stream.device())),
+      segments_(stream.runtime(), stream.device()),
+      cache_(&segments_, nullptr) {}
 
 bool CudaDeviceMemory::Keep(Status st) {
   if (st.ok()) return true;
@@ -176,19 +179,16 @@ bool CudaDeviceMemory::Keep(Status st) {
 }
 
 void *CudaDeviceMemory::Allocate(size_t bytes) {
-  const CudaRuntime &runtime = stream_.runtime();
-  void *p = nullptr;
-  if (!Keep(runtime.Check(runtime.table().malloc(stream_.device(), bytes, &p),
-                          "allocating " + std::to_string(bytes) + " bytes on " + name_)))
-    return nullptr;
-  if (Keep(stream_.FillAsync(p, 0, bytes)) && Keep(stream_.Synchronize())) return p;
-  Free(p);
+  if (bytes == 0) bytes = 1;
+  Result<void *> p = cache_.Allocate(bytes, stream_.id(), MemoryCategory::kParameters);
+  if (!Keep(p.status())) return nullptr;
+  if (Keep(stream_.FillAsync(p.value(), 0, bytes)) && Keep(stream_.Synchronize())) return p.value();
+  Free(p.value());
   return nullptr;
 }
 
 void CudaDeviceMemory::Free(void *p) {
-  const CudaRuntime &runtime = stream_.runtime();
-  Keep(runtime.Check(runtime.table().free(stream_.device(), p), "freeing memory on " + name_));
+  if (p != nullptr) Keep(cache_.Free(p));
 }
 
 void CudaDeviceMemory::Upload(void *dst, const void *src, size_t bytes) {

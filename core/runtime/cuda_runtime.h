@@ -136,9 +136,12 @@ class CudaMemoryResource final : public DeviceMemoryResource {
 };
 
 // One device's memory as a MemoryResource (what a Model's buffers live in
-// on a GPU): cudaMalloc'd, zeroed, copied to and from the host and zeroed on
-// `stream` (which must outlive it), each call complete on return. The first
-// failure is kept (status()); Allocate returns null on one.
+// on a GPU): blocks of a CachingAllocator over cudaMalloc'd segments (a
+// freed buffer's block is reused, so a step that frees and allocates again
+// allocates nothing from the device), zeroed, copied to and from the host
+// and zeroed on `stream` (which must outlive it; every block is used on it),
+// each call complete on return. The first failure is kept (status());
+// Allocate returns null on one. The buffers charge their own categories.
 class CudaDeviceMemory final : public MemoryResource {
  public:
   explicit CudaDeviceMemory(const CudaStream &stream);
@@ -149,12 +152,15 @@ class CudaDeviceMemory final : public MemoryResource {
   void Download(void *dst, const void *src, size_t bytes) override;
   void Zero(void *dst, size_t bytes) override;
   const Status &status() const { return status_; }
+  CachingAllocatorStats stats() const { return cache_.stats(); }
 
  private:
   bool Keep(Status st);  // true when st is OK
   const CudaStream &stream_;
   std::string name_;
   Status status_;
+  CudaMemoryResource segments_;
+  CachingAllocator cache_;
 };
 
 // Page-locked host memory of `bytes`, freed with the object.

@@ -101,6 +101,26 @@ bool Region::Holds(const void *p) const {
   return base_ != nullptr && c >= base_ && c < base_ + reserved_;
 }
 
+Result<void *> Segments::Allocate(size_t bytes) {
+  void *p = Region::Get().Allocate(bytes);
+  if (p == nullptr)
+    return Status(Code::kOutOfMemory, "the guarded stand-in's region is full (" +
+                                          std::to_string(bytes) +
+                                          " bytes asked); raise DSTRAIN_TEST_DEVICE_BYTES");
+  return p;
+}
+
+void *Memory::Allocate(size_t bytes) {
+  Result<void *> p = cache_.Allocate(bytes == 0 ? 1 : bytes, 0, MemoryCategory::kParameters);
+  if (!p.ok()) return nullptr;
+  Zero(p.value(), bytes);
+  return p.value();
+}
+
+void Memory::Free(void *p) {
+  if (p != nullptr) (void)cache_.Free(p);
+}
+
 void Memory::Upload(void *dst, const void *src, size_t bytes) {
   const Scope open("Upload");
   std::memcpy(dst, src, bytes);

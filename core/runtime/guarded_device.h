@@ -21,6 +21,7 @@
 #include "core/comm/communicator.h"
 #include "core/kernels/cpu/cpu_kernels.h"
 #include "core/kernels/cpu/cpu_step_kernels.h"
+#include "core/runtime/caching_allocator.h"
 #include "core/runtime/memory.h"
 
 namespace dst::guarded {
@@ -65,15 +66,31 @@ struct Scope {
 using Kernels = cpu::CpuKernels<float, Scope>;
 using StepKernels = cpu::CpuStepKernels<Scope>;
 
-// The region as a MemoryResource ("guarded"); Free does not reuse.
+// The region's pages as a device's raw allocator (segments are never given
+// back: the region only grows).
+class Segments final : public DeviceMemoryResource {
+ public:
+  Result<void *> Allocate(size_t bytes) override;
+  void Free(void *) override {}
+  std::string name() const override { return "guarded"; }
+};
+
+// The region as a MemoryResource ("guarded"), through the same caching
+// allocator as a GPU's memory: freed blocks are reused.
 class Memory final : public MemoryResource {
  public:
+  Memory() : cache_(&segments_, nullptr) {}
   std::string_view name() const override { return "guarded"; }
-  void *Allocate(size_t bytes) override { return Region::Get().Allocate(bytes); }
-  void Free(void *) override {}
+  void *Allocate(size_t bytes) override;
+  void Free(void *p) override;
   void Upload(void *dst, const void *src, size_t bytes) override;
   void Download(void *dst, const void *src, size_t bytes) override;
   void Zero(void *dst, size_t bytes) override;
+  CachingAllocatorStats stats() const { return cache_.stats(); }
+
+ private:
+  Segments segments_;
+  CachingAllocator cache_;
 };
 
 // A group whose collectives may read and write the region: open from each

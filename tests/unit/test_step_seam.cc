@@ -306,5 +306,25 @@ TEST(GuardedDevice, AHostTouchOutsideAKernelIsNamed) {
                "last kernel or copy: AllReduceSum\\)");
 }
 
+// The stand-in's memory goes through the caching allocator a GPU's does: a
+// freed buffer's block comes back (zeroed) instead of new region pages.
+TEST(GuardedDevice, FreedBlocksAreReusedAndZeroed) {
+  guarded::Memory memory;
+  float *a = static_cast<float *>(memory.Allocate(4096));
+  ASSERT_NE(a, nullptr);
+  const float ones[4] = {1, 1, 1, 1};
+  memory.Upload(a, ones, sizeof ones);
+  memory.Free(a);
+  const int64_t segments = memory.stats().segment_allocations;
+  float *b = static_cast<float *>(memory.Allocate(4000));
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(memory.stats().segment_allocations, segments);
+  EXPECT_GE(memory.stats().cache_hits, 1);
+  float back[4] = {9, 9, 9, 9};
+  memory.Download(back, b, sizeof back);
+  EXPECT_EQ(back[0], 0.0f);
+  memory.Free(b);
+}
+
 }  // namespace
 }  // namespace dst
