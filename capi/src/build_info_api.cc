@@ -103,8 +103,8 @@ json OpenMpInfo() {
 std::string KernelBackendInfo() {
   const dst::Status table = dst::CudaKernels::CheckPlugin();
   if (!table.ok()) return "not available: " + table.message();
-  return "the plugin's kernel table is complete; dstrain.device \"cuda\" trains one rank at "
-         "ZeRO 0-3 in fp32/fp16/bf16 (other layouts: not yet)";
+  return "the plugin's kernel table is complete; dstrain.device \"cuda\" trains at ZeRO "
+         "0-3 in fp32/fp16/bf16, dp/tp/pp, offload_optimizer (multi-GPU: compiled, never run)";
 }
 
 json CudaInfo() {

@@ -14,18 +14,31 @@ std::string GroupKey(const std::string &name, const std::vector<int64_t> &member
   return key + "]";
 }
 
-Result<std::unique_ptr<Communicator>> ConnectGroup(Store *store, int64_t rank,
-                                                   const std::string &name,
-                                                   const std::vector<int64_t> &members,
-                                                   const GlooOptions &common) {
-  if (members.size() == 1) return MakeSoloCommunicator(name);
-  DST_LOG(kDebug, "groups", "connecting " + GroupKey(name, members));
+GlooOptions GroupOptions(int64_t rank, const std::string &name, const std::vector<int64_t> &members,
+                         const GlooOptions &common) {
   GlooOptions options = common;
   options.name = name;
   options.store_prefix = GroupKey(name, members);
   options.global_ranks = members;
   options.rank = std::find(members.begin(), members.end(), rank) - members.begin();
   options.size = int64_t(members.size());
+  return options;
+}
+
+std::vector<GroupSlot> GroupSlots(ProcessGroups *groups) {
+  return {GroupSlot{"dp", &groups->dp_members, &groups->dp},
+          GroupSlot{"tp", &groups->tp_members, &groups->tp},
+          GroupSlot{"pp", &groups->pp_members, &groups->pp},
+          GroupSlot{"pp_p2p", &groups->pp_members, &groups->pp_p2p}};
+}
+
+Result<std::unique_ptr<Communicator>> ConnectGroup(Store *store, int64_t rank,
+                                                   const std::string &name,
+                                                   const std::vector<int64_t> &members,
+                                                   const GlooOptions &common) {
+  if (members.size() == 1) return MakeSoloCommunicator(name);
+  DST_LOG(kDebug, "groups", "connecting " + GroupKey(name, members));
+  const GlooOptions options = GroupOptions(rank, name, members, common);
   Result<std::unique_ptr<Communicator>> comm = CreateGlooCommunicator(*store, options);
   DST_LOG(kDebug, "groups",
           GroupKey(name, members) +
@@ -51,19 +64,11 @@ Result<ProcessGroups> BuildProcessGroups(Store *store, int64_t rank, const Topol
   groups.dp_members = topology.DataParallelGroup(rank);
   groups.tp_members = topology.TensorParallelGroup(rank);
   groups.pp_members = topology.PipelineGroup(rank);
-  struct Wanted {
-    const char *name;
-    const std::vector<int64_t> *members;
-    std::unique_ptr<Communicator> *out;
-  };
-  for (const Wanted &w :
-       {Wanted{"dp", &groups.dp_members, &groups.dp}, Wanted{"tp", &groups.tp_members, &groups.tp},
-        Wanted{"pp", &groups.pp_members, &groups.pp},
-        Wanted{"pp_p2p", &groups.pp_members, &groups.pp_p2p}}) {
+  for (const GroupSlot &slot : GroupSlots(&groups)) {
     Result<std::unique_ptr<Communicator>> comm =
-        ConnectGroup(store, rank, w.name, *w.members, common);
+        ConnectGroup(store, rank, slot.name, *slot.members, common);
     if (!comm.ok()) return comm.status();
-    *w.out = std::move(comm).value();
+    *slot.comm = std::move(comm).value();
   }
   return groups;
 }

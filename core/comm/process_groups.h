@@ -35,6 +35,19 @@ struct ProcessGroups {
 // "dp[0,2,4,6]": a group's name with its members (its store prefix).
 std::string GroupKey(const std::string &name, const std::vector<int64_t> &members);
 
+// The options `rank` connects group `name` of `members` with: `common`'s
+// with the name, store prefix (GroupKey), rank and size filled in.
+GlooOptions GroupOptions(int64_t rank, const std::string &name, const std::vector<int64_t> &members,
+                         const GlooOptions &common);
+
+// The group names and members of a rank's groups, with where each is kept.
+struct GroupSlot {
+  const char *name;
+  const std::vector<int64_t> *members;
+  std::unique_ptr<Communicator> *comm;
+};
+std::vector<GroupSlot> GroupSlots(ProcessGroups *groups);
+
 // Connects one group of `members` (global ranks, this `rank` among them) under
 // `name` (unique in the job); a group of one is a solo communicator.
 Result<std::unique_ptr<Communicator>> ConnectGroup(Store *store, int64_t rank,

@@ -355,7 +355,8 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
      "compute threads; 0 = DSTRAIN_NUM_THREADS, else OMP_NUM_THREADS, else all cores"},
     {kDstrain, "seed", "an integer in [0, 2^64)", "seed of data order and runtime randomness"},
     {kDstrain, "device", "\"cpu\" or \"cuda\"",
-     "where the rank trains (\"cpu\"); cuda: the GPU LOCAL_RANK names (ZeRO 0-3, one rank)"},
+     "where the rank trains (\"cpu\"); cuda: the GPU LOCAL_RANK names (ZeRO 0-3, dp/tp/pp, "
+     "offload_optimizer)"},
     {kDstrain, "comm_timeout_seconds", "a number > 0",
      "every collective and rendezvous gives up after this many seconds (default 300)"},
     {kDstrain, "resume_from_swap", kBool,

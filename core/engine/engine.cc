@@ -73,14 +73,16 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   }
   std::unique_ptr<TrainingDevice> device;
   if (config.value().runtime.device == "cuda") {
-    Result<std::unique_ptr<TrainingDevice>> opened =
-        TrainingDevice::Open(env.value().local_rank, env.value().world_size);
+    Result<std::unique_ptr<TrainingDevice>> opened = TrainingDevice::Open(env.value().local_rank);
     if (!opened.ok()) return opened.status();
     device = std::move(opened).value();
   }
   Result<Job> job = JoinJob(env.value(), config.value(),
                             config.value().resolved_json + spec.value().canonical_json);
   if (!job.ok()) return job.status();
+  if (device)  // the groups' device twins (NCCL), connected in the same order on every rank
+    DST_RETURN_IF_ERROR(device->AdoptGroups(&job.value().groups, job.value().store.get(),
+                                            env.value().rank, job.value().common));
   std::unique_ptr<Engine> engine(new Engine(std::move(config).value(), std::move(spec).value(),
                                             std::move(job).value(), std::move(plan),
                                             std::move(device)));
@@ -119,12 +121,6 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
       scaler_(config_.fp16),
       plan_(std::move(plan)) {
   SetNumThreads(ResolveNumThreads(config_.runtime.num_threads));
-  if (device_) {  // the groups reach the device's memory
-    for (std::unique_ptr<Communicator> *group :
-         {&groups_.dp, &groups_.tp, &groups_.pp, &groups_.pp_p2p})
-      if (*group) *group = device_->Adopt(std::move(*group));
-    dp_comm_ = groups_.dp.get();
-  }
   profiler_ = std::make_unique<StepProfiler>(config_, env_.rank);
   SetLogRank(env_.rank);
   const std::pair<Communicator *, CommGroup> hooked[] = {{groups_.dp.get(), CommGroup::kDp},

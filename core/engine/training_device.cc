@@ -3,6 +3,9 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/comm/gloo_communicator.h"
+#include "core/comm/nccl_communicator.h"
+#include "core/comm/routed_communicator.h"
 #include "core/kernels/cpu/gemm.h"
 #include "core/runtime/cuda_kernels.h"
 #include "core/runtime/cuda_runtime.h"
@@ -50,6 +53,20 @@ class CudaTrainingDevice final : public TrainingDevice {
     return kernels().TakeError();
   }
 
+ protected:
+  bool Holds(const void *p) const override { return memory_->Owns(p); }
+  // NCCL on the current device (the stream's), each operation ordered after
+  // the work queued on the stream before it.
+  Result<std::unique_ptr<Communicator>> ConnectTwin(Store &store,
+                                                    const GlooOptions &options) override {
+    NcclOptions nccl = options;
+    nccl.name = "nccl:" + options.store_prefix;
+    Result<std::unique_ptr<Communicator>> comm = CreateNcclCommunicator(store, nccl);
+    if (!comm.ok()) return comm.status();
+    DST_RETURN_IF_ERROR(comm.value()->OrderAfter(stream_->handle()));
+    return comm;
+  }
+
  private:
   CudaTrainingDevice() = default;
   std::unique_ptr<CudaStream> stream_;
@@ -65,8 +82,19 @@ class GuardedTrainingDevice final : public TrainingDevice {
   const StepKernels &step() const override { return step_; }
   bool Bf16Gemms() const override { return cpu::Bf16Compute().enabled; }
   Status TakeStatus() const override { return Status::Ok(); }
-  std::unique_ptr<Communicator> Adopt(std::unique_ptr<Communicator> group) override {
-    return std::make_unique<guarded::Communicator>(std::move(group));
+
+ protected:
+  bool Holds(const void *p) const override { return guarded::Region::Get().Holds(p); }
+  // A second Gloo group of the same members whose every operation must be
+  // over the region (a host buffer routed here is an error) and opens it.
+  Result<std::unique_ptr<Communicator>> ConnectTwin(Store &store,
+                                                    const GlooOptions &options) override {
+    GlooOptions twin = options;
+    twin.store_prefix += "/device";
+    Result<std::unique_ptr<Communicator>> comm = CreateGlooCommunicator(store, twin);
+    if (!comm.ok()) return comm.status();
+    return std::unique_ptr<Communicator>(
+        std::make_unique<guarded::Communicator>(std::move(comm).value()));
   }
 
  private:
@@ -77,19 +105,30 @@ class GuardedTrainingDevice final : public TrainingDevice {
 
 }  // namespace
 
-Result<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(int64_t local_rank,
-                                                             int64_t world_size) {
+Status TrainingDevice::AdoptGroups(ProcessGroups *groups, Store *store, int64_t rank,
+                                   const GlooOptions &common) {
+  for (const GroupSlot &slot : GroupSlots(groups)) {
+    if (slot.members->size() == 1) continue;  // a solo group moves no data
+    Result<std::unique_ptr<Communicator>> twin =
+        ConnectTwin(*store, GroupOptions(rank, slot.name, *slot.members, common));
+    if (!twin.ok()) {
+      Status st = twin.status();
+      return st.context(std::string("dstrain.device \"cuda\": the ") + slot.name +
+                        " group's device communicator");
+    }
+    *slot.comm = std::make_unique<RoutedCommunicator>(
+        std::move(*slot.comm), std::move(twin).value(), [this](const void *p) { return Holds(p); });
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(int64_t local_rank) {
   const char *standin = std::getenv("DSTRAIN_TEST_DEVICE");
   if (standin != nullptr && std::string_view(standin) == "guarded")
     return std::unique_ptr<TrainingDevice>(new GuardedTrainingDevice());
   if (standin != nullptr && *standin != '\0')
     return InvalidArgument("DSTRAIN_TEST_DEVICE=\"" + std::string(standin) +
                            "\": the only stand-in device is \"guarded\" (or unset it)");
-  if (world_size > 1)
-    return NotSupported(
-        "dstrain.device \"cuda\" with a world size of " + std::to_string(world_size) +
-        " is not supported yet: the groups' NCCL communicators are not wired to the engine; a "
-        "device trains one rank. Use dstrain.device \"cpu\" for this layout");
   return CudaTrainingDevice::Open(local_rank);
 }
 

@@ -4,8 +4,9 @@
 // Opened before the engine builds anything; an error names why there is
 // none. Two kinds:
 //   - CUDA: the GPU LOCAL_RANK names, one stream every kernel and copy of the
-//     step is queued on, device memory, the CUDA backend (one rank for now:
-//     the groups' NCCL communicators are not wired yet);
+//     step is queued on, device memory, the CUDA backend; each group of more
+//     than one rank gains an NCCL twin for its collectives over device
+//     memory (ordered after the stream's work), Gloo keeping the host ones;
 //   - the guarded stand-in (DSTRAIN_TEST_DEVICE=guarded,
 //     core/runtime/guarded_device.h): host memory closed to the host outside
 //     the CPU backend's kernels and the collectives, so the device path's
@@ -16,6 +17,8 @@
 #include <string>
 
 #include "core/comm/communicator.h"
+#include "core/comm/process_groups.h"
+#include "core/comm/store.h"
 #include "core/common/status.h"
 #include "core/kernels/kernels.h"
 #include "core/kernels/step_kernels.h"
@@ -25,9 +28,9 @@ namespace dst {
 
 class TrainingDevice {
  public:
-  // cuda:`local_rank` (the launcher's LOCAL_RANK) for a job of `world_size`
-  // ranks, or the guarded stand-in when DSTRAIN_TEST_DEVICE=guarded.
-  static Result<std::unique_ptr<TrainingDevice>> Open(int64_t local_rank, int64_t world_size);
+  // cuda:`local_rank` (the launcher's LOCAL_RANK), or the guarded stand-in
+  // when DSTRAIN_TEST_DEVICE=guarded.
+  static Result<std::unique_ptr<TrainingDevice>> Open(int64_t local_rank);
   virtual ~TrainingDevice() = default;
 
   virtual const char *name() const = 0;  // "cuda:0", "guarded"
@@ -42,8 +45,18 @@ class TrainingDevice {
   // failed since the last call (OK when none): the engine asks after
   // building and after each step.
   virtual Status TakeStatus() const = 0;
-  // A group of the rank's, made able to reach this device's memory.
-  virtual std::unique_ptr<Communicator> Adopt(std::unique_ptr<Communicator> group) { return group; }
+  // Every group of more than one rank becomes a RoutedCommunicator: its
+  // host (Gloo) group for host memory, a device twin (ConnectTwin) for this
+  // device's memory. `rank` is the global rank, `common` the options the
+  // groups connected with.
+  Status AdoptGroups(ProcessGroups *groups, Store *store, int64_t rank, const GlooOptions &common);
+
+ protected:
+  // Whether `p` points into this device's memory.
+  virtual bool Holds(const void *p) const = 0;
+  // The device's communicator for the group `options` describes.
+  virtual Result<std::unique_ptr<Communicator>> ConnectTwin(Store &store,
+                                                            const GlooOptions &options) = 0;
 };
 
 }  // namespace dst

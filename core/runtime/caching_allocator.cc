@@ -79,6 +79,14 @@ Status CachingAllocator::Free(void *ptr) {
   return Status::Ok();
 }
 
+bool CachingAllocator::Owns(const void *p) const {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  auto it = blocks_.upper_bound(at);
+  if (it == blocks_.begin()) return false;
+  --it;
+  return at < it->first + it->second->size;
+}
+
 void CachingAllocator::EmptyCache() {
   for (auto it = segments_.begin(); it != segments_.end();) {
     Segment *segment = it->second.get();

@@ -78,6 +78,8 @@ class CachingAllocator {
   Status Free(void *ptr);
   // Returns the cached segments that are wholly free to the resource.
   void EmptyCache();
+  // Whether `p` points into a block this allocator holds (handed out or cached).
+  bool Owns(const void *p) const;
   CachingAllocatorStats stats() const { return stats_; }
   // The size a request is rounded to.
   static size_t RoundedSize(size_t bytes);

@@ -153,6 +153,8 @@ class CudaDeviceMemory final : public MemoryResource {
   void Zero(void *dst, size_t bytes) override;
   const Status &status() const { return status_; }
   CachingAllocatorStats stats() const { return cache_.stats(); }
+  // Whether `p` points into memory this object handed out.
+  bool Owns(const void *p) const { return cache_.Owns(p); }
 
  private:
   bool Keep(Status st);  // true when st is OK

@@ -167,8 +167,17 @@ class OpenWork final : public Work {
   bool open_ = true;
 };
 
+// The device group moves device memory only: a host buffer routed here (to
+// NCCL on a GPU) is an error naming the operation and the address.
 template <typename Launch>
-std::unique_ptr<Work> Opened(const char *op, Launch launch) {
+std::unique_ptr<Work> Opened(const char *op, const void *data, Launch launch) {
+  if (data != nullptr && !Region::Get().Holds(data)) {
+    char where[32];
+    std::snprintf(where, sizeof where, "%p", data);
+    return std::make_unique<DoneWork>(InternalError(
+        std::string("the device group's ") + op + " was handed host memory at " + where +
+        " (a GPU's NCCL group would read garbage or crash): route host buffers to the host group"));
+  }
   Region::Get().Enter(op);
   return std::make_unique<OpenWork>(launch());
 }
@@ -176,37 +185,37 @@ std::unique_ptr<Work> Opened(const char *op, Launch launch) {
 }  // namespace
 
 std::unique_ptr<Work> Communicator::AllReduceSum(float *d, int64_t n) {
-  return Opened("AllReduceSum", [&] { return inner().AllReduceSum(d, n); });
+  return Opened("AllReduceSum", d, [&] { return inner().AllReduceSum(d, n); });
 }
 std::unique_ptr<Work> Communicator::ReduceSum(float *d, int64_t n, int64_t root) {
-  return Opened("ReduceSum", [&] { return inner().ReduceSum(d, n, root); });
+  return Opened("ReduceSum", d, [&] { return inner().ReduceSum(d, n, root); });
 }
 std::unique_ptr<Work> Communicator::ReduceScatterSum(float *d, int64_t shard) {
-  return Opened("ReduceScatterSum", [&] { return inner().ReduceScatterSum(d, shard); });
+  return Opened("ReduceScatterSum", d, [&] { return inner().ReduceScatterSum(d, shard); });
 }
 std::unique_ptr<Work> Communicator::AllGather(float *d, int64_t shard) {
-  return Opened("AllGather", [&] { return inner().AllGather(d, shard); });
+  return Opened("AllGather", d, [&] { return inner().AllGather(d, shard); });
 }
 std::unique_ptr<Work> Communicator::Broadcast(float *d, int64_t n, int64_t root) {
-  return Opened("Broadcast", [&] { return inner().Broadcast(d, n, root); });
+  return Opened("Broadcast", d, [&] { return inner().Broadcast(d, n, root); });
 }
 std::unique_ptr<Work> Communicator::Send(const void *d, int64_t bytes, int64_t peer, uint32_t tag) {
-  return Opened("Send", [&] { return inner().Send(d, bytes, peer, tag); });
+  return Opened("Send", d, [&] { return inner().Send(d, bytes, peer, tag); });
 }
 std::unique_ptr<Work> Communicator::Recv(void *d, int64_t bytes, int64_t peer, uint32_t tag) {
-  return Opened("Recv", [&] { return inner().Recv(d, bytes, peer, tag); });
+  return Opened("Recv", d, [&] { return inner().Recv(d, bytes, peer, tag); });
 }
 std::unique_ptr<Work> Communicator::AllReduceSum16(uint16_t *d, int64_t n, Half type) {
-  return Opened("AllReduceSum16", [&] { return inner().AllReduceSum16(d, n, type); });
+  return Opened("AllReduceSum16", d, [&] { return inner().AllReduceSum16(d, n, type); });
 }
 std::unique_ptr<Work> Communicator::ReduceSum16(uint16_t *d, int64_t n, int64_t root, Half type) {
-  return Opened("ReduceSum16", [&] { return inner().ReduceSum16(d, n, root, type); });
+  return Opened("ReduceSum16", d, [&] { return inner().ReduceSum16(d, n, root, type); });
 }
 std::unique_ptr<Work> Communicator::AllGather16(uint16_t *d, int64_t shard) {
-  return Opened("AllGather16", [&] { return inner().AllGather16(d, shard); });
+  return Opened("AllGather16", d, [&] { return inner().AllGather16(d, shard); });
 }
 std::unique_ptr<Work> Communicator::Broadcast16(uint16_t *d, int64_t n, int64_t root) {
-  return Opened("Broadcast16", [&] { return inner().Broadcast16(d, n, root); });
+  return Opened("Broadcast16", d, [&] { return inner().Broadcast16(d, n, root); });
 }
 
 }  // namespace dst::guarded

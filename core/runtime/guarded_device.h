@@ -93,8 +93,9 @@ class Memory final : public MemoryResource {
   CachingAllocator cache_;
 };
 
-// A group whose collectives may read and write the region: open from each
-// operation's start until its Work completes.
+// The device twin of a group (its collectives over device memory): each
+// operation must be over the region — a host buffer here is an error, as it
+// would be for NCCL — and opens it from its start until its Work completes.
 class Communicator final : public ForwardingCommunicator {
  public:
   explicit Communicator(std::unique_ptr<dst::Communicator> inner)

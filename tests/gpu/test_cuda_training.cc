@@ -31,9 +31,9 @@ Config StepConfig(const std::string &extra) {
   return config.value();
 }
 
-#define DST_TRAINING_DEVICE_OR_SKIP(device)                                    \
-  Result<std::unique_ptr<TrainingDevice>> opened = TrainingDevice::Open(0, 1); \
-  if (!opened.ok()) GTEST_SKIP() << "skipped: " << opened.status().message();  \
+#define DST_TRAINING_DEVICE_OR_SKIP(device)                                   \
+  Result<std::unique_ptr<TrainingDevice>> opened = TrainingDevice::Open(0);   \
+  if (!opened.ok()) GTEST_SKIP() << "skipped: " << opened.status().message(); \
   TrainingDevice &device = *opened.value()
 
 // The values (losses, weights, gradients) within `rel` of the largest.

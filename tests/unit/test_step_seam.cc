@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/comm/routed_communicator.h"
 #include "core/config/config.h"
 #include "core/engine/training_device.h"
 #include "core/runtime/guarded_device.h"
@@ -260,25 +261,62 @@ TEST(DeviceConfig, LayoutsADeviceDoesNotTrainYetAreNamed) {
   EXPECT_NE(cpu.value().resolved_json.find("\"device\": \"cpu\""), std::string::npos);
 }
 
-// A CUDA device trains one rank for now; the guarded stand-in any number,
-// and only DSTRAIN_TEST_DEVICE=guarded selects it.
-TEST(DeviceConfig, TheDeviceSaysWhichWorldSizesItTrains) {
-  unsetenv("DSTRAIN_TEST_DEVICE");
-  Result<std::unique_ptr<TrainingDevice>> cuda = TrainingDevice::Open(0, 2);
-  ASSERT_FALSE(cuda.ok());
-  EXPECT_NE(cuda.status().message().find("with a world size of 2 is not supported yet"),
-            std::string::npos)
-      << cuda.status().message();
+// DSTRAIN_TEST_DEVICE=guarded selects the stand-in; another value is named.
+TEST(DeviceConfig, TheStandInIsChosenByName) {
   setenv("DSTRAIN_TEST_DEVICE", "guarded", 1);
-  Result<std::unique_ptr<TrainingDevice>> guarded = TrainingDevice::Open(0, 2);
+  Result<std::unique_ptr<TrainingDevice>> guarded = TrainingDevice::Open(0);
   ASSERT_TRUE(guarded.ok()) << guarded.status().message();
   EXPECT_STREQ(guarded.value()->name(), "guarded");
   setenv("DSTRAIN_TEST_DEVICE", "gpu", 1);
-  Result<std::unique_ptr<TrainingDevice>> bad = TrainingDevice::Open(0, 1);
+  Result<std::unique_ptr<TrainingDevice>> bad = TrainingDevice::Open(0);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("the only stand-in device is \"guarded\""),
             std::string::npos);
   unsetenv("DSTRAIN_TEST_DEVICE");
+}
+
+// A rank's group on a device: each operation goes to the device group or
+// the host group by where its buffer lives.
+class Recording final : public ForwardingCommunicator {
+ public:
+  Recording(const char *name, std::vector<std::string> *log)
+      : ForwardingCommunicator(MakeSoloCommunicator("dp")), name_(name), log_(log) {}
+  std::unique_ptr<Work> AllReduceSum(float *d, int64_t n) override {
+    log_->push_back(std::string(name_) + " AllReduceSum");
+    return ForwardingCommunicator::AllReduceSum(d, n);
+  }
+  std::unique_ptr<Work> Send(const void *, int64_t, int64_t, uint32_t) override {
+    log_->push_back(std::string(name_) + " Send");
+    return std::make_unique<DoneWork>();
+  }
+
+ private:
+  const char *name_;
+  std::vector<std::string> *log_;
+};
+
+TEST(RoutedGroup, DeviceBuffersGoToTheDeviceGroupAndHostOnesToTheHostGroup) {
+  std::vector<std::string> log;
+  float device[4] = {}, host[1] = {};
+  RoutedCommunicator group(std::make_unique<Recording>("host", &log),
+                           std::make_unique<Recording>("device", &log),
+                           [&](const void *p) { return p >= device && p < device + 4; });
+  EXPECT_TRUE(group.AllReduceSum(device + 1, 2)->Wait().ok());
+  EXPECT_TRUE(group.AllReduceSum(host, 1)->Wait().ok());
+  EXPECT_TRUE(group.Send(device, 16, 0, 0)->Wait().ok());
+  EXPECT_EQ(log,
+            (std::vector<std::string>{"device AllReduceSum", "host AllReduceSum", "device Send"}));
+}
+
+// The stand-in's device twin refuses a host buffer, as NCCL would fail on one.
+TEST(GuardedDevice, TheDeviceTwinRefusesHostMemory) {
+  guarded::Communicator twin(MakeSoloCommunicator("dp"));
+  float host[2] = {1, 2};
+  const Status st = twin.AllReduceSum(host, 2)->Wait();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("the device group's AllReduceSum was handed host memory"),
+            std::string::npos)
+      << st.message();
 }
 
 // The stand-in's region: a kernel, a copy and a collective's Work open it;
