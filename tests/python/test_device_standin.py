@@ -82,6 +82,23 @@ def test_one_rank_on_the_device_is_the_cpu_run_and_its_checkpoint_resumes_on_the
     assert cli_tests.final_line(resumed.stdout) == cli_tests.final_line(whole.stdout)
 
 
+def launch_both_and_compare(dstrain, job, tmp_path):  # noqa: F811
+    """Two ranks with job["cpu"] on the CPU and job["dev"] on the stand-in,
+    10 steps each saved at the end: the same final line, the same bytes."""
+    outputs = {}
+    for name, standin in (("cpu", False), ("dev", True)):
+        launched = run(dstrain, "launch", "--nproc-per-node", "2", "--master-port",
+                       dp_tests.free_port(), "--", dstrain,
+                       *cli_tests.train_args(job, name, 10, "--save", tmp_path / name),
+                       standin=standin)
+        assert launched.returncode == 0, launched.stderr + launched.stdout
+        outputs[name] = launched.stdout
+    assert cli_tests.final_line(outputs["dev"]) == cli_tests.final_line(outputs["cpu"])
+    files = checkpoint_bytes(tmp_path / "dev" / "global_step10")
+    assert len(files) >= 2  # the model and the ranks' shards
+    assert files == checkpoint_bytes(tmp_path / "cpu" / "global_step10")
+
+
 # ZeRO 1; ZeRO 2's partitioned gradients reduced in fp16; ZeRO 0's buckets
 # all-reduced in bf16 (the wire conversions run on the device too); ZeRO 3's
 # gathered bf16 shards; fp16 at ZeRO 2.
@@ -92,19 +109,7 @@ def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(
         dstrain, job, tmp_path, stage, wire, precision, offload):  # noqa: F811
     job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage, 4, wire, precision, offload)
     job["dev"] = write_config(tmp_path, "dev.json", "cuda", stage, 4, wire, precision, offload)
-    outputs = {}
-    for name, standin in (("cpu", False), ("dev", True)):
-        launched = run(dstrain, "launch", "--nproc-per-node", "2", "--master-port",
-                       dp_tests.free_port(), "--", dstrain,
-                       *cli_tests.train_args(job, name, 10, "--save", tmp_path / name),
-                       standin=standin)
-        assert launched.returncode == 0, launched.stderr + launched.stdout
-        assert "(2 ranks)" in launched.stdout
-        outputs[name] = launched.stdout
-    assert cli_tests.final_line(outputs["dev"]) == cli_tests.final_line(outputs["cpu"])
-    files = checkpoint_bytes(tmp_path / "dev" / "global_step10")
-    assert len(files) >= 2  # the model and each rank's optimizer shard
-    assert files == checkpoint_bytes(tmp_path / "cpu" / "global_step10")
+    launch_both_and_compare(dstrain, job, tmp_path)
 
 
 # Tensor parallelism (with sequence parallelism), the pipeline (1F1B,
@@ -130,17 +135,7 @@ def test_model_parallel_layouts_on_the_device_are_the_cpu_run(
         config.update(layout)
         (tmp_path / (name + ".json")).write_text(json.dumps(config))
         job[name] = tmp_path / (name + ".json")
-    outputs = {}
-    for name, standin in (("cpu", False), ("dev", True)):
-        launched = run(dstrain, "launch", "--nproc-per-node", "2", "--master-port",
-                       dp_tests.free_port(), "--", dstrain,
-                       *cli_tests.train_args(job, name, 10, "--save", tmp_path / name),
-                       standin=standin)
-        assert launched.returncode == 0, launched.stderr + launched.stdout
-        outputs[name] = launched.stdout
-    assert cli_tests.final_line(outputs["dev"]) == cli_tests.final_line(outputs["cpu"])
-    files = checkpoint_bytes(tmp_path / "dev" / "global_step10")
-    assert files and files == checkpoint_bytes(tmp_path / "cpu" / "global_step10")
+    launch_both_and_compare(dstrain, job, tmp_path)
 
 
 def test_a_layout_the_device_does_not_train_yet_is_named(dstrain, job, tmp_path):  # noqa: F811

@@ -147,51 +147,42 @@ __global__ void NormalizeAndNllKernel(float *logits, long V, const float *sums,
     counted[r] = counts ? 1.0f : 0.0f;
   }
 }
-// partial[block] = sum of (pred - labels)^2 in double over the block's elements
-// (256 threads, a fixed tree).
+// partial[block] = the sum of every thread's `sum` in the block (256
+// threads, a fixed tree): the block reductions below end with it.
+__device__ void StoreBlockSum(double sum, double *partial) {
+  __shared__ double sums[256];
+  sums[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (int(threadIdx.x) < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+}
+// partial[block] = sum of (pred - labels)^2 in double over the block's elements.
 __global__ void SquaredErrorKernel(const float *pred, const float *labels, long n,
                                    double *partial) {
-  __shared__ double sums[256];
   double sum = 0;
   DST_GRID_STRIDE(i, n) {
     const double d = double(pred[i]) - double(labels[i]);
     sum += d * d;
   }
-  sums[threadIdx.x] = sum;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (int(threadIdx.x) < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+  StoreBlockSum(sum, partial);
 }
 // partial[block] = this block's share of sum x[i]^2, in double.
 __global__ void SquaresKernel(const float *x, long n, double *partial) {
-  __shared__ double sums[256];
   double sum = 0;
   DST_GRID_STRIDE(i, n) sum += double(x[i]) * double(x[i]);
-  sums[threadIdx.x] = sum;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (int(threadIdx.x) < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+  StoreBlockSum(sum, partial);
 }
+// The same over 16-bit values.
 __global__ void Squares16Kernel(bool bf16, const uint16_t *x, long n, double *partial) {
-  __shared__ double sums[256];
   double sum = 0;
   DST_GRID_STRIDE(i, n) {
     const double v = From16(bf16, x[i]);
     sum += v * v;
   }
-  sums[threadIdx.x] = sum;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (int(threadIdx.x) < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+  StoreBlockSum(sum, partial);
 }
 __global__ void Narrow16Kernel(bool bf16, const float *src, long n, uint16_t *dst) {
   DST_GRID_STRIDE(i, n) dst[i] = To16(bf16, src[i]);
