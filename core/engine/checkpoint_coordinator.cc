@@ -281,6 +281,23 @@ Result<WrittenFile> CheckpointCoordinator::ConsolidateWeights(const std::string 
   return WriteStagedFile(dir, tag, weights);
 }
 
+// Rank 0, when it does not hold every whole weight itself: model.safetensors
+// consolidated from the shards and added to `files` (the staging is
+// aborted on a failure).
+Status CheckpointCoordinator::AddConsolidatedWeights(const std::string &dir, const std::string &tag,
+                                                     const Json &shards,
+                                                     std::vector<WrittenFile> *files) {
+  if (HoldsEveryWeight()) return Status::Ok();
+  Result<WrittenFile> weights = ConsolidateWeights(dir, tag, shards);
+  if (!weights.ok()) {
+    AbortStaging(dir, tag);
+    Status failed = weights.status();
+    return failed.context("save_checkpoint: consolidating the weights");
+  }
+  files->push_back(weights.value());
+  return Status::Ok();
+}
+
 // Rank 0 writes model.safetensors itself when it holds every whole weight;
 // otherwise it consolidates the weight pieces every rank's shard file holds.
 bool CheckpointCoordinator::HoldsEveryWeight() const {
@@ -324,15 +341,8 @@ Status CheckpointCoordinator::Save(const std::string &dir, const std::string &ta
       AbortStaging(dir, tag);
       return own;
     }
-    if (!HoldsEveryWeight()) {  // the weights are in the store (NVMe), not in memory
-      Result<WrittenFile> weights = ConsolidateWeights(dir, tag, shards);
-      if (!weights.ok()) {
-        AbortStaging(dir, tag);
-        Status failed = weights.status();
-        return failed.context("save_checkpoint: consolidating the weights");
-      }
-      written.push_back(weights.value());
-    }
+    // The weights are in the store (NVMe), not in memory: consolidated.
+    DST_RETURN_IF_ERROR(AddConsolidatedWeights(dir, tag, shards, &written));
     meta["shards"] = shards;
     return CommitStaging(dir, tag, written, meta);
   }
@@ -374,15 +384,7 @@ Status CheckpointCoordinator::CollectAndCommit(const std::string &dir, const std
     for (const Json &f : r.payload.at("files")) files.push_back(WrittenFileFrom(f));
     for (const Json &s : r.payload.at("shards")) shards.push_back(s);
   }
-  if (!HoldsEveryWeight()) {
-    Result<WrittenFile> weights = ConsolidateWeights(dir, tag, shards);
-    if (!weights.ok()) {
-      AbortStaging(dir, tag);
-      Status failed = weights.status();
-      return failed.context("save_checkpoint: consolidating the weights");
-    }
-    files.push_back(weights.value());
-  }
+  DST_RETURN_IF_ERROR(AddConsolidatedWeights(dir, tag, shards, &files));
   meta["shards"] = shards;
   return CommitStaging(dir, tag, files, std::move(meta));
 }

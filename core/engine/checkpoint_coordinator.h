@@ -73,6 +73,9 @@ class CheckpointCoordinator {
                                  std::vector<WrittenFile> *written, nlohmann::json *shards);
   Result<WrittenFile> ConsolidateWeights(const std::string &dir, const std::string &tag,
                                          const nlohmann::json &shards);
+  // Unless HoldsEveryWeight: ConsolidateWeights into `files` (aborting the staging on failure).
+  Status AddConsolidatedWeights(const std::string &dir, const std::string &tag,
+                                const nlohmann::json &shards, std::vector<WrittenFile> *files);
   Status CollectAndCommit(const std::string &dir, const std::string &tag, nlohmann::json meta,
                           const std::string &what);
   Status PrepareLoad(const std::string &dir, const std::string &tag, PreparedLoad *out);
