@@ -82,6 +82,9 @@ std::string Trainer::MemoryStatusLine() const {
     if (c["peak_bytes"].get<int64_t>() > 0)
       line += " " + name + " " + mib(c["bytes"]) + "/" + mib(c["peak_bytes"]);
   line += " | total " + mib(m["total"]["bytes"]) + "/" + mib(m["total"]["peak_bytes"]);
+  if (const nlohmann::json &device = m["device"]; device["name"] != "cpu")  // of the total
+    line += " | on " + device["name"].get<std::string>() + " " + mib(device["bytes"]) + "/" +
+            mib(device["peak_bytes"]);
   line += " | RSS " + mib(m["process"]["rss_bytes"]) + "/" + mib(m["process"]["peak_rss_bytes"]);
   line += " | system available " + mib(m["system"]["available_bytes"]) + " of " +
           mib(m["system"]["total_bytes"]);

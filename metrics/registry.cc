@@ -120,6 +120,13 @@ void MetricsRegistry::Build(const RankIdentity &identity) {
     memory_[i].current = &mem.Add(category);
     memory_[i].peak = &peak.Add(category);
   }
+  device_memory_.current =
+      &gauge("dstrain_device_memory_bytes",
+             "Of dstrain_memory_bytes, the bytes in the training device's memory (0 on the CPU).")
+           .Add({});
+  device_memory_.peak =
+      &gauge("dstrain_device_memory_peak_bytes", "Largest dstrain_device_memory_bytes so far.")
+           .Add({});
 
   gauge("dstrain_world_size", "Number of processes (ranks) in the job.")
       .Add({})
@@ -244,6 +251,8 @@ void MetricsRegistry::Record(const StepSample &s) {
     memory_[i].current->Set(static_cast<double>(s.memory[i].current_bytes));
     memory_[i].peak->Set(static_cast<double>(s.memory[i].peak_bytes));
   }
+  device_memory_.current->Set(static_cast<double>(s.device_memory.current_bytes));
+  device_memory_.peak->Set(static_cast<double>(s.device_memory.peak_bytes));
 }
 
 std::string MetricsRegistry::Exposition() const {

@@ -108,6 +108,7 @@ class MetricsRegistry {
   // [group][op]: dstrain_comm_group_*{group, op}.
   std::array<std::array<OpSeries, kCommOpNames.size()>, kCommGroupNames.size()> comm_by_group_{};
   std::array<MemorySeries, kMemoryCategoryNames.size()> memory_{};
+  MemorySeries device_memory_;  // dstrain_device_memory_bytes (unlabelled)
   std::map<std::string, TimerSeries, std::less<>> timers_;
   std::unique_ptr<StepGauges> step_gauges_;
 };

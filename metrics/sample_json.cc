@@ -69,6 +69,8 @@ nlohmann::json SampleToJson(const StepSample &s) {
                                        {"peak_bytes", s.memory[i].peak_bytes}};
   }
   j["memory"] = std::move(memory);
+  j["device_memory"] = {{"current_bytes", s.device_memory.current_bytes},
+                        {"peak_bytes", s.device_memory.peak_bytes}};
   j["process_rss_bytes"] = s.process_rss_bytes;
   j["gradient_compression"] = {{"payload_bytes_total", s.compression_payload_bytes_total},
                                {"dense_bytes_total", s.compression_dense_bytes_total}};

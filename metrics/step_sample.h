@@ -79,6 +79,7 @@ struct StepSample {
   // by the group's own size.
   std::array<std::array<CommOpSample, kCommOpNames.size()>, kCommGroupNames.size()> comm_by_group{};
   std::array<MemorySample, kMemoryCategoryNames.size()> memory{};
+  MemorySample device_memory{};  // of those, the bytes in the device's memory (0 on the CPU)
   int64_t process_rss_bytes = 0;
   // The optimizer's NVMe tier (zeros without it): bytes moved and time the
   // step waited for its I/O, running totals.

@@ -188,6 +188,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   telemetry.config = &config_;
   telemetry.env = env_;
   telemetry.memory = &memory_;
+  if (device_) telemetry.device = device_->name();
   telemetry.comm = &comm_stats_;
   telemetry.store = store_.get();
   telemetry.gpt = spec.type == ModelSpec::Type::kGpt;

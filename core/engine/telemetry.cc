@@ -132,6 +132,7 @@ void Telemetry::FillLive(metrics::StepSample *s) const {
     const auto cat = static_cast<MemoryCategory>(c);
     s->memory[size_t(c)] = {ctx_.memory->Current(cat), ctx_.memory->Peak(cat)};
   }
+  s->device_memory = {ctx_.memory->DeviceCurrent(), ctx_.memory->DevicePeak()};
   s->process_rss_bytes = ProcessRssBytes();
   // Both tiers' I/O (optimizer and parameters).
   for (const IoCounters *io : {ctx_.nvme ? &ctx_.nvme->io_counters() : nullptr,
@@ -164,6 +165,14 @@ nlohmann::json Telemetry::CompressionJson() const {
   return j;
 }
 
+// Where the rank trains, and how many of the tracked bytes are that device's
+// (the rest are host memory: on a device, host copies and offloaded state).
+nlohmann::json Telemetry::DeviceMemoryJson() const {
+  return {{"name", ctx_.device},
+          {"bytes", ctx_.memory->DeviceCurrent()},
+          {"peak_bytes", ctx_.memory->DevicePeak()}};
+}
+
 nlohmann::json Telemetry::MemoryStatusJson() const {
   nlohmann::json categories = nlohmann::json::object();
   for (int c = 0; c < kNumMemoryCategories; ++c) {
@@ -174,6 +183,7 @@ nlohmann::json Telemetry::MemoryStatusJson() const {
   return {
       {"categories", categories},
       {"total", {{"bytes", ctx_.memory->TotalCurrent()}, {"peak_bytes", ctx_.memory->TotalPeak()}}},
+      {"device", DeviceMemoryJson()},
       {"process",
        {{"rss_bytes", ProcessRssBytes()},
         {"peak_rss_bytes", ProcKilobytes("/proc/self/status", "VmHWM")}}},
@@ -185,7 +195,9 @@ nlohmann::json Telemetry::MemoryStatusJson() const {
 // The optimizer tier: where it lives, and for NVMe its file and I/O so far.
 nlohmann::json Telemetry::OffloadJson() const {
   const std::string &device = ctx_.config->zero.offload_optimizer_device;
-  nlohmann::json optimizer = {{"device", device}, {"moved", ctx_.nvme != nullptr}};
+  // Moved: on NVMe, or in host memory while the rank trains on a device.
+  const bool moved = ctx_.nvme != nullptr || (device == "cpu" && ctx_.device != "cpu");
+  nlohmann::json optimizer = {{"device", device}, {"moved", moved}};
   if (ctx_.nvme) {
     const NvmeStateStore &nvme = *ctx_.nvme;
     const IoCounters &io = nvme.io_counters();
@@ -401,6 +413,7 @@ std::string Telemetry::MetricsJson(const TrainingState &state) const {
                                                 {"peak_bytes", s.memory[c].peak_bytes}};
   memory["total"] = {{"bytes", ctx_.memory->TotalCurrent()},
                      {"peak_bytes", ctx_.memory->TotalPeak()}};
+  memory["device"] = DeviceMemoryJson();
   const double n = double(ctx_.dp_size);
   const double job_tokens_per_sec = s.tokens_per_second * n;  // tokens (GPT) or samples
   const double job_samples_per_sec = s.samples_per_second * n;

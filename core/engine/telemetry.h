@@ -42,6 +42,7 @@ struct TelemetryContext {
   const Config *config = nullptr;
   LaunchEnv env;
   MemoryTracker *memory = nullptr;
+  std::string device = "cpu";  // where the rank trains (dstrain.device's TrainingDevice name)
   const CommStats *comm = nullptr;
   Store *store = nullptr;  // null on a single-rank job
   bool gpt = true;         // throughput in tokens (GPT) or samples
@@ -96,6 +97,8 @@ class Telemetry {
   // set now and at its peak, the machine's total and available memory
   // (dst_engine_memory_status; DeepSpeed's see_memory_usage).
   nlohmann::json MemoryStatusJson() const;
+  // {"name": "cpu" / "cuda:0" / "guarded", "bytes", "peak_bytes"}: the device's share.
+  nlohmann::json DeviceMemoryJson() const;
   nlohmann::json ParamOffloadJson() const;
   nlohmann::json CompressionJson() const;
   // Before OnStep: the step's straggler figures.

@@ -28,16 +28,19 @@ void RaiseTo(std::atomic<int64_t> &peak, int64_t value) {
 }
 }  // namespace
 
-void MemoryTracker::Add(MemoryCategory category, int64_t bytes) {
+void MemoryTracker::Add(MemoryCategory category, int64_t bytes, bool on_device) {
   auto &current = current_[static_cast<int>(category)];
   RaiseTo(peak_[static_cast<int>(category)],
           current.fetch_add(bytes, std::memory_order_relaxed) + bytes);
   RaiseTo(total_peak_, total_current_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  if (on_device)
+    RaiseTo(device_peak_, device_current_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
 }
 
-void MemoryTracker::Release(MemoryCategory category, int64_t bytes) {
+void MemoryTracker::Release(MemoryCategory category, int64_t bytes, bool on_device) {
   current_[static_cast<int>(category)].fetch_sub(bytes, std::memory_order_relaxed);
   total_current_.fetch_sub(bytes, std::memory_order_relaxed);
+  if (on_device) device_current_.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
 void MemoryTracker::ResetPeaks() {
@@ -45,6 +48,7 @@ void MemoryTracker::ResetPeaks() {
     peak_[size_t(c)].store(current_[size_t(c)].load(std::memory_order_relaxed),
                            std::memory_order_relaxed);
   total_peak_.store(total_current_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  device_peak_.store(device_current_.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 int64_t MemoryTracker::Current(MemoryCategory category) const {

@@ -29,12 +29,17 @@ std::string_view MemoryCategoryName(MemoryCategory category);
 
 class MemoryTracker {
  public:
-  void Add(MemoryCategory category, int64_t bytes);
-  void Release(MemoryCategory category, int64_t bytes);
+  // `on_device`: the bytes are a device's (a MemoryResource's), counted in
+  // the category and in the device's total too.
+  void Add(MemoryCategory category, int64_t bytes, bool on_device = false);
+  void Release(MemoryCategory category, int64_t bytes, bool on_device = false);
   int64_t Current(MemoryCategory category) const;
   int64_t Peak(MemoryCategory category) const;
   int64_t TotalCurrent() const;
   int64_t TotalPeak() const { return total_peak_.load(std::memory_order_relaxed); }
+  // Of those, the bytes in a device's memory (0 on the CPU).
+  int64_t DeviceCurrent() const { return device_current_.load(std::memory_order_relaxed); }
+  int64_t DevicePeak() const { return device_peak_.load(std::memory_order_relaxed); }
   // Peaks restart from the current figures (the engine does this once it is
   // built, so set-up transients do not count as training peaks).
   void ResetPeaks();
@@ -44,6 +49,8 @@ class MemoryTracker {
   std::array<std::atomic<int64_t>, kNumMemoryCategories> peak_{};
   std::atomic<int64_t> total_current_{0};
   std::atomic<int64_t> total_peak_{0};
+  std::atomic<int64_t> device_current_{0};
+  std::atomic<int64_t> device_peak_{0};
 };
 
 // Where a buffer's memory lives when not in host memory (a device:
@@ -81,7 +88,7 @@ class Buffer {
       data_ = static_cast<T *>(::operator new[](bytes(), std::align_val_t(kAlignment)));
       std::memset(static_cast<void *>(data_), 0, bytes());
     }
-    if (tracker_) tracker_->Add(category_, static_cast<int64_t>(bytes()));
+    if (tracker_) tracker_->Add(category_, static_cast<int64_t>(bytes()), resource_ != nullptr);
   }
   ~Buffer() { reset(); }
   Buffer(Buffer &&other) noexcept { *this = std::move(other); }
@@ -131,7 +138,8 @@ class Buffer {
   void reset() {
     if (!data_) return;
     if (owned_) {
-      if (tracker_) tracker_->Release(category_, static_cast<int64_t>(bytes()));
+      if (tracker_)
+        tracker_->Release(category_, static_cast<int64_t>(bytes()), resource_ != nullptr);
       if (resource_)
         resource_->Free(data_);
       else

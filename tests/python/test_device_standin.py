@@ -8,6 +8,7 @@ losses and the same checkpoint bytes, which a CPU engine then resumes."""
 import json
 import os
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -136,6 +137,31 @@ def test_model_parallel_layouts_on_the_device_are_the_cpu_run(
         (tmp_path / (name + ".json")).write_text(json.dumps(config))
         job[name] = tmp_path / (name + ".json")
     launch_both_and_compare(dstrain, job, tmp_path)
+
+
+def test_memory_reports_say_what_lives_on_the_device(dstrain, job, tmp_path):  # noqa: F811
+    """--memory-status on a device: of the total, the bytes in its memory; on
+    the CPU no device part. ZeRO-Offload's state is host memory."""
+    def status(name, device, offload=None, standin=True):
+        job[name] = write_config(tmp_path, name + ".json", device, 1, offload=offload)
+        result = run(dstrain, *cli_tests.train_args(job, name, 2, "--memory-status", 2),
+                     standin=standin)
+        assert result.returncode == 0, result.stderr
+        lines = re.findall(r"^step 2 memory \(MiB, now/peak\): (.*)$", result.stdout, re.M)
+        assert len(lines) == 1, result.stdout
+        return lines[0]
+
+    def mib(text, label):
+        match = re.search(label + r" ([\d.]+)/([\d.]+)", text)
+        assert match, text
+        return float(match.group(1))
+
+    assert "| on " not in status("cpu", "cpu", standin=False)
+    resident = status("dev", "cuda")
+    assert 0 < mib(resident, r"\| on guarded") <= mib(resident, r"\| total")
+    offloaded = status("off", "cuda", offload="cpu")
+    # The optimizer state (and masters) left the device.
+    assert mib(offloaded, r"\| on guarded") < mib(resident, r"\| on guarded")
 
 
 def test_a_layout_the_device_does_not_train_yet_is_named(dstrain, job, tmp_path):  # noqa: F811
