@@ -169,24 +169,21 @@ Status CheckGradientCompressionSupported(const Config &config) {
 // A device trains with every buffer in its memory at any ZeRO stage, in
 // fp32, fp16 or bf16, with pipeline and tensor parallelism; the optimizer
 // state and master weights stay there too, or on the host with
-// offload_optimizer (ZeRO-Offload: cpu, or nvme). What still runs on host
-// memory only (offload_param, compression, the fp32 modules of 16-bit
-// training) is refused. (The world size a CUDA device takes is
+// offload_optimizer (ZeRO-Offload: cpu, or nvme), the fp32 modules of 16-bit
+// training too. What still runs on host memory only (offload_param,
+// compression) is refused. (The world size a CUDA device takes is
 // TrainingDevice::Open's to say: the guarded stand-in trains any size.)
 Status CheckDeviceSupported(const Config &config) {
   if (config.runtime.device != "cuda") return Status::Ok();
   const std::string head = "dstrain.device \"cuda\" with ";
   const std::string tail =
       " is not supported yet; a device trains at ZeRO 0-3 in fp32, fp16 or bf16, with pipeline "
-      "and tensor parallelism and offload_optimizer, without offload_param, compression or fp32 "
-      "modules. Use dstrain.device \"cpu\" for this layout";
+      "and tensor parallelism and offload_optimizer, without offload_param or compression. Use "
+      "dstrain.device \"cpu\" for this layout";
   if (config.zero.offload_param_device != "none")
     return NotSupported(head + "zero_optimization.offload_param" + tail);
   if (config.gradient_compression.enabled)
     return NotSupported(head + "gradient_compression" + tail);
-  if (config.precision() != DType::kFloat32 && !config.fp32_modules().empty())
-    return NotSupported(head + (config.precision() == DType::kFloat16 ? "fp16" : "bf16") +
-                        "_override_modules" + tail);
   return Status::Ok();
 }
 

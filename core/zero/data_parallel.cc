@@ -71,7 +71,7 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
       Wide() ? Fp32ByParamType(model->spec(), store.decls(), config.fp32_modules())
              : std::vector<bool>{});
   if (!plan_.fp32.slots.empty())
-    fp32_ = std::make_unique<Fp32Params>(&plan_, &store, tracker, seed);
+    fp32_ = std::make_unique<Fp32Params>(&plan_, &store, tracker, seed, placement_);
   if (Wide() && stage_ < 3) local_ = MakeSoloCommunicator("local");
   const ShardLayout local_layout(layout_.padded, 1);
 
@@ -339,7 +339,7 @@ ShardInfo DataParallel::StatePartOf(int id) const {
 Status DataParallel::ReadStoredGradient(int id, float *out) {
   const ParamDecl &d = model_->params().decls()[size_t(id)];
   if (const TensorSlot *slot = fp32_ ? fp32_->Find(id) : nullptr) {  // whole on every rank
-    std::memcpy(out, fp32_->grads(*slot), size_t(d.numel) * sizeof(float));
+    step().CopyRange(fp32_->grads(*slot), d.numel, out);
     return Status::Ok();
   }
   const ShardInfo part = StatePartOf(id);
@@ -355,8 +355,7 @@ Status DataParallel::ReadStoredGradient(int id, float *out) {
 Status DataParallel::AddStoredGradient(int id, const float *in) {
   const ParamDecl &d = model_->params().decls()[size_t(id)];
   if (const TensorSlot *slot = fp32_ ? fp32_->Find(id) : nullptr) {
-    float *g = fp32_->grads(*slot);
-    for (int64_t i = 0; i < d.numel; ++i) g[i] += in[i];
+    step().AddRange(in, d.numel, fp32_->grads(*slot));
     return Status::Ok();
   }
   const ShardInfo part = StatePartOf(id);
@@ -520,6 +519,8 @@ Status DataParallel::UpdateHostPiece(const StatePiece &piece, double lr) {
     const int64_t n = std::min(kChunk, piece.count - c);
     ops_.Download(half.data(), grads + c, size_t(n) * sizeof(uint16_t));
     Widen(storage_, half.data(), chunk.data(), n);
+    const int64_t flat = state_range_.offset + piece.begin + c;
+    if (fp32_) fp32_->OverlayGrads(flat, n, chunk.data(), /*host_dst=*/true);
     const StatePiece part = PartOf(piece, c, n);
     if (optimizer_->fuses()) {
       optimizer_->Update(part, nullptr, chunk.data(), lr, {factor, half.data(), HalfOf(storage_)});
@@ -528,6 +529,7 @@ Status DataParallel::UpdateHostPiece(const StatePiece &piece, double lr) {
       optimizer_->Update(part, nullptr, chunk.data(), lr);
       Narrow(storage_, part.tensors[0], half.data(), n);
     }
+    if (fp32_) fp32_->TakeValues(flat, n, part.tensors[0], /*host_src=*/true);
     DST_RETURN_IF_ERROR(WriteHalfParams(part.begin, n, half.data()));
   }
   return Status::Ok();
@@ -606,7 +608,7 @@ Status DataParallel::GatherGradients() {
 Status DataParallel::ReadParam(int id, float *out) {
   const ParamDecl &d = model_->params().decls()[size_t(id)];
   if (const TensorSlot *slot = fp32_ ? fp32_->Find(id) : nullptr) {
-    std::memcpy(out, fp32_->values(*slot), size_t(d.numel) * sizeof(float));
+    ToHost(fp32_->values(*slot), d.numel, out);
     return Status::Ok();
   }
   if (params_) return params_->Read(id, out);
@@ -624,7 +626,7 @@ Status DataParallel::WriteParam(int id, const float *in) {
           optimizer_->state().Write(0, b - state_range_.offset, e - b, in + (b - d.offset)));
   }
   if (const TensorSlot *slot = fp32_ ? fp32_->Find(id) : nullptr)
-    std::memcpy(fp32_->values(*slot), in, size_t(d.numel) * sizeof(float));
+    FromHost(in, d.numel, fp32_->values(*slot));
   if (params_) return params_->Write(id, in);
   FromHost(in, d.numel, model_->params().values() + d.offset);
   return Status::Ok();
@@ -639,7 +641,8 @@ Status DataParallel::ReadGrad(int id, float *out) const {
                       "train_batch or forward_backward. Call dst_engine_forward_backward first");
   if (const TensorSlot *slot = fp32_ ? fp32_->Find(id) : nullptr) {  // whole, fp32, summed
     const float f = float(GradFactor());
-    for (int64_t i = 0; i < d.numel; ++i) out[i] = fp32_->grads(*slot)[i] * f;
+    ToHost(fp32_->grads(*slot), d.numel, out);
+    for (int64_t i = 0; i < d.numel; ++i) out[i] *= f;
     return Status::Ok();
   }
   const void *full =

@@ -6,13 +6,18 @@
 namespace dst {
 
 Fp32Params::Fp32Params(const PartitionPlan *plan, ParamStore<float> *store, MemoryTracker *tracker,
-                       uint64_t seed)
+                       uint64_t seed, StepPlacement placement)
     : plan_(plan),
       decls_(&store->decls()),
-      values_(tracker, MemoryCategory::kParameters, size_t(plan->fp32.size)),
-      grads_(tracker, MemoryCategory::kGradients, size_t(plan->fp32.size)) {
-  for (const Segment &s : plan->fp32.segments)
-    store->InitializeRange(seed, s.begin, s.end, values_.data() + s.staged);
+      ops_(placement),
+      values_(tracker, MemoryCategory::kParameters, size_t(plan->fp32.size), placement.memory),
+      grads_(tracker, MemoryCategory::kGradients, size_t(plan->fp32.size), placement.memory) {
+  std::vector<float> initial;  // made on the host
+  for (const Segment &s : plan->fp32.segments) {
+    initial.resize(size_t(s.size()));
+    store->InitializeRange(seed, s.begin, s.end, initial.data());
+    ops_.Upload(values_.data() + s.staged, initial.data(), initial.size() * sizeof(float));
+  }
   for (const TensorSlot &slot : plan->fp32.slots) {
     store->SetParamPointer(slot.id, values_.data() + slot.staged);
     store->SetGradPointer(slot.id, grads_.data() + slot.staged);
@@ -39,17 +44,28 @@ Status Fp32Params::ReduceGrads(Communicator &dp) {
   return st.ok() ? st : st.context("reducing the fp32 (override_modules) gradients");
 }
 
-void Fp32Params::OverlayGrads(int64_t begin, int64_t n, float *dst) const {
+void Fp32Params::OverlayGrads(int64_t begin, int64_t n, float *dst, bool host_dst) const {
   ForEachOverlap(begin, n, [&](int64_t flat, int64_t at, int64_t count) {
-    std::memcpy(dst + (flat - begin), grads_.data() + at, size_t(count) * sizeof(float));
+    if (host_dst)
+      ops_.Download(dst + (flat - begin), grads_.data() + at, size_t(count) * sizeof(float));
+    else
+      ops_.kernels().CopyRange(grads_.data() + at, count, dst + (flat - begin));
   });
 }
 
+// In double, element by element in flat order, on the host (the fp32
+// tensors are few and small: off the host they are read back first).
 double Fp32Params::GradSquares(ShardInfo range, const std::vector<int> &excluded) const {
+  std::vector<float> host;
+  const float *grads = grads_.data();
+  if (!ops_.on_host()) {
+    host.resize(grads_.size());
+    ops_.Download(host.data(), grads_.data(), host.size() * sizeof(float));
+    grads = host.data();
+  }
   double sum = 0;
   ForEachOverlap(range.offset, range.size, [&](int64_t, int64_t at, int64_t count) {
-    for (int64_t i = 0; i < count; ++i)
-      sum += double(grads_.data()[at + i]) * grads_.data()[at + i];
+    for (int64_t i = 0; i < count; ++i) sum += double(grads[at + i]) * grads[at + i];
   });
   for (int id : excluded) {
     const ParamDecl &d = (*decls_)[size_t(id)];
@@ -58,16 +74,18 @@ double Fp32Params::GradSquares(ShardInfo range, const std::vector<int> &excluded
     const int64_t hi = std::min(d.offset + d.numel, range.offset + range.size);
     if (lo < hi)
       ForEachOverlap(lo, hi - lo, [&](int64_t, int64_t at, int64_t count) {
-        for (int64_t i = 0; i < count; ++i)
-          sum -= double(grads_.data()[at + i]) * grads_.data()[at + i];
+        for (int64_t i = 0; i < count; ++i) sum -= double(grads[at + i]) * grads[at + i];
       });
   }
   return sum;
 }
 
-void Fp32Params::TakeValues(int64_t begin, int64_t n, const float *src) {
+void Fp32Params::TakeValues(int64_t begin, int64_t n, const float *src, bool host_src) {
   ForEachOverlap(begin, n, [&](int64_t flat, int64_t at, int64_t count) {
-    std::memcpy(values_.data() + at, src + (flat - begin), size_t(count) * sizeof(float));
+    if (host_src)
+      ops_.Upload(values_.data() + at, src + (flat - begin), size_t(count) * sizeof(float));
+    else
+      ops_.kernels().CopyRange(src + (flat - begin), count, values_.data() + at);
   });
 }
 
@@ -80,11 +98,11 @@ Status Fp32Params::ShareValues(Communicator &dp, ShardInfo mine) {
     const int64_t hi = std::min(s.end, mine.offset + mine.size);
     float *v = values_.data() + s.staged;
     if (lo >= hi) {
-      std::fill(v, v + s.size(), 0.0f);
+      ops_.ZeroFloats(v, s.size());
       continue;
     }
-    std::fill(v, v + (lo - s.begin), 0.0f);
-    std::fill(v + (hi - s.begin), v + s.size(), 0.0f);
+    ops_.ZeroFloats(v, lo - s.begin);
+    ops_.ZeroFloats(v + (hi - s.begin), s.end - hi);
   }
   Status st = dp.AllReduceSum(values_.data(), size())->Wait();
   return st.ok() ? st : st.context("sharing the updated fp32 (override_modules) parameters");

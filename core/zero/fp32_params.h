@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/kernels/step_kernels.h"
 #include "core/model/params.h"
 #include "core/runtime/memory.h"
 #include "core/zero/partition_plan.h"
 #include "core/zero/shard_layout.h"
+#include "core/zero/storage.h"
 
 namespace dst {
 
@@ -28,8 +30,10 @@ class Fp32Params {
   // Points the plan's fp32 tensors at this object's buffers and initialises
   // their values as the single-rank run does. `plan` and `store` must
   // outlive this object.
+  // `placement`: where the values and gradients live (the model's memory)
+  // and what copies them.
   Fp32Params(const PartitionPlan *plan, ParamStore<float> *store, MemoryTracker *tracker,
-             uint64_t seed);
+             uint64_t seed, StepPlacement placement = {});
 
   int64_t size() const { return plan_->fp32.size; }
   // The slot of tensor `id`, or null when it is not kept in fp32.
@@ -40,13 +44,15 @@ class Fp32Params {
   // The micro-batches' sums into the sum over `dp` (collective).
   Status ReduceGrads(Communicator &dp);
   // The gradients of flat elements [begin, begin + n) that belong to fp32
-  // tensors over dst[0, n) (the rest of dst is left alone).
-  void OverlayGrads(int64_t begin, int64_t n, float *dst) const;
+  // tensors over dst[0, n) (the rest of dst is left alone); dst in the
+  // placement's memory, or the host's when `host_dst`.
+  void OverlayGrads(int64_t begin, int64_t n, float *dst, bool host_dst = false) const;
   // Sum of squares of the gradients in flat range `range`, tensors
   // `excluded` (sorted or not) left out.
   double GradSquares(ShardInfo range, const std::vector<int> &excluded = {}) const;
-  // Updated master weights of flat elements [begin, begin + n) into the values.
-  void TakeValues(int64_t begin, int64_t n, const float *src);
+  // Updated master weights of flat elements [begin, begin + n) into the
+  // values (src in the placement's memory, or the host's when `host_src`).
+  void TakeValues(int64_t begin, int64_t n, const float *src, bool host_src = false);
   // After each rank took its own range's values: every rank gets all of
   // them (collective; the ranges must not overlap and must cover every fp32
   // element).
@@ -65,6 +71,7 @@ class Fp32Params {
 
   const PartitionPlan *plan_;
   const std::vector<ParamDecl> *decls_;
+  StorageOps ops_;
   Buffer<float> values_;  // [fp32.size] kParameters
   Buffer<float> grads_;   // [fp32.size] kGradients
 };

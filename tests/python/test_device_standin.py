@@ -35,8 +35,11 @@ def write_config(tmp_path, name, device, stage, micro=8, wire=None, precision=No
                                    "reduce_bucket_size": 5000}
     if wire:
         config["communication_data_type"] = wire
-    if precision:
-        config[precision] = {"enabled": True}
+    if precision:  # "bf16", or "bf16-layernorm": with that module type kept in fp32
+        kind, _, module = precision.partition("-")
+        config[kind] = {"enabled": True}
+        if module:
+            config[kind][kind + "_override_modules"] = [module]
     if offload == "cpu":
         config["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     elif offload == "nvme":
@@ -59,7 +62,8 @@ def checkpoint_bytes(directory):
 # master weights on the host (cpu) or on NVMe, the device holding the rest.
 @pytest.mark.parametrize("stage,precision,offload", [
     (0, None, None), (1, None, None), (2, None, None), (3, None, None), (0, "bf16", None),
-    (3, "fp16", None), (1, None, "cpu"), (2, "bf16", "cpu"), (3, "bf16", "nvme")])
+    (3, "fp16", None), (1, None, "cpu"), (2, "bf16", "cpu"), (3, "bf16", "nvme"),
+    (2, "bf16-layernorm", None), (1, "fp16-layernorm", "cpu")])
 def test_one_rank_on_the_device_is_the_cpu_run_and_its_checkpoint_resumes_on_the_cpu(
         dstrain, job, tmp_path, stage, precision, offload):  # noqa: F811
     job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage, precision=precision,
@@ -105,7 +109,8 @@ def launch_both_and_compare(dstrain, job, tmp_path):  # noqa: F811
 # gathered bf16 shards; fp16 at ZeRO 2.
 @pytest.mark.parametrize("stage,wire,precision,offload", [
     (1, None, None, None), (2, "fp16", None, None), (0, "bf16", None, None),
-    (3, None, "bf16", None), (2, None, "fp16", None), (2, None, "bf16", "cpu")])
+    (3, None, "bf16", None), (2, None, "fp16", None), (2, None, "bf16", "cpu"),
+    (3, None, "bf16-layernorm", None)])
 def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(
         dstrain, job, tmp_path, stage, wire, precision, offload):  # noqa: F811
     job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage, 4, wire, precision, offload)
