@@ -15,6 +15,11 @@ the same count for both.
 Usage: python3 bench/bench_gpu.py [--build-dir build] [--repeats 3]
        [--steps 10] [--precisions bf16,fp32] [--batch 8] [--layers 12]
        [--device cpu]   (the same through the CPU backend: a check without a GPU)
+       [--engine [--zero 1]]   the whole training step instead: `dstrain train`
+           with dstrain.device "cuda" (AdamW, the ZeRO stage given), tokens/s
+           and MFU from its per-step metrics log, warm-up steps dropped
+           (--device standin --vocab 256 --layers 1 --ctx 64: on the guarded
+           stand-in, a check without a GPU)
 The peer needs a CUDA PyTorch on the machine (python3 on PATH); without one
 only dstrain's figures are printed.
 """
@@ -87,6 +92,60 @@ def torch_run(args, precision, flops_per_step, peak):
             "tflops": tflops, "mfu": tflops / peak if peak else 0.0, "loss": loss}
 
 
+def engine_run(args, precision, tmp):
+    """`dstrain train` on the device: the step's tokens/s and MFU (median over
+    the steps after the first two) from the rank's JSON-lines metrics log."""
+    model = dict(GPT2, type="gpt", n_layer=args.layers, n_ctx=args.ctx, vocab_size=args.vocab,
+                 seed=1)
+    config = {"train_micro_batch_size_per_gpu": args.batch, "gradient_clipping": 1.0,
+              "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.1}},
+              "zero_optimization": {"stage": args.zero},
+              "dstrain": {"device": "cuda",
+                          "monitor": {"log": {"enabled": True, "path": str(tmp / "log"),
+                                              "format": "jsonl"}}}}
+    if precision != "fp32":
+        config[precision] = {"enabled": True}
+    (tmp / "model.json").write_text(json.dumps(model))
+    (tmp / "ds.json").write_text(json.dumps(config))
+    env = dict(os.environ)
+    env.pop("DSTRAIN_TEST_DEVICE", None)
+    if args.device == "standin":
+        env["DSTRAIN_TEST_DEVICE"] = "guarded"
+    cmd = [str(pathlib.Path(args.build_dir) / "dstrain"), "train", "--config", str(tmp / "ds.json"),
+           "--model", str(tmp / "model.json"), "--steps", str(args.steps + 2),
+           "--eval-interval", "1000000", "--eval-batches", "1", "-q"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+    if proc.returncode != 0:
+        sys.exit(f"bench_gpu: {' '.join(cmd)} failed: {proc.stderr.strip()}")
+    logs = sorted((tmp / "log").glob("*.jsonl"))
+    rows = [json.loads(line) for line in logs[0].read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if "tokens_per_second" in r][2:]
+    if not rows:
+        sys.exit(f"bench_gpu: no step metrics in {logs[0]}")
+    return {"tokens_per_s": statistics.median(r["tokens_per_second"] for r in rows),
+            "mfu": statistics.median(r.get("mfu", 0.0) for r in rows),
+            "step_ms": 1e3 * statistics.median(r["step_seconds"] for r in rows)}
+
+
+def engine_main(args):
+    import tempfile
+    print(f"GPT-2 shape: {args.layers} layers x d_model {GPT2['d_model']}, context {args.ctx}, "
+          f"micro-batch {args.batch}; the whole training step (AdamW, ZeRO {args.zero}) on "
+          f"{'the guarded stand-in' if args.device == 'standin' else 'cuda:0'}, median of "
+          f"{args.repeats} runs (min-max)")
+    for precision in args.precisions.split(","):
+        runs = []
+        for _ in range(args.repeats):
+            with tempfile.TemporaryDirectory() as tmp:
+                runs.append(engine_run(args, precision, pathlib.Path(tmp)))
+        tps = median_spread([r["tokens_per_s"] for r in runs])
+        mfu = statistics.median(r["mfu"] for r in runs)
+        print(f"{precision}: dstrain train {tps[0]:.0f} tok/s ({tps[1]:.0f}-{tps[2]:.0f}), "
+              f"step {statistics.median(r['step_ms'] for r in runs):.1f} ms, MFU {100 * mfu:.1f}% "
+              "(against dstrain.monitor.peak_flops_per_second when set)", flush=True)
+        print(json.dumps({"precision": precision, "engine": runs}), flush=True)
+
+
 def median_spread(values):
     return statistics.median(values), min(values), max(values)
 
@@ -100,9 +159,18 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--layers", type=int, default=GPT2["n_layer"])
     ap.add_argument("--ctx", type=int, default=GPT2["n_ctx"])
-    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--device", choices=["cuda", "cpu", "standin"], default="cuda")
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--engine", action="store_true",
+                    help="the whole training step through `dstrain train` on the device")
+    ap.add_argument("--zero", type=int, default=1, help="ZeRO stage of --engine")
+    ap.add_argument("--vocab", type=int, default=GPT2["vocab_size"],
+                    help="vocabulary of --engine (smaller for a quick check on the stand-in)")
     args = ap.parse_args()
+    if args.engine:
+        return engine_main(args)
+    if args.device == "standin":
+        sys.exit("bench_gpu: --device standin needs --engine")
 
     print(f"GPT-2 shape: {args.layers} layers x d_model {GPT2['d_model']}, {GPT2['n_head']} heads, "
           f"context {args.ctx}, vocabulary {GPT2['vocab_size']}, micro-batch {args.batch}; "

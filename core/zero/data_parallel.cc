@@ -14,7 +14,10 @@ namespace dst {
 
 namespace {
 
-constexpr int64_t kChunk = 4096;  // elements widened at a time in a 16-bit step
+constexpr int64_t kChunk = 4096;  // elements widened at a time in a 16-bit step on the host
+// On a device: elements a kernel or a transfer covers at a time (fewer
+// launches and copies of a useful size; 4 MiB of fp32).
+constexpr int64_t kDeviceChunk = int64_t(1) << 20;
 
 }  // namespace
 
@@ -40,7 +43,8 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
       overlap_(config.zero.overlap_comm && dp->size() > 1),
       param_swap_(std::move(param_swap)),
       placement_(placement),
-      ops_(placement) {
+      ops_(placement),
+      chunk_elements_(kChunk) {
   if (stage_ < 3) param_swap_.path.clear();
   // 16-bit training reduces in fp32 or its own type (the config gate says so).
   if (Wide() && wire_ != StorageType::kFp32 && wire_ != storage_) wire_ = storage_;
@@ -84,9 +88,11 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
                                                    tracker, seed, 0, storage_, -1, placement_);
   // 16 bits: the gradients widened a chunk at a time where they live; with
   // the state on the host, master weights go up through it.
+  if (!placement_.on_host())  // no bigger than the state range
+    chunk_elements_ = std::min(kDeviceChunk, std::max<int64_t>(1, state_range_.size));
   if (Wide() || host_state_)
-    chunk_ =
-        Buffer<float>(tracker, MemoryCategory::kCommunication, size_t(kChunk), placement_.memory);
+    chunk_ = Buffer<float>(tracker, MemoryCategory::kCommunication, size_t(chunk_elements_),
+                           placement_.memory);
 
   GradPartitionOptions grad_options;
   grad_options.bucket_elements = bucket;
@@ -140,9 +146,9 @@ Status DataParallel::StartFresh() {
     } else if (ops_.on_host() || host_state_) {
       store.InitializeRange(seed, begin, begin + piece.count, piece.tensors[0]);
     } else {  // made on the host, a chunk at a time
-      std::vector<float> host(static_cast<size_t>(std::min(kChunk, piece.count)));
-      for (int64_t c = 0; c < piece.count; c += kChunk) {
-        const int64_t n = std::min(kChunk, piece.count - c);
+      std::vector<float> host(static_cast<size_t>(std::min(chunk_elements_, piece.count)));
+      for (int64_t c = 0; c < piece.count; c += chunk_elements_) {
+        const int64_t n = std::min(chunk_elements_, piece.count - c);
         store.InitializeRange(seed, begin + c, begin + c + n, host.data());
         ops_.Upload(piece.tensors[0] + c, host.data(), size_t(n) * sizeof(float));
       }
@@ -463,9 +469,9 @@ Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
   if (!Wide()) {  // fp32: the parameters updated in place, or their mirror and a copy
     const float *grads = static_cast<const float *>(StateGrads()) + piece.begin;
     if (host_state_) {  // the gradients down a chunk at a time, CPU-Adam, the weights up
-      std::vector<float> host(static_cast<size_t>(std::min(kChunk, piece.count)));
-      for (int64_t c = 0; c < piece.count; c += kChunk) {
-        const int64_t n = std::min(kChunk, piece.count - c);
+      std::vector<float> host(static_cast<size_t>(std::min(chunk_elements_, piece.count)));
+      for (int64_t c = 0; c < piece.count; c += chunk_elements_) {
+        const int64_t n = std::min(chunk_elements_, piece.count - c);
         ToHost(grads + c, n, host.data());
         optimizer_->Update(PartOf(piece, c, n), nullptr, host.data(), lr);
       }
@@ -487,14 +493,16 @@ Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
   const bool fused = optimizer_->fuses();
   float *chunk = chunk_.data();
   uint16_t half[kChunk];  // the 16-bit copy of a chunk whose parameters are swapped (host)
-  for (int64_t c = 0; c < piece.count; c += kChunk) {
-    const int64_t n = std::min(kChunk, piece.count - c);
+  for (int64_t c = 0; c < piece.count; c += chunk_elements_) {
+    const int64_t n = std::min(chunk_elements_, piece.count - c);
     ops_.Widen(storage_, grads + c, chunk, n);
     if (fp32_) fp32_->OverlayGrads(state_range_.offset + piece.begin + c, n, chunk);
     const StatePiece part = PartOf(piece, c, n);
     if (fused) {
       const int64_t at = ParamIndex(part.begin);
       uint16_t *out = params_->Resident(at, n) ? HalfParams(part.begin) : half;
+      if (out == half && n > kChunk)  // swapped parameters are a host placement's
+        return InternalError("a 16-bit update chunk of swapped parameters exceeds its buffer");
       optimizer_->Update(part, nullptr, chunk, lr, {factor, out, HalfOf(storage_)});
       if (fp32_) fp32_->TakeValues(state_range_.offset + part.begin, n, part.tensors[0]);
       if (out == half) DST_RETURN_IF_ERROR(params_->WriteShard(at, half, n));
@@ -513,10 +521,10 @@ Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
 Status DataParallel::UpdateHostPiece(const StatePiece &piece, double lr) {
   const float factor = float(clip_coef_ * GradFactor());
   const uint16_t *grads = static_cast<const uint16_t *>(StateGrads()) + piece.begin;
-  std::vector<uint16_t> half(static_cast<size_t>(kChunk));
-  std::vector<float> chunk(static_cast<size_t>(kChunk));
-  for (int64_t c = 0; c < piece.count; c += kChunk) {
-    const int64_t n = std::min(kChunk, piece.count - c);
+  std::vector<uint16_t> half(static_cast<size_t>(chunk_elements_));
+  std::vector<float> chunk(static_cast<size_t>(chunk_elements_));
+  for (int64_t c = 0; c < piece.count; c += chunk_elements_) {
+    const int64_t n = std::min(chunk_elements_, piece.count - c);
     ops_.Download(half.data(), grads + c, size_t(n) * sizeof(uint16_t));
     Widen(storage_, half.data(), chunk.data(), n);
     const int64_t flat = state_range_.offset + piece.begin + c;
@@ -550,8 +558,8 @@ Status DataParallel::MastersToParams(int64_t begin, int64_t count, const float *
 
 Status DataParallel::HostMastersToParams(int64_t begin, int64_t count, const float *master) {
   if (ops_.on_host()) return MastersToParams(begin, count, master);
-  for (int64_t c = 0; c < count; c += kChunk) {  // through the device's chunk buffer
-    const int64_t n = std::min(kChunk, count - c);
+  for (int64_t c = 0; c < count; c += chunk_elements_) {  // through the device's chunk buffer
+    const int64_t n = std::min(chunk_elements_, count - c);
     ops_.Upload(chunk_.data(), master + c, size_t(n) * sizeof(float));
     DST_RETURN_IF_ERROR(MastersToParams(begin + c, n, chunk_.data()));
   }

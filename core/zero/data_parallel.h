@@ -235,7 +235,8 @@ class DataParallel final : public DataParallelism {
   bool host_state_ = false;  // on a device: the optimizer state on the host (offload_optimizer)
   ParamSwapOptions param_swap_;
   StepPlacement placement_;
-  StorageOps ops_;                       // over the placement
+  StorageOps ops_;          // over the placement
+  int64_t chunk_elements_;  // elements one chunk of the 16-bit / offloaded update covers
   std::unique_ptr<Communicator> local_;  // a group of one: 16-bit working copies at stages 0-2
   PartitionPlan plan_;
   std::unique_ptr<Optimizer> optimizer_;
