@@ -13,8 +13,8 @@
 #
 # Usage: bash scripts/gpu-bundle.sh [BUNDLE_DIR]      (default .gpu)
 #        then, on the GPU machine, from a checkout: bash BUNDLE_DIR/run.sh
-#        (MEMCHECK=0, RACECHECK=0, MBENCH=0, BENCH=0, KBENCH=0 skip parts;
-#         MBENCH_ARGS / BENCH_ARGS / KBENCH_ARGS pass options to the benches)
+#        (MEMCHECK=0, RACECHECK=0, MBENCH=0, EBENCH=0, BENCH=0, KBENCH=0 skip parts;
+#         MBENCH_ARGS / EBENCH_ARGS / BENCH_ARGS / KBENCH_ARGS pass options to the benches)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${DSTRAIN_BUILD_DIR:-build}
@@ -78,6 +78,13 @@ python3 -c "import torch" 2> /dev/null || PY=/usr/bin/python3
 if [ "${MBENCH:-1}" = 1 ]; then
   (cd "$G/.." && PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$LT:$NC timeout 400 $PY bench/bench_gpu.py \
     --build-dir "$G" ${MBENCH_ARGS:-} 2>&1 | tee "$OUT/bench_gpu.txt")
+fi
+# The whole training step on the device: dstrain train with dstrain.device
+# "cuda" (GPT-2 124M, bf16, ZeRO 1), tokens/s from its metrics log.
+if [ "${EBENCH:-1}" = 1 ]; then
+  (cd "$G/.." && PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$G/lib:$LT:$NC timeout 300 $PY bench/bench_gpu.py \
+    --engine --build-dir "$G" --repeats 1 --steps 5 --precisions bf16 ${EBENCH_ARGS:-} 2>&1 |
+    tee "$OUT/bench_gpu_engine.txt")
 fi
 # The benches' peer is a CUDA PyTorch: the GPU machine's python3 on PATH, not
 # Debian's /usr/bin/python3 (whose torch is CPU-only) that the CPU benches use.
