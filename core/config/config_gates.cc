@@ -169,21 +169,19 @@ Status CheckGradientCompressionSupported(const Config &config) {
 // A device trains with every buffer in its memory at any ZeRO stage, in
 // fp32, fp16 or bf16, with pipeline and tensor parallelism; the optimizer
 // state and master weights stay there too, or on the host with
-// offload_optimizer (ZeRO-Offload: cpu, or nvme), the fp32 modules of 16-bit
-// training too. What still runs on host memory only (offload_param,
-// compression) is refused. (The world size a CUDA device takes is
-// TrainingDevice::Open's to say: the guarded stand-in trains any size.)
+// offload_optimizer (ZeRO-Offload: cpu, or nvme); the fp32 modules of 16-bit
+// training and gradient compression (its codec on the host) too. What still
+// runs on host memory only (offload_param) is refused. (The world size a
+// CUDA device takes is TrainingDevice::Open's to say: the guarded stand-in
+// trains any size.)
 Status CheckDeviceSupported(const Config &config) {
   if (config.runtime.device != "cuda") return Status::Ok();
-  const std::string head = "dstrain.device \"cuda\" with ";
-  const std::string tail =
-      " is not supported yet; a device trains at ZeRO 0-3 in fp32, fp16 or bf16, with pipeline "
-      "and tensor parallelism and offload_optimizer, without offload_param or compression. Use "
-      "dstrain.device \"cpu\" for this layout";
   if (config.zero.offload_param_device != "none")
-    return NotSupported(head + "zero_optimization.offload_param" + tail);
-  if (config.gradient_compression.enabled)
-    return NotSupported(head + "gradient_compression" + tail);
+    return NotSupported(
+        "dstrain.device \"cuda\" with zero_optimization.offload_param is not supported yet: "
+        "ZeRO-3's parameter shard would live in host memory or on NVMe and be staged to the "
+        "device per layer, which is not built. Offload the optimizer instead "
+        "(offload_optimizer), or use dstrain.device \"cpu\" for this layout");
   return Status::Ok();
 }
 

@@ -31,6 +31,10 @@ BucketReducer::BucketReducer(const ShardLayout &layout, int stage, Communicator 
   if (codec != nullptr && comm_->size() > 1) {
     compressor_ = std::make_unique<GradCompressor>(*codec, comm_, storage_, layout_.padded,
                                                    bucket_elements, tracker);
+    if (!ops_.on_host())
+      staged_.assign(size_t(GradCompressor::kSlots),
+                     std::vector<uint8_t>(size_t(std::min(bucket_elements, layout_.padded)) *
+                                          ElementBytes(storage_)));
     return;
   }
   if (storage_ != wire_type_ && comm_->size() > 1)
@@ -61,7 +65,12 @@ Status BucketReducer::Launch(size_t b) {
     if (pending_.size() >= size_t(GradCompressor::kSlots)) DST_RETURN_IF_ERROR(WaitOldest());
     const int slot = next_wire_;
     next_wire_ = (next_wire_ + 1) % GradCompressor::kSlots;
-    Result<std::unique_ptr<Work>> work = compressor_->Launch(slot, data, bucket.begin, n);
+    const void *src = data;
+    if (!staged_.empty()) {  // the codec reads host memory
+      ops_.Download(staged_[size_t(slot)].data(), data, size_t(n) * ElementBytes(storage_));
+      src = staged_[size_t(slot)].data();
+    }
+    Result<std::unique_ptr<Work>> work = compressor_->Launch(slot, src, bucket.begin, n);
     if (!work.ok()) return work.status();
     pending_.push_back({std::move(work).value(), b, slot});
     return Status::Ok();
@@ -97,6 +106,12 @@ Status BucketReducer::WaitOldest() {
   if (bucket.root >= 0 && bucket.root != comm_->rank()) return Status::Ok();  // scratch here
   void *data = static_cast<uint8_t *>(grads_) + size_t(bucket.begin) * ElementBytes(storage_);
   const int64_t n = bucket.end - bucket.begin;
+  if (compressor_ && !staged_.empty()) {  // the sum on the host, then up
+    std::vector<uint8_t> &host = staged_[size_t(p.wire)];
+    DST_RETURN_IF_ERROR(compressor_->Complete(p.wire, host.data(), n));
+    ops_.Upload(data, host.data(), size_t(n) * ElementBytes(storage_));
+    return Status::Ok();
+  }
   if (compressor_) return compressor_->Complete(p.wire, data, n);
   if (storage_ == StorageType::kFp32)
     ops_.Widen(wire_type_, wire_[p.wire].at(0), static_cast<float *>(data), n);

@@ -33,9 +33,10 @@ struct GradBucket {
 class BucketReducer {
  public:
   // `grads` (storage type, [layout.padded]) and `comm` must outlive this.
-  // `codec`: compress every bucket with it (null: reduce them as they are;
-  // host memory only). `placement`: where `grads` lives (the wire buffers
-  // go there too, and the conversions run on its step backend).
+  // `codec`: compress every bucket with it (null: reduce them as they are).
+  // `placement`: where `grads` lives (the wire buffers go there too, and the
+  // conversions run on its step backend); the codec works on the host, so
+  // off the host each compressed bucket is copied down and its sum back up.
   BucketReducer(const ShardLayout &layout, int stage, Communicator *comm, void *grads,
                 StorageType storage, StorageType wire, int64_t bucket_elements,
                 MemoryTracker *tracker, const CodecOptions *codec = nullptr,
@@ -74,6 +75,8 @@ class BucketReducer {
   FlatBuffer wire_[2];  // [bucket] kCommunication, the wire type (when it is not the storage's)
   int next_wire_ = 0;
   std::unique_ptr<GradCompressor> compressor_;
+  // Off the host with a codec: each compression slot's bucket on the host.
+  std::vector<std::vector<uint8_t>> staged_;
 };
 
 }  // namespace dst

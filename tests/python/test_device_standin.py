@@ -107,6 +107,21 @@ def launch_both_and_compare(dstrain, job, tmp_path):  # noqa: F811
 # ZeRO 1; ZeRO 2's partitioned gradients reduced in fp16; ZeRO 0's buckets
 # all-reduced in bf16 (the wire conversions run on the device too); ZeRO 3's
 # gathered bf16 shards; fp16 at ZeRO 2.
+# Gradient compression: the codec runs on the host, each bucket copied down
+# and its sum back up (top-k with error feedback at ZeRO 1, 1-bit at ZeRO 0).
+@pytest.mark.parametrize("compression", [{"algorithm": "topk", "topk_ratio": 0.25},
+                                         {"algorithm": "1bit"}], ids=["topk", "1bit"])
+def test_compressed_gradients_on_the_device_are_the_cpu_run(
+        dstrain, job, tmp_path, compression):  # noqa: F811
+    stage = 1 if compression["algorithm"] == "topk" else 0
+    for name, device in (("cpu", "cpu"), ("dev", "cuda")):
+        config = json.loads(write_config(tmp_path, name + ".json", device, stage, 4).read_text())
+        config["gradient_compression"] = dict(compression, enabled=True)
+        (tmp_path / (name + ".json")).write_text(json.dumps(config))
+        job[name] = tmp_path / (name + ".json")
+    launch_both_and_compare(dstrain, job, tmp_path)
+
+
 @pytest.mark.parametrize("stage,wire,precision,offload", [
     (1, None, None, None), (2, "fp16", None, None), (0, "bf16", None, None),
     (3, None, "bf16", None), (2, None, "fp16", None), (2, None, "bf16", "cpu"),
