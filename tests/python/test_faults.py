@@ -91,6 +91,18 @@ def test_killed_rank_is_named_by_every_survivor(tmp_path, tool):
     kill_rank_1_and_check_survivors(tool, cfg, model, 3, ("allreduce", "reduce", "allgather"))
 
 
+def test_killed_rank_on_a_device_is_named_by_every_survivor(tmp_path, tool, monkeypatch):
+    """On a device each group is a Gloo host group plus a device twin (here
+    the guarded stand-in's, a second Gloo group): a rank lost in either still
+    ends every survivor with a named error within the timeout."""
+    cfg, model = job_files(tmp_path, 3)
+    config = json.loads(cfg.read_text())
+    config["dstrain"]["device"] = "cuda"
+    cfg.write_text(json.dumps(config))
+    monkeypatch.setenv("DSTRAIN_TEST_DEVICE", "guarded")
+    kill_rank_1_and_check_survivors(tool, cfg, model, 3, ("allreduce", "reduce", "allgather"))
+
+
 def test_launcher_reports_the_rank_that_died_first(tmp_path, tool, cli):
     cfg, model = job_files(tmp_path, 2)
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
