@@ -47,8 +47,9 @@ class TrainingDevice {
   virtual Status TakeStatus() const = 0;
   // Every group of more than one rank becomes a RoutedCommunicator: its
   // host (Gloo) group for host memory, a device twin (ConnectTwin) for this
-  // device's memory. `rank` is the global rank, `common` the options the
-  // groups connected with.
+  // device's memory; except the pipeline's point-to-point group, whose
+  // messages travel in host buffers (StageLink says why). `rank` is the global rank, `common` the
+  // options the groups connected with.
   Status AdoptGroups(ProcessGroups *groups, Store *store, int64_t rank, const GlooOptions &common);
 
  protected:

@@ -71,8 +71,10 @@ uint32_t StageLink::Tag(Kind kind, int64_t to_virtual_stage, int64_t mb) const {
 Result<int> StageLink::Acquire() {
   if (free_.empty()) DST_RETURN_IF_ERROR(Reap(/*all=*/false));
   if (free_.empty()) {  // the pool grows to the schedule's peak in the first step
-    pool_.emplace_back(tracker_, MemoryCategory::kCommunication, size_t(max_rows_ * max_width_),
-                       placement_.memory);
+    const size_t n = size_t(max_rows_ * max_width_);
+    pool_.emplace_back(tracker_, MemoryCategory::kCommunication, n);
+    if (staged())
+      device_pool_.emplace_back(tracker_, MemoryCategory::kCommunication, n, placement_.memory);
     free_.reserve(pool_.size());
     return int(pool_.size() - 1);
   }
@@ -155,6 +157,9 @@ Status StageLink::Receive(Kind kind, int64_t chunk, int64_t mb, int *buffer, dou
                       std::to_string(mb) + " from stage " +
                       std::to_string(RankOf(kind == kActivation ? vs - 1 : vs + 1)));
   }
+  if (staged())
+    placement_.memory->Upload(device_pool_[size_t(*buffer)].data(), pool_[size_t(*buffer)].data(),
+                              size_t(Bytes(kind, chunk)));
   if (mb + 1 < micro_batches_) return PostReceive(kind, chunk, mb + 1);
   return Status::Ok();
 }
@@ -176,7 +181,9 @@ Status StageLink::RecvActivation(int64_t chunk, int64_t mb, int64_t rows) {
 
 const float *StageLink::activation_input(int64_t chunk, int64_t mb) const {
   const Held &h = held_[Key(chunk, mb)];
-  return h.activation_in < 0 ? nullptr : pool_[size_t(h.activation_in)].data();
+  if (h.activation_in < 0) return nullptr;
+  return staged() ? device_pool_[size_t(h.activation_in)].data()
+                  : pool_[size_t(h.activation_in)].data();
 }
 
 Status StageLink::KeepOutput(int64_t chunk, int64_t mb, const float *output, int64_t rows) {
@@ -190,8 +197,11 @@ Status StageLink::KeepOutput(int64_t chunk, int64_t mb, const float *output, int
     h.output = b.value();
   }
   h.output_rows = rows;
-  placement_.step().CopyRange(output, rows * chunks_[size_t(chunk)].out_width,
-                              pool_[size_t(h.output)].data());
+  const int64_t n = rows * chunks_[size_t(chunk)].out_width;
+  if (staged())
+    placement_.memory->Download(pool_[size_t(h.output)].data(), output, size_t(n) * sizeof(float));
+  else
+    placement_.step().CopyRange(output, n, pool_[size_t(h.output)].data());
   return Status::Ok();
 }
 
@@ -209,7 +219,10 @@ Status StageLink::SendHeld(Kind kind, int64_t chunk, int64_t mb) {
       (activation ? h.output_rows * shape.out_width : h.gradient_rows * shape.in_width) *
       int64_t(sizeof(float));
   const int posted = buffer;
-  buffer = -1;  // the pending send owns it now
+  buffer = -1;                  // the pending send owns it now
+  if (staged() && !activation)  // the kernels wrote it on the device (KeepOutput copied the output)
+    placement_.memory->Download(pool_[size_t(posted)].data(), device_pool_[size_t(posted)].data(),
+                                size_t(bytes));
   return Post(kind, virtual_stage(chunk) + (activation ? 1 : -1), mb, posted, bytes,
               activation ? &times_.send_output : &times_.send_grad);
 }
@@ -224,7 +237,7 @@ Status StageLink::RecvGradient(int64_t chunk, int64_t mb, int64_t rows) {
 
 float *StageLink::gradient_input(int64_t chunk, int64_t mb) {
   const Held &h = held_[Key(chunk, mb)];
-  return h.gradient_in < 0 ? nullptr : pool_[size_t(h.gradient_in)].data();
+  return h.gradient_in < 0 ? nullptr : KernelView(h.gradient_in);
 }
 
 Status StageLink::GradientOutput(int64_t chunk, int64_t mb, int64_t rows, float **out) {
@@ -238,7 +251,7 @@ Status StageLink::GradientOutput(int64_t chunk, int64_t mb, int64_t rows, float 
     h.gradient_out = b.value();
   }
   h.gradient_rows = rows;
-  *out = pool_[size_t(h.gradient_out)].data();
+  *out = KernelView(h.gradient_out);
   return Status::Ok();
 }
 

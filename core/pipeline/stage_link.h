@@ -11,6 +11,14 @@
 // grows to the schedule's peak in the first step, so later steps allocate
 // nothing. Tags name the kind, the receiving virtual stage and the
 // micro-batch, so a message can only land where it belongs.
+//
+// On a device the messages still travel between host buffers, over the
+// pipeline group's host (Gloo) connections: each pool slot has a device twin
+// the kernels read and write, copied down after a receive and up before a
+// send. NCCL's send and receive are stream-ordered — a receive posted ahead
+// would hold every later send of the group's stream behind it, and two
+// stages sending to each other first would each wait for the other's
+// receive — so the posted-ahead schedule cannot run over them.
 #pragma once
 
 #include <cstdint>
@@ -132,6 +140,11 @@ class StageLink {
   Status PostReceive(Kind kind, int64_t chunk, int64_t mb);
   // Receive into the micro-batch's held buffer of that kind (checked rows).
   Status ReceiveHeld(Kind kind, int64_t chunk, int64_t mb, int64_t rows);
+  // What the kernels see of pool slot b: its device twin when staged.
+  float *KernelView(int b) {
+    return staged() ? device_pool_[size_t(b)].data() : pool_[size_t(b)].data();
+  }
+  bool staged() const { return !placement_.on_host(); }
   // Post the micro-batch's held output (activation) or input gradient.
   Status SendHeld(Kind kind, int64_t chunk, int64_t mb);
   int64_t Bytes(Kind kind, int64_t chunk) const;
@@ -143,7 +156,8 @@ class StageLink {
   StepPlacement placement_;
   int64_t micro_batches_ = 0;
   std::vector<Held> held_;
-  std::vector<Buffer<float>> pool_;
+  std::vector<Buffer<float>> pool_;         // host memory: what the messages travel in
+  std::vector<Buffer<float>> device_pool_;  // on a device: pool_[i]'s twin there
   std::vector<int> free_;
   std::vector<Pending> pending_;
   std::vector<Posted> posted_[2];  // [kind][chunk]

@@ -19,7 +19,9 @@ class TiedWeights {
  public:
   // `local_id`: the tensor's id in this stage's model (-1: this stage holds
   // no copy: nothing to do). `peer`: the pp rank holding the other copy.
-  // `memory`: where the model's gradients live (the exchange buffers go there too).
+  // `memory`: where the model's gradients live (the exchange buffers go
+  // there too). On a device the two copies travel in host buffers over the
+  // group's host connections (StageLink says why not NCCL's send/receive).
   TiedWeights(Communicator *pp, int local_id, int64_t numel, int64_t peer, MemoryTracker *tracker,
               MemoryResource *memory = nullptr);
 
@@ -33,7 +35,9 @@ class TiedWeights {
   Communicator *pp_;
   int id_;
   int64_t numel_, peer_;
-  Buffer<float> mine_, theirs_;
+  MemoryResource *memory_;
+  Buffer<float> mine_, theirs_;            // in `memory`
+  Buffer<float> host_mine_, host_theirs_;  // on a device: what travels
 };
 
 }  // namespace dst

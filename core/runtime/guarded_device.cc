@@ -199,11 +199,24 @@ std::unique_ptr<Work> Communicator::AllGather(float *d, int64_t shard) {
 std::unique_ptr<Work> Communicator::Broadcast(float *d, int64_t n, int64_t root) {
   return Opened("Broadcast", d, [&] { return inner().Broadcast(d, n, root); });
 }
-std::unique_ptr<Work> Communicator::Send(const void *d, int64_t bytes, int64_t peer, uint32_t tag) {
-  return Opened("Send", d, [&] { return inner().Send(d, bytes, peer, tag); });
+// NCCL's send and receive are stream-ordered (a receive posted ahead holds
+// every later send of its stream): the engine's point-to-point traffic goes
+// over the host group from host buffers, and the stand-in holds it to that.
+namespace {
+std::unique_ptr<Work> NoPointToPoint(const char *op, int64_t peer, uint32_t tag) {
+  return std::make_unique<DoneWork>(InternalError(
+      std::string("the device group was handed a ") + op + " (peer " + std::to_string(peer) +
+      ", tag " + std::to_string(tag) +
+      "): a GPU's NCCL send/receive runs in stream order, where the pipeline's posted-ahead "
+      "receives would deadlock; stage the message through host memory and the host group"));
 }
-std::unique_ptr<Work> Communicator::Recv(void *d, int64_t bytes, int64_t peer, uint32_t tag) {
-  return Opened("Recv", d, [&] { return inner().Recv(d, bytes, peer, tag); });
+}  // namespace
+
+std::unique_ptr<Work> Communicator::Send(const void *, int64_t, int64_t peer, uint32_t tag) {
+  return NoPointToPoint("send", peer, tag);
+}
+std::unique_ptr<Work> Communicator::Recv(void *, int64_t, int64_t peer, uint32_t tag) {
+  return NoPointToPoint("receive", peer, tag);
 }
 std::unique_ptr<Work> Communicator::AllReduceSum16(uint16_t *d, int64_t n, Half type) {
   return Opened("AllReduceSum16", d, [&] { return inner().AllReduceSum16(d, n, type); });

@@ -134,9 +134,11 @@ def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(
 
 
 # Tensor parallelism (with sequence parallelism), the pipeline (1F1B,
-# zero-bubble with recomputation, 16 bits at ZeRO 1): the activations and
-# gradients crossing ranks live in device memory, the tied embedding's
-# gradients are summed there.
+# zero-bubble with recomputation, 16 bits at ZeRO 1): tensor parallelism's
+# activations cross ranks in device memory; the pipeline's activations,
+# gradients and tied-embedding gradients travel in host buffers (the
+# stand-in's device group refuses sends and receives, and host code never
+# touches device memory) and are copied to and from their device twins.
 @pytest.mark.parametrize("layout", [
     {"tensor_parallel": {"tp_size": 2}},
     {"tensor_parallel": {"tp_size": 2, "sequence_parallel": True}},
@@ -146,10 +148,13 @@ def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(
                                   "recompute_granularity": "full"}},
     {"pipeline_parallel": {"pp_size": 2}, "bf16": {"enabled": True},
      "zero_optimization": {"stage": 1}},
-], ids=["tp2", "tp2-sp", "pp2", "pp2-zb", "pp2-bf16-zero1"])
+    {"pipeline_parallel": {"pp_size": 2},
+     "pipeline": {"schedule": "interleaved", "virtual_stages": 2}},
+], ids=["tp2", "tp2-sp", "pp2", "pp2-zb", "pp2-bf16-zero1", "pp2-interleaved"])
 def test_model_parallel_layouts_on_the_device_are_the_cpu_run(
         dstrain, job, tmp_path, layout):  # noqa: F811
-    model = dict(cli_tests.TINY_MODEL, n_layer=2)
+    model = dict(cli_tests.TINY_MODEL, n_layer=4 if "pipeline" in layout and
+                 "virtual_stages" in layout["pipeline"] else 2)
     job["model"].write_text(json.dumps(model))
     for name, device in (("cpu", "cpu"), ("dev", "cuda")):
         config = json.loads(write_config(tmp_path, name + ".json", device, 0, micro=4).read_text())

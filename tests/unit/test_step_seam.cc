@@ -336,6 +336,21 @@ TEST(GuardedDevice, TheDeviceTwinRefusesHostMemory) {
       << st.message();
 }
 
+// Point-to-point on the stand-in's device twin is refused, naming why (NCCL's
+// stream order would deadlock the pipeline's posted-ahead receives).
+TEST(GuardedDevice, TheDeviceTwinRefusesSendsAndReceives) {
+  guarded::Communicator twin(MakeSoloCommunicator("pp"));
+  float buffer[2] = {};
+  const Status send = twin.Send(buffer, 8, 1, 7)->Wait();
+  const Status recv = twin.Recv(buffer, 8, 1, 7)->Wait();
+  ASSERT_FALSE(send.ok());
+  ASSERT_FALSE(recv.ok());
+  EXPECT_NE(send.message().find("handed a send (peer 1, tag 7)"), std::string::npos)
+      << send.message();
+  EXPECT_NE(recv.message().find("stage the message through host memory"), std::string::npos)
+      << recv.message();
+}
+
 // The stand-in's region: a kernel, a copy and a collective's Work open it;
 // a host touch outside them faults and is named with the last kernel.
 TEST(GuardedDevice, AHostTouchOutsideAKernelIsNamed) {
