@@ -141,7 +141,8 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
       ActivationOptionsFor(config_, plan_ ? &*plan_ : nullptr, pp_rank);
   ModelPart part;
   if (config_.tp_size > 1)
-    part.tp = {groups_.tp.get(), config_.tp_size, groups_.coord.tp, config_.sequence_parallel};
+    part.tp = {groups_.tp.get(), config_.tp_size, groups_.coord.tp, config_.sequence_parallel,
+               device_ ? device_->work_order() : nullptr};
   if (plan_) part.chunks = plan_->ChunksOf(pp_rank);
   // On a device every buffer of the model and the optimizer is its memory
   // and every kernel its backend's.
@@ -421,8 +422,12 @@ Status Engine::RunProgram(Op kind, const BatchView &batch, const char *call, boo
       std::this_thread::sleep_for(std::chrono::duration<double>(injected_slowness_));
   }
   double mean = 0;
-  DST_RETURN_IF_ERROR(RunAndNoteFailure(*program.value(), batch, &mean));
-  if (device_) DST_RETURN_IF_ERROR(device_->TakeStatus().context(call));
+  Status ran = RunAndNoteFailure(*program.value(), batch, &mean);
+  if (device_) {  // also after a failure: the collectives it left are waited for
+    Status device = device_->TakeStatus();
+    if (ran.ok() && !device.ok()) ran = device.context(call);
+  }
+  DST_RETURN_IF_ERROR(ran);
   if (loss) *loss = float(mean);
   return Status::Ok();
 }

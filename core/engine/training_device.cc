@@ -40,6 +40,7 @@ class CudaTrainingDevice final : public TrainingDevice {
         CudaKernels::Create(*runtime.value(), *device->stream_);
     if (!kernels.ok()) return In(kernels.status(), "the kernel backend");
     device->kernels_ = std::move(kernels).value();
+    device->WaitForCollectivesOnTheStream();
     return std::unique_ptr<TrainingDevice>(std::move(device));
   }
 
@@ -49,8 +50,10 @@ class CudaTrainingDevice final : public TrainingDevice {
   const StepKernels &step() const override { return *kernels_; }
   bool Bf16Gemms() const override { return true; }
   Status TakeStatus() const override {
+    Status works = DrainWorks();
     if (!memory_->status().ok()) return memory_->status();
-    return kernels().TakeError();
+    Status kernel = kernels_->TakeError();
+    return kernel.ok() ? works : kernel;
   }
 
  protected:
@@ -69,6 +72,16 @@ class CudaTrainingDevice final : public TrainingDevice {
 
  private:
   CudaTrainingDevice() = default;
+  // The compute stream waits on each kept collective's event; every host
+  // wait for the stream (a copy back, a loss, a norm) drains them first.
+  void WaitForCollectivesOnTheStream() {
+    CudaStream *stream = stream_.get();
+    order_ =
+        std::make_unique<WorkOrder>([stream](void *event) { return stream->WaitEvent(event); });
+    WorkOrder *order = order_.get();
+    stream_->SetBeforeHostWait([order] { return order->Drain(); });
+    kernels_->SetBeforeHostWait([order] { return order->Drain(); });
+  }
   std::unique_ptr<CudaStream> stream_;
   std::unique_ptr<CudaDeviceMemory> memory_;
   std::unique_ptr<CudaKernels> kernels_;
@@ -76,12 +89,19 @@ class CudaTrainingDevice final : public TrainingDevice {
 
 class GuardedTrainingDevice final : public TrainingDevice {
  public:
+  // The stand-in's stream: its next kernel or copy waits for the collective.
+  GuardedTrainingDevice() {
+    order_ = std::make_unique<WorkOrder>([](void *event) {
+      guarded::Region::Get().WaitBeforeNextKernel(static_cast<Work *>(event));
+      return Status::Ok();
+    });
+  }
   const char *name() const override { return "guarded"; }
   MemoryResource *memory() override { return &memory_; }
   const Kernels<float> &kernels() const override { return kernels_; }
   const StepKernels &step() const override { return step_; }
   bool Bf16Gemms() const override { return cpu::Bf16Compute().enabled; }
-  Status TakeStatus() const override { return Status::Ok(); }
+  Status TakeStatus() const override { return DrainWorks(); }
 
  protected:
   bool Holds(const void *p) const override { return guarded::Region::Get().Holds(p); }

@@ -19,6 +19,7 @@
 #include "core/comm/communicator.h"
 #include "core/comm/process_groups.h"
 #include "core/comm/store.h"
+#include "core/comm/work_order.h"
 #include "core/common/status.h"
 #include "core/kernels/kernels.h"
 #include "core/kernels/step_kernels.h"
@@ -42,9 +43,14 @@ class TrainingDevice {
   // bf16 GEMMs with fp32 accumulation; the stand-in follows the CPU's choice).
   virtual bool Bf16Gemms() const = 0;
   // The first allocation or copy that failed, else the first kernel that
-  // failed since the last call (OK when none): the engine asks after
-  // building and after each step.
+  // failed since the last call, else the first collective the work order
+  // kept that failed (waiting for them all; OK when none): the engine asks
+  // after building and after each step, failed or not.
   virtual Status TakeStatus() const = 0;
+  // How the layers' kernels wait for the device group's collectives: the
+  // compute stream waits on each one's completion event and the host goes
+  // on; drained by TakeStatus and before any host wait for the stream.
+  WorkOrder *work_order() { return order_.get(); }
   // Every group of more than one rank becomes a RoutedCommunicator: its
   // host (Gloo) group for host memory, a device twin (ConnectTwin) for this
   // device's memory; except the pipeline's point-to-point group, whose
@@ -58,6 +64,10 @@ class TrainingDevice {
   // The device's communicator for the group `options` describes.
   virtual Result<std::unique_ptr<Communicator>> ConnectTwin(Store &store,
                                                             const GlooOptions &options) = 0;
+  // The first failure among the kept collectives, waiting for them all.
+  Status DrainWorks() const { return order_ ? order_->Drain() : Status::Ok(); }
+
+  std::unique_ptr<WorkOrder> order_;
 };
 
 }  // namespace dst

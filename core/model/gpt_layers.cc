@@ -53,7 +53,7 @@ void GptEmbedding<T>::Forward(const T *, LayerActivations<T> &act, const MicroBa
   }
   if (!tp_.splits_rows()) {
     k.EmbeddingLookupRange(mb.tokens, p.param(wte_), first_, rows_, mb.B, mb.seq, C, act[0]);
-    Status st = TpWait(TpAllReduce(tp_, act[0], mb.rows() * C), "token embedding");
+    Status st = TpWait(tp_, TpAllReduce(tp_, act[0], mb.rows() * C), "token embedding");
     if (!st.ok()) return this->Fail(std::move(st));
     k.AddPositionsToRows(p.param(wpe_), 0, mb.rows(), mb.seq, C, act[0]);
     return;
@@ -61,7 +61,7 @@ void GptEmbedding<T>::Forward(const T *, LayerActivations<T> &act, const MicroBa
   const int64_t n = LocalRows(tp_, mb.rows());
   T *whole = mb.scratch;  // [N, C]
   k.EmbeddingLookupRange(mb.tokens, p.param(wte_), first_, rows_, mb.B, mb.seq, C, whole);
-  Status st = TpWait(ReduceScatterRows(tp_, whole, n, C), "token embedding");
+  Status st = TpWait(tp_, ReduceScatterRows(tp_, whole, n, C), "token embedding");
   if (!st.ok()) return this->Fail(std::move(st));
   k.Copy(RowsOf(tp_, whole, n, C), n * C, act[0]);
   k.AddPositionsToRows(p.param(wpe_), tp_.rank * n, n, mb.seq, C, act[0]);
@@ -75,7 +75,8 @@ void GptEmbedding<T>::Backward(const T *, const LayerActivations<T> &, T *dout, 
   if (tp_.splits_rows()) {  // every row's gradient: wpe's is then whole on every rank
     T *whole = mb.scratch;
     const int64_t n = LocalRows(tp_, mb.rows());
-    Status st = TpWait(GatherRows(k, tp_, dout, n, dims_.d_model, whole), "embedding gradient");
+    Status st =
+        TpWait(tp_, GatherRows(k, tp_, dout, n, dims_.d_model, whole), "embedding gradient");
     if (!st.ok()) return this->Fail(std::move(st));
     grad = whole;
   }
@@ -172,7 +173,7 @@ int64_t GptBlock<T>::ScratchSize(const ActivationLimits &limits) const {
 
 template <typename T>
 bool GptBlock<T>::Finish(std::unique_ptr<Work> work, const char *what) {
-  Status st = TpWait(std::move(work), what);
+  Status st = TpWait(tp_, std::move(work), what);
   if (st.ok()) return true;
   this->Fail(std::move(st));
   return false;
@@ -595,7 +596,8 @@ void GptHead<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T
   k.LayerNormForward(in, p.param(lnf_w_), p.param(lnf_b_), n, C, a[kLnf], a[kLnfMean], a[kLnfRstd]);
   const T *x = a[kLnf];  // [N, C] every row (sequence-parallel: gathered)
   if (tp_.splits_rows()) {
-    Status st = TpWait(GatherRows(k, tp_, a[kLnf], n, C, mb.scratch), "LM head input (all-gather)");
+    Status st =
+        TpWait(tp_, GatherRows(k, tp_, a[kLnf], n, C, mb.scratch), "LM head input (all-gather)");
     if (!st.ok()) return this->Fail(std::move(st));
     x = mb.scratch;
   }
@@ -629,7 +631,7 @@ bool GptHead<T>::LnfGradient(const LayerActivations<T> &a, const T *dlogits, T *
   std::unique_ptr<Work> sum = TpAllReduce(tp_, d_lnf, N * C);  // while the wte GEMM runs
   if (weights)
     k.LinearWeightBackward(dlogits, a[kLnf], N, C, vocab_, p.grad(wte_), nullptr, compute);
-  Status st = TpWait(std::move(sum), "LM head input gradient");
+  Status st = TpWait(tp_, std::move(sum), "LM head input gradient");
   if (st.ok()) return true;
   this->Fail(std::move(st));
   return false;
@@ -655,18 +657,18 @@ void GptHead<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T>
                    mb.ComputeOf(ModuleType::kEmbedding));
   std::unique_ptr<Work> sum = ReduceScatterRows(tp_, d_lnf, n, C);
   std::unique_ptr<Work> gather = GatherRows(k, tp_, a[kLnf], n, C, gathered);
-  Status st = TpWait(std::move(gather), "LM head input (all-gather)");
+  Status st = TpWait(tp_, std::move(gather), "LM head input (all-gather)");
   if (st.ok()) {
     k.LinearWeightBackward(dlogits, gathered, N, C, vocab_, p.grad(wte_), nullptr,
                            mb.ComputeOf(ModuleType::kEmbedding));
-    st = TpWait(std::move(sum), "LM head input gradient (reduce-scatter)");
+    st = TpWait(tp_, std::move(sum), "LM head input gradient (reduce-scatter)");
   }
   if (!st.ok()) return this->Fail(std::move(st));
   k.Zero(n * C, din);
   k.Zero(2 * C, ln_grads);
   k.LayerNormBackward(RowsOf(tp_, d_lnf, n, C), in, p.param(lnf_w_), a[kLnfMean], a[kLnfRstd], n, C,
                       din, ln_grads, ln_grads + C, ln_scratch, mb.max_threads);
-  st = TpWait(TpAllReduce(tp_, ln_grads, 2 * C), "final LayerNorm gradients (all-reduce)");
+  st = TpWait(tp_, TpAllReduce(tp_, ln_grads, 2 * C), "final LayerNorm gradients (all-reduce)");
   if (!st.ok()) return this->Fail(std::move(st));
   k.AddInPlace(ln_grads, C, p.grad(lnf_w_));
   k.AddInPlace(ln_grads + C, C, p.grad(lnf_b_));
@@ -707,7 +709,7 @@ void GptHead<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *, T
   if (tp_.splits_rows()) {  // reduce-scattered; this rank's rows kept for the weight half
     k.LinearBackward(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr,
                      mb.ComputeOf(ModuleType::kEmbedding));
-    Status st = TpWait(ReduceScatterRows(tp_, d_lnf, n, C), "LM head input gradient");
+    Status st = TpWait(tp_, ReduceScatterRows(tp_, d_lnf, n, C), "LM head input gradient");
     if (!st.ok()) return this->Fail(std::move(st));
     k.Copy(RowsOf(tp_, d_lnf, n, C), n * C, d[0]);
   } else if (!LnfGradient(a, dlogits, d[0], /*weights=*/false, mb)) {
@@ -748,14 +750,15 @@ void GptHead<T>::WeightGradientsSequenceParallel(const T *in, const LayerActivat
   T *ln_scratch = mb.scratch + N * (vocab_ + C);               // [threads, 2C]
   T *gathered = ln_scratch + int64_t(mb.max_threads) * 2 * C;  // [N, C]
   T *ln_grads = gathered + N * C;                              // [2C] weight, bias
-  Status st = TpWait(GatherRows(k, tp_, a[kLnf], n, C, gathered), "LM head input (all-gather)");
+  Status st =
+      TpWait(tp_, GatherRows(k, tp_, a[kLnf], n, C, gathered), "LM head input (all-gather)");
   if (!st.ok()) return this->Fail(std::move(st));
   k.LinearWeightBackward(dlogits, gathered, N, C, vocab_, p.grad(wte_), nullptr,
                          mb.ComputeOf(ModuleType::kEmbedding));
   k.Zero(2 * C, ln_grads);
   k.LayerNormParamBackward(d[0], in, a[kLnfMean], a[kLnfRstd], n, C, ln_grads, ln_grads + C,
                            ln_scratch, mb.max_threads);
-  st = TpWait(TpAllReduce(tp_, ln_grads, 2 * C), "final LayerNorm gradients (all-reduce)");
+  st = TpWait(tp_, TpAllReduce(tp_, ln_grads, 2 * C), "final LayerNorm gradients (all-reduce)");
   if (!st.ok()) return this->Fail(std::move(st));
   k.AddInPlace(ln_grads, C, p.grad(lnf_w_));
   k.AddInPlace(ln_grads + C, C, p.grad(lnf_b_));

@@ -135,7 +135,7 @@ bool LayerNormLayer<T>::ParamGradients(const T *dout, const T *in, const LayerAc
   k.Zero(2 * width_, sums);
   k.LayerNormParamBackward(dout, in, act[1], act[2], n, width_, sums, sums + width_, mb.scratch,
                            mb.max_threads);
-  Status st = TpWait(TpAllReduce(rows_, sums, 2 * width_), "LayerNorm weight gradients");
+  Status st = TpWait(rows_, TpAllReduce(rows_, sums, 2 * width_), "LayerNorm weight gradients");
   if (!st.ok()) {
     this->Fail(std::move(st));
     return false;
@@ -213,7 +213,7 @@ void MseLossLayer<T>::Forward(const T *in, LayerActivations<T> &act, const Micro
     return;
   }
   T mean = T(k.MseForward(in, labels, n * width_));  // the loss is a host scalar
-  Status st = TpWait(TpAllReduce(rows_, &mean, 1), "MSE loss");
+  Status st = TpWait(rows_, TpAllReduce(rows_, &mean, 1), "MSE loss");
   if (!st.ok()) return this->Fail(std::move(st));
   act.loss = double(mean) / double(rows_.size);
 }
@@ -248,7 +248,7 @@ void CrossEntropyLossLayer<T>::Forward(const T *in, LayerActivations<T> &act,
   act.loss = double(mean);
   if (!rows_.splits_rows()) return;
   T sums[2] = {mean * T(act.counted), T(act.counted)};  // loss sum, counted
-  Status st = TpWait(TpAllReduce(rows_, sums, 2), "cross-entropy loss");
+  Status st = TpWait(rows_, TpAllReduce(rows_, sums, 2), "cross-entropy loss");
   if (!st.ok()) return this->Fail(std::move(st));
   act.counted = int64_t(sums[1]);
   act.loss = act.counted > 0 ? double(sums[0]) / double(sums[1]) : 0.0;

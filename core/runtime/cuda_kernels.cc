@@ -43,6 +43,7 @@ int ComputeCode(ComputeType compute) {
 }
 
 constexpr size_t kFloat = sizeof(float);
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 static_assert(sizeof(DstCudaAdamConstants) == sizeof(math::AdamConstants),
               "the table's Adam constants are math::AdamConstants field for field");
@@ -87,6 +88,15 @@ void CudaKernels::Check(int code, const char *kernel) const {
   if (code == 0 || !error_.ok()) return;
   error_ = Status(Code::kInternal, std::string("CUDA kernel ") + kernel + " on " + name_ + ": " +
                                        t_.error_string(code));
+}
+
+bool CudaKernels::ReadyForHostWait(const char *kernel) const {
+  if (!before_host_wait_) return true;
+  Status st = before_host_wait_();
+  if (st.ok()) return true;
+  if (error_.ok())
+    error_ = st.context(std::string("before CUDA kernel ") + kernel + " on " + name_);
+  return false;
 }
 
 Status CudaKernels::TakeError() const {
@@ -206,6 +216,7 @@ double CudaKernels::SoftmaxCrossEntropyForward(float *logits, const int32_t *tar
                                                int64_t V, int64_t *counted) const {
   double loss = 0;
   long n = 0;
+  if (!ReadyForHostWait("SoftmaxCrossEntropyForward")) return *counted = 0, kNaN;
   Check(t_.cross_entropy_forward(ctx_, logits, targets, rows, V, &loss, &n),
         "SoftmaxCrossEntropyForward");
   *counted = n;
@@ -233,6 +244,7 @@ double CudaKernels::NormalizeAndNll(float *logits, int64_t rows, int64_t V, cons
                                     int64_t *counted) const {
   double loss = 0;
   long n = 0;
+  if (!ReadyForHostWait("NormalizeAndNll")) return *counted = 0, kNaN;
   Check(t_.normalize_and_nll(ctx_, logits, rows, V, sums, target_exp, targets, &loss, &n),
         "NormalizeAndNll");
   *counted = n;
@@ -240,6 +252,7 @@ double CudaKernels::NormalizeAndNll(float *logits, int64_t rows, int64_t V, cons
 }
 double CudaKernels::MseForward(const float *pred, const float *labels, int64_t n) const {
   double loss = 0;
+  if (!ReadyForHostWait("MseForward")) return kNaN;
   Check(t_.mse_forward(ctx_, pred, labels, n, &loss), "MseForward");
   return loss;
 }
@@ -256,6 +269,7 @@ void CudaKernels::ScaleRange(float k, int64_t n, float *x) const {
 
 double CudaKernels::SumOfSquaresRange(const float *x, int64_t n) const {
   double sum = 0;
+  if (!ReadyForHostWait("SumOfSquaresRange")) return kNaN;
   const int code = t_.sum_of_squares(ctx_, x, n, &sum);
   Check(code, "SumOfSquaresRange");
   return code == 0 ? sum : std::numeric_limits<double>::quiet_NaN();
@@ -288,6 +302,7 @@ void CudaKernels::Sum16(Half h, const uint16_t *add, int64_t n, uint16_t *acc) c
 }
 double CudaKernels::SumOfSquares16(Half h, const uint16_t *x, int64_t n) const {
   double sum = 0;
+  if (!ReadyForHostWait("SumOfSquares16")) return kNaN;
   const int code = t_.sum_of_squares_16(ctx_, HalfCode(h), x, n, &sum);
   Check(code, "SumOfSquares16");
   return code == 0 ? sum : std::numeric_limits<double>::quiet_NaN();

@@ -13,6 +13,7 @@
 // the backend keeps its own workspaces on the device.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -45,6 +46,10 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
 
   const char *name() const override { return name_.c_str(); }
   Status TakeError() const override;
+  // Run before each kernel that returns a value to the host (a loss, a sum
+  // of squares: the host waits for the stream there), as
+  // CudaStream::SetBeforeHostWait; a failure is kept as the kernel's error.
+  void SetBeforeHostWait(std::function<Status()> hook) { before_host_wait_ = std::move(hook); }
 
   void Copy(const float *src, int64_t n, float *dst) const override;
   void CopyRows(const float *src, int64_t src_stride, int64_t rows, int64_t width, float *dst,
@@ -128,11 +133,14 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
       : t_(table), ctx_(context), name_("cuda:" + std::to_string(device)) {}
   // Keeps the first failure (`kernel` names it).
   void Check(int code, const char *kernel) const;
+  // The hook before a host wait: false (the failure kept) when it failed.
+  bool ReadyForHostWait(const char *kernel) const;
 
   const DstCudaKernelTable &t_;
   void *ctx_;
   std::string name_;
   mutable Status error_;
+  std::function<Status()> before_host_wait_;
 };
 
 }  // namespace dst

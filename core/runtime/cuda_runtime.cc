@@ -106,6 +106,7 @@ Status CudaStream::WaitEvent(void *event) const {
 }
 
 Status CudaStream::Synchronize() const {
+  if (before_host_wait_) DST_RETURN_IF_ERROR(before_host_wait_());
   return runtime().Check(runtime().table().stream_synchronize(handle()),
                          "synchronizing a stream of cuda:" + std::to_string(device_));
 }

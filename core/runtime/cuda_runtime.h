@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -94,7 +95,13 @@ class CudaStream {
   // The same for an event another module owns (a cudaEvent_t: a collective's
   // Work::CompletionEvent); a null event is no wait.
   Status WaitEvent(void *event) const;
+  // Waits on the host for the stream's work; first runs the hook
+  // SetBeforeHostWait installed (a failure is returned, and no wait).
   Status Synchronize() const;
+  // What must happen before the host waits for this stream: the engine's
+  // WorkOrder::Drain, so a collective the stream waits on that never comes
+  // (a dead peer) is named after its timeout instead of a hung wait.
+  void SetBeforeHostWait(std::function<Status()> hook) { before_host_wait_ = std::move(hook); }
 
   const CudaRuntime &runtime() const { return handle_.runtime(); }
 
@@ -102,6 +109,7 @@ class CudaStream {
   CudaStream(CudaHandle handle, int device) : handle_(std::move(handle)), device_(device) {}
   CudaHandle handle_;
   int device_ = 0;
+  std::function<Status()> before_host_wait_;
 };
 
 // An event without timing on one device, destroyed with the object.

@@ -96,6 +96,30 @@ void Region::Leave() {
   if (--open_ == 0) Protect(PROT_NONE);
 }
 
+void Region::WaitBeforeNextKernel(Work *work) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stream_waits_.push_back(work);
+  any_stream_wait_ = true;
+}
+
+void Region::Forget(Work *work) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::erase(stream_waits_, work);
+  any_stream_wait_ = !stream_waits_.empty();
+}
+
+void Region::RunStreamWaits() {
+  if (!any_stream_wait_) return;
+  std::vector<Work *> waits;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    waits.swap(stream_waits_);
+    any_stream_wait_ = false;
+  }
+  // Each Work keeps its status for the WorkOrder's Drain to report.
+  for (Work *work : waits) (void)work->Wait();
+}
+
 bool Region::Holds(const void *p) const {
   const char *c = static_cast<const char *>(p);
   return base_ != nullptr && c >= base_ && c < base_ + reserved_;
@@ -139,23 +163,28 @@ void Memory::Zero(void *dst, size_t bytes) {
 namespace {
 
 // The region stays open until the operation completes (Wait, a true Test,
-// or the Work's end).
+// or the Work's end). Its completion "event" is itself.
 class OpenWork final : public Work {
  public:
   explicit OpenWork(std::unique_ptr<Work> inner) : inner_(std::move(inner)) {}
   ~OpenWork() override {
+    Region::Get().Forget(this);
     inner_.reset();
     Close();
   }
   Status Wait() override {
-    Status st = inner_->Wait();
+    if (!waited_) status_ = inner_->Wait(), waited_ = true;
     Close();
-    return st;
+    return status_;
   }
   bool Test() override {
+    if (waited_) return true;
     const bool done = inner_->Test();
-    if (done) Close();
+    if (done) (void)Wait();
     return done;
+  }
+  void *CompletionEvent() const override {
+    return static_cast<Work *>(const_cast<OpenWork *>(this));
   }
 
  private:
@@ -165,6 +194,8 @@ class OpenWork final : public Work {
   }
   std::unique_ptr<Work> inner_;
   bool open_ = true;
+  bool waited_ = false;
+  Status status_;
 };
 
 // The device group moves device memory only: a host buffer routed here (to
@@ -178,6 +209,7 @@ std::unique_ptr<Work> Opened(const char *op, const void *data, Launch launch) {
         std::string("the device group's ") + op + " was handed host memory at " + where +
         " (a GPU's NCCL group would read garbage or crash): route host buffers to the host group"));
   }
+  Region::Get().RunStreamWaits();  // ordered after the stream's work, as NCCL's are
   Region::Get().Enter(op);
   return std::make_unique<OpenWork>(launch());
 }

@@ -13,10 +13,12 @@
 // stays open until its Work completes).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <vector>
 
 #include "core/comm/communicator.h"
 #include "core/kernels/cpu/cpu_kernels.h"
@@ -44,6 +46,14 @@ class Region {
   // The last thing that opened the region (the fault message names it).
   const char *last() const { return last_; }
 
+  // The stand-in's compute stream waiting on a collective (a WorkOrder's
+  // stream wait, `work` its completion event): the next kernel or copy waits
+  // for it first, as a GPU's stream would (RunStreamWaits, from Scope).
+  // Forget drops a Work that ends before that.
+  void WaitBeforeNextKernel(Work *work);
+  void Forget(Work *work);
+  void RunStreamWaits();
+
  private:
   Region();
   void Protect(int prot);  // over the pages handed out so far
@@ -53,11 +63,16 @@ class Region {
   size_t reserved_ = 0, used_ = 0, protected_ = 0;
   int open_ = 0;
   const char *last_ = "(none)";
+  std::vector<Work *> stream_waits_;
+  std::atomic<bool> any_stream_wait_{false};
 };
 
 // The region open for a scope: the backends' per-kernel Scope.
 struct Scope {
-  explicit Scope(const char *kernel) { Region::Get().Enter(kernel); }
+  explicit Scope(const char *kernel) {
+    Region::Get().RunStreamWaits();
+    Region::Get().Enter(kernel);
+  }
   ~Scope() { Region::Get().Leave(); }
   Scope(const Scope &) = delete;
   Scope &operator=(const Scope &) = delete;
@@ -96,6 +111,8 @@ class Memory final : public MemoryResource {
 // The device twin of a group (its collectives over device memory): each
 // operation must be over the region — a host buffer here is an error, as it
 // would be for NCCL — and opens it from its start until its Work completes.
+// Its Works have a completion "event" (the Work itself) a WorkOrder's stream
+// wait can name (Region::WaitBeforeNextKernel).
 class Communicator final : public ForwardingCommunicator {
  public:
   explicit Communicator(std::unique_ptr<dst::Communicator> inner)

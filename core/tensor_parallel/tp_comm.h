@@ -43,11 +43,15 @@ std::unique_ptr<Work> TpReduceScatter(const TensorParallelGroup &tp, T *data, in
   return tp_detail::OnGroup(tp, data, [&](auto *d) { return tp.comm->ReduceScatterSum(d, shard); });
 }
 
-// Waits for `work` (null: nothing to wait for); the error names `what`.
-inline Status TpWait(std::unique_ptr<Work> work, const char *what) {
+// The kernels queued after this call see `work`'s result (null: nothing to
+// wait for): the host waits, or with the group's WorkOrder the device's
+// compute stream does. The error names `what`.
+inline Status TpWait(const TensorParallelGroup &tp, std::unique_ptr<Work> work, const char *what) {
   if (!work) return Status::Ok();
+  const std::string where = std::string("tensor-parallel ") + what;
+  if (tp.order != nullptr) return tp.order->After(std::move(work), where);
   Status st = work->Wait();
-  return st.ok() ? st : st.context(std::string("tensor-parallel ") + what);
+  return st.ok() ? st : st.context(where);
 }
 
 }  // namespace dst

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/comm/communicator.h"
+#include "core/comm/work_order.h"
 
 namespace dst {
 
@@ -14,6 +15,9 @@ struct TensorParallelGroup {
   // Sequence parallelism: outside the tensor-parallel regions the rank holds
   // 1/size of the token rows (sequence_parallel.h).
   bool sequence_parallel = false;
+  // On a device: how the layers' kernels wait for the group's collectives
+  // (the compute stream waits, the host goes on); null: wait on the host.
+  WorkOrder *order = nullptr;
   // Whether activations between layers are split by rows.
   bool splits_rows() const { return sequence_parallel && size > 1; }
 };

@@ -47,7 +47,7 @@ int64_t TensorParallelLinear<T>::ScratchSize(const ActivationLimits &limits) con
 
 template <typename T>
 bool TensorParallelLinear<T>::Finish(std::unique_ptr<Work> work) {
-  Status st = TpWait(std::move(work),
+  Status st = TpWait(tp_, std::move(work),
                      role_ == TpRole::kRow ? "row-parallel linear" : "column-parallel linear");
   if (st.ok()) return true;
   this->Fail(std::move(st));

@@ -12,9 +12,9 @@ Status VocabParallelCrossEntropy(const Kernels<T> &k, const TensorParallelGroup 
   T *sums = scratch + tp.size * rows;  // [rows] sums of exponentials | [rows] the target's
   T *target_exp = sums + rows;
   k.RowMaxima(logits, rows, V, maxima + tp.rank * rows);
-  DST_RETURN_IF_ERROR(TpWait(TpAllGather(tp, maxima, rows), "cross-entropy row maxima"));
+  DST_RETURN_IF_ERROR(TpWait(tp, TpAllGather(tp, maxima, rows), "cross-entropy row maxima"));
   k.ExpAndSums(logits, rows, V, maxima, tp.size, targets, first, sums, target_exp);
-  DST_RETURN_IF_ERROR(TpWait(TpAllReduce(tp, sums, 2 * rows), "cross-entropy sums"));
+  DST_RETURN_IF_ERROR(TpWait(tp, TpAllReduce(tp, sums, 2 * rows), "cross-entropy sums"));
   *loss = k.NormalizeAndNll(logits, rows, V, sums, target_exp, targets, counted);
   return Status::Ok();
 }
