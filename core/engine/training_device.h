@@ -38,7 +38,7 @@ class TrainingDevice {
   virtual MemoryResource *memory() = 0;
   virtual const Kernels<float> &kernels() const = 0;
   virtual const StepKernels &step() const = 0;
-  StepPlacement placement() { return {memory(), &step()}; }
+  StepPlacement placement() { return {memory(), &step(), work_order()}; }
   // Whether bf16 training multiplies in bf16 here (ComputeType::kBf16: CUDA's
   // bf16 GEMMs with fp32 accumulation; the stand-in follows the CPU's choice).
   virtual bool Bf16Gemms() const = 0;

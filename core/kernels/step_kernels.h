@@ -23,6 +23,8 @@
 
 namespace dst {
 
+class WorkOrder;  // core/comm/work_order.h
+
 // The update rules' parameters, shared with CPU-Adam: torch.optim's Adam/AdamW
 // (step 1-based) and SGD with momentum, over one flat range.
 using AdamHyper = cpu::AdamHyper;
@@ -75,6 +77,9 @@ const StepKernels &HostStepKernels();
 struct StepPlacement {
   MemoryResource *memory = nullptr;
   const StepKernels *kernels = nullptr;
+  // How later kernels wait for a collective over this memory (a device's
+  // stream, core/comm/work_order.h); null: the host waits.
+  WorkOrder *order = nullptr;
   const StepKernels &step() const { return kernels ? *kernels : HostStepKernels(); }
   bool on_host() const { return memory == nullptr; }
 };

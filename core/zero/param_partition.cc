@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/comm/work_order.h"
+
 namespace dst {
 
 namespace {
@@ -36,8 +38,7 @@ ParameterPartition::ParameterPartition(const PartitionPlan *plan, const ShardLay
     if (Wide()) working_[b] = Buffer<float>(tracker, comm_category, size_t(staging), memory);
   }
   if (Wide())
-    persistent_work_ =
-        Buffer<float>(tracker, comm_category, size_t(persistent_.size()), memory);
+    persistent_work_ = Buffer<float>(tracker, comm_category, size_t(persistent_.size()), memory);
   // Until a layer is gathered its tensors point into the working buffer, so
   // that a pass cut short by an error reads only memory this object owns.
   for (const StagingLayout &layer : plan->params)
@@ -229,6 +230,19 @@ Status ParameterPartition::WaitStaged(Staged *staged) {
   return first;
 }
 
+Status ParameterPartition::Ready(Staged *staged, size_t layer) {
+  if (ops_.order() == nullptr) return WaitStaged(staged);
+  const std::string what = "ZeRO-3 gather of layer " + std::to_string(layer) + "'s parameters";
+  Status first;
+  for (std::unique_ptr<Work> &work : staged->works) {
+    Status st = ops_.order()->After(std::move(work), what);
+    if (!st.ok() && first.ok()) first = std::move(st);
+  }
+  staged->works.clear();
+  if (!first.ok()) staged->layer = -1;
+  return first;
+}
+
 Status ParameterPartition::Acquire(size_t layer, int64_t next) {
   const bool two = !staging_[1].empty();
   int buffer = -1;
@@ -242,7 +256,7 @@ Status ParameterPartition::Acquire(size_t layer, int64_t next) {
     DST_RETURN_IF_ERROR(Gather(plan_->params[layer], staging_[buffer].at(0), &staged_[buffer].works,
                                int64_t(layer)));
   }
-  DST_RETURN_IF_ERROR(WaitStaged(&staged_[buffer]));
+  DST_RETURN_IF_ERROR(Ready(&staged_[buffer], layer));
   if (Wide() && !staged_[buffer].widened) {
     ops_.Widen(storage(), staging_[buffer].at(0), working_[buffer].data(),
                plan_->params[layer].size);

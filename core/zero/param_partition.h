@@ -88,7 +88,7 @@ class ParameterPartition {
   // unless still staged) and, when prefetching, starts gathering layer
   // `next` (-1: none) into the other staging buffer.
   Status Acquire(size_t layer, int64_t next);
-  // Waits for a prefetch in flight.
+  // Waits for a prefetch in flight (on the host).
   Status Drain();
   // The shard changed (optimizer step, checkpoint load): refreshes the
   // persistent copies from their owners and forgets the staged layers.
@@ -108,6 +108,10 @@ class ParameterPartition {
   };
 
   bool Wide() const { return shard_.type() != StorageType::kFp32; }
+  // The kernels queued after this call see `layer`'s staged gather: the host
+  // waits for it, or on a device the placement's WorkOrder has the compute
+  // stream wait (the host goes on; a failure is named at the step's end).
+  Status Ready(Staged *staged, size_t layer);
   // What a layer reads from staging buffer b: fp32 (the buffer itself, or
   // its widened working copy).
   float *Working(int b) {
@@ -141,7 +145,7 @@ class ParameterPartition {
   ParamStore<float> *store_;
   ShardInfo mine_;
   int64_t prefetch_elements_;
-  StorageOps ops_;  // the placement's memory and step backend
+  StorageOps ops_;                 // the placement's memory and step backend
   FlatBuffer shard_;               // [shard_size] kParameters
   FlatBuffer persistent_;          // [persistent.size] kParameters
   Buffer<float> persistent_work_;  // [persistent.size] kCommunication, 16 bits only

@@ -77,6 +77,7 @@ class StorageOps {
   const StepKernels &kernels() const { return placement_.step(); }
   MemoryResource *memory() const { return placement_.memory; }
   bool on_host() const { return placement_.on_host(); }
+  WorkOrder *order() const { return placement_.order; }
 
   void Widen(StorageType t, const void *src, float *dst, int64_t n) const;
   void Narrow(StorageType t, const float *src, void *dst, int64_t n) const;

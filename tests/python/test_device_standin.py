@@ -33,6 +33,8 @@ def write_config(tmp_path, name, device, stage, micro=8, wire=None, precision=No
     del config["gradient_accumulation_steps"]
     config["zero_optimization"] = {"stage": stage, "overlap_comm": True,
                                    "reduce_bucket_size": 5000}
+    if stage == 3:  # every tensor gathered per layer (the tiny ones would stay whole)
+        config["zero_optimization"]["stage3_param_persistence_threshold"] = 0
     if wire:
         config["communication_data_type"] = wire
     if precision:  # "bf16", or "bf16-layernorm": with that module type kept in fp32
