@@ -56,6 +56,9 @@ struct ZeroConfig {
   int64_t stage3_max_reuse_distance = 1000000000;
   bool stage3_gather_16bit_weights_on_model_save = false;
   std::string offload_optimizer_device = "none";  // none | cpu | nvme
+  // On a device: ZeRO-Offload's transfer buffers page-locked (DeepSpeed's
+  // default: off).
+  bool offload_optimizer_pin_memory = false;
   std::string offload_param_device = "none";
   // Elements the optimizer steps at a time (DeepSpeed: ZeRO 3's sub-groups;
   // ours at every stage): the piece the NVMe tier reads, updates and writes.

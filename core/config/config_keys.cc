@@ -178,7 +178,8 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kOffloadOpt, "device", kDevice,
      "nvme: master weights and optimizer state in a swap file per rank (ZeRO 1-3); cpu: "
      "already in host memory on this engine"},
-    {kOffloadOpt, "pin_memory", kBool, "page-locked host buffers"},
+    {kOffloadOpt, "pin_memory", kBool,
+     "on a device: page-locked transfer buffers (the copies run beside CPU-Adam)"},
     {kOffloadOpt, "nvme_path", kPathOrNull, "directory for NVMe swap files"},
     {kOffloadOpt, "buffer_count", "an integer in [2, 1024]", "sub-group buffers in memory (4)"},
     {kOffloadOpt, "pipeline_read", kBool, "read the next sub-group while one is updated"},

@@ -331,8 +331,9 @@ Status ReadScheduler(const ObjectReader &root, const ConfigContext &context, Par
   });
 }
 
-// offload_optimizer / offload_param (pin_memory and fast_init are validated
-// so that a pasted config is checked whole; host memory is all there is).
+// offload_optimizer / offload_param (fast_init and offload_param's
+// pin_memory are validated so that a pasted config is checked whole;
+// offload_optimizer.pin_memory page-locks the transfer buffers on a device).
 Status ReadOffload(const ObjectReader &zero, std::string_view key, std::string_view section,
                    ZeroConfig *config) {
   const bool optimizer = section == kOffloadOpt;
@@ -341,7 +342,8 @@ Status ReadOffload(const ObjectReader &zero, std::string_view key, std::string_v
   return ReadSection(zero, key, section, [&](const ObjectReader &offload) -> Status {
     DST_RETURN_IF_ERROR(offload.ReadChoice("device", {"none", "cpu", "nvme"}, device));
     bool flag = false;
-    DST_RETURN_IF_ERROR(offload.ReadBool("pin_memory", &flag));
+    DST_RETURN_IF_ERROR(
+        offload.ReadBool("pin_memory", optimizer ? &config->offload_optimizer_pin_memory : &flag));
     std::string nvme_path;
     DST_RETURN_IF_ERROR(offload.ReadString("nvme_path", &nvme_path, /*nullable=*/true));
     if (optimizer) {

@@ -84,6 +84,8 @@ Json ZeroJson(const ZeroConfig &zero) {
   out["stage3_gather_16bit_weights_on_model_save"] = zero.stage3_gather_16bit_weights_on_model_save;
   out["sub_group_size"] = zero.sub_group_size;
   out["offload_optimizer"] = Json{{"device", zero.offload_optimizer_device}};
+  if (zero.offload_optimizer_device != "none")
+    out["offload_optimizer"]["pin_memory"] = zero.offload_optimizer_pin_memory;
   if (zero.offload_optimizer_device == "nvme") {
     out["offload_optimizer"]["nvme_path"] = zero.offload_optimizer_nvme_path;
     out["offload_optimizer"]["buffer_count"] = zero.offload_optimizer_buffer_count;

@@ -206,4 +206,39 @@ void CudaDeviceMemory::Zero(void *dst, size_t bytes) {
   if (Keep(stream_.FillAsync(dst, 0, bytes))) Keep(stream_.Synchronize());
 }
 
+uint64_t CudaDeviceMemory::Mark() {
+  while (copy_events_.size() < kCopyMarks) {
+    Result<CudaEvent> event = CudaEvent::Create(stream_.runtime(), stream_.device());
+    if (!Keep(event.status())) return 0;
+    copy_events_.push_back(std::move(event).value());
+  }
+  const uint64_t mark = ++copy_marks_;
+  return Keep(copy_events_[mark % kCopyMarks].Record(stream_)) ? mark : 0;
+}
+
+uint64_t CudaDeviceMemory::DownloadAsync(void *host, const void *src, size_t bytes) {
+  return Keep(stream_.CopyAsync(host, src, bytes, DST_CUDA_DEVICE_TO_HOST)) ? Mark() : 0;
+}
+
+uint64_t CudaDeviceMemory::UploadAsync(void *dst, const void *host, size_t bytes) {
+  return Keep(stream_.CopyAsync(dst, host, bytes, DST_CUDA_HOST_TO_DEVICE)) ? Mark() : 0;
+}
+
+void CudaDeviceMemory::WaitCopy(uint64_t mark) {
+  if (mark == 0 || copy_events_.empty()) return;  // done on return, or never queued
+  if (Keep(stream_.BeforeHostWait())) Keep(copy_events_[mark % kCopyMarks].Synchronize());
+}
+
+void *CudaDeviceMemory::AllocateHost(size_t bytes) {
+  Result<PinnedHostBuffer> buffer = PinnedHostBuffer::Allocate(stream_.runtime(), bytes);
+  if (!Keep(buffer.status())) return nullptr;
+  void *p = buffer.value().data();
+  pinned_.emplace(p, std::move(buffer).value());
+  return p;
+}
+
+void CudaDeviceMemory::FreeHost(void *p) {
+  pinned_.erase(p);
+}
+
 }  // namespace dst

@@ -19,7 +19,9 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "core/common/status.h"
 #include "core/runtime/caching_allocator.h"
@@ -78,6 +80,20 @@ class CudaHandle {
 
 class CudaEvent;
 
+// Page-locked host memory of `bytes`, freed with the object.
+class PinnedHostBuffer {
+ public:
+  static Result<PinnedHostBuffer> Allocate(const CudaRuntime &runtime, size_t bytes);
+
+  void *data() const { return memory_.get(); }  // null once moved from
+  size_t size() const { return size_; }
+
+ private:
+  PinnedHostBuffer(CudaHandle memory, size_t size) : memory_(std::move(memory)), size_(size) {}
+  CudaHandle memory_;
+  size_t size_ = 0;
+};
+
 // A non-blocking stream on one device, destroyed (after its work) with the object.
 class CudaStream {
  public:
@@ -98,6 +114,8 @@ class CudaStream {
   // Waits on the host for the stream's work; first runs the hook
   // SetBeforeHostWait installed (a failure is returned, and no wait).
   Status Synchronize() const;
+  // That hook alone: what any host wait on this stream's work runs first.
+  Status BeforeHostWait() const { return before_host_wait_ ? before_host_wait_() : Status::Ok(); }
   // What must happen before the host waits for this stream: the engine's
   // WorkOrder::Drain, so a collective the stream waits on that never comes
   // (a dead peer) is named after its timeout instead of a hung wait.
@@ -159,32 +177,33 @@ class CudaDeviceMemory final : public MemoryResource {
   void Upload(void *dst, const void *src, size_t bytes) override;
   void Download(void *dst, const void *src, size_t bytes) override;
   void Zero(void *dst, size_t bytes) override;
+  // Copies on the stream, each followed by an event (a ring of kCopyMarks):
+  // WaitCopy synchronizes the mark's event (or a later copy's, which
+  // completes after it), after the stream's BeforeHostWait.
+  uint64_t DownloadAsync(void *host, const void *src, size_t bytes) override;
+  uint64_t UploadAsync(void *dst, const void *host, size_t bytes) override;
+  void WaitCopy(uint64_t mark) override;
+  // Page-locked host memory (PinnedHostBuffer); null (the failure kept in
+  // status()) when the OS refuses it.
+  void *AllocateHost(size_t bytes) override;
+  void FreeHost(void *p) override;
   const Status &status() const { return status_; }
   CachingAllocatorStats stats() const { return cache_.stats(); }
   // Whether `p` points into memory this object handed out.
   bool Owns(const void *p) const { return cache_.Owns(p); }
 
  private:
+  static constexpr uint64_t kCopyMarks = 4;
   bool Keep(Status st);  // true when st is OK
+  uint64_t Mark();       // records the next copy mark's event on the stream (0: failed)
   const CudaStream &stream_;
   std::string name_;
   Status status_;
   CudaMemoryResource segments_;
   CachingAllocator cache_;
-};
-
-// Page-locked host memory of `bytes`, freed with the object.
-class PinnedHostBuffer {
- public:
-  static Result<PinnedHostBuffer> Allocate(const CudaRuntime &runtime, size_t bytes);
-
-  void *data() const { return memory_.get(); }  // null once moved from
-  size_t size() const { return size_; }
-
- private:
-  PinnedHostBuffer(CudaHandle memory, size_t size) : memory_(std::move(memory)), size_(size) {}
-  CudaHandle memory_;
-  size_t size_ = 0;
+  std::vector<CudaEvent> copy_events_;  // [kCopyMarks], made on first use
+  uint64_t copy_marks_ = 0;
+  std::unordered_map<void *, PinnedHostBuffer> pinned_;
 };
 
 }  // namespace dst

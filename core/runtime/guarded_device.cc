@@ -98,26 +98,46 @@ void Region::Leave() {
 
 void Region::WaitBeforeNextKernel(Work *work) {
   std::lock_guard<std::mutex> lock(mutex_);
-  stream_waits_.push_back(work);
-  any_stream_wait_ = true;
+  stream_.push_back({.wait = work});
+  any_stream_op_ = true;
 }
 
 void Region::Forget(Work *work) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::erase(stream_waits_, work);
-  any_stream_wait_ = !stream_waits_.empty();
+  for (StreamOp &op : stream_)
+    if (op.wait == work) op.wait = nullptr;  // ended first: nothing to wait for
 }
 
-void Region::RunStreamWaits() {
-  if (!any_stream_wait_) return;
-  std::vector<Work *> waits;
-  {
+uint64_t Region::QueueCopy(void *dst, const void *src, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stream_.push_back({.dst = dst, .src = src, .bytes = bytes, .mark = ++copies_queued_});
+  any_stream_op_ = true;
+  return copies_queued_;
+}
+
+void Region::RunStreamWaits(uint64_t mark) {
+  if (!any_stream_op_) return;
+  for (;;) {
+    StreamOp op;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stream_.empty() || copies_done_ >= mark) {
+        any_stream_op_ = !stream_.empty();
+        return;
+      }
+      op = stream_.front();
+      stream_.pop_front();
+    }
+    if (op.mark == 0) {                               // a wait (null: its Work ended first)
+      if (op.wait != nullptr) (void)op.wait->Wait();  // it keeps its status for the Drain
+      continue;
+    }
+    Enter("an asynchronous copy");
+    std::memcpy(op.dst, op.src, op.bytes);
+    Leave();
     std::lock_guard<std::mutex> lock(mutex_);
-    waits.swap(stream_waits_);
-    any_stream_wait_ = false;
+    copies_done_ = op.mark;
   }
-  // Each Work keeps its status for the WorkOrder's Drain to report.
-  for (Work *work : waits) (void)work->Wait();
 }
 
 bool Region::Holds(const void *p) const {
@@ -153,6 +173,20 @@ void Memory::Upload(void *dst, const void *src, size_t bytes) {
 void Memory::Download(void *dst, const void *src, size_t bytes) {
   const Scope open("Download");
   std::memcpy(dst, src, bytes);
+}
+
+size_t Memory::chunk_bytes() const {
+  const char *env = std::getenv("DSTRAIN_TEST_DEVICE_CHUNK_BYTES");
+  const unsigned long long v = env ? std::strtoull(env, nullptr, 10) : 0;
+  return v >= sizeof(float) ? size_t(v) : MemoryResource::chunk_bytes();
+}
+
+uint64_t Memory::DownloadAsync(void *host, const void *src, size_t bytes) {
+  return Region::Get().QueueCopy(host, src, bytes);
+}
+
+uint64_t Memory::UploadAsync(void *dst, const void *host, size_t bytes) {
+  return Region::Get().QueueCopy(dst, host, bytes);
 }
 
 void Memory::Zero(void *dst, size_t bytes) {

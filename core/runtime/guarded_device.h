@@ -15,6 +15,8 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -46,13 +48,21 @@ class Region {
   // The last thing that opened the region (the fault message names it).
   const char *last() const { return last_; }
 
-  // The stand-in's compute stream waiting on a collective (a WorkOrder's
-  // stream wait, `work` its completion event): the next kernel or copy waits
-  // for it first, as a GPU's stream would (RunStreamWaits, from Scope).
-  // Forget drops a Work that ends before that.
+  // The stand-in's stream: operations queued in order and run before the
+  // next kernel, copy or collective (RunStreamWaits, from Scope), as a GPU's
+  // stream would run them before later work.
+  //  - a wait for a collective (a WorkOrder's stream wait, `work` its
+  //    completion event); Forget drops a Work that ends before that;
+  //  - an asynchronous copy (Memory::DownloadAsync / UploadAsync), which
+  //    touches its host buffer only then or at WaitCopy(its mark): a host
+  //    read of a download's buffer before WaitCopy sees stale bytes, a
+  //    write into an upload's buffer is what gets uploaded — wrong bits.
   void WaitBeforeNextKernel(Work *work);
   void Forget(Work *work);
-  void RunStreamWaits();
+  uint64_t QueueCopy(void *dst, const void *src, size_t bytes);
+  // Runs the queued operations in order: all of them, or those up to the
+  // copy `mark` names.
+  void RunStreamWaits(uint64_t mark = UINT64_MAX);
 
  private:
   Region();
@@ -63,8 +73,16 @@ class Region {
   size_t reserved_ = 0, used_ = 0, protected_ = 0;
   int open_ = 0;
   const char *last_ = "(none)";
-  std::vector<Work *> stream_waits_;
-  std::atomic<bool> any_stream_wait_{false};
+  struct StreamOp {
+    Work *wait = nullptr;  // a collective to wait for (mark 0), or
+    void *dst = nullptr;   // a copy (mark > 0)
+    const void *src = nullptr;
+    size_t bytes = 0;
+    uint64_t mark = 0;
+  };
+  std::deque<StreamOp> stream_;
+  std::atomic<bool> any_stream_op_{false};
+  uint64_t copies_queued_ = 0, copies_done_ = 0;
 };
 
 // The region open for a scope: the backends' per-kernel Scope.
@@ -101,6 +119,13 @@ class Memory final : public MemoryResource {
   void Upload(void *dst, const void *src, size_t bytes) override;
   void Download(void *dst, const void *src, size_t bytes) override;
   void Zero(void *dst, size_t bytes) override;
+  // Queued on the stand-in's stream (Region::QueueCopy).
+  uint64_t DownloadAsync(void *host, const void *src, size_t bytes) override;
+  uint64_t UploadAsync(void *dst, const void *host, size_t bytes) override;
+  void WaitCopy(uint64_t mark) override { Region::Get().RunStreamWaits(mark); }
+  // DSTRAIN_TEST_DEVICE_CHUNK_BYTES when set (tests that need many chunks
+  // from a tiny model), else the default.
+  size_t chunk_bytes() const override;
   CachingAllocatorStats stats() const { return cache_.stats(); }
 
  private:

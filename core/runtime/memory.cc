@@ -63,4 +63,12 @@ int64_t MemoryTracker::TotalCurrent() const {
   return total_current_.load(std::memory_order_relaxed);
 }
 
+void *MemoryResource::AllocateHost(size_t bytes) {
+  return ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t(64), std::nothrow);
+}
+
+void MemoryResource::FreeHost(void *p) {
+  ::operator delete(p, std::align_val_t(64));
+}
+
 }  // namespace dst

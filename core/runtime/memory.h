@@ -68,6 +68,30 @@ class MemoryResource {
   virtual void Upload(void *dst, const void *src, size_t bytes) = 0;
   virtual void Download(void *dst, const void *src, size_t bytes) = 0;
   virtual void Zero(void *dst, size_t bytes) = 0;
+
+  // The same copies queued behind the resource's earlier work, the host
+  // going on: it must not read a download's `host` buffer, nor write an
+  // upload's, until WaitCopy(the mark returned). By default each completes
+  // on return (mark 0).
+  virtual uint64_t DownloadAsync(void *host, const void *src, size_t bytes) {
+    Download(host, src, bytes);
+    return 0;
+  }
+  virtual uint64_t UploadAsync(void *dst, const void *host, size_t bytes) {
+    Upload(dst, host, bytes);
+    return 0;
+  }
+  // Returns once the copy `mark` names (and every one queued before it) is done.
+  virtual void WaitCopy(uint64_t mark) { (void)mark; }
+  // Host memory (64-byte aligned) the asynchronous copies run from and to at
+  // full speed — page-locked on a GPU; null when none can be had. Given back
+  // with FreeHost. By default ordinary host memory.
+  virtual void *AllocateHost(size_t bytes);
+  virtual void FreeHost(void *p);
+  // The bytes a chunked pass over this memory covers at a time (the step's
+  // 16-bit and offloaded updates): large, since on a GPU each chunk costs
+  // kernel launches and copies.
+  virtual size_t chunk_bytes() const { return size_t(4) << 20; }
 };
 
 // A zero-initialised, 64-byte aligned array of trivially copyable T, charged

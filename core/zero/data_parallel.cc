@@ -15,9 +15,6 @@ namespace dst {
 namespace {
 
 constexpr int64_t kChunk = 4096;  // elements widened at a time in a 16-bit step on the host
-// On a device: elements a kernel or a transfer covers at a time (fewer
-// launches and copies of a useful size; 4 MiB of fp32).
-constexpr int64_t kDeviceChunk = int64_t(1) << 20;
 
 }  // namespace
 
@@ -89,10 +86,19 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   // 16 bits: the gradients widened a chunk at a time where they live; with
   // the state on the host, master weights go up through it.
   if (!placement_.on_host())  // no bigger than the state range
-    chunk_elements_ = std::min(kDeviceChunk, std::max<int64_t>(1, state_range_.size));
+    chunk_elements_ = std::min(int64_t(placement_.memory->chunk_bytes() / sizeof(float)),
+                               std::max<int64_t>(1, state_range_.size));
   if (Wide() || host_state_)
     chunk_ = Buffer<float>(tracker, MemoryCategory::kCommunication, size_t(chunk_elements_),
                            placement_.memory);
+  if (host_state_) {
+    const bool pinned = config.zero.offload_optimizer_pin_memory;
+    const size_t chunk_bytes = size_t(chunk_elements_) * sizeof(float);
+    for (int b = 0; b < 2; ++b) {
+      down_[b] = HostStaging(placement_.memory, chunk_bytes, pinned, tracker);
+      if (Wide()) up_[b] = HostStaging(placement_.memory, chunk_bytes / 2, pinned, tracker);
+    }
+  }
 
   GradPartitionOptions grad_options;
   grad_options.bucket_elements = bucket;
@@ -469,12 +475,11 @@ Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
   if (!Wide()) {  // fp32: the parameters updated in place, or their mirror and a copy
     const float *grads = static_cast<const float *>(StateGrads()) + piece.begin;
     if (host_state_) {  // the gradients down a chunk at a time, CPU-Adam, the weights up
-      std::vector<float> host(static_cast<size_t>(std::min(chunk_elements_, piece.count)));
-      for (int64_t c = 0; c < piece.count; c += chunk_elements_) {
-        const int64_t n = std::min(chunk_elements_, piece.count - c);
-        ToHost(grads + c, n, host.data());
-        optimizer_->Update(PartOf(piece, c, n), nullptr, host.data(), lr);
-      }
+      DST_RETURN_IF_ERROR(StreamGradsDown(
+          piece, grads, sizeof(float), [&](const StatePiece &part, const void *down, int) {
+            optimizer_->Update(part, nullptr, static_cast<const float *>(down), lr);
+            return Status::Ok();
+          }));
       return StateToParams(piece.begin, piece.count, piece.tensors[0]);
     }
     if (mirror_) {
@@ -515,32 +520,67 @@ Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
   return Status::Ok();
 }
 
+template <typename Update>
+Status DataParallel::StreamGradsDown(const StatePiece &piece, const void *grads, size_t bytes,
+                                     Update update) {
+  MemoryResource &device = *placement_.memory;
+  const auto *src = static_cast<const uint8_t *>(grads);
+  uint64_t ready[2] = {0, 0};
+  const auto queue = [&](int64_t c, int b) {
+    const int64_t n = std::min(chunk_elements_, piece.count - c);
+    ready[b] =
+        device.DownloadAsync(down_[b].as<void>(), src + size_t(c) * bytes, size_t(n) * bytes);
+  };
+  if (piece.count > 0) queue(0, 0);
+  int b = 0;
+  for (int64_t c = 0; c < piece.count; c += chunk_elements_, b ^= 1) {
+    const int64_t n = std::min(chunk_elements_, piece.count - c);
+    // The other buffer's chunk was updated in the last round: it takes the next one.
+    if (c + n < piece.count) queue(c + n, b ^ 1);
+    device.WaitCopy(ready[b]);
+    DST_RETURN_IF_ERROR(update(PartOf(piece, c, n), down_[b].as<const void>(), b));
+  }
+  return Status::Ok();
+}
+
+Status DataParallel::SendHalfParams(int64_t begin, int64_t n, const uint16_t *half,
+                                    uint64_t *sent) {
+  const int64_t at = ParamIndex(begin);
+  if (!params_->Resident(at, n)) return WriteHalfParams(begin, n, half);
+  *sent = placement_.memory->UploadAsync(HalfParams(begin), half, size_t(n) * sizeof(uint16_t));
+  return Status::Ok();
+}
+
 // 16 bits with the state on the host (ZeRO-Offload): each chunk's 16-bit
-// gradients down, widened, CPU-Adam's update with the 16-bit copy written in
-// the same pass, that copy up (2 bytes a parameter each way).
+// gradients down (the next chunk's copy running meanwhile), widened,
+// CPU-Adam's update with the 16-bit copy written in the same pass into a
+// staging buffer, that copy up while the next chunk is updated (2 bytes a
+// parameter each way).
 Status DataParallel::UpdateHostPiece(const StatePiece &piece, double lr) {
   const float factor = float(clip_coef_ * GradFactor());
   const uint16_t *grads = static_cast<const uint16_t *>(StateGrads()) + piece.begin;
-  std::vector<uint16_t> half(static_cast<size_t>(chunk_elements_));
   std::vector<float> chunk(static_cast<size_t>(chunk_elements_));
-  for (int64_t c = 0; c < piece.count; c += chunk_elements_) {
-    const int64_t n = std::min(chunk_elements_, piece.count - c);
-    ops_.Download(half.data(), grads + c, size_t(n) * sizeof(uint16_t));
-    Widen(storage_, half.data(), chunk.data(), n);
-    const int64_t flat = state_range_.offset + piece.begin + c;
-    if (fp32_) fp32_->OverlayGrads(flat, n, chunk.data(), /*host_dst=*/true);
-    const StatePiece part = PartOf(piece, c, n);
-    if (optimizer_->fuses()) {
-      optimizer_->Update(part, nullptr, chunk.data(), lr, {factor, half.data(), HalfOf(storage_)});
-    } else {
-      for (int64_t i = 0; i < n; ++i) chunk[size_t(i)] *= factor;
-      optimizer_->Update(part, nullptr, chunk.data(), lr);
-      Narrow(storage_, part.tensors[0], half.data(), n);
-    }
-    if (fp32_) fp32_->TakeValues(flat, n, part.tensors[0], /*host_src=*/true);
-    DST_RETURN_IF_ERROR(WriteHalfParams(part.begin, n, half.data()));
-  }
-  return Status::Ok();
+  uint64_t sent[2] = {0, 0};
+  const Status st = StreamGradsDown(
+      piece, grads, sizeof(uint16_t), [&](const StatePiece &part, const void *down, int b) {
+        const int64_t n = part.count;
+        Widen(storage_, static_cast<const uint16_t *>(down), chunk.data(), n);
+        const int64_t flat = state_range_.offset + part.begin;
+        if (fp32_) fp32_->OverlayGrads(flat, n, chunk.data(), /*host_dst=*/true);
+        uint16_t *half = up_[b].as<uint16_t>();
+        placement_.memory->WaitCopy(sent[b]);  // its copy two chunks back has left
+        if (optimizer_->fuses()) {
+          optimizer_->Update(part, nullptr, chunk.data(), lr, {factor, half, HalfOf(storage_)});
+        } else {
+          for (int64_t i = 0; i < n; ++i) chunk[size_t(i)] *= factor;
+          optimizer_->Update(part, nullptr, chunk.data(), lr);
+          Narrow(storage_, part.tensors[0], half, n);
+        }
+        if (fp32_) fp32_->TakeValues(flat, n, part.tensors[0], /*host_src=*/true);
+        return SendHalfParams(part.begin, n, half, &sent[b]);
+      });
+  placement_.memory->WaitCopy(std::max(sent[0], sent[1]));  // the last ones up
+  return st;
 }
 
 uint16_t *DataParallel::HalfParams(int64_t begin) {

@@ -46,6 +46,7 @@
 #include "core/zero/bucket_reducer.h"
 #include "core/zero/fp32_params.h"
 #include "core/zero/grad_partition.h"
+#include "core/zero/host_staging.h"
 #include "core/zero/parallelism.h"
 #include "core/zero/param_partition.h"
 #include "core/zero/partition_plan.h"
@@ -206,6 +207,16 @@ class DataParallel final : public DataParallelism {
   Status WriteHalfParams(int64_t begin, int64_t n, const uint16_t *host);
   // UpdatePiece under 16 bits with the state on the host.
   Status UpdateHostPiece(const StatePiece &piece, double lr);
+  // ZeRO-Offload's loop on a device: the piece's gradients (`grads`, in
+  // device memory, `bytes` each) come down a chunk at a time into the two
+  // host staging buffers — chunk i + 1's copy queued before chunk i is
+  // updated — and update(part, host_grads, b) runs on each chunk on the host
+  // (b: the staging pair it may use).
+  template <typename Update>
+  Status StreamGradsDown(const StatePiece &piece, const void *grads, size_t bytes, Update update);
+  // The 16-bit copy of state elements [begin, begin + n) up from the host
+  // staging buffer `half`: queued (*sent: its copy mark), or written now.
+  Status SendHalfParams(int64_t begin, int64_t n, const uint16_t *half, uint64_t *sent);
   // The master weights into every parameter (a checkpoint loaded them, or a resume).
   Status ParamsFromMasters();
   // The optimizer update of the state range, a store piece at a time, as one
@@ -237,6 +248,9 @@ class DataParallel final : public DataParallelism {
   StepPlacement placement_;
   StorageOps ops_;          // over the placement
   int64_t chunk_elements_;  // elements one chunk of the 16-bit / offloaded update covers
+  // host_state_: the offloaded update's transfer buffers, two each way
+  // (page-locked with offload_optimizer.pin_memory).
+  HostStaging down_[2], up_[2];
   std::unique_ptr<Communicator> local_;  // a group of one: 16-bit working copies at stages 0-2
   PartitionPlan plan_;
   std::unique_ptr<Optimizer> optimizer_;

@@ -89,6 +89,26 @@ def test_one_rank_on_the_device_is_the_cpu_run_and_its_checkpoint_resumes_on_the
     assert cli_tests.final_line(resumed.stdout) == cli_tests.final_line(whole.stdout)
 
 
+# ZeRO-Offload's update in many chunks (1 KiB here): each chunk's gradients
+# come down into a host staging buffer while the previous chunk is updated,
+# its 16-bit weights go up while the next one is. The stand-in runs an
+# asynchronous copy only at the next kernel, copy or wait for it, so a host
+# read of a download before its wait, or a write into an upload's buffer
+# before it has left, changes the bits.
+@pytest.mark.parametrize("stage,precision", [(1, None), (2, "bf16"), (1, "fp16-layernorm")])
+def test_offloaded_updates_stream_in_chunks_and_are_the_cpu_run(
+        dstrain, job, tmp_path, monkeypatch, stage, precision):  # noqa: F811
+    monkeypatch.setenv("DSTRAIN_TEST_DEVICE_CHUNK_BYTES", "1024")
+    for name, device in (("cpu", "cpu"), ("dev", "cuda")):
+        job[name] = write_config(tmp_path, name + ".json", device, stage, precision=precision,
+                                 offload="cpu")
+    cpu = run(dstrain, *cli_tests.train_args(job, "cpu", 6), standin=False)
+    assert cpu.returncode == 0, cpu.stderr
+    dev = run(dstrain, *cli_tests.train_args(job, "dev", 6))
+    assert dev.returncode == 0, dev.stderr + dev.stdout
+    assert cli_tests.final_line(dev.stdout) == cli_tests.final_line(cpu.stdout)
+
+
 def launch_both_and_compare(dstrain, job, tmp_path):  # noqa: F811
     """Two ranks with job["cpu"] on the CPU and job["dev"] on the stand-in,
     10 steps each saved at the end: the same final line, the same bytes."""
