@@ -160,6 +160,11 @@ function sampleAt(rank, step) {
     timers,
     comm: commOut,
     memory: memOut,
+    // A GPU job: everything but the host copies lives on the device.
+    device_memory: {
+      current_bytes: Math.round(0.92 * Object.values(memory).reduce((a, b) => a + b, 0)),
+      peak_bytes: Math.round(0.92 * 1.3 * Object.values(memory).reduce((a, b) => a + b, 0)),
+    },
     process_rss_bytes: Math.round(3.2 * GIB + rank * 0.05 * GIB),
     // The last rank is a straggler by communication.slow_node_tolerance.
     compute_seconds: stepSeconds * (rank === opts.world - 1 && opts.world > 1 ? 0.8 : 0.6),

@@ -48,6 +48,20 @@ function memoryCell(sample, max) {
   return td;
 }
 
+// The bytes in the rank's device memory (dstrain.device "cuda"), the peak in
+// the tooltip; a dash for a rank that trains on the CPU.
+function deviceMemoryCell(sample) {
+  const d = sample?.device_memory;
+  if (!d || !(d.current_bytes > 0 || d.peak_bytes > 0)) {
+    const td = cell(fmt.DASH, 'num');
+    td.title = sample ? 'trains on the CPU' : '';
+    return td;
+  }
+  const td = cell(fmt.bytes(d.current_bytes), 'num');
+  td.title = `on the device now ${fmt.bytes(d.current_bytes)}, peak ${fmt.bytes(d.peak_bytes)}`;
+  return td;
+}
+
 // ranks: the "ranks" array of /api/v1/ranks. Returns the slowest rank or null.
 export function renderRankTable(table, ranks) {
   const tbody = table.tBodies[0];
@@ -92,6 +106,7 @@ export function renderRankTable(table, ranks) {
       cell(s ? fmt.si(s.tokens_per_second) : fmt.DASH, 'num'),
       cell(s ? fmt.duration(s.step_seconds) : fmt.DASH, 'num'),
       memoryCell(s, maxMemory),
+      deviceMemoryCell(s),
       cell(s ? fmt.bytes(s.process_rss_bytes) : fmt.DASH, 'num'),
       cell(typeof r.age_seconds === 'number' ? fmt.duration(r.age_seconds) : fmt.DASH, 'num'),
     );

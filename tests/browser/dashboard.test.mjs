@@ -4,6 +4,7 @@
 //
 //   node tests/browser/dashboard.test.mjs URL SCREENSHOT.png [--outage] [--timeout-ms N]
 //        [--color-scheme dark|light] [--expect-timeline] [--expect-stragglers N]
+//        [--expect-device-memory]
 //
 // Loads URL in Debian's /usr/bin/chromium (playwright-core from
 // dashboard/node_modules; no downloaded browsers), waits until #current-step
@@ -16,6 +17,8 @@
 // --expect-timeline (a pipeline rank) checks the pipeline panel shows the
 // stage's last step with forward, backward and waiting bars.
 // --expect-stragglers N: N rows carry the engine's straggler mark (default 0).
+// --expect-device-memory: every reporting row shows device bytes (else a dash:
+// CPU ranks).
 // Exit status 0 = pass, 1 = a check failed, 2 = usage, 3 = overall timeout.
 import { mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -37,12 +40,14 @@ const positional = [];
 let outage = false;
 let expectTimeline = false;
 let expectStragglers = 0;
+let expectDeviceMemory = false;
 let totalMs = 150000;
 let colorScheme = 'dark';
 for (let i = 0; i < args.length; i++) {
   if (args[i] === '--outage') outage = true;
   else if (args[i] === '--expect-timeline') expectTimeline = true;
   else if (args[i] === '--expect-stragglers') expectStragglers = Number(args[++i]);
+  else if (args[i] === '--expect-device-memory') expectDeviceMemory = true;
   else if (args[i] === '--color-scheme') colorScheme = args[++i];
   else if (args[i] === '--timeout-ms') totalMs = Number(args[++i]);
   else if (args[i].startsWith('--')) usage(`unknown option ${args[i]}`);
@@ -173,6 +178,8 @@ try {
       ranks: rows.length,
       reporting: reporting.length,
       slowest: document.querySelectorAll('#rank-table tr.slowest').length,
+      // The "device mem" column of the rows with a step.
+      deviceMemory: reporting.map((tr) => tr.cells[7].textContent),
       // Rows the engine marked as stragglers, and whether each says so.
       stragglers: [...document.querySelectorAll('#rank-table tr.straggler')]
         .map((tr) => ({ rank: tr.dataset.rank, badge: tr.querySelector('.badge.straggler')?.textContent ?? '' })),
@@ -199,6 +206,10 @@ try {
   check(report.stragglers.length === expectStragglers &&
       report.stragglers.every((s) => /^straggler \+\d+%$/.test(s.badge)),
     `rank table: stragglers ${JSON.stringify(report.stragglers)}, expected ${expectStragglers}`);
+  check(expectDeviceMemory
+    ? report.deviceMemory.every((t) => /^\d/.test(t))
+    : report.deviceMemory.every((t) => t === '\u2014'),
+    `rank table: device memory ${JSON.stringify(report.deviceMemory)}, expected ${expectDeviceMemory ? 'bytes' : 'dashes (CPU ranks)'}`);
   check(report.job && report.job !== '\u2014', `header: job is "${report.job}"`);
   check(/^\d+$/.test(report.worldSize), `header: world size is "${report.worldSize}"`);
   check(report.bannerHidden, 'the disconnected banner shows while the server answers');

@@ -152,7 +152,8 @@ def test_dashboard_against_the_mock_server(browser_ready, tmp_path):
         assert m, f"the mock server printed no URL:\n{server.tail()}"
         screenshot = artifact(tmp_path, "dashboard-mock.png")
         # The mock's last rank is a straggler (marked "straggler +35%").
-        result = run_browser_test(m.group(1), screenshot, "--outage", "--expect-stragglers", "1")
+        result = run_browser_test(m.group(1), screenshot, "--outage", "--expect-stragglers", "1",
+                                  "--expect-device-memory")
         assert result.returncode == 0, result.stdout + result.stderr
         assert "dashboard.test: PASS" in result.stdout
         assert "outage banner shown and cleared" in result.stdout
@@ -161,15 +162,23 @@ def test_dashboard_against_the_mock_server(browser_ready, tmp_path):
         server.stop()
 
 
-def test_dashboard_served_by_a_real_training_run(browser_ready, build_dir, tmp_path):
+# On the CPU the rank table's "device mem" column shows a dash; on a device
+# (the guarded stand-in of `dstrain.device "cuda"`) the bytes that live there.
+@pytest.mark.parametrize("device", ["cpu", "standin"])
+def test_dashboard_served_by_a_real_training_run(browser_ready, build_dir, tmp_path, device):
     binary = build_dir / "dstrain"
     if not (binary.is_file() and os.access(binary, os.X_OK)):
         pytest.fail(f"{binary} is missing: build the dstrain_cli target")
-    (tmp_path / "model.json").write_text(json.dumps(MODEL))
-    (tmp_path / "ds_config.json").write_text(json.dumps(CONFIG))
-    (tmp_path / "text.txt").write_text(TEXT)
+    config = json.loads(json.dumps(CONFIG))
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     env.pop("DSTRAIN_MONITOR_TOKEN", None)
+    env.pop("DSTRAIN_TEST_DEVICE", None)
+    if device == "standin":
+        config.setdefault("dstrain", {})["device"] = "cuda"
+        env["DSTRAIN_TEST_DEVICE"] = "guarded"
+    (tmp_path / "model.json").write_text(json.dumps(MODEL))
+    (tmp_path / "ds_config.json").write_text(json.dumps(config))
+    (tmp_path / "text.txt").write_text(TEXT)
     run = Server([binary, "train", "--config", tmp_path / "ds_config.json",
                   "--model", tmp_path / "model.json", "--data", tmp_path / "text.txt",
                   "--steps", STEPS, "--eval-interval", 1000, "--eval-batches", 1],
@@ -194,8 +203,9 @@ def test_dashboard_served_by_a_real_training_run(browser_ready, build_dir, tmp_p
             assert status == 200, f"{asset}: HTTP {status}"
             assert body == source.read_bytes(), f"{asset} differs from {source} {stale}"
 
-        screenshot = artifact(tmp_path, "dashboard.png")
-        result = run_browser_test(url, screenshot)
+        screenshot = artifact(tmp_path, f"dashboard-{device}.png")
+        result = run_browser_test(url, screenshot,
+                                  *(["--expect-device-memory"] if device == "standin" else []))
         assert result.returncode == 0, (result.stdout + result.stderr +
                                         f"\n--- dstrain train (exit {run.proc.poll()}):\n{run.tail()}")
         assert "dashboard.test: PASS" in result.stdout
