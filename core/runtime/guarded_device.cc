@@ -165,12 +165,35 @@ void Memory::Free(void *p) {
   if (p != nullptr) (void)cache_.Free(p);
 }
 
+namespace {
+// A copy between the host and the device must have its device side in the
+// region and its host side outside it (a GPU's copy of the wrong kind fails
+// or reads garbage): named, then the process ends like a fault.
+void CheckCopy(const char *copy, const void *device_side, const void *host_side, size_t bytes) {
+  const bool device_ok = bytes == 0 || Region::Get().Holds(device_side);
+  const bool host_ok = bytes == 0 || !Region::Get().Holds(host_side);
+  if (device_ok && host_ok) return;
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "dstrain: DSTRAIN_TEST_DEVICE=guarded: %s of %zu bytes was handed %s memory at "
+                "%p for its %s side\n",
+                copy, bytes, device_ok ? "device" : "host", device_ok ? host_side : device_side,
+                device_ok ? "host" : "device");
+  Say(line);
+  void *frames[32];
+  backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+  std::abort();
+}
+}  // namespace
+
 void Memory::Upload(void *dst, const void *src, size_t bytes) {
+  CheckCopy("Upload", dst, src, bytes);
   const Scope open("Upload");
   std::memcpy(dst, src, bytes);
 }
 
 void Memory::Download(void *dst, const void *src, size_t bytes) {
+  CheckCopy("Download", src, dst, bytes);
   const Scope open("Download");
   std::memcpy(dst, src, bytes);
 }
@@ -182,10 +205,12 @@ size_t Memory::chunk_bytes() const {
 }
 
 uint64_t Memory::DownloadAsync(void *host, const void *src, size_t bytes) {
+  CheckCopy("DownloadAsync", src, host, bytes);
   return Region::Get().QueueCopy(host, src, bytes);
 }
 
 uint64_t Memory::UploadAsync(void *dst, const void *host, size_t bytes) {
+  CheckCopy("UploadAsync", dst, host, bytes);
   return Region::Get().QueueCopy(dst, host, bytes);
 }
 

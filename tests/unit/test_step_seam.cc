@@ -376,6 +376,30 @@ TEST(GuardedDevice, AHostTouchOutsideAKernelIsNamed) {
                "last kernel or copy: AllReduceSum\\)");
 }
 
+// A copy whose device side is host memory (or whose host side is device
+// memory) is named: a GPU's copy of that kind would fail or read garbage.
+TEST(GuardedDevice, ACopyOfTheWrongKindIsNamed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto upload_into_host = [] {
+    guarded::Memory memory;
+    float host[2] = {}, src[2] = {1, 2};
+    memory.Upload(host, src, sizeof src);
+    _exit(0);
+  };
+  EXPECT_DEATH(upload_into_host(),
+               "Upload of 8 bytes was handed host memory at 0x[0-9a-f]+ for "
+               "its device side");
+  auto download_into_device = [] {
+    guarded::Memory memory;
+    void *a = memory.Allocate(16), *b = memory.Allocate(16);
+    (void)memory.DownloadAsync(b, a, 16);
+    _exit(0);
+  };
+  EXPECT_DEATH(download_into_device(),
+               "DownloadAsync of 16 bytes was handed device memory at "
+               "0x[0-9a-f]+ for its host side");
+}
+
 // The stand-in's memory goes through the caching allocator a GPU's does: a
 // freed buffer's block comes back (zeroed) instead of new region pages.
 TEST(GuardedDevice, FreedBlocksAreReusedAndZeroed) {
