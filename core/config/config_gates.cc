@@ -176,12 +176,14 @@ Status CheckGradientCompressionSupported(const Config &config) {
 // trains any size.)
 Status CheckDeviceSupported(const Config &config) {
   if (config.runtime.device != "cuda") return Status::Ok();
-  if (config.zero.offload_param_device != "none")
+  // The parameter shard in host memory is written by the optimizer's step on
+  // the host: ZeRO-Infinity's pairing of the two offloads.
+  if (config.zero.offload_param_device != "none" && config.zero.offload_optimizer_device == "none")
     return NotSupported(
-        "dstrain.device \"cuda\" with zero_optimization.offload_param is not supported yet: "
-        "ZeRO-3's parameter shard would live in host memory or on NVMe and be staged to the "
-        "device per layer, which is not built. Offload the optimizer instead "
-        "(offload_optimizer), or use dstrain.device \"cpu\" for this layout");
+        "dstrain.device \"cuda\" with zero_optimization.offload_param but no offload_optimizer "
+        "is not supported yet: the parameter shard in host memory (or on NVMe) is written by "
+        "the optimizer's step on the host. Add \"offload_optimizer\": {\"device\": \"cpu\"} (or "
+        "\"nvme\") as ZeRO-Infinity does, or drop offload_param");
   return Status::Ok();
 }
 

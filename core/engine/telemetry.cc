@@ -228,8 +228,10 @@ nlohmann::json Telemetry::OffloadJson() const {
 // NVMe the swap file and its I/O so far.
 nlohmann::json Telemetry::ParamOffloadJson() const {
   const ParamSwap *swap = ParamSwapOf(ctx_);
+  // Moved: to NVMe, or into host memory while the rank trains on a device.
+  const bool on_host = ctx_.params != nullptr && ctx_.params->host_shard();
   nlohmann::json param = {{"device", ctx_.config->zero.offload_param_device},
-                          {"moved", swap != nullptr}};
+                          {"moved", swap != nullptr || on_host}};
   if (ctx_.config->zero.offload_param_device != "nvme" || !ctx_.params) return param;
   param["resident_elements"] = ctx_.params->resident_elements();
   param["swapped_elements"] = swap ? ctx_.params->swapped_elements() : 0;

@@ -51,6 +51,10 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   // optimizer's state and the master weights on the host (ZeRO-Offload).
   host_state_ = !placement_.on_host() &&
                 (make_store != nullptr || config.zero.offload_optimizer_device == "cpu");
+  // offload_param on a device: the parameter shard in host memory (and NVMe),
+  // written by the optimizer there (the config gate pairs it with host_state_).
+  params_on_host_ =
+      !placement_.on_host() && stage_ >= 3 && config.zero.offload_param_device != "none";
   mirror_ = (make_store != nullptr || ParamsOffloaded() || host_state_) && !Wide();
   optimizer_ =
       std::make_unique<Optimizer>(config.optimizer, state_range_.size, tracker, Wide() || mirror_,
@@ -79,7 +83,8 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   if (stage_ >= 3)
     params_ = std::make_unique<ParameterPartition>(
         &plan_, layout_, dp_, &store, tracker, seed, config.zero.stage3_prefetch_bucket_size,
-        storage_, ParamsOffloaded() ? param_swap_.max_in_cpu : -1, placement_);
+        storage_, param_swap_.path.empty() ? -1 : param_swap_.max_in_cpu, placement_,
+        params_on_host_);
   else if (Wide())
     params_ = std::make_unique<ParameterPartition>(&plan_, local_layout, local_.get(), &store,
                                                    tracker, seed, 0, storage_, -1, placement_);
@@ -147,7 +152,7 @@ Status DataParallel::StartFresh() {
   const uint64_t seed = model_->spec().seed;
   return ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {
     const int64_t begin = state_range_.offset + piece.begin;
-    if (mirror_ && !ParamsOffloaded()) {
+    if (mirror_ && !MastersAreParams()) {
       ParamsToMasters(piece);
     } else if (ops_.on_host() || host_state_) {
       store.InitializeRange(seed, begin, begin + piece.count, piece.tensors[0]);
@@ -598,6 +603,17 @@ Status DataParallel::MastersToParams(int64_t begin, int64_t count, const float *
 
 Status DataParallel::HostMastersToParams(int64_t begin, int64_t count, const float *master) {
   if (ops_.on_host()) return MastersToParams(begin, count, master);
+  if (params_on_host_) {  // host to host: the shard is in host memory
+    if (!Wide()) return params_->WriteShard(ParamIndex(begin), master, count, /*from_host=*/true);
+    if (fp32_) fp32_->TakeValues(state_range_.offset + begin, count, master, /*host_src=*/true);
+    uint16_t half[kChunk];
+    for (int64_t c = 0; c < count; c += kChunk) {
+      const int64_t n = std::min(kChunk, count - c);
+      Narrow(storage_, master + c, half, n);
+      DST_RETURN_IF_ERROR(params_->WriteShard(ParamIndex(begin + c), half, n, /*from_host=*/true));
+    }
+    return Status::Ok();
+  }
   for (int64_t c = 0; c < count; c += chunk_elements_) {  // through the device's chunk buffer
     const int64_t n = std::min(chunk_elements_, count - c);
     ops_.Upload(chunk_.data(), master + c, size_t(n) * sizeof(float));
@@ -763,7 +779,7 @@ Status DataParallel::ParamsChanged() {
       FromHost(host_params_.data(), held.size,
                params_ ? params_->shard_f32() : model_->params().values());
   }
-  if (Wide() || ParamsOffloaded()) return ParamsFromMasters();  // the masters were loaded
+  if (MastersAreParams()) return ParamsFromMasters();  // the masters were loaded
   if (mirror_)  // the parameters were loaded: their mirror follows
     DST_RETURN_IF_ERROR(ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {
       ParamsToMasters(piece);

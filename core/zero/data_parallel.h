@@ -193,8 +193,9 @@ class DataParallel final : public DataParallelism {
   // The master weights into the parameters (16 bits: rounded; fp32 with a
   // mirror: copied) over state elements [begin, begin + count).
   Status MastersToParams(int64_t begin, int64_t count, const float *master);
-  // offload_param nvme: the parameters follow the master weights (fp32 too).
-  bool ParamsOffloaded() const { return !param_swap_.path.empty(); }
+  // offload_param: the shard beyond max_in_cpu on NVMe, or (on a device) the
+  // shard in host memory; the parameters follow the master weights (fp32 too).
+  bool ParamsOffloaded() const { return !param_swap_.path.empty() || params_on_host_; }
   // Opens the parameter swap file and moves the shard beyond max_in_cpu there.
   Status StartParamSwap();
   // MastersToParams from master weights in host memory (a rollback's).
@@ -243,7 +244,8 @@ class DataParallel final : public DataParallelism {
   bool overlap_ = false, launch_buckets_ = false;
   bool mirror_ =
       false;  // fp32 training with master weights in a store elsewhere (or swapped params)
-  bool host_state_ = false;  // on a device: the optimizer state on the host (offload_optimizer)
+  bool host_state_ = false;      // on a device: the optimizer state on the host (offload_optimizer)
+  bool params_on_host_ = false;  // on a device at stage 3: the parameter shard too (offload_param)
   ParamSwapOptions param_swap_;
   StepPlacement placement_;
   StorageOps ops_;          // over the placement

@@ -15,7 +15,7 @@ ParameterPartition::ParameterPartition(const PartitionPlan *plan, const ShardLay
                                        Communicator *comm, ParamStore<float> *store,
                                        MemoryTracker *tracker, uint64_t seed,
                                        int64_t prefetch_elements, StorageType storage,
-                                       int64_t resident, StepPlacement placement)
+                                       int64_t resident, StepPlacement placement, bool host_shard)
     : plan_(plan),
       layout_(layout),
       comm_(comm),
@@ -23,9 +23,10 @@ ParameterPartition::ParameterPartition(const PartitionPlan *plan, const ShardLay
       mine_(layout.Shard(comm->rank())),
       prefetch_elements_(prefetch_elements),
       ops_(placement),
+      host_shard_(host_shard && !placement.on_host()),
       shard_(tracker, MemoryCategory::kParameters, storage,
              resident < 0 ? layout.shard_size() : std::min(resident, layout.shard_size()),
-             placement.memory),
+             host_shard_ ? nullptr : placement.memory),
       persistent_(tracker, MemoryCategory::kParameters, storage, plan->persistent.size,
                   placement.memory),
       seed_(seed) {
@@ -48,11 +49,12 @@ ParameterPartition::ParameterPartition(const PartitionPlan *plan, const ShardLay
   // Initialisation is a pure function of the element: the shard and the
   // persistent tensors hold what the single-rank run would (rounded to the
   // storage type).
-  Initialize(mine_.offset, mine_.offset + shard_.size(), shard_, 0);  // the rest: AttachSwap
+  Initialize(mine_.offset, mine_.offset + shard_.size(), shard_, 0,  // the rest: AttachSwap
+             host_shard_ ? StorageOps() : ops_);
   const std::vector<ParamDecl> &decls = store_->decls();
   for (const TensorSlot &slot : plan->persistent.slots) {
     const ParamDecl &d = decls[size_t(slot.id)];
-    Initialize(d.offset, d.offset + d.numel, persistent_, slot.staged);
+    Initialize(d.offset, d.offset + d.numel, persistent_, slot.staged, ops_);
     store_->SetParamPointer(slot.id, Wide() ? persistent_work_.data() + slot.staged
                                             : static_cast<float *>(persistent_.at(slot.staged)));
   }
@@ -63,14 +65,15 @@ ParameterPartition::~ParameterPartition() {
   (void)Drain();
 }
 
-void ParameterPartition::Initialize(int64_t begin, int64_t end, FlatBuffer &dst, int64_t at) {
+void ParameterPartition::Initialize(int64_t begin, int64_t end, FlatBuffer &dst, int64_t at,
+                                    const StorageOps &ops) {
   std::vector<float> chunk(static_cast<size_t>(kInitChunk), 0.0f);
   std::vector<uint8_t> narrow(size_t(kInitChunk) * ElementBytes(storage()));
   for (int64_t b = begin; b < end; b += kInitChunk) {
     const int64_t n = std::min(kInitChunk, end - b);
     store_->InitializeRange(seed_, b, b + n, chunk.data());
     Narrow(storage(), chunk.data(), narrow.data(), n);
-    ops_.Upload(dst.at(at + (b - begin)), narrow.data(), size_t(n) * ElementBytes(storage()));
+    ops.Upload(dst.at(at + (b - begin)), narrow.data(), size_t(n) * ElementBytes(storage()));
   }
 }
 
@@ -98,7 +101,10 @@ Status ParameterPartition::Gather(const StagingLayout &layout, void *dst,
 Status ParameterPartition::ReadShard(int64_t at, int64_t n, void *dst, int64_t key) {
   const size_t bytes = ElementBytes(storage());
   const int64_t here = std::clamp<int64_t>(shard_.size() - at, 0, n);
-  if (here > 0) ops_.Copy(storage(), shard_.at(at), dst, here);
+  if (here > 0 && host_shard_)
+    CopyUp(dst, shard_.at(at), size_t(here) * bytes);
+  else if (here > 0)
+    ops_.Copy(storage(), shard_.at(at), dst, here);
   if (here == n) return Status::Ok();
   uint8_t *rest = static_cast<uint8_t *>(dst) + size_t(here) * bytes;
   const int64_t begin = (at + here - shard_.size()) * int64_t(bytes);
@@ -107,10 +113,14 @@ Status ParameterPartition::ReadShard(int64_t at, int64_t n, void *dst, int64_t k
     const auto [lo, hi] = SwapRange(size_t(key));
     Result<const uint8_t *> window = swap_->Window(key, lo, hi);
     if (!window.ok()) return window.status();
-    std::memcpy(rest, window.value() + (begin - lo), size_t(count));
+    CopyUp(rest, window.value() + (begin - lo), size_t(count));
     return Status::Ok();
   }
-  return swap_->Read(begin, count, rest);
+  if (ops_.on_host()) return swap_->Read(begin, count, rest);
+  std::vector<uint8_t> host(static_cast<size_t>(count));  // read on the host, then up
+  DST_RETURN_IF_ERROR(swap_->Read(begin, count, host.data()));
+  CopyUp(rest, host.data(), host.size());
+  return Status::Ok();
 }
 
 namespace {
@@ -198,7 +208,9 @@ Status ParameterPartition::WriteShard(int64_t at, const void *src, int64_t n, bo
   const size_t bytes = ElementBytes(storage());
   const int64_t here = std::clamp<int64_t>(shard_.size() - at, 0, n);
   if (here > 0 && shard_.at(at) != src) {
-    if (from_host)
+    if (host_shard_)  // `src` is the host's too
+      std::memcpy(shard_.at(at), src, size_t(here) * bytes);
+    else if (from_host)
       ops_.Upload(shard_.at(at), src, size_t(here) * bytes);
     else
       ops_.Copy(storage(), src, shard_.at(at), here);

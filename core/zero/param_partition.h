@@ -23,6 +23,12 @@
 // (along the direction the pass walks) are read ahead into the other
 // windows. The optimizer step rewrites the shard in order (WriteShard
 // between BeginShardWrite and EndShardWrite).
+//
+// On a device with offload_param (`host_shard`), the shard (its resident
+// part) lives in host memory instead of the device's, and the optimizer on
+// the host writes it there; a layer's gather copies this rank's pieces up
+// into the device's staging buffer, and the broadcasts over the device group
+// bring the others. The persistent tensors stay on the device.
 #pragma once
 
 #include <memory>
@@ -49,11 +55,12 @@ class ParameterPartition {
   // single-rank run would (initialisation is a pure function of the element).
   // `plan`, `comm` and `store` must outlive this object. `placement`: where
   // the shard, the persistent tensors and the staging and working buffers
-  // live and what converts and copies them (the swap file stays host I/O).
+  // live and what converts and copies them (the swap file stays host I/O);
+  // `host_shard`: the shard in host memory, the rest in the placement's.
   ParameterPartition(const PartitionPlan *plan, const ShardLayout &layout, Communicator *comm,
                      ParamStore<float> *store, MemoryTracker *tracker, uint64_t seed,
                      int64_t prefetch_elements, StorageType storage = StorageType::kFp32,
-                     int64_t resident = -1, StepPlacement placement = {});
+                     int64_t resident = -1, StepPlacement placement = {}, bool host_shard = false);
   ~ParameterPartition();
 
   // Offloads the shard beyond `resident` elements (the ctor's) to `swap`
@@ -69,10 +76,13 @@ class ParameterPartition {
   int64_t largest_swapped_share() const {
     return LargestSwappedShare(*plan_, layout_, shard_.size());
   }
-  bool Resident(int64_t at, int64_t n) const { return at + n <= shard_.size(); }
+  // Whether shard elements [at, at + n) are in the placement's memory (not
+  // swapped, not in host memory while the placement is a device's).
+  bool Resident(int64_t at, int64_t n) const { return !host_shard_ && at + n <= shard_.size(); }
+  bool host_shard() const { return host_shard_; }
   // Shard elements [at, at + n) from `src` (storage type; in the placement's
-  // memory, or the host's when `from_host`). Offloaded: the swapped part is
-  // appended to the write pass, in order, or (outside a pass) rewritten in place.
+  // memory, or the host's when `from_host` or the shard is in host memory). Offloaded: the swapped
+  // part is appended to the write pass, in order, or (outside a pass) rewritten in place.
   Status WriteShard(int64_t at, const void *src, int64_t n, bool from_host = false);
   Status BeginShardWrite();
   Status EndShardWrite(int64_t step);
@@ -134,8 +144,10 @@ class ParameterPartition {
   // Widens the persistent tensors into their working copy.
   void WidenPersistent();
   // Elements [begin, end) of the flat parameters, initialised on the host and
-  // narrowed into `dst` from element `at`.
-  void Initialize(int64_t begin, int64_t end, FlatBuffer &dst, int64_t at);
+  // narrowed into `dst` (in the memory `ops` copies into) from element `at`.
+  void Initialize(int64_t begin, int64_t end, FlatBuffer &dst, int64_t at, const StorageOps &ops);
+  // `bytes` from the host into `dst`, in the placement's memory.
+  void CopyUp(void *dst, const void *host, size_t bytes) { ops_.Upload(dst, host, bytes); }
   Status WaitStaged(Staged *staged);
   Status Forget();
 
@@ -146,7 +158,8 @@ class ParameterPartition {
   ShardInfo mine_;
   int64_t prefetch_elements_;
   StorageOps ops_;                 // the placement's memory and step backend
-  FlatBuffer shard_;               // [shard_size] kParameters
+  bool host_shard_;                // the shard in host memory (ops_ a device's)
+  FlatBuffer shard_;               // [shard_size] kParameters, in shard_ops_'s memory
   FlatBuffer persistent_;          // [persistent.size] kParameters
   Buffer<float> persistent_work_;  // [persistent.size] kCommunication, 16 bits only
   FlatBuffer staging_[2];          // [max_param_staging] kCommunication (one unless prefetching)

@@ -27,7 +27,8 @@ def run(binary, *args, standin=True):
                           timeout=cli_tests.TIMEOUT, env=env)
 
 
-def write_config(tmp_path, name, device, stage, micro=8, wire=None, precision=None, offload=None):
+def write_config(tmp_path, name, device, stage, micro=8, wire=None, precision=None, offload=None,
+                 params=None):
     config = cli_tests.tiny_config(total_num_steps=20)
     config["train_micro_batch_size_per_gpu"] = micro
     del config["gradient_accumulation_steps"]
@@ -49,6 +50,13 @@ def write_config(tmp_path, name, device, stage, micro=8, wire=None, precision=No
         swap.mkdir()
         config["zero_optimization"]["offload_optimizer"] = {"device": "nvme",
                                                            "nvme_path": str(swap)}
+    if params == "cpu":  # offload_param: the parameter shard in host memory
+        config["zero_optimization"]["offload_param"] = {"device": "cpu", "pin_memory": True}
+    elif params == "nvme":  # ... and beyond its first 64 elements on NVMe
+        swap = tmp_path / ("params_" + name)
+        swap.mkdir()
+        config["zero_optimization"]["offload_param"] = {
+            "device": "nvme", "nvme_path": str(swap), "max_in_cpu": 64, "buffer_count": 3}
     config["dstrain"] = {"device": device}
     path = tmp_path / name
     path.write_text(json.dumps(config))
@@ -107,6 +115,31 @@ def test_offloaded_updates_stream_in_chunks_and_are_the_cpu_run(
     dev = run(dstrain, *cli_tests.train_args(job, "dev", 6))
     assert dev.returncode == 0, dev.stderr + dev.stdout
     assert cli_tests.final_line(dev.stdout) == cli_tests.final_line(cpu.stdout)
+
+
+# ZeRO-Infinity on a device: the parameter shard in host memory (cpu) or
+# mostly on NVMe (nvme, 64 elements kept), written by CPU-Adam on the host;
+# each layer's gather copies this rank's pieces up before the device group's
+# broadcasts. The CPU run's bits, and its checkpoint bytes.
+@pytest.mark.parametrize("precision,offload,params,ranks", [
+    (None, "cpu", "cpu", 1), ("bf16", "cpu", "cpu", 1), ("bf16", "nvme", "nvme", 1),
+    (None, "cpu", "nvme", 1), ("bf16", "cpu", "cpu", 2), ("fp16-layernorm", "cpu", "nvme", 2)])
+def test_offloaded_parameters_on_the_device_are_the_cpu_run(
+        dstrain, job, tmp_path, precision, offload, params, ranks):  # noqa: F811
+    for name, device in (("cpu", "cpu"), ("dev", "cuda")):
+        job[name] = write_config(tmp_path, name + ".json", device, 3, 4, precision=precision,
+                                 offload=offload, params=params)
+    if ranks == 2:
+        launch_both_and_compare(dstrain, job, tmp_path)
+        return
+    cpu = run(dstrain, *cli_tests.train_args(job, "cpu", 6, "--save", tmp_path / "c"),
+              standin=False)
+    assert cpu.returncode == 0, cpu.stderr
+    dev = run(dstrain, *cli_tests.train_args(job, "dev", 6, "--save", tmp_path / "d"))
+    assert dev.returncode == 0, dev.stderr + dev.stdout
+    assert cli_tests.final_line(dev.stdout) == cli_tests.final_line(cpu.stdout)
+    files = checkpoint_bytes(tmp_path / "d" / "global_step6")
+    assert files and files == checkpoint_bytes(tmp_path / "c" / "global_step6")
 
 
 def launch_both_and_compare(dstrain, job, tmp_path):  # noqa: F811
@@ -188,9 +221,11 @@ def test_model_parallel_layouts_on_the_device_are_the_cpu_run(
 
 def test_memory_reports_say_what_lives_on_the_device(dstrain, job, tmp_path):  # noqa: F811
     """--memory-status on a device: of the total, the bytes in its memory; on
-    the CPU no device part. ZeRO-Offload's state is host memory."""
-    def status(name, device, offload=None, standin=True):
-        job[name] = write_config(tmp_path, name + ".json", device, 1, offload=offload)
+    the CPU no device part. ZeRO-Offload's state is host memory, and with
+    offload_param ZeRO 3's parameter shard too."""
+    def status(name, device, offload=None, standin=True, stage=1, params=None):
+        job[name] = write_config(tmp_path, name + ".json", device, stage, offload=offload,
+                                 params=params)
         result = run(dstrain, *cli_tests.train_args(job, name, 2, "--memory-status", 2),
                      standin=standin)
         assert result.returncode == 0, result.stderr
@@ -209,6 +244,11 @@ def test_memory_reports_say_what_lives_on_the_device(dstrain, job, tmp_path):  #
     offloaded = status("off", "cuda", offload="cpu")
     # The optimizer state (and masters) left the device.
     assert mib(offloaded, r"\| on guarded") < mib(resident, r"\| on guarded")
+    # ZeRO 3: the parameter shard leaves the device too (tracked as host bytes).
+    optimizer_only = status("z3", "cuda", offload="cpu", stage=3)
+    infinity = status("z3p", "cuda", offload="cpu", stage=3, params="cpu")
+    assert mib(infinity, r"\| on guarded") < mib(optimizer_only, r"\| on guarded")
+    assert mib(infinity, r"\| total") == mib(optimizer_only, r"\| total")
 
 
 def test_a_layout_the_device_does_not_train_yet_is_named(dstrain, job, tmp_path):  # noqa: F811
@@ -219,7 +259,8 @@ def test_a_layout_the_device_does_not_train_yet_is_named(dstrain, job, tmp_path)
     job["off"] = tmp_path / "off.json"
     result = run(dstrain, *cli_tests.train_args(job, "off", 2))
     assert result.returncode == 2, result.stdout
-    assert 'dstrain.device "cuda" with zero_optimization.offload_param' in result.stderr
+    assert ('dstrain.device "cuda" with zero_optimization.offload_param but no '
+            'offload_optimizer') in result.stderr
     assert "is not supported yet" in result.stderr
 
 

@@ -256,13 +256,16 @@ TEST(DeviceConfig, LayoutsADeviceDoesNotTrainYetAreNamed) {
   EXPECT_EQ(error(R"(, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}})"),
             "ok");
   EXPECT_NE(error(R"(, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}})")
-                .find("zero_optimization.offload_param"),
+                .find("zero_optimization.offload_param but no offload_optimizer"),
             std::string::npos);
+  EXPECT_EQ(error(R"(, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"},
+                    "offload_optimizer": {"device": "cpu"}})"),
+            "ok");
   EXPECT_EQ(error("", 2), "ok");
   EXPECT_EQ(error(R"(, "gradient_compression": {"enabled": true})", 2), "ok");
   EXPECT_NE(error(R"(, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
                                                  "nvme_path": "/tmp"}})")
-                .find("Offload the optimizer instead"),
+                .find("Add \"offload_optimizer\""),
             std::string::npos);
 
   ConfigContext one;
