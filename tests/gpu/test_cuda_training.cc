@@ -207,13 +207,14 @@ TEST(CudaTraining, ZeroThreeAnd16BitStepsMatchTheCpu) {
 // The engine from a ds_config: dstrain.device "cuda" trains the same losses
 // as the CPU, and its checkpoint is the CPU's: saved on the device after two
 // steps, loaded by a CPU engine, the next two steps match the device's.
-std::unique_ptr<Engine> MakeEngine(const std::string &device) {
+// `extra`: more top-level config keys (a leading comma each).
+std::unique_ptr<Engine> MakeEngine(const std::string &device, const std::string &extra = "") {
   EngineOptions options;
   options.model_text = kGpt;
   options.config_text = R"({"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
       "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
       "dstrain": {"device": ")" +
-                        device + R"("}})";
+                        device + R"("})" + extra + "}";
   Result<std::unique_ptr<Engine>> engine = Engine::Create(options);
   EXPECT_TRUE(engine.ok()) << engine.status().message();
   return engine.ok() ? std::move(engine).value() : nullptr;
@@ -260,6 +261,41 @@ TEST(CudaTraining, TheEngineTrainsOnTheDeviceAndItsCheckpointLoadsOnTheCpu) {
   const Status loaded = resumed->LoadCheckpoint(dir, "step2", nullptr);
   ASSERT_TRUE(loaded.ok()) << loaded.message();
   ExpectClose(TrainSteps(*resumed, 2, 2), rest, 1e-4);
+}
+
+// ZeRO-Offload (the optimizer state and masters on the host, gradients down
+// and 16-bit weights up, overlapped, from page-locked buffers) and
+// ZeRO-Infinity (the parameter shard in host memory too, uploaded per layer)
+// train the CPU's losses.
+TEST(CudaTraining, OffloadedOptimizerAndParametersMatchTheCpu) {
+  DST_TRAINING_DEVICE_OR_SKIP(device);
+  (void)device;
+  const struct {
+    const char *extra;
+    double tolerance;
+  } cases[] = {
+      {R"(, "zero_optimization": {"stage": 2,
+          "offload_optimizer": {"device": "cpu", "pin_memory": true}})",
+       1e-4},
+      {R"(, "bf16": {"enabled": true}, "zero_optimization": {"stage": 2,
+          "offload_optimizer": {"device": "cpu", "pin_memory": true}})",
+       3e-2},
+      {R"(, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 100,
+          "offload_optimizer": {"device": "cpu", "pin_memory": true},
+          "offload_param": {"device": "cpu", "pin_memory": true}})",
+       1e-4},
+      {R"(, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3,
+          "stage3_param_persistence_threshold": 100,
+          "offload_optimizer": {"device": "cpu", "pin_memory": true},
+          "offload_param": {"device": "cpu"}})",
+       3e-2},
+  };
+  for (const auto &c : cases) {
+    SCOPED_TRACE(c.extra);
+    std::unique_ptr<Engine> cpu = MakeEngine("cpu", c.extra), gpu = MakeEngine("cuda", c.extra);
+    ASSERT_TRUE(cpu && gpu);
+    ExpectClose(TrainSteps(*gpu, 0, 4), TrainSteps(*cpu, 0, 4), c.tolerance);
+  }
 }
 
 }  // namespace
