@@ -222,6 +222,9 @@ enum Workspace {
   kAttentionScores,   // attention backward's score gradient [B, H, T, T]
   kLayerNormPartial,  // LayerNorm parameter gradients' partial sums
   kRowTerms,          // per-row loss terms [2, rows] / squared-error partials
+  kFlashLse,          // the fused attention's row log-sum-exps [B, H, T]
+  kFlashY,            // its output recomputed for the backward [B, T, C]
+  kFlashDot,          // the backward's rowsum(dy * y) [B, H, T]
   kNumWorkspaces,
 };
 
@@ -487,11 +490,21 @@ int LayerNormBackward(void *ctx, const float *dout, const float *x, const float 
   return Launched();
 }
 
+// The fused kernel (online softmax, no T x T matrix: flash_attention.cu)
+// where it takes the shape: `att` is then left alone, and the backward
+// recomputes the forward's y and row log-sum-exps into workspaces (no saved
+// probabilities to read). Else one warp a query row, saving the
+// probabilities in `att` as the CPU layer does.
 int AttentionForward(void *ctx, const float *qkv, long B, long T, long C, long H, float *att,
                      float *y) {
   DST_ENTER(ctx);
   const AttentionDims s{B, T, C, H};
   if (s.rows() == 0) return 0;
+  if (FlashAttentionTakes(s)) {
+    float *lse = nullptr;
+    if (cudaError_t e = TakeArray(c, kFlashLse, size_t(s.rows()), &lse)) return e;
+    return FlashAttentionForward(qkv, s, y, lse, c.stream);
+  }
   const Launch l = WarpPerRowLaunch(s.rows(), 128);
   AttentionForwardKernel<<<l.blocks, l.threads, 0, c.stream>>>(qkv, s, att, y);
   return Launched();
@@ -502,6 +515,14 @@ int AttentionBackward(void *ctx, const float *dy, const float *qkv, const float 
   DST_ENTER(ctx);
   const AttentionDims s{B, T, C, H};
   if (s.rows() == 0) return 0;
+  if (FlashAttentionTakes(s)) {
+    float *lse = nullptr, *y = nullptr, *dot = nullptr;
+    if (cudaError_t e = TakeArray(c, kFlashLse, size_t(s.rows()), &lse)) return e;
+    if (cudaError_t e = TakeArray(c, kFlashY, size_t(B * T * C), &y)) return e;
+    if (cudaError_t e = TakeArray(c, kFlashDot, size_t(s.rows()), &dot)) return e;
+    if (cudaError_t e = FlashAttentionForward(qkv, s, y, lse, c.stream)) return e;
+    return FlashAttentionBackward(qkv, y, lse, dy, s, dqkv, dot, c.stream);
+  }
   float *dscore = nullptr;
   if (cudaError_t e = TakeArray(c, kAttentionScores, size_t(s.rows() * T), &dscore)) return e;
   const Launch l = WarpPerRowLaunch(s.rows(), 128);

@@ -295,18 +295,20 @@ dim3 RowBlocks(const AttentionDims &s) {
 }
 
 template <int kHs>
-void LaunchForward(const float *qkv, const AttentionDims &s, float *y, float *lse) {
-  FlashForwardKernel<kHs><<<RowBlocks(s), kRowsPerBlock>>>(qkv, s, y, lse);
+void LaunchForward(const float *qkv, const AttentionDims &s, float *y, float *lse,
+                   cudaStream_t stream) {
+  FlashForwardKernel<kHs><<<RowBlocks(s), kRowsPerBlock, 0, stream>>>(qkv, s, y, lse);
 }
 
 template <int kHs>
 void LaunchBackward(const float *qkv, const float *y, const float *lse, const float *dy,
-                    const AttentionDims &s, float *dqkv, float *D) {
+                    const AttentionDims &s, float *dqkv, float *D, cudaStream_t stream) {
   const Launch rows = ElementwiseLaunch(s.rows());
-  FlashBackwardDotKernel<<<rows.blocks, rows.threads>>>(dy, y, s, D);
-  FlashBackwardQueryKernel<kHs><<<RowBlocks(s), kRowsPerBlock>>>(qkv, dy, lse, D, s, dqkv);
-  FlashBackwardKeyKernel<kHs, true><<<RowBlocks(s), kRowsPerBlock>>>(qkv, dy, lse, D, s, dqkv);
-  FlashBackwardKeyKernel<kHs, false><<<RowBlocks(s), kRowsPerBlock>>>(qkv, dy, lse, D, s, dqkv);
+  const dim3 grid = RowBlocks(s);
+  FlashBackwardDotKernel<<<rows.blocks, rows.threads, 0, stream>>>(dy, y, s, D);
+  FlashBackwardQueryKernel<kHs><<<grid, kRowsPerBlock, 0, stream>>>(qkv, dy, lse, D, s, dqkv);
+  FlashBackwardKeyKernel<kHs, true><<<grid, kRowsPerBlock, 0, stream>>>(qkv, dy, lse, D, s, dqkv);
+  FlashBackwardKeyKernel<kHs, false><<<grid, kRowsPerBlock, 0, stream>>>(qkv, dy, lse, D, s, dqkv);
 }
 
 // The padded head size the kernels are instantiated for, or 0 when hs is
@@ -319,21 +321,25 @@ int PaddedHeadSize(const AttentionDims &s) {
 
 }  // namespace
 
-// y [B, T, C] and lse [B, H, T] from qkv [B, T, 3C] on the default stream.
+bool FlashAttentionTakes(const AttentionDims &s) {
+  return PaddedHeadSize(s) != 0;
+}
+
 // cudaErrorInvalidValue when the head size is over 128 (or C % H != 0).
-cudaError_t FlashAttentionForward(const float *qkv, const AttentionDims &s, float *y, float *lse) {
+cudaError_t FlashAttentionForward(const float *qkv, const AttentionDims &s, float *y, float *lse,
+                                  cudaStream_t stream) {
   switch (PaddedHeadSize(s)) {
     case 16:
-      LaunchForward<16>(qkv, s, y, lse);
+      LaunchForward<16>(qkv, s, y, lse, stream);
       break;
     case 32:
-      LaunchForward<32>(qkv, s, y, lse);
+      LaunchForward<32>(qkv, s, y, lse, stream);
       break;
     case 64:
-      LaunchForward<64>(qkv, s, y, lse);
+      LaunchForward<64>(qkv, s, y, lse, stream);
       break;
     case 128:
-      LaunchForward<128>(qkv, s, y, lse);
+      LaunchForward<128>(qkv, s, y, lse, stream);
       break;
     default:
       return cudaErrorInvalidValue;
@@ -341,22 +347,21 @@ cudaError_t FlashAttentionForward(const float *qkv, const AttentionDims &s, floa
   return cudaGetLastError();
 }
 
-// dqkv [B, T, 3C] (assigned) from dy [B, T, C] and the forward's y and lse;
-// D is scratch [B, H, T].
 cudaError_t FlashAttentionBackward(const float *qkv, const float *y, const float *lse,
-                                   const float *dy, const AttentionDims &s, float *dqkv, float *D) {
+                                   const float *dy, const AttentionDims &s, float *dqkv, float *D,
+                                   cudaStream_t stream) {
   switch (PaddedHeadSize(s)) {
     case 16:
-      LaunchBackward<16>(qkv, y, lse, dy, s, dqkv, D);
+      LaunchBackward<16>(qkv, y, lse, dy, s, dqkv, D, stream);
       break;
     case 32:
-      LaunchBackward<32>(qkv, y, lse, dy, s, dqkv, D);
+      LaunchBackward<32>(qkv, y, lse, dy, s, dqkv, D, stream);
       break;
     case 64:
-      LaunchBackward<64>(qkv, y, lse, dy, s, dqkv, D);
+      LaunchBackward<64>(qkv, y, lse, dy, s, dqkv, D, stream);
       break;
     case 128:
-      LaunchBackward<128>(qkv, y, lse, dy, s, dqkv, D);
+      LaunchBackward<128>(qkv, y, lse, dy, s, dqkv, D, stream);
       break;
     default:
       return cudaErrorInvalidValue;

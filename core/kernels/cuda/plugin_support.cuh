@@ -139,4 +139,15 @@ cudaError_t BenchAttentionGemm(bool backward, const BenchDims &d, int iters, dou
 // Times the fused attention (flash_attention.cu), forward or backward.
 cudaError_t BenchFlashAttention(bool backward, const BenchDims &d, int iters, double *ms);
 
+// The fused causal attention (flash_attention.cu) on `stream`: whether it
+// takes this shape (head size at most 128, C a multiple of H, B x H at most
+// 65535); y [B, T, C] and lse [B, H, T] from qkv [B, T, 3C]; dqkv [B, T, 3C]
+// (assigned) from dy and the forward's y and lse, D scratch [B, H, T].
+bool FlashAttentionTakes(const AttentionDims &s);
+cudaError_t FlashAttentionForward(const float *qkv, const AttentionDims &s, float *y, float *lse,
+                                  cudaStream_t stream = nullptr);
+cudaError_t FlashAttentionBackward(const float *qkv, const float *y, const float *lse,
+                                   const float *dy, const AttentionDims &s, float *dqkv, float *D,
+                                   cudaStream_t stream = nullptr);
+
 }  // namespace dst::cuda
