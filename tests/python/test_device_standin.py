@@ -63,6 +63,19 @@ def write_config(tmp_path, name, device, stage, micro=8, wire=None, precision=No
     return path
 
 
+def train_both_and_compare(dstrain, job, tmp_path, steps):  # noqa: F811
+    """One rank with job["cpu"] on the CPU (saved in c/) and job["dev"] on the
+    stand-in (saved in d/), `steps` steps: the same final line, the same bytes."""
+    cpu = run(dstrain, *cli_tests.train_args(job, "cpu", steps, "--save", tmp_path / "c"),
+              standin=False)
+    assert cpu.returncode == 0, cpu.stderr
+    dev = run(dstrain, *cli_tests.train_args(job, "dev", steps, "--save", tmp_path / "d"))
+    assert dev.returncode == 0, dev.stderr + dev.stdout
+    assert cli_tests.final_line(dev.stdout) == cli_tests.final_line(cpu.stdout)
+    files = checkpoint_bytes(tmp_path / "d" / f"global_step{steps}")
+    assert files and files == checkpoint_bytes(tmp_path / "c" / f"global_step{steps}")
+
+
 def checkpoint_bytes(directory):
     """Every tensor file of a checkpoint tag, by name."""
     return {p.name: p.read_bytes() for p in sorted(pathlib.Path(directory).glob("*.safetensors"))}
@@ -80,14 +93,7 @@ def test_one_rank_on_the_device_is_the_cpu_run_and_its_checkpoint_resumes_on_the
                               offload=offload)
     job["dev"] = write_config(tmp_path, "dev.json", "cuda", stage, precision=precision,
                               offload=offload)
-    cpu = run(dstrain, *cli_tests.train_args(job, "cpu", 10, "--save", tmp_path / "c"),
-              standin=False)
-    assert cpu.returncode == 0, cpu.stderr
-    dev = run(dstrain, *cli_tests.train_args(job, "dev", 10, "--save", tmp_path / "d"))
-    assert dev.returncode == 0, dev.stderr + dev.stdout
-    assert cli_tests.final_line(dev.stdout) == cli_tests.final_line(cpu.stdout)
-    files = checkpoint_bytes(tmp_path / "d" / "global_step10")
-    assert files and files == checkpoint_bytes(tmp_path / "c" / "global_step10")
+    train_both_and_compare(dstrain, job, tmp_path, 10)
 
     whole = run(dstrain, *cli_tests.train_args(job, "cpu", 20), standin=False)
     assert whole.returncode == 0, whole.stderr
@@ -131,15 +137,8 @@ def test_offloaded_parameters_on_the_device_are_the_cpu_run(
                                  offload=offload, params=params)
     if ranks == 2:
         launch_both_and_compare(dstrain, job, tmp_path)
-        return
-    cpu = run(dstrain, *cli_tests.train_args(job, "cpu", 6, "--save", tmp_path / "c"),
-              standin=False)
-    assert cpu.returncode == 0, cpu.stderr
-    dev = run(dstrain, *cli_tests.train_args(job, "dev", 6, "--save", tmp_path / "d"))
-    assert dev.returncode == 0, dev.stderr + dev.stdout
-    assert cli_tests.final_line(dev.stdout) == cli_tests.final_line(cpu.stdout)
-    files = checkpoint_bytes(tmp_path / "d" / "global_step6")
-    assert files and files == checkpoint_bytes(tmp_path / "c" / "global_step6")
+    else:
+        train_both_and_compare(dstrain, job, tmp_path, 6)
 
 
 def launch_both_and_compare(dstrain, job, tmp_path):  # noqa: F811
