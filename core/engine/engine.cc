@@ -135,7 +135,11 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
                   std::to_string(r.bytes) + " bytes " + std::to_string(r.seconds * 1e3) + " ms");
       profiler_->OnCollective(kind, r);
     });
-  const ActivationLimits limits = ActivationLimitsFor(config_, spec, MaxThreads());
+  ActivationLimits limits = ActivationLimitsFor(config_, spec, MaxThreads());
+  if (device_ && spec.type == ModelSpec::Type::kGpt)  // a fused attention saves no probabilities
+    limits.attention_probabilities = device_->kernels().KeepsAttentionProbabilities(
+        {limits.max_B, limits.max_T, spec.gpt.d_model / config_.tp_size,
+         spec.gpt.n_head / config_.tp_size});
   const int64_t pp_rank = groups_.coord.pp;
   const ActivationOptions activations =
       ActivationOptionsFor(config_, plan_ ? &*plan_ : nullptr, pp_rank);

@@ -97,6 +97,11 @@ class Kernels {
   // qkv [B, T, 3C] -> att [B, H, T, T] softmax probabilities (saved), y [B, T, C].
   virtual void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y,
                                 ComputeType compute) const = 0;
+  // Whether AttentionForward writes the probabilities att [B, H, T, T] for
+  // AttentionBackward to read (the CPU's: yes). A fused backend that
+  // recomputes instead says no: the layer then saves an empty att and sizes
+  // no [threads, T, T] scratch for it.
+  virtual bool KeepsAttentionProbabilities(const AttentionShape &) const { return true; }
   // dy [B, T, C] -> dqkv [B, T, 3C]. scratch: [threads, T, T].
   virtual void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionShape &s,
                                  T *dqkv, T *scratch, ComputeType compute) const = 0;

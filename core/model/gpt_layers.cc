@@ -146,8 +146,9 @@ std::vector<SavedTensorSpec> GptBlock<T>::SavedTensors(const ActivationLimits &l
   saved[kLn1Mean] = {n, true, false, ModuleType::kLayerNorm};
   saved[kLn1Rstd] = {n, true, false, ModuleType::kLayerNorm};
   saved[kQkv] = {N * 3 * Cl, false, false, ModuleType::kAttention};
-  saved[kAtt] = {limits.max_B * (dims_.n_head / tp_.size) * limits.max_T * limits.max_T, false,
-                 true, ModuleType::kAttention};
+  const int64_t probabilities = limits.attention_probabilities ? limits.max_T * limits.max_T : 0;
+  saved[kAtt] = {limits.max_B * (dims_.n_head / tp_.size) * probabilities, false, true,
+                 ModuleType::kAttention};
   saved[kAttY] = {N * Cl, false, false, ModuleType::kAttention};
   saved[kRes2] = {n * C};
   saved[kLn2] = {n * C, false, false, ModuleType::kLayerNorm};
@@ -167,7 +168,8 @@ template <typename T>
 int64_t GptBlock<T>::ScratchSize(const ActivationLimits &limits) const {
   const int64_t N = limits.max_rows(), C = dims_.d_model;
   const int64_t plain =
-      N * 8 * C + int64_t(limits.max_threads) * (limits.max_T * limits.max_T + 2 * C);
+      N * 8 * C + int64_t(limits.max_threads) *
+                      ((limits.attention_probabilities ? limits.max_T * limits.max_T : 0) + 2 * C);
   return tp_.splits_rows() ? 2 * N * C + plain + 4 * C : plain;
 }
 

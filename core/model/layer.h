@@ -56,6 +56,10 @@ struct ActivationLimits {
   int64_t max_B = 1;
   int64_t max_T = 1;
   int max_threads = 1;
+  // The attention kernels' backend keeps the softmax probabilities between
+  // forward and backward (Kernels::KeepsAttentionProbabilities; false: a
+  // fused GPU kernel, and the blocks save no T x T tensor).
+  bool attention_probabilities = true;
   int64_t max_rows() const { return max_B * max_T; }
 };
 

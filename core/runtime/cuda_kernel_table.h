@@ -135,6 +135,14 @@ typedef struct DstCudaKernelTable {
   int (*sum_of_squares_16)(void *ctx, int half, const uint16_t *x, long n, double *sum);
 } DstCudaKernelTable;
 
+/* Whether the attention entries take the fused kernel (online softmax, no
+ * B x H x T x T probabilities written or read) for this shape: a head size
+ * C / H of at most 128 and B x H at most 65535 (one grid dimension). The
+ * host side sizes the saved activations by it; the plugin dispatches by it. */
+static inline int dst_cuda_fused_attention_takes(long B, long C, long H) {
+  return H > 0 && C % H == 0 && C / H <= 128 && B * H <= 65535;
+}
+
 /* Fills *table (table->size set by the caller to sizeof its table); returns 0. */
 typedef int (*DstCudaKernelsFn)(DstCudaKernelTable *table);
 

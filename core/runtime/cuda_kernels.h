@@ -46,6 +46,11 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
 
   const char *name() const override { return name_.c_str(); }
   Status TakeError() const override;
+  // False where the plugin's fused attention takes the shape (its rule,
+  // dst_cuda_fused_attention_takes).
+  bool KeepsAttentionProbabilities(const AttentionShape &s) const override {
+    return !dst_cuda_fused_attention_takes(long(s.B), long(s.C), long(s.H));
+  }
   // Run before each kernel that returns a value to the host (a loss, a sum
   // of squares: the host waits for the stream there), as
   // CudaStream::SetBeforeHostWait; a failure is kept as the kernel's error.

@@ -287,6 +287,31 @@ TEST_F(CudaKernelsHost, AModelStopsAtAFailedKernelAndNamesIt) {
   EXPECT_TRUE(model.Forward(mb).ok()) << "the failure is not sticky once reported";
 }
 
+// Where the plugin's fused attention takes the shape (head size <= 128,
+// B x H <= 65535) the backend keeps no probabilities, and a GPT block built
+// for it saves no T x T tensor (B x H x T x T floats a layer) and sizes no
+// [threads, T, T] backward scratch.
+TEST_F(CudaKernelsHost, TheFusedAttentionsShapesSaveNoProbabilities) {
+  EXPECT_FALSE(kernels_->KeepsAttentionProbabilities({8, 1024, 768, 12}));  // GPT-2
+  EXPECT_TRUE(kernels_->KeepsAttentionProbabilities({1, 4, 512, 2}));       // head size 256
+  EXPECT_TRUE(kernels_->KeepsAttentionProbabilities({6000, 4, 768, 12}));   // B x H > 65535
+  EXPECT_TRUE(HostKernels<float>().KeepsAttentionProbabilities({8, 1024, 768, 12}));
+
+  Result<ModelSpec> spec = ParseModelSpec(
+      R"({"type":"gpt","vocab_size":16,"n_ctx":8,"n_layer":2,"n_head":2,"d_model":8,"seed":1})");
+  ASSERT_TRUE(spec.ok());
+  MemoryTracker kept, fused;
+  ActivationLimits limits{2, 8, 1};
+  Model<float> with(spec.value(), limits, &kept);
+  limits.attention_probabilities = false;
+  Model<float> without(spec.value(), limits, &fused);
+  const int64_t probabilities = 2 /*layers*/ * 2 /*B*/ * 2 /*H*/ * 8 * 8 * int64_t(sizeof(float));
+  const int64_t scratch = 1 /*thread*/ * 8 * 8 * int64_t(sizeof(float));
+  EXPECT_EQ(
+      kept.Current(MemoryCategory::kActivations) - fused.Current(MemoryCategory::kActivations),
+      probabilities + scratch);
+}
+
 TEST_F(CudaKernelsHost, TheStepCallsCrossTheTableWithCpuAdamsConstants) {
   const StepKernels &step = *kernels_;
   step.ScaleRange(0.25f, 7, y_);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/kernels/cuda/plugin_support.cuh"
+#include "core/runtime/cuda_kernel_table.h"
 
 namespace dst::cuda {
 
@@ -314,7 +315,7 @@ void LaunchBackward(const float *qkv, const float *y, const float *lse, const fl
 // The padded head size the kernels are instantiated for, or 0 when hs is
 // larger than the largest (128) or the grid cannot hold B * H.
 int PaddedHeadSize(const AttentionDims &s) {
-  if (s.H <= 0 || s.C % s.H != 0 || s.B * s.H > 65535) return 0;
+  if (!dst_cuda_fused_attention_takes(s.B, s.C, s.H)) return 0;
   const long hs = s.hs();
   return hs <= 16 ? 16 : hs <= 32 ? 32 : hs <= 64 ? 64 : hs <= 128 ? 128 : 0;
 }
