@@ -543,7 +543,11 @@ Status DataParallel::StreamGradsDown(const StatePiece &piece, const void *grads,
     // The other buffer's chunk was updated in the last round: it takes the next one.
     if (c + n < piece.count) queue(c + n, b ^ 1);
     device.WaitCopy(ready[b]);
-    DST_RETURN_IF_ERROR(update(PartOf(piece, c, n), down_[b].as<const void>(), b));
+    Status st = update(PartOf(piece, c, n), down_[b].as<const void>(), b);
+    if (!st.ok()) {
+      device.WaitCopy(std::max(ready[0], ready[1]));  // no copy left writing a buffer
+      return st;
+    }
   }
   return Status::Ok();
 }
