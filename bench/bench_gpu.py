@@ -15,9 +15,12 @@ the same count for both.
 Usage: python3 bench/bench_gpu.py [--build-dir build] [--repeats 3]
        [--steps 10] [--precisions bf16,fp32] [--batch 8] [--layers 12]
        [--device cpu]   (the same through the CPU backend: a check without a GPU)
-       [--engine [--zero 1]]   the whole training step instead: `dstrain train`
-           with dstrain.device "cuda" (AdamW, the ZeRO stage given), tokens/s
-           and MFU from its per-step metrics log, warm-up steps dropped
+       [--engine [--zero 1] [--offload optimizer|infinity]]   the whole
+           training step instead: `dstrain train` with dstrain.device "cuda"
+           (AdamW, the ZeRO stage given; ZeRO-Offload: the optimizer on the
+           host, pinned transfers; ZeRO-Infinity: the parameter shard too, at
+           ZeRO 3), tokens/s and MFU from its per-step metrics log, warm-up
+           steps dropped
            (--device standin --vocab 256 --layers 1 --ctx 64: on the guarded
            stand-in, a check without a GPU)
 The peer needs a CUDA PyTorch on the machine (python3 on PATH); without one
@@ -105,6 +108,10 @@ def engine_run(args, precision, tmp):
                                               "format": "jsonl"}}}}
     if precision != "fp32":
         config[precision] = {"enabled": True}
+    if args.offload:
+        config["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if args.offload == "infinity":
+        config["zero_optimization"]["offload_param"] = {"device": "cpu", "pin_memory": True}
     (tmp / "model.json").write_text(json.dumps(model))
     (tmp / "ds.json").write_text(json.dumps(config))
     env = dict(os.environ)
@@ -130,7 +137,8 @@ def engine_run(args, precision, tmp):
 def engine_main(args):
     import tempfile
     print(f"GPT-2 shape: {args.layers} layers x d_model {GPT2['d_model']}, context {args.ctx}, "
-          f"micro-batch {args.batch}; the whole training step (AdamW, ZeRO {args.zero}) on "
+          f"micro-batch {args.batch}; the whole training step (AdamW, ZeRO {args.zero}"
+          f"{', ZeRO-' + ('Infinity' if args.offload == 'infinity' else 'Offload') if args.offload else ''}) on "
           f"{'the guarded stand-in' if args.device == 'standin' else 'cuda:0'}, median of "
           f"{args.repeats} runs (min-max)")
     for precision in args.precisions.split(","):
@@ -164,9 +172,14 @@ def main():
     ap.add_argument("--engine", action="store_true",
                     help="the whole training step through `dstrain train` on the device")
     ap.add_argument("--zero", type=int, default=1, help="ZeRO stage of --engine")
+    ap.add_argument("--offload", choices=["optimizer", "infinity"], default=None,
+                    help="--engine with the optimizer on the host (ZeRO-Offload), or the "
+                         "parameters too (ZeRO-Infinity, ZeRO 3)")
     ap.add_argument("--vocab", type=int, default=GPT2["vocab_size"],
                     help="vocabulary of --engine (smaller for a quick check on the stand-in)")
     args = ap.parse_args()
+    if args.offload == "infinity" and args.zero != 3:
+        sys.exit("bench_gpu: --offload infinity offloads ZeRO 3's parameters: add --zero 3")
     if args.engine:
         return engine_main(args)
     if args.device == "standin":

@@ -13,7 +13,7 @@
 #
 # Usage: bash scripts/gpu-bundle.sh [BUNDLE_DIR]      (default .gpu)
 #        then, on the GPU machine, from a checkout: bash BUNDLE_DIR/run.sh
-#        (MEMCHECK=0, RACECHECK=0, MBENCH=0, EBENCH=0, BENCH=0, KBENCH=0 skip parts;
+#        (MEMCHECK=0, RACECHECK=0, MBENCH=0, EBENCH=0, OBENCH=0, BENCH=0, KBENCH=0 skip parts;
 #         MBENCH_ARGS / EBENCH_ARGS / BENCH_ARGS / KBENCH_ARGS pass options to the benches)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,6 +85,16 @@ if [ "${EBENCH:-1}" = 1 ]; then
   (cd "$G/.." && PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$G/lib:$LT:$NC timeout 300 $PY bench/bench_gpu.py \
     --engine --build-dir "$G" --repeats 1 --steps 5 --precisions bf16 ${EBENCH_ARGS:-} 2>&1 |
     tee "$OUT/bench_gpu_engine.txt")
+fi
+# The same with ZeRO-Offload (ZeRO 2, the optimizer on the host, pinned
+# transfers overlapped with CPU-Adam) and ZeRO-Infinity (ZeRO 3, the
+# parameter shard on the host too).
+if [ "${OBENCH:-1}" = 1 ]; then
+  for mode in "--zero 2 --offload optimizer" "--zero 3 --offload infinity"; do
+    (cd "$G/.." && PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$G/lib:$LT:$NC timeout 300 $PY \
+      bench/bench_gpu.py --engine --build-dir "$G" --repeats 1 --steps 3 --precisions bf16 \
+      $mode 2>&1 | tee -a "$OUT/bench_gpu_offload.txt")
+  done
 fi
 # The benches' peer is a CUDA PyTorch: the GPU machine's python3 on PATH, not
 # Debian's /usr/bin/python3 (whose torch is CPU-only) that the CPU benches use.
