@@ -1,5 +1,7 @@
 #include "core/comm/work_order.h"
 
+#include <utility>
+
 namespace dst {
 
 WorkOrder::~WorkOrder() {
@@ -27,6 +29,10 @@ void WorkOrder::Prune() {
 Status WorkOrder::After(std::unique_ptr<Work> work, const std::string &what) {
   if (!work) return Status::Ok();
   Prune();
+  if (!failed_.ok()) {  // a kept one failed: say so now, before more is built on it
+    kept_.push_back({std::move(work), what});
+    return std::exchange(failed_, Status::Ok());
+  }
   void *event = work->CompletionEvent();
   if (event == nullptr) {  // completes on the host: wait here
     Status st = work->Wait();

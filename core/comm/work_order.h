@@ -30,7 +30,9 @@ class WorkOrder {
   WorkOrder &operator=(const WorkOrder &) = delete;
 
   // Later compute sees `work`'s result (null: nothing to wait for). An error
-  // (context `what`) when it has already failed or its wait cannot be queued.
+  // (context `what`) when it has already failed or its wait cannot be
+  // queued — or an earlier kept Work's failure, found finished meanwhile
+  // (reported once, here, so the caller stops before building on it).
   Status After(std::unique_ptr<Work> work, const std::string &what);
   // Waits for every kept Work; the first failure, including one found
   // earlier (each in its `what`).

@@ -95,13 +95,20 @@ class GuardedTrainingDevice final : public TrainingDevice {
       guarded::Region::Get().WaitBeforeNextKernel(static_cast<Work *>(event));
       return Status::Ok();
     });
+    // A kernel returning a value waits for the "stream": the kept collectives first.
+    guarded::Region::Get().SetBeforeHostWait([this] { return DrainWorks(); });
   }
+  ~GuardedTrainingDevice() override { guarded::Region::Get().SetBeforeHostWait(nullptr); }
   const char *name() const override { return "guarded"; }
   MemoryResource *memory() override { return &memory_; }
   const Kernels<float> &kernels() const override { return kernels_; }
   const StepKernels &step() const override { return step_; }
   bool Bf16Gemms() const override { return cpu::Bf16Compute().enabled; }
-  Status TakeStatus() const override { return DrainWorks(); }
+  Status TakeStatus() const override {
+    Status works = DrainWorks();
+    Status kept = guarded::Region::Get().TakeError();  // a drain a kernel ran
+    return kept.ok() ? works : kept;
+  }
 
  protected:
   bool Holds(const void *p) const override { return guarded::Region::Get().Holds(p); }

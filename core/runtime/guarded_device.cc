@@ -102,6 +102,29 @@ void Region::WaitBeforeNextKernel(Work *work) {
   any_stream_op_ = true;
 }
 
+void Region::SetBeforeHostWait(std::function<Status()> hook) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  before_host_wait_ = std::move(hook);
+}
+
+bool Region::BeforeHostWait() {
+  std::function<Status()> hook;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    hook = before_host_wait_;
+  }
+  Status st = hook ? hook() : Status::Ok();
+  if (st.ok()) return true;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error_.ok()) error_ = std::move(st);
+  return false;
+}
+
+Status Region::TakeError() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(error_, Status::Ok());
+}
+
 void Region::Forget(Work *work) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (StreamOp &op : stream_)

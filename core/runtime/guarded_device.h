@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -58,6 +59,12 @@ class Region {
   //    read of a download's buffer before WaitCopy sees stale bytes, a
   //    write into an upload's buffer is what gets uploaded — wrong bits.
   void WaitBeforeNextKernel(Work *work);
+  // The stand-in's host waits (a kernel returning a value: a loss, a norm)
+  // run `hook` first — the device's WorkOrder drain, as CUDA's backend does —
+  // and keep its first failure for TakeError (null: none).
+  void SetBeforeHostWait(std::function<Status()> hook);
+  bool BeforeHostWait();
+  Status TakeError();
   void Forget(Work *work);
   uint64_t QueueCopy(void *dst, const void *src, size_t bytes);
   // Runs the queued operations in order: all of them, or those up to the
@@ -81,6 +88,8 @@ class Region {
     uint64_t mark = 0;
   };
   std::deque<StreamOp> stream_;
+  std::function<Status()> before_host_wait_;
+  Status error_;
   std::atomic<bool> any_stream_op_{false};
   uint64_t copies_queued_ = 0, copies_done_ = 0;
 };
@@ -91,6 +100,8 @@ struct Scope {
     Region::Get().RunStreamWaits();
     Region::Get().Enter(kernel);
   }
+  static bool HostWaitReady() { return Region::Get().BeforeHostWait(); }
+  static Status TakeError() { return Region::Get().TakeError(); }
   ~Scope() { Region::Get().Leave(); }
   Scope(const Scope &) = delete;
   Scope &operator=(const Scope &) = delete;

@@ -100,7 +100,7 @@ Status BucketReducer::Launch(size_t b) {
 Status BucketReducer::WaitOldest() {
   Pending p = std::move(pending_.front());
   pending_.pop_front();
-  DST_RETURN_IF_ERROR(p.work->Wait());
+  DST_RETURN_IF_ERROR(ops_.Await(std::move(p.work), "the gradient bucket reduction"));
   if (p.wire < 0) return Status::Ok();
   const GradBucket &bucket = buckets_[p.bucket];
   if (bucket.root >= 0 && bucket.root != comm_->rank()) return Status::Ok();  // scratch here

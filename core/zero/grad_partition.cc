@@ -156,7 +156,7 @@ Status GradientPartition::Wait(int buffer) {
       ++kept;
       continue;
     }
-    Status st = p.work->Wait();
+    Status st = ops_.Await(std::move(p.work), "the gradient reduction to their owners");
     if (st.ok() && p.mine) AddToShard(p.begin, p.data, p.count);
     if (!st.ok() && first.ok()) first = std::move(st);
   }

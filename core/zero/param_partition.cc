@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/comm/work_order.h"
-
 namespace dst {
 
 namespace {
@@ -247,7 +245,7 @@ Status ParameterPartition::Ready(Staged *staged, size_t layer) {
   const std::string what = "ZeRO-3 gather of layer " + std::to_string(layer) + "'s parameters";
   Status first;
   for (std::unique_ptr<Work> &work : staged->works) {
-    Status st = ops_.order()->After(std::move(work), what);
+    Status st = ops_.Await(std::move(work), what);
     if (!st.ok() && first.ok()) first = std::move(st);
   }
   staged->works.clear();

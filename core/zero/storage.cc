@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/comm/work_order.h"
 #include "core/kernels/cpu/reduce.h"
 
 namespace dst {
@@ -165,6 +166,12 @@ std::unique_ptr<Work> Broadcast(Communicator &comm, StorageType t, void *data, i
 std::unique_ptr<Work> AllGather(Communicator &comm, StorageType t, void *data, int64_t shard) {
   if (t == StorageType::kFp32) return comm.AllGather(static_cast<float *>(data), shard);
   return comm.AllGather16(static_cast<uint16_t *>(data), shard);
+}
+
+Status StorageOps::Await(std::unique_ptr<Work> work, const std::string &what) const {
+  if (!work) return Status::Ok();
+  if (order() != nullptr) return order()->After(std::move(work), what);
+  return work->Wait();
 }
 
 Status WaitAll(std::vector<std::unique_ptr<Work>> *works) {

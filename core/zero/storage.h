@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "core/comm/communicator.h"
 #include "core/config/config.h"
@@ -92,6 +93,10 @@ class StorageOps {
   void Download(void *host, const void *src, size_t bytes) const;
   // n elements of type t in the placement's memory, widened into host `out`.
   void WidenToHost(StorageType t, const void *src, float *out, int64_t n) const;
+  // The kernels queued after this call see `work`'s result: the host waits
+  // for it, or with the placement's WorkOrder (a device) the compute stream
+  // does and a failure is named (in `what`) when the order drains.
+  Status Await(std::unique_ptr<Work> work, const std::string &what) const;
 
  private:
   StepPlacement placement_;

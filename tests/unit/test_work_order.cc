@@ -79,8 +79,9 @@ TEST(WorkOrder, TheStreamWaitsOnTheEventAndTheHostGoesOnUntilDrain) {
   EXPECT_EQ(order.kept(), 0u);
 }
 
-// A kept Work that failed is reported by Drain in its own words, once;
-// finished Works are dropped as later ones arrive.
+// A kept Work that failed is reported once, in its own words: by the next
+// hand-over when it finished meanwhile, else by Drain; finished Works are
+// dropped as later ones arrive.
 TEST(WorkOrder, DrainReportsTheFirstFailureOnceAndFinishedWorksArePruned) {
   Recorder stream;
   WorkOrder order(stream.fn());
@@ -89,14 +90,23 @@ TEST(WorkOrder, DrainReportsTheFirstFailureOnceAndFinishedWorksArePruned) {
   ASSERT_TRUE(order.After(std::make_unique<FakeWork>(&a, true), "row-parallel linear").ok());
   ASSERT_TRUE(order.After(std::make_unique<FakeWork>(&b, true), "embedding").ok());
   a.done = true;  // finished (failed) while the host went on
-  ASSERT_TRUE(order.After(std::make_unique<FakeWork>(&c, true), "LM head").ok());
-  EXPECT_TRUE(a.destroyed);  // pruned
-  EXPECT_EQ(order.kept(), 2u);
-  const Status st = order.Drain();
+  // The next hand-over reports it (the caller stops there), keeping the new Work.
+  const Status st = order.After(std::make_unique<FakeWork>(&c, true), "LM head");
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("row-parallel linear"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("timed out after 300 s"), std::string::npos) << st.message();
+  EXPECT_TRUE(a.destroyed);  // pruned
+  EXPECT_EQ(order.kept(), 2u);
   EXPECT_TRUE(order.Drain().ok());  // reported once
+  EXPECT_EQ(b.waits + c.waits, 2);
+
+  // A failure found only by Drain is reported there.
+  FakeState d;
+  d.status = Status(Code::kComm, "peer 2 died");
+  ASSERT_TRUE(order.After(std::make_unique<FakeWork>(&d, true), "embedding").ok());
+  const Status drained = order.Drain();
+  ASSERT_FALSE(drained.ok());
+  EXPECT_NE(drained.message().find("embedding"), std::string::npos) << drained.message();
 }
 
 // A wait the stream cannot queue is an error at once; the Work is waited for

@@ -18,6 +18,7 @@ template <typename Scope = NoScope>
 class CpuStepKernels final : public StepKernels {
  public:
   const char *name() const override { return "cpu"; }
+  Status TakeError() const override { return ScopeError<Scope>(); }
 
   void ZeroRange(int64_t n, float *x) const override {
     Scope s("ZeroRange");
@@ -33,6 +34,7 @@ class CpuStepKernels final : public StepKernels {
   }
   double SumOfSquaresRange(const float *x, int64_t n) const override {
     Scope s("SumOfSquaresRange");
+    if (!HostWaitReady<Scope>()) return kNoValue;
     return SumOfSquares(x, n);
   }
   void AdamUpdate(const AdamRange &r, const AdamHyper &h) const override {
@@ -81,6 +83,7 @@ class CpuStepKernels final : public StepKernels {
   }
   double SumOfSquares16(Half h, const uint16_t *x, int64_t n) const override {
     Scope s("SumOfSquares16");
+    if (!HostWaitReady<Scope>()) return kNoValue;
     return dst::SumOfSquares16(h, x, n);
   }
 };
