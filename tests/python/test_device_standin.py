@@ -141,12 +141,12 @@ def test_offloaded_parameters_on_the_device_are_the_cpu_run(
         train_both_and_compare(dstrain, job, tmp_path, 6)
 
 
-def launch_both_and_compare(dstrain, job, tmp_path):  # noqa: F811
-    """Two ranks with job["cpu"] on the CPU and job["dev"] on the stand-in,
+def launch_both_and_compare(dstrain, job, tmp_path, ranks=2):  # noqa: F811
+    """`ranks` ranks with job["cpu"] on the CPU and job["dev"] on the stand-in,
     10 steps each saved at the end: the same final line, the same bytes."""
     outputs = {}
     for name, standin in (("cpu", False), ("dev", True)):
-        launched = run(dstrain, "launch", "--nproc-per-node", "2", "--master-port",
+        launched = run(dstrain, "launch", "--nproc-per-node", str(ranks), "--master-port",
                        dp_tests.free_port(), "--", dstrain,
                        *cli_tests.train_args(job, name, 10, "--save", tmp_path / name),
                        standin=standin)
@@ -204,7 +204,10 @@ def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(
      "zero_optimization": {"stage": 1}},
     {"pipeline_parallel": {"pp_size": 2},
      "pipeline": {"schedule": "interleaved", "virtual_stages": 2}},
-], ids=["tp2", "tp2-sp", "pp2", "pp2-zb", "pp2-bf16-zero1", "pp2-interleaved"])
+    {"tensor_parallel": {"tp_size": 2, "sequence_parallel": True},
+     "pipeline_parallel": {"pp_size": 2}, "bf16": {"enabled": True},
+     "zero_optimization": {"stage": 1}},
+], ids=["tp2", "tp2-sp", "pp2", "pp2-zb", "pp2-bf16-zero1", "pp2-interleaved", "tp2-pp2-bf16"])
 def test_model_parallel_layouts_on_the_device_are_the_cpu_run(
         dstrain, job, tmp_path, layout):  # noqa: F811
     model = dict(cli_tests.TINY_MODEL, n_layer=4 if "pipeline" in layout and
@@ -215,7 +218,9 @@ def test_model_parallel_layouts_on_the_device_are_the_cpu_run(
         config.update(layout)
         (tmp_path / (name + ".json")).write_text(json.dumps(config))
         job[name] = tmp_path / (name + ".json")
-    launch_both_and_compare(dstrain, job, tmp_path)
+    ranks = layout.get("tensor_parallel", {}).get("tp_size", 1) * \
+        layout.get("pipeline_parallel", {}).get("pp_size", 1)
+    launch_both_and_compare(dstrain, job, tmp_path, ranks=ranks)
 
 
 def test_memory_reports_say_what_lives_on_the_device(dstrain, job, tmp_path):  # noqa: F811
