@@ -44,10 +44,16 @@ class NcclWork final : public Work {
     if (event_) cudaEventDestroy(event_);
   }
   void *CompletionEvent() const override { return event_; }
+  // True once finished, or failed: the communicator's asynchronous error (a
+  // peer lost) counts, so a WorkOrder finds the failure without waiting.
   bool Test() override {
     if (done_ || !status_.ok()) return true;
     const cudaError_t e = cudaEventQuery(event_);
-    if (e == cudaErrorNotReady) return false;
+    if (e == cudaErrorNotReady) {
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess || async == ncclSuccess)
+        return false;
+    }
     (void)Wait();  // finished or failed: Wait records which
     return true;
   }
