@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/model/model.h"
+#include "core/runtime/cuda_kernel_table.h"
 #include "core/tensor_parallel/tp_plan.h"
 #include "core/zero/memory_estimate.h"
 #include "core/zero/param_partition.h"
@@ -18,6 +19,12 @@ ActivationLimits ActivationLimitsFor(const Config &config, const ModelSpec &spec
   limits.max_B = config.train_micro_batch_size_per_gpu;
   limits.max_T = spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
   limits.max_threads = threads;
+  // On a GPU the fused attention saves no probabilities where it takes the
+  // shape (the CUDA plugin's rule; the engine asks its kernels instead).
+  if (config.runtime.device == "cuda" && spec.type == ModelSpec::Type::kGpt)
+    limits.attention_probabilities =
+        !dst_cuda_fused_attention_takes(long(limits.max_B), long(spec.gpt.d_model / config.tp_size),
+                                        long(spec.gpt.n_head / config.tp_size));
   return limits;
 }
 

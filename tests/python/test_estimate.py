@@ -47,3 +47,24 @@ def test_estimate_reports_an_impossible_layout(tmp_path, cli):
                           "--world-size", "4"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "data-parallel size 4" in out.stderr
+
+
+def test_estimate_on_a_gpu_counts_no_attention_probabilities(tmp_path, cli):
+    """With dstrain.device "cuda" the fused attention saves no B x H x T x T
+    probabilities (nor sizes the backward's [threads, T, T] scratch, which
+    counts where a block's scratch is the model's largest): the estimate drops
+    those bytes, where the head size lets the fused kernel run."""
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps(dp_tests.MODEL))  # 2 layers, 2 heads, d_model 32, context 16
+    activations = {}
+    for device in ("cpu", "cuda"):
+        cfg = tmp_path / f"{device}.json"
+        cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2,
+                                   "dstrain": {"device": device, "num_threads": 1}}))
+        est = estimate(cli, cfg, model, 1)
+        activations[device] = est["layouts"][0]["stages"][0]["activation_bytes"]
+    B, H, T, layers = 2, dp_tests.MODEL["n_head"], dp_tests.MODEL["n_ctx"], dp_tests.MODEL["n_layer"]
+    probabilities = layers * B * H * T * T * 4
+    scratch = 1 * T * T * 4
+    dropped = activations["cpu"] - activations["cuda"]
+    assert probabilities <= dropped <= probabilities + scratch, activations
