@@ -397,11 +397,15 @@ Status DataParallel::MasterToParams(int64_t begin, int64_t count, const float *m
     ops_.Narrow(storage_, master, HalfParams(begin), count);
     return Status::Ok();
   }
+  return NarrowIntoShard(at, master, count);
+}
+
+Status DataParallel::NarrowIntoShard(int64_t at, const float *master, int64_t count) {
   uint16_t half[kChunk];
   for (int64_t c = 0; c < count; c += kChunk) {
     const int64_t n = std::min(kChunk, count - c);
     Narrow(storage_, master + c, half, n);
-    DST_RETURN_IF_ERROR(params_->WriteShard(at + c, half, n));
+    DST_RETURN_IF_ERROR(params_->WriteShard(at + c, half, n, /*from_host=*/true));
   }
   return Status::Ok();
 }
@@ -610,13 +614,7 @@ Status DataParallel::HostMastersToParams(int64_t begin, int64_t count, const flo
   if (params_on_host_) {  // host to host: the shard is in host memory
     if (!Wide()) return params_->WriteShard(ParamIndex(begin), master, count, /*from_host=*/true);
     if (fp32_) fp32_->TakeValues(state_range_.offset + begin, count, master, /*host_src=*/true);
-    uint16_t half[kChunk];
-    for (int64_t c = 0; c < count; c += kChunk) {
-      const int64_t n = std::min(kChunk, count - c);
-      Narrow(storage_, master + c, half, n);
-      DST_RETURN_IF_ERROR(params_->WriteShard(ParamIndex(begin + c), half, n, /*from_host=*/true));
-    }
-    return Status::Ok();
+    return NarrowIntoShard(ParamIndex(begin), master, count);
   }
   for (int64_t c = 0; c < count; c += chunk_elements_) {  // through the device's chunk buffer
     const int64_t n = std::min(chunk_elements_, count - c);

@@ -190,6 +190,9 @@ class DataParallel final : public DataParallelism {
   }
   // 16 bits: the updated master weights into the 16-bit parameters.
   Status MasterToParams(int64_t begin, int64_t count, const float *master);
+  // Host master weights [count] rounded into the shard from shard element
+  // `at`, a chunk at a time through a host buffer (swapped or host-held shards).
+  Status NarrowIntoShard(int64_t at, const float *master, int64_t count);
   // The master weights into the parameters (16 bits: rounded; fp32 with a
   // mirror: copied) over state elements [begin, begin + count).
   Status MastersToParams(int64_t begin, int64_t count, const float *master);
