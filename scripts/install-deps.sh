@@ -7,6 +7,7 @@ PACKAGES=(
   build-essential cmake pkg-config
   libopenblas-openmp-dev   # BLAS (OpenMP build: one thread pool with our kernels)
   libdnnl-dev              # oneDNN: fp32 GEMMs (run-time ISA choice), the bf16 path
+  ocl-icd-opencl-dev       # oneDNN's CMake config finds OpenCL (only Recommended by libdnnl-dev)
   nlohmann-json3-dev       # config, metrics, checkpoint metadata
   libcli11-dev             # the dstrain command line
   libgloo-dev              # CPU collectives (data parallelism, ZeRO)

@@ -1,6 +1,8 @@
 #include "core/comm/communicator.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace dst {
 
@@ -24,6 +26,41 @@ const char *CommOpName(CommOp op) {
       return "recv";
   }
   return "unknown";
+}
+
+namespace {
+
+// The Works of an exchange's operations, as one.
+class GroupWork final : public Work {
+ public:
+  explicit GroupWork(std::vector<std::unique_ptr<Work>> parts) : parts_(std::move(parts)) {}
+  Status Wait() override {
+    Status first;
+    for (std::unique_ptr<Work> &w : parts_) {
+      Status st = w->Wait();
+      if (!st.ok() && first.ok()) first = std::move(st);
+    }
+    return first;
+  }
+  bool Test() override {
+    for (std::unique_ptr<Work> &w : parts_)
+      if (!w->Test()) return false;
+    return true;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Work>> parts_;
+};
+
+}  // namespace
+
+std::unique_ptr<Work> Communicator::Exchange(const std::vector<PeerOp> &ops) {
+  std::vector<std::unique_ptr<Work>> parts;
+  parts.reserve(ops.size());
+  for (const PeerOp &op : ops)
+    parts.push_back(op.send ? Send(op.data, op.bytes, op.peer, op.tag)
+                            : Recv(op.data, op.bytes, op.peer, op.tag));
+  return std::make_unique<GroupWork>(std::move(parts));
 }
 
 namespace {

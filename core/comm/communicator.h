@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/common/status.h"
 #include "core/precision/half_ops.h"
@@ -55,6 +56,15 @@ class Work {
   virtual void *CompletionEvent() const { return nullptr; }
 };
 
+// One send or receive of an Exchange.
+struct PeerOp {
+  bool send = false;
+  void *data = nullptr;  // read by a send, written by a receive
+  int64_t bytes = 0;
+  int64_t peer = 0;
+  uint32_t tag = 0;  // as Send/Recv's; a transport that matches by order (NCCL) ignores it
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -85,6 +95,14 @@ class Communicator {
   virtual std::unique_ptr<Work> Send(const void *data, int64_t bytes, int64_t peer,
                                      uint32_t tag) = 0;
   virtual std::unique_ptr<Work> Recv(void *data, int64_t bytes, int64_t peer, uint32_t tag) = 0;
+  // Sends and receives posted as one group, none waiting for another (NCCL's
+  // ncclGroupStart/End, torch's batch_isend_irecv): two ranks that send to
+  // each other in one exchange cannot deadlock, even where a lone send waits
+  // for its receive (NCCL's stream order, which also matches sends to
+  // receives by order per peer, ignoring tags). One Work completes when all
+  // have. The default posts each through Send / Recv (transports whose
+  // posting never blocks: Gloo).
+  virtual std::unique_ptr<Work> Exchange(const std::vector<PeerOp> &ops);
 
   // The same on 16-bit data (fp16 or bf16 bit patterns, `type`). A sum adds
   // two values in fp32 and rounds the result to `type` at every step, as a
@@ -143,6 +161,9 @@ class ForwardingCommunicator : public Communicator {
   }
   std::unique_ptr<Work> Recv(void *d, int64_t bytes, int64_t peer, uint32_t tag) override {
     return inner_->Recv(d, bytes, peer, tag);
+  }
+  std::unique_ptr<Work> Exchange(const std::vector<PeerOp> &ops) override {
+    return inner_->Exchange(ops);
   }
   std::unique_ptr<Work> AllReduceSum16(uint16_t *d, int64_t n, Half type) override {
     return inner_->AllReduceSum16(d, n, type);

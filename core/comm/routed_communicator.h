@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/comm/communicator.h"
 
@@ -48,6 +49,18 @@ class RoutedCommunicator final : public Communicator {
   }
   std::unique_ptr<Work> Recv(void *d, int64_t bytes, int64_t peer, uint32_t tag) override {
     return For(d).Recv(d, bytes, peer, tag);
+  }
+  // Every operation's buffer on the same side (a pipeline's exchange is all
+  // device or all host memory).
+  std::unique_ptr<Work> Exchange(const std::vector<PeerOp> &ops) override {
+    if (ops.empty()) return std::make_unique<DoneWork>();
+    const bool device = on_device_(ops.front().data);
+    for (const PeerOp &op : ops)
+      if (on_device_(op.data) != device)
+        return std::make_unique<DoneWork>(
+            InternalError("an exchange on group '" + name() +
+                          "' mixes device and host buffers: post each side's apart"));
+    return (device ? *device_ : *host_).Exchange(ops);
   }
   std::unique_ptr<Work> AllReduceSum16(uint16_t *d, int64_t n, Half type) override {
     return For(d).AllReduceSum16(d, n, type);

@@ -250,6 +250,7 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &h
       case Op::kRecvGradient:
       case Op::kSendGradient: {
         Status st = RunPipeOp(ins, batch, &rec.phases);
+        if (st.ok() && ins.ends_exchange) st = link_->EndExchange();
         if (!st.ok()) return st.context(at_step(OpName(ins.op)));
         break;
       }

@@ -218,19 +218,18 @@ Op InstructionOp(PipeOp op) {
   return Op::kRecvGradient;
 }
 
-bool IsForwardAction(PipeOp op) {
-  return op == PipeOp::kForward || op == PipeOp::kSendActivation || op == PipeOp::kRecvActivation;
-}
-
 }  // namespace
 
 std::vector<Instruction> PipelineProgram(const std::vector<PipeAction> &actions, ProgramKind kind) {
   std::vector<Instruction> program;
   if (kind != ProgramKind::kEval) program.push_back({Op::kZeroGradients});
-  for (const PipeAction &a : actions) {
-    if (kind == ProgramKind::kEval && !IsForwardAction(a.op)) continue;
-    Instruction ins{InstructionOp(a.op), a.micro_batch};
-    ins.chunk = a.chunk;
+  const std::vector<PipeAction> run =
+      kind == ProgramKind::kEval ? ForwardActions(actions) : actions;
+  const std::vector<bool> ends = ExchangeEnds(run);
+  for (size_t k = 0; k < run.size(); ++k) {
+    Instruction ins{InstructionOp(run[k].op), run[k].micro_batch};
+    ins.chunk = run[k].chunk;
+    ins.ends_exchange = ends[k];
     program.push_back(ins);
   }
   if (kind == ProgramKind::kEval) return program;

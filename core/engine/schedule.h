@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/common/status.h"
+#include "core/pipeline/exchange_order.h"
 #include "core/pipeline/pipeline_schedule.h"
 
 namespace dst {
@@ -47,6 +48,9 @@ struct Instruction {
   bool last_backward = false;  // kBackward / kBackwardWeight: the step's last (PrepareProgram)
   bool last_of_chunk = false;  // kBackward / kBackwardWeight: its chunk's last (PrepareProgram)
   int64_t chunk = 0;           // pipeline: the rank's model chunk (interleaved schedules)
+  // Pipeline sends and receives: the last of its exchange (a run of them
+  // between two computations, posted as one group on a device).
+  bool ends_exchange = false;
 };
 
 // Checks a program over `micro_batches` micro-batches and fills in what the

@@ -136,8 +136,6 @@ Status TrainingDevice::AdoptGroups(ProcessGroups *groups, Store *store, int64_t 
                                    const GlooOptions &common) {
   for (const GroupSlot &slot : GroupSlots(groups)) {
     if (slot.members->size() == 1) continue;  // a solo group moves no data
-    // The pipeline's sends and receives travel in host buffers (StageLink).
-    if (std::string_view(slot.name) == "pp_p2p") continue;
     Result<std::unique_ptr<Communicator>> twin =
         ConnectTwin(*store, GroupOptions(rank, slot.name, *slot.members, common));
     if (!twin.ok()) {

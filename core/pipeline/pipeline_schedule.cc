@@ -51,6 +51,15 @@ Result<PipeScheduleKind> ParsePipeSchedule(const std::string &name) {
                      "\"interleaved\"");
 }
 
+std::vector<PipeAction> ForwardActions(const std::vector<PipeAction> &actions) {
+  std::vector<PipeAction> forward;
+  for (const PipeAction &a : actions)
+    if (a.op == PipeOp::kForward || a.op == PipeOp::kSendActivation ||
+        a.op == PipeOp::kRecvActivation)
+      forward.push_back(a);
+  return forward;
+}
+
 namespace {
 
 // The actions of one rank, appended in order; `first`/`last` say whether a

@@ -50,6 +50,10 @@ enum class PipeScheduleKind {
   kInterleaved1F1B,        // Megatron's interleaved 1F1B over v model chunks per rank
 };
 
+// An evaluation step's share of a stage's actions: the forwards and the
+// sends and receives of their activations, in order.
+std::vector<PipeAction> ForwardActions(const std::vector<PipeAction> &actions);
+
 // "gpipe", "1f1b", "zb-h1", "interleaved".
 const char *PipeScheduleName(PipeScheduleKind kind);
 // Parses a schedule name (the config's spelling); errors list the choices.

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/comm/work_order.h"
+
 namespace dst {
 
 namespace {
@@ -51,12 +53,15 @@ Status StageLink::BeginStep(int64_t micro_batches, int64_t rows, bool training) 
       p.work.reset();
       Free(&p.buffer);
     }
+  for (int b : exchange_sends_) free_.push_back(b);  // an exchange a failed step left open
+  exchange_.clear(), exchange_sends_.clear(), exchange_what_.clear();
   micro_batches_ = micro_batches;
   rows_ = rows;
   const size_t keys = size_t(micro_batches * virtual_stages());
   if (held_.size() < keys) held_.resize(keys);
   for (std::vector<Posted> &kind : posted_) kind.resize(size_t(virtual_stages()));
   ResetTimes();
+  if (ordered()) return Status::Ok();  // a stream-ordered transport: nothing posted ahead
   for (int64_t c = 0; c < virtual_stages(); ++c) {
     if (!is_first(c)) DST_RETURN_IF_ERROR(PostReceive(kActivation, c, 0));
     if (training && !is_last(c)) DST_RETURN_IF_ERROR(PostReceive(kGradient, c, 0));
@@ -72,9 +77,7 @@ Result<int> StageLink::Acquire() {
   if (free_.empty()) DST_RETURN_IF_ERROR(Reap(/*all=*/false));
   if (free_.empty()) {  // the pool grows to the schedule's peak in the first step
     const size_t n = size_t(max_rows_ * max_width_);
-    pool_.emplace_back(tracker_, MemoryCategory::kCommunication, n);
-    if (staged())
-      device_pool_.emplace_back(tracker_, MemoryCategory::kCommunication, n, placement_.memory);
+    pool_.emplace_back(tracker_, MemoryCategory::kCommunication, n, placement_.memory);
     free_.reserve(pool_.size());
     return int(pool_.size() - 1);
   }
@@ -109,11 +112,17 @@ Status StageLink::Reap(bool all) {
 
 Status StageLink::Post(Kind kind, int64_t to_virtual_stage, int64_t mb, int buffer, int64_t bytes,
                        double *seconds) {
+  bytes_sent_ += bytes;
+  if (ordered()) {
+    exchange_sends_.push_back(buffer);
+    Collect(true, kind, to_virtual_stage, mb, buffer, bytes, Tag(kind, to_virtual_stage, mb),
+            seconds);
+    return Status::Ok();
+  }
   const auto t0 = Clock::now();
   pending_.push_back({p2p_->Send(pool_[size_t(buffer)].data(), bytes, RankOf(to_virtual_stage),
                                  Tag(kind, to_virtual_stage, mb)),
                       buffer});
-  bytes_sent_ += bytes;
   *seconds += SecondsSince(t0);
   return Status::Ok();
 }
@@ -157,9 +166,6 @@ Status StageLink::Receive(Kind kind, int64_t chunk, int64_t mb, int *buffer, dou
                       std::to_string(mb) + " from stage " +
                       std::to_string(RankOf(kind == kActivation ? vs - 1 : vs + 1)));
   }
-  if (staged())
-    placement_.memory->Upload(device_pool_[size_t(*buffer)].data(), pool_[size_t(*buffer)].data(),
-                              size_t(Bytes(kind, chunk)));
   if (mb + 1 < micro_batches_) return PostReceive(kind, chunk, mb + 1);
   return Status::Ok();
 }
@@ -171,8 +177,42 @@ Status StageLink::ReceiveHeld(Kind kind, int64_t chunk, int64_t mb, int64_t rows
   Held &h = held_[Key(chunk, mb)];
   int *slot = kind == kActivation ? &h.activation_in : &h.gradient_in;
   Free(slot);
-  return Receive(kind, chunk, mb, slot,
-                 kind == kActivation ? &times_.recv_input : &times_.recv_grad);
+  double *seconds = kind == kActivation ? &times_.recv_input : &times_.recv_grad;
+  if (!ordered()) return Receive(kind, chunk, mb, slot, seconds);
+  Result<int> b = Acquire();  // into a fresh buffer, in the open exchange
+  if (!b.ok()) return b.status();
+  *slot = b.value();
+  const int64_t vs = virtual_stage(chunk);
+  Collect(false, kind, kind == kActivation ? vs - 1 : vs + 1, mb, *slot, Bytes(kind, chunk),
+          Tag(kind, vs, mb), seconds);
+  return Status::Ok();
+}
+
+void StageLink::Collect(bool send, Kind kind, int64_t peer_virtual_stage, int64_t mb, int b,
+                        int64_t bytes, uint32_t tag, double *seconds) {
+  exchange_.push_back({send, pool_[size_t(b)].data(), bytes, RankOf(peer_virtual_stage), tag});
+  if (exchange_.size() == 1) exchange_clock_ = seconds;
+  exchange_what_ += std::string(exchange_what_.empty() ? "" : ", ") +
+                    (send ? "sending " : "receiving ") +
+                    (kind == kActivation ? "the activations" : "the gradients") +
+                    " of micro-batch " + std::to_string(mb) + (send ? " to" : " from") + " stage " +
+                    std::to_string(RankOf(peer_virtual_stage));
+}
+
+Status StageLink::EndExchange() {
+  if (!ordered() || exchange_.empty()) return Status::Ok();
+  const auto t0 = Clock::now();
+  std::unique_ptr<Work> work = p2p_->Exchange(exchange_);
+  const std::string what = "pipeline stage " + std::to_string(stage()) + " " + exchange_what_;
+  exchange_.clear(), exchange_what_.clear();
+  // Later compute waits for the exchange on its stream, and later exchanges
+  // follow it on theirs: its send buffers can be handed out again now.
+  for (int b : exchange_sends_) free_.push_back(b);
+  exchange_sends_.clear();
+  Status st = placement_.order ? placement_.order->After(std::move(work), what)
+                               : work->Wait().context(what);
+  *exchange_clock_ += SecondsSince(t0);
+  return st;
 }
 
 Status StageLink::RecvActivation(int64_t chunk, int64_t mb, int64_t rows) {
@@ -181,9 +221,7 @@ Status StageLink::RecvActivation(int64_t chunk, int64_t mb, int64_t rows) {
 
 const float *StageLink::activation_input(int64_t chunk, int64_t mb) const {
   const Held &h = held_[Key(chunk, mb)];
-  if (h.activation_in < 0) return nullptr;
-  return staged() ? device_pool_[size_t(h.activation_in)].data()
-                  : pool_[size_t(h.activation_in)].data();
+  return h.activation_in < 0 ? nullptr : pool_[size_t(h.activation_in)].data();
 }
 
 Status StageLink::KeepOutput(int64_t chunk, int64_t mb, const float *output, int64_t rows) {
@@ -198,10 +236,7 @@ Status StageLink::KeepOutput(int64_t chunk, int64_t mb, const float *output, int
   }
   h.output_rows = rows;
   const int64_t n = rows * chunks_[size_t(chunk)].out_width;
-  if (staged())
-    placement_.memory->Download(pool_[size_t(h.output)].data(), output, size_t(n) * sizeof(float));
-  else
-    placement_.step().CopyRange(output, n, pool_[size_t(h.output)].data());
+  placement_.step().CopyRange(output, n, pool_[size_t(h.output)].data());
   return Status::Ok();
 }
 
@@ -219,10 +254,7 @@ Status StageLink::SendHeld(Kind kind, int64_t chunk, int64_t mb) {
       (activation ? h.output_rows * shape.out_width : h.gradient_rows * shape.in_width) *
       int64_t(sizeof(float));
   const int posted = buffer;
-  buffer = -1;                  // the pending send owns it now
-  if (staged() && !activation)  // the kernels wrote it on the device (KeepOutput copied the output)
-    placement_.memory->Download(pool_[size_t(posted)].data(), device_pool_[size_t(posted)].data(),
-                                size_t(bytes));
+  buffer = -1;  // the pending send owns it now
   return Post(kind, virtual_stage(chunk) + (activation ? 1 : -1), mb, posted, bytes,
               activation ? &times_.send_output : &times_.send_grad);
 }
@@ -237,7 +269,7 @@ Status StageLink::RecvGradient(int64_t chunk, int64_t mb, int64_t rows) {
 
 float *StageLink::gradient_input(int64_t chunk, int64_t mb) {
   const Held &h = held_[Key(chunk, mb)];
-  return h.gradient_in < 0 ? nullptr : KernelView(h.gradient_in);
+  return h.gradient_in < 0 ? nullptr : pool_[size_t(h.gradient_in)].data();
 }
 
 Status StageLink::GradientOutput(int64_t chunk, int64_t mb, int64_t rows, float **out) {
@@ -251,7 +283,7 @@ Status StageLink::GradientOutput(int64_t chunk, int64_t mb, int64_t rows, float 
     h.gradient_out = b.value();
   }
   h.gradient_rows = rows;
-  *out = KernelView(h.gradient_out);
+  *out = pool_[size_t(h.gradient_out)].data();
   return Status::Ok();
 }
 
@@ -266,6 +298,7 @@ void StageLink::Release(int64_t chunk, int64_t mb) {
 }
 
 Status StageLink::FinishSends() {
+  DST_RETURN_IF_ERROR(EndExchange());  // none is open where the program marks each end
   return Reap(/*all=*/true);
 }
 

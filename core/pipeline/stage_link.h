@@ -12,17 +12,18 @@
 // nothing. Tags name the kind, the receiving virtual stage and the
 // micro-batch, so a message can only land where it belongs.
 //
-// On a device the messages still travel between host buffers, over the
-// pipeline group's host (Gloo) connections: each pool slot has a device twin
-// the kernels read and write, copied down after a receive and up before a
-// send. NCCL's send and receive are stream-ordered — a receive posted ahead
-// would hold every later send of the group's stream behind it, and two
-// stages sending to each other first would each wait for the other's
-// receive — so the posted-ahead schedule cannot run over them.
+// On a device the buffers are device memory and the messages travel over
+// the group's device (NCCL) connections, whose sends and receives run in
+// stream order and match by order, not tag: nothing is posted ahead. The
+// sends and receives the program lists between two computations are
+// collected and posted as one exchange (EndExchange; an order
+// core/pipeline/exchange_order.h proved cannot hang or cross), and the
+// compute stream waits for it without the host blocking.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/comm/communicator.h"
@@ -97,6 +98,13 @@ class StageLink {
   // buffers go back to the pool.
   void Release(int64_t chunk, int64_t mb);
 
+  // On a device: posts the sends and receives collected since the last
+  // exchange as one group (the program marks where each exchange ends), and
+  // has later compute wait for it; its buffers go back to the pool at once
+  // (later work on the streams runs after it). Nothing on the host, where
+  // each was posted as it came.
+  Status EndExchange();
+
   // Waits for every posted send (before the step's reductions).
   Status FinishSends();
 
@@ -140,11 +148,11 @@ class StageLink {
   Status PostReceive(Kind kind, int64_t chunk, int64_t mb);
   // Receive into the micro-batch's held buffer of that kind (checked rows).
   Status ReceiveHeld(Kind kind, int64_t chunk, int64_t mb, int64_t rows);
-  // What the kernels see of pool slot b: its device twin when staged.
-  float *KernelView(int b) {
-    return staged() ? device_pool_[size_t(b)].data() : pool_[size_t(b)].data();
-  }
-  bool staged() const { return !placement_.on_host(); }
+  // On a device: exchanges in program order over a stream-ordered transport.
+  bool ordered() const { return !placement_.on_host(); }
+  // Adds a send or receive of buffer b to the open exchange.
+  void Collect(bool send, Kind kind, int64_t peer_virtual_stage, int64_t mb, int b, int64_t bytes,
+               uint32_t tag, double *seconds);
   // Post the micro-batch's held output (activation) or input gradient.
   Status SendHeld(Kind kind, int64_t chunk, int64_t mb);
   int64_t Bytes(Kind kind, int64_t chunk) const;
@@ -156,11 +164,16 @@ class StageLink {
   StepPlacement placement_;
   int64_t micro_batches_ = 0;
   std::vector<Held> held_;
-  std::vector<Buffer<float>> pool_;         // host memory: what the messages travel in
-  std::vector<Buffer<float>> device_pool_;  // on a device: pool_[i]'s twin there
+  std::vector<Buffer<float>> pool_;  // where the messages travel from and to (the model's memory)
   std::vector<int> free_;
   std::vector<Pending> pending_;
   std::vector<Posted> posted_[2];  // [kind][chunk]
+  // On a device: the exchange being collected, its sends' buffers, what it
+  // is for (errors name it) and the timer its posting counts in.
+  std::vector<PeerOp> exchange_;
+  std::vector<int> exchange_sends_;
+  std::string exchange_what_;
+  double *exchange_clock_ = nullptr;
   int64_t rows_ = 0;
   PipeTimes times_;
   int64_t bytes_sent_ = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/pipeline/exchange_order.h"
 #include "core/pipeline/partition.h"
 
 namespace dst {
@@ -24,12 +25,20 @@ int64_t StagePlan::RankOfLayer(size_t g) const {
 Result<std::vector<std::vector<PipeAction>>> StagePlan::Actions(int64_t micro_batches) const {
   std::vector<std::vector<PipeAction>> programs =
       BuildPipeSchedule(schedule, stages, micro_batches, virtual_stages);
+  const std::string what = std::string("pipeline schedule \"") + PipeScheduleName(schedule) +
+                           "\" with " + std::to_string(micro_batches) + " micro-batches";
   Result<PipeScheduleCheck> check = CheckPipeSchedule(programs, micro_batches, virtual_stages);
-  if (!check.ok())
-    return Status(check.status())
-        .context(std::string("pipeline schedule \"") + PipeScheduleName(schedule) + "\" with " +
-                 std::to_string(micro_batches) + " micro-batches");
-  return programs;
+  if (!check.ok()) return Status(check.status()).context(what);
+  if (!stream_ordered) return programs;
+  Result<std::vector<std::vector<PipeAction>>> grouped =
+      GroupForStreamOrder(std::move(programs), virtual_stages);
+  if (!grouped.ok()) return Status(grouped.status()).context(what + " on a device");
+  std::vector<std::vector<PipeAction>> forward;
+  for (const std::vector<PipeAction> &actions : grouped.value())
+    forward.push_back(ForwardActions(actions));
+  if (Status st = CheckExchanges(forward, virtual_stages); !st.ok())
+    return st.context(what + " on a device (evaluation)");
+  return grouped;
 }
 
 int64_t StagePlan::PeakInFlight(int64_t rank, int64_t micro_batches) const {
@@ -50,6 +59,7 @@ Result<StagePlan> PlanStages(const ModelSpec &spec, const Config &config) {
   Result<PipeScheduleKind> kind = ParsePipeSchedule(config.pipeline.schedule);
   if (!kind.ok()) return kind.status();
   plan.schedule = kind.value();
+  plan.stream_ordered = config.runtime.device == "cuda";
   const int64_t B = config.train_micro_batch_size_per_gpu;
   const int64_t T = spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
   plan.layers = SummarizeLayers(spec, B, T);

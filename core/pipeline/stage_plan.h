@@ -19,6 +19,10 @@ struct StagePlan {
   int64_t stages = 1, virtual_stages = 1;
   std::vector<size_t> bounds;  // [stages * virtual_stages + 1] over the whole model's layers
   PipeScheduleKind schedule = PipeScheduleKind::kOneForwardOneBackward;
+  // On a device the stages exchange over a stream-ordered transport (NCCL):
+  // Actions regroups the programs' sends and receives so that they cannot
+  // hang or cross there (GroupForStreamOrder), evaluation's too.
+  bool stream_ordered = false;
   std::vector<LayerSummary> layers;  // the whole model's, for reports
 
   // Rank r's model chunks: chunk c is virtual stage c * stages + r.
@@ -29,7 +33,8 @@ struct StagePlan {
   // the plan's schedule with m micro-batches.
   int64_t PeakInFlight(int64_t rank, int64_t micro_batches) const;
   // Every rank's actions for m micro-batches, checked (sends and receives
-  // pair up, nothing can wait forever); an error names what is wrong.
+  // pair up, nothing can wait forever, and when stream_ordered nothing hangs
+  // or crosses in program order either); an error names what is wrong.
   Result<std::vector<std::vector<PipeAction>>> Actions(int64_t micro_batches) const;
 };
 

@@ -20,8 +20,9 @@ class TiedWeights {
   // `local_id`: the tensor's id in this stage's model (-1: this stage holds
   // no copy: nothing to do). `peer`: the pp rank holding the other copy.
   // `memory`: where the model's gradients live (the exchange buffers go
-  // there too). On a device the two copies travel in host buffers over the
-  // group's host connections (StageLink says why not NCCL's send/receive).
+  // there too; on a device the two copies travel over the group's device
+  // connections, as one exchange: a send and a receive that cannot wait for
+  // each other).
   TiedWeights(Communicator *pp, int local_id, int64_t numel, int64_t peer, MemoryTracker *tracker,
               MemoryResource *memory = nullptr);
 
@@ -35,9 +36,7 @@ class TiedWeights {
   Communicator *pp_;
   int id_;
   int64_t numel_, peer_;
-  MemoryResource *memory_;
-  Buffer<float> mine_, theirs_;            // in `memory`
-  Buffer<float> host_mine_, host_theirs_;  // on a device: what travels
+  Buffer<float> mine_, theirs_;  // in `memory`
 };
 
 }  // namespace dst

@@ -282,15 +282,17 @@ class OpenWork final : public Work {
 
 // The device group moves device memory only: a host buffer routed here (to
 // NCCL on a GPU) is an error naming the operation and the address.
+std::unique_ptr<Work> HandedHostMemory(const char *op, const void *data) {
+  char where[32];
+  std::snprintf(where, sizeof where, "%p", data);
+  return std::make_unique<DoneWork>(InternalError(
+      std::string("the device group's ") + op + " was handed host memory at " + where +
+      " (a GPU's NCCL group would read garbage or crash): route host buffers to the host group"));
+}
+
 template <typename Launch>
 std::unique_ptr<Work> Opened(const char *op, const void *data, Launch launch) {
-  if (data != nullptr && !Region::Get().Holds(data)) {
-    char where[32];
-    std::snprintf(where, sizeof where, "%p", data);
-    return std::make_unique<DoneWork>(InternalError(
-        std::string("the device group's ") + op + " was handed host memory at " + where +
-        " (a GPU's NCCL group would read garbage or crash): route host buffers to the host group"));
-  }
+  if (data != nullptr && !Region::Get().Holds(data)) return HandedHostMemory(op, data);
   Region::Get().RunStreamWaits();  // ordered after the stream's work, as NCCL's are
   Region::Get().Enter(op);
   return std::make_unique<OpenWork>(launch());
@@ -314,17 +316,30 @@ std::unique_ptr<Work> Communicator::Broadcast(float *d, int64_t n, int64_t root)
   return Opened("Broadcast", d, [&] { return inner().Broadcast(d, n, root); });
 }
 // NCCL's send and receive are stream-ordered (a receive posted ahead holds
-// every later send of its stream): the engine's point-to-point traffic goes
-// over the host group from host buffers, and the stand-in holds it to that.
+// every later send of its stream): the engine's device traffic between
+// ranks goes in exchanges whose order core/pipeline/exchange_order.h
+// proved, and the stand-in holds it to that.
 namespace {
 std::unique_ptr<Work> NoPointToPoint(const char *op, int64_t peer, uint32_t tag) {
   return std::make_unique<DoneWork>(InternalError(
-      std::string("the device group was handed a ") + op + " (peer " + std::to_string(peer) +
+      std::string("the device group was handed a lone ") + op + " (peer " + std::to_string(peer) +
       ", tag " + std::to_string(tag) +
-      "): a GPU's NCCL send/receive runs in stream order, where the pipeline's posted-ahead "
-      "receives would deadlock; stage the message through host memory and the host group"));
+      "): a GPU's NCCL send/receive runs in stream order and matches by order, not tag; post "
+      "it in an Exchange whose order the pipeline's exchange check proved"));
 }
 }  // namespace
+
+// Matched by order per peer, as NCCL matches them: every operation travels
+// under one tag, so a schedule whose sends and receives are not in the same
+// order on both sides delivers the wrong message here too.
+std::unique_ptr<Work> Communicator::Exchange(const std::vector<PeerOp> &ops) {
+  std::vector<PeerOp> ordered = ops;
+  for (PeerOp &op : ordered) {
+    op.tag = 0;
+    if (!Region::Get().Holds(op.data)) return HandedHostMemory("Exchange", op.data);
+  }
+  return Opened("Exchange", nullptr, [&] { return inner().Exchange(ordered); });
+}
 
 std::unique_ptr<Work> Communicator::Send(const void *, int64_t, int64_t peer, uint32_t tag) {
   return NoPointToPoint("send", peer, tag);

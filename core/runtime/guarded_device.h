@@ -160,6 +160,7 @@ class Communicator final : public ForwardingCommunicator {
   std::unique_ptr<Work> Broadcast(float *d, int64_t n, int64_t root) override;
   std::unique_ptr<Work> Send(const void *d, int64_t bytes, int64_t peer, uint32_t tag) override;
   std::unique_ptr<Work> Recv(void *d, int64_t bytes, int64_t peer, uint32_t tag) override;
+  std::unique_ptr<Work> Exchange(const std::vector<PeerOp> &ops) override;
   std::unique_ptr<Work> AllReduceSum16(uint16_t *d, int64_t n, Half type) override;
   std::unique_ptr<Work> ReduceSum16(uint16_t *d, int64_t n, int64_t root, Half type) override;
   std::unique_ptr<Work> AllGather16(uint16_t *d, int64_t shard) override;

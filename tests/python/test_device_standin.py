@@ -188,11 +188,13 @@ def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(
 
 
 # Tensor parallelism (with sequence parallelism), the pipeline (1F1B,
-# zero-bubble with recomputation, 16 bits at ZeRO 1): tensor parallelism's
-# activations cross ranks in device memory; the pipeline's activations,
-# gradients and tied-embedding gradients travel in host buffers (the
-# stand-in's device group refuses sends and receives, and host code never
-# touches device memory) and are copied to and from their device twins.
+# zero-bubble with recomputation, 16 bits at ZeRO 1, interleaved): tensor
+# parallelism's activations cross ranks in device memory; so do the
+# pipeline's activations, gradients and tied-embedding gradients, in
+# exchanges over the device group (NCCL's grouped send/receive on a GPU),
+# regrouped so that they cannot hang in stream order. The stand-in's device
+# group matches them by order alone, as NCCL does (no tags), and refuses a
+# lone send or receive; the compute waits for each exchange on its stream.
 @pytest.mark.parametrize("layout", [
     {"tensor_parallel": {"tp_size": 2}},
     {"tensor_parallel": {"tp_size": 2, "sequence_parallel": True}},

@@ -91,22 +91,27 @@ def test_killed_rank_is_named_by_every_survivor(tmp_path, tool):
     kill_rank_1_and_check_survivors(tool, cfg, model, 3, ("allreduce", "reduce", "allgather"))
 
 
-@pytest.mark.parametrize("world,layout", [(3, {}), (2, {"tensor_parallel": {"tp_size": 2}})],
-                         ids=["dp3", "tp2"])
+@pytest.mark.parametrize("world,layout", [
+    (3, {}), (2, {"tensor_parallel": {"tp_size": 2}}),
+    (2, {"pipeline_parallel": {"pp_size": 2}, "pipeline": {"schedule": "zb-h1"},
+         "gradient_accumulation_steps": 4})], ids=["dp3", "tp2", "pp2-zb"])
 def test_killed_rank_on_a_device_is_named_by_every_survivor(tmp_path, tool, monkeypatch, world,
                                                            layout):
     """On a device each group is a Gloo host group plus a device twin (here
     the guarded stand-in's, a second Gloo group): a rank lost in either still
     ends every survivor with a named error within the timeout. Under tensor
     parallelism the layers' collectives are waited for by the device's stream
-    and the host goes on: the step's end names the one that never came."""
+    and the host goes on: the step's end names the one that never came. Under
+    pipeline parallelism the stages' exchanges go over the device twin and
+    are waited for the same way."""
     cfg, model = job_files(tmp_path, world)
     config = json.loads(cfg.read_text())
     config["dstrain"]["device"] = "cuda"
     config.update(layout)
     cfg.write_text(json.dumps(config))
     monkeypatch.setenv("DSTRAIN_TEST_DEVICE", "guarded")
-    kill_rank_1_and_check_survivors(tool, cfg, model, world, ("allreduce", "reduce", "allgather"))
+    kill_rank_1_and_check_survivors(tool, cfg, model, world,
+                                    ("allreduce", "reduce", "allgather", "send", "recv"))
 
 
 def test_launcher_reports_the_rank_that_died_first(tmp_path, tool, cli):

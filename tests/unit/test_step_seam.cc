@@ -309,6 +309,10 @@ class Recording final : public ForwardingCommunicator {
     log_->push_back(std::string(name_) + " Send");
     return std::make_unique<DoneWork>();
   }
+  std::unique_ptr<Work> Exchange(const std::vector<PeerOp> &ops) override {
+    log_->push_back(std::string(name_) + " Exchange of " + std::to_string(ops.size()));
+    return std::make_unique<DoneWork>();
+  }
 
  private:
   const char *name_;
@@ -324,8 +328,16 @@ TEST(RoutedGroup, DeviceBuffersGoToTheDeviceGroupAndHostOnesToTheHostGroup) {
   EXPECT_TRUE(group.AllReduceSum(device + 1, 2)->Wait().ok());
   EXPECT_TRUE(group.AllReduceSum(host, 1)->Wait().ok());
   EXPECT_TRUE(group.Send(device, 16, 0, 0)->Wait().ok());
+  EXPECT_TRUE(group.Exchange({{true, device, 4, 0, 0}, {false, device + 2, 4, 0, 0}})->Wait().ok());
+  EXPECT_TRUE(group.Exchange({{false, host, 4, 0, 0}})->Wait().ok());
   EXPECT_EQ(log,
-            (std::vector<std::string>{"device AllReduceSum", "host AllReduceSum", "device Send"}));
+            (std::vector<std::string>{"device AllReduceSum", "host AllReduceSum", "device Send",
+                                      "device Exchange of 2", "host Exchange of 1"}));
+  // One exchange is one group: device and host buffers cannot share it.
+  const Status mixed = group.Exchange({{true, device, 4, 0, 0}, {false, host, 4, 0, 0}})->Wait();
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.message().find("mixes device and host buffers"), std::string::npos)
+      << mixed.message();
 }
 
 // The stand-in's device twin refuses a host buffer, as NCCL would fail on one.
@@ -339,19 +351,25 @@ TEST(GuardedDevice, TheDeviceTwinRefusesHostMemory) {
       << st.message();
 }
 
-// Point-to-point on the stand-in's device twin is refused, naming why (NCCL's
-// stream order would deadlock the pipeline's posted-ahead receives).
-TEST(GuardedDevice, TheDeviceTwinRefusesSendsAndReceives) {
+// A lone send or receive on the stand-in's device twin is refused, naming
+// why (NCCL's stream order: the pipeline's traffic goes in exchanges whose
+// order was proved), and so is an exchange over host memory.
+TEST(GuardedDevice, TheDeviceTwinRefusesLoneSendsAndHostExchanges) {
   guarded::Communicator twin(MakeSoloCommunicator("pp"));
   float buffer[2] = {};
   const Status send = twin.Send(buffer, 8, 1, 7)->Wait();
   const Status recv = twin.Recv(buffer, 8, 1, 7)->Wait();
   ASSERT_FALSE(send.ok());
   ASSERT_FALSE(recv.ok());
-  EXPECT_NE(send.message().find("handed a send (peer 1, tag 7)"), std::string::npos)
+  EXPECT_NE(send.message().find("handed a lone send (peer 1, tag 7)"), std::string::npos)
       << send.message();
-  EXPECT_NE(recv.message().find("stage the message through host memory"), std::string::npos)
-      << recv.message();
+  EXPECT_NE(recv.message().find("post it in an Exchange"), std::string::npos) << recv.message();
+  // An exchange must be over device memory, as NCCL's would.
+  const Status host = twin.Exchange({{true, buffer, 8, 1, 7}})->Wait();
+  ASSERT_FALSE(host.ok());
+  EXPECT_NE(host.message().find("the device group's Exchange was handed host memory"),
+            std::string::npos)
+      << host.message();
 }
 
 // The stand-in's region: a kernel, a copy and a collective's Work open it;

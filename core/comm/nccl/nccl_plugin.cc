@@ -51,8 +51,7 @@ class NcclWork final : public Work {
     const cudaError_t e = cudaEventQuery(event_);
     if (e == cudaErrorNotReady) {
       ncclResult_t async = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess || async == ncclSuccess)
-        return false;
+      if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess || async == ncclSuccess) return false;
     }
     (void)Wait();  // finished or failed: Wait records which
     return true;
@@ -177,6 +176,22 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Work> Recv(void *data, int64_t bytes, int64_t peer, uint32_t) override {
     return Launch(CommOp::kRecv, bytes, [&] {
       return ncclRecv(data, size_t(bytes), ncclUint8, int(peer), comm_, stream_);
+    });
+  }
+  // One NCCL group: the operations start together, so a send and a receive
+  // between the same two ranks in one exchange cannot wait for each other.
+  std::unique_ptr<Work> Exchange(const std::vector<PeerOp> &ops) override {
+    int64_t sent = 0;
+    for (const PeerOp &op : ops) sent += op.send ? op.bytes : 0;
+    return Launch(CommOp::kSend, sent, [&] {
+      ncclResult_t r = ncclGroupStart();
+      for (size_t i = 0; r == ncclSuccess && i < ops.size(); ++i) {
+        const PeerOp &op = ops[i];
+        r = op.send ? ncclSend(op.data, size_t(op.bytes), ncclUint8, int(op.peer), comm_, stream_)
+                    : ncclRecv(op.data, size_t(op.bytes), ncclUint8, int(op.peer), comm_, stream_);
+      }
+      const ncclResult_t ended = ncclGroupEnd();  // also after a failed call: the group closes
+      return r != ncclSuccess ? r : ended;
     });
   }
   Status Barrier() override {
