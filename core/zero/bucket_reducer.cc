@@ -101,9 +101,15 @@ Status BucketReducer::WaitOldest() {
   Pending p = std::move(pending_.front());
   pending_.pop_front();
   DST_RETURN_IF_ERROR(ops_.Await(std::move(p.work), "the gradient bucket reduction"));
-  if (p.wire < 0) return Status::Ok();
   const GradBucket &bucket = buckets_[p.bucket];
   if (bucket.root >= 0 && bucket.root != comm_->rank()) return Status::Ok();  // scratch here
+  if (p.wire >= 0) DST_RETURN_IF_ERROR(Unwire(p));
+  if (on_reduced_) on_reduced_(bucket.begin, bucket.end - bucket.begin);
+  return Status::Ok();
+}
+
+Status BucketReducer::Unwire(const Pending &p) {
+  const GradBucket &bucket = buckets_[p.bucket];
   void *data = static_cast<uint8_t *>(grads_) + size_t(bucket.begin) * ElementBytes(storage_);
   const int64_t n = bucket.end - bucket.begin;
   if (compressor_ && !staged_.empty()) {  // the sum on the host, then up

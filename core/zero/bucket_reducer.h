@@ -12,6 +12,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -53,6 +54,11 @@ class BucketReducer {
   Status LaunchAbove(int64_t boundary);
   // Launches what is left and waits for everything.
   Status Finish();
+  // Called with each bucket's flat range [begin, begin + count) once this
+  // rank holds its reduced sum (an all-reduced bucket, or one it owns):
+  // ZeRO-Offload on a device copies it down then, during the backward.
+  using OnReduced = std::function<void(int64_t begin, int64_t count)>;
+  void SetOnReduced(OnReduced on_reduced) { on_reduced_ = std::move(on_reduced); }
 
  private:
   struct Pending {
@@ -63,6 +69,9 @@ class BucketReducer {
   Status Launch(size_t bucket);
   // Waits for the oldest reduction; rounds a widened bucket back.
   Status WaitOldest();
+  // The bucket's sum into the gradients where it went over the wire in
+  // another form (converted, compressed).
+  Status Unwire(const Pending &p);
 
   ShardLayout layout_;
   Communicator *comm_;
@@ -77,6 +86,7 @@ class BucketReducer {
   std::unique_ptr<GradCompressor> compressor_;
   // Off the host with a codec: each compression slot's bucket on the host.
   std::vector<std::vector<uint8_t>> staged_;
+  OnReduced on_reduced_;
 };
 
 }  // namespace dst

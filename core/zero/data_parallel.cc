@@ -103,6 +103,15 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
       down_[b] = HostStaging(placement_.memory, chunk_bytes, pinned, tracker);
       if (Wide()) up_[b] = HostStaging(placement_.memory, chunk_bytes / 2, pinned, tracker);
     }
+    // The sums are final after a reduction (ZeRO 2/3: to the owners; 0/1:
+    // the buckets', with more than one rank). Zeroed: the padding is never
+    // copied down.
+    if (stage_ >= 2 || dp->size() > 1) {
+      const size_t bytes = size_t(state_range_.size) * ElementBytes(storage_);
+      host_grads_ =
+          HostStaging(placement_.memory, bytes, pinned, tracker, MemoryCategory::kGradients);
+      std::memset(host_grads_.as<void>(), 0, bytes);
+    }
   }
 
   GradPartitionOptions grad_options;
@@ -116,6 +125,8 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
     grad_options.once_per_step = stage_ == 2 && config.pp_size > 1;
     grads_ = std::make_unique<GradientPartition>(&plan_, layout_, dp_, &store, tracker,
                                                  grad_options, placement_);
+    if (!host_grads_.empty())
+      grads_->SetOnFinal([this](int64_t begin, int64_t count) { GradsFinal(begin, count); });
   } else if (Wide()) {
     grads_ = std::make_unique<GradientPartition>(&plan_, local_layout, local_.get(), &store,
                                                  tracker, grad_options, placement_);
@@ -125,6 +136,8 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
     buckets_ = std::make_unique<BucketReducer>(
         layout_, stage_, dp_, FullGrads(), storage_, wire_, bucket, tracker,
         config.gradient_compression.enabled ? &codec : nullptr, placement_);
+    if (!host_grads_.empty())
+      buckets_->SetOnReduced([this](int64_t begin, int64_t count) { GradsFinal(begin, count); });
   }
 }
 
@@ -254,6 +267,8 @@ Status DataParallel::ZeroGradients() {
   grads_gathered_ = false;
   launch_buckets_ = false;
   clip_coef_ = 1;
+  grads_on_host_ = !host_grads_.empty();
+  host_scalings_.clear();
   if (fp32_) fp32_->ZeroGrads();
   Status st = buckets_ ? buckets_->Reset() : Status::Ok();
   if (grads_) {
@@ -309,7 +324,15 @@ Status DataParallel::FinishReduction() {
   if (Wide() || dp_->size() == 1) return Status::Ok();  // 16 bits: averaged in the step
   const float k = 1.0f / float(dp_->size());
   step().ScaleRange(k, state_range_.size, static_cast<float *>(StateGrads()));
+  if (grads_on_host_) host_scalings_.push_back(k);
   return step().TakeError();
+}
+
+void DataParallel::GradsFinal(int64_t begin, int64_t count) {
+  const size_t bytes = ElementBytes(storage_), at = size_t(begin - state_range_.offset) * bytes;
+  grads_down_ = placement_.memory->DownloadAsync(host_grads_.as<uint8_t>() + at,
+                                                 static_cast<const uint8_t *>(StateGrads()) + at,
+                                                 size_t(count) * bytes);
 }
 
 Result<double> DataParallel::GradNorm() {
@@ -377,6 +400,7 @@ Status DataParallel::AddStoredGradient(int id, const float *in) {
   }
   const ShardInfo part = StatePartOf(id);
   uint8_t *grads = static_cast<uint8_t *>(StateGrads());
+  grads_on_host_ = false;  // the device's copy changed after it came down
   ops_.AddInto(storage_, in + (part.offset - d.offset),
                grads + size_t(part.offset - state_range_.offset) * ElementBytes(storage_),
                part.size);
@@ -384,10 +408,12 @@ Status DataParallel::AddStoredGradient(int id, const float *in) {
 }
 
 void DataParallel::ScaleGradients(float k) {
-  if (Wide())
+  if (Wide()) {
     clip_coef_ *= double(k);
-  else
-    step().ScaleRange(k, state_range_.size, static_cast<float *>(StateGrads()));
+    return;
+  }
+  step().ScaleRange(k, state_range_.size, static_cast<float *>(StateGrads()));
+  if (grads_on_host_) host_scalings_.push_back(k);
 }
 
 Status DataParallel::MasterToParams(int64_t begin, int64_t count, const float *master) {
@@ -433,6 +459,7 @@ Status DataParallel::UpdatePieces(double lr, int64_t *touched) {
   StateStore &state = optimizer_->state();
   DST_RETURN_IF_ERROR(state.BeginPass(optimizer_->steps_taken()));
   if (params_) DST_RETURN_IF_ERROR(params_->BeginShardWrite());
+  if (grads_on_host_) placement_.memory->WaitCopy(grads_down_);  // the backward's copies
   const int64_t step = state.piece_elements();
   for (int64_t c = 0; c < state_range_.size; c += step) {
     StatePiece piece;
@@ -483,7 +510,12 @@ Status DataParallel::WriteHalfParams(int64_t begin, int64_t n, const uint16_t *h
 Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
   if (!Wide()) {  // fp32: the parameters updated in place, or their mirror and a copy
     const float *grads = static_cast<const float *>(StateGrads()) + piece.begin;
-    if (host_state_) {  // the gradients down a chunk at a time, CPU-Adam, the weights up
+    if (host_state_) {       // the gradients down a chunk at a time, CPU-Adam, the weights up
+      if (grads_on_host_) {  // down already: the device's averaging and clipping, replayed
+        float *g = host_grads_.as<float>() + piece.begin;
+        for (const float k : host_scalings_)
+          for (int64_t i = 0; i < piece.count; ++i) g[i] *= k;
+      }
       DST_RETURN_IF_ERROR(StreamGradsDown(
           piece, grads, sizeof(float), [&](const StatePiece &part, const void *down, int) {
             optimizer_->Update(part, nullptr, static_cast<const float *>(down), lr);
@@ -532,6 +564,15 @@ Status DataParallel::UpdatePiece(const StatePiece &piece, double lr) {
 template <typename Update>
 Status DataParallel::StreamGradsDown(const StatePiece &piece, const void *grads, size_t bytes,
                                      Update update) {
+  if (grads_on_host_) {  // copied down during the backward (UpdatePieces waited for them)
+    const uint8_t *host = host_grads_.as<const uint8_t>() + size_t(piece.begin) * bytes;
+    int b = 0;
+    for (int64_t c = 0; c < piece.count; c += chunk_elements_, b ^= 1) {
+      const int64_t n = std::min(chunk_elements_, piece.count - c);
+      DST_RETURN_IF_ERROR(update(PartOf(piece, c, n), host + size_t(c) * bytes, b));
+    }
+    return Status::Ok();
+  }
   MemoryResource &device = *placement_.memory;
   const auto *src = static_cast<const uint8_t *>(grads);
   uint64_t ready[2] = {0, 0};

@@ -218,6 +218,9 @@ class DataParallel final : public DataParallelism {
   // (b: the staging pair it may use).
   template <typename Update>
   Status StreamGradsDown(const StatePiece &piece, const void *grads, size_t bytes, Update update);
+  // The shard's flat range [begin, begin + count) holds the step's sum: its
+  // copy down into host_grads_ is queued on the stream.
+  void GradsFinal(int64_t begin, int64_t count);
   // The 16-bit copy of state elements [begin, begin + n) up from the host
   // staging buffer `half`: queued (*sent: its copy mark), or written now.
   Status SendHalfParams(int64_t begin, int64_t n, const uint16_t *half, uint64_t *sent);
@@ -256,6 +259,18 @@ class DataParallel final : public DataParallelism {
   // host_state_: the offloaded update's transfer buffers, two each way
   // (page-locked with offload_optimizer.pin_memory).
   HostStaging down_[2], up_[2];
+  // host_state_ (stages 2, 3; 0, 1 on more than one rank): the state range's
+  // gradients (storage type), each owned piece copied down during the
+  // backward once it holds the step's reduced sum (GradsFinal; grads_down_
+  // the last copy's mark). The step
+  // reads them there unless something changed the device's copy since (a
+  // tied weight's sum: grads_on_host_ false, the chunks come down as before);
+  // fp32's averaging and clipping, applied on the device after the copies,
+  // are replayed on them in the same order (host_scalings_).
+  HostStaging host_grads_;
+  uint64_t grads_down_ = 0;
+  bool grads_on_host_ = false;
+  std::vector<float> host_scalings_;
   std::unique_ptr<Communicator> local_;  // a group of one: 16-bit working copies at stages 0-2
   PartitionPlan plan_;
   std::unique_ptr<Optimizer> optimizer_;

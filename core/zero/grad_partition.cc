@@ -128,6 +128,7 @@ void GradientPartition::Launch(const Segment &segment, float *base, int buffer,
   const float *staged = base + segment.staged;
   if (comm_->size() == 1) {  // the whole buffer is this rank's shard: no collective
     ops_.AddInto(shard_.type(), staged, shard_.at(segment.begin), segment.size());
+    if (final_pass_ && on_final_) on_final_(segment.begin, segment.size());
     return;
   }
   const bool wide_wire = options_.wire == StorageType::kFp32;
@@ -141,7 +142,7 @@ void GradientPartition::Launch(const Segment &segment, float *base, int buffer,
       const int64_t at = segment.staged + (x - segment.begin);
       void *data = wide_wire ? static_cast<void *>(base + at) : wire_[buffer].at(wire_offset + at);
       pending_.push_back({ReduceSum(*comm_, options_.wire, data, count, owner), data, x, count,
-                          buffer, owner == comm_->rank()});
+                          buffer, owner == comm_->rank(), final_pass_});
     }
   });
 }
@@ -158,6 +159,7 @@ Status GradientPartition::Wait(int buffer) {
     }
     Status st = ops_.Await(std::move(p.work), "the gradient reduction to their owners");
     if (st.ok() && p.mine) AddToShard(p.begin, p.data, p.count);
+    if (st.ok() && p.mine && p.final && on_final_) on_final_(p.begin, p.count);
     if (!st.ok() && first.ok()) first = std::move(st);
   }
   pending_.erase(pending_.begin() + std::ptrdiff_t(kept), pending_.end());

@@ -29,6 +29,7 @@
 // host's) and every sum, rounding and fill runs through its step backend.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -76,6 +77,11 @@ class GradientPartition {
   // Once per step: whether the backward that follows is each of its layers'
   // last of the step (its chunk's last backward).
   void SetFinalPass(bool final) { final_pass_ = final; }
+  // Called with each flat range [begin, begin + count) of this rank's shard
+  // once it holds the step's sum (its reduction in a final pass was added):
+  // ZeRO-Offload on a device copies it down then, during the backward.
+  using OnFinal = std::function<void(int64_t begin, int64_t count)>;
+  void SetOnFinal(OnFinal on_final) { on_final_ = std::move(on_final); }
   // Waits for every reduction in flight and adds the owned pieces to the shard.
   Status Drain();
 
@@ -86,6 +92,7 @@ class GradientPartition {
     int64_t begin, count;  // flat range
     int buffer;            // staging buffer index, or kSharedBuffer
     bool mine;
+    bool final;  // launched in a final pass: the shard's piece is the step's sum once added
   };
   static constexpr int kSharedBuffer = 2;
   static constexpr int kStepBuffer = 3;  // once per step: the step-wide accumulation
@@ -117,6 +124,7 @@ class GradientPartition {
   Buffer<float> step_;        // once per step: [sum of the layers' staging sizes]
   std::vector<int64_t> step_offset_;  // once per step: [layer] its gradients in step_
   bool final_pass_ = false;
+  OnFinal on_final_;
   int current_ = 0;  // staging buffer of the layer in backward
   std::vector<Pending> pending_;
 };

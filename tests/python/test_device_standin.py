@@ -176,10 +176,15 @@ def test_compressed_gradients_on_the_device_are_the_cpu_run(
     launch_both_and_compare(dstrain, job, tmp_path)
 
 
+# ZeRO-Offload copies each owned gradient piece down during the backward,
+# once it holds the step's sum (ZeRO 2: reduced to its owner; ZeRO 1: its
+# bucket reduced, here over a bf16 wire); fp32's averaging and clipping
+# (gradient_clipping 1.0), applied on the device after those copies, are
+# replayed on the host copy in the same order.
 @pytest.mark.parametrize("stage,wire,precision,offload", [
     (1, None, None, None), (2, "fp16", None, None), (0, "bf16", None, None),
     (3, None, "bf16", None), (2, None, "fp16", None), (2, None, "bf16", "cpu"),
-    (3, None, "bf16-layernorm", None)])
+    (2, None, None, "cpu"), (1, "bf16", None, "cpu"), (3, None, "bf16-layernorm", None)])
 def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(
         dstrain, job, tmp_path, stage, wire, precision, offload):  # noqa: F811
     job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", stage, 4, wire, precision, offload)
@@ -195,6 +200,9 @@ def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(
 # regrouped so that they cannot hang in stream order. The stand-in's device
 # group matches them by order alone, as NCCL does (no tags), and refuses a
 # lone send or receive; the compute waits for each exchange on its stream.
+# ZeRO-Offload under the pipeline: the tied embedding's gradients are summed
+# on the device after the backward copied them down, so that step takes the
+# device's copy instead.
 @pytest.mark.parametrize("layout", [
     {"tensor_parallel": {"tp_size": 2}},
     {"tensor_parallel": {"tp_size": 2, "sequence_parallel": True}},
@@ -206,10 +214,13 @@ def test_two_data_parallel_ranks_on_the_device_are_the_cpu_run(
      "zero_optimization": {"stage": 1}},
     {"pipeline_parallel": {"pp_size": 2},
      "pipeline": {"schedule": "interleaved", "virtual_stages": 2}},
+    {"pipeline_parallel": {"pp_size": 2},
+     "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True}}},
     {"tensor_parallel": {"tp_size": 2, "sequence_parallel": True},
      "pipeline_parallel": {"pp_size": 2}, "bf16": {"enabled": True},
      "zero_optimization": {"stage": 1}},
-], ids=["tp2", "tp2-sp", "pp2", "pp2-zb", "pp2-bf16-zero1", "pp2-interleaved", "tp2-pp2-bf16"])
+], ids=["tp2", "tp2-sp", "pp2", "pp2-zb", "pp2-bf16-zero1", "pp2-interleaved", "pp2-zero2-offload",
+        "tp2-pp2-bf16"])
 def test_model_parallel_layouts_on_the_device_are_the_cpu_run(
         dstrain, job, tmp_path, layout):  # noqa: F811
     model = dict(cli_tests.TINY_MODEL, n_layer=4 if "pipeline" in layout and
