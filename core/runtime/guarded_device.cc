@@ -59,6 +59,10 @@ Region::Region() : reserved_(ReserveBytes()) {
   void *p = mmap(nullptr, reserved_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   base_ = p == MAP_FAILED ? nullptr : static_cast<char *>(p);
   g_region = this;
+  if (const char *trace = std::getenv("DSTRAIN_TEST_DEVICE_TRACE"); trace && *trace) {
+    const char *rank = std::getenv("RANK");
+    trace_ = std::fopen((std::string(trace) + "." + (rank ? rank : "0")).c_str(), "w");
+  }
   struct sigaction action {};
   action.sa_sigaction = OnFault;
   action.sa_flags = SA_SIGINFO;
@@ -96,7 +100,18 @@ void Region::Leave() {
   if (--open_ == 0) Protect(PROT_NONE);
 }
 
+void Region::Trace(const char *kind, const char *what, uint64_t id) {
+  if (trace_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (id > 0)
+    std::fprintf(trace_, "%s %s%llu\n", kind, what, static_cast<unsigned long long>(id));
+  else
+    std::fprintf(trace_, "%s %s\n", kind, what);
+  std::fflush(trace_);
+}
+
 void Region::WaitBeforeNextKernel(Work *work) {
+  Trace("stream-wait");
   std::lock_guard<std::mutex> lock(mutex_);
   stream_.push_back({.wait = work});
   any_stream_op_ = true;
@@ -108,6 +123,7 @@ void Region::SetBeforeHostWait(std::function<Status()> hook) {
 }
 
 bool Region::BeforeHostWait() {
+  Trace("host-drain");
   std::function<Status()> hook;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -132,10 +148,15 @@ void Region::Forget(Work *work) {
 }
 
 uint64_t Region::QueueCopy(void *dst, const void *src, size_t bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  stream_.push_back({.dst = dst, .src = src, .bytes = bytes, .mark = ++copies_queued_});
-  any_stream_op_ = true;
-  return copies_queued_;
+  uint64_t mark = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stream_.push_back({.dst = dst, .src = src, .bytes = bytes, .mark = ++copies_queued_});
+    any_stream_op_ = true;
+    mark = copies_queued_;
+  }
+  Trace("copy-queued", "", mark);
+  return mark;
 }
 
 void Region::RunStreamWaits(uint64_t mark) {
@@ -151,8 +172,10 @@ void Region::RunStreamWaits(uint64_t mark) {
       op = stream_.front();
       stream_.pop_front();
     }
-    if (op.mark == 0) {                               // a wait (null: its Work ended first)
+    if (op.mark == 0) {  // a wait (null: its Work ended first)
+      in_stream_ = true;
       if (op.wait != nullptr) (void)op.wait->Wait();  // it keeps its status for the Drain
+      in_stream_ = false;
       continue;
     }
     Enter("an asynchronous copy");
@@ -248,21 +271,24 @@ namespace {
 // or the Work's end). Its completion "event" is itself.
 class OpenWork final : public Work {
  public:
-  explicit OpenWork(std::unique_ptr<Work> inner) : inner_(std::move(inner)) {}
+  OpenWork(std::unique_ptr<Work> inner, const char *what) : inner_(std::move(inner)), what_(what) {}
   ~OpenWork() override {
     Region::Get().Forget(this);
     inner_.reset();
     Close();
   }
   Status Wait() override {
-    if (!waited_) status_ = inner_->Wait(), waited_ = true;
+    if (!waited_) {
+      if (!Region::Get().in_stream()) Region::Get().Trace("host-wait", what_);
+      status_ = inner_->Wait(), waited_ = true;
+    }
     Close();
     return status_;
   }
   bool Test() override {
     if (waited_) return true;
     const bool done = inner_->Test();
-    if (done) (void)Wait();
+    if (done) status_ = inner_->Wait(), waited_ = true, Close();  // finished: no host wait
     return done;
   }
   void *CompletionEvent() const override {
@@ -275,6 +301,7 @@ class OpenWork final : public Work {
     open_ = false;
   }
   std::unique_ptr<Work> inner_;
+  const char *what_;
   bool open_ = true;
   bool waited_ = false;
   Status status_;
@@ -295,7 +322,8 @@ std::unique_ptr<Work> Opened(const char *op, const void *data, Launch launch) {
   if (data != nullptr && !Region::Get().Holds(data)) return HandedHostMemory(op, data);
   Region::Get().RunStreamWaits();  // ordered after the stream's work, as NCCL's are
   Region::Get().Enter(op);
-  return std::make_unique<OpenWork>(launch());
+  Region::Get().Trace("collective", op);
+  return std::make_unique<OpenWork>(launch(), op);
 }
 
 }  // namespace

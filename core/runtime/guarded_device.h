@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -71,6 +72,18 @@ class Region {
   // copy `mark` names.
   void RunStreamWaits(uint64_t mark = UINT64_MAX);
 
+  // The step's stream as a recorded program: with DSTRAIN_TEST_DEVICE_TRACE
+  // set, each kernel or copy ("kernel NAME"), collective ("collective OP"),
+  // stream wait for one ("stream-wait"), queued asynchronous copy
+  // ("copy-queued MARK") and wait for it ("copy-wait MARK"), host wait for
+  // the stream ("host-drain") and host wait for a collective ("host-wait
+  // OP") is a line of $DSTRAIN_TEST_DEVICE_TRACE.<RANK>, in order; tests
+  // read what blocked the host and what overlapped.
+  void Trace(const char *kind, const char *what = "", uint64_t id = 0);
+  // True while the stream runs its queued operations (a wait there is the
+  // stream's, not the host's).
+  bool in_stream() const { return in_stream_; }
+
  private:
   Region();
   void Protect(int prot);  // over the pages handed out so far
@@ -91,6 +104,8 @@ class Region {
   std::function<Status()> before_host_wait_;
   Status error_;
   std::atomic<bool> any_stream_op_{false};
+  std::atomic<bool> in_stream_{false};
+  std::FILE *trace_ = nullptr;
   uint64_t copies_queued_ = 0, copies_done_ = 0;
 };
 
@@ -99,6 +114,7 @@ struct Scope {
   explicit Scope(const char *kernel) {
     Region::Get().RunStreamWaits();
     Region::Get().Enter(kernel);
+    Region::Get().Trace("kernel", kernel);
   }
   static bool HostWaitReady() { return Region::Get().BeforeHostWait(); }
   static Status TakeError() { return Region::Get().TakeError(); }
@@ -133,7 +149,10 @@ class Memory final : public MemoryResource {
   // Queued on the stand-in's stream (Region::QueueCopy).
   uint64_t DownloadAsync(void *host, const void *src, size_t bytes) override;
   uint64_t UploadAsync(void *dst, const void *host, size_t bytes) override;
-  void WaitCopy(uint64_t mark) override { Region::Get().RunStreamWaits(mark); }
+  void WaitCopy(uint64_t mark) override {
+    Region::Get().Trace("copy-wait", "", mark);
+    Region::Get().RunStreamWaits(mark);
+  }
   // DSTRAIN_TEST_DEVICE_CHUNK_BYTES when set (tests that need many chunks
   // from a tiny model), else the default.
   size_t chunk_bytes() const override;
