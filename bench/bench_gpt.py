@@ -4,7 +4,7 @@ run (DESIGN.md section 7). Prints ratios; asserts nothing.
 
 Model: GPT 6 layers, 6 heads, d_model 384, n_ctx 256, vocab 256, micro-batch 8,
 AdamW. For each thread count: the fp32 GEMM peak of dstrain's GEMM backend and of
-OpenBLAS (bench/sgemm_peak); then per precision (fp32; bf16 = dstrain
+OpenBLAS, and the bf16 GEMM peak where the CPU has AVX512-BF16 (bench/sgemm_peak); then per precision (fp32; bf16 = dstrain
 bf16.enabled vs PyTorch's bf16 autocast) dstrain tokens/s (bench/bench_gpt_dstrain,
 C ABI) and PyTorch tokens/s (tests/python/torch_gpt.py), interleaved --repeats
 times, each in its own process with OPENBLAS_NUM_THREADS and OMP_NUM_THREADS
@@ -261,7 +261,12 @@ def main():
                         runs["tuned"].append(last_json_line(
                             run(torch_cmd, n, f"pytorch {precision} OPENBLAS_CORETYPE={tuned}",
                                 timeout, {"OPENBLAS_CORETYPE": tuned}), "torch worker"))
-                rows.append(dict(threads=n, precision=precision, peak=sgemm["peak_gflops"],
+                # bf16 rows against the bf16 GEMM the layers use, where the CPU has one.
+                bf16_peak = sgemm.get("bf16_peak_gflops", 0.0)
+                rows.append(dict(threads=n, precision=precision, fp32_peak=sgemm["peak_gflops"],
+                                 peak=bf16_peak if precision == "bf16" and bf16_peak else
+                                 sgemm["peak_gflops"],
+                                 peak_kind="bf16" if precision == "bf16" and bf16_peak else "fp32",
                                  openblas_peak=sgemm.get("openblas_peak_gflops", 0.0),
                                  tuned_core=tuned, **runs))
 
@@ -292,7 +297,8 @@ def main():
     for r in rows:
         d, t = r["dst"][0], r["torch"][0]
         print(
-            f"threads {r['threads']} {r['precision']}: fp32 GEMM peak {r['peak']:.1f} GFLOP/s "
+            f"threads {r['threads']} {r['precision']}: dst/peak against the {r['peak_kind']} GEMM "
+            f"peak {r['peak']:.1f} GFLOP/s (fp32 {r['fp32_peak']:.1f}) "
             f"(OpenBLAS alone {r['openblas_peak']:.1f}); loss first/last timed step  dstrain "
             f"{d['first_loss']:.4f}/{d['last_loss']:.4f}  torch "
             f"{t['first_loss']:.4f}/{t['last_loss']:.4f} (same model, different init)"

@@ -3,7 +3,10 @@
 // machine at a given thread count, beside OpenBLAS's own, over square sizes 512..2048 and over the
 // GEMM shapes of the bench_gpt training step (GPT 6x384, n_ctx 256, micro-batch
 // 8: 2048 tokens). This is the denominator of "fraction of SGEMM peak" in
-// bench/bench_gpt.py.
+// bench/bench_gpt.py. Where the CPU has AVX512-BF16 it also measures the bf16
+// GEMM bf16 training uses (dst::cpu::Gemm with ComputeType::kBf16: oneDNN's
+// bf16 matmul with fp32 accumulation, its operands rounded from fp32 in
+// per-thread scratch, as the layers call it): the denominator of bf16 rows.
 //
 // Usage: sgemm_peak [--threads N] [--quick] [--json]
 //   --json prints one JSON object on the last line (for the orchestrator).
@@ -33,8 +36,10 @@ double Now() {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
 }
 
-// Best GFLOP/s of C[m,n] = op(A) op(B) over repetitions lasting ~min_seconds.
-double Measure(dst::cpu::GemmBackend backend, const Shape &s, double min_seconds) {
+// Best GFLOP/s of C[m,n] = op(A) op(B) over repetitions lasting ~min_seconds
+// (bf16: the bf16 compute path, whatever the backend).
+double Measure(dst::cpu::GemmBackend backend, const Shape &s, double min_seconds,
+               bool bf16 = false) {
   const size_t a_size = static_cast<size_t>(s.m) * s.k;
   const size_t b_size = static_cast<size_t>(s.k) * s.n;
   std::vector<float> a(a_size), b(b_size), c(static_cast<size_t>(s.m) * s.n);
@@ -45,8 +50,12 @@ double Measure(dst::cpu::GemmBackend backend, const Shape &s, double min_seconds
   const int lda = s.trans_a ? s.m : s.k;  // row-major: A is [m,k] or [k,m]
   const int ldb = s.trans_b ? s.k : s.n;  // B is [k,n] or [n,k]
   auto run = [&] {
-    dst::cpu::GemmWith(backend, s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(),
-                       ldb, 0.0f, c.data(), s.n);
+    if (bf16)
+      dst::cpu::Gemm(dst::ComputeType::kBf16, s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(),
+                     lda, b.data(), ldb, 0.0f, c.data(), s.n);
+    else
+      dst::cpu::GemmWith(backend, s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), lda,
+                         b.data(), ldb, 0.0f, c.data(), s.n);
   };
   run();  // warm-up: page faults, thread start
   const double flops = 2.0 * s.m * s.n * s.k;
@@ -112,16 +121,19 @@ int main(int argc, char **argv) {
   std::printf("dstrain GEMM: %s on %s; OpenBLAS %s (core %s), %d thread(s)\n",
               dst::cpu::GemmBackendName(ours), dst::cpu::GemmBackendTarget(ours).c_str(),
               openblas_get_config(), openblas_get_corename(), threads);
-  std::printf("  %-22s %7s %7s %7s %2s  %10s %10s\n", "shape", "m", "n", "k", "", "dstrain",
-              "OpenBLAS");
-  double peak = 0, square_peak = 0, openblas_peak = 0;
+  const bool bf16 = __builtin_cpu_supports("avx512bf16");
+  std::printf("  %-22s %7s %7s %7s %2s  %10s %10s %10s\n", "shape", "m", "n", "k", "", "dstrain",
+              "OpenBLAS", bf16 ? "bf16" : "");
+  double peak = 0, square_peak = 0, openblas_peak = 0, bf16_peak = 0;
   std::string entries;
   for (const Shape &s : shapes) {
     double g = Measure(ours, s, min_seconds);
     double o = ours == GemmBackend::kOpenBlas ? g : Measure(GemmBackend::kOpenBlas, s, min_seconds);
     openblas_peak = std::max(openblas_peak, o);
-    std::printf("  %-22s m=%5d n=%5d k=%5d %c%c  %10.1f %10.1f GFLOP/s\n", s.label.c_str(), s.m,
-                s.n, s.k, s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N', g, o);
+    const double h = bf16 ? Measure(ours, s, min_seconds, /*bf16=*/true) : 0.0;
+    bf16_peak = std::max(bf16_peak, h);
+    std::printf("  %-22s m=%5d n=%5d k=%5d %c%c  %10.1f %10.1f %10.1f GFLOP/s\n", s.label.c_str(),
+                s.m, s.n, s.k, s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N', g, o, h);
     std::fflush(stdout);
     peak = std::max(peak, g);
     if (s.label.rfind("square", 0) == 0) square_peak = std::max(square_peak, g);
@@ -131,13 +143,14 @@ int main(int argc, char **argv) {
                   entries.empty() ? "" : ",", s.label.c_str(), s.m, s.n, s.k, g);
     entries += buf;
   }
-  std::printf("peak %.1f GFLOP/s (square sizes: %.1f); OpenBLAS peak %.1f\n", peak, square_peak,
-              openblas_peak);
+  std::printf("peak %.1f GFLOP/s (square sizes: %.1f); OpenBLAS peak %.1f; bf16 peak %.1f\n", peak,
+              square_peak, openblas_peak, bf16_peak);
   if (json) {
     std::printf(
         "{\"threads\":%d,\"backend\":\"%s\",\"peak_gflops\":%.3f,\"square_peak_gflops\":%.3f,"
-        "\"openblas_peak_gflops\":%.3f,\"openblas_generic\":%s,\"shapes\":[%s]}\n",
-        threads, dst::cpu::GemmBackendName(ours), peak, square_peak, openblas_peak,
+        "\"openblas_peak_gflops\":%.3f,\"bf16_peak_gflops\":%.3f,\"openblas_generic\":%s,"
+        "\"shapes\":[%s]}\n",
+        threads, dst::cpu::GemmBackendName(ours), peak, square_peak, openblas_peak, bf16_peak,
         dst::cpu::OpenBlasGenericCoreNote().empty() ? "false" : "true", entries.c_str());
   }
   return 0;
