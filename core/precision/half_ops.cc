@@ -6,6 +6,22 @@ namespace dst {
 
 namespace {
 constexpr int64_t kChunk = 1024;  // fp32 staging on the stack per pass
+
+// A large conversion split over the OpenMP threads in fixed pieces: each
+// element is converted on its own, so the bits do not depend on the split.
+// (Serial, these passes were what kept bf16 training from scaling with
+// threads: the GEMMs and the other kernels are parallel.)
+template <typename Body>
+void Split(int64_t n, Body body) {
+  constexpr int64_t kPiece = int64_t(1) << 14;
+  if (n < 4 * kPiece) {
+    body(0, n);
+    return;
+  }
+  const int64_t pieces = (n + kPiece - 1) / kPiece;
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < pieces; ++p) body(p * kPiece, std::min(kPiece, n - p * kPiece));
+}
 }  // namespace
 
 const char *HalfName(Half h) {
@@ -13,17 +29,21 @@ const char *HalfName(Half h) {
 }
 
 void ToFloat(Half h, const uint16_t *in, float *out, int64_t n) {
-  if (h == Half::kFp16)
-    HalfToFloat(in, out, n);
-  else
-    BFloat16ToFloat(in, out, n);
+  Split(n, [&](int64_t b, int64_t m) {
+    if (h == Half::kFp16)
+      HalfToFloat(in + b, out + b, m);
+    else
+      BFloat16ToFloat(in + b, out + b, m);
+  });
 }
 
 void FromFloat(Half h, const float *in, uint16_t *out, int64_t n) {
-  if (h == Half::kFp16)
-    FloatToHalf(in, out, n);
-  else
-    FloatToBFloat16(in, out, n);
+  Split(n, [&](int64_t b, int64_t m) {
+    if (h == Half::kFp16)
+      FloatToHalf(in + b, out + b, m);
+    else
+      FloatToBFloat16(in + b, out + b, m);
+  });
 }
 
 void RoundInPlace(Half h, float *x, int64_t n) {
@@ -31,20 +51,25 @@ void RoundInPlace(Half h, float *x, int64_t n) {
 }
 
 void FromFloatRounding(Half h, float *x, uint16_t *out, int64_t n) {
-  if (h == Half::kFp16)
-    RoundThroughHalf(x, out, n);
-  else
-    RoundThroughBFloat16(x, out, n);
+  Split(n, [&](int64_t b, int64_t m) {
+    uint16_t *to = out ? out + b : nullptr;
+    if (h == Half::kFp16)
+      RoundThroughHalf(x + b, to, m);
+    else
+      RoundThroughBFloat16(x + b, to, m);
+  });
 }
 
 void AccumulateInto(Half h, const float *add, uint16_t *acc, int64_t n) {
-  float sum[kChunk];
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t m = std::min(kChunk, n - i);
-    ToFloat(h, acc + i, sum, m);
-    for (int64_t j = 0; j < m; ++j) sum[j] += add[i + j];
-    FromFloat(h, sum, acc + i, m);
-  }
+  Split(n, [&](int64_t b, int64_t count) {
+    float sum[kChunk];
+    for (int64_t i = b; i < b + count; i += kChunk) {
+      const int64_t m = std::min(kChunk, b + count - i);
+      ToFloat(h, acc + i, sum, m);
+      for (int64_t j = 0; j < m; ++j) sum[j] += add[i + j];
+      FromFloat(h, sum, acc + i, m);
+    }
+  });
 }
 
 void Sum16(Half h, uint16_t *x, const uint16_t *y, int64_t n) {

@@ -8,7 +8,10 @@
 #include <limits>
 #include <vector>
 
+#include <omp.h>
+
 #include "core/precision/convert.h"
+#include "core/precision/half_ops.h"
 #include "core/runtime/rng.h"
 
 namespace dst {
@@ -155,6 +158,45 @@ TEST(RoundThrough, EqualsTheTwoConversionsBitForBit) {
       ASSERT_EQ(std::bit_cast<uint32_t>(alone[i]), std::bit_cast<uint32_t>(want[i])) << i;
     }
   }
+}
+
+// The storage conversions split a large array over the OpenMP threads: with
+// two threads and a length that is no multiple of the pieces, the bits are
+// the serial conversions' (each element converted on its own).
+TEST(HalfOps, ThreadedConversionsEqualTheSerialOnesBitForBit) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  const int64_t n = 300007;  // > 4 pieces of 2^14, with a ragged last piece
+  std::vector<float> in(static_cast<size_t>(n)), add(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    in[i] = float(int64_t(Mix64(i + 3) % 20001) - 10000) / 997.0f;
+    add[i] = float(int64_t(Mix64(i + 11) % 2001) - 1000) / 1013.0f;
+  }
+  for (Half h : {Half::kBf16, Half::kFp16}) {
+    const bool bf16 = h == Half::kBf16;
+    std::vector<uint16_t> want16(in.size()), got16(in.size()), acc(in.size()), acc_want(in.size());
+    std::vector<float> want(in.size()), got(in.size()), round = in;
+    for (size_t i = 0; i < in.size(); ++i) {  // one element at a time: the reference
+      want16[i] = bf16 ? FloatToBFloat16(in[i]) : FloatToHalf(in[i]);
+      want[i] = bf16 ? BFloat16ToFloat(want16[i]) : HalfToFloat(want16[i]);
+      const float sum = want[i] + add[i];
+      acc_want[i] = bf16 ? FloatToBFloat16(sum) : FloatToHalf(sum);
+    }
+    FromFloat(h, in.data(), got16.data(), n);
+    ToFloat(h, got16.data(), got.data(), n);
+    std::vector<uint16_t> stash(in.size());
+    FromFloatRounding(h, round.data(), stash.data(), n);
+    acc = got16;
+    AccumulateInto(h, add.data(), acc.data(), n);
+    for (size_t i = 0; i < in.size(); ++i) {
+      ASSERT_EQ(got16[i], want16[i]) << HalfName(h) << " " << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << i;
+      ASSERT_EQ(stash[i], want16[i]) << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(round[i]), std::bit_cast<uint32_t>(want[i])) << i;
+      ASSERT_EQ(acc[i], acc_want[i]) << HalfName(h) << " " << i;
+    }
+  }
+  omp_set_num_threads(threads);
 }
 
 }  // namespace

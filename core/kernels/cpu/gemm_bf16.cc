@@ -80,8 +80,11 @@ std::optional<Matmul> MakeMatmul(const dnnl::engine &engine, const MatmulKey &ke
 }
 
 // The stored matrix (rows x cols, row stride ld) rounded to bf16, dense.
+// Rows split over the OpenMP threads when there are many elements (serial,
+// the rounding did not scale with threads while the matmul did).
 void RoundToBf16(const float *x, int rows, int cols, int ld, std::vector<uint16_t> &out) {
   out.resize(size_t(rows) * size_t(cols));
+#pragma omp parallel for schedule(static) if (int64_t(rows) * cols >= (int64_t(1) << 16))
   for (int r = 0; r < rows; ++r)
     FloatToBFloat16(x + size_t(r) * size_t(ld), out.data() + size_t(r) * size_t(cols), cols);
 }
