@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/kernels/cpu/gemm.h"
 #include "core/kernels/cpu/vector_math.h"
@@ -33,9 +34,31 @@ inline void CausalSoftmaxRow(T *row, int64_t t, int64_t width) {
   for (int64_t j = t + 1; j < width; ++j) row[j] = T(0);
 }
 
+// Row t of the softmax backward, in place on the score gradient dr (masked
+// entries stay zero): ds = a (da - <a, da>).
+template <typename T>
+inline void CausalSoftmaxBackwardRow(const T *ar, T *dr, int64_t t, int64_t width) {
+  T dot = 0;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t j = 0; j <= t; ++j) dot += ar[j] * dr[j];
+  for (int64_t j = 0; j <= t; ++j) dr[j] = ar[j] * (dr[j] - dot);
+  for (int64_t j = t + 1; j < width; ++j) dr[j] = T(0);
+}
+
+// bf16 compute (attention_bf16.cc): q, k, v, the probabilities, the output
+// gradient and the score gradient each rounded to bf16 once per head, the
+// probabilities and score gradient row by row as the softmax writes them;
+// the same bits as the generic forms below with ComputeType::kBf16, which
+// round each GEMM's operands.
+void AttentionForwardBf16(const float *qkv, const AttentionShape &s, float *att, float *y);
+void AttentionBackwardBf16(const float *dy, const float *qkv, const float *att,
+                           const AttentionShape &s, float *dqkv, float *scratch);
+
 template <typename T>
 void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y,
                       ComputeType compute = ComputeType::kFp32) {
+  if constexpr (std::is_same_v<T, float>)
+    if (compute == ComputeType::kBf16) return AttentionForwardBf16(qkv, s, att, y);
   const int64_t hs = s.head_size(), C3 = 3 * s.C;
   const T scale = T(1) / std::sqrt(T(hs));
 #pragma omp parallel for schedule(static)
@@ -57,6 +80,8 @@ void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y,
 template <typename T>
 void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionShape &s, T *dqkv,
                        T *scratch, ComputeType compute = ComputeType::kFp32) {
+  if constexpr (std::is_same_v<T, float>)
+    if (compute == ComputeType::kBf16) return AttentionBackwardBf16(dy, qkv, att, s, dqkv, scratch);
   const int64_t hs = s.head_size(), C3 = 3 * s.C;
   const T scale = T(1) / std::sqrt(T(hs));
 #pragma omp parallel for schedule(static)
@@ -76,16 +101,8 @@ void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionS
          dscore, int(s.T));
     Gemm(compute, true, false, int(s.T), int(hs), int(s.T), T(1), a, int(s.T), g, int(s.C), T(0),
          dv, int(C3));
-    // softmax backward per row, masked entries stay zero: ds = a (da - <a, da>)
-    for (int64_t t = 0; t < s.T; ++t) {
-      const T *ar = a + t * s.T;
-      T *dr = dscore + t * s.T;
-      T dot = 0;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t j = 0; j <= t; ++j) dot += ar[j] * dr[j];
-      for (int64_t j = 0; j <= t; ++j) dr[j] = ar[j] * (dr[j] - dot);
-      for (int64_t j = t + 1; j < s.T; ++j) dr[j] = T(0);
-    }
+    for (int64_t t = 0; t < s.T; ++t)
+      CausalSoftmaxBackwardRow(a + t * s.T, dscore + t * s.T, t, s.T);
     // dq = scale ds k ; dk = scale ds^T q
     Gemm(compute, false, false, int(s.T), int(hs), int(s.T), scale, dscore, int(s.T), k, int(C3),
          T(0), dq, int(C3));

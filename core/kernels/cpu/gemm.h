@@ -12,7 +12,9 @@
 
 #include <cblas.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/kernels/compute_type.h"
 
@@ -39,6 +41,37 @@ void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
 // shape per thread; a shape oneDNN refuses falls back to fp32).
 void Gemm(ComputeType compute, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
           const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+// An operand of GemmBf16: fp32 (rounded to bf16 in per-thread scratch, as
+// Gemm does) or already on the bf16 grid (bf16 set: a matrix rounded once and
+// multiplied twice, e.g. a layer's output gradient). Stored row-major, row
+// stride ld; op(X) as the GEMM's trans flag says.
+struct GemmOperand {
+  const float *f32 = nullptr;
+  const uint16_t *bf16 = nullptr;
+  int ld = 0;
+};
+inline GemmOperand Fp32Operand(const float *x, int ld) {
+  return {x, nullptr, ld};
+}
+inline GemmOperand Bf16Operand(const uint16_t *x, int ld) {
+  return {nullptr, x, ld};
+}
+
+// C = alpha op(A) op(B) + beta C in bf16 with fp32 accumulation (what Gemm
+// with ComputeType::kBf16 computes, the same bits for the same values). Where
+// oneDNN refuses a shape, the bf16 operands are widened and multiplied in fp32.
+void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, GemmOperand a,
+              GemmOperand b, float beta, float *c, int ldc);
+
+// x [rows, cols] (row stride ld) rounded to bf16 into out [rows, cols], dense,
+// grown to fit (a step's scratch, reused); FloatToBFloat16's bits. Rows split
+// over the OpenMP threads when there are many; 16 lanes where the CPU has
+// AVX-512F (every CPU bf16 compute runs on).
+void RoundToBf16(const float *x, int64_t rows, int64_t cols, int64_t ld,
+                 std::vector<uint16_t> &out);
+// One row's n values (no threads): FloatToBFloat16's bits.
+void RoundRowToBf16(const float *x, uint16_t *out, int64_t n);
+
 // fp64 has no bf16 path (gradient checks): always fp64.
 inline void Gemm(ComputeType, bool trans_a, bool trans_b, int m, int n, int k, double alpha,
                  const double *a, int lda, const double *b, int ldb, double beta, double *c,

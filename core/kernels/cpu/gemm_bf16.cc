@@ -1,6 +1,7 @@
 // bf16 compute for fp32 GEMMs (ComputeType::kBf16) and the per-CPU choice of
 // whether bf16 training uses it.
 #include <cpuid.h>
+#include <immintrin.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -21,14 +22,15 @@ namespace {
 using Dims = dnnl::memory::dims;
 using DataType = dnnl::memory::data_type;
 
-// A GEMM's shape as oneDNN sees it: strides of the dense bf16 copies follow
-// from the transposes, C's row stride is the caller's.
+// A GEMM's shape as oneDNN sees it: lda/ldb are the row strides of the bf16
+// matrices it reads (a dense scratch copy's, or a caller's bf16 operand's),
+// ldc is C's.
 struct MatmulKey {
   int m, n, k;
   bool trans_a, trans_b;
-  int ldc;
+  int lda, ldb, ldc;
   float alpha, beta;
-  auto tie() const { return std::tie(m, n, k, trans_a, trans_b, ldc, alpha, beta); }
+  auto tie() const { return std::tie(m, n, k, trans_a, trans_b, lda, ldb, ldc, alpha, beta); }
   bool operator<(const MatmulKey &o) const { return tie() < o.tie(); }
 };
 
@@ -40,13 +42,14 @@ struct Matmul {
 };
 
 // One thread's oneDNN engine and stream, its primitives by shape, and the
-// bf16 copies of the operands (grown to the largest seen, then reused: a
+// bf16 copies of fp32 operands (grown to the largest seen, then reused: a
 // step allocates nothing after the first).
 struct Bf16Workspace {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<MatmulKey, std::optional<Matmul>> primitives;  // nullopt: refused
   std::vector<uint16_t> a, b;
+  std::vector<float> wide_a, wide_b;  // a refused shape's bf16 operands, widened
 };
 
 Bf16Workspace &Workspace() {
@@ -54,15 +57,15 @@ Bf16Workspace &Workspace() {
   return workspace;
 }
 
-// op(X) [rows, cols] stored row-major with stride ld: its strides as oneDNN
-// reads them from a dense copy of the stored matrix.
-Dims StridesOf(bool trans, int rows, int cols) {
-  return trans ? Dims{1, rows} : Dims{cols, 1};
+// op(X) [rows, cols] stored row-major with row stride ld: its strides as
+// oneDNN reads them.
+Dims StridesOf(bool trans, int ld) {
+  return trans ? Dims{1, ld} : Dims{ld, 1};
 }
 
 std::optional<Matmul> MakeMatmul(const dnnl::engine &engine, const MatmulKey &key) {
-  const dnnl::memory::desc a({key.m, key.k}, DataType::bf16, StridesOf(key.trans_a, key.m, key.k));
-  const dnnl::memory::desc b({key.k, key.n}, DataType::bf16, StridesOf(key.trans_b, key.k, key.n));
+  const dnnl::memory::desc a({key.m, key.k}, DataType::bf16, StridesOf(key.trans_a, key.lda));
+  const dnnl::memory::desc b({key.k, key.n}, DataType::bf16, StridesOf(key.trans_b, key.ldb));
   const dnnl::memory::desc c({key.m, key.n}, DataType::f32, Dims{key.ldc, 1});
   dnnl::primitive_attr attr;
   if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
@@ -79,30 +82,93 @@ std::optional<Matmul> MakeMatmul(const dnnl::engine &engine, const MatmulKey &ke
   }
 }
 
-// The stored matrix (rows x cols, row stride ld) rounded to bf16, dense.
-// Rows split over the OpenMP threads when there are many elements (serial,
-// the rounding did not scale with threads while the matmul did).
-void RoundToBf16(const float *x, int rows, int cols, int ld, std::vector<uint16_t> &out) {
-  out.resize(size_t(rows) * size_t(cols));
-#pragma omp parallel for schedule(static) if (int64_t(rows) * cols >= (int64_t(1) << 16))
-  for (int r = 0; r < rows; ++r)
-    FloatToBFloat16(x + size_t(r) * size_t(ld), out.data() + size_t(r) * size_t(cols), cols);
+#if defined(__x86_64__)
+// GCC 12's AVX-512 headers start intrinsics from _mm512_undefined_*(), which
+// -Wmaybe-uninitialized reports at every use (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// FloatToBFloat16's integer steps on 16 lanes (so the same bits): NaN -> its
+// top half, quieted; else x + 0x7FFF + (bit 16 of x), top half.
+__attribute__((target("avx512f"))) void RoundRowAvx512(const float *x, uint16_t *out, int64_t n) {
+  int64_t i = 0;
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+  const __m512i bias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1),
+                quiet = _mm512_set1_epi32(0x40);
+  for (; i + 16 <= n; i += 16) {
+    const __m512i v = _mm512_castps_si512(_mm512_loadu_ps(x + i));
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(v, abs_mask), inf);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(v, 16), one);
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(v, bias), lsb), 16);
+    const __m512i quieted = _mm512_or_si512(_mm512_srli_epi32(v, 16), quiet);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(out + i),
+                        _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quieted)));
+  }
+  for (; i < n; ++i) out[i] = FloatToBFloat16(x[i]);
+}
+#pragma GCC diagnostic pop
+
+bool HaveAvx512() {
+  static const bool have = __builtin_cpu_supports("avx512f") && CpuIsaCap() == IsaCap::kNative;
+  return have;
+}
+#endif
+
+// The operand as oneDNN reads it: a caller's bf16 matrix, or the fp32 one
+// rounded into `scratch` (stored [rows, cols], dense).
+const uint16_t *Bf16Data(const GemmOperand &x, int rows, int cols, std::vector<uint16_t> &scratch,
+                         int &ld) {
+  if (x.bf16 != nullptr) {
+    ld = x.ld;
+    return x.bf16;
+  }
+  RoundToBf16(x.f32, rows, cols, x.ld, scratch);
+  ld = cols;
+  return scratch.data();
 }
 
-bool Bf16Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
-              const float *b, int ldb, float beta, float *c, int ldc) {
+// The operand widened to fp32 (a shape oneDNN refused).
+const float *Fp32Data(const GemmOperand &x, int rows, int cols, std::vector<float> &scratch,
+                      int &ld) {
+  if (x.f32 != nullptr) {
+    ld = x.ld;
+    return x.f32;
+  }
+  scratch.resize(size_t(rows) * size_t(cols));
+  if (cols > 0)
+    for (int r = 0; r < rows; ++r)
+      BFloat16ToFloat(x.bf16 + size_t(r) * size_t(x.ld), scratch.data() + size_t(r) * size_t(cols),
+                      cols);
+  ld = cols;
+  return scratch.data();
+}
+
+// Runs the product in bf16; false when oneDNN refuses the shape.
+bool Bf16Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const GemmOperand &a,
+              const GemmOperand &b, float beta, float *c, int ldc) {
   Bf16Workspace &ws = Workspace();
-  const MatmulKey key{m, n, k, trans_a, trans_b, ldc, alpha, beta};
+  // Stored A is [m, k] or [k, m]; stored B is [k, n] or [n, k].
+  const int a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+  const int b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+  const MatmulKey key{m,
+                      n,
+                      k,
+                      trans_a,
+                      trans_b,
+                      a.bf16 != nullptr ? a.ld : a_cols,
+                      b.bf16 != nullptr ? b.ld : b_cols,
+                      ldc,
+                      alpha,
+                      beta};
   auto found = ws.primitives.find(key);
   if (found == ws.primitives.end())
     found = ws.primitives.emplace(key, MakeMatmul(ws.engine, key)).first;
   if (!found->second) return false;
-  // Stored A is [m, k] or [k, m]; stored B is [k, n] or [n, k].
-  RoundToBf16(a, trans_a ? k : m, trans_a ? m : k, lda, ws.a);
-  RoundToBf16(b, trans_b ? n : k, trans_b ? k : n, ldb, ws.b);
+  int lda = 0, ldb = 0;
+  const uint16_t *a16 = Bf16Data(a, a_rows, a_cols, ws.a, lda);
+  const uint16_t *b16 = Bf16Data(b, b_rows, b_cols, ws.b, ldb);
   const Matmul &mm = *found->second;
-  dnnl::memory a_mem(mm.a, ws.engine, ws.a.data());
-  dnnl::memory b_mem(mm.b, ws.engine, ws.b.data());
+  dnnl::memory a_mem(mm.a, ws.engine, const_cast<uint16_t *>(a16));
+  dnnl::memory b_mem(mm.b, ws.engine, const_cast<uint16_t *>(b16));
   dnnl::memory c_mem(mm.c, ws.engine, c);
   mm.primitive.execute(ws.stream,
                        {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
@@ -122,7 +188,7 @@ bool IsAmd() {
 
 // Whether oneDNN has a native (not reference) bf16 matmul here, at the ISA cap.
 bool HasNativeBf16Matmul() {
-  const MatmulKey probe{16, 16, 16, false, false, 16, 1.0f, 0.0f};
+  const MatmulKey probe{16, 16, 16, false, false, 16, 16, 16, 1.0f, 0.0f};
   std::optional<Matmul> mm = MakeMatmul(Workspace().engine, probe);
   return mm && !mm->reference;
 }
@@ -167,10 +233,36 @@ const Bf16ComputeChoice &Bf16Compute() {
   return choice;
 }
 
+void RoundRowToBf16(const float *x, uint16_t *out, int64_t n) {
+#if defined(__x86_64__)
+  if (HaveAvx512()) return RoundRowAvx512(x, out, n);
+#endif
+  FloatToBFloat16(x, out, n);
+}
+
+void RoundToBf16(const float *x, int64_t rows, int64_t cols, int64_t ld,
+                 std::vector<uint16_t> &out) {
+  out.resize(size_t(rows) * size_t(cols));
+#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t(1) << 16))
+  for (int64_t r = 0; r < rows; ++r) RoundRowToBf16(x + r * ld, out.data() + r * cols, cols);
+}
+
+void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, GemmOperand a,
+              GemmOperand b, float beta, float *c, int ldc) {
+  if (m > 0 && n > 0 && k > 0 && Bf16Gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c, ldc))
+    return;
+  Bf16Workspace &ws = Workspace();
+  int lda = 0, ldb = 0;
+  const float *a32 = Fp32Data(a, trans_a ? k : m, trans_a ? m : k, ws.wide_a, lda);
+  const float *b32 = Fp32Data(b, trans_b ? n : k, trans_b ? k : n, ws.wide_b, ldb);
+  Gemm(trans_a, trans_b, m, n, k, alpha, a32, lda, b32, ldb, beta, c, ldc);
+}
+
 void Gemm(ComputeType compute, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
           const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
   if (compute == ComputeType::kBf16 && m > 0 && n > 0 && k > 0 &&
-      Bf16Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+      Bf16Gemm(trans_a, trans_b, m, n, k, alpha, Fp32Operand(a, lda), Fp32Operand(b, ldb), beta, c,
+               ldc))
     return;
   Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

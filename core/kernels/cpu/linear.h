@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/kernels/cpu/gemm.h"
 
@@ -30,12 +31,23 @@ void AddBiasToRows(const T *bias, int64_t rows, int64_t out, T *y) {
     for (int64_t j = 0; j < out; ++j) y[r * out + j] += bias[j];
 }
 
+// bf16 compute (linear_bf16.cc): dy rounded to bf16 once, in the pass that
+// sums its columns into dbias, and read by both GEMMs; the same bits as the
+// generic forms below with ComputeType::kBf16, which round per GEMM.
+void LinearWeightBackwardBf16(const float *dy, const float *x, int64_t rows, int64_t in,
+                              int64_t out, float *dweight, float *dbias);
+void LinearBackwardBf16(const float *dy, const float *x, const float *weight, int64_t rows,
+                        int64_t in, int64_t out, float *dx, float *dweight, float *dbias);
+
 // dweight (+=): [out, in] = dy^T x; dbias (+=, if non-null): [out] = column
 // sums of dy. The weight half of LinearBackward (zero-bubble schedules run it
 // later than the input half).
 template <typename T>
 void LinearWeightBackward(const T *dy, const T *x, int64_t rows, int64_t in, int64_t out,
                           T *dweight, T *dbias, ComputeType compute = ComputeType::kFp32) {
+  if constexpr (std::is_same_v<T, float>)
+    if (compute == ComputeType::kBf16)
+      return LinearWeightBackwardBf16(dy, x, rows, in, out, dweight, dbias);
   Gemm(compute, true, false, int(out), int(in), int(rows), T(1), dy, int(out), x, int(in), T(1),
        dweight, int(in));
   if (dbias) {
@@ -58,6 +70,9 @@ void LinearWeightBackward(const T *dy, const T *x, int64_t rows, int64_t in, int
 template <typename T>
 void LinearBackward(const T *dy, const T *x, const T *weight, int64_t rows, int64_t in, int64_t out,
                     T *dx, T *dweight, T *dbias, ComputeType compute = ComputeType::kFp32) {
+  if constexpr (std::is_same_v<T, float>)
+    if (compute == ComputeType::kBf16)
+      return LinearBackwardBf16(dy, x, weight, rows, in, out, dx, dweight, dbias);
   if (dx)
     Gemm(compute, false, false, int(rows), int(in), int(out), T(1), dy, int(out), weight, int(in),
          T(0), dx, int(in));

@@ -1,0 +1,60 @@
+// nn.Linear's backward with bf16 GEMMs (linear.h's kBf16 forms).
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/kernels/cpu/gemm.h"
+#include "core/kernels/cpu/linear.h"
+
+namespace dst::cpu {
+
+namespace {
+
+// dy [rows, out] rounded to bf16 into the calling thread's scratch; with
+// dbias, its column sums added there in the same pass (column blocks over the
+// threads, each walking every row: linear.h's order, so the same bits).
+const uint16_t *RoundGradient(const float *dy, int64_t rows, int64_t out, float *dbias) {
+  thread_local std::vector<uint16_t> rounded;
+  if (dbias == nullptr) {
+    RoundToBf16(dy, rows, out, out, rounded);
+    return rounded.data();
+  }
+  rounded.resize(size_t(rows * out));
+  uint16_t *dy16 = rounded.data();
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (out + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t j0 = blk * kBlock, j1 = std::min(out, j0 + kBlock);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *g = dy + r * out;
+      RoundRowToBf16(g + j0, dy16 + r * out + j0, j1 - j0);
+      for (int64_t j = j0; j < j1; ++j) dbias[j] += g[j];
+    }
+  }
+  return dy16;
+}
+
+void WeightGemm(const uint16_t *dy16, const float *x, int64_t rows, int64_t in, int64_t out,
+                float *dweight) {
+  GemmBf16(true, false, int(out), int(in), int(rows), 1.0f, Bf16Operand(dy16, int(out)),
+           Fp32Operand(x, int(in)), 1.0f, dweight, int(in));
+}
+
+}  // namespace
+
+void LinearWeightBackwardBf16(const float *dy, const float *x, int64_t rows, int64_t in,
+                              int64_t out, float *dweight, float *dbias) {
+  WeightGemm(RoundGradient(dy, rows, out, dbias), x, rows, in, out, dweight);
+}
+
+void LinearBackwardBf16(const float *dy, const float *x, const float *weight, int64_t rows,
+                        int64_t in, int64_t out, float *dx, float *dweight, float *dbias) {
+  const uint16_t *dy16 = RoundGradient(dy, rows, out, dweight != nullptr ? dbias : nullptr);
+  if (dx)
+    GemmBf16(false, false, int(rows), int(in), int(out), 1.0f, Bf16Operand(dy16, int(out)),
+             Fp32Operand(weight, int(in)), 0.0f, dx, int(in));
+  if (dweight) WeightGemm(dy16, x, rows, in, out, dweight);
+}
+
+}  // namespace dst::cpu

@@ -1,0 +1,187 @@
+// The bf16 compute forms that round an operand once and multiply it several
+// times (GemmBf16 with bf16 operands, linear_bf16.cc, attention_bf16.cc)
+// against what they replace: every GEMM rounding its own fp32 operands
+// (Gemm with ComputeType::kBf16). Same values rounded the same way into the
+// same primitives: the same bits. And the 16-lane rounding against the
+// scalar FloatToBFloat16 on the values where rounding is delicate.
+#include <gtest/gtest.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/kernels/cpu/attention.h"
+#include "core/kernels/cpu/gemm.h"
+#include "core/kernels/cpu/linear.h"
+#include "core/precision/convert.h"
+
+namespace dst::cpu {
+namespace {
+
+bool NoBf16Matmul() {
+  return dnnl_get_effective_cpu_isa() < dnnl_cpu_isa_avx512_core;
+}
+
+std::vector<float> Normal(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> x(n);
+  for (float &v : x) v = normal(rng);
+  return x;
+}
+
+void ExpectSameBits(const std::vector<float> &got, const std::vector<float> &want,
+                    const char *what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+        << what << " differs at " << i << ": " << got[i] << " vs " << want[i];
+}
+
+float FromBits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+TEST(Bf16Layers, RoundingSixteenLanesIsTheScalarRounding) {
+  // Ties both ways, the largest finite values (rounding up to infinity),
+  // infinities, signalling and quiet NaNs, subnormals, zeros, and noise;
+  // row lengths that leave a remainder after 16 lanes and a row stride.
+  std::vector<float> x = {FromBits(0x3F808000u),
+                          FromBits(0x3F818000u),
+                          FromBits(0x7F7FFFFFu),
+                          FromBits(0xFF7FFFFFu),
+                          FromBits(0x7F800000u),
+                          FromBits(0xFF800000u),
+                          FromBits(0x7F800001u),
+                          FromBits(0xFFC00001u),
+                          FromBits(0x00000001u),
+                          FromBits(0x807FFFFFu),
+                          FromBits(0x007F8000u),
+                          0.0f,
+                          -0.0f};
+  for (float v : Normal(1000, 3, 1e3f)) x.push_back(v);
+  const int64_t cols = 37, ld = 41, rows = int64_t(x.size()) / ld;
+  std::vector<uint16_t> rounded;
+  RoundToBf16(x.data(), rows, cols, ld, rounded);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(rounded[size_t(r * cols + c)], FloatToBFloat16(x[size_t(r * ld + c)]))
+          << "row " << r << " col " << c;
+  std::vector<uint16_t> row(x.size());
+  RoundRowToBf16(x.data(), row.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(row[i], FloatToBFloat16(x[i])) << i;
+}
+
+TEST(Bf16Layers, Bf16OperandsGiveTheBitsOfRoundingInTheGemm) {
+  if (NoBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (needs AVX-512)";
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const int m = 40, n = 24, k = 56;
+      const int a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+      const std::vector<float> a = Normal(size_t(a_rows * a_cols), 5),
+                               b = Normal(size_t(b_rows * b_cols), 6);
+      std::vector<uint16_t> a16, b16;
+      RoundToBf16(a.data(), a_rows, a_cols, a_cols, a16);
+      RoundToBf16(b.data(), b_rows, b_cols, b_cols, b16);
+      const std::vector<float> c0 = Normal(size_t(m * n), 7);
+      std::vector<float> want = c0, both = c0, mixed = c0;
+      Gemm(ComputeType::kBf16, ta, tb, m, n, k, 0.5f, a.data(), a_cols, b.data(), b_cols, 1.0f,
+           want.data(), n);
+      GemmBf16(ta, tb, m, n, k, 0.5f, Bf16Operand(a16.data(), a_cols),
+               Bf16Operand(b16.data(), b_cols), 1.0f, both.data(), n);
+      GemmBf16(ta, tb, m, n, k, 0.5f, Fp32Operand(a.data(), a_cols),
+               Bf16Operand(b16.data(), b_cols), 1.0f, mixed.data(), n);
+      ExpectSameBits(both, want, "bf16 operands");
+      ExpectSameBits(mixed, want, "one fp32, one bf16 operand");
+    }
+}
+
+// linear.h's backward as it was: each GEMM rounds its own operands.
+void LinearBackwardPerGemm(const std::vector<float> &dy, const std::vector<float> &x,
+                           const std::vector<float> &w, int rows, int in, int out,
+                           std::vector<float> &dx, std::vector<float> &dw, std::vector<float> &db) {
+  Gemm(ComputeType::kBf16, false, false, rows, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f,
+       dx.data(), in);
+  Gemm(ComputeType::kBf16, true, false, out, in, rows, 1.0f, dy.data(), out, x.data(), in, 1.0f,
+       dw.data(), in);
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < out; ++j) db[size_t(j)] += dy[size_t(r * out + j)];
+}
+
+TEST(Bf16Layers, LinearBackwardRoundsTheGradientOnceWithTheSameBits) {
+  if (NoBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (needs AVX-512)";
+  const int rows = 48, in = 40, out = 72;  // out: one full column block of the bias sum and a part
+  const std::vector<float> dy = Normal(size_t(rows * out), 21), x = Normal(size_t(rows * in), 22),
+                           w = Normal(size_t(out * in), 23);
+  std::vector<float> dx(size_t(rows * in)), dw = Normal(size_t(out * in), 24),
+                                            db = Normal(size_t(out), 25);
+  std::vector<float> want_dx = dx, want_dw = dw, want_db = db;
+  LinearBackwardPerGemm(dy, x, w, rows, in, out, want_dx, want_dw, want_db);
+  LinearBackward(dy.data(), x.data(), w.data(), rows, in, out, dx.data(), dw.data(), db.data(),
+                 ComputeType::kBf16);
+  ExpectSameBits(dx, want_dx, "dx");
+  ExpectSameBits(dw, want_dw, "dweight");
+  ExpectSameBits(db, want_db, "dbias");
+  // The weight half alone (zero-bubble schedules) too.
+  std::vector<float> dw2 = Normal(size_t(out * in), 24), db2 = Normal(size_t(out), 25);
+  LinearWeightBackward(dy.data(), x.data(), rows, in, out, dw2.data(), db2.data(),
+                       ComputeType::kBf16);
+  ExpectSameBits(dw2, want_dw, "dweight (weight half)");
+  ExpectSameBits(db2, want_db, "dbias (weight half)");
+}
+
+// attention.h's kernels as they were: each GEMM rounds its own operands.
+void AttentionPerGemm(const std::vector<float> &dy, const std::vector<float> &qkv,
+                      const AttentionShape &s, std::vector<float> &att, std::vector<float> &y,
+                      std::vector<float> &dqkv) {
+  const int64_t hs = s.head_size(), C3 = 3 * s.C, T = s.T;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  std::vector<float> ds(size_t(T * T));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const float *q = qkv.data() + b * T * C3 + h * hs, *k = q + s.C, *v = q + 2 * s.C;
+      float *a = att.data() + (b * s.H + h) * T * T;
+      Gemm(ComputeType::kBf16, false, true, int(T), int(T), int(hs), scale, q, int(C3), k, int(C3),
+           0.0f, a, int(T));
+      for (int64_t t = 0; t < T; ++t) CausalSoftmaxRow(a + t * T, t, T);
+      Gemm(ComputeType::kBf16, false, false, int(T), int(hs), int(T), 1.0f, a, int(T), v, int(C3),
+           0.0f, y.data() + b * T * s.C + h * hs, int(s.C));
+      const float *g = dy.data() + b * T * s.C + h * hs;
+      float *dq = dqkv.data() + b * T * C3 + h * hs, *dk = dq + s.C, *dv = dq + 2 * s.C;
+      Gemm(ComputeType::kBf16, false, true, int(T), int(T), int(hs), 1.0f, g, int(s.C), v, int(C3),
+           0.0f, ds.data(), int(T));
+      Gemm(ComputeType::kBf16, true, false, int(T), int(hs), int(T), 1.0f, a, int(T), g, int(s.C),
+           0.0f, dv, int(C3));
+      for (int64_t t = 0; t < T; ++t) CausalSoftmaxBackwardRow(a + t * T, ds.data() + t * T, t, T);
+      Gemm(ComputeType::kBf16, false, false, int(T), int(hs), int(T), scale, ds.data(), int(T), k,
+           int(C3), 0.0f, dq, int(C3));
+      Gemm(ComputeType::kBf16, true, false, int(T), int(hs), int(T), scale, ds.data(), int(T), q,
+           int(C3), 0.0f, dk, int(C3));
+    }
+}
+
+TEST(Bf16Layers, AttentionRoundsEachOperandOnceWithTheSameBits) {
+  if (NoBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (needs AVX-512)";
+  const AttentionShape s{2, 24, 32, 4};
+  const std::vector<float> qkv = Normal(size_t(s.B * s.T * 3 * s.C), 31),
+                           dy = Normal(size_t(s.B * s.T * s.C), 32);
+  std::vector<float> att(size_t(s.B * s.H * s.T * s.T)), y(size_t(s.B * s.T * s.C)),
+      dqkv(qkv.size());
+  std::vector<float> want_att = att, want_y = y, want_dqkv = dqkv;
+  AttentionPerGemm(dy, qkv, s, want_att, want_y, want_dqkv);
+  AttentionForward(qkv.data(), s, att.data(), y.data(), ComputeType::kBf16);
+  std::vector<float> scratch(size_t(omp_get_max_threads() * s.T * s.T));
+  AttentionBackward(dy.data(), qkv.data(), att.data(), s, dqkv.data(), scratch.data(),
+                    ComputeType::kBf16);
+  ExpectSameBits(att, want_att, "probabilities");
+  ExpectSameBits(y, want_y, "output");
+  ExpectSameBits(dqkv, want_dqkv, "dqkv");
+}
+
+}  // namespace
+}  // namespace dst::cpu
