@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -133,6 +134,21 @@ TEST(Bf16Layers, LinearBackwardRoundsTheGradientOnceWithTheSameBits) {
                        ComputeType::kBf16);
   ExpectSameBits(dw2, want_dw, "dweight (weight half)");
   ExpectSameBits(db2, want_db, "dbias (weight half)");
+}
+
+TEST(Bf16Layers, LinearForwardAddsTheBiasInTheGemmWithTheSameBits) {
+  if (NoBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (needs AVX-512)";
+  const int rows = 48, in = 40, out = 72;
+  const std::vector<float> x = Normal(size_t(rows * in), 41), w = Normal(size_t(out * in), 42),
+                           bias = Normal(size_t(out), 43);
+  // As it was: the bias copied into every row, then the product added (beta 1).
+  std::vector<float> want(size_t(rows * out));
+  for (int r = 0; r < rows; ++r) std::copy(bias.begin(), bias.end(), want.begin() + r * out);
+  Gemm(ComputeType::kBf16, false, true, rows, out, in, 1.0f, x.data(), in, w.data(), in, 1.0f,
+       want.data(), out);
+  std::vector<float> y(want.size());
+  LinearForward(x.data(), w.data(), bias.data(), rows, in, out, y.data(), ComputeType::kBf16);
+  ExpectSameBits(y, want, "y");
 }
 
 // attention.h's kernels as they were: each GEMM rounds its own operands.

@@ -63,6 +63,11 @@ inline GemmOperand Bf16Operand(const uint16_t *x, int ld) {
 void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, GemmOperand a,
               GemmOperand b, float beta, float *c, int ldc);
 
+// C [m, n] = op(A) op(B) + bias, bias [n] added to every row (nn.Linear's
+// forward) as oneDNN writes the product, not in a pass of its own.
+void GemmBf16Bias(bool trans_a, bool trans_b, int m, int n, int k, GemmOperand a, GemmOperand b,
+                  const float *bias, float *c, int ldc);
+
 // x [rows, cols] (row stride ld) rounded to bf16 into out [rows, cols], dense,
 // grown to fit (a step's scratch, reused); FloatToBFloat16's bits. Rows split
 // over the OpenMP threads when there are many; 16 lanes where the CPU has

@@ -3,12 +3,14 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "core/kernels/cpu/cpu_isa.h"
@@ -30,14 +32,15 @@ struct MatmulKey {
   bool trans_a, trans_b;
   int lda, ldb, ldc;
   float alpha, beta;
-  auto tie() const { return std::tie(m, n, k, trans_a, trans_b, lda, ldb, ldc, alpha, beta); }
+  bool bias;  // a row vector [n] added to every row of the product as it is written
+  auto tie() const { return std::tie(m, n, k, trans_a, trans_b, lda, ldb, ldc, alpha, beta, bias); }
   bool operator<(const MatmulKey &o) const { return tie() < o.tie(); }
 };
 
 // A matmul primitive with the layouts it reads and writes.
 struct Matmul {
   dnnl::matmul primitive;
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, bias;
   bool reference = false;  // oneDNN's reference implementation (no native kernel)
 };
 
@@ -67,6 +70,9 @@ std::optional<Matmul> MakeMatmul(const dnnl::engine &engine, const MatmulKey &ke
   const dnnl::memory::desc a({key.m, key.k}, DataType::bf16, StridesOf(key.trans_a, key.lda));
   const dnnl::memory::desc b({key.k, key.n}, DataType::bf16, StridesOf(key.trans_b, key.ldb));
   const dnnl::memory::desc c({key.m, key.n}, DataType::f32, Dims{key.ldc, 1});
+  const dnnl::memory::desc bias =
+      key.bias ? dnnl::memory::desc({1, key.n}, DataType::f32, Dims{key.n, 1})
+               : dnnl::memory::desc();
   dnnl::primitive_attr attr;
   if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
   if (key.beta != 0.0f) {
@@ -75,8 +81,10 @@ std::optional<Matmul> MakeMatmul(const dnnl::engine &engine, const MatmulKey &ke
     attr.set_post_ops(ops);
   }
   try {
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
-    return Matmul{dnnl::matmul(pd), a, b, c, std::strncmp(pd.impl_info_str(), "ref", 3) == 0};
+    const dnnl::matmul::desc desc =
+        key.bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c);
+    const dnnl::matmul::primitive_desc pd(desc, attr, engine);
+    return Matmul{dnnl::matmul(pd), a, b, c, bias, std::strncmp(pd.impl_info_str(), "ref", 3) == 0};
   } catch (const dnnl::error &) {
     return std::nullopt;
   }
@@ -142,9 +150,10 @@ const float *Fp32Data(const GemmOperand &x, int rows, int cols, std::vector<floa
   return scratch.data();
 }
 
-// Runs the product in bf16; false when oneDNN refuses the shape.
+// Runs the product in bf16 (plus bias [n] on every row, if given); false
+// when oneDNN refuses the shape.
 bool Bf16Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const GemmOperand &a,
-              const GemmOperand &b, float beta, float *c, int ldc) {
+              const GemmOperand &b, float beta, float *c, int ldc, const float *bias = nullptr) {
   Bf16Workspace &ws = Workspace();
   // Stored A is [m, k] or [k, m]; stored B is [k, n] or [n, k].
   const int a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
@@ -158,7 +167,8 @@ bool Bf16Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
                       b.bf16 != nullptr ? b.ld : b_cols,
                       ldc,
                       alpha,
-                      beta};
+                      beta,
+                      bias != nullptr};
   auto found = ws.primitives.find(key);
   if (found == ws.primitives.end())
     found = ws.primitives.emplace(key, MakeMatmul(ws.engine, key)).first;
@@ -170,8 +180,11 @@ bool Bf16Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
   dnnl::memory a_mem(mm.a, ws.engine, const_cast<uint16_t *>(a16));
   dnnl::memory b_mem(mm.b, ws.engine, const_cast<uint16_t *>(b16));
   dnnl::memory c_mem(mm.c, ws.engine, c);
-  mm.primitive.execute(ws.stream,
-                       {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+  if (bias != nullptr)
+    args.emplace(DNNL_ARG_BIAS, dnnl::memory(mm.bias, ws.engine, const_cast<float *>(bias)));
+  mm.primitive.execute(ws.stream, args);
   ws.stream.wait();
   return true;
 }
@@ -188,7 +201,7 @@ bool IsAmd() {
 
 // Whether oneDNN has a native (not reference) bf16 matmul here, at the ISA cap.
 bool HasNativeBf16Matmul() {
-  const MatmulKey probe{16, 16, 16, false, false, 16, 16, 16, 1.0f, 0.0f};
+  const MatmulKey probe{16, 16, 16, false, false, 16, 16, 16, 1.0f, 0.0f, false};
   std::optional<Matmul> mm = MakeMatmul(Workspace().engine, probe);
   return mm && !mm->reference;
 }
@@ -256,6 +269,15 @@ void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, Gemm
   const float *a32 = Fp32Data(a, trans_a ? k : m, trans_a ? m : k, ws.wide_a, lda);
   const float *b32 = Fp32Data(b, trans_b ? n : k, trans_b ? k : n, ws.wide_b, ldb);
   Gemm(trans_a, trans_b, m, n, k, alpha, a32, lda, b32, ldb, beta, c, ldc);
+}
+
+void GemmBf16Bias(bool trans_a, bool trans_b, int m, int n, int k, GemmOperand a, GemmOperand b,
+                  const float *bias, float *c, int ldc) {
+  if (m > 0 && n > 0 && k > 0 &&
+      Bf16Gemm(trans_a, trans_b, m, n, k, 1.0f, a, b, 0.0f, c, ldc, bias))
+    return;
+  for (int r = 0; r < m; ++r) std::copy(bias, bias + n, c + size_t(r) * size_t(ldc));
+  GemmBf16(trans_a, trans_b, m, n, k, 1.0f, a, b, 1.0f, c, ldc);
 }
 
 void Gemm(ComputeType compute, bool trans_a, bool trans_b, int m, int n, int k, float alpha,

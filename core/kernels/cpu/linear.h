@@ -14,6 +14,10 @@ namespace dst::cpu {
 template <typename T>
 void LinearForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t in,
                    int64_t out, T *y, ComputeType compute = ComputeType::kFp32) {
+  if constexpr (std::is_same_v<T, float>)
+    if (compute == ComputeType::kBf16 && bias)
+      return GemmBf16Bias(false, true, int(rows), int(out), int(in), Fp32Operand(x, int(in)),
+                          Fp32Operand(weight, int(in)), bias, y, int(out));
   if (bias) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + out, y + r * out);
