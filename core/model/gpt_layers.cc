@@ -193,9 +193,9 @@ bool GptBlock<T>::SumRowParallel(T *out, const T *bias, const MicroBatch<T> &mb)
 }
 
 // dy [N, C] (attn.c_proj's output gradient, all N rows) -> attn.c_proj's
-// weight gradients (+=), the attention core's backward into dqkv [N, 3C'],
-// and c_attn's input gradient into d_ln [N, C] (partial sums at tp > 1);
-// d_ln first holds the attention output's gradient [N, C'].
+// weight gradients (+=) and the attention core's backward into dqkv
+// [N, 3C'] (c_attn's output gradient); d_ln holds the attention output's
+// gradient [N, C'] after.
 template <typename T>
 void GptBlock<T>::AttentionBranchBackward(const T *dy, const LayerActivations<T> &a, T *d_ln,
                                           T *dqkv, T *att_scratch, const MicroBatch<T> &mb) {
@@ -206,7 +206,23 @@ void GptBlock<T>::AttentionBranchBackward(const T *dy, const LayerActivations<T>
   k.LinearBackward(dy, a[kAttY], p.param(proj_w_), N, Cl, C, d_ln, p.grad(proj_w_), p.grad(proj_b_),
                    compute);
   k.AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch, compute);
-  k.LinearBackward(dqkv, nullptr, p.param(attn_w_), N, C, 3 * Cl, d_ln, nullptr, nullptr, compute);
+}
+
+template <typename T>
+bool GptBlock<T>::ColumnParallelBackward(const T *dy, const T *x, int w, int b, int64_t in,
+                                         int64_t out, T *dx, ComputeType compute,
+                                         const MicroBatch<T> &mb, const char *what) {
+  ParamStore<T> &p = *this->store_;
+  const Kernels<T> &k = *mb.kernels;
+  const int64_t N = mb.rows();
+  if (tp_.size == 1) {
+    k.LinearBackward(dy, x, p.param(w), N, in, out, dx, p.grad(w), p.grad(b), compute);
+    return true;
+  }
+  k.LinearBackward(dy, nullptr, p.param(w), N, in, out, dx, nullptr, nullptr, compute);
+  std::unique_ptr<Work> sum = SumInputGradient(dx, N);  // while the weights' GEMM runs
+  k.LinearWeightBackward(dy, x, N, in, out, p.grad(w), p.grad(b), compute);
+  return Finish(std::move(sum), what);
 }
 
 template <typename T>
@@ -322,6 +338,8 @@ void GptBlock<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T
     return;
   gather = GatherRows(k, tp_, a[kLn1], n, C, gathered);
   AttentionBranchBackward(d_whole, a, d_ln, dqkv, att_scratch, mb);
+  k.LinearBackward(dqkv, nullptr, p.param(attn_w_), N, C, 3 * Cl, d_ln, nullptr, nullptr,
+                   mb.ComputeOf(ModuleType::kAttention));
   sum = ReduceScatterRows(tp_, d_ln, n, C);
   if (!Finish(std::move(gather), "attention input (all-gather)")) return;
   k.LinearWeightBackward(dqkv, gathered, N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
@@ -355,20 +373,17 @@ void GptBlock<T>::Backward(const T *in, const LayerActivations<T> &a, T *dout, T
   k.LinearBackward(dout, a[kFchGelu], p.param(fcproj_w_), N, F, C, d_fch, p.grad(fcproj_w_),
                    p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
   k.GeluBackward(d_fch, a[kFch], N * F, d_fch);
-  k.LinearBackward(d_fch, nullptr, p.param(fc_w_), N, C, F, d_ln, nullptr, nullptr,
-                   mb.ComputeOf(ModuleType::kLinear));
-  std::unique_ptr<Work> sum = SumInputGradient(d_ln, N);  // while the weights' GEMM runs
-  k.LinearWeightBackward(d_fch, a[kLn2], N, C, F, p.grad(fc_w_), p.grad(fc_b_),
-                         mb.ComputeOf(ModuleType::kLinear));
-  if (!Finish(std::move(sum), "MLP input gradient")) return;
+  if (!ColumnParallelBackward(d_fch, a[kLn2], fc_w_, fc_b_, C, F, d_ln,
+                              mb.ComputeOf(ModuleType::kLinear), mb, "MLP input gradient"))
+    return;
   k.LayerNormBackward(d_ln, a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C, dout,
                       p.grad(ln2_w_), p.grad(ln2_b_), ln_scratch, mb.max_threads);
   // Attention branch; the residual passes dout (now d res2) straight to din.
   AttentionBranchBackward(dout, a, d_ln, dqkv, att_scratch, mb);
-  sum = SumInputGradient(d_ln, N);
-  k.LinearWeightBackward(dqkv, a[kLn1], N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
-                         mb.ComputeOf(ModuleType::kAttention));
-  if (!Finish(std::move(sum), "attention input gradient")) return;
+  if (!ColumnParallelBackward(dqkv, a[kLn1], attn_w_, attn_b_, C, 3 * Cl, d_ln,
+                              mb.ComputeOf(ModuleType::kAttention), mb,
+                              "attention input gradient"))
+    return;
   if (!din)
     din = dout;  // first layer: the input gradient is not needed, but ln_1's is
   else

@@ -132,9 +132,15 @@ class GptBlock final : public Layer<T> {
   void BackwardWeightSequenceParallel(const T *in, const LayerActivations<T> &a,
                                       const LayerActivations<T> &d, const MicroBatch<T> &mb);
   // The attention branch's backward from attn.c_proj's output gradient to
-  // c_attn's input gradient (the parts plain and sequence-parallel share).
+  // c_attn's output gradient (the parts plain and sequence-parallel share).
   void AttentionBranchBackward(const T *dy, const LayerActivations<T> &a, T *d_ln, T *dqkv,
                                T *att_scratch, const MicroBatch<T> &mb);
+  // A column-parallel linear's backward (c_attn, c_fc; weight w, bias b):
+  // dx [N, in] is a partial sum over the tp group, summed while the weights'
+  // GEMM runs; at tp 1 both gradients in one call (bf16 compute rounds dy
+  // once for both GEMMs). False on failure.
+  bool ColumnParallelBackward(const T *dy, const T *x, int w, int b, int64_t in, int64_t out, T *dx,
+                              ComputeType compute, const MicroBatch<T> &mb, const char *what);
   // A column-parallel layer's input gradient, launched (null at tp 1).
   std::unique_ptr<Work> SumInputGradient(T *din, int64_t N);
   bool Finish(std::unique_ptr<Work> work, const char *what);
