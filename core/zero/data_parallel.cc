@@ -14,7 +14,7 @@ namespace dst {
 
 namespace {
 
-constexpr int64_t kChunk = 32768;  // elements widened at a time in a 16-bit step on the host
+constexpr int64_t kChunk = 65536;  // elements widened at a time in a 16-bit step on the host
 
 }  // namespace
 
