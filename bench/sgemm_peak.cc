@@ -4,9 +4,10 @@
 // GEMM shapes of the bench_gpt training step (GPT 6x384, n_ctx 256, micro-batch
 // 8: 2048 tokens). This is the denominator of "fraction of SGEMM peak" in
 // bench/bench_gpt.py. Where the CPU has AVX512-BF16 it also measures the bf16
-// GEMM bf16 training uses (dst::cpu::Gemm with ComputeType::kBf16: oneDNN's
-// bf16 matmul with fp32 accumulation, its operands rounded from fp32 in
-// per-thread scratch, as the layers call it): the denominator of bf16 rows.
+// GEMM bf16 training uses (dst::cpu::GemmBf16: oneDNN's bf16 matmul with fp32
+// accumulation) on operands already rounded to bf16 — the GEMM alone, not the
+// rounding of fp32 operands the layers still do for some of theirs: the
+// denominator of bf16 rows.
 //
 // Usage: sgemm_peak [--threads N] [--quick] [--json]
 //   --json prints one JSON object on the last line (for the orchestrator).
@@ -49,10 +50,16 @@ double Measure(dst::cpu::GemmBackend backend, const Shape &s, double min_seconds
   for (float &x : b) x = dist(rng);
   const int lda = s.trans_a ? s.m : s.k;  // row-major: A is [m,k] or [k,m]
   const int ldb = s.trans_b ? s.k : s.n;  // B is [k,n] or [n,k]
+  std::vector<uint16_t> a16, b16;  // bf16: the operands rounded once, before timing
+  if (bf16) {
+    dst::cpu::RoundToBf16(a.data(), s.trans_a ? s.k : s.m, lda, lda, a16);
+    dst::cpu::RoundToBf16(b.data(), s.trans_b ? s.n : s.k, ldb, ldb, b16);
+  }
   auto run = [&] {
     if (bf16)
-      dst::cpu::Gemm(dst::ComputeType::kBf16, s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(),
-                     lda, b.data(), ldb, 0.0f, c.data(), s.n);
+      dst::cpu::GemmBf16(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f,
+                         dst::cpu::Bf16Operand(a16.data(), lda),
+                         dst::cpu::Bf16Operand(b16.data(), ldb), 0.0f, c.data(), s.n);
     else
       dst::cpu::GemmWith(backend, s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), lda,
                          b.data(), ldb, 0.0f, c.data(), s.n);

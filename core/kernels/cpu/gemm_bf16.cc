@@ -97,21 +97,26 @@ std::optional<Matmul> MakeMatmul(const dnnl::engine &engine, const MatmulKey &ke
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // FloatToBFloat16's integer steps on 16 lanes (so the same bits): NaN -> its
 // top half, quieted; else x + 0x7FFF + (bit 16 of x), top half.
+__attribute__((target("avx512f"))) inline __m512i Bf16Lanes(__m512 x) {
+  const __m512i v = _mm512_castps_si512(x);
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(v, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                _mm512_set1_epi32(0x7F800000));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(v, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+  const __m512i quieted = _mm512_or_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(0x40));
+  return _mm512_mask_blend_epi32(nan, rounded, quieted);
+}
+
 __attribute__((target("avx512f"))) void RoundRowAvx512(const float *x, uint16_t *out, int64_t n) {
   int64_t i = 0;
-  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
-  const __m512i bias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1),
-                quiet = _mm512_set1_epi32(0x40);
-  for (; i + 16 <= n; i += 16) {
-    const __m512i v = _mm512_castps_si512(_mm512_loadu_ps(x + i));
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(v, abs_mask), inf);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(v, 16), one);
-    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(v, bias), lsb), 16);
-    const __m512i quieted = _mm512_or_si512(_mm512_srli_epi32(v, 16), quiet);
+  for (; i + 16 <= n; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i *>(out + i),
-                        _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quieted)));
+                        _mm512_cvtepi32_epi16(Bf16Lanes(_mm512_loadu_ps(x + i))));
+  if (i < n) {  // the last n - i values under a mask (nothing past n is read or written)
+    const __mmask16 tail = __mmask16((1u << (n - i)) - 1u);
+    _mm512_mask_cvtepi32_storeu_epi16(out + i, tail, Bf16Lanes(_mm512_maskz_loadu_ps(tail, x + i)));
   }
-  for (; i < n; ++i) out[i] = FloatToBFloat16(x[i]);
 }
 #pragma GCC diagnostic pop
 
