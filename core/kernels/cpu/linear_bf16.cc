@@ -1,5 +1,4 @@
 // nn.Linear's backward with bf16 GEMMs (linear.h's kBf16 forms).
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -11,8 +10,8 @@ namespace dst::cpu {
 namespace {
 
 // dy [rows, out] rounded to bf16 into the calling thread's scratch; with
-// dbias, its column sums added there in the same pass (column blocks over the
-// threads, each walking every row: linear.h's order, so the same bits).
+// dbias, its column sums added there in the same pass (linear.h's
+// AddColumnSums: each column over the rows in order, so the same bits).
 const uint16_t *RoundGradient(const float *dy, int64_t rows, int64_t out, float *dbias) {
   thread_local std::vector<uint16_t> rounded;
   if (dbias == nullptr) {
@@ -21,12 +20,10 @@ const uint16_t *RoundGradient(const float *dy, int64_t rows, int64_t out, float 
   }
   rounded.resize(size_t(rows * out));
   uint16_t *dy16 = rounded.data();
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (out + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t j0 = blk * kBlock, j1 = std::min(out, j0 + kBlock);
-    for (int64_t r = 0; r < rows; ++r) {
+#pragma omp parallel
+  {
+    const auto [j0, j1] = ThreadColumns(out);
+    for (int64_t r = 0; r < rows && j0 < j1; ++r) {
       const float *g = dy + r * out;
       RoundRowToBf16(g + j0, dy16 + r * out + j0, j1 - j0);
       for (int64_t j = j0; j < j1; ++j) dbias[j] += g[j];
