@@ -78,6 +78,21 @@ class Kernels {
   // dweight [out, in] += dy^T x; dbias [out] += column sums of dy (if non-null).
   virtual void LinearWeightBackward(const T *dy, const T *x, int64_t rows, int64_t in, int64_t out,
                                     T *dweight, T *dbias, ComputeType compute) const = 0;
+  // The two above given also x's bf16 copy x16 (LayerActivations::Bf16: the
+  // same values as x; may be null), which a backend multiplying in bf16 reads
+  // instead of rounding x again. By default x16 is not read.
+  virtual void LinearBackwardStashed(const T *dy, const T *x, const uint16_t *x16, const T *weight,
+                                     int64_t rows, int64_t in, int64_t out, T *dx, T *dweight,
+                                     T *dbias, ComputeType compute) const {
+    (void)x16;
+    LinearBackward(dy, x, weight, rows, in, out, dx, dweight, dbias, compute);
+  }
+  virtual void LinearWeightBackwardStashed(const T *dy, const T *x, const uint16_t *x16,
+                                           int64_t rows, int64_t in, int64_t out, T *dweight,
+                                           T *dbias, ComputeType compute) const {
+    (void)x16;
+    LinearWeightBackward(dy, x, rows, in, out, dweight, dbias, compute);
+  }
 
   // ---- LayerNorm over rows of C
   // x [rows, C] -> out [rows, C], mean [rows], rstd [rows].
@@ -105,6 +120,15 @@ class Kernels {
   // dy [B, T, C] -> dqkv [B, T, 3C]. scratch: [threads, T, T].
   virtual void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionShape &s,
                                  T *dqkv, T *scratch, ComputeType compute) const = 0;
+  // The same given also the bf16 copies of qkv and att (may be null; see
+  // LinearBackwardStashed). By default they are not read.
+  virtual void AttentionBackwardStashed(const T *dy, const T *qkv, const uint16_t *qkv16,
+                                        const T *att, const uint16_t *att16,
+                                        const AttentionShape &s, T *dqkv, T *scratch,
+                                        ComputeType compute) const {
+    (void)qkv16, (void)att16;
+    AttentionBackward(dy, qkv, att, s, dqkv, scratch, compute);
+  }
 
   // ---- embeddings (tokens [B, T] in [0, V))
   // out [B, T, C] = wte [V, C] rows of the tokens + wpe [T, C].

@@ -162,7 +162,10 @@ ActivationStore<T>::ActivationStore(const std::vector<LayerSaveSpec> &layers,
             break;
         }
       }
-      if (Keeps16()) stash_[s].emplace_back(tracker, cat, size_t(z.stash_numel[l]), memory);
+      if (Keeps16()) {
+        stash_[s].emplace_back(tracker, cat, size_t(z.stash_numel[l]), memory);
+        if (*options_.half == Half::kBf16) SetBf16Views(act, l, stash_[s].back().data());
+      }
     }
   }
   if (options_.split_backward) AllocateDeferred(slots, z.deferred, tracker, memory);
@@ -183,6 +186,18 @@ void ActivationStore<T>::AllocateDeferred(size_t slots, int64_t per_slot, Memory
         offset += Aligned(t.numel);
       }
     }
+  }
+}
+
+template <typename T>
+void ActivationStore<T>::SetBf16Views(LayerActivations<T> &act, size_t layer,
+                                      const uint16_t *stash) const {
+  const LayerSaveSpec &spec = specs_[layer];
+  act.bf16.assign(spec.tensors.size(), nullptr);
+  for (size_t i = 0; i < spec.tensors.size(); ++i) {  // AfterForward's order
+    if (spec.tensors[i].exact || (options_.selective && spec.tensors[i].recomputable)) continue;
+    act.bf16[i] = stash;
+    stash += spec.tensors[i].numel;
   }
 }
 

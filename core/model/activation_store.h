@@ -124,6 +124,8 @@ class ActivationStore {
   void AllocateDeferred(size_t slots, int64_t per_slot, MemoryTracker *tracker,
                         MemoryResource *memory);
   bool Keeps16() const { return options_.half.has_value() && !options_.recompute; }
+  // act.bf16: each stashed tensor's place in the layer's bf16 stash.
+  void SetBf16Views(LayerActivations<T> &act, size_t layer, const uint16_t *stash) const;
   struct Resident {  // one slot's values of one layer (16-bit keep) or group (recompute)
     int64_t slot = -1;
     int64_t unit = -1;

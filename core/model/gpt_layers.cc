@@ -203,25 +203,26 @@ void GptBlock<T>::AttentionBranchBackward(const T *dy, const LayerActivations<T>
   const Kernels<T> &k = *mb.kernels;
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_;
   const ComputeType compute = mb.ComputeOf(ModuleType::kAttention);
-  k.LinearBackward(dy, a[kAttY], p.param(proj_w_), N, Cl, C, d_ln, p.grad(proj_w_), p.grad(proj_b_),
-                   compute);
-  k.AttentionBackward(d_ln, a[kQkv], a[kAtt], Attention(mb), dqkv, att_scratch, compute);
+  k.LinearBackwardStashed(dy, a[kAttY], a.Bf16(kAttY), p.param(proj_w_), N, Cl, C, d_ln,
+                          p.grad(proj_w_), p.grad(proj_b_), compute);
+  k.AttentionBackwardStashed(d_ln, a[kQkv], a.Bf16(kQkv), a[kAtt], a.Bf16(kAtt), Attention(mb),
+                             dqkv, att_scratch, compute);
 }
 
 template <typename T>
-bool GptBlock<T>::ColumnParallelBackward(const T *dy, const T *x, int w, int b, int64_t in,
-                                         int64_t out, T *dx, ComputeType compute,
+bool GptBlock<T>::ColumnParallelBackward(const T *dy, const T *x, const uint16_t *x16, int w, int b,
+                                         int64_t in, int64_t out, T *dx, ComputeType compute,
                                          const MicroBatch<T> &mb, const char *what) {
   ParamStore<T> &p = *this->store_;
   const Kernels<T> &k = *mb.kernels;
   const int64_t N = mb.rows();
   if (tp_.size == 1) {
-    k.LinearBackward(dy, x, p.param(w), N, in, out, dx, p.grad(w), p.grad(b), compute);
+    k.LinearBackwardStashed(dy, x, x16, p.param(w), N, in, out, dx, p.grad(w), p.grad(b), compute);
     return true;
   }
   k.LinearBackward(dy, nullptr, p.param(w), N, in, out, dx, nullptr, nullptr, compute);
   std::unique_ptr<Work> sum = SumInputGradient(dx, N);  // while the weights' GEMM runs
-  k.LinearWeightBackward(dy, x, N, in, out, p.grad(w), p.grad(b), compute);
+  k.LinearWeightBackwardStashed(dy, x, x16, N, in, out, p.grad(w), p.grad(b), compute);
   return Finish(std::move(sum), what);
 }
 
@@ -370,19 +371,18 @@ void GptBlock<T>::Backward(const T *in, const LayerActivations<T> &a, T *dout, T
   T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
 
   // MLP branch; dout doubles as the gradient of res2 (residual).
-  k.LinearBackward(dout, a[kFchGelu], p.param(fcproj_w_), N, F, C, d_fch, p.grad(fcproj_w_),
-                   p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
+  k.LinearBackwardStashed(dout, a[kFchGelu], a.Bf16(kFchGelu), p.param(fcproj_w_), N, F, C, d_fch,
+                          p.grad(fcproj_w_), p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
   k.GeluBackward(d_fch, a[kFch], N * F, d_fch);
-  if (!ColumnParallelBackward(d_fch, a[kLn2], fc_w_, fc_b_, C, F, d_ln,
+  if (!ColumnParallelBackward(d_fch, a[kLn2], a.Bf16(kLn2), fc_w_, fc_b_, C, F, d_ln,
                               mb.ComputeOf(ModuleType::kLinear), mb, "MLP input gradient"))
     return;
   k.LayerNormBackward(d_ln, a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C, dout,
                       p.grad(ln2_w_), p.grad(ln2_b_), ln_scratch, mb.max_threads);
   // Attention branch; the residual passes dout (now d res2) straight to din.
   AttentionBranchBackward(dout, a, d_ln, dqkv, att_scratch, mb);
-  if (!ColumnParallelBackward(dqkv, a[kLn1], attn_w_, attn_b_, C, 3 * Cl, d_ln,
-                              mb.ComputeOf(ModuleType::kAttention), mb,
-                              "attention input gradient"))
+  if (!ColumnParallelBackward(dqkv, a[kLn1], a.Bf16(kLn1), attn_w_, attn_b_, C, 3 * Cl, d_ln,
+                              mb.ComputeOf(ModuleType::kAttention), mb, "attention input gradient"))
     return;
   if (!din)
     din = dout;  // first layer: the input gradient is not needed, but ln_1's is

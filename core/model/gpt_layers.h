@@ -139,8 +139,10 @@ class GptBlock final : public Layer<T> {
   // dx [N, in] is a partial sum over the tp group, summed while the weights'
   // GEMM runs; at tp 1 both gradients in one call (bf16 compute rounds dy
   // once for both GEMMs). False on failure.
-  bool ColumnParallelBackward(const T *dy, const T *x, int w, int b, int64_t in, int64_t out, T *dx,
-                              ComputeType compute, const MicroBatch<T> &mb, const char *what);
+  // x16: x's bf16 stash (LayerActivations::Bf16), or null.
+  bool ColumnParallelBackward(const T *dy, const T *x, const uint16_t *x16, int w, int b,
+                              int64_t in, int64_t out, T *dx, ComputeType compute,
+                              const MicroBatch<T> &mb, const char *what);
   // A column-parallel layer's input gradient, launched (null at tp 1).
   std::unique_ptr<Work> SumInputGradient(T *din, int64_t N);
   bool Finish(std::unique_ptr<Work> work, const char *what);

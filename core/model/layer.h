@@ -85,9 +85,16 @@ struct SavedTensorSpec {
 template <typename T>
 struct LayerActivations {
   std::vector<T *> tensors;
+  // Per tensor, where the store keeps it in bf16 (bf16 training's 16-bit
+  // stash): the same values as tensors[i] from the end of the forward to the
+  // backward (the stash is written as the fp32 copy is rounded onto the bf16
+  // grid). Empty, or null for a tensor kept otherwise. bf16 GEMMs read it
+  // instead of rounding tensors[i] again (Kernels::*Stashed).
+  std::vector<const uint16_t *> bf16;
   double loss = 0;      // loss layers: the mean loss of this micro-batch
   int64_t counted = 0;  // loss layers: targets that were not ignored
   T *operator[](size_t i) const { return tensors[i]; }
+  const uint16_t *Bf16(size_t i) const { return i < bf16.size() ? bf16[i] : nullptr; }
 };
 
 template <typename T>

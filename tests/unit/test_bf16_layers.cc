@@ -134,6 +134,18 @@ TEST(Bf16Layers, LinearBackwardRoundsTheGradientOnceWithTheSameBits) {
                        ComputeType::kBf16);
   ExpectSameBits(dw2, want_dw, "dweight (weight half)");
   ExpectSameBits(db2, want_db, "dbias (weight half)");
+  // Given x's bf16 copy (the activation stash), the same bits.
+  std::vector<uint16_t> x16;
+  RoundToBf16(x.data(), rows, in, in, x16);
+  std::vector<float> dx3(dx.size()), dw3 = Normal(size_t(out * in), 24),
+                                     db3 = Normal(size_t(out), 25);
+  LinearBackward(dy.data(), x.data(), w.data(), rows, in, out, dx3.data(), dw3.data(), db3.data(),
+                 ComputeType::kBf16, x16.data());
+  ExpectSameBits(dw3, want_dw, "dweight (x's bf16 copy)");
+  std::vector<float> dw4 = Normal(size_t(out * in), 24), db4 = Normal(size_t(out), 25);
+  LinearWeightBackward(dy.data(), x.data(), rows, in, out, dw4.data(), db4.data(),
+                       ComputeType::kBf16, x16.data());
+  ExpectSameBits(dw4, want_dw, "dweight (weight half, x's bf16 copy)");
 }
 
 TEST(Bf16Layers, LinearForwardAddsTheBiasInTheGemmWithTheSameBits) {
@@ -197,6 +209,15 @@ TEST(Bf16Layers, AttentionRoundsEachOperandOnceWithTheSameBits) {
   ExpectSameBits(att, want_att, "probabilities");
   ExpectSameBits(y, want_y, "output");
   ExpectSameBits(dqkv, want_dqkv, "dqkv");
+  // Given the bf16 copies of qkv and of the probabilities (the activation
+  // stash), the same bits.
+  std::vector<uint16_t> qkv16, att16;
+  RoundToBf16(qkv.data(), 1, int64_t(qkv.size()), int64_t(qkv.size()), qkv16);
+  RoundToBf16(att.data(), 1, int64_t(att.size()), int64_t(att.size()), att16);
+  std::vector<float> dqkv2(dqkv.size());
+  AttentionBackward(dy.data(), qkv.data(), att.data(), s, dqkv2.data(), scratch.data(),
+                    ComputeType::kBf16, qkv16.data(), att16.data());
+  ExpectSameBits(dqkv2, want_dqkv, "dqkv (bf16 copies given)");
 }
 
 }  // namespace

@@ -187,6 +187,40 @@ TEST(KernelSeamStore, The16BitStashConvertsThroughTheBackend) {
 
 // An eval forward (no backward follows) stashes nothing, rounds only the
 // layers' outputs, and gives the training forward's loss bit for bit.
+
+// bf16 training: each stashed tensor's bf16 copy is reachable from its
+// LayerActivations (what bf16 GEMMs read instead of rounding again): the bits
+// of the rounded fp32 tensor, per slot; exact tensors have none, nor has fp16.
+TEST(KernelSeamStore, Bf16ViewsHoldTheStashedValuesOfTheirSlot) {
+  LayerSaveSpec layer;
+  layer.tensors = {{40}, {8, /*exact=*/true}, {24}};
+  layer.first_is_output = true;
+  ActivationOptions options;
+  options.half = Half::kBf16;
+  options.slots = 2;
+  ActivationStore<float> store({layer, layer}, options, nullptr);
+  cpu::CpuKernels<float> kernels;
+  for (int slot = 0; slot < 2; ++slot) {
+    LayerActivations<float> &act = store.at(slot, 0);
+    for (size_t t : {size_t(0), size_t(2)})
+      for (int i = 0; i < layer.tensors[t].numel; ++i)
+        act[t][i] = float(i + 7 * int(t) + 100 * slot) / 3.0f;
+    store.AfterForward(slot, 0, kernels);
+  }
+  for (int slot = 0; slot < 2; ++slot) {
+    const LayerActivations<float> &act = store.at(slot, 0);
+    EXPECT_EQ(act.Bf16(1), nullptr);  // exact: fp32 only
+    for (size_t t : {size_t(0), size_t(2)}) {
+      ASSERT_NE(act.Bf16(t), nullptr) << t;
+      for (int i = 0; i < layer.tensors[t].numel; ++i)
+        ASSERT_EQ(act.Bf16(t)[i], FloatToBFloat16(float(i + 7 * int(t) + 100 * slot) / 3.0f))
+            << "slot " << slot << " tensor " << t << " at " << i;
+    }
+  }
+  options.half = Half::kFp16;
+  ActivationStore<float> fp16({layer}, options, nullptr);
+  EXPECT_EQ(fp16.at(0, 0).Bf16(0), nullptr);
+}
 TEST(KernelSeamStore, AnEvalForwardStashesNothingAndGivesTheSameLoss) {
   ModelCase c;
   c.activations.half = Half::kBf16;

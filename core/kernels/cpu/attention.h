@@ -51,8 +51,11 @@ inline void CausalSoftmaxBackwardRow(const T *ar, T *dr, int64_t t, int64_t widt
 // the same bits as the generic forms below with ComputeType::kBf16, which
 // round each GEMM's operands.
 void AttentionForwardBf16(const float *qkv, const AttentionShape &s, float *att, float *y);
-void AttentionBackwardBf16(const float *dy, const float *qkv, const float *att,
-                           const AttentionShape &s, float *dqkv, float *scratch);
+// qkv16, att16: bf16 copies of qkv and att where the caller has them (the
+// same values), or null.
+void AttentionBackwardBf16(const float *dy, const float *qkv, const uint16_t *qkv16,
+                           const float *att, const uint16_t *att16, const AttentionShape &s,
+                           float *dqkv, float *scratch);
 
 template <typename T>
 void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y,
@@ -79,9 +82,12 @@ void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y,
 // dqkv (assigns): [B, T, 3C]. scratch: [max_threads, T, T].
 template <typename T>
 void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionShape &s, T *dqkv,
-                       T *scratch, ComputeType compute = ComputeType::kFp32) {
+                       T *scratch, ComputeType compute = ComputeType::kFp32,
+                       const uint16_t *qkv16 = nullptr, const uint16_t *att16 = nullptr) {
   if constexpr (std::is_same_v<T, float>)
-    if (compute == ComputeType::kBf16) return AttentionBackwardBf16(dy, qkv, att, s, dqkv, scratch);
+    if (compute == ComputeType::kBf16)
+      return AttentionBackwardBf16(dy, qkv, qkv16, att, att16, s, dqkv, scratch);
+  (void)qkv16, (void)att16;
   const int64_t hs = s.head_size(), C3 = 3 * s.C;
   const T scale = T(1) / std::sqrt(T(hs));
 #pragma omp parallel for schedule(static)

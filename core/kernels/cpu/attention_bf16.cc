@@ -88,15 +88,19 @@ void AttentionForwardBf16(const float *qkv, const AttentionShape &s, float *att,
   }
 }
 
-void AttentionBackwardBf16(const float *dy, const float *qkv, const float *att,
-                           const AttentionShape &s, float *dqkv, float *scratch) {
+void AttentionBackwardBf16(const float *dy, const float *qkv, const uint16_t *qkv16,
+                           const float *att, const uint16_t *att16, const AttentionShape &s,
+                           float *dqkv, float *scratch) {
   const int64_t hs = s.head_size(), C3 = 3 * s.C, T = s.T;
   const int t = int(T), d = int(hs), c3 = int(C3);
   const float scale = 1.0f / std::sqrt(float(hs));
   LayerScratch &layer = Layer();
-  RoundToBf16(qkv, s.B * T, C3, C3, layer.qkv);
+  if (qkv16 == nullptr) {
+    RoundToBf16(qkv, s.B * T, C3, C3, layer.qkv);
+    qkv16 = layer.qkv.data();
+  }
   RoundToBf16(dy, s.B * T, s.C, s.C, layer.dy);
-  const uint16_t *qkv16 = layer.qkv.data(), *dy16 = layer.dy.data();
+  const uint16_t *dy16 = layer.dy.data();
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
     const int64_t b = bh / s.H, h = bh % s.H;
@@ -107,11 +111,13 @@ void AttentionBackwardBf16(const float *dy, const float *qkv, const float *att,
     float *dv = dq + 2 * s.C;
     const float *a = att + bh * T * T;
     HeadScratch &x = Scratch(T);
-    for (int64_t r = 0; r < T; ++r) RoundCausalRow(a + r * T, r, T, x.p.data() + r * T);
+    const uint16_t *p = att16 != nullptr ? att16 + bh * T * T : x.p.data();
+    if (att16 == nullptr)
+      for (int64_t r = 0; r < T; ++r) RoundCausalRow(a + r * T, r, T, x.p.data() + r * T);
     float *dscore = scratch + int64_t(omp_get_thread_num()) * T * T;
     // d att = g v^T ; dv = p^T g
     GemmBf16(false, true, t, t, d, 1.0f, g, head.v, 0.0f, dscore, t);
-    GemmBf16(true, false, t, d, t, 1.0f, Bf16Operand(x.p.data(), t), g, 0.0f, dv, c3);
+    GemmBf16(true, false, t, d, t, 1.0f, Bf16Operand(p, t), g, 0.0f, dv, c3);
     // softmax backward row by row, each row rounded as written
     for (int64_t r = 0; r < T; ++r) {
       CausalSoftmaxBackwardRow(a + r * T, dscore + r * T, r, T);

@@ -149,6 +149,18 @@ class CpuKernels final : public Kernels<T> {
     Scope s("LinearWeightBackward");
     cpu::LinearWeightBackward(dy, x, rows, in, out, dweight, dbias, compute);
   }
+  void LinearBackwardStashed(const T *dy, const T *x, const uint16_t *x16, const T *weight,
+                             int64_t rows, int64_t in, int64_t out, T *dx, T *dweight, T *dbias,
+                             ComputeType compute) const override {
+    Scope s("LinearBackward");
+    cpu::LinearBackward(dy, x, weight, rows, in, out, dx, dweight, dbias, compute, x16);
+  }
+  void LinearWeightBackwardStashed(const T *dy, const T *x, const uint16_t *x16, int64_t rows,
+                                   int64_t in, int64_t out, T *dweight, T *dbias,
+                                   ComputeType compute) const override {
+    Scope s("LinearWeightBackward");
+    cpu::LinearWeightBackward(dy, x, rows, in, out, dweight, dbias, compute, x16);
+  }
 
   void LayerNormForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t C, T *out,
                         T *mean, T *rstd) const override {
@@ -178,6 +190,12 @@ class CpuKernels final : public Kernels<T> {
                          T *dqkv, T *scratch, ComputeType compute) const override {
     Scope s("AttentionBackward");
     cpu::AttentionBackward(dy, qkv, att, shape, dqkv, scratch, compute);
+  }
+  void AttentionBackwardStashed(const T *dy, const T *qkv, const uint16_t *qkv16, const T *att,
+                                const uint16_t *att16, const AttentionShape &shape, T *dqkv,
+                                T *scratch, ComputeType compute) const override {
+    Scope s("AttentionBackward");
+    cpu::AttentionBackward(dy, qkv, att, shape, dqkv, scratch, compute, qkv16, att16);
   }
 
   void EmbeddingForward(const int32_t *tokens, const T *wte, const T *wpe, int64_t B, int64_t Tn,

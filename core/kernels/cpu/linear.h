@@ -66,20 +66,24 @@ void AddColumnSums(const T *dy, int64_t rows, int64_t out, T *dbias) {
 // bf16 compute (linear_bf16.cc): dy rounded to bf16 once, in the pass that
 // sums its columns into dbias, and read by both GEMMs; the same bits as the
 // generic forms below with ComputeType::kBf16, which round per GEMM.
-void LinearWeightBackwardBf16(const float *dy, const float *x, int64_t rows, int64_t in,
-                              int64_t out, float *dweight, float *dbias);
-void LinearBackwardBf16(const float *dy, const float *x, const float *weight, int64_t rows,
-                        int64_t in, int64_t out, float *dx, float *dweight, float *dbias);
+// x16: x's bf16 copy where the caller has one (the same values), or null.
+void LinearWeightBackwardBf16(const float *dy, const float *x, const uint16_t *x16, int64_t rows,
+                              int64_t in, int64_t out, float *dweight, float *dbias);
+void LinearBackwardBf16(const float *dy, const float *x, const uint16_t *x16, const float *weight,
+                        int64_t rows, int64_t in, int64_t out, float *dx, float *dweight,
+                        float *dbias);
 
 // dweight (+=): [out, in] = dy^T x; dbias (+=, if non-null): [out] = column
 // sums of dy. The weight half of LinearBackward (zero-bubble schedules run it
 // later than the input half).
 template <typename T>
 void LinearWeightBackward(const T *dy, const T *x, int64_t rows, int64_t in, int64_t out,
-                          T *dweight, T *dbias, ComputeType compute = ComputeType::kFp32) {
+                          T *dweight, T *dbias, ComputeType compute = ComputeType::kFp32,
+                          const uint16_t *x16 = nullptr) {
   if constexpr (std::is_same_v<T, float>)
     if (compute == ComputeType::kBf16)
-      return LinearWeightBackwardBf16(dy, x, rows, in, out, dweight, dbias);
+      return LinearWeightBackwardBf16(dy, x, x16, rows, in, out, dweight, dbias);
+  (void)x16;
   Gemm(compute, true, false, int(out), int(in), int(rows), T(1), dy, int(out), x, int(in), T(1),
        dweight, int(in));
   if (dbias) AddColumnSums(dy, rows, out, dbias);
@@ -89,10 +93,12 @@ void LinearWeightBackward(const T *dy, const T *x, int64_t rows, int64_t in, int
 // LinearWeightBackward (dweight, dbias +=).
 template <typename T>
 void LinearBackward(const T *dy, const T *x, const T *weight, int64_t rows, int64_t in, int64_t out,
-                    T *dx, T *dweight, T *dbias, ComputeType compute = ComputeType::kFp32) {
+                    T *dx, T *dweight, T *dbias, ComputeType compute = ComputeType::kFp32,
+                    const uint16_t *x16 = nullptr) {
   if constexpr (std::is_same_v<T, float>)
     if (compute == ComputeType::kBf16)
-      return LinearBackwardBf16(dy, x, weight, rows, in, out, dx, dweight, dbias);
+      return LinearBackwardBf16(dy, x, x16, weight, rows, in, out, dx, dweight, dbias);
+  (void)x16;
   if (dx)
     Gemm(compute, false, false, int(rows), int(in), int(out), T(1), dy, int(out), weight, int(in),
          T(0), dx, int(in));

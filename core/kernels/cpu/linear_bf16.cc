@@ -32,26 +32,28 @@ const uint16_t *RoundGradient(const float *dy, int64_t rows, int64_t out, float 
   return dy16;
 }
 
-void WeightGemm(const uint16_t *dy16, const float *x, int64_t rows, int64_t in, int64_t out,
-                float *dweight) {
+void WeightGemm(const uint16_t *dy16, const float *x, const uint16_t *x16, int64_t rows, int64_t in,
+                int64_t out, float *dweight) {
   GemmBf16(true, false, int(out), int(in), int(rows), 1.0f, Bf16Operand(dy16, int(out)),
-           Fp32Operand(x, int(in)), 1.0f, dweight, int(in));
+           x16 != nullptr ? Bf16Operand(x16, int(in)) : Fp32Operand(x, int(in)), 1.0f, dweight,
+           int(in));
 }
 
 }  // namespace
 
-void LinearWeightBackwardBf16(const float *dy, const float *x, int64_t rows, int64_t in,
-                              int64_t out, float *dweight, float *dbias) {
-  WeightGemm(RoundGradient(dy, rows, out, dbias), x, rows, in, out, dweight);
+void LinearWeightBackwardBf16(const float *dy, const float *x, const uint16_t *x16, int64_t rows,
+                              int64_t in, int64_t out, float *dweight, float *dbias) {
+  WeightGemm(RoundGradient(dy, rows, out, dbias), x, x16, rows, in, out, dweight);
 }
 
-void LinearBackwardBf16(const float *dy, const float *x, const float *weight, int64_t rows,
-                        int64_t in, int64_t out, float *dx, float *dweight, float *dbias) {
+void LinearBackwardBf16(const float *dy, const float *x, const uint16_t *x16, const float *weight,
+                        int64_t rows, int64_t in, int64_t out, float *dx, float *dweight,
+                        float *dbias) {
   const uint16_t *dy16 = RoundGradient(dy, rows, out, dweight != nullptr ? dbias : nullptr);
   if (dx)
     GemmBf16(false, false, int(rows), int(in), int(out), 1.0f, Bf16Operand(dy16, int(out)),
              Fp32Operand(weight, int(in)), 0.0f, dx, int(in));
-  if (dweight) WeightGemm(dy16, x, rows, in, out, dweight);
+  if (dweight) WeightGemm(dy16, x, x16, rows, in, out, dweight);
 }
 
 }  // namespace dst::cpu
