@@ -64,6 +64,17 @@ ModelStateBytes EstimateRankModelState(int64_t num_parameters, const Config &con
           ? 4 * ShardLayout(num_parameters, config.dp_size).padded
           : 0;
   b.optimizer_state += residual;
+  // ZeRO-Offload on a device (data_parallel.cc): the reduced gradients of
+  // this rank's state range come down into a host copy during the backward
+  // where a reduction makes them final (ZeRO 2/3, or more than one rank),
+  // and fp32 training keeps its master weights beside the state on the host
+  // (the parameters stay in device memory).
+  const bool host_state =
+      config.runtime.device == "cuda" && config.zero.offload_optimizer_device != "none";
+  if (host_state && (config.zero.stage >= 2 || config.dp_size > 1))
+    b.gradients += (precision == DType::kFloat32 ? 4 : 2) * elements;
+  if (host_state && precision == DType::kFloat32 && !swap_params)
+    b.optimizer_state += 4 * elements;
   if (config.zero.offload_optimizer_device != "nvme") return b;
   const int64_t tensors = OptimizerStateBytesPerParameter(config.optimizer, precision) / 4 +
                           (precision == DType::kFloat32 ? 1 : 0);  // fp32: the weights' mirror

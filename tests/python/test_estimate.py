@@ -38,6 +38,35 @@ def test_estimate_equals_measured_memory(tmp_path, cli, stage, world):
         assert mem["optimizer_state"] == predicted["optimizer_state_bytes"]
 
 
+# ZeRO-Offload on a device (the guarded stand-in): the host copy of the
+# reduced gradients, fp32's master weights beside the state on the host, the
+# NVMe buffers (counted as offload) — the layout's model state to the byte.
+@pytest.mark.parametrize("stage,world,precision,optimizer,params", [
+    (2, 1, None, "cpu", None), (1, 2, "bf16", "cpu", None), (1, 1, None, "cpu", None),
+    (3, 1, None, "cpu", "cpu"), (2, 1, None, "nvme", None)])
+def test_estimate_counts_zero_offload_host_buffers_on_a_device(tmp_path, cli, stage, world,
+                                                               precision, optimizer, params):
+    cfg, model = dp_tests.write_job(tmp_path, stage, 2, 1, world, "offload")
+    config = json.loads(cfg.read_text())
+    config["dstrain"]["device"] = "cuda"
+    zero = config["zero_optimization"]
+    zero["offload_optimizer"] = ({"device": "cpu", "pin_memory": True} if optimizer == "cpu" else
+                                 {"device": "nvme", "nvme_path": str(tmp_path)})
+    if params:
+        zero["offload_param"] = {"device": params, "pin_memory": True}
+    if precision:
+        config[precision] = {"enabled": True}
+    cfg.write_text(json.dumps(config))
+    predicted = estimate(cli, cfg, model, world)["layouts"][0]["stages"][0]["model_state_bytes"]
+    tool = os.path.join(os.environ["DSTRAIN_BUILD_DIR"], "tests", "dst_dp_tool")
+    for r in dp_tests.run_ranks(tool, cfg, model, world, {"DSTRAIN_TEST_DEVICE": "guarded"},
+                                steps=2):
+        mem = {k: v["bytes"] for k, v in r["metrics"]["memory"].items()}
+        assert mem["device"] > 0  # it ran on the stand-in's device memory
+        measured = sum(mem[k] for k in ("parameters", "gradients", "optimizer_state", "offload"))
+        assert measured == predicted, mem
+
+
 def test_estimate_reports_an_impossible_layout(tmp_path, cli):
     cfg = tmp_path / "fixed.json"
     cfg.write_text(json.dumps({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8}))
