@@ -40,8 +40,7 @@ void AddBiasToRows(const T *bias, int64_t rows, int64_t out, T *y) {
 
 // The columns [begin, end) of an `out`-wide row this OpenMP thread takes:
 // one contiguous range per thread (a multiple of 16 wide), so each walks the
-// rows over long contiguous segments. (64-column blocks walked the rows in
-// 256-byte pieces a row apart, several times slower.)
+// rows over long contiguous segments (rather than 256-byte pieces a row apart).
 inline std::pair<int64_t, int64_t> ThreadColumns(int64_t out) {
   const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
   const int64_t per = ((out + threads - 1) / threads + 15) / 16 * 16;
