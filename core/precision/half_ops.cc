@@ -86,25 +86,41 @@ void Sum16(Half h, uint16_t *x, const uint16_t *y, int64_t n) {
 // Each kChunk-element chunk is summed in order, in double, and the chunk sums
 // are added in order: the chunks of a group are summed in parallel and the
 // group's sums added serially, so the bits do not depend on the threads.
-// (Serial, this was a fixed cost of every bf16 step that more threads did
-// not shrink.)
+// A thread sums kLanes chunks side by side (independent chains of additions,
+// each still in index order: the same bits, without waiting on one chain's
+// latency per element).
 double SumOfSquares16(Half h, const uint16_t *x, int64_t n) {
   constexpr int64_t kGroup = 256;  // chunks summed in parallel at a time
+  constexpr int64_t kLanes = 4;    // chunks one thread sums side by side
   double total = 0;
   for (int64_t g = 0; g < n; g += kGroup * kChunk) {
     const int64_t chunks = std::min(kGroup, (n - g + kChunk - 1) / kChunk);
     double parts[kGroup];
 #pragma omp parallel for schedule(static) if (chunks >= 8)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t i = g + c * kChunk, m = std::min(kChunk, n - i);
-      float a[kChunk];
-      if (h == Half::kFp16)
-        HalfToFloat(x + i, a, m);
-      else
-        BFloat16ToFloat(x + i, a, m);
-      double part = 0;
-      for (int64_t j = 0; j < m; ++j) part += double(a[j]) * double(a[j]);
-      parts[c] = part;
+    for (int64_t c0 = 0; c0 < chunks; c0 += kLanes) {
+      const int64_t lanes = std::min(kLanes, chunks - c0);
+      float a[kLanes][kChunk];
+      int64_t m[kLanes] = {}, common = kChunk;
+      for (int64_t l = 0; l < lanes; ++l) {
+        const int64_t i = g + (c0 + l) * kChunk;
+        m[l] = std::min(kChunk, n - i);
+        common = std::min(common, m[l]);
+        if (h == Half::kFp16)
+          HalfToFloat(x + i, a[l], m[l]);
+        else
+          BFloat16ToFloat(x + i, a[l], m[l]);
+      }
+      double part[kLanes] = {};
+      if (lanes == kLanes) {
+        for (int64_t j = 0; j < common; ++j)
+          for (int64_t l = 0; l < kLanes; ++l) part[l] += double(a[l][j]) * double(a[l][j]);
+      } else {
+        common = 0;
+      }
+      for (int64_t l = 0; l < lanes; ++l) {
+        for (int64_t j = common; j < m[l]; ++j) part[l] += double(a[l][j]) * double(a[l][j]);
+        parts[c0 + l] = part[l];
+      }
     }
     for (int64_t c = 0; c < chunks; ++c) total += parts[c];
   }

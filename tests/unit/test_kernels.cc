@@ -1,7 +1,9 @@
 // Numerical kernels: the float fast paths against double references.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "core/kernels/cpu/attention.h"
@@ -99,6 +101,17 @@ TEST(Kernels, ChunkedSumIsExactlyRepeatable) {
   double ref = 0;
   for (float v : x) ref += double(v) * v;
   EXPECT_NEAR(a, ref, 1e-12 * ref);
+  // The bits: 64 chunks [n c / 64, n (c + 1) / 64), each summed in index
+  // order, the chunk sums added in order (chunks of unequal lengths here).
+  const int64_t n = int64_t(x.size());
+  double chunked = 0;
+  for (int64_t c = 0; c < cpu::kReduceChunks; ++c) {
+    double part = 0;
+    for (int64_t i = n * c / cpu::kReduceChunks; i < n * (c + 1) / cpu::kReduceChunks; ++i)
+      part += double(x[size_t(i)]) * x[size_t(i)];
+    chunked += part;
+  }
+  EXPECT_EQ(std::bit_cast<uint64_t>(a), std::bit_cast<uint64_t>(chunked));
 }
 
 }  // namespace

@@ -196,17 +196,20 @@ TEST(HalfOps, ThreadedConversionsEqualTheSerialOnesBitForBit) {
       ASSERT_EQ(acc[i], acc_want[i]) << HalfName(h) << " " << i;
     }
     // The sum of squares: 1024-element chunks each summed in order, in
-    // double, the chunk sums added in order (more than one group of chunks).
-    double total = 0;
-    for (int64_t c = 0; c < n; c += 1024) {
-      double part = 0;
-      for (int64_t i = c; i < std::min(n, c + 1024); ++i)
-        part += double(want[size_t(i)]) * double(want[size_t(i)]);
-      total += part;
+    // double, the chunk sums added in order (more than one group of chunks;
+    // and a ragged last chunk among four summed side by side: 7173).
+    for (const int64_t len : {n, int64_t(7173)}) {
+      double total = 0;
+      for (int64_t c = 0; c < len; c += 1024) {
+        double part = 0;
+        for (int64_t i = c; i < std::min(len, c + 1024); ++i)
+          part += double(want[size_t(i)]) * double(want[size_t(i)]);
+        total += part;
+      }
+      EXPECT_EQ(std::bit_cast<uint64_t>(SumOfSquares16(h, want16.data(), len)),
+                std::bit_cast<uint64_t>(total))
+          << HalfName(h) << " " << len;
     }
-    EXPECT_EQ(std::bit_cast<uint64_t>(SumOfSquares16(h, want16.data(), n)),
-              std::bit_cast<uint64_t>(total))
-        << HalfName(h);
   }
   omp_set_num_threads(threads);
 }

@@ -4,6 +4,7 @@
 // across runs and thread counts — needed for save/load/continue equality.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <utility>
@@ -11,20 +12,34 @@
 namespace dst::cpu {
 
 inline constexpr int64_t kReduceChunks = 64;
+// Chunks one thread sums side by side: each chunk is still one chain of
+// additions in index order (the same bits), but kReduceLanes independent
+// chains keep the adder busy instead of waiting on one chain's latency.
+inline constexpr int64_t kReduceLanes = 4;
 
 using ChunkSums = std::pair<double, double>;
 
 // body(i, sum_a, sum_b) adds element i's contributions to two running sums.
 template <typename Body>
 ChunkSums SumOverChunks(int64_t n, Body &&body) {
+  static_assert(kReduceChunks % kReduceLanes == 0);
   std::array<double, kReduceChunks> a{}, b{};
 #pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < kReduceChunks; ++c) {
-    const int64_t i0 = n * c / kReduceChunks, i1 = n * (c + 1) / kReduceChunks;
-    double sa = 0, sb = 0;
-    for (int64_t i = i0; i < i1; ++i) body(i, sa, sb);
-    a[c] = sa;
-    b[c] = sb;
+  for (int64_t g = 0; g < kReduceChunks; g += kReduceLanes) {
+    int64_t begin[kReduceLanes], end[kReduceLanes], common = n;
+    double sa[kReduceLanes] = {}, sb[kReduceLanes] = {};
+    for (int64_t l = 0; l < kReduceLanes; ++l) {
+      begin[l] = n * (g + l) / kReduceChunks;
+      end[l] = n * (g + l + 1) / kReduceChunks;
+      common = std::min(common, end[l] - begin[l]);
+    }
+    for (int64_t j = 0; j < common; ++j)
+      for (int64_t l = 0; l < kReduceLanes; ++l) body(begin[l] + j, sa[l], sb[l]);
+    for (int64_t l = 0; l < kReduceLanes; ++l) {
+      for (int64_t i = begin[l] + common; i < end[l]; ++i) body(i, sa[l], sb[l]);
+      a[size_t(g + l)] = sa[l];
+      b[size_t(g + l)] = sb[l];
+    }
   }
   ChunkSums total{0.0, 0.0};
   for (int64_t c = 0; c < kReduceChunks; ++c) {
