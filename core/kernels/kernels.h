@@ -70,6 +70,19 @@ class Kernels {
   // x [rows, in], bias [out] or null -> y [rows, out].
   virtual void LinearForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t in,
                              int64_t out, T *y, ComputeType compute) const = 0;
+  // Whether this backend's bf16 GEMMs write and read the bf16 copies the
+  // *Stashing / *Stashed forms below are given (the CPU's: yes). By default
+  // the copies are neither written nor read.
+  virtual bool KeepsBf16Copies() const { return false; }
+  // LinearForward given also where x's bf16 copy goes (x16 [rows, in], may be
+  // null): a backend that keeps bf16 copies and multiplies in bf16 writes x
+  // rounded to bf16 there, the operand its GEMM reads.
+  virtual void LinearForwardStashing(const T *x, uint16_t *x16, const T *weight, const T *bias,
+                                     int64_t rows, int64_t in, int64_t out, T *y,
+                                     ComputeType compute) const {
+    (void)x16;
+    LinearForward(x, weight, bias, rows, in, out, y, compute);
+  }
   // dy [rows, out] -> dx [rows, in] (if non-null), then LinearWeightBackward
   // if dweight is non-null.
   virtual void LinearBackward(const T *dy, const T *x, const T *weight, int64_t rows, int64_t in,
@@ -112,6 +125,13 @@ class Kernels {
   // qkv [B, T, 3C] -> att [B, H, T, T] softmax probabilities (saved), y [B, T, C].
   virtual void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y,
                                 ComputeType compute) const = 0;
+  // The same given also where the bf16 copies of qkv and att go (may be
+  // null; see LinearForwardStashing).
+  virtual void AttentionForwardStashing(const T *qkv, uint16_t *qkv16, const AttentionShape &s,
+                                        T *att, uint16_t *att16, T *y, ComputeType compute) const {
+    (void)qkv16, (void)att16;
+    AttentionForward(qkv, s, att, y, compute);
+  }
   // Whether AttentionForward writes the probabilities att [B, H, T, T] for
   // AttentionBackward to read (the CPU's: yes). A fused backend that
   // recomputes instead says no: the layer then saves an empty att and sizes

@@ -191,7 +191,7 @@ void ActivationStore<T>::AllocateDeferred(size_t slots, int64_t per_slot, Memory
 
 template <typename T>
 void ActivationStore<T>::SetBf16Views(LayerActivations<T> &act, size_t layer,
-                                      const uint16_t *stash) const {
+                                      uint16_t *stash) const {
   const LayerSaveSpec &spec = specs_[layer];
   act.bf16.assign(spec.tensors.size(), nullptr);
   for (size_t i = 0; i < spec.tensors.size(); ++i) {  // AfterForward's order
@@ -202,8 +202,15 @@ void ActivationStore<T>::SetBf16Views(LayerActivations<T> &act, size_t layer,
 }
 
 template <typename T>
+bool ActivationStore<T>::LeftToGemms(size_t layer, size_t i, bool bf16_operands) const {
+  const SavedTensorSpec &t = specs_[layer].tensors[i];
+  return bf16_operands && Keeps16() && *options_.half == Half::kBf16 && !options_.selective &&
+         t.operand_of.has_value() && !t.exact;
+}
+
+template <typename T>
 bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer, const Kernels<T> &k,
-                                      bool backward_follows) {
+                                      bool backward_follows, bool bf16_operands) {
   const LayerSaveSpec &spec = specs_[layer];
   if (options_.recompute) resident_[0] = {slot, spec.group};
   if (options_.selective) transient_resident_ = {slot, int64_t(layer)};
@@ -222,7 +229,9 @@ bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer, const Kernels<
       if (spec.tensors[i].exact) continue;
       const int64_t n = spec.tensors[i].numel;
       const bool transient = options_.selective && spec.tensors[i].recomputable;
-      if (stash && !transient) {
+      if (stash && LeftToGemms(layer, i, bf16_operands)) {  // the forward GEMM wrote it
+        stash += n;
+      } else if (stash && !transient) {
         // Into 16 bits, and the fp32 copy in the region rounded the same way,
         // so the backward sees what the 16-bit store gives back whether or
         // not the region is reused first.
@@ -235,7 +244,7 @@ bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer, const Kernels<
     if (Keeps16()) resident_[layer % 2] = {slot, int64_t(layer)};
     return spec.first_is_output;
   } else {
-    (void)slot, (void)k, (void)backward_follows;
+    (void)slot, (void)k, (void)backward_follows, (void)bf16_operands;
     return false;
   }
 }
@@ -268,7 +277,8 @@ void ActivationStore<T>::AfterRecomputeSaved(int64_t slot, size_t layer, const K
 }
 
 template <typename T>
-void ActivationStore<T>::Restore(int64_t slot, size_t layer, const Kernels<T> &k) {
+void ActivationStore<T>::Restore(int64_t slot, size_t layer, const Kernels<T> &k,
+                                 bool bf16_operands) {
   if constexpr (std::is_same_v<T, float>) {
     if (!Keeps16() || resident_[layer % 2].is(slot, int64_t(layer))) return;
     const LayerSaveSpec &spec = specs_[layer];
@@ -276,12 +286,13 @@ void ActivationStore<T>::Restore(int64_t slot, size_t layer, const Kernels<T> &k
     const uint16_t *stash = stash_[size_t(slot)][layer].data();
     for (size_t i = 0; i < spec.tensors.size(); ++i) {
       if (spec.tensors[i].exact || (options_.selective && spec.tensors[i].recomputable)) continue;
-      k.UnstashFrom16(*options_.half, stash, spec.tensors[i].numel, act[i]);
+      if (!LeftToGemms(layer, i, bf16_operands))
+        k.UnstashFrom16(*options_.half, stash, spec.tensors[i].numel, act[i]);
       stash += spec.tensors[i].numel;
     }
     resident_[layer % 2] = {slot, int64_t(layer)};
   } else {
-    (void)slot, (void)layer, (void)k;
+    (void)slot, (void)layer, (void)k, (void)bf16_operands;
   }
 }
 

@@ -94,8 +94,10 @@ class ActivationStore {
   // (otherwise the caller rounds it, if it wants 16-bit outputs). The
   // conversions run as kernels of `k` (where the tensors live). Without
   // `backward_follows` (an eval forward) only the output is rounded: nothing
-  // will read the rest, so nothing is stashed.
-  bool AfterForward(int64_t slot, size_t layer, const Kernels<T> &k, bool backward_follows = true);
+  // will read the rest, so nothing is stashed. `bf16_operands`: the layers
+  // multiply in bf16 on a backend that keeps bf16 copies (LeftToGemms).
+  bool AfterForward(int64_t slot, size_t layer, const Kernels<T> &k, bool backward_follows = true,
+                    bool bf16_operands = false);
   // Before `layer`'s backward in `slot`: true when its saved values are not
   // held and the caller must run its group's forward again (recompute policy).
   bool NeedsRecompute(int64_t slot, size_t layer) const;
@@ -104,8 +106,10 @@ class ActivationStore {
   bool NeedsRecomputeSaved(int64_t slot, size_t layer) const;
   void AfterRecomputeSaved(int64_t slot, size_t layer, const Kernels<T> &k);
   // Before `layer`'s backward in `slot`: makes its saved values readable
-  // again (16-bit keep policy: widens them into the shared region).
-  void Restore(int64_t slot, size_t layer, const Kernels<T> &k);
+  // again (16-bit keep policy: widens them into the shared region, but for
+  // those LeftToGemms, read from the stash itself). `bf16_operands` as
+  // AfterForward's for the same micro-batch.
+  void Restore(int64_t slot, size_t layer, const Kernels<T> &k, bool bf16_operands = false);
 
  private:
   // Region sizes in elements (aligned per tensor).
@@ -124,8 +128,14 @@ class ActivationStore {
   void AllocateDeferred(size_t slots, int64_t per_slot, MemoryTracker *tracker,
                         MemoryResource *memory);
   bool Keeps16() const { return options_.half.has_value() && !options_.recompute; }
+  // Whether tensor i of `layer` is one whose bf16 copy the layer's GEMMs
+  // write (forward) and read (backward) in the stash themselves
+  // (SavedTensorSpec::operand_of, under bf16 keep, bf16_operands and no
+  // selective recomputation, which reruns a forward over the kept values):
+  // the store neither stashes nor widens it.
+  bool LeftToGemms(size_t layer, size_t i, bool bf16_operands) const;
   // act.bf16: each stashed tensor's place in the layer's bf16 stash.
-  void SetBf16Views(LayerActivations<T> &act, size_t layer, const uint16_t *stash) const;
+  void SetBf16Views(LayerActivations<T> &act, size_t layer, uint16_t *stash) const;
   struct Resident {  // one slot's values of one layer (16-bit keep) or group (recompute)
     int64_t slot = -1;
     int64_t unit = -1;

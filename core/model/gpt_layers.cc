@@ -156,6 +156,10 @@ std::vector<SavedTensorSpec> GptBlock<T>::SavedTensors(const ActivationLimits &l
   saved[kLn2Rstd] = {n, true, false, ModuleType::kLayerNorm};
   saved[kFch] = {N * f_local_, false, false, ModuleType::kLinear};
   saved[kFchGelu] = {N * f_local_, false, false, ModuleType::kLinear};
+  if (!tp_.splits_rows()) {  // (sequence parallelism gathers ln_1, ln_2 in fp32)
+    for (Saved t : {kLn1, kQkv, kAtt, kAttY}) saved[t].operand_of = ModuleType::kAttention;
+    for (Saved t : {kLn2, kFchGelu}) saved[t].operand_of = ModuleType::kLinear;
+  }
   return saved;
 }
 
@@ -239,22 +243,22 @@ void GptBlock<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
   T *out = a[kOut];
   k.LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), N, C, a[kLn1], a[kLn1Mean], a[kLn1Rstd]);
-  k.LinearForward(a[kLn1], p.param(attn_w_), p.param(attn_b_), N, C, 3 * Cl, a[kQkv],
-                  mb.ComputeOf(ModuleType::kAttention));
-  k.AttentionForward(a[kQkv], Attention(mb), a[kAtt], a[kAttY],
-                     mb.ComputeOf(ModuleType::kAttention));
+  k.LinearForwardStashing(a[kLn1], a.Bf16(kLn1), p.param(attn_w_), p.param(attn_b_), N, C, 3 * Cl,
+                          a[kQkv], mb.ComputeOf(ModuleType::kAttention));
+  k.AttentionForwardStashing(a[kQkv], a.Bf16(kQkv), Attention(mb), a[kAtt], a.Bf16(kAtt), a[kAttY],
+                             mb.ComputeOf(ModuleType::kAttention));
   // attention projection into the output (as scratch), then the first residual
-  k.LinearForward(a[kAttY], p.param(proj_w_), GemmBias(proj_b_), N, Cl, C, out,
-                  mb.ComputeOf(ModuleType::kAttention));
+  k.LinearForwardStashing(a[kAttY], a.Bf16(kAttY), p.param(proj_w_), GemmBias(proj_b_), N, Cl, C,
+                          out, mb.ComputeOf(ModuleType::kAttention));
   if (!SumRowParallel(out, p.param(proj_b_), mb)) return;
   k.Add(in, out, N * C, a[kRes2]);
   k.LayerNormForward(a[kRes2], p.param(ln2_w_), p.param(ln2_b_), N, C, a[kLn2], a[kLn2Mean],
                      a[kLn2Rstd]);
-  k.LinearForward(a[kLn2], p.param(fc_w_), p.param(fc_b_), N, C, F, a[kFch],
-                  mb.ComputeOf(ModuleType::kLinear));
+  k.LinearForwardStashing(a[kLn2], a.Bf16(kLn2), p.param(fc_w_), p.param(fc_b_), N, C, F, a[kFch],
+                          mb.ComputeOf(ModuleType::kLinear));
   k.GeluForward(a[kFch], N * F, a[kFchGelu]);
-  k.LinearForward(a[kFchGelu], p.param(fcproj_w_), GemmBias(fcproj_b_), N, F, C, out,
-                  mb.ComputeOf(ModuleType::kLinear));
+  k.LinearForwardStashing(a[kFchGelu], a.Bf16(kFchGelu), p.param(fcproj_w_), GemmBias(fcproj_b_), N,
+                          F, C, out, mb.ComputeOf(ModuleType::kLinear));
   if (!SumRowParallel(out, p.param(fcproj_b_), mb)) return;
   k.AddInPlace(a[kRes2], N * C, out);
 }
@@ -509,8 +513,8 @@ void GptBlock<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *do
   k.Copy(dout, N * C, d[kDRes2]);
   k.LinearBackward(dout, nullptr, p.param(proj_w_), N, Cl, C, d_att, nullptr, nullptr,
                    mb.ComputeOf(ModuleType::kAttention));
-  k.AttentionBackward(d_att, a[kQkv], a[kAtt], Attention(mb), d[kDQkv], att_scratch,
-                      mb.ComputeOf(ModuleType::kAttention));
+  k.AttentionBackwardStashed(d_att, a[kQkv], a.Bf16(kQkv), a[kAtt], a.Bf16(kAtt), Attention(mb),
+                             d[kDQkv], att_scratch, mb.ComputeOf(ModuleType::kAttention));
   k.LinearBackward(d[kDQkv], nullptr, p.param(attn_w_), N, C, 3 * Cl, d[kDLn1], nullptr, nullptr,
                    mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(SumInputGradient(d[kDLn1], N), "attention input gradient")) return;
@@ -530,16 +534,16 @@ void GptBlock<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
   T *ln_scratch = mb.scratch;  // [threads, 2C]
-  k.LinearWeightBackward(d[kDOut], a[kFchGelu], N, F, C, p.grad(fcproj_w_), p.grad(fcproj_b_),
-                         mb.ComputeOf(ModuleType::kLinear));
-  k.LinearWeightBackward(d[kDFch], a[kLn2], N, C, F, p.grad(fc_w_), p.grad(fc_b_),
-                         mb.ComputeOf(ModuleType::kLinear));
+  k.LinearWeightBackwardStashed(d[kDOut], a[kFchGelu], a.Bf16(kFchGelu), N, F, C, p.grad(fcproj_w_),
+                                p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
+  k.LinearWeightBackwardStashed(d[kDFch], a[kLn2], a.Bf16(kLn2), N, C, F, p.grad(fc_w_),
+                                p.grad(fc_b_), mb.ComputeOf(ModuleType::kLinear));
   k.LayerNormParamBackward(d[kDLn2], a[kRes2], a[kLn2Mean], a[kLn2Rstd], N, C, p.grad(ln2_w_),
                            p.grad(ln2_b_), ln_scratch, mb.max_threads);
-  k.LinearWeightBackward(d[kDRes2], a[kAttY], N, Cl, C, p.grad(proj_w_), p.grad(proj_b_),
-                         mb.ComputeOf(ModuleType::kAttention));
-  k.LinearWeightBackward(d[kDQkv], a[kLn1], N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
-                         mb.ComputeOf(ModuleType::kAttention));
+  k.LinearWeightBackwardStashed(d[kDRes2], a[kAttY], a.Bf16(kAttY), N, Cl, C, p.grad(proj_w_),
+                                p.grad(proj_b_), mb.ComputeOf(ModuleType::kAttention));
+  k.LinearWeightBackwardStashed(d[kDQkv], a[kLn1], a.Bf16(kLn1), N, C, 3 * Cl, p.grad(attn_w_),
+                                p.grad(attn_b_), mb.ComputeOf(ModuleType::kAttention));
   k.LayerNormParamBackward(d[kDLn1], in, a[kLn1Mean], a[kLn1Rstd], N, C, p.grad(ln1_w_),
                            p.grad(ln1_b_), ln_scratch, mb.max_threads);
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -78,6 +79,15 @@ struct SavedTensorSpec {
   // listed part stay fp32, and kWhole tensors (outputs, residual sums) do
   // when every part of the layer is listed.
   ModuleType module = ModuleType::kWhole;
+  // Set when the layer reads it only as an operand of the GEMMs of this part
+  // (after the forward that writes it: the same layer's forward GEMM, its
+  // backward's): where that part multiplies in bf16 on a backend that keeps
+  // bf16 copies (Kernels::KeepsBf16Copies), the forward GEMM rounds it into
+  // its place in the 16-bit stash (LayerActivations::bf16) and the backward
+  // GEMMs read it there, so the store neither stashes nor widens it, and its
+  // fp32 copy is not read after the forward. The model clears it for a part
+  // kept in fp32 (fp32_modules).
+  std::optional<ModuleType> operand_of = std::nullopt;
 };
 
 // One micro-batch's saved activations of one layer: a pointer per tensor the
@@ -88,13 +98,14 @@ struct LayerActivations {
   // Per tensor, where the store keeps it in bf16 (bf16 training's 16-bit
   // stash): the same values as tensors[i] from the end of the forward to the
   // backward (the stash is written as the fp32 copy is rounded onto the bf16
-  // grid). Empty, or null for a tensor kept otherwise. bf16 GEMMs read it
-  // instead of rounding tensors[i] again (Kernels::*Stashed).
-  std::vector<const uint16_t *> bf16;
+  // grid, or by the forward GEMM that rounds it: SavedTensorSpec::operand_of).
+  // Empty, or null for a tensor kept otherwise. bf16 GEMMs read it instead
+  // of rounding tensors[i] again (Kernels::*Stashed, *Stashing).
+  std::vector<uint16_t *> bf16;
   double loss = 0;      // loss layers: the mean loss of this micro-batch
   int64_t counted = 0;  // loss layers: targets that were not ignored
   T *operator[](size_t i) const { return tensors[i]; }
-  const uint16_t *Bf16(size_t i) const { return i < bf16.size() ? bf16[i] : nullptr; }
+  uint16_t *Bf16(size_t i) const { return i < bf16.size() ? bf16[i] : nullptr; }
 };
 
 template <typename T>

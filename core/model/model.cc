@@ -198,8 +198,10 @@ ActivationNeeds NeedsOf(const ModelSpec &spec, const LayerList<T> &layers,
                        activations.split_backward ? layer->DeferredTensors(limits)
                                                   : std::vector<SavedTensorSpec>{}});
     const bool whole = KeptFp32(*layer, fp32);
-    for (SavedTensorSpec &t : n.saves.back().tensors)
+    for (SavedTensorSpec &t : n.saves.back().tensors) {
       if (t.module == ModuleType::kWhole ? whole : fp32.has(t.module)) t.exact = true;
+      if (t.operand_of && fp32.has(*t.operand_of)) t.operand_of.reset();  // fp32 GEMMs read it
+    }
     n.max_width = std::max(n.max_width, layer->OutWidth());
     n.max_scratch = std::max(n.max_scratch, layer->ScratchSize(limits));
   }
@@ -425,7 +427,8 @@ Status Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T>
   LayerActivations<T> &act = activations_.at(slot, i);
   Timed(timer_, pass, i, mb.rows(), [&] { layers_[i]->Forward(in, act, mb); });
   DST_RETURN_IF_ERROR(TakeErrors(i));
-  const bool rounded = activations_.AfterForward(slot, i, *kernels_, mb.backward_follows);
+  const bool rounded =
+      activations_.AfterForward(slot, i, *kernels_, mb.backward_follows, Bf16Operands());
   if (!rounded && layers_[i]->OutWidth() > 0 && !fp32_layers_[i])
     RoundActivations(hooks, act[0], OutRows(i, mb.rows()) * layers_[i]->OutWidth());
   return Status::Ok();
@@ -452,9 +455,9 @@ Status Model<T>::CheckPass(const char *what, int64_t slot, LayerRange range) con
 template <typename T>
 Status Model<T>::EnsureSaved(size_t i, int64_t slot, LayerRange range, MicroBatch<T> &mb,
                              LayerHooks *hooks, bool recomputable_too) {
-  activations_.Restore(slot, i, *kernels_);
-  if (i > range.begin)
-    activations_.Restore(slot, i - 1, *kernels_);  // its output is this layer's input
+  activations_.Restore(slot, i, *kernels_, Bf16Operands());
+  if (i > range.begin)  // its output is this layer's input
+    activations_.Restore(slot, i - 1, *kernels_, Bf16Operands());
   if (activations_.NeedsRecompute(slot, i)) {
     if (group_begin_[i] < range.begin || group_end_[i] > range.end)
       return InternalError("Model: recomputation group [" + std::to_string(group_begin_[i]) + ", " +

@@ -225,6 +225,12 @@ class Model {
   void SetLayerTimer(LayerTimer *timer) { timer_ = timer; }
   // What the layers' GEMMs multiply in (every pass's MicroBatch::compute).
   void SetComputeType(ComputeType compute) { compute_ = compute; }
+  // The layers' bf16 GEMMs keep their operands' bf16 copies in the 16-bit
+  // stash themselves (SavedTensorSpec::operand_of): bf16 compute on a backend
+  // that keeps them.
+  bool Bf16Operands() const {
+    return compute_ == ComputeType::kBf16 && kernels_->KeepsBf16Copies();
+  }
   ComputeType compute_type() const { return compute_; }
   // The backend every pass's layers run their kernels through
   // (MicroBatch::kernels); the CPU one unless set. It must outlive the model.

@@ -209,15 +209,45 @@ TEST(Bf16Layers, AttentionRoundsEachOperandOnceWithTheSameBits) {
   ExpectSameBits(att, want_att, "probabilities");
   ExpectSameBits(y, want_y, "output");
   ExpectSameBits(dqkv, want_dqkv, "dqkv");
-  // Given the bf16 copies of qkv and of the probabilities (the activation
-  // stash), the same bits.
-  std::vector<uint16_t> qkv16, att16;
-  RoundToBf16(qkv.data(), 1, int64_t(qkv.size()), int64_t(qkv.size()), qkv16);
-  RoundToBf16(att.data(), 1, int64_t(att.size()), int64_t(att.size()), att16);
+  // The forward writing its bf16 copies into a caller's buffers (the
+  // activation stash): qkv and the probabilities rounded, masked entries +0,
+  // the same fp32 outputs.
+  std::vector<uint16_t> qkv16(qkv.size()), att16(att.size(), 0xFFFF);
+  std::vector<float> att2(att.size()), y2(y.size());
+  AttentionForward(qkv.data(), s, att2.data(), y2.data(), ComputeType::kBf16, qkv16.data(),
+                   att16.data());
+  ExpectSameBits(att2, want_att, "probabilities (copies written)");
+  ExpectSameBits(y2, want_y, "output (copies written)");
+  for (size_t i = 0; i < qkv.size(); ++i) ASSERT_EQ(qkv16[i], FloatToBFloat16(qkv[i])) << i;
+  for (size_t i = 0; i < att.size(); ++i) ASSERT_EQ(att16[i], FloatToBFloat16(att[i])) << i;
+  // Given those copies, the backward reads them and neither fp32 tensor (the
+  // store does not widen them back): the bits of the per-GEMM backward on the
+  // probabilities as the 16-bit stash keeps them (rounded).
+  std::vector<float> rounded_att(att.size()), want_dqkv2(dqkv.size());
+  for (size_t i = 0; i < att.size(); ++i) rounded_att[i] = BFloat16ToFloat(att16[i]);
+  AttentionBackward(dy.data(), qkv.data(), rounded_att.data(), s, want_dqkv2.data(), scratch.data(),
+                    ComputeType::kBf16);
+  const std::vector<float> nan_qkv(qkv.size(), std::numeric_limits<float>::quiet_NaN()),
+      nan_att(att.size(), std::numeric_limits<float>::quiet_NaN());
   std::vector<float> dqkv2(dqkv.size());
-  AttentionBackward(dy.data(), qkv.data(), att.data(), s, dqkv2.data(), scratch.data(),
+  AttentionBackward(dy.data(), nan_qkv.data(), nan_att.data(), s, dqkv2.data(), scratch.data(),
                     ComputeType::kBf16, qkv16.data(), att16.data());
-  ExpectSameBits(dqkv2, want_dqkv, "dqkv (bf16 copies given)");
+  ExpectSameBits(dqkv2, want_dqkv2, "dqkv (bf16 copies given, fp32 ones not read)");
+}
+
+TEST(Bf16Layers, LinearForwardWritesItsInputsBf16CopyWithTheSameBits) {
+  if (NoBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (needs AVX-512)";
+  const int rows = 48, in = 40, out = 72;
+  const std::vector<float> x = Normal(size_t(rows * in), 51), w = Normal(size_t(out * in), 52),
+                           bias = Normal(size_t(out), 53);
+  for (const float *b : {bias.data(), static_cast<const float *>(nullptr)}) {
+    std::vector<float> want(size_t(rows * out)), y(want.size());
+    LinearForward(x.data(), w.data(), b, rows, in, out, want.data(), ComputeType::kBf16);
+    std::vector<uint16_t> x16(x.size());
+    LinearForward(x.data(), w.data(), b, rows, in, out, y.data(), ComputeType::kBf16, x16.data());
+    ExpectSameBits(y, want, b ? "y (bias)" : "y (no bias)");
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x16[i], FloatToBFloat16(x[i])) << i;
+  }
 }
 
 }  // namespace

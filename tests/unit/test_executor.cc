@@ -149,6 +149,17 @@ struct Case {
   const char *name;
   const char *spec;
   const char *precision;
+  // bf16 compute: the GEMMs multiply in bf16 and keep their operands' bf16
+  // copies in the 16-bit stash themselves (SavedTensorSpec::operand_of).
+  ComputeType compute = ComputeType::kFp32;
+};
+
+// A Rank multiplying as the case says.
+struct CaseRank : Rank {
+  CaseRank(const Case &c, const Config &config, ActivationOptions activations)
+      : Rank(c.spec, config, activations) {
+    model->SetComputeType(c.compute);
+  }
 };
 
 class ExecutorPrograms : public ::testing::TestWithParam<Case> {
@@ -162,12 +173,12 @@ class ExecutorPrograms : public ::testing::TestWithParam<Case> {
 TEST_P(ExecutorPrograms, OneForwardOneBackwardEqualsThePlainScheduleBitForBit) {
   const Case &c = GetParam();
   const Config config = MakeConfig(2, 4, c.precision);
-  Rank plain(c.spec, config, {});
-  Rank pipelined(c.spec, config, Slots(3));
+  CaseRank plain(c, config, {});
+  CaseRank pipelined(c, config, Slots(3));
   const std::vector<float> expected = plain.Train(TrainSchedule(4), 3);
   ExpectBitwiseEqual(pipelined.Train(OneForwardOneBackwardSchedule(4, 3), 3), expected);
   // A hand-written order: every forward first (GPipe-shaped), four slots.
-  Rank gpipe(c.spec, config, Slots(4));
+  CaseRank gpipe(c, config, Slots(4));
   std::vector<Instruction> all_forward = {{Op::kZeroGradients}};
   for (int64_t i = 0; i < 4; ++i) all_forward.push_back({Op::kForward, i});
   for (int64_t i = 0; i < 4; ++i) all_forward.push_back({Op::kBackward, i});
@@ -181,9 +192,9 @@ TEST_P(ExecutorPrograms, OneForwardOneBackwardEqualsThePlainScheduleBitForBit) {
 TEST_P(ExecutorPrograms, RecomputeEqualsStoredActivationsBitForBit) {
   const Case &c = GetParam();
   const Config config = MakeConfig(2, 3, c.precision);
-  Rank plain(c.spec, config, {});
-  Rank recompute(c.spec, config, Slots(1, true));
-  Rank recompute_1f1b(c.spec, config, Slots(2, true));
+  CaseRank plain(c, config, {});
+  CaseRank recompute(c, config, Slots(1, true));
+  CaseRank recompute_1f1b(c, config, Slots(2, true));
   const std::vector<float> expected = plain.Train(TrainSchedule(3), 3);
   ExpectBitwiseEqual(recompute.Train(TrainSchedule(3), 3), expected);
   ExpectBitwiseEqual(recompute_1f1b.Train(OneForwardOneBackwardSchedule(3, 2), 3), expected);
@@ -200,7 +211,7 @@ TEST_P(ExecutorPrograms, RecomputeEqualsStoredActivationsBitForBit) {
 TEST_P(ExecutorPrograms, SplitBackwardEqualsTheWholeBackwardBitForBit) {
   const Case &c = GetParam();
   const Config config = MakeConfig(2, 3, c.precision);
-  Rank plain(c.spec, config, {});
+  CaseRank plain(c, config, {});
   const std::vector<float> expected = plain.Train(TrainSchedule(3), 3);
   std::vector<Instruction> split = {{Op::kZeroGradients},     {Op::kForward, 0},
                                     {Op::kForward, 1},        {Op::kBackwardInput, 0},
@@ -213,7 +224,7 @@ TEST_P(ExecutorPrograms, SplitBackwardEqualsTheWholeBackwardBitForBit) {
   for (bool recompute : {false, true}) {
     ActivationOptions options = Slots(3, recompute);
     options.split_backward = true;
-    Rank zero_bubble(c.spec, config, options);
+    CaseRank zero_bubble(c, config, options);
     ExpectBitwiseEqual(zero_bubble.Train(split, 3), expected);
   }
 }
@@ -227,18 +238,18 @@ TEST_P(ExecutorPrograms, SplitBackwardEqualsTheWholeBackwardBitForBit) {
 TEST_P(ExecutorPrograms, RecomputeGroupsAndSelectiveEqualStoredBitForBit) {
   const Case &c = GetParam();
   const Config config = MakeConfig(2, 3, c.precision);
-  Rank plain(c.spec, config, {});
+  CaseRank plain(c, config, {});
   const std::vector<float> expected = plain.Train(TrainSchedule(3), 3);
   for (int64_t interval : {2, 3}) {
     ActivationOptions options = Slots(2, true);
     options.recompute_interval = interval;
-    Rank grouped(c.spec, config, options);
+    CaseRank grouped(c, config, options);
     SCOPED_TRACE("interval " + std::to_string(interval));
     ExpectBitwiseEqual(grouped.Train(OneForwardOneBackwardSchedule(3, 2), 3), expected);
   }
   ActivationOptions selective_options = Slots(2);
   selective_options.selective = true;
-  Rank selective(c.spec, config, selective_options);
+  CaseRank selective(c, config, selective_options);
   SCOPED_TRACE("selective");
   const bool exact = std::string(c.precision).empty();
   auto expect_selective = [&](const std::vector<float> &run) {
@@ -266,17 +277,17 @@ TEST_P(ExecutorPrograms, RecomputeGroupsAndSelectiveEqualStoredBitForBit) {
   ActivationOptions split_grouped = Slots(3, true);
   split_grouped.recompute_interval = 2;
   split_grouped.split_backward = true;
-  Rank zero_bubble_grouped(c.spec, config, split_grouped);
+  CaseRank zero_bubble_grouped(c, config, split_grouped);
   SCOPED_TRACE("split, interval 2");
   ExpectBitwiseEqual(zero_bubble_grouped.Train(split, 3), expected);
   ActivationOptions split_selective = Slots(3);
   split_selective.selective = true;
   split_selective.split_backward = true;
-  Rank zero_bubble_selective(c.spec, config, split_selective);
+  CaseRank zero_bubble_selective(c, config, split_selective);
   SCOPED_TRACE("split, selective");
   expect_selective(zero_bubble_selective.Train(split, 3));
   if (c.spec == kGpt) {  // the probabilities [B, H, T, T] are kept once, not per slot
-    Rank stored(c.spec, config, Slots(2));
+    CaseRank stored(c, config, Slots(2));
     EXPECT_LT(selective.tracker.Peak(MemoryCategory::kActivations),
               stored.tracker.Peak(MemoryCategory::kActivations));
   }
@@ -297,13 +308,13 @@ TEST(SplitBackward, EveryLayerWithParametersDefersItsWeightGradients) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ExecutorPrograms,
-                         ::testing::Values(Case{"gpt_fp32", kGpt, ""},
-                                           Case{"sequential_fp32", kSequential, ""},
-                                           Case{"gpt_fp16", kGpt, "fp16"},
-                                           Case{"gpt_bf16", kGpt, "bf16"},
-                                           Case{"sequential_bf16", kSequential, "bf16"}),
-                         [](const auto &info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Models, ExecutorPrograms,
+    ::testing::Values(Case{"gpt_fp32", kGpt, ""}, Case{"sequential_fp32", kSequential, ""},
+                      Case{"gpt_fp16", kGpt, "fp16"}, Case{"gpt_bf16", kGpt, "bf16"},
+                      Case{"sequential_bf16", kSequential, "bf16"},
+                      Case{"gpt_bf16_compute", kGpt, "bf16", ComputeType::kBf16}),
+    [](const auto &info) { return std::string(info.param.name); });
 
 // ---------------------------------------------------------------- ranges
 

@@ -50,18 +50,22 @@ inline void CausalSoftmaxBackwardRow(const T *ar, T *dr, int64_t t, int64_t widt
 // probabilities and score gradient row by row as the softmax writes them;
 // the same bits as the generic forms below with ComputeType::kBf16, which
 // round each GEMM's operands.
-void AttentionForwardBf16(const float *qkv, const AttentionShape &s, float *att, float *y);
-// qkv16, att16: bf16 copies of qkv and att where the caller has them (the
-// same values), or null.
+// qkv16, att16: where the caller keeps bf16 copies of qkv and att (a 16-bit
+// activation stash: the forward writes them there, rather than in per-thread
+// scratch, and the backward reads them; the same values), or null.
+void AttentionForwardBf16(const float *qkv, const AttentionShape &s, float *att, float *y,
+                          uint16_t *qkv16, uint16_t *att16);
 void AttentionBackwardBf16(const float *dy, const float *qkv, const uint16_t *qkv16,
                            const float *att, const uint16_t *att16, const AttentionShape &s,
                            float *dqkv, float *scratch);
 
 template <typename T>
 void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y,
-                      ComputeType compute = ComputeType::kFp32) {
+                      ComputeType compute = ComputeType::kFp32, uint16_t *qkv16 = nullptr,
+                      uint16_t *att16 = nullptr) {
   if constexpr (std::is_same_v<T, float>)
-    if (compute == ComputeType::kBf16) return AttentionForwardBf16(qkv, s, att, y);
+    if (compute == ComputeType::kBf16) return AttentionForwardBf16(qkv, s, att, y, qkv16, att16);
+  (void)qkv16, (void)att16;
   const int64_t hs = s.head_size(), C3 = 3 * s.C;
   const T scale = T(1) / std::sqrt(T(hs));
 #pragma omp parallel for schedule(static)

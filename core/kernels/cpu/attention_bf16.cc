@@ -11,6 +11,7 @@
 
 #include "core/kernels/cpu/attention.h"
 #include "core/kernels/cpu/gemm.h"
+#include "core/precision/convert.h"
 
 namespace dst::cpu {
 
@@ -20,12 +21,14 @@ namespace {
 struct HeadScratch {
   std::vector<uint16_t> p;   // probabilities [T, T]
   std::vector<uint16_t> ds;  // score gradient [T, T]
+  std::vector<float> row;    // one row of the probabilities, widened [T]
 };
 
 HeadScratch &Scratch(int64_t T) {
   thread_local HeadScratch scratch;
   scratch.p.resize(size_t(T * T));
   scratch.ds.resize(size_t(T * T));
+  scratch.row.resize(size_t(T));
   return scratch;
 }
 
@@ -64,27 +67,33 @@ Head HeadOf(const uint16_t *qkv16, const AttentionShape &s, int64_t b, int64_t h
 
 }  // namespace
 
-void AttentionForwardBf16(const float *qkv, const AttentionShape &s, float *att, float *y) {
+void AttentionForwardBf16(const float *qkv, const AttentionShape &s, float *att, float *y,
+                          uint16_t *qkv16, uint16_t *att16) {
   const int64_t hs = s.head_size(), T = s.T;
   const int t = int(T), d = int(hs);
   const float scale = 1.0f / std::sqrt(float(hs));
-  std::vector<uint16_t> &qkv16 = Layer().qkv;
-  RoundToBf16(qkv, s.B * T, 3 * s.C, 3 * s.C, qkv16);
+  if (qkv16 != nullptr) {
+    RoundToBf16(qkv, s.B * T, 3 * s.C, 3 * s.C, qkv16);
+  } else {
+    RoundToBf16(qkv, s.B * T, 3 * s.C, 3 * s.C, Layer().qkv);
+    qkv16 = Layer().qkv.data();
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
     const int64_t b = bh / s.H, h = bh % s.H;
-    const Head head = HeadOf(qkv16.data(), s, b, h);
+    const Head head = HeadOf(qkv16, s, b, h);
     HeadScratch &x = Scratch(T);
     float *a = att + bh * T * T;
+    uint16_t *p = att16 != nullptr ? att16 + bh * T * T : x.p.data();
     // scores [T, T] = scale q k^T; softmax row by row, each row rounded as written
     GemmBf16(false, true, t, t, d, scale, head.q, head.k, 0.0f, a, t);
     for (int64_t r = 0; r < T; ++r) {
       CausalSoftmaxRow(a + r * T, r, T);
-      RoundCausalRow(a + r * T, r, T, x.p.data() + r * T);
+      RoundCausalRow(a + r * T, r, T, p + r * T);
     }
     // y[b, :, h] [T, hs] = p v
-    GemmBf16(false, false, t, d, t, 1.0f, Bf16Operand(x.p.data(), t), head.v, 0.0f,
-             y + b * T * s.C + h * hs, int(s.C));
+    GemmBf16(false, false, t, d, t, 1.0f, Bf16Operand(p, t), head.v, 0.0f, y + b * T * s.C + h * hs,
+             int(s.C));
   }
 }
 
@@ -120,7 +129,12 @@ void AttentionBackwardBf16(const float *dy, const float *qkv, const uint16_t *qk
     GemmBf16(true, false, t, d, t, 1.0f, Bf16Operand(p, t), g, 0.0f, dv, c3);
     // softmax backward row by row, each row rounded as written
     for (int64_t r = 0; r < T; ++r) {
-      CausalSoftmaxBackwardRow(a + r * T, dscore + r * T, r, T);
+      const float *pr = a + r * T;
+      if (att16 != nullptr) {  // the stash's copy (the fp32 one may not be kept)
+        BFloat16ToFloat(p + r * T, x.row.data(), r + 1);
+        pr = x.row.data();
+      }
+      CausalSoftmaxBackwardRow(pr, dscore + r * T, r, T);
       RoundCausalRow(dscore + r * T, r, T, x.ds.data() + r * T);
     }
     // dq = scale ds k ; dk = scale ds^T q

@@ -149,6 +149,13 @@ class CpuKernels final : public Kernels<T> {
     Scope s("LinearWeightBackward");
     cpu::LinearWeightBackward(dy, x, rows, in, out, dweight, dbias, compute);
   }
+  bool KeepsBf16Copies() const override { return std::is_same_v<T, float>; }
+  void LinearForwardStashing(const T *x, uint16_t *x16, const T *weight, const T *bias,
+                             int64_t rows, int64_t in, int64_t out, T *y,
+                             ComputeType compute) const override {
+    Scope s("LinearForward");
+    cpu::LinearForward(x, weight, bias, rows, in, out, y, compute, x16);
+  }
   void LinearBackwardStashed(const T *dy, const T *x, const uint16_t *x16, const T *weight,
                              int64_t rows, int64_t in, int64_t out, T *dx, T *dweight, T *dbias,
                              ComputeType compute) const override {
@@ -185,6 +192,11 @@ class CpuKernels final : public Kernels<T> {
                         ComputeType compute) const override {
     Scope s("AttentionForward");
     cpu::AttentionForward(qkv, shape, att, y, compute);
+  }
+  void AttentionForwardStashing(const T *qkv, uint16_t *qkv16, const AttentionShape &shape, T *att,
+                                uint16_t *att16, T *y, ComputeType compute) const override {
+    Scope s("AttentionForward");
+    cpu::AttentionForward(qkv, shape, att, y, compute, qkv16, att16);
   }
   void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionShape &shape,
                          T *dqkv, T *scratch, ComputeType compute) const override {

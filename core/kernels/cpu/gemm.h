@@ -74,6 +74,8 @@ void GemmBf16Bias(bool trans_a, bool trans_b, int m, int n, int k, GemmOperand a
 // AVX-512F (every CPU bf16 compute runs on).
 void RoundToBf16(const float *x, int64_t rows, int64_t cols, int64_t ld,
                  std::vector<uint16_t> &out);
+// The same into out [rows, cols] (dense) the caller holds.
+void RoundToBf16(const float *x, int64_t rows, int64_t cols, int64_t ld, uint16_t *out);
 // One row's n values (no threads): FloatToBFloat16's bits.
 void RoundRowToBf16(const float *x, uint16_t *out, int64_t n);
 

@@ -258,11 +258,15 @@ void RoundRowToBf16(const float *x, uint16_t *out, int64_t n) {
   FloatToBFloat16(x, out, n);
 }
 
+void RoundToBf16(const float *x, int64_t rows, int64_t cols, int64_t ld, uint16_t *out) {
+#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t(1) << 16))
+  for (int64_t r = 0; r < rows; ++r) RoundRowToBf16(x + r * ld, out + r * cols, cols);
+}
+
 void RoundToBf16(const float *x, int64_t rows, int64_t cols, int64_t ld,
                  std::vector<uint16_t> &out) {
   out.resize(size_t(rows) * size_t(cols));
-#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t(1) << 16))
-  for (int64_t r = 0; r < rows; ++r) RoundRowToBf16(x + r * ld, out.data() + r * cols, cols);
+  RoundToBf16(x, rows, cols, ld, out.data());
 }
 
 void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, GemmOperand a,

@@ -14,13 +14,24 @@
 namespace dst::cpu {
 
 // x: [rows, in]; weight: [out, in]; bias: [out] or null; y: [rows, out] (assigns).
+// x16: where bf16 compute leaves x rounded to bf16 [rows, in] (the operand
+// its GEMM reads; a 16-bit activation stash), or null (per-thread scratch).
 template <typename T>
 void LinearForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t in,
-                   int64_t out, T *y, ComputeType compute = ComputeType::kFp32) {
-  if constexpr (std::is_same_v<T, float>)
-    if (compute == ComputeType::kBf16 && bias)
-      return GemmBf16Bias(false, true, int(rows), int(out), int(in), Fp32Operand(x, int(in)),
-                          Fp32Operand(weight, int(in)), bias, y, int(out));
+                   int64_t out, T *y, ComputeType compute = ComputeType::kFp32,
+                   uint16_t *x16 = nullptr) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (compute == ComputeType::kBf16 && (bias || x16)) {
+      if (x16) RoundToBf16(x, rows, in, in, x16);
+      const GemmOperand a = x16 ? Bf16Operand(x16, int(in)) : Fp32Operand(x, int(in));
+      if (bias)
+        return GemmBf16Bias(false, true, int(rows), int(out), int(in), a,
+                            Fp32Operand(weight, int(in)), bias, y, int(out));
+      return GemmBf16(false, true, int(rows), int(out), int(in), 1.0f, a,
+                      Fp32Operand(weight, int(in)), 0.0f, y, int(out));
+    }
+  }
+  (void)x16;
   if (bias) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + out, y + r * out);
