@@ -45,6 +45,15 @@ inline void CausalSoftmaxBackwardRow(const T *ar, T *dr, int64_t t, int64_t widt
   for (int64_t j = t + 1; j < width; ++j) dr[j] = T(0);
 }
 
+// The bf16 backward's GEMMs skip the masked blocks: query rows in blocks of
+// kCausalBlock (rows [r0, r1) need the key columns [0, r1) only), and the
+// transposed products by the same blocks of key rows (reached by the query
+// rows [r0, T) only); its score-gradient rows are zeroed to the end of their
+// block only. Measured at T = 256 (one thread, 100 layers' attention): the
+// backward 9-12% faster; the forward blocked the same way was 5-10% slower
+// (its two GEMMs whole, as before).
+inline constexpr int64_t kCausalBlock = 128;
+
 // bf16 compute (attention_bf16.cc): q, k, v, the probabilities, the output
 // gradient and the score gradient each rounded to bf16 once per head, the
 // probabilities and score gradient row by row as the softmax writes them;

@@ -46,12 +46,24 @@ LayerScratch &Layer() {
   return scratch;
 }
 
+// The end of row r's block.
+int64_t BlockEnd(int64_t r, int64_t T) {
+  return std::min(T, (r / kCausalBlock + 1) * kCausalBlock);
+}
+
 // Row r of a causal [T, T] matrix (probabilities, score gradient) rounded
-// into out: its first r + 1 values; the rest are zeros under the mask (the
-// softmax and its backward write +0 there), so they are stored, not read.
-void RoundCausalRow(const float *x, int64_t r, int64_t T, uint16_t *out) {
+// into out: its first r + 1 values, then zeros up to `width` (the masked
+// entries a GEMM reads: the whole row for the forward's product, the row's
+// block for the backward's blocked ones; the softmax and its backward write
+// +0 there). Beyond `width` nothing reads the row.
+void RoundCausalRow(const float *x, int64_t r, int64_t width, uint16_t *out) {
   RoundRowToBf16(x, out, r + 1);
-  std::memset(out + r + 1, 0, size_t(T - r - 1) * sizeof(uint16_t));
+  std::memset(out + r + 1, 0, size_t(width - r - 1) * sizeof(uint16_t));
+}
+
+// A bf16 operand from its row r, column c on.
+GemmOperand From(GemmOperand x, int64_t r, int64_t c = 0) {
+  return Bf16Operand(x.bf16 + r * x.ld + c, x.ld);
 }
 
 // One task's bf16 views of its head in the rounded qkv (row stride 3C).
@@ -85,6 +97,7 @@ void AttentionForwardBf16(const float *qkv, const AttentionShape &s, float *att,
     HeadScratch &x = Scratch(T);
     float *a = att + bh * T * T;
     uint16_t *p = att16 != nullptr ? att16 + bh * T * T : x.p.data();
+    float *yh = y + b * T * s.C + h * hs;
     // scores [T, T] = scale q k^T; softmax row by row, each row rounded as written
     GemmBf16(false, true, t, t, d, scale, head.q, head.k, 0.0f, a, t);
     for (int64_t r = 0; r < T; ++r) {
@@ -92,8 +105,7 @@ void AttentionForwardBf16(const float *qkv, const AttentionShape &s, float *att,
       RoundCausalRow(a + r * T, r, T, p + r * T);
     }
     // y[b, :, h] [T, hs] = p v
-    GemmBf16(false, false, t, d, t, 1.0f, Bf16Operand(p, t), head.v, 0.0f, y + b * T * s.C + h * hs,
-             int(s.C));
+    GemmBf16(false, false, t, d, t, 1.0f, Bf16Operand(p, t), head.v, 0.0f, yh, int(s.C));
   }
 }
 
@@ -122,11 +134,18 @@ void AttentionBackwardBf16(const float *dy, const float *qkv, const uint16_t *qk
     HeadScratch &x = Scratch(T);
     const uint16_t *p = att16 != nullptr ? att16 + bh * T * T : x.p.data();
     if (att16 == nullptr)
-      for (int64_t r = 0; r < T; ++r) RoundCausalRow(a + r * T, r, T, x.p.data() + r * T);
+      for (int64_t r = 0; r < T; ++r)
+        RoundCausalRow(a + r * T, r, BlockEnd(r, T), x.p.data() + r * T);
     float *dscore = scratch + int64_t(omp_get_thread_num()) * T * T;
-    // d att = g v^T ; dv = p^T g
-    GemmBf16(false, true, t, t, d, 1.0f, g, head.v, 0.0f, dscore, t);
-    GemmBf16(true, false, t, d, t, 1.0f, Bf16Operand(p, t), g, 0.0f, dv, c3);
+    const GemmOperand pt = Bf16Operand(p, t);
+    for (int64_t r0 = 0; r0 < T; r0 += kCausalBlock) {
+      const int64_t r1 = BlockEnd(r0, T);
+      // d att [r0, r1) x [0, r1) = g v^T ; dv[r0:r1] = p[r0:T, r0:r1]^T g[r0:T]
+      GemmBf16(false, true, int(r1 - r0), int(r1), d, 1.0f, From(g, r0), head.v, 0.0f,
+               dscore + r0 * T, t);
+      GemmBf16(true, false, int(r1 - r0), d, int(T - r0), 1.0f, From(pt, r0, r0), From(g, r0), 0.0f,
+               dv + r0 * C3, c3);
+    }
     // softmax backward row by row, each row rounded as written
     for (int64_t r = 0; r < T; ++r) {
       const float *pr = a + r * T;
@@ -135,12 +154,17 @@ void AttentionBackwardBf16(const float *dy, const float *qkv, const uint16_t *qk
         pr = x.row.data();
       }
       CausalSoftmaxBackwardRow(pr, dscore + r * T, r, T);
-      RoundCausalRow(dscore + r * T, r, T, x.ds.data() + r * T);
+      RoundCausalRow(dscore + r * T, r, BlockEnd(r, T), x.ds.data() + r * T);
     }
-    // dq = scale ds k ; dk = scale ds^T q
     const GemmOperand ds = Bf16Operand(x.ds.data(), t);
-    GemmBf16(false, false, t, d, t, scale, ds, head.k, 0.0f, dq, c3);
-    GemmBf16(true, false, t, d, t, scale, ds, head.q, 0.0f, dk, c3);
+    for (int64_t r0 = 0; r0 < T; r0 += kCausalBlock) {
+      const int64_t r1 = BlockEnd(r0, T);
+      // dq[r0:r1] = scale ds[r0:r1, 0:r1] k[0:r1] ; dk[r0:r1] = scale ds[r0:T, r0:r1]^T q[r0:T]
+      GemmBf16(false, false, int(r1 - r0), d, int(r1), scale, From(ds, r0), head.k, 0.0f,
+               dq + r0 * C3, c3);
+      GemmBf16(true, false, int(r1 - r0), d, int(T - r0), scale, From(ds, r0, r0), From(head.q, r0),
+               0.0f, dk + r0 * C3, c3);
+    }
   }
 }
 
