@@ -62,6 +62,14 @@ class Kernels {
   // y [rows, out] += bias [out] on every row.
   virtual void AddBiasToRows(const T *bias, int64_t rows, int64_t out, T *y) const = 0;
   virtual void GeluForward(const T *x, int64_t n, T *out) const = 0;  // tanh approximation
+  // GeluForward given also where out's bf16 copy goes (out16 [n], may be
+  // null). A backend that keeps bf16 copies (KeepsBf16Copies) writes out
+  // rounded there, and takes out null when only that copy is wanted
+  // (LayerActivations::Bf16Only). By default out16 is not written.
+  virtual void GeluForwardStashing(const T *x, int64_t n, T *out, uint16_t *out16) const {
+    (void)out16;
+    GeluForward(x, n, out);
+  }
   virtual void GeluBackward(const T *dout, const T *x, int64_t n, T *dx) const = 0;
   virtual void ReluForward(const T *x, int64_t n, T *out) const = 0;
   virtual void ReluBackward(const T *dout, const T *x, int64_t n, T *dx) const = 0;
@@ -76,7 +84,8 @@ class Kernels {
   virtual bool KeepsBf16Copies() const { return false; }
   // LinearForward given also where x's bf16 copy goes (x16 [rows, in], may be
   // null): a backend that keeps bf16 copies and multiplies in bf16 writes x
-  // rounded to bf16 there, the operand its GEMM reads.
+  // rounded to bf16 there, the operand its GEMM reads. It takes x null when
+  // x16 already holds that operand (a producer wrote only the bf16 copy).
   virtual void LinearForwardStashing(const T *x, uint16_t *x16, const T *weight, const T *bias,
                                      int64_t rows, int64_t in, int64_t out, T *y,
                                      ComputeType compute) const {
@@ -111,6 +120,14 @@ class Kernels {
   // x [rows, C] -> out [rows, C], mean [rows], rstd [rows].
   virtual void LayerNormForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t C,
                                 T *out, T *mean, T *rstd) const = 0;
+  // The same given also where out's bf16 copy goes (out16, may be null; out
+  // may be null then, as GeluForwardStashing's).
+  virtual void LayerNormForwardStashing(const T *x, const T *weight, const T *bias, int64_t rows,
+                                        int64_t C, T *out, uint16_t *out16, T *mean,
+                                        T *rstd) const {
+    (void)out16;
+    LayerNormForward(x, weight, bias, rows, C, out, mean, rstd);
+  }
   // dx [rows, C] += the input gradient; dweight, dbias [C] += theirs when
   // non-null. scratch: [max_threads, 2C].
   virtual void LayerNormBackward(const T *dout, const T *x, const T *weight, const T *mean,
@@ -126,7 +143,8 @@ class Kernels {
   virtual void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y,
                                 ComputeType compute) const = 0;
   // The same given also where the bf16 copies of qkv and att go (may be
-  // null; see LinearForwardStashing).
+  // null; see LinearForwardStashing). att may be null when att16 is given
+  // (only the bf16 probabilities are kept), as GeluForwardStashing's out.
   virtual void AttentionForwardStashing(const T *qkv, uint16_t *qkv16, const AttentionShape &s,
                                         T *att, uint16_t *att16, T *y, ComputeType compute) const {
     (void)qkv16, (void)att16;

@@ -209,6 +209,14 @@ bool ActivationStore<T>::LeftToGemms(size_t layer, size_t i, bool bf16_operands)
 }
 
 template <typename T>
+void ActivationStore<T>::BeforeForward(int64_t slot, size_t layer, bool bf16_operands) {
+  LayerActivations<T> &act = at(slot, layer);
+  act.only16.assign(act.bf16.size(), 0);
+  for (size_t i = 0; i < act.bf16.size(); ++i)
+    act.only16[i] = act.bf16[i] != nullptr && LeftToGemms(layer, i, bf16_operands);
+}
+
+template <typename T>
 bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer, const Kernels<T> &k,
                                       bool backward_follows, bool bf16_operands) {
   const LayerSaveSpec &spec = specs_[layer];

@@ -88,6 +88,10 @@ class ActivationStore {
     return deferred_[size_t(slot)][layer];
   }
 
+  // Before `layer`'s forward in `slot`: marks the tensors whose producers
+  // write only the bf16 copy (LayerActivations::only16: those LeftToGemms).
+  // `bf16_operands` as AfterForward's.
+  void BeforeForward(int64_t slot, size_t layer, bool bf16_operands);
   // After `layer`'s forward in `slot` (also after a recomputation): rounds
   // its saved values onto the 16-bit grid and, under the 16-bit keep
   // policy, stores them in 16 bits. Returns whether its output was rounded

@@ -242,23 +242,26 @@ void GptBlock<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<
   ParamStore<T> &p = *this->store_;
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
   T *out = a[kOut];
-  k.LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), N, C, a[kLn1], a[kLn1Mean], a[kLn1Rstd]);
-  k.LinearForwardStashing(a[kLn1], a.Bf16(kLn1), p.param(attn_w_), p.param(attn_b_), N, C, 3 * Cl,
-                          a[kQkv], mb.ComputeOf(ModuleType::kAttention));
-  k.AttentionForwardStashing(a[kQkv], a.Bf16(kQkv), Attention(mb), a[kAtt], a.Bf16(kAtt), a[kAttY],
-                             mb.ComputeOf(ModuleType::kAttention));
+  // The tensors only the GEMMs read are written in bf16 alone where the store
+  // keeps them so (LayerActivations::only16; a[i] is then not written).
+  k.LayerNormForwardStashing(in, p.param(ln1_w_), p.param(ln1_b_), N, C, a.Fp32(kLn1),
+                             a.Bf16Only(kLn1), a[kLn1Mean], a[kLn1Rstd]);
+  k.LinearForwardStashing(a.Fp32(kLn1), a.Bf16(kLn1), p.param(attn_w_), p.param(attn_b_), N, C,
+                          3 * Cl, a[kQkv], mb.ComputeOf(ModuleType::kAttention));
+  k.AttentionForwardStashing(a[kQkv], a.Bf16(kQkv), Attention(mb), a.Fp32(kAtt), a.Bf16(kAtt),
+                             a[kAttY], mb.ComputeOf(ModuleType::kAttention));
   // attention projection into the output (as scratch), then the first residual
   k.LinearForwardStashing(a[kAttY], a.Bf16(kAttY), p.param(proj_w_), GemmBias(proj_b_), N, Cl, C,
                           out, mb.ComputeOf(ModuleType::kAttention));
   if (!SumRowParallel(out, p.param(proj_b_), mb)) return;
   k.Add(in, out, N * C, a[kRes2]);
-  k.LayerNormForward(a[kRes2], p.param(ln2_w_), p.param(ln2_b_), N, C, a[kLn2], a[kLn2Mean],
-                     a[kLn2Rstd]);
-  k.LinearForwardStashing(a[kLn2], a.Bf16(kLn2), p.param(fc_w_), p.param(fc_b_), N, C, F, a[kFch],
-                          mb.ComputeOf(ModuleType::kLinear));
-  k.GeluForward(a[kFch], N * F, a[kFchGelu]);
-  k.LinearForwardStashing(a[kFchGelu], a.Bf16(kFchGelu), p.param(fcproj_w_), GemmBias(fcproj_b_), N,
-                          F, C, out, mb.ComputeOf(ModuleType::kLinear));
+  k.LayerNormForwardStashing(a[kRes2], p.param(ln2_w_), p.param(ln2_b_), N, C, a.Fp32(kLn2),
+                             a.Bf16Only(kLn2), a[kLn2Mean], a[kLn2Rstd]);
+  k.LinearForwardStashing(a.Fp32(kLn2), a.Bf16(kLn2), p.param(fc_w_), p.param(fc_b_), N, C, F,
+                          a[kFch], mb.ComputeOf(ModuleType::kLinear));
+  k.GeluForwardStashing(a[kFch], N * F, a.Fp32(kFchGelu), a.Bf16Only(kFchGelu));
+  k.LinearForwardStashing(a.Fp32(kFchGelu), a.Bf16(kFchGelu), p.param(fcproj_w_),
+                          GemmBias(fcproj_b_), N, F, C, out, mb.ComputeOf(ModuleType::kLinear));
   if (!SumRowParallel(out, p.param(fcproj_b_), mb)) return;
   k.AddInPlace(a[kRes2], N * C, out);
 }

@@ -85,8 +85,9 @@ struct SavedTensorSpec {
   // bf16 copies (Kernels::KeepsBf16Copies), the forward GEMM rounds it into
   // its place in the 16-bit stash (LayerActivations::bf16) and the backward
   // GEMMs read it there, so the store neither stashes nor widens it, and its
-  // fp32 copy is not read after the forward. The model clears it for a part
-  // kept in fp32 (fp32_modules).
+  // fp32 copy is not read after the forward; its producer writes the bf16
+  // copy alone (LayerActivations::only16: the fp32 tensor is never written).
+  // The model clears it for a part kept in fp32 (fp32_modules).
   std::optional<ModuleType> operand_of = std::nullopt;
 };
 
@@ -102,10 +103,20 @@ struct LayerActivations {
   // Empty, or null for a tensor kept otherwise. bf16 GEMMs read it instead
   // of rounding tensors[i] again (Kernels::*Stashed, *Stashing).
   std::vector<uint16_t *> bf16;
+  // Per tensor, 1 where only its bf16 copy is written and read (the store
+  // leaves it to the GEMMs: ActivationStore::LeftToGemms, set before each
+  // forward): its producer writes bf16[i] alone and tensors[i] is not written.
+  std::vector<uint8_t> only16;
   double loss = 0;      // loss layers: the mean loss of this micro-batch
   int64_t counted = 0;  // loss layers: targets that were not ignored
   T *operator[](size_t i) const { return tensors[i]; }
   uint16_t *Bf16(size_t i) const { return i < bf16.size() ? bf16[i] : nullptr; }
+  bool Only16(size_t i) const { return i < only16.size() && only16[i] != 0; }
+  // What a producer writes: the fp32 tensor (null when only the bf16 copy
+  // is kept) and the bf16 copy when that is all that is kept (else null: the
+  // consumer's GEMM or the store rounds the fp32 tensor).
+  T *Fp32(size_t i) const { return Only16(i) ? nullptr : tensors[i]; }
+  uint16_t *Bf16Only(size_t i) const { return Only16(i) ? bf16[i] : nullptr; }
 };
 
 template <typename T>

@@ -425,6 +425,7 @@ template <typename T>
 Status Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &mb,
                               LayerHooks *hooks, LayerPass pass) {
   LayerActivations<T> &act = activations_.at(slot, i);
+  activations_.BeforeForward(slot, i, Bf16Operands());
   Timed(timer_, pass, i, mb.rows(), [&] { layers_[i]->Forward(in, act, mb); });
   DST_RETURN_IF_ERROR(TakeErrors(i));
   const bool rounded =

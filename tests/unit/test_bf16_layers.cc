@@ -15,8 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "core/kernels/cpu/activations.h"
 #include "core/kernels/cpu/attention.h"
 #include "core/kernels/cpu/gemm.h"
+#include "core/kernels/cpu/layernorm.h"
 #include "core/kernels/cpu/linear.h"
 #include "core/precision/convert.h"
 
@@ -224,6 +226,15 @@ void CheckAttentionBf16(const AttentionShape &s) {
         const size_t i = size_t((bh * s.T + r) * s.T + j);
         ASSERT_EQ(att16[i], FloatToBFloat16(att[i])) << "row " << r << " col " << j;
       }
+  // Only the bf16 probabilities kept (att null: the scores pass through a
+  // thread's scratch): the same output and the same copies.
+  std::vector<uint16_t> qkv16b(qkv.size()), att16b(att.size(), 0xFFFF);
+  std::vector<float> y3(y.size());
+  AttentionForward(qkv.data(), s, static_cast<float *>(nullptr), y3.data(), ComputeType::kBf16,
+                   qkv16b.data(), att16b.data());
+  ExpectSameBits(y3, want_y, "output (bf16 probabilities only)");
+  EXPECT_EQ(qkv16b, qkv16);
+  EXPECT_EQ(att16b, att16);
   // Given those copies, the backward reads them and neither fp32 tensor (the
   // store does not widen them back): the bits of the per-GEMM backward on the
   // probabilities as the 16-bit stash keeps them (rounded).
@@ -262,6 +273,46 @@ TEST(Bf16Layers, LinearForwardWritesItsInputsBf16CopyWithTheSameBits) {
     LinearForward(x.data(), w.data(), b, rows, in, out, y.data(), ComputeType::kBf16, x16.data());
     ExpectSameBits(y, want, b ? "y (bias)" : "y (no bias)");
     for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x16[i], FloatToBFloat16(x[i])) << i;
+    // x null: the GEMM reads the copy its producer wrote.
+    std::vector<float> y2(want.size());
+    LinearForward(static_cast<const float *>(nullptr), w.data(), b, rows, in, out, y2.data(),
+                  ComputeType::kBf16, x16.data());
+    ExpectSameBits(y2, want, b ? "y from x16 (bias)" : "y from x16 (no bias)");
+  }
+}
+
+// LayerNorm and GELU writing their outputs' bf16 copies (as the output is
+// written, or alone): the fp32 outputs' bits, rounded. GELU over two whole
+// element blocks and a ragged one; LayerNorm over rows of a width that is no
+// multiple of 16 (RoundRowToBf16's masked tail).
+TEST(Bf16Layers, LayerNormAndGeluWriteTheirOutputsBf16CopiesWithTheSameBits) {
+  const int64_t n = 2 * kElementBlock + 77;
+  const std::vector<float> x = Normal(size_t(n), 61, 3.0f);
+  std::vector<float> want(x.size()), out(x.size());
+  GeluForward(x.data(), n, want.data());
+  for (float *o : {out.data(), static_cast<float *>(nullptr)}) {
+    std::vector<uint16_t> out16(x.size(), 0xFFFF);
+    GeluForward(x.data(), n, o, out16.data());
+    if (o != nullptr) ExpectSameBits(out, want, "GELU output (copy written too)");
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_EQ(out16[i], FloatToBFloat16(want[i])) << (o ? "with out, " : "copy only, ") << i;
+  }
+  const int64_t rows = 37, C = 50;
+  const std::vector<float> w = Normal(size_t(C), 62), b = Normal(size_t(C), 63);
+  std::vector<float> ln_want(size_t{rows * C}), mean_want(size_t{rows}), rstd_want(size_t{rows});
+  LayerNormForward(x.data(), w.data(), b.data(), rows, C, ln_want.data(), mean_want.data(),
+                   rstd_want.data());
+  for (bool with_out : {true, false}) {
+    std::vector<float> ln(ln_want.size()), mean(size_t{rows}), rstd(size_t{rows});
+    std::vector<uint16_t> ln16(ln.size(), 0xFFFF);
+    LayerNormForward(x.data(), w.data(), b.data(), rows, C, with_out ? ln.data() : nullptr,
+                     mean.data(), rstd.data(), ln16.data());
+    if (with_out) ExpectSameBits(ln, ln_want, "LayerNorm output (copy written too)");
+    ExpectSameBits(mean, mean_want, "mean");
+    ExpectSameBits(rstd, rstd_want, "rstd");
+    for (size_t i = 0; i < ln.size(); ++i)
+      ASSERT_EQ(ln16[i], FloatToBFloat16(ln_want[i]))
+          << (with_out ? "with out, " : "copy only, ") << i;
   }
 }
 

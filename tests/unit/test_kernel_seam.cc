@@ -221,6 +221,47 @@ TEST(KernelSeamStore, Bf16ViewsHoldTheStashedValuesOfTheirSlot) {
   ActivationStore<float> fp16({layer}, options, nullptr);
   EXPECT_EQ(fp16.at(0, 0).Bf16(0), nullptr);
 }
+// The tensors left to the GEMMs (operand_of, bf16 operands, bf16 keep, no
+// selective recomputation) are marked before each forward: their producers
+// write the bf16 copy alone. Not without bf16 operands, under fp16, or
+// under selective recomputation; never an exact tensor.
+TEST(KernelSeamStore, TensorsLeftToTheGemmsAreWrittenInBf16Alone) {
+  LayerSaveSpec layer;
+  layer.tensors = {{40}, {8, /*exact=*/true}, {24}, {16}};
+  layer.tensors[1].operand_of = ModuleType::kLinear;
+  layer.tensors[2].operand_of = ModuleType::kLinear;
+  layer.first_is_output = true;
+  ActivationOptions options;
+  options.half = Half::kBf16;
+  options.slots = 2;
+  ActivationStore<float> store({layer, layer}, options, nullptr);
+  for (int slot = 0; slot < 2; ++slot) {
+    store.BeforeForward(slot, 1, /*bf16_operands=*/true);
+    const LayerActivations<float> &act = store.at(slot, 1);
+    EXPECT_EQ(act.only16, (std::vector<uint8_t>{0, 0, 1, 0})) << slot;
+    EXPECT_EQ(act.Fp32(2), nullptr);
+    EXPECT_EQ(act.Bf16Only(2), act.Bf16(2));
+    EXPECT_NE(act.Bf16(2), nullptr);
+    EXPECT_EQ(act.Fp32(3), act[3]);
+    EXPECT_EQ(act.Bf16Only(3), nullptr);
+    EXPECT_EQ(act.Fp32(1), act[1]);  // exact: fp32 only
+  }
+  store.BeforeForward(0, 1, /*bf16_operands=*/false);
+  EXPECT_EQ(store.at(0, 1).only16, (std::vector<uint8_t>{0, 0, 0, 0}));
+  EXPECT_EQ(store.at(0, 1).Fp32(2), store.at(0, 1)[2]);
+  for (bool fp16 : {true, false}) {
+    ActivationOptions other = options;
+    if (fp16)
+      other.half = Half::kFp16;
+    else
+      other.selective = true;
+    ActivationStore<float> s({layer}, other, nullptr);
+    s.BeforeForward(0, 0, /*bf16_operands=*/true);
+    EXPECT_FALSE(s.at(0, 0).Only16(2)) << (fp16 ? "fp16" : "selective");
+    EXPECT_EQ(s.at(0, 0).Fp32(2), s.at(0, 0)[2]);
+  }
+}
+
 TEST(KernelSeamStore, AnEvalForwardStashesNothingAndGivesTheSameLoss) {
   ModelCase c;
   c.activations.half = Half::kBf16;

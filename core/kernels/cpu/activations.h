@@ -3,6 +3,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "core/kernels/cpu/gemm.h"
 
 #include "core/kernels/cpu/vector_math.h"
 #include "core/kernels/elementwise_math.h"
@@ -17,6 +21,22 @@ void GeluForward(const T *x, int64_t n, T *out) {
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < (n + kElementBlock - 1) / kElementBlock; ++b)
     GeluRange(x, out, b * kElementBlock, std::min(n, (b + 1) * kElementBlock));
+}
+
+// GeluForward given also out16 [n]: out rounded to bf16 block by block as it
+// is written. out may be null: then only the bf16 copy is written (each
+// block's values pass through a thread's cache-sized buffer).
+inline void GeluForward(const float *x, int64_t n, float *out, uint16_t *out16) {
+  if (out16 == nullptr) return GeluForward(x, n, out);
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < (n + kElementBlock - 1) / kElementBlock; ++b) {
+    thread_local std::vector<float> block;
+    const int64_t begin = b * kElementBlock, end = std::min(n, begin + kElementBlock);
+    if (out == nullptr) block.resize(size_t(kElementBlock));
+    float *o = out != nullptr ? out + begin : block.data();
+    GeluRange(x + begin, o, 0, end - begin);
+    RoundRowToBf16(o, out16 + begin, end - begin);
+  }
 }
 
 // dx = dout * gelu'(x)  (assigns; dx may alias dout).

@@ -61,7 +61,9 @@ inline constexpr int64_t kCausalBlock = 128;
 // round each GEMM's operands.
 // qkv16, att16: where the caller keeps bf16 copies of qkv and att (a 16-bit
 // activation stash: the forward writes them there, rather than in per-thread
-// scratch, and the backward reads them; the same values), or null.
+// scratch, and the backward reads them; the same values), or null. att may
+// be null when att16 is given: the probabilities are then kept in bf16 only
+// (each head's scores pass through a thread's [T, T] scratch).
 void AttentionForwardBf16(const float *qkv, const AttentionShape &s, float *att, float *y,
                           uint16_t *qkv16, uint16_t *att16);
 void AttentionBackwardBf16(const float *dy, const float *qkv, const uint16_t *qkv16,

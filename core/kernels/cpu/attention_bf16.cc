@@ -19,16 +19,18 @@ namespace {
 
 // One thread's bf16 copies of a head's [T, T] matrices (grown once, then reused).
 struct HeadScratch {
-  std::vector<uint16_t> p;   // probabilities [T, T]
-  std::vector<uint16_t> ds;  // score gradient [T, T]
-  std::vector<float> row;    // one row of the probabilities, widened [T]
+  std::vector<uint16_t> p;    // probabilities [T, T]
+  std::vector<uint16_t> ds;   // score gradient [T, T]
+  std::vector<float> row;     // one row of the probabilities, widened [T]
+  std::vector<float> scores;  // scores, then probabilities [T, T], when att is not kept
 };
 
-HeadScratch &Scratch(int64_t T) {
+HeadScratch &Scratch(int64_t T, bool scores = false) {
   thread_local HeadScratch scratch;
   scratch.p.resize(size_t(T * T));
   scratch.ds.resize(size_t(T * T));
   scratch.row.resize(size_t(T));
+  if (scores) scratch.scores.resize(size_t(T * T));
   return scratch;
 }
 
@@ -94,8 +96,8 @@ void AttentionForwardBf16(const float *qkv, const AttentionShape &s, float *att,
   for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
     const int64_t b = bh / s.H, h = bh % s.H;
     const Head head = HeadOf(qkv16, s, b, h);
-    HeadScratch &x = Scratch(T);
-    float *a = att + bh * T * T;
+    HeadScratch &x = Scratch(T, att == nullptr);
+    float *a = att != nullptr ? att + bh * T * T : x.scores.data();
     uint16_t *p = att16 != nullptr ? att16 + bh * T * T : x.p.data();
     float *yh = y + b * T * s.C + h * hs;
     // scores [T, T] = scale q k^T; softmax row by row, each row rounded as written

@@ -120,6 +120,13 @@ class CpuKernels final : public Kernels<T> {
     Scope s("GeluForward");
     cpu::GeluForward(x, n, out);
   }
+  void GeluForwardStashing(const T *x, int64_t n, T *out, uint16_t *out16) const override {
+    Scope s("GeluForward");
+    if constexpr (std::is_same_v<T, float>)
+      cpu::GeluForward(x, n, out, out16);
+    else
+      (void)out16, cpu::GeluForward(x, n, out);
+  }
   void GeluBackward(const T *dout, const T *x, int64_t n, T *dx) const override {
     Scope s("GeluBackward");
     cpu::GeluBackward(dout, x, n, dx);
@@ -173,6 +180,11 @@ class CpuKernels final : public Kernels<T> {
                         T *mean, T *rstd) const override {
     Scope s("LayerNormForward");
     cpu::LayerNormForward(x, weight, bias, rows, C, out, mean, rstd);
+  }
+  void LayerNormForwardStashing(const T *x, const T *weight, const T *bias, int64_t rows, int64_t C,
+                                T *out, uint16_t *out16, T *mean, T *rstd) const override {
+    Scope s("LayerNormForward");
+    cpu::LayerNormForward(x, weight, bias, rows, C, out, mean, rstd, out16);
   }
   void LayerNormBackward(const T *dout, const T *x, const T *weight, const T *mean, const T *rstd,
                          int64_t rows, int64_t C, T *dx, T *dweight, T *dbias, T *scratch,

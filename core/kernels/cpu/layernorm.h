@@ -5,17 +5,24 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "core/kernels/cpu/gemm.h"
 
 namespace dst::cpu {
 
 inline constexpr double kLayerNormEps = 1e-5;
 
-// x, out: [rows, C]; mean, rstd: [rows] (saved for backward).
+// x, out: [rows, C]; mean, rstd: [rows] (saved for backward). out16 (float
+// only; may be null): out rounded to bf16, row by row as it is written; out
+// may then be null, and only the bf16 copy is written.
 template <typename T>
 void LayerNormForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t C, T *out,
-                      T *mean, T *rstd) {
+                      T *mean, T *rstd, uint16_t *out16 = nullptr) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
+    thread_local std::vector<T> row;  // the row when only its bf16 copy is kept
     const T *xr = x + r * C;
     T sum = 0;
 #pragma omp simd reduction(+ : sum)
@@ -25,8 +32,11 @@ void LayerNormForward(const T *x, const T *weight, const T *bias, int64_t rows, 
 #pragma omp simd reduction(+ : var)
     for (int64_t i = 0; i < C; ++i) var += (xr[i] - m) * (xr[i] - m);
     const T s = T(1) / std::sqrt(var / T(C) + T(kLayerNormEps));
-    T *o = out + r * C;
+    if (out == nullptr) row.resize(size_t(C));
+    T *o = out != nullptr ? out + r * C : row.data();
     for (int64_t i = 0; i < C; ++i) o[i] = (xr[i] - m) * s * weight[i] + bias[i];
+    if constexpr (std::is_same_v<T, float>)
+      if (out16 != nullptr) RoundRowToBf16(o, out16 + r * C, C);
     mean[r] = m;
     rstd[r] = s;
   }

@@ -16,13 +16,15 @@ namespace dst::cpu {
 // x: [rows, in]; weight: [out, in]; bias: [out] or null; y: [rows, out] (assigns).
 // x16: where bf16 compute leaves x rounded to bf16 [rows, in] (the operand
 // its GEMM reads; a 16-bit activation stash), or null (per-thread scratch).
+// x may be null under bf16 compute when x16 is given: x16 already holds the
+// operand (a producer that wrote only the bf16 copy).
 template <typename T>
 void LinearForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t in,
                    int64_t out, T *y, ComputeType compute = ComputeType::kFp32,
                    uint16_t *x16 = nullptr) {
   if constexpr (std::is_same_v<T, float>) {
     if (compute == ComputeType::kBf16 && (bias || x16)) {
-      if (x16) RoundToBf16(x, rows, in, in, x16);
+      if (x16 && x) RoundToBf16(x, rows, in, in, x16);
       const GemmOperand a = x16 ? Bf16Operand(x16, int(in)) : Fp32Operand(x, int(in));
       if (bias)
         return GemmBf16Bias(false, true, int(rows), int(out), int(in), a,
