@@ -161,6 +161,8 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   const bool bf16_gemms = device_ ? device_->Bf16Gemms() : cpu::Bf16Compute().enabled;
   if (config_.precision() == DType::kBFloat16 && bf16_gemms)
     model_->SetComputeType(ComputeType::kBf16);
+  // (activations.bf16_operands, the host's bf16 GEMMs, is Bf16Operands() here
+  // by the same rule; Model::CheckPass refuses a pass where it is not.)
   Result<std::vector<InjectedIoFault>> io_faults = ParseIoFaultInjection(env_.rank);
   dp_ = std::make_unique<DataParallel>(
       config_, model_.get(), dp_comm_, &memory_,

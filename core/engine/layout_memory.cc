@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "core/kernels/cpu/gemm.h"
 #include "core/model/model.h"
 #include "core/runtime/cuda_kernel_table.h"
 #include "core/tensor_parallel/tp_plan.h"
@@ -37,6 +38,10 @@ ActivationOptions ActivationOptionsFor(const Config &config, const StagePlan *pl
   activations.recompute = config.recompute_activations();
   activations.recompute_interval = std::max<int64_t>(1, config.recompute_interval());
   activations.selective = config.selective_recompute();
+  // bf16 on this CPU's bf16 GEMMs, which keep their operands' bf16 copies
+  // (a GPU's kernels do not, nor does its stand-in, which mirrors one).
+  activations.bf16_operands = config.precision() == DType::kBFloat16 &&
+                              config.runtime.device != "cuda" && cpu::Bf16Compute().enabled;
   if (plan) {
     activations.slots = plan->PeakInFlight(pp_rank, config.gradient_accumulation_steps);
     activations.split_backward = plan->schedule == PipeScheduleKind::kZeroBubbleH1;

@@ -20,15 +20,31 @@ bool IsOutput(const LayerSaveSpec &spec, size_t k) {
 
 // Where a tensor lives: kept per slot, in the shared work region(s), or in
 // the transient region (selective recomputation).
-enum class Home { kOwn, kShared, kTransient };
+// kStash: in the 16-bit stash alone (SavedTensorSpec::bf16_alone).
+enum class Home { kOwn, kShared, kTransient, kStash };
+
+// Under the 16-bit keep policy (bf16), tensor t is read after its forward
+// only by GEMMs that multiply in bf16 and read its stashed copy
+// (ActivationStore::LeftToGemms).
+bool ReadAsBf16Operand(const SavedTensorSpec &t, const ActivationOptions &options) {
+  return options.bf16_operands && options.half == Half::kBf16 && !options.recompute &&
+         !options.selective && t.operand_of.has_value() && !t.exact;
+}
+
+// And its producer writes only the bf16 copy: it has no fp32 tensor.
+bool StashOnly(const SavedTensorSpec &t, const ActivationOptions &options) {
+  return ReadAsBf16Operand(t, options) && t.bf16_alone;
+}
 
 template <typename T>
 Home HomeOf(const LayerSaveSpec &spec, size_t k, bool group_last,
             const ActivationOptions &options) {
   if (options.recompute) return IsOutput(spec, k) && group_last ? Home::kOwn : Home::kShared;
   if (options.selective && spec.tensors[k].recomputable) return Home::kTransient;
-  if (options.half.has_value() && std::is_same_v<T, float>)
-    return spec.tensors[k].exact ? Home::kOwn : Home::kShared;
+  if (options.half.has_value() && std::is_same_v<T, float>) {
+    if (spec.tensors[k].exact) return Home::kOwn;
+    return StashOnly(spec.tensors[k], options) ? Home::kStash : Home::kShared;
+  }
   return Home::kOwn;
 }
 
@@ -69,6 +85,9 @@ typename ActivationStore<T>::Sizes ActivationStore<T>::Plan(
           break;
         case Home::kTransient:
           layer_transient += Aligned(n);
+          break;
+        case Home::kStash:
+          z.stash_numel[l] += n;
           break;
       }
     }
@@ -160,6 +179,9 @@ ActivationStore<T>::ActivationStore(const std::vector<LayerSaveSpec> &layers,
             act.tensors[k] = transient_.data() + transient_offset;
             transient_offset += n;
             break;
+          case Home::kStash:  // no fp32 tensor (LayerActivations::only16)
+            act.tensors[k] = nullptr;
+            break;
         }
       }
       if (Keeps16()) {
@@ -194,31 +216,23 @@ void ActivationStore<T>::SetBf16Views(LayerActivations<T> &act, size_t layer,
                                       uint16_t *stash) const {
   const LayerSaveSpec &spec = specs_[layer];
   act.bf16.assign(spec.tensors.size(), nullptr);
+  act.only16.assign(spec.tensors.size(), 0);
   for (size_t i = 0; i < spec.tensors.size(); ++i) {  // AfterForward's order
     if (spec.tensors[i].exact || (options_.selective && spec.tensors[i].recomputable)) continue;
+    act.only16[i] = std::is_same_v<T, float> && StashOnly(spec.tensors[i], options_);
     act.bf16[i] = stash;
     stash += spec.tensors[i].numel;
   }
 }
 
 template <typename T>
-bool ActivationStore<T>::LeftToGemms(size_t layer, size_t i, bool bf16_operands) const {
-  const SavedTensorSpec &t = specs_[layer].tensors[i];
-  return bf16_operands && Keeps16() && *options_.half == Half::kBf16 && !options_.selective &&
-         t.operand_of.has_value() && !t.exact;
-}
-
-template <typename T>
-void ActivationStore<T>::BeforeForward(int64_t slot, size_t layer, bool bf16_operands) {
-  LayerActivations<T> &act = at(slot, layer);
-  act.only16.assign(act.bf16.size(), 0);
-  for (size_t i = 0; i < act.bf16.size(); ++i)
-    act.only16[i] = act.bf16[i] != nullptr && LeftToGemms(layer, i, bf16_operands);
+bool ActivationStore<T>::LeftToGemms(size_t layer, size_t i) const {
+  return std::is_same_v<T, float> && ReadAsBf16Operand(specs_[layer].tensors[i], options_);
 }
 
 template <typename T>
 bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer, const Kernels<T> &k,
-                                      bool backward_follows, bool bf16_operands) {
+                                      bool backward_follows) {
   const LayerSaveSpec &spec = specs_[layer];
   if (options_.recompute) resident_[0] = {slot, spec.group};
   if (options_.selective) transient_resident_ = {slot, int64_t(layer)};
@@ -237,7 +251,7 @@ bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer, const Kernels<
       if (spec.tensors[i].exact) continue;
       const int64_t n = spec.tensors[i].numel;
       const bool transient = options_.selective && spec.tensors[i].recomputable;
-      if (stash && LeftToGemms(layer, i, bf16_operands)) {  // the forward GEMM wrote it
+      if (stash && LeftToGemms(layer, i)) {  // its producer wrote it
         stash += n;
       } else if (stash && !transient) {
         // Into 16 bits, and the fp32 copy in the region rounded the same way,
@@ -252,7 +266,7 @@ bool ActivationStore<T>::AfterForward(int64_t slot, size_t layer, const Kernels<
     if (Keeps16()) resident_[layer % 2] = {slot, int64_t(layer)};
     return spec.first_is_output;
   } else {
-    (void)slot, (void)k, (void)backward_follows, (void)bf16_operands;
+    (void)slot, (void)k, (void)backward_follows;
     return false;
   }
 }
@@ -285,8 +299,7 @@ void ActivationStore<T>::AfterRecomputeSaved(int64_t slot, size_t layer, const K
 }
 
 template <typename T>
-void ActivationStore<T>::Restore(int64_t slot, size_t layer, const Kernels<T> &k,
-                                 bool bf16_operands) {
+void ActivationStore<T>::Restore(int64_t slot, size_t layer, const Kernels<T> &k) {
   if constexpr (std::is_same_v<T, float>) {
     if (!Keeps16() || resident_[layer % 2].is(slot, int64_t(layer))) return;
     const LayerSaveSpec &spec = specs_[layer];
@@ -294,13 +307,13 @@ void ActivationStore<T>::Restore(int64_t slot, size_t layer, const Kernels<T> &k
     const uint16_t *stash = stash_[size_t(slot)][layer].data();
     for (size_t i = 0; i < spec.tensors.size(); ++i) {
       if (spec.tensors[i].exact || (options_.selective && spec.tensors[i].recomputable)) continue;
-      if (!LeftToGemms(layer, i, bf16_operands))
+      if (!LeftToGemms(layer, i))
         k.UnstashFrom16(*options_.half, stash, spec.tensors[i].numel, act[i]);
       stash += spec.tensors[i].numel;
     }
     resident_[layer % 2] = {slot, int64_t(layer)};
   } else {
-    (void)slot, (void)layer, (void)k, (void)bf16_operands;
+    (void)slot, (void)layer, (void)k;
   }
 }
 

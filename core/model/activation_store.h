@@ -52,6 +52,11 @@ struct ActivationOptions {
   // these parts stay fp32 (exact), and a layer made only of them keeps its
   // output and input gradient fp32 too (SavedTensorSpec::module).
   ModuleSet fp32_modules;
+  // bf16 training whose layers multiply in bf16 on a backend that keeps the
+  // operands' bf16 copies (Kernels::KeepsBf16Copies; Model::Bf16Operands):
+  // the tensors only those GEMMs read (SavedTensorSpec::operand_of) are kept
+  // in the 16-bit stash alone and get no fp32 space (LeftToGemms).
+  bool bf16_operands = false;
 };
 
 // What one layer saves: its tensors, and whether tensor 0 is its output (the
@@ -88,20 +93,14 @@ class ActivationStore {
     return deferred_[size_t(slot)][layer];
   }
 
-  // Before `layer`'s forward in `slot`: marks the tensors whose producers
-  // write only the bf16 copy (LayerActivations::only16: those LeftToGemms).
-  // `bf16_operands` as AfterForward's.
-  void BeforeForward(int64_t slot, size_t layer, bool bf16_operands);
   // After `layer`'s forward in `slot` (also after a recomputation): rounds
   // its saved values onto the 16-bit grid and, under the 16-bit keep
   // policy, stores them in 16 bits. Returns whether its output was rounded
   // (otherwise the caller rounds it, if it wants 16-bit outputs). The
   // conversions run as kernels of `k` (where the tensors live). Without
   // `backward_follows` (an eval forward) only the output is rounded: nothing
-  // will read the rest, so nothing is stashed. `bf16_operands`: the layers
-  // multiply in bf16 on a backend that keeps bf16 copies (LeftToGemms).
-  bool AfterForward(int64_t slot, size_t layer, const Kernels<T> &k, bool backward_follows = true,
-                    bool bf16_operands = false);
+  // will read the rest, so nothing is stashed.
+  bool AfterForward(int64_t slot, size_t layer, const Kernels<T> &k, bool backward_follows = true);
   // Before `layer`'s backward in `slot`: true when its saved values are not
   // held and the caller must run its group's forward again (recompute policy).
   bool NeedsRecompute(int64_t slot, size_t layer) const;
@@ -111,9 +110,8 @@ class ActivationStore {
   void AfterRecomputeSaved(int64_t slot, size_t layer, const Kernels<T> &k);
   // Before `layer`'s backward in `slot`: makes its saved values readable
   // again (16-bit keep policy: widens them into the shared region, but for
-  // those LeftToGemms, read from the stash itself). `bf16_operands` as
-  // AfterForward's for the same micro-batch.
-  void Restore(int64_t slot, size_t layer, const Kernels<T> &k, bool bf16_operands = false);
+  // those LeftToGemms, read from the stash itself).
+  void Restore(int64_t slot, size_t layer, const Kernels<T> &k);
 
  private:
   // Region sizes in elements (aligned per tensor).
@@ -133,12 +131,14 @@ class ActivationStore {
                         MemoryResource *memory);
   bool Keeps16() const { return options_.half.has_value() && !options_.recompute; }
   // Whether tensor i of `layer` is one whose bf16 copy the layer's GEMMs
-  // write (forward) and read (backward) in the stash themselves
-  // (SavedTensorSpec::operand_of, under bf16 keep, bf16_operands and no
-  // selective recomputation, which reruns a forward over the kept values):
-  // the store neither stashes nor widens it.
-  bool LeftToGemms(size_t layer, size_t i, bool bf16_operands) const;
-  // act.bf16: each stashed tensor's place in the layer's bf16 stash.
+  // write (forward) and read (backward) in the stash themselves, or its
+  // producer writes there alone (SavedTensorSpec::operand_of, bf16_alone;
+  // under bf16 keep, bf16_operands and no selective recomputation, which
+  // reruns a forward over the kept values): the store neither stashes nor
+  // widens it.
+  bool LeftToGemms(size_t layer, size_t i) const;
+  // act.bf16: each stashed tensor's place in the layer's bf16 stash;
+  // act.only16: those kept there alone (bf16_alone).
   void SetBf16Views(LayerActivations<T> &act, size_t layer, uint16_t *stash) const;
   struct Resident {  // one slot's values of one layer (16-bit keep) or group (recompute)
     int64_t slot = -1;

@@ -159,6 +159,8 @@ std::vector<SavedTensorSpec> GptBlock<T>::SavedTensors(const ActivationLimits &l
   if (!tp_.splits_rows()) {  // (sequence parallelism gathers ln_1, ln_2 in fp32)
     for (Saved t : {kLn1, kQkv, kAtt, kAttY}) saved[t].operand_of = ModuleType::kAttention;
     for (Saved t : {kLn2, kFchGelu}) saved[t].operand_of = ModuleType::kLinear;
+    // Written by LayerNorm, the softmax, GELU (not by a GEMM's fp32 output).
+    for (Saved t : {kLn1, kAtt, kLn2, kFchGelu}) saved[t].bf16_alone = true;
   }
   return saved;
 }

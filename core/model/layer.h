@@ -85,10 +85,14 @@ struct SavedTensorSpec {
   // bf16 copies (Kernels::KeepsBf16Copies), the forward GEMM rounds it into
   // its place in the 16-bit stash (LayerActivations::bf16) and the backward
   // GEMMs read it there, so the store neither stashes nor widens it, and its
-  // fp32 copy is not read after the forward; its producer writes the bf16
-  // copy alone (LayerActivations::only16: the fp32 tensor is never written).
-  // The model clears it for a part kept in fp32 (fp32_modules).
+  // fp32 copy is not read after the forward (see bf16_alone). The model
+  // clears it for a part kept in fp32 (fp32_modules).
   std::optional<ModuleType> operand_of = std::nullopt;
+  // With operand_of: its producer can write the bf16 copy alone (LayerNorm,
+  // the softmax, GELU; not a GEMM, whose output is fp32). Where the GEMMs keep
+  // their operands' copies it is then kept in the 16-bit stash alone: no fp32
+  // space, and the producer writes only the copy (LayerActivations::only16).
+  bool bf16_alone = false;
 };
 
 // One micro-batch's saved activations of one layer: a pointer per tensor the
@@ -103,9 +107,9 @@ struct LayerActivations {
   // Empty, or null for a tensor kept otherwise. bf16 GEMMs read it instead
   // of rounding tensors[i] again (Kernels::*Stashed, *Stashing).
   std::vector<uint16_t *> bf16;
-  // Per tensor, 1 where only its bf16 copy is written and read (the store
-  // leaves it to the GEMMs: ActivationStore::LeftToGemms, set before each
-  // forward): its producer writes bf16[i] alone and tensors[i] is not written.
+  // Per tensor, 1 where only its bf16 copy is written and read
+  // (SavedTensorSpec::bf16_alone, where the store leaves it to the GEMMs): its
+  // producer writes bf16[i] alone, and tensors[i] is null (no fp32 space).
   std::vector<uint8_t> only16;
   double loss = 0;      // loss layers: the mean loss of this micro-batch
   int64_t counted = 0;  // loss layers: targets that were not ignored

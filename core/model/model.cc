@@ -425,11 +425,9 @@ template <typename T>
 Status Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &mb,
                               LayerHooks *hooks, LayerPass pass) {
   LayerActivations<T> &act = activations_.at(slot, i);
-  activations_.BeforeForward(slot, i, Bf16Operands());
   Timed(timer_, pass, i, mb.rows(), [&] { layers_[i]->Forward(in, act, mb); });
   DST_RETURN_IF_ERROR(TakeErrors(i));
-  const bool rounded =
-      activations_.AfterForward(slot, i, *kernels_, mb.backward_follows, Bf16Operands());
+  const bool rounded = activations_.AfterForward(slot, i, *kernels_, mb.backward_follows);
   if (!rounded && layers_[i]->OutWidth() > 0 && !fp32_layers_[i])
     RoundActivations(hooks, act[0], OutRows(i, mb.rows()) * layers_[i]->OutWidth());
   return Status::Ok();
@@ -444,6 +442,11 @@ Status Model<T>::TakeErrors(size_t i) {
 
 template <typename T>
 Status Model<T>::CheckPass(const char *what, int64_t slot, LayerRange range) const {
+  if (activations_.options().bf16_operands && !Bf16Operands())  // no fp32 copies to write
+    return InternalError(std::string("Model::") + what +
+                         ": the activations were planned for bf16 GEMMs that keep their operands' "
+                         "bf16 copies (ActivationOptions::bf16_operands), but the layers multiply "
+                         "in fp32 or on a backend that keeps none");
   if (slot >= 0 && slot < activations_.slots() && range.end <= layers_.size() &&
       range.begin < range.end)
     return Status::Ok();
@@ -456,9 +459,9 @@ Status Model<T>::CheckPass(const char *what, int64_t slot, LayerRange range) con
 template <typename T>
 Status Model<T>::EnsureSaved(size_t i, int64_t slot, LayerRange range, MicroBatch<T> &mb,
                              LayerHooks *hooks, bool recomputable_too) {
-  activations_.Restore(slot, i, *kernels_, Bf16Operands());
+  activations_.Restore(slot, i, *kernels_);
   if (i > range.begin)  // its output is this layer's input
-    activations_.Restore(slot, i - 1, *kernels_, Bf16Operands());
+    activations_.Restore(slot, i - 1, *kernels_);
   if (activations_.NeedsRecompute(slot, i)) {
     if (group_begin_[i] < range.begin || group_end_[i] > range.end)
       return InternalError("Model: recomputation group [" + std::to_string(group_begin_[i]) + ", " +

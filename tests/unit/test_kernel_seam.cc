@@ -222,33 +222,56 @@ TEST(KernelSeamStore, Bf16ViewsHoldTheStashedValuesOfTheirSlot) {
   EXPECT_EQ(fp16.at(0, 0).Bf16(0), nullptr);
 }
 // The tensors left to the GEMMs (operand_of, bf16 operands, bf16 keep, no
-// selective recomputation) are marked before each forward: their producers
-// write the bf16 copy alone. Not without bf16 operands, under fp16, or
-// under selective recomputation; never an exact tensor.
-TEST(KernelSeamStore, TensorsLeftToTheGemmsAreWrittenInBf16Alone) {
+// selective recomputation) whose producers write bf16 (bf16_alone) are kept
+// in the stash alone: marked only16, no
+// fp32 tensor, their fp32 space gone from the shared regions (the bytes the
+// estimate counts too). Not without bf16 operands, under fp16, or under
+// selective recomputation; never an exact tensor.
+TEST(KernelSeamStore, TensorsLeftToTheGemmsAreKeptInBf16Alone) {
   LayerSaveSpec layer;
-  layer.tensors = {{40}, {8, /*exact=*/true}, {24}, {16}};
+  layer.tensors = {{40}, {8, /*exact=*/true}, {24}, {16}, {12}};
   layer.tensors[1].operand_of = ModuleType::kLinear;
   layer.tensors[2].operand_of = ModuleType::kLinear;
+  layer.tensors[4].operand_of = ModuleType::kLinear;  // a GEMM's output: fp32 too
+  layer.tensors[2].bf16_alone = true;
+  layer.tensors[1].bf16_alone = true;  // exact: not kept in 16 bits at all
+  layer.tensors[3].bf16_alone = true;  // no operand_of: not left to the GEMMs
   layer.first_is_output = true;
   ActivationOptions options;
   options.half = Half::kBf16;
   options.slots = 2;
-  ActivationStore<float> store({layer, layer}, options, nullptr);
+  options.bf16_operands = true;
+  MemoryTracker tracker;
+  ActivationStore<float> store({layer, layer}, options, &tracker);
   for (int slot = 0; slot < 2; ++slot) {
-    store.BeforeForward(slot, 1, /*bf16_operands=*/true);
     const LayerActivations<float> &act = store.at(slot, 1);
-    EXPECT_EQ(act.only16, (std::vector<uint8_t>{0, 0, 1, 0})) << slot;
+    EXPECT_EQ(act.only16, (std::vector<uint8_t>{0, 0, 1, 0, 0})) << slot;
+    EXPECT_NE(act[4], nullptr);
+    EXPECT_NE(act.Bf16(4), nullptr);
+    EXPECT_EQ(act[2], nullptr);
     EXPECT_EQ(act.Fp32(2), nullptr);
     EXPECT_EQ(act.Bf16Only(2), act.Bf16(2));
     EXPECT_NE(act.Bf16(2), nullptr);
+    EXPECT_NE(act[3], nullptr);
     EXPECT_EQ(act.Fp32(3), act[3]);
     EXPECT_EQ(act.Bf16Only(3), nullptr);
     EXPECT_EQ(act.Fp32(1), act[1]);  // exact: fp32 only
+    EXPECT_NE(act[1], nullptr);
   }
-  store.BeforeForward(0, 1, /*bf16_operands=*/false);
-  EXPECT_EQ(store.at(0, 1).only16, (std::vector<uint8_t>{0, 0, 0, 0}));
-  EXPECT_EQ(store.at(0, 1).Fp32(2), store.at(0, 1)[2]);
+  options.bf16_operands = false;
+  MemoryTracker plain_tracker;
+  ActivationStore<float> plain({layer, layer}, options, &plain_tracker);
+  EXPECT_EQ(plain.at(0, 1).only16, (std::vector<uint8_t>{0, 0, 0, 0, 0}));
+  EXPECT_EQ(plain.at(0, 1).Fp32(2), plain.at(0, 1)[2]);
+  EXPECT_NE(plain.at(0, 1)[2], nullptr);
+  // Tensor 2's fp32 space in both shared regions (aligned), the rest the same.
+  const int64_t saved = plain_tracker.Current(MemoryCategory::kActivations) -
+                        tracker.Current(MemoryCategory::kActivations);
+  EXPECT_GE(saved, 2 * 24 * int64_t(sizeof(float)));
+  EXPECT_LT(saved, 2 * 24 * int64_t(sizeof(float)) + 2 * 64 * int64_t(sizeof(float)));
+  options.bf16_operands = true;
+  EXPECT_EQ(ActivationStore<float>::Bytes({layer, layer}, options),
+            tracker.Current(MemoryCategory::kActivations));
   for (bool fp16 : {true, false}) {
     ActivationOptions other = options;
     if (fp16)
@@ -256,8 +279,8 @@ TEST(KernelSeamStore, TensorsLeftToTheGemmsAreWrittenInBf16Alone) {
     else
       other.selective = true;
     ActivationStore<float> s({layer}, other, nullptr);
-    s.BeforeForward(0, 0, /*bf16_operands=*/true);
     EXPECT_FALSE(s.at(0, 0).Only16(2)) << (fp16 ? "fp16" : "selective");
+    EXPECT_NE(s.at(0, 0)[2], nullptr);
     EXPECT_EQ(s.at(0, 0).Fp32(2), s.at(0, 0)[2]);
   }
 }
