@@ -128,6 +128,15 @@ class Kernels {
     (void)out16;
     LayerNormForward(x, weight, bias, rows, C, out, mean, rstd);
   }
+  // The residual sum res = a + b [rows, C] (Add), then LayerNormForwardStashing
+  // of res (a transformer block's second LayerNorm reading its residual sum;
+  // a backend may do both in one pass over the rows).
+  virtual void AddLayerNormForward(const T *a, const T *b, T *res, const T *weight, const T *bias,
+                                   int64_t rows, int64_t C, T *out, uint16_t *out16, T *mean,
+                                   T *rstd) const {
+    Add(a, b, rows * C, res);
+    LayerNormForwardStashing(res, weight, bias, rows, C, out, out16, mean, rstd);
+  }
   // dx [rows, C] += the input gradient; dweight, dbias [C] += theirs when
   // non-null. scratch: [max_threads, 2C].
   virtual void LayerNormBackward(const T *dout, const T *x, const T *weight, const T *mean,

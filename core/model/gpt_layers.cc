@@ -256,9 +256,8 @@ void GptBlock<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<
   k.LinearForwardStashing(a[kAttY], a.Bf16(kAttY), p.param(proj_w_), GemmBias(proj_b_), N, Cl, C,
                           out, mb.ComputeOf(ModuleType::kAttention));
   if (!SumRowParallel(out, p.param(proj_b_), mb)) return;
-  k.Add(in, out, N * C, a[kRes2]);
-  k.LayerNormForwardStashing(a[kRes2], p.param(ln2_w_), p.param(ln2_b_), N, C, a.Fp32(kLn2),
-                             a.Bf16Only(kLn2), a[kLn2Mean], a[kLn2Rstd]);
+  k.AddLayerNormForward(in, out, a[kRes2], p.param(ln2_w_), p.param(ln2_b_), N, C, a.Fp32(kLn2),
+                        a.Bf16Only(kLn2), a[kLn2Mean], a[kLn2Rstd]);
   k.LinearForwardStashing(a.Fp32(kLn2), a.Bf16(kLn2), p.param(fc_w_), p.param(fc_b_), N, C, F,
                           a[kFch], mb.ComputeOf(ModuleType::kLinear));
   k.GeluForwardStashing(a[kFch], N * F, a.Fp32(kFchGelu), a.Bf16Only(kFchGelu));

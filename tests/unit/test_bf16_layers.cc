@@ -316,5 +316,35 @@ TEST(Bf16Layers, LayerNormAndGeluWriteTheirOutputsBf16CopiesWithTheSameBits) {
   }
 }
 
+// The second LayerNorm reading its residual sum in the same pass: the sum
+// and every output the bits of Add, then LayerNormForward (fp32 output, its
+// bf16 copy alongside, or the copy alone).
+TEST(Bf16Layers, AddLayerNormIsTheAddThenTheLayerNormBitForBit) {
+  const int64_t rows = 29, C = 70;
+  const std::vector<float> a = Normal(size_t(rows * C), 71, 2.0f),
+                           b = Normal(size_t(rows * C), 72, 0.5f), w = Normal(size_t(C), 73),
+                           bias = Normal(size_t(C), 74);
+  std::vector<float> res_want(a.size()), want(a.size()), mean_want(size_t{rows}),
+      rstd_want(size_t{rows});
+  Add(a.data(), b.data(), rows * C, res_want.data());
+  LayerNormForward(res_want.data(), w.data(), bias.data(), rows, C, want.data(), mean_want.data(),
+                   rstd_want.data());
+  for (int form = 0; form < 3; ++form) {  // fp32 only, fp32 and the copy, the copy alone
+    SCOPED_TRACE("form " + std::to_string(form));
+    std::vector<float> res(a.size()), out(a.size()), mean(size_t{rows}), rstd(size_t{rows});
+    std::vector<uint16_t> out16(a.size(), 0xFFFF);
+    AddLayerNormForward(a.data(), b.data(), res.data(), w.data(), bias.data(), rows, C,
+                        form < 2 ? out.data() : nullptr, mean.data(), rstd.data(),
+                        form > 0 ? out16.data() : nullptr);
+    ExpectSameBits(res, res_want, "residual sum");
+    if (form < 2) ExpectSameBits(out, want, "output");
+    ExpectSameBits(mean, mean_want, "mean");
+    ExpectSameBits(rstd, rstd_want, "rstd");
+    if (form > 0) {
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(out16[i], FloatToBFloat16(want[i])) << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dst::cpu

@@ -186,6 +186,12 @@ class CpuKernels final : public Kernels<T> {
     Scope s("LayerNormForward");
     cpu::LayerNormForward(x, weight, bias, rows, C, out, mean, rstd, out16);
   }
+  void AddLayerNormForward(const T *a, const T *b, T *res, const T *weight, const T *bias,
+                           int64_t rows, int64_t C, T *out, uint16_t *out16, T *mean,
+                           T *rstd) const override {
+    Scope s("AddLayerNormForward");
+    cpu::AddLayerNormForward(a, b, res, weight, bias, rows, C, out, mean, rstd, out16);
+  }
   void LayerNormBackward(const T *dout, const T *x, const T *weight, const T *mean, const T *rstd,
                          int64_t rows, int64_t C, T *dx, T *dweight, T *dbias, T *scratch,
                          int max_threads) const override {

@@ -14,6 +14,30 @@ namespace dst::cpu {
 
 inline constexpr double kLayerNormEps = 1e-5;
 
+// Row r of LayerNormForward: x [C] of that row -> its output row (out's, or
+// a thread's buffer when out is null) and, if out16 is non-null, its bf16
+// copy; mean[r], rstd[r].
+template <typename T>
+inline void LayerNormRow(const T *xr, const T *weight, const T *bias, int64_t r, int64_t C, T *out,
+                         uint16_t *out16, T *mean, T *rstd) {
+  thread_local std::vector<T> row;  // the row when only its bf16 copy is kept
+  T sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < C; ++i) sum += xr[i];
+  const T m = sum / T(C);
+  T var = 0;
+#pragma omp simd reduction(+ : var)
+  for (int64_t i = 0; i < C; ++i) var += (xr[i] - m) * (xr[i] - m);
+  const T s = T(1) / std::sqrt(var / T(C) + T(kLayerNormEps));
+  if (out == nullptr) row.resize(size_t(C));
+  T *o = out != nullptr ? out + r * C : row.data();
+  for (int64_t i = 0; i < C; ++i) o[i] = (xr[i] - m) * s * weight[i] + bias[i];
+  if constexpr (std::is_same_v<T, float>)
+    if (out16 != nullptr) RoundRowToBf16(o, out16 + r * C, C);
+  mean[r] = m;
+  rstd[r] = s;
+}
+
 // x, out: [rows, C]; mean, rstd: [rows] (saved for backward). out16 (float
 // only; may be null): out rounded to bf16, row by row as it is written; out
 // may then be null, and only the bf16 copy is written.
@@ -21,24 +45,22 @@ template <typename T>
 void LayerNormForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t C, T *out,
                       T *mean, T *rstd, uint16_t *out16 = nullptr) {
 #pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    LayerNormRow(x + r * C, weight, bias, r, C, out, out16, mean, rstd);
+}
+
+// The residual sum res = a + b [rows, C] (Add's bits), then LayerNormForward
+// of res, a row at a time: the sum is normalised while still in cache
+// instead of read again in a pass of its own.
+template <typename T>
+void AddLayerNormForward(const T *a, const T *b, T *res, const T *weight, const T *bias,
+                         int64_t rows, int64_t C, T *out, T *mean, T *rstd,
+                         uint16_t *out16 = nullptr) {
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    thread_local std::vector<T> row;  // the row when only its bf16 copy is kept
-    const T *xr = x + r * C;
-    T sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < C; ++i) sum += xr[i];
-    const T m = sum / T(C);
-    T var = 0;
-#pragma omp simd reduction(+ : var)
-    for (int64_t i = 0; i < C; ++i) var += (xr[i] - m) * (xr[i] - m);
-    const T s = T(1) / std::sqrt(var / T(C) + T(kLayerNormEps));
-    if (out == nullptr) row.resize(size_t(C));
-    T *o = out != nullptr ? out + r * C : row.data();
-    for (int64_t i = 0; i < C; ++i) o[i] = (xr[i] - m) * s * weight[i] + bias[i];
-    if constexpr (std::is_same_v<T, float>)
-      if (out16 != nullptr) RoundRowToBf16(o, out16 + r * C, C);
-    mean[r] = m;
-    rstd[r] = s;
+    T *xr = res + r * C;
+    for (int64_t i = 0; i < C; ++i) xr[i] = a[r * C + i] + b[r * C + i];
+    LayerNormRow(static_cast<const T *>(xr), weight, bias, r, C, out, out16, mean, rstd);
   }
 }
 
