@@ -159,14 +159,17 @@ std::vector<SavedTensorSpec> GptBlock<T>::SavedTensors(const ActivationLimits &l
   if (!tp_.splits_rows()) {  // (sequence parallelism gathers ln_1, ln_2 in fp32)
     for (Saved t : {kLn1, kQkv, kAtt, kAttY}) saved[t].operand_of = ModuleType::kAttention;
     for (Saved t : {kLn2, kFchGelu}) saved[t].operand_of = ModuleType::kLinear;
-    // Written by LayerNorm, the softmax, GELU (not by a GEMM's fp32 output).
-    for (Saved t : {kLn1, kAtt, kLn2, kFchGelu}) saved[t].bf16_alone = true;
+    // Written in bf16 alone by LayerNorm, the softmax, GELU; qkv and the
+    // attention output by GEMMs in fp32 into the forward's scratch, rounded
+    // into the stash by the attention and the projection that read them.
+    for (Saved t : {kLn1, kQkv, kAtt, kAttY, kLn2, kFchGelu}) saved[t].bf16_alone = true;
   }
   return saved;
 }
 
 // Backward workspace: d_fch [N,4C] | d_ln [N,C] | dqkv [N,3C] | attention [threads,T,T]
-// | LayerNorm partial sums [threads, 2C]; sequence-parallel, before them:
+// | LayerNorm partial sums [threads, 2C] (forward: qkv [N, 3C'] | the attention
+// output [N, C'] in fp32 when only their bf16 copies are kept); sequence-parallel, before them:
 // the gathered output gradient [N, C] | a gathered LayerNorm output [N, C],
 // and after them the LayerNorms' parameter gradients [4C] (forward: the
 // gathered LayerNorm output [N, C] | a row-parallel GEMM's partial sums [N, C]).
@@ -245,16 +248,20 @@ void GptBlock<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_, F = f_local_;
   T *out = a[kOut];
   // The tensors only the GEMMs read are written in bf16 alone where the store
-  // keeps them so (LayerActivations::only16; a[i] is then not written).
+  // keeps them so (LayerActivations::only16; a[i] is then null). The GEMMs
+  // write qkv and the attention output in fp32: into the scratch then, and
+  // their readers round them into the stash.
+  T *qkv = a.Only16(kQkv) ? mb.scratch : a[kQkv];                   // [N, 3C']
+  T *att_y = a.Only16(kAttY) ? mb.scratch + N * 3 * Cl : a[kAttY];  // [N, C']
   k.LayerNormForwardStashing(in, p.param(ln1_w_), p.param(ln1_b_), N, C, a.Fp32(kLn1),
                              a.Bf16Only(kLn1), a[kLn1Mean], a[kLn1Rstd]);
   k.LinearForwardStashing(a.Fp32(kLn1), a.Bf16(kLn1), p.param(attn_w_), p.param(attn_b_), N, C,
-                          3 * Cl, a[kQkv], mb.ComputeOf(ModuleType::kAttention));
-  k.AttentionForwardStashing(a[kQkv], a.Bf16(kQkv), Attention(mb), a.Fp32(kAtt), a.Bf16(kAtt),
-                             a[kAttY], mb.ComputeOf(ModuleType::kAttention));
+                          3 * Cl, qkv, mb.ComputeOf(ModuleType::kAttention));
+  k.AttentionForwardStashing(qkv, a.Bf16(kQkv), Attention(mb), a.Fp32(kAtt), a.Bf16(kAtt), att_y,
+                             mb.ComputeOf(ModuleType::kAttention));
   // attention projection into the output (as scratch), then the first residual
-  k.LinearForwardStashing(a[kAttY], a.Bf16(kAttY), p.param(proj_w_), GemmBias(proj_b_), N, Cl, C,
-                          out, mb.ComputeOf(ModuleType::kAttention));
+  k.LinearForwardStashing(att_y, a.Bf16(kAttY), p.param(proj_w_), GemmBias(proj_b_), N, Cl, C, out,
+                          mb.ComputeOf(ModuleType::kAttention));
   if (!SumRowParallel(out, p.param(proj_b_), mb)) return;
   k.AddLayerNormForward(in, out, a[kRes2], p.param(ln2_w_), p.param(ln2_b_), N, C, a.Fp32(kLn2),
                         a.Bf16Only(kLn2), a[kLn2Mean], a[kLn2Rstd]);

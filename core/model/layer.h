@@ -88,10 +88,12 @@ struct SavedTensorSpec {
   // fp32 copy is not read after the forward (see bf16_alone). The model
   // clears it for a part kept in fp32 (fp32_modules).
   std::optional<ModuleType> operand_of = std::nullopt;
-  // With operand_of: its producer can write the bf16 copy alone (LayerNorm,
-  // the softmax, GELU; not a GEMM, whose output is fp32). Where the GEMMs keep
-  // their operands' copies it is then kept in the 16-bit stash alone: no fp32
-  // space, and the producer writes only the copy (LayerActivations::only16).
+  // With operand_of: it need not be kept in fp32 at all, because its producer
+  // can write the bf16 copy alone (LayerNorm, the softmax, GELU) or the layer
+  // writes the fp32 values in its scratch, where its reader rounds them (a
+  // GEMM's fp32 output). Where the GEMMs keep their operands' copies it is
+  // then kept in the 16-bit stash alone: no fp32 space, and the layer writes
+  // only the copy there (LayerActivations::only16).
   bool bf16_alone = false;
 };
 
@@ -134,7 +136,8 @@ class Layer {
   // `limits`. A layer with an output declares it first (tensor 0): the next
   // layer reads it as its input.
   virtual std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const = 0;
-  // Elements of shared scratch the backward needs (the model allocates the max).
+  // Elements of shared scratch the forward or backward needs (the model
+  // allocates the max; nothing in it outlives a call).
   virtual int64_t ScratchSize(const ActivationLimits &) const { return 0; }
   // in: the previous layer's output [rows, in_width] (unused by a first layer
   // that reads the batch). Writes the saved tensors of `act`, the output

@@ -317,6 +317,45 @@ TEST(SplitBackward, EveryLayerWithParametersDefersItsWeightGradients) {
   }
 }
 
+// Under bf16 compute every tensor a GPT block keeps only for its GEMMs is
+// kept in bf16 alone: those LayerNorm, the softmax and GELU write (their
+// bf16 copy alone) and the GEMM outputs qkv and the attention output (in
+// fp32 in the forward's scratch, rounded by their readers). What stays fp32:
+// the output, the residual sum, the GELU input, the LayerNorm statistics.
+// (That the planned path gives the unplanned one's bits is the recompute
+// cases above: recomputation plans no bf16 operands.)
+TEST(Bf16Operands, AGptBlockKeepsEveryGemmOperandInBf16Alone) {
+  MemoryTracker tracker;
+  const ActivationLimits limits{2, 8, 1};
+  Model<float> model(Spec(kGpt), limits, &tracker);
+  const std::vector<SavedTensorSpec> saved = model.layers()[1]->SavedTensors(limits);
+  int operands = 0;
+  for (size_t i = 0; i < saved.size(); ++i) {
+    if (!saved[i].operand_of.has_value()) continue;
+    ++operands;
+    EXPECT_TRUE(saved[i].bf16_alone) << "tensor " << i;
+  }
+  EXPECT_EQ(operands, 6);  // ln_1, qkv, the probabilities, the attention output, ln_2, GELU's
+}
+
+// The engine plans bf16 operands and the compute type by one rule; a model
+// whose plan and compute disagree refuses the pass (a GEMM would read fp32
+// copies nobody wrote) instead of training on garbage.
+TEST(Bf16Operands, APassWhoseComputeDoesNotMatchThePlanIsAnError) {
+  ActivationOptions planned;
+  planned.bf16_operands = true;
+  Rank rank(kGpt, MakeConfig(2, 1, "bf16"), planned);  // the layers multiply in fp32
+  std::vector<Instruction> program = TrainSchedule(1);
+  ASSERT_TRUE(PrepareProgram(&program, 1, rank.model->activation_slots()).ok());
+  StepRecord record;
+  const Status st = rank.Run(program, 2, 0, &record);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("ActivationOptions::bf16_operands"), std::string::npos)
+      << st.message();
+  rank.model->SetComputeType(ComputeType::kBf16);  // the plan's compute: it runs
+  EXPECT_TRUE(rank.Run(program, 2, 0, &record).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, ExecutorPrograms,
     ::testing::Values(Case{"gpt_fp32", kGpt, ""}, Case{"sequential_fp32", kSequential, ""},

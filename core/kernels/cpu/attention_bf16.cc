@@ -132,7 +132,7 @@ void AttentionBackwardBf16(const float *dy, const float *qkv, const uint16_t *qk
     float *dq = dqkv + b * T * C3 + h * hs;
     float *dk = dq + s.C;
     float *dv = dq + 2 * s.C;
-    const float *a = att + bh * T * T;
+    const float *a = att != nullptr ? att + bh * T * T : nullptr;  // null: att16 alone
     HeadScratch &x = Scratch(T);
     const uint16_t *p = att16 != nullptr ? att16 + bh * T * T : x.p.data();
     if (att16 == nullptr)
