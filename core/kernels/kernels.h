@@ -62,15 +62,26 @@ class Kernels {
   // y [rows, out] += bias [out] on every row.
   virtual void AddBiasToRows(const T *bias, int64_t rows, int64_t out, T *y) const = 0;
   virtual void GeluForward(const T *x, int64_t n, T *out) const = 0;  // tanh approximation
-  // GeluForward given also where out's bf16 copy goes (out16 [n], may be
-  // null). A backend that keeps bf16 copies (KeepsBf16Copies) writes out
-  // rounded there, and takes out null when only that copy is wanted
-  // (LayerActivations::Bf16Only). By default out16 is not written.
-  virtual void GeluForwardStashing(const T *x, int64_t n, T *out, uint16_t *out16) const {
-    (void)out16;
+  // GeluForward given also where out's and x's bf16 copies go (out16, x16
+  // [n], each may be null). A backend that keeps bf16 copies
+  // (KeepsBf16Copies) writes out and x rounded there, and takes out null when
+  // only out's copy is wanted (LayerActivations::Bf16Only); x16 is what
+  // GeluBackwardStashed reads. By default neither copy is written.
+  virtual void GeluForwardStashing(const T *x, int64_t n, T *out, uint16_t *out16,
+                                   uint16_t *x16) const {
+    (void)out16, (void)x16;
     GeluForward(x, n, out);
   }
   virtual void GeluBackward(const T *dout, const T *x, int64_t n, T *dx) const = 0;
+  // GeluBackward given also x16, x's bf16 copy (may be null), which a backend
+  // that keeps bf16 copies reads instead of x (then x may be null: the
+  // forward's x was rounded, and only the copy is kept). By default x16 is
+  // not read.
+  virtual void GeluBackwardStashed(const T *dout, const T *x, const uint16_t *x16, int64_t n,
+                                   T *dx) const {
+    (void)x16;
+    GeluBackward(dout, x, n, dx);
+  }
   virtual void ReluForward(const T *x, int64_t n, T *out) const = 0;
   virtual void ReluBackward(const T *dout, const T *x, int64_t n, T *dx) const = 0;
 

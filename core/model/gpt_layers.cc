@@ -158,18 +158,21 @@ std::vector<SavedTensorSpec> GptBlock<T>::SavedTensors(const ActivationLimits &l
   saved[kFchGelu] = {N * f_local_, false, false, ModuleType::kLinear};
   if (!tp_.splits_rows()) {  // (sequence parallelism gathers ln_1, ln_2 in fp32)
     for (Saved t : {kLn1, kQkv, kAtt, kAttY}) saved[t].operand_of = ModuleType::kAttention;
-    for (Saved t : {kLn2, kFchGelu}) saved[t].operand_of = ModuleType::kLinear;
-    // Written in bf16 alone by LayerNorm, the softmax, GELU; qkv and the
-    // attention output by GEMMs in fp32 into the forward's scratch, rounded
-    // into the stash by the attention and the projection that read them.
-    for (Saved t : {kLn1, kQkv, kAtt, kAttY, kLn2, kFchGelu}) saved[t].bf16_alone = true;
+    // (and the GELU input, read by the GELU backward in bf16)
+    for (Saved t : {kLn2, kFch, kFchGelu}) saved[t].operand_of = ModuleType::kLinear;
+    // Written in bf16 alone by LayerNorm, the softmax, GELU; qkv, the
+    // attention output and the GELU input by GEMMs in fp32 into the forward's
+    // scratch, rounded into the stash by the attention, the projection and
+    // GELU that read them.
+    for (Saved t : {kLn1, kQkv, kAtt, kAttY, kLn2, kFch, kFchGelu}) saved[t].bf16_alone = true;
   }
   return saved;
 }
 
 // Backward workspace: d_fch [N,4C] | d_ln [N,C] | dqkv [N,3C] | attention [threads,T,T]
 // | LayerNorm partial sums [threads, 2C] (forward: qkv [N, 3C'] | the attention
-// output [N, C'] in fp32 when only their bf16 copies are kept); sequence-parallel, before them:
+// output [N, C'], later the GELU input [N, 4C'], in fp32 when only their bf16
+// copies are kept); sequence-parallel, before them:
 // the gathered output gradient [N, C] | a gathered LayerNorm output [N, C],
 // and after them the LayerNorms' parameter gradients [4C] (forward: the
 // gathered LayerNorm output [N, C] | a row-parallel GEMM's partial sums [N, C]).
@@ -249,10 +252,11 @@ void GptBlock<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<
   T *out = a[kOut];
   // The tensors only the GEMMs read are written in bf16 alone where the store
   // keeps them so (LayerActivations::only16; a[i] is then null). The GEMMs
-  // write qkv and the attention output in fp32: into the scratch then, and
-  // their readers round them into the stash.
+  // write qkv, the attention output and the GELU input in fp32: into the
+  // scratch then, and their readers round them into the stash.
   T *qkv = a.Only16(kQkv) ? mb.scratch : a[kQkv];                   // [N, 3C']
   T *att_y = a.Only16(kAttY) ? mb.scratch + N * 3 * Cl : a[kAttY];  // [N, C']
+  T *fch = a.Only16(kFch) ? mb.scratch : a[kFch];  // [N, F'] (qkv, att_y read by then)
   k.LayerNormForwardStashing(in, p.param(ln1_w_), p.param(ln1_b_), N, C, a.Fp32(kLn1),
                              a.Bf16Only(kLn1), a[kLn1Mean], a[kLn1Rstd]);
   k.LinearForwardStashing(a.Fp32(kLn1), a.Bf16(kLn1), p.param(attn_w_), p.param(attn_b_), N, C,
@@ -265,9 +269,9 @@ void GptBlock<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<
   if (!SumRowParallel(out, p.param(proj_b_), mb)) return;
   k.AddLayerNormForward(in, out, a[kRes2], p.param(ln2_w_), p.param(ln2_b_), N, C, a.Fp32(kLn2),
                         a.Bf16Only(kLn2), a[kLn2Mean], a[kLn2Rstd]);
-  k.LinearForwardStashing(a.Fp32(kLn2), a.Bf16(kLn2), p.param(fc_w_), p.param(fc_b_), N, C, F,
-                          a[kFch], mb.ComputeOf(ModuleType::kLinear));
-  k.GeluForwardStashing(a[kFch], N * F, a.Fp32(kFchGelu), a.Bf16Only(kFchGelu));
+  k.LinearForwardStashing(a.Fp32(kLn2), a.Bf16(kLn2), p.param(fc_w_), p.param(fc_b_), N, C, F, fch,
+                          mb.ComputeOf(ModuleType::kLinear));
+  k.GeluForwardStashing(fch, N * F, a.Fp32(kFchGelu), a.Bf16Only(kFchGelu), a.Bf16Only(kFch));
   k.LinearForwardStashing(a.Fp32(kFchGelu), a.Bf16(kFchGelu), p.param(fcproj_w_),
                           GemmBias(fcproj_b_), N, F, C, out, mb.ComputeOf(ModuleType::kLinear));
   if (!SumRowParallel(out, p.param(fcproj_b_), mb)) return;
@@ -388,7 +392,7 @@ void GptBlock<T>::Backward(const T *in, const LayerActivations<T> &a, T *dout, T
   // MLP branch; dout doubles as the gradient of res2 (residual).
   k.LinearBackwardStashed(dout, a[kFchGelu], a.Bf16(kFchGelu), p.param(fcproj_w_), N, F, C, d_fch,
                           p.grad(fcproj_w_), p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
-  k.GeluBackward(d_fch, a[kFch], N * F, d_fch);
+  k.GeluBackwardStashed(d_fch, a[kFch], a.Bf16Only(kFch), N * F, d_fch);
   if (!ColumnParallelBackward(d_fch, a[kLn2], a.Bf16(kLn2), fc_w_, fc_b_, C, F, d_ln,
                               mb.ComputeOf(ModuleType::kLinear), mb, "MLP input gradient"))
     return;
@@ -515,7 +519,7 @@ void GptBlock<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *do
   k.Copy(dout, N * C, d[kDOut]);
   k.LinearBackward(dout, nullptr, p.param(fcproj_w_), N, F, C, d[kDFch], nullptr, nullptr,
                    mb.ComputeOf(ModuleType::kLinear));
-  k.GeluBackward(d[kDFch], a[kFch], N * F, d[kDFch]);
+  k.GeluBackwardStashed(d[kDFch], a[kFch], a.Bf16Only(kFch), N * F, d[kDFch]);
   k.LinearBackward(d[kDFch], nullptr, p.param(fc_w_), N, C, F, d[kDLn2], nullptr, nullptr,
                    mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(SumInputGradient(d[kDLn2], N), "MLP input gradient")) return;

@@ -81,10 +81,11 @@ struct SavedTensorSpec {
   ModuleType module = ModuleType::kWhole;
   // Set when the layer reads it only as an operand of the GEMMs of this part
   // (after the forward that writes it: the same layer's forward GEMM, its
-  // backward's): where that part multiplies in bf16 on a backend that keeps
-  // bf16 copies (Kernels::KeepsBf16Copies), the forward GEMM rounds it into
-  // its place in the 16-bit stash (LayerActivations::bf16) and the backward
-  // GEMMs read it there, so the store neither stashes nor widens it, and its
+  // backward's) or through kernels reading its bf16 copy (*Stashed: the GELU
+  // backward its input's): where that part multiplies in bf16 on a backend
+  // that keeps bf16 copies (Kernels::KeepsBf16Copies), the forward rounds it
+  // into its place in the 16-bit stash (LayerActivations::bf16) and the
+  // backward reads it there, so the store neither stashes nor widens it, and its
   // fp32 copy is not read after the forward (see bf16_alone). The model
   // clears it for a part kept in fp32 (fp32_modules).
   std::optional<ModuleType> operand_of = std::nullopt;

@@ -316,6 +316,38 @@ TEST(Bf16Layers, LayerNormAndGeluWriteTheirOutputsBf16CopiesWithTheSameBits) {
   }
 }
 
+// GELU keeping its input for the backward in bf16 alone: the forward writes
+// x's rounding (with or without its output's copy), and the backward reading
+// that copy gives the bits of the backward over the rounded fp32 input (what
+// the store's stash-and-widen gave back before).
+TEST(Bf16Layers, GeluKeepsItsInputInBf16AndItsBackwardReadsItWithTheSameBits) {
+  const int64_t n = 2 * kElementBlock + 45;
+  const std::vector<float> x = Normal(size_t(n), 64, 3.0f), dy = Normal(size_t(n), 65);
+  std::vector<float> want(x.size()), out(x.size());
+  GeluForward(x.data(), n, want.data());
+  for (bool with_out16 : {true, false}) {
+    std::vector<uint16_t> x16(x.size(), 0xFFFF), out16(x.size(), 0xFFFF);
+    GeluForward(x.data(), n, out.data(), with_out16 ? out16.data() : nullptr, x16.data());
+    ExpectSameBits(out, want, "GELU output");
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(x16[i], FloatToBFloat16(x[i])) << i;
+      if (with_out16) {
+        ASSERT_EQ(out16[i], FloatToBFloat16(want[i])) << i;
+      }
+    }
+  }
+  std::vector<uint16_t> x16(x.size());
+  std::vector<float> rounded(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    x16[i] = FloatToBFloat16(x[i]);
+    rounded[i] = BFloat16ToFloat(x16[i]);
+  }
+  std::vector<float> dx_want(x.size()), dx(dy);
+  GeluBackward(dy.data(), rounded.data(), n, dx_want.data());
+  GeluBackward(dx.data(), static_cast<const float *>(nullptr), x16.data(), n, dx.data());
+  ExpectSameBits(dx, dx_want, "GELU input gradient from the bf16 input (in place)");
+}
+
 // The second LayerNorm reading its residual sum in the same pass: the sum
 // and every output the bits of Add, then LayerNormForward (fp32 output, its
 // bf16 copy alongside, or the copy alone).

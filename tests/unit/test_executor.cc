@@ -317,11 +317,12 @@ TEST(SplitBackward, EveryLayerWithParametersDefersItsWeightGradients) {
   }
 }
 
-// Under bf16 compute every tensor a GPT block keeps only for its GEMMs is
-// kept in bf16 alone: those LayerNorm, the softmax and GELU write (their
-// bf16 copy alone) and the GEMM outputs qkv and the attention output (in
-// fp32 in the forward's scratch, rounded by their readers). What stays fp32:
-// the output, the residual sum, the GELU input, the LayerNorm statistics.
+// Under bf16 compute every tensor a GPT block keeps only for its GEMMs (and
+// the GELU input, which the GELU backward reads in bf16) is kept in bf16
+// alone: those LayerNorm, the softmax and GELU write (their bf16 copy alone)
+// and the GEMM outputs qkv, the attention output and the GELU input (in fp32
+// in the forward's scratch, rounded by their readers). What stays fp32: the
+// output, the residual sum, the LayerNorm statistics.
 // (That the planned path gives the unplanned one's bits is the recompute
 // cases above: recomputation plans no bf16 operands.)
 TEST(Bf16Operands, AGptBlockKeepsEveryGemmOperandInBf16Alone) {
@@ -335,7 +336,7 @@ TEST(Bf16Operands, AGptBlockKeepsEveryGemmOperandInBf16Alone) {
     ++operands;
     EXPECT_TRUE(saved[i].bf16_alone) << "tensor " << i;
   }
-  EXPECT_EQ(operands, 6);  // ln_1, qkv, the probabilities, the attention output, ln_2, GELU's
+  EXPECT_EQ(operands, 7);  // ln_1, qkv, probabilities, attention output, ln_2, GELU in and out
 }
 
 // The engine plans bf16 operands and the compute type by one rule; a model

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "core/kernels/cpu/gemm.h"
-
 #include "core/kernels/cpu/vector_math.h"
 #include "core/kernels/elementwise_math.h"
+#include "core/precision/convert.h"
 
 namespace dst::cpu {
 
@@ -23,19 +23,26 @@ void GeluForward(const T *x, int64_t n, T *out) {
     GeluRange(x, out, b * kElementBlock, std::min(n, (b + 1) * kElementBlock));
 }
 
-// GeluForward given also out16 [n]: out rounded to bf16 block by block as it
-// is written. out may be null: then only the bf16 copy is written (each
-// block's values pass through a thread's cache-sized buffer).
-inline void GeluForward(const float *x, int64_t n, float *out, uint16_t *out16) {
-  if (out16 == nullptr) return GeluForward(x, n, out);
+// A thread's cache-sized buffer of one element block's fp32 values.
+inline float *BlockBuffer() {
+  thread_local std::vector<float> block(static_cast<size_t>(kElementBlock));
+  return block.data();
+}
+
+// GeluForward given also out16 and x16 [n] (each may be null): out and x
+// rounded to bf16 block by block, while the block is in cache. out may be
+// null when out16 is given: then only the bf16 copy is written (each block's
+// values pass through a thread's buffer).
+inline void GeluForward(const float *x, int64_t n, float *out, uint16_t *out16,
+                        uint16_t *x16 = nullptr) {
+  if (out16 == nullptr && x16 == nullptr) return GeluForward(x, n, out);
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < (n + kElementBlock - 1) / kElementBlock; ++b) {
-    thread_local std::vector<float> block;
     const int64_t begin = b * kElementBlock, end = std::min(n, begin + kElementBlock);
-    if (out == nullptr) block.resize(size_t(kElementBlock));
-    float *o = out != nullptr ? out + begin : block.data();
+    float *o = out != nullptr ? out + begin : BlockBuffer();
     GeluRange(x + begin, o, 0, end - begin);
-    RoundRowToBf16(o, out16 + begin, end - begin);
+    if (out16 != nullptr) RoundRowToBf16(o, out16 + begin, end - begin);
+    if (x16 != nullptr) RoundRowToBf16(x + begin, x16 + begin, end - begin);
   }
 }
 
@@ -45,6 +52,20 @@ void GeluBackward(const T *dout, const T *x, int64_t n, T *dx) {
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < (n + kElementBlock - 1) / kElementBlock; ++b)
     GeluGradRange(dout, x, dx, b * kElementBlock, std::min(n, (b + 1) * kElementBlock));
+}
+
+// GeluBackward reading x's bf16 copy x16 when given (x is not read then),
+// widened block by block into a thread's buffer.
+inline void GeluBackward(const float *dout, const float *x, const uint16_t *x16, int64_t n,
+                         float *dx) {
+  if (x16 == nullptr) return GeluBackward(dout, x, n, dx);
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < (n + kElementBlock - 1) / kElementBlock; ++b) {
+    const int64_t begin = b * kElementBlock, end = std::min(n, begin + kElementBlock);
+    float *wide = BlockBuffer();
+    BFloat16ToFloat(x16 + begin, wide, end - begin);
+    GeluGradRange(dout + begin, wide, dx + begin, 0, end - begin);
+  }
 }
 
 template <typename T>

@@ -120,16 +120,25 @@ class CpuKernels final : public Kernels<T> {
     Scope s("GeluForward");
     cpu::GeluForward(x, n, out);
   }
-  void GeluForwardStashing(const T *x, int64_t n, T *out, uint16_t *out16) const override {
+  void GeluForwardStashing(const T *x, int64_t n, T *out, uint16_t *out16,
+                           uint16_t *x16) const override {
     Scope s("GeluForward");
     if constexpr (std::is_same_v<T, float>)
-      cpu::GeluForward(x, n, out, out16);
+      cpu::GeluForward(x, n, out, out16, x16);
     else
-      (void)out16, cpu::GeluForward(x, n, out);
+      (void)out16, (void)x16, cpu::GeluForward(x, n, out);
   }
   void GeluBackward(const T *dout, const T *x, int64_t n, T *dx) const override {
     Scope s("GeluBackward");
     cpu::GeluBackward(dout, x, n, dx);
+  }
+  void GeluBackwardStashed(const T *dout, const T *x, const uint16_t *x16, int64_t n,
+                           T *dx) const override {
+    Scope s("GeluBackward");
+    if constexpr (std::is_same_v<T, float>)
+      cpu::GeluBackward(dout, x, x16, n, dx);
+    else
+      (void)x16, cpu::GeluBackward(dout, x, n, dx);
   }
   void ReluForward(const T *x, int64_t n, T *out) const override {
     Scope s("ReluForward");
