@@ -82,6 +82,18 @@ class Kernels {
     (void)x16;
     GeluBackward(dout, x, n, dx);
   }
+  // A GELU's backward feeding the linear before it (an MLP's first linear):
+  // GeluBackwardStashed of dout [rows, out] with the GELU's input gx (and
+  // its copy gx16), then LinearBackwardStashed with that gradient as dy. A
+  // backend multiplying in bf16 may round the GELU's gradient as it computes
+  // it and never write it: dout's contents are unspecified after.
+  virtual void GeluLinearBackwardStashed(T *dout, const T *gx, const uint16_t *gx16, const T *x,
+                                         const uint16_t *x16, const T *weight, int64_t rows,
+                                         int64_t in, int64_t out, T *dx, T *dweight, T *dbias,
+                                         ComputeType compute) const {
+    GeluBackwardStashed(dout, gx, gx16, rows * out, dout);
+    LinearBackwardStashed(dout, x, x16, weight, rows, in, out, dx, dweight, dbias, compute);
+  }
   virtual void ReluForward(const T *x, int64_t n, T *out) const = 0;
   virtual void ReluBackward(const T *dout, const T *x, int64_t n, T *dx) const = 0;
 

@@ -392,10 +392,16 @@ void GptBlock<T>::Backward(const T *in, const LayerActivations<T> &a, T *dout, T
   // MLP branch; dout doubles as the gradient of res2 (residual).
   k.LinearBackwardStashed(dout, a[kFchGelu], a.Bf16(kFchGelu), p.param(fcproj_w_), N, F, C, d_fch,
                           p.grad(fcproj_w_), p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
-  k.GeluBackwardStashed(d_fch, a[kFch], a.Bf16Only(kFch), N * F, d_fch);
-  if (!ColumnParallelBackward(d_fch, a[kLn2], a.Bf16(kLn2), fc_w_, fc_b_, C, F, d_ln,
-                              mb.ComputeOf(ModuleType::kLinear), mb, "MLP input gradient"))
-    return;
+  if (tp_.size == 1) {  // GELU's backward feeding c_fc's in one pass (d_fch not kept)
+    k.GeluLinearBackwardStashed(d_fch, a[kFch], a.Bf16Only(kFch), a[kLn2], a.Bf16(kLn2),
+                                p.param(fc_w_), N, C, F, d_ln, p.grad(fc_w_), p.grad(fc_b_),
+                                mb.ComputeOf(ModuleType::kLinear));
+  } else {
+    k.GeluBackwardStashed(d_fch, a[kFch], a.Bf16Only(kFch), N * F, d_fch);
+    if (!ColumnParallelBackward(d_fch, a[kLn2], a.Bf16(kLn2), fc_w_, fc_b_, C, F, d_ln,
+                                mb.ComputeOf(ModuleType::kLinear), mb, "MLP input gradient"))
+      return;
+  }
   k.LayerNormBackward(d_ln, a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C, dout,
                       p.grad(ln2_w_), p.grad(ln2_b_), ln_scratch, mb.max_threads);
   // Attention branch; the residual passes dout (now d res2) straight to din.

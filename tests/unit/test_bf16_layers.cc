@@ -348,6 +348,51 @@ TEST(Bf16Layers, GeluKeepsItsInputInBf16AndItsBackwardReadsItWithTheSameBits) {
   ExpectSameBits(dx, dx_want, "GELU input gradient from the bf16 input (in place)");
 }
 
+// The MLP's GELU backward feeding c_fc's backward in one pass (the GELU's
+// gradient rounded as it is computed, never written in fp32): the bits of
+// GeluBackward from the rounded GELU input, then LinearBackward, where the
+// width is a multiple of 16; otherwise each row's last values take GELU's
+// scalar loop, equal to fp32 roundoff. Also without the weight gradients.
+TEST(Bf16Layers, GeluLinearBackwardIsTheGeluBackwardThenTheLinearBackward) {
+  if (NoBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (needs AVX-512)";
+  for (const int out : {96, 40}) {
+    SCOPED_TRACE("out " + std::to_string(out));
+    const int rows = 37, in = 24;
+    const std::vector<float> dout = Normal(size_t(rows * out), 81),
+                             gx = Normal(size_t(rows * out), 82, 3.0f),
+                             x = Normal(size_t(rows * in), 83), w = Normal(size_t(out * in), 84);
+    std::vector<uint16_t> gx16, x16;
+    RoundToBf16(gx.data(), rows, out, out, gx16);
+    RoundToBf16(x.data(), rows, in, in, x16);
+    std::vector<float> gx_rounded(gx.size()), dy(gx.size());
+    BFloat16ToFloat(gx16.data(), gx_rounded.data(), int64_t(gx.size()));
+    GeluBackward(dout.data(), gx_rounded.data(), int64_t(dy.size()), dy.data());
+    std::vector<float> want_dx(size_t(rows * in)), want_dw = Normal(size_t(out * in), 85),
+                                                   want_db = Normal(size_t(out), 86);
+    std::vector<float> dx(want_dx.size()), dw = want_dw, db = want_db;
+    LinearBackward(dy.data(), x.data(), w.data(), rows, in, out, want_dx.data(), want_dw.data(),
+                   want_db.data(), ComputeType::kBf16, x16.data());
+    const std::vector<float> dout_before = dout;
+    GeluLinearBackwardBf16(dout.data(), gx16.data(), nullptr, x16.data(), w.data(), rows, in, out,
+                           dx.data(), dw.data(), db.data());
+    ExpectSameBits(dout, dout_before, "dout (only read)");
+    if (out % 16 == 0) {
+      ExpectSameBits(dx, want_dx, "dx");
+      ExpectSameBits(dw, want_dw, "dweight");
+      ExpectSameBits(db, want_db, "dbias");
+    } else {
+      for (size_t i = 0; i < db.size(); ++i) EXPECT_NEAR(db[i], want_db[i], 1e-4f) << i;
+      for (size_t i = 0; i < dx.size(); ++i)
+        EXPECT_NEAR(dx[i], want_dx[i], 2e-2f * (1.0f + std::fabs(want_dx[i]))) << i;
+    }
+    std::vector<float> dx_only(dx.size()), db_untouched = Normal(size_t(out), 86);
+    GeluLinearBackwardBf16(dout.data(), gx16.data(), nullptr, x16.data(), w.data(), rows, in, out,
+                           dx_only.data(), nullptr, db_untouched.data());
+    ExpectSameBits(dx_only, dx, "dx without the weight gradients");
+    ExpectSameBits(db_untouched, Normal(size_t(out), 86), "dbias (not summed without dweight)");
+  }
+}
+
 // The second LayerNorm reading its residual sum in the same pass: the sum
 // and every output the bits of Add, then LayerNormForward (fp32 output, its
 // bf16 copy alongside, or the copy alone).

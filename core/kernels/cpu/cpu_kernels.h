@@ -178,6 +178,20 @@ class CpuKernels final : public Kernels<T> {
     Scope s("LinearBackward");
     cpu::LinearBackward(dy, x, weight, rows, in, out, dx, dweight, dbias, compute, x16);
   }
+  void GeluLinearBackwardStashed(T *dout, const T *gx, const uint16_t *gx16, const T *x,
+                                 const uint16_t *x16, const T *weight, int64_t rows, int64_t in,
+                                 int64_t out, T *dx, T *dweight, T *dbias,
+                                 ComputeType compute) const override {
+    if constexpr (std::is_same_v<T, float>) {
+      if (compute == ComputeType::kBf16 && gx16 != nullptr) {
+        Scope s("GeluLinearBackward");
+        return cpu::GeluLinearBackwardBf16(dout, gx16, x, x16, weight, rows, in, out, dx, dweight,
+                                           dbias);
+      }
+    }
+    Kernels<T>::GeluLinearBackwardStashed(dout, gx, gx16, x, x16, weight, rows, in, out, dx,
+                                          dweight, dbias, compute);
+  }
   void LinearWeightBackwardStashed(const T *dy, const T *x, const uint16_t *x16, int64_t rows,
                                    int64_t in, int64_t out, T *dweight, T *dbias,
                                    ComputeType compute) const override {

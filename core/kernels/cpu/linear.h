@@ -84,6 +84,15 @@ void LinearWeightBackwardBf16(const float *dy, const float *x, const uint16_t *x
 void LinearBackwardBf16(const float *dy, const float *x, const uint16_t *x16, const float *weight,
                         int64_t rows, int64_t in, int64_t out, float *dx, float *dweight,
                         float *dbias);
+// A GELU's backward feeding LinearBackwardBf16 (the MLP's first linear):
+// dy = dout * gelu'(gx) [rows, out] from the GELU input's bf16 copy gx16,
+// rounded to bf16 in the pass that sums its columns into dbias, so dy is
+// never written in fp32 (dout is only read). The same bits as GeluBackward
+// then LinearBackwardBf16 where out is a multiple of 16 (else each row's
+// last values take GELU's scalar loop: equal to fp32 roundoff).
+void GeluLinearBackwardBf16(const float *dout, const uint16_t *gx16, const float *x,
+                            const uint16_t *x16, const float *weight, int64_t rows, int64_t in,
+                            int64_t out, float *dx, float *dweight, float *dbias);
 
 // dweight (+=): [out, in] = dy^T x; dbias (+=, if non-null): [out] = column
 // sums of dy. The weight half of LinearBackward (zero-bubble schedules run it

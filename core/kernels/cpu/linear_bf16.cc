@@ -1,19 +1,28 @@
 // nn.Linear's backward with bf16 GEMMs (linear.h's kBf16 forms).
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "core/kernels/cpu/gemm.h"
 #include "core/kernels/cpu/linear.h"
+#include "core/kernels/cpu/vector_math.h"
+#include "core/precision/convert.h"
 
 namespace dst::cpu {
 
 namespace {
 
+// The calling thread's bf16 output gradient (grown to the largest seen).
+std::vector<uint16_t> &Rounded() {
+  thread_local std::vector<uint16_t> rounded;
+  return rounded;
+}
+
 // dy [rows, out] rounded to bf16 into the calling thread's scratch; with
 // dbias, its column sums added there in the same pass (linear.h's
 // AddColumnSums: each column over the rows in order, so the same bits).
 const uint16_t *RoundGradient(const float *dy, int64_t rows, int64_t out, float *dbias) {
-  thread_local std::vector<uint16_t> rounded;
+  std::vector<uint16_t> &rounded = Rounded();
   if (dbias == nullptr) {
     RoundToBf16(dy, rows, out, out, rounded);
     return rounded.data();
@@ -30,6 +39,38 @@ const uint16_t *RoundGradient(const float *dy, int64_t rows, int64_t out, float 
     }
   }
   return dy16;
+}
+
+// RoundGradient of dy = dout * gelu'(gx), computed a row's columns at a
+// time in a thread's buffer from gx's bf16 copy (GeluLinearBackwardBf16).
+const uint16_t *GeluGradient(const float *dout, const uint16_t *gx16, int64_t rows, int64_t out,
+                             float *dbias) {
+  std::vector<uint16_t> &rounded = Rounded();
+  rounded.resize(size_t(rows * out));
+  uint16_t *dy16 = rounded.data();
+#pragma omp parallel
+  {
+    const auto [j0, j1] = ThreadColumns(out);
+    const int64_t n = j1 - j0;
+    thread_local std::vector<float> wide, grad;
+    wide.resize(size_t(std::max<int64_t>(n, 0)));
+    grad.resize(wide.size());
+    for (int64_t r = 0; r < rows && n > 0; ++r) {
+      const int64_t at = r * out + j0;
+      BFloat16ToFloat(gx16 + at, wide.data(), n);
+      GeluGradRange(dout + at, wide.data(), grad.data(), 0, n);
+      RoundRowToBf16(grad.data(), dy16 + at, n);
+      if (dbias != nullptr)
+        for (int64_t j = 0; j < n; ++j) dbias[j0 + j] += grad[size_t(j)];
+    }
+  }
+  return dy16;
+}
+
+void InputGemm(const uint16_t *dy16, const float *weight, int64_t rows, int64_t in, int64_t out,
+               float *dx) {
+  GemmBf16(false, false, int(rows), int(in), int(out), 1.0f, Bf16Operand(dy16, int(out)),
+           Fp32Operand(weight, int(in)), 0.0f, dx, int(in));
 }
 
 void WeightGemm(const uint16_t *dy16, const float *x, const uint16_t *x16, int64_t rows, int64_t in,
@@ -50,9 +91,15 @@ void LinearBackwardBf16(const float *dy, const float *x, const uint16_t *x16, co
                         int64_t rows, int64_t in, int64_t out, float *dx, float *dweight,
                         float *dbias) {
   const uint16_t *dy16 = RoundGradient(dy, rows, out, dweight != nullptr ? dbias : nullptr);
-  if (dx)
-    GemmBf16(false, false, int(rows), int(in), int(out), 1.0f, Bf16Operand(dy16, int(out)),
-             Fp32Operand(weight, int(in)), 0.0f, dx, int(in));
+  if (dx) InputGemm(dy16, weight, rows, in, out, dx);
+  if (dweight) WeightGemm(dy16, x, x16, rows, in, out, dweight);
+}
+
+void GeluLinearBackwardBf16(const float *dout, const uint16_t *gx16, const float *x,
+                            const uint16_t *x16, const float *weight, int64_t rows, int64_t in,
+                            int64_t out, float *dx, float *dweight, float *dbias) {
+  const uint16_t *dy16 = GeluGradient(dout, gx16, rows, out, dweight != nullptr ? dbias : nullptr);
+  if (dx) InputGemm(dy16, weight, rows, in, out, dx);
   if (dweight) WeightGemm(dy16, x, x16, rows, in, out, dweight);
 }
 
