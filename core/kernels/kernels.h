@@ -176,7 +176,9 @@ class Kernels {
                                 ComputeType compute) const = 0;
   // The same given also where the bf16 copies of qkv and att go (may be
   // null; see LinearForwardStashing). att may be null when att16 is given
-  // (only the bf16 probabilities are kept), as GeluForwardStashing's out.
+  // (only the bf16 probabilities are kept), as GeluForwardStashing's out;
+  // qkv may be null when qkv16 holds its copy already (a recomputation of
+  // the probabilities from the stash).
   virtual void AttentionForwardStashing(const T *qkv, uint16_t *qkv16, const AttentionShape &s,
                                         T *att, uint16_t *att16, T *y, ComputeType compute) const {
     (void)qkv16, (void)att16;

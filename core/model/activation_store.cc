@@ -25,10 +25,11 @@ enum class Home { kOwn, kShared, kTransient, kStash };
 
 // Under the 16-bit keep policy (bf16), tensor t is read after its forward
 // only by GEMMs that multiply in bf16 and read its stashed copy
-// (ActivationStore::LeftToGemms).
+// (ActivationStore::LeftToGemms). Not a tensor selective recomputation
+// rebuilds (it lives in fp32 in the transient region).
 bool ReadAsBf16Operand(const SavedTensorSpec &t, const ActivationOptions &options) {
   return options.bf16_operands && options.half == Half::kBf16 && !options.recompute &&
-         !options.selective && t.operand_of.has_value() && !t.exact;
+         !(options.selective && t.recomputable) && t.operand_of.has_value() && !t.exact;
 }
 
 // And its producer writes only the bf16 copy: it has no fp32 tensor.

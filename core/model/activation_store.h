@@ -133,9 +133,9 @@ class ActivationStore {
   // Whether tensor i of `layer` is one whose bf16 copy the layer's GEMMs
   // write (forward) and read (backward) in the stash themselves, or its
   // producer writes there alone (SavedTensorSpec::operand_of, bf16_alone;
-  // under bf16 keep, bf16_operands and no selective recomputation, which
-  // reruns a forward over the kept values): the store neither stashes nor
-  // widens it.
+  // under bf16 keep, bf16_operands and no full recomputation, which reruns
+  // the forward over fp32 values; not a tensor selective recomputation
+  // rebuilds): the store neither stashes nor widens it.
   bool LeftToGemms(size_t layer, size_t i) const;
   // act.bf16: each stashed tensor's place in the layer's bf16 stash;
   // act.only16: those kept there alone (bf16_alone).

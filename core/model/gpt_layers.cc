@@ -570,12 +570,17 @@ void GptBlock<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
 }
 
 // The attention core once more; its output (already saved as kAttY) goes to
-// the backward workspace, which is free until the backward starts.
+// the backward workspace, which is free until the backward starts. Where qkv
+// is kept in bf16 alone, from that copy (the values the forward multiplied).
 template <typename T>
 void GptBlock<T>::RecomputeSaved(const T *, LayerActivations<T> &a, const MicroBatch<T> &mb) {
   const Kernels<T> &k = *mb.kernels;
-  k.AttentionForward(a[kQkv], Attention(mb), a[kAtt], mb.scratch,
-                     mb.ComputeOf(ModuleType::kAttention));
+  const ComputeType compute = mb.ComputeOf(ModuleType::kAttention);
+  if (a.Only16(kQkv))
+    k.AttentionForwardStashing(nullptr, a.Bf16(kQkv), Attention(mb), a[kAtt], nullptr, mb.scratch,
+                               compute);
+  else
+    k.AttentionForward(a[kQkv], Attention(mb), a[kAtt], mb.scratch, compute);
 }
 
 // This rank's share: its heads and its slices of the linears.

@@ -63,7 +63,9 @@ inline constexpr int64_t kCausalBlock = 128;
 // activation stash: the forward writes them there, rather than in per-thread
 // scratch, and the backward reads them; the same values), or null. att may
 // be null when att16 is given: the probabilities are then kept in bf16 only
-// (each head's scores pass through a thread's [T, T] scratch).
+// (each head's scores pass through a thread's [T, T] scratch). qkv may be
+// null when qkv16 is given: it holds qkv's copy already (a recomputation
+// from the stash).
 void AttentionForwardBf16(const float *qkv, const AttentionShape &s, float *att, float *y,
                           uint16_t *qkv16, uint16_t *att16);
 void AttentionBackwardBf16(const float *dy, const float *qkv, const uint16_t *qkv16,

@@ -87,7 +87,7 @@ void AttentionForwardBf16(const float *qkv, const AttentionShape &s, float *att,
   const int t = int(T), d = int(hs);
   const float scale = 1.0f / std::sqrt(float(hs));
   if (qkv16 != nullptr) {
-    RoundToBf16(qkv, s.B * T, 3 * s.C, 3 * s.C, qkv16);
+    if (qkv != nullptr) RoundToBf16(qkv, s.B * T, 3 * s.C, 3 * s.C, qkv16);  // else written
   } else {
     RoundToBf16(qkv, s.B * T, 3 * s.C, 3 * s.C, Layer().qkv);
     qkv16 = Layer().qkv.data();
