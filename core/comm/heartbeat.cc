@@ -52,12 +52,16 @@ std::string StallWatch::Check() {
       continue;
     }
     const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - seen.since);
-    if (quiet >= stall_after_)
-      return "rank " + std::to_string(peers_[i]) + " has stalled: no heartbeat for " +
-             std::to_string(quiet.count() / 1000.0).substr(0, 4) +
-             " s (its process is stopped — SIGSTOP, a debugger — or hung in the kernel; its "
-             "last heartbeat reported step " +
-             std::to_string(beat.progress) + ")";
+    if (quiet < stall_after_) continue;
+    // A rank whose store connection closed (killed, crashed) died: say so,
+    // not that it stalled.
+    const std::string lost = DescribeLostRanks(*store_, std::chrono::milliseconds(1));
+    if (lost.find("died first") != std::string::npos) return lost;
+    return "rank " + std::to_string(peers_[i]) + " has stalled: no heartbeat for " +
+           std::to_string(quiet.count() / 1000.0).substr(0, 4) +
+           " s (its process is stopped — SIGSTOP, a debugger — or hung in the kernel; its "
+           "last heartbeat reported step " +
+           std::to_string(beat.progress) + ")";
   }
   return "";
 }
