@@ -37,10 +37,15 @@ struct MatmulKey {
   bool operator<(const MatmulKey &o) const { return tie() < o.tie(); }
 };
 
-// A matmul primitive with the layouts it reads and writes.
+// A matmul primitive with the memory objects it runs on, made once: a call
+// points them at its operands (set_data_handle) and runs the primitive, so a
+// small GEMM (attention's per-head products) does not pay for creating four
+// memory objects and an argument map each time (measured: 1.2-1.5 us of a
+// 6-16 us product).
 struct Matmul {
   dnnl::matmul primitive;
-  dnnl::memory::desc a, b, c, bias;
+  dnnl::memory a, b, c, bias;
+  std::unordered_map<int, dnnl::memory> args;
   bool reference = false;  // oneDNN's reference implementation (no native kernel)
 };
 
@@ -84,7 +89,19 @@ std::optional<Matmul> MakeMatmul(const dnnl::engine &engine, const MatmulKey &ke
     const dnnl::matmul::desc desc =
         key.bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c);
     const dnnl::matmul::primitive_desc pd(desc, attr, engine);
-    return Matmul{dnnl::matmul(pd), a, b, c, bias, std::strncmp(pd.impl_info_str(), "ref", 3) == 0};
+    Matmul mm{dnnl::matmul(pd),
+              dnnl::memory(a, engine, DNNL_MEMORY_NONE),
+              dnnl::memory(b, engine, DNNL_MEMORY_NONE),
+              dnnl::memory(c, engine, DNNL_MEMORY_NONE),
+              {},
+              {},
+              std::strncmp(pd.impl_info_str(), "ref", 3) == 0};
+    mm.args = {{DNNL_ARG_SRC, mm.a}, {DNNL_ARG_WEIGHTS, mm.b}, {DNNL_ARG_DST, mm.c}};
+    if (key.bias) {
+      mm.bias = dnnl::memory(bias, engine, DNNL_MEMORY_NONE);
+      mm.args.emplace(DNNL_ARG_BIAS, mm.bias);
+    }
+    return mm;
   } catch (const dnnl::error &) {
     return std::nullopt;
   }
@@ -181,15 +198,12 @@ bool Bf16Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
   int lda = 0, ldb = 0;
   const uint16_t *a16 = Bf16Data(a, a_rows, a_cols, ws.a, lda);
   const uint16_t *b16 = Bf16Data(b, b_rows, b_cols, ws.b, ldb);
-  const Matmul &mm = *found->second;
-  dnnl::memory a_mem(mm.a, ws.engine, const_cast<uint16_t *>(a16));
-  dnnl::memory b_mem(mm.b, ws.engine, const_cast<uint16_t *>(b16));
-  dnnl::memory c_mem(mm.c, ws.engine, c);
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
-  if (bias != nullptr)
-    args.emplace(DNNL_ARG_BIAS, dnnl::memory(mm.bias, ws.engine, const_cast<float *>(bias)));
-  mm.primitive.execute(ws.stream, args);
+  Matmul &mm = *found->second;
+  mm.a.set_data_handle(const_cast<uint16_t *>(a16));
+  mm.b.set_data_handle(const_cast<uint16_t *>(b16));
+  mm.c.set_data_handle(c);
+  if (bias != nullptr) mm.bias.set_data_handle(const_cast<float *>(bias));
+  mm.primitive.execute(ws.stream, mm.args);
   ws.stream.wait();
   return true;
 }
