@@ -5,6 +5,7 @@
 // same primitives: the same bits. And the 16-lane rounding against the
 // scalar FloatToBFloat16 on the values where rounding is delicate.
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
@@ -113,13 +114,35 @@ void LinearBackwardPerGemm(const std::vector<float> &dy, const std::vector<float
        dx.data(), in);
   Gemm(ComputeType::kBf16, true, false, out, in, rows, 1.0f, dy.data(), out, x.data(), in, 1.0f,
        dw.data(), in);
-  for (int r = 0; r < rows; ++r)
-    for (int j = 0; j < out; ++j) db[size_t(j)] += dy[size_t(r * out + j)];
+  AddColumnSums(dy.data(), rows, out, db.data());
+}
+
+// The bias gradient's order: fixed blocks of kSumRows rows, each summed in
+// row order from zero, then the blocks added in order; the same bits on one
+// thread or three.
+TEST(Bf16Layers, ColumnSumsAddFixedRowBlocksWhateverTheThreads) {
+  const int64_t rows = 2 * kSumRows + 22, out = 40;
+  const std::vector<float> dy = Normal(size_t(rows * out), 31, 3.0f);
+  std::vector<float> want = Normal(size_t(out), 32);
+  for (int64_t b0 = 0; b0 < rows; b0 += kSumRows) {
+    std::vector<float> block(size_t(out), 0.0f);
+    for (int64_t r = b0; r < std::min(rows, b0 + kSumRows); ++r)
+      for (int64_t j = 0; j < out; ++j) block[size_t(j)] += dy[size_t(r * out + j)];
+    for (int64_t j = 0; j < out; ++j) want[size_t(j)] += block[size_t(j)];
+  }
+  const int saved = omp_get_max_threads();
+  for (const int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    std::vector<float> got = Normal(size_t(out), 32);
+    AddColumnSums(dy.data(), rows, out, got.data());
+    ExpectSameBits(got, want, threads == 1 ? "one thread" : "three threads");
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST(Bf16Layers, LinearBackwardRoundsTheGradientOnceWithTheSameBits) {
   if (NoBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (needs AVX-512)";
-  const int rows = 48, in = 40, out = 72;  // out: one full column block of the bias sum and a part
+  const int rows = int(kSumRows) + 20, in = 40, out = 72;  // two blocks of the bias sum's rows
   const std::vector<float> dy = Normal(size_t(rows * out), 21), x = Normal(size_t(rows * in), 22),
                            w = Normal(size_t(out * in), 23);
   std::vector<float> dx(size_t(rows * in)), dw = Normal(size_t(out * in), 24),
@@ -357,7 +380,7 @@ TEST(Bf16Layers, GeluLinearBackwardIsTheGeluBackwardThenTheLinearBackward) {
   if (NoBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (needs AVX-512)";
   for (const int out : {96, 40}) {
     SCOPED_TRACE("out " + std::to_string(out));
-    const int rows = 37, in = 24;
+    const int rows = int(kSumRows) + 37, in = 24;
     const std::vector<float> dout = Normal(size_t(rows * out), 81),
                              gx = Normal(size_t(rows * out), 82, 3.0f),
                              x = Normal(size_t(rows * in), 83), w = Normal(size_t(out * in), 84);

@@ -20,7 +20,7 @@ std::vector<uint16_t> &Rounded() {
 
 // dy [rows, out] rounded to bf16 into the calling thread's scratch; with
 // dbias, its column sums added there in the same pass (linear.h's
-// AddColumnSums: each column over the rows in order, so the same bits).
+// AddColumnSums order, so the same bits).
 const uint16_t *RoundGradient(const float *dy, int64_t rows, int64_t out, float *dbias) {
   std::vector<uint16_t> &rounded = Rounded();
   if (dbias == nullptr) {
@@ -29,41 +29,31 @@ const uint16_t *RoundGradient(const float *dy, int64_t rows, int64_t out, float 
   }
   rounded.resize(size_t(rows * out));
   uint16_t *dy16 = rounded.data();
-#pragma omp parallel
-  {
-    const auto [j0, j1] = ThreadColumns(out);
-    for (int64_t r = 0; r < rows && j0 < j1; ++r) {
-      const float *g = dy + r * out;
-      RoundRowToBf16(g + j0, dy16 + r * out + j0, j1 - j0);
-      for (int64_t j = j0; j < j1; ++j) dbias[j] += g[j];
-    }
-  }
+  VisitRowsSummingColumns(rows, out, dbias, [&](int64_t r, float *sums) {
+    const float *g = dy + r * out;
+    RoundRowToBf16(g, dy16 + r * out, out);
+    for (int64_t j = 0; j < out; ++j) sums[j] += g[j];
+  });
   return dy16;
 }
 
-// RoundGradient of dy = dout * gelu'(gx), computed a row's columns at a
-// time in a thread's buffer from gx's bf16 copy (GeluLinearBackwardBf16).
+// RoundGradient of dy = dout * gelu'(gx), computed a row at a time in a
+// thread's buffer from gx's bf16 copy (GeluLinearBackwardBf16).
 const uint16_t *GeluGradient(const float *dout, const uint16_t *gx16, int64_t rows, int64_t out,
                              float *dbias) {
   std::vector<uint16_t> &rounded = Rounded();
   rounded.resize(size_t(rows * out));
   uint16_t *dy16 = rounded.data();
-#pragma omp parallel
-  {
-    const auto [j0, j1] = ThreadColumns(out);
-    const int64_t n = j1 - j0;
+  VisitRowsSummingColumns(rows, out, dbias, [&](int64_t r, float *sums) {
     thread_local std::vector<float> wide, grad;
-    wide.resize(size_t(std::max<int64_t>(n, 0)));
-    grad.resize(wide.size());
-    for (int64_t r = 0; r < rows && n > 0; ++r) {
-      const int64_t at = r * out + j0;
-      BFloat16ToFloat(gx16 + at, wide.data(), n);
-      GeluGradRange(dout + at, wide.data(), grad.data(), 0, n);
-      RoundRowToBf16(grad.data(), dy16 + at, n);
-      if (dbias != nullptr)
-        for (int64_t j = 0; j < n; ++j) dbias[j0 + j] += grad[size_t(j)];
-    }
-  }
+    wide.resize(size_t(out));
+    grad.resize(size_t(out));
+    BFloat16ToFloat(gx16 + r * out, wide.data(), out);
+    GeluGradRange(dout + r * out, wide.data(), grad.data(), 0, out);
+    RoundRowToBf16(grad.data(), dy16 + r * out, out);
+    if (sums != nullptr)
+      for (int64_t j = 0; j < out; ++j) sums[j] += grad[size_t(j)];
+  });
   return dy16;
 }
 
