@@ -18,6 +18,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/comm/heartbeat.h"
 #include "core/comm/store.h"
 #include "core/comm/tcp_store.h"
 #include "core/comm/tcp_store_wire.h"
@@ -567,6 +568,45 @@ TEST(CheckSameConfig, AMissingRankTimesOut) {
   Status status = CheckSameConfig(*server, 0, 2, "{}", milliseconds(200));
   EXPECT_EQ(status.code(), Code::kComm);
   EXPECT_THAT(status.message(), HasSubstr("dstrain/config_check/1/hash/1"));
+}
+
+// The stall watch on rank 0 over a peer whose heartbeat stopped at "5 3"
+// (5 beats, step 3): its first non-empty verdict, or "" after 5 s.
+std::string WatchUntilVerdict(Store &store) {
+  StallWatch watch(&store, {1}, milliseconds(100));
+  const auto start = Clock::now();
+  while (SecondsSince(start) < 5.0) {
+    std::string verdict = watch.Check();
+    if (!verdict.empty()) return verdict;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  return "";
+}
+
+// A peer that stopped beating but keeps its store connection (SIGSTOP, a
+// debugger) has stalled; one whose connection closed (killed, crashed) died,
+// and the watch says so rather than calling it stopped.
+TEST(StallWatch, ASilentPeerWithItsConnectionOpenHasStalled) {
+  auto server = StartServer(2);
+  ASSERT_NE(server, nullptr);
+  auto peer = ConnectTcpStore(Options(server->port(), 1, 2));
+  ASSERT_TRUE(peer.ok()) << peer.status().message();
+  ASSERT_TRUE(peer.value()->Set(std::string(kBeatKey) + "1", Bytes("5 3")).ok());
+  const std::string verdict = WatchUntilVerdict(*server);
+  EXPECT_THAT(verdict, HasSubstr("rank 1 has stalled"));
+  EXPECT_THAT(verdict, HasSubstr("reported step 3"));
+}
+
+TEST(StallWatch, ASilentPeerWhoseConnectionClosedDiedFirst) {
+  auto server = StartServer(2);
+  ASSERT_NE(server, nullptr);
+  auto peer = ConnectTcpStore(Options(server->port(), 1, 2));
+  ASSERT_TRUE(peer.ok()) << peer.status().message();
+  ASSERT_TRUE(peer.value()->Set(std::string(kBeatKey) + "1", Bytes("5 3")).ok());
+  peer.value()->Abort();  // gone without finishing: the server counts it lost
+  const std::string verdict = WatchUntilVerdict(*server);
+  EXPECT_THAT(verdict, HasSubstr("rank 1 died first"));
+  EXPECT_THAT(verdict, testing::Not(HasSubstr("stalled")));
 }
 
 }  // namespace
