@@ -570,10 +570,19 @@ TEST(CheckSameConfig, AMissingRankTimesOut) {
   EXPECT_THAT(status.message(), HasSubstr("dstrain/config_check/1/hash/1"));
 }
 
-// The stall watch on rank 0 over a peer whose heartbeat stopped at "5 3"
-// (5 beats, step 3): its first non-empty verdict, or "" after 5 s.
-std::string WatchUntilVerdict(Store &store) {
-  StallWatch watch(&store, {1}, milliseconds(100));
+// Rank 0's stall watch over rank 1, whose heartbeat stopped at "5 3" (5
+// beats, step 3) and whose store connection stays open or closes (Abort:
+// gone without finishing, so the server counts it lost): the watch's first
+// non-empty verdict, "" after 5 s, or what kept the setup from running.
+std::string VerdictOnSilentPeer(bool connection_closes) {
+  auto server = StartServer(2);
+  if (server == nullptr) return "setup: no server";
+  auto peer = ConnectTcpStore(Options(server->port(), 1, 2));
+  if (!peer.ok()) return "setup: " + peer.status().message();
+  const Status beat = peer.value()->Set(std::string(kBeatKey) + "1", Bytes("5 3"));
+  if (!beat.ok()) return "setup: " + beat.message();
+  if (connection_closes) peer.value()->Abort();
+  StallWatch watch(server.get(), {1}, milliseconds(100));
   const auto start = Clock::now();
   while (SecondsSince(start) < 5.0) {
     std::string verdict = watch.Check();
@@ -587,24 +596,13 @@ std::string WatchUntilVerdict(Store &store) {
 // debugger) has stalled; one whose connection closed (killed, crashed) died,
 // and the watch says so rather than calling it stopped.
 TEST(StallWatch, ASilentPeerWithItsConnectionOpenHasStalled) {
-  auto server = StartServer(2);
-  ASSERT_NE(server, nullptr);
-  auto peer = ConnectTcpStore(Options(server->port(), 1, 2));
-  ASSERT_TRUE(peer.ok()) << peer.status().message();
-  ASSERT_TRUE(peer.value()->Set(std::string(kBeatKey) + "1", Bytes("5 3")).ok());
-  const std::string verdict = WatchUntilVerdict(*server);
+  const std::string verdict = VerdictOnSilentPeer(false);
   EXPECT_THAT(verdict, HasSubstr("rank 1 has stalled"));
   EXPECT_THAT(verdict, HasSubstr("reported step 3"));
 }
 
 TEST(StallWatch, ASilentPeerWhoseConnectionClosedDiedFirst) {
-  auto server = StartServer(2);
-  ASSERT_NE(server, nullptr);
-  auto peer = ConnectTcpStore(Options(server->port(), 1, 2));
-  ASSERT_TRUE(peer.ok()) << peer.status().message();
-  ASSERT_TRUE(peer.value()->Set(std::string(kBeatKey) + "1", Bytes("5 3")).ok());
-  peer.value()->Abort();  // gone without finishing: the server counts it lost
-  const std::string verdict = WatchUntilVerdict(*server);
+  const std::string verdict = VerdictOnSilentPeer(true);
   EXPECT_THAT(verdict, HasSubstr("rank 1 died first"));
   EXPECT_THAT(verdict, testing::Not(HasSubstr("stalled")));
 }
