@@ -88,11 +88,13 @@ class Kernels {
   // backend multiplying in bf16 may round the GELU's gradient as it computes
   // it and never write it: dout's contents are unspecified after.
   virtual void GeluLinearBackwardStashed(T *dout, const T *gx, const uint16_t *gx16, const T *x,
-                                         const uint16_t *x16, const T *weight, int64_t rows,
-                                         int64_t in, int64_t out, T *dx, T *dweight, T *dbias,
+                                         const uint16_t *x16, const T *weight,
+                                         const uint16_t *weight16, int64_t rows, int64_t in,
+                                         int64_t out, T *dx, T *dweight, T *dbias,
                                          ComputeType compute) const {
     GeluBackwardStashed(dout, gx, gx16, rows * out, dout);
-    LinearBackwardStashed(dout, x, x16, weight, rows, in, out, dx, dweight, dbias, compute);
+    LinearBackwardStashed(dout, x, x16, weight, weight16, rows, in, out, dx, dweight, dbias,
+                          compute);
   }
   virtual void ReluForward(const T *x, int64_t n, T *out) const = 0;
   virtual void ReluBackward(const T *dout, const T *x, int64_t n, T *dx) const = 0;
@@ -109,10 +111,12 @@ class Kernels {
   // null): a backend that keeps bf16 copies and multiplies in bf16 writes x
   // rounded to bf16 there, the operand its GEMM reads. It takes x null when
   // x16 already holds that operand (a producer wrote only the bf16 copy).
-  virtual void LinearForwardStashing(const T *x, uint16_t *x16, const T *weight, const T *bias,
-                                     int64_t rows, int64_t in, int64_t out, T *y,
-                                     ComputeType compute) const {
-    (void)x16;
+  // weight16: the weight's bf16 copy (ParamStore::param16: the same values),
+  // which such a backend reads instead of rounding the weight; may be null.
+  virtual void LinearForwardStashing(const T *x, uint16_t *x16, const T *weight,
+                                     const uint16_t *weight16, const T *bias, int64_t rows,
+                                     int64_t in, int64_t out, T *y, ComputeType compute) const {
+    (void)x16, (void)weight16;
     LinearForward(x, weight, bias, rows, in, out, y, compute);
   }
   // dy [rows, out] -> dx [rows, in] (if non-null), then LinearWeightBackward
@@ -125,11 +129,13 @@ class Kernels {
                                     T *dweight, T *dbias, ComputeType compute) const = 0;
   // The two above given also x's bf16 copy x16 (LayerActivations::Bf16: the
   // same values as x; may be null), which a backend multiplying in bf16 reads
-  // instead of rounding x again. By default x16 is not read.
+  // instead of rounding x again, and the weight's (weight16, as
+  // LinearForwardStashing's). By default neither is read.
   virtual void LinearBackwardStashed(const T *dy, const T *x, const uint16_t *x16, const T *weight,
-                                     int64_t rows, int64_t in, int64_t out, T *dx, T *dweight,
-                                     T *dbias, ComputeType compute) const {
-    (void)x16;
+                                     const uint16_t *weight16, int64_t rows, int64_t in,
+                                     int64_t out, T *dx, T *dweight, T *dbias,
+                                     ComputeType compute) const {
+    (void)x16, (void)weight16;
     LinearBackward(dy, x, weight, rows, in, out, dx, dweight, dbias, compute);
   }
   virtual void LinearWeightBackwardStashed(const T *dy, const T *x, const uint16_t *x16,

@@ -215,8 +215,8 @@ void GptBlock<T>::AttentionBranchBackward(const T *dy, const LayerActivations<T>
   const Kernels<T> &k = *mb.kernels;
   const int64_t N = mb.rows(), C = dims_.d_model, Cl = c_local_;
   const ComputeType compute = mb.ComputeOf(ModuleType::kAttention);
-  k.LinearBackwardStashed(dy, a[kAttY], a.Bf16(kAttY), p.param(proj_w_), N, Cl, C, d_ln,
-                          p.grad(proj_w_), p.grad(proj_b_), compute);
+  k.LinearBackwardStashed(dy, a[kAttY], a.Bf16(kAttY), p.param(proj_w_), p.param16(proj_w_), N, Cl,
+                          C, d_ln, p.grad(proj_w_), p.grad(proj_b_), compute);
   k.AttentionBackwardStashed(d_ln, a[kQkv], a.Bf16(kQkv), a[kAtt], a.Bf16(kAtt), Attention(mb),
                              dqkv, att_scratch, compute);
 }
@@ -229,7 +229,8 @@ bool GptBlock<T>::ColumnParallelBackward(const T *dy, const T *x, const uint16_t
   const Kernels<T> &k = *mb.kernels;
   const int64_t N = mb.rows();
   if (tp_.size == 1) {
-    k.LinearBackwardStashed(dy, x, x16, p.param(w), N, in, out, dx, p.grad(w), p.grad(b), compute);
+    k.LinearBackwardStashed(dy, x, x16, p.param(w), p.param16(w), N, in, out, dx, p.grad(w),
+                            p.grad(b), compute);
     return true;
   }
   k.LinearBackward(dy, nullptr, p.param(w), N, in, out, dx, nullptr, nullptr, compute);
@@ -259,21 +260,23 @@ void GptBlock<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<
   T *fch = a.Only16(kFch) ? mb.scratch : a[kFch];  // [N, F'] (qkv, att_y read by then)
   k.LayerNormForwardStashing(in, p.param(ln1_w_), p.param(ln1_b_), N, C, a.Fp32(kLn1),
                              a.Bf16Only(kLn1), a[kLn1Mean], a[kLn1Rstd]);
-  k.LinearForwardStashing(a.Fp32(kLn1), a.Bf16(kLn1), p.param(attn_w_), p.param(attn_b_), N, C,
-                          3 * Cl, qkv, mb.ComputeOf(ModuleType::kAttention));
+  k.LinearForwardStashing(a.Fp32(kLn1), a.Bf16(kLn1), p.param(attn_w_), p.param16(attn_w_),
+                          p.param(attn_b_), N, C, 3 * Cl, qkv,
+                          mb.ComputeOf(ModuleType::kAttention));
   k.AttentionForwardStashing(qkv, a.Bf16(kQkv), Attention(mb), a.Fp32(kAtt), a.Bf16(kAtt), att_y,
                              mb.ComputeOf(ModuleType::kAttention));
   // attention projection into the output (as scratch), then the first residual
-  k.LinearForwardStashing(att_y, a.Bf16(kAttY), p.param(proj_w_), GemmBias(proj_b_), N, Cl, C, out,
-                          mb.ComputeOf(ModuleType::kAttention));
+  k.LinearForwardStashing(att_y, a.Bf16(kAttY), p.param(proj_w_), p.param16(proj_w_),
+                          GemmBias(proj_b_), N, Cl, C, out, mb.ComputeOf(ModuleType::kAttention));
   if (!SumRowParallel(out, p.param(proj_b_), mb)) return;
   k.AddLayerNormForward(in, out, a[kRes2], p.param(ln2_w_), p.param(ln2_b_), N, C, a.Fp32(kLn2),
                         a.Bf16Only(kLn2), a[kLn2Mean], a[kLn2Rstd]);
-  k.LinearForwardStashing(a.Fp32(kLn2), a.Bf16(kLn2), p.param(fc_w_), p.param(fc_b_), N, C, F, fch,
-                          mb.ComputeOf(ModuleType::kLinear));
+  k.LinearForwardStashing(a.Fp32(kLn2), a.Bf16(kLn2), p.param(fc_w_), p.param16(fc_w_),
+                          p.param(fc_b_), N, C, F, fch, mb.ComputeOf(ModuleType::kLinear));
   k.GeluForwardStashing(fch, N * F, a.Fp32(kFchGelu), a.Bf16Only(kFchGelu), a.Bf16Only(kFch));
   k.LinearForwardStashing(a.Fp32(kFchGelu), a.Bf16(kFchGelu), p.param(fcproj_w_),
-                          GemmBias(fcproj_b_), N, F, C, out, mb.ComputeOf(ModuleType::kLinear));
+                          p.param16(fcproj_w_), GemmBias(fcproj_b_), N, F, C, out,
+                          mb.ComputeOf(ModuleType::kLinear));
   if (!SumRowParallel(out, p.param(fcproj_b_), mb)) return;
   k.AddInPlace(a[kRes2], N * C, out);
 }
@@ -390,12 +393,13 @@ void GptBlock<T>::Backward(const T *in, const LayerActivations<T> &a, T *dout, T
   T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
 
   // MLP branch; dout doubles as the gradient of res2 (residual).
-  k.LinearBackwardStashed(dout, a[kFchGelu], a.Bf16(kFchGelu), p.param(fcproj_w_), N, F, C, d_fch,
-                          p.grad(fcproj_w_), p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
+  k.LinearBackwardStashed(dout, a[kFchGelu], a.Bf16(kFchGelu), p.param(fcproj_w_),
+                          p.param16(fcproj_w_), N, F, C, d_fch, p.grad(fcproj_w_),
+                          p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
   if (tp_.size == 1) {  // GELU's backward feeding c_fc's in one pass (d_fch not kept)
     k.GeluLinearBackwardStashed(d_fch, a[kFch], a.Bf16Only(kFch), a[kLn2], a.Bf16(kLn2),
-                                p.param(fc_w_), N, C, F, d_ln, p.grad(fc_w_), p.grad(fc_b_),
-                                mb.ComputeOf(ModuleType::kLinear));
+                                p.param(fc_w_), p.param16(fc_w_), N, C, F, d_ln, p.grad(fc_w_),
+                                p.grad(fc_b_), mb.ComputeOf(ModuleType::kLinear));
   } else {
     k.GeluBackwardStashed(d_fch, a[kFch], a.Bf16Only(kFch), N * F, d_fch);
     if (!ColumnParallelBackward(d_fch, a[kLn2], a.Bf16(kLn2), fc_w_, fc_b_, C, F, d_ln,

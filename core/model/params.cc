@@ -68,6 +68,7 @@ ParamStore<T>::ParamStore(const ParamRegistry &registry, MemoryTracker *tracker,
   if (options.full_grads)
     grads_ = Buffer<T>(tracker, MemoryCategory::kGradients, size_t(padded_), memory);
   param_ptr_.assign(decls_.size(), nullptr);
+  param16_ptr_.assign(decls_.size(), nullptr);
   grad_ptr_.assign(decls_.size(), nullptr);
   for (size_t k = 0; k < decls_.size(); ++k) {
     if (values_.data()) param_ptr_[k] = values_.data() + decls_[k].offset;

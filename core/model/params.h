@@ -107,10 +107,19 @@ class ParamStore {
 
   // Tensor `id` as the layers see it (see the pointer table above).
   T *param(int id) { return param_ptr_[size_t(id)]; }
+  // Tensor `id`'s bf16 copy (the same values as param(id), e.g. the ZeRO
+  // partition's 16-bit staging, which bf16 GEMMs read instead of rounding the
+  // fp32 values again), or null when there is none.
+  const uint16_t *param16(int id) const { return param16_ptr_[size_t(id)]; }
   T *grad(int id) { return grad_ptr_[size_t(id)]; }
   // Zeroes the full gradient buffer (where it lives), when allocated.
   void ZeroGrads() { grads_.zero(); }
-  void SetParamPointer(int id, T *p) { param_ptr_[size_t(id)] = p; }
+  // Points tensor `id` at p, and its bf16 copy at bf16 (null: none; a copy
+  // never outlives the pointer it was set with).
+  void SetParamPointer(int id, T *p, const uint16_t *bf16 = nullptr) {
+    param_ptr_[size_t(id)] = p;
+    param16_ptr_[size_t(id)] = bf16;
+  }
   void SetGradPointer(int id, T *g) { grad_ptr_[size_t(id)] = g; }
   // The flat buffers; null when not allocated (ZeRO stages 2 and 3).
   T *values() { return values_.data(); }
@@ -132,9 +141,10 @@ class ParamStore {
   std::vector<ParamDecl> decls_;
   int64_t numel_;
   int64_t padded_;
-  Buffer<T> values_;                       // [padded_size] or empty
-  Buffer<T> grads_;                        // [padded_size] or empty
-  std::vector<T *> param_ptr_, grad_ptr_;  // per tensor
+  Buffer<T> values_;                           // [padded_size] or empty
+  Buffer<T> grads_;                            // [padded_size] or empty
+  std::vector<T *> param_ptr_, grad_ptr_;      // per tensor
+  std::vector<const uint16_t *> param16_ptr_;  // per tensor, or null
 };
 
 }  // namespace dst

@@ -42,7 +42,7 @@ ParameterPartition::ParameterPartition(const PartitionPlan *plan, const ShardLay
   // that a pass cut short by an error reads only memory this object owns.
   for (const StagingLayout &layer : plan->params)
     for (const TensorSlot &slot : layer.slots)
-      store_->SetParamPointer(slot.id, Working(0) + slot.staged);
+      store_->SetParamPointer(slot.id, Working(0) + slot.staged, Bf16Copy(staging_[0], slot));
 
   // Initialisation is a pure function of the element: the shard and the
   // persistent tensors hold what the single-rank run would (rounded to the
@@ -53,8 +53,10 @@ ParameterPartition::ParameterPartition(const PartitionPlan *plan, const ShardLay
   for (const TensorSlot &slot : plan->persistent.slots) {
     const ParamDecl &d = decls[size_t(slot.id)];
     Initialize(d.offset, d.offset + d.numel, persistent_, slot.staged, ops_);
-    store_->SetParamPointer(slot.id, Wide() ? persistent_work_.data() + slot.staged
-                                            : static_cast<float *>(persistent_.at(slot.staged)));
+    store_->SetParamPointer(slot.id,
+                            Wide() ? persistent_work_.data() + slot.staged
+                                   : static_cast<float *>(persistent_.at(slot.staged)),
+                            Bf16Copy(persistent_, slot));
   }
   WidenPersistent();
 }
@@ -274,7 +276,8 @@ Status ParameterPartition::Acquire(size_t layer, int64_t next) {
   }
   current_ = buffer;
   for (const TensorSlot &slot : plan_->params[layer].slots)
-    store_->SetParamPointer(slot.id, Working(buffer) + slot.staged);
+    store_->SetParamPointer(slot.id, Working(buffer) + slot.staged,
+                            Bf16Copy(staging_[buffer], slot));
 
   DST_RETURN_IF_ERROR(ReadAhead(layer, next));
   // Prefetch the next layer into the other buffer (its layer has finished).

@@ -127,6 +127,13 @@ class ParameterPartition {
   float *Working(int b) {
     return Wide() ? working_[b].data() : static_cast<float *>(staging_[b].at(0));
   }
+  // A tensor's bf16 values in a 16-bit buffer (staging or persistent; what
+  // its working copy was widened from), which bf16 GEMMs read directly
+  // (ParamStore::param16); null unless the storage is bf16.
+  const uint16_t *Bf16Copy(const FlatBuffer &buffer, const TensorSlot &slot) const {
+    if (storage() != StorageType::kBf16) return nullptr;
+    return static_cast<const uint16_t *>(buffer.at(slot.staged));
+  }
   // Starts gathering `layout`'s segments (storage type) into `dst`; this
   // rank's pieces come from layer `key`'s window when offloaded.
   Status Gather(const StagingLayout &layout, void *dst, std::vector<std::unique_ptr<Work>> *works,

@@ -304,6 +304,43 @@ TEST(Bf16Layers, LinearForwardWritesItsInputsBf16CopyWithTheSameBits) {
   }
 }
 
+// A weight's bf16 copy (ParamStore::param16: the 16-bit parameter staging)
+// is the operand the forward's and the input gradient's GEMMs read, not the
+// fp32 weight rounded again: given a copy of other values w2, every form
+// gives the bits of the fp32 weight float(bf16(w2)) without a copy.
+TEST(Bf16Layers, LinearReadsTheWeightsBf16CopyInsteadOfRoundingTheWeight) {
+  if (NoBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (needs AVX-512)";
+  const int rows = 48, in = 40, out = 64;
+  const std::vector<float> x = Normal(size_t(rows * in), 54), w = Normal(size_t(out * in), 55),
+                           w2 = Normal(size_t(out * in), 56), bias = Normal(size_t(out), 57),
+                           dy = Normal(size_t(rows * out), 58), gx = Normal(size_t(rows * out), 59);
+  std::vector<uint16_t> w16, x16, gx16;
+  RoundToBf16(w2.data(), out, in, in, w16);
+  RoundToBf16(x.data(), rows, in, in, x16);
+  RoundToBf16(gx.data(), rows, out, out, gx16);
+  std::vector<float> w2_grid(w2.size());
+  BFloat16ToFloat(w16.data(), w2_grid.data(), int64_t(w2.size()));
+  for (const float *b : {bias.data(), static_cast<const float *>(nullptr)}) {
+    std::vector<float> want(size_t(rows * out)), y(want.size());
+    LinearForward(x.data(), w2_grid.data(), b, rows, in, out, want.data(), ComputeType::kBf16);
+    LinearForward(x.data(), w.data(), b, rows, in, out, y.data(), ComputeType::kBf16, nullptr,
+                  w16.data());
+    ExpectSameBits(y, want, b ? "y (bias)" : "y (no bias)");
+  }
+  std::vector<float> want_dx(x.size()), dx(x.size());
+  LinearBackward(dy.data(), x.data(), w2_grid.data(), rows, in, out, want_dx.data(),
+                 static_cast<float *>(nullptr), static_cast<float *>(nullptr), ComputeType::kBf16);
+  LinearBackward(dy.data(), x.data(), w.data(), rows, in, out, dx.data(),
+                 static_cast<float *>(nullptr), static_cast<float *>(nullptr), ComputeType::kBf16,
+                 nullptr, w16.data());
+  ExpectSameBits(dx, want_dx, "dx");
+  GeluLinearBackwardBf16(dy.data(), gx16.data(), nullptr, x16.data(), w2_grid.data(), nullptr, rows,
+                         in, out, want_dx.data(), nullptr, nullptr);
+  GeluLinearBackwardBf16(dy.data(), gx16.data(), nullptr, x16.data(), w.data(), w16.data(), rows,
+                         in, out, dx.data(), nullptr, nullptr);
+  ExpectSameBits(dx, want_dx, "dx through the GELU");
+}
+
 // LayerNorm and GELU writing their outputs' bf16 copies (as the output is
 // written, or alone): the fp32 outputs' bits, rounded. GELU over two whole
 // element blocks and a ragged one; LayerNorm over rows of a width that is no
@@ -396,8 +433,8 @@ TEST(Bf16Layers, GeluLinearBackwardIsTheGeluBackwardThenTheLinearBackward) {
     LinearBackward(dy.data(), x.data(), w.data(), rows, in, out, want_dx.data(), want_dw.data(),
                    want_db.data(), ComputeType::kBf16, x16.data());
     const std::vector<float> dout_before = dout;
-    GeluLinearBackwardBf16(dout.data(), gx16.data(), nullptr, x16.data(), w.data(), rows, in, out,
-                           dx.data(), dw.data(), db.data());
+    GeluLinearBackwardBf16(dout.data(), gx16.data(), nullptr, x16.data(), w.data(), nullptr, rows,
+                           in, out, dx.data(), dw.data(), db.data());
     ExpectSameBits(dout, dout_before, "dout (only read)");
     if (out % 16 == 0) {
       ExpectSameBits(dx, want_dx, "dx");
@@ -409,8 +446,8 @@ TEST(Bf16Layers, GeluLinearBackwardIsTheGeluBackwardThenTheLinearBackward) {
         EXPECT_NEAR(dx[i], want_dx[i], 2e-2f * (1.0f + std::fabs(want_dx[i]))) << i;
     }
     std::vector<float> dx_only(dx.size()), db_untouched = Normal(size_t(out), 86);
-    GeluLinearBackwardBf16(dout.data(), gx16.data(), nullptr, x16.data(), w.data(), rows, in, out,
-                           dx_only.data(), nullptr, db_untouched.data());
+    GeluLinearBackwardBf16(dout.data(), gx16.data(), nullptr, x16.data(), w.data(), nullptr, rows,
+                           in, out, dx_only.data(), nullptr, db_untouched.data());
     ExpectSameBits(dx_only, dx, "dx without the weight gradients");
     ExpectSameBits(db_untouched, Normal(size_t(out), 86), "dbias (not summed without dweight)");
   }

@@ -18,6 +18,7 @@
 #include "core/config/config.h"
 #include "core/model/model.h"
 #include "core/model/model_spec.h"
+#include "core/precision/convert.h"
 #include "core/zero/data_parallel.h"
 #include "core/zero/memory_estimate.h"
 #include "core/zero/partition_plan.h"
@@ -505,6 +506,46 @@ TEST(ZeroThreads, GetGradBeforeForwardBackwardIsAClearError) {
   Status st = zero.ReadGrad(int(model.params().decls().size()) - 1, out.data());
   EXPECT_EQ(st.code(), Code::kState);
   EXPECT_NE(st.message().find("forward_backward"), std::string::npos) << st.message();
+}
+
+// With bf16 storage every tensor a layer reads has a bf16 copy beside its
+// fp32 working values (ParamStore::param16: the 16-bit staging it was
+// widened from, which the bf16 GEMMs read), bit for bit those values
+// rounded; with fp32 or fp16 storage there is none. Stages 0 and 3 (the
+// local and the gathering partition), one and two ranks' worth of shard.
+TEST(ZeroThreads, Bf16StorageGivesEveryTensorItsBf16Copy) {
+  for (const char *precision : {"bf16", "fp16", "fp32"}) {
+    for (int stage : {0, 3}) {
+      SCOPED_TRACE(std::string(precision) + " stage " + std::to_string(stage));
+      ThreadGroup group(1);
+      ThreadCommunicator comm(&group, 0);
+      std::string text = ConfigText(stage, 2, 1, 1, false);
+      if (std::string(precision) != "fp32")
+        text.insert(text.size() - 1, R"(,")" + std::string(precision) + R"(":{"enabled":true})");
+      ConfigContext context;
+      Result<Config> config = ParseConfig(text, context);
+      ASSERT_TRUE(config.ok()) << config.status().message();
+      MemoryTracker tracker;
+      Model<float> model(Spec(), {2, 8, 1}, &tracker, StoreOptionsForStage(stage, 1));
+      DataParallel zero(config.value(), &model, &comm, &tracker);
+      ParamStore<float> &store = model.params();
+      const std::vector<ParamDecl> &decls = store.decls();
+      for (size_t layer = 0; layer < model.layers().size(); ++layer) {
+        ASSERT_TRUE(zero.BeforeForward(layer).ok());
+        for (size_t k = 0; k < decls.size(); ++k) {
+          const uint16_t *copy = store.param16(int(k));
+          if (std::string(precision) != "bf16") {
+            ASSERT_EQ(copy, nullptr) << decls[k].name;
+            continue;
+          }
+          ASSERT_NE(copy, nullptr) << decls[k].name;
+          const float *values = store.param(int(k));
+          for (int64_t i = 0; i < decls[k].numel; ++i)
+            ASSERT_EQ(copy[i], FloatToBFloat16(values[i])) << decls[k].name << " " << i;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -166,31 +166,31 @@ class CpuKernels final : public Kernels<T> {
     cpu::LinearWeightBackward(dy, x, rows, in, out, dweight, dbias, compute);
   }
   bool KeepsBf16Copies() const override { return std::is_same_v<T, float>; }
-  void LinearForwardStashing(const T *x, uint16_t *x16, const T *weight, const T *bias,
-                             int64_t rows, int64_t in, int64_t out, T *y,
+  void LinearForwardStashing(const T *x, uint16_t *x16, const T *weight, const uint16_t *weight16,
+                             const T *bias, int64_t rows, int64_t in, int64_t out, T *y,
                              ComputeType compute) const override {
     Scope s("LinearForward");
-    cpu::LinearForward(x, weight, bias, rows, in, out, y, compute, x16);
+    cpu::LinearForward(x, weight, bias, rows, in, out, y, compute, x16, weight16);
   }
   void LinearBackwardStashed(const T *dy, const T *x, const uint16_t *x16, const T *weight,
-                             int64_t rows, int64_t in, int64_t out, T *dx, T *dweight, T *dbias,
-                             ComputeType compute) const override {
+                             const uint16_t *weight16, int64_t rows, int64_t in, int64_t out, T *dx,
+                             T *dweight, T *dbias, ComputeType compute) const override {
     Scope s("LinearBackward");
-    cpu::LinearBackward(dy, x, weight, rows, in, out, dx, dweight, dbias, compute, x16);
+    cpu::LinearBackward(dy, x, weight, rows, in, out, dx, dweight, dbias, compute, x16, weight16);
   }
   void GeluLinearBackwardStashed(T *dout, const T *gx, const uint16_t *gx16, const T *x,
-                                 const uint16_t *x16, const T *weight, int64_t rows, int64_t in,
-                                 int64_t out, T *dx, T *dweight, T *dbias,
+                                 const uint16_t *x16, const T *weight, const uint16_t *weight16,
+                                 int64_t rows, int64_t in, int64_t out, T *dx, T *dweight, T *dbias,
                                  ComputeType compute) const override {
     if constexpr (std::is_same_v<T, float>) {
       if (compute == ComputeType::kBf16 && gx16 != nullptr) {
         Scope s("GeluLinearBackward");
-        return cpu::GeluLinearBackwardBf16(dout, gx16, x, x16, weight, rows, in, out, dx, dweight,
-                                           dbias);
+        return cpu::GeluLinearBackwardBf16(dout, gx16, x, x16, weight, weight16, rows, in, out, dx,
+                                           dweight, dbias);
       }
     }
-    Kernels<T>::GeluLinearBackwardStashed(dout, gx, gx16, x, x16, weight, rows, in, out, dx,
-                                          dweight, dbias, compute);
+    Kernels<T>::GeluLinearBackwardStashed(dout, gx, gx16, x, x16, weight, weight16, rows, in, out,
+                                          dx, dweight, dbias, compute);
   }
   void LinearWeightBackwardStashed(const T *dy, const T *x, const uint16_t *x16, int64_t rows,
                                    int64_t in, int64_t out, T *dweight, T *dbias,

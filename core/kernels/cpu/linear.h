@@ -14,27 +14,35 @@
 
 namespace dst::cpu {
 
+// A weight [out, in] as a bf16 GEMM reads it: its bf16 copy where the caller
+// has one, else the fp32 values (rounded per GEMM).
+inline GemmOperand WeightOperand(const float *weight, const uint16_t *weight16, int64_t in) {
+  return weight16 != nullptr ? Bf16Operand(weight16, int(in)) : Fp32Operand(weight, int(in));
+}
+
 // x: [rows, in]; weight: [out, in]; bias: [out] or null; y: [rows, out] (assigns).
 // x16: where bf16 compute leaves x rounded to bf16 [rows, in] (the operand
 // its GEMM reads; a 16-bit activation stash), or null (per-thread scratch).
 // x may be null under bf16 compute when x16 is given: x16 already holds the
 // operand (a producer that wrote only the bf16 copy).
+// weight16: the weight's bf16 copy [out, in] (the same values, e.g. the
+// 16-bit parameter staging), which bf16 compute reads instead of rounding
+// the weight again; or null.
 template <typename T>
 void LinearForward(const T *x, const T *weight, const T *bias, int64_t rows, int64_t in,
                    int64_t out, T *y, ComputeType compute = ComputeType::kFp32,
-                   uint16_t *x16 = nullptr) {
+                   uint16_t *x16 = nullptr, const uint16_t *weight16 = nullptr) {
   if constexpr (std::is_same_v<T, float>) {
-    if (compute == ComputeType::kBf16 && (bias || x16)) {
+    if (compute == ComputeType::kBf16 && (bias || x16 || weight16)) {
       if (x16 && x) RoundToBf16(x, rows, in, in, x16);
       const GemmOperand a = x16 ? Bf16Operand(x16, int(in)) : Fp32Operand(x, int(in));
+      const GemmOperand w = WeightOperand(weight, weight16, in);
       if (bias)
-        return GemmBf16Bias(false, true, int(rows), int(out), int(in), a,
-                            Fp32Operand(weight, int(in)), bias, y, int(out));
-      return GemmBf16(false, true, int(rows), int(out), int(in), 1.0f, a,
-                      Fp32Operand(weight, int(in)), 0.0f, y, int(out));
+        return GemmBf16Bias(false, true, int(rows), int(out), int(in), a, w, bias, y, int(out));
+      return GemmBf16(false, true, int(rows), int(out), int(in), 1.0f, a, w, 0.0f, y, int(out));
     }
   }
-  (void)x16;
+  (void)x16, (void)weight16;
   if (bias) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + out, y + r * out);
@@ -96,12 +104,13 @@ void AddColumnSums(const T *dy, int64_t rows, int64_t out, T *dbias) {
 // bf16 compute (linear_bf16.cc): dy rounded to bf16 once, in the pass that
 // sums its columns into dbias, and read by both GEMMs; the same bits as the
 // generic forms below with ComputeType::kBf16, which round per GEMM.
-// x16: x's bf16 copy where the caller has one (the same values), or null.
+// x16, weight16: x's and the weight's bf16 copies where the caller has them
+// (the same values), or null.
 void LinearWeightBackwardBf16(const float *dy, const float *x, const uint16_t *x16, int64_t rows,
                               int64_t in, int64_t out, float *dweight, float *dbias);
 void LinearBackwardBf16(const float *dy, const float *x, const uint16_t *x16, const float *weight,
-                        int64_t rows, int64_t in, int64_t out, float *dx, float *dweight,
-                        float *dbias);
+                        const uint16_t *weight16, int64_t rows, int64_t in, int64_t out, float *dx,
+                        float *dweight, float *dbias);
 // A GELU's backward feeding LinearBackwardBf16 (the MLP's first linear):
 // dy = dout * gelu'(gx) [rows, out] from the GELU input's bf16 copy gx16,
 // rounded to bf16 in the pass that sums its columns into dbias, so dy is
@@ -109,8 +118,9 @@ void LinearBackwardBf16(const float *dy, const float *x, const uint16_t *x16, co
 // then LinearBackwardBf16 where out is a multiple of 16 (else each row's
 // last values take GELU's scalar loop: equal to fp32 roundoff).
 void GeluLinearBackwardBf16(const float *dout, const uint16_t *gx16, const float *x,
-                            const uint16_t *x16, const float *weight, int64_t rows, int64_t in,
-                            int64_t out, float *dx, float *dweight, float *dbias);
+                            const uint16_t *x16, const float *weight, const uint16_t *weight16,
+                            int64_t rows, int64_t in, int64_t out, float *dx, float *dweight,
+                            float *dbias);
 
 // dweight (+=): [out, in] = dy^T x; dbias (+=, if non-null): [out] = column
 // sums of dy. The weight half of LinearBackward (zero-bubble schedules run it
@@ -133,11 +143,11 @@ void LinearWeightBackward(const T *dy, const T *x, int64_t rows, int64_t in, int
 template <typename T>
 void LinearBackward(const T *dy, const T *x, const T *weight, int64_t rows, int64_t in, int64_t out,
                     T *dx, T *dweight, T *dbias, ComputeType compute = ComputeType::kFp32,
-                    const uint16_t *x16 = nullptr) {
+                    const uint16_t *x16 = nullptr, const uint16_t *weight16 = nullptr) {
   if constexpr (std::is_same_v<T, float>)
     if (compute == ComputeType::kBf16)
-      return LinearBackwardBf16(dy, x, x16, weight, rows, in, out, dx, dweight, dbias);
-  (void)x16;
+      return LinearBackwardBf16(dy, x, x16, weight, weight16, rows, in, out, dx, dweight, dbias);
+  (void)x16, (void)weight16;
   if (dx)
     Gemm(compute, false, false, int(rows), int(in), int(out), T(1), dy, int(out), weight, int(in),
          T(0), dx, int(in));

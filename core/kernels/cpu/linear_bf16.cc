@@ -57,10 +57,10 @@ const uint16_t *GeluGradient(const float *dout, const uint16_t *gx16, int64_t ro
   return dy16;
 }
 
-void InputGemm(const uint16_t *dy16, const float *weight, int64_t rows, int64_t in, int64_t out,
-               float *dx) {
+void InputGemm(const uint16_t *dy16, const float *weight, const uint16_t *weight16, int64_t rows,
+               int64_t in, int64_t out, float *dx) {
   GemmBf16(false, false, int(rows), int(in), int(out), 1.0f, Bf16Operand(dy16, int(out)),
-           Fp32Operand(weight, int(in)), 0.0f, dx, int(in));
+           WeightOperand(weight, weight16, in), 0.0f, dx, int(in));
 }
 
 void WeightGemm(const uint16_t *dy16, const float *x, const uint16_t *x16, int64_t rows, int64_t in,
@@ -78,18 +78,19 @@ void LinearWeightBackwardBf16(const float *dy, const float *x, const uint16_t *x
 }
 
 void LinearBackwardBf16(const float *dy, const float *x, const uint16_t *x16, const float *weight,
-                        int64_t rows, int64_t in, int64_t out, float *dx, float *dweight,
-                        float *dbias) {
+                        const uint16_t *weight16, int64_t rows, int64_t in, int64_t out, float *dx,
+                        float *dweight, float *dbias) {
   const uint16_t *dy16 = RoundGradient(dy, rows, out, dweight != nullptr ? dbias : nullptr);
-  if (dx) InputGemm(dy16, weight, rows, in, out, dx);
+  if (dx) InputGemm(dy16, weight, weight16, rows, in, out, dx);
   if (dweight) WeightGemm(dy16, x, x16, rows, in, out, dweight);
 }
 
 void GeluLinearBackwardBf16(const float *dout, const uint16_t *gx16, const float *x,
-                            const uint16_t *x16, const float *weight, int64_t rows, int64_t in,
-                            int64_t out, float *dx, float *dweight, float *dbias) {
+                            const uint16_t *x16, const float *weight, const uint16_t *weight16,
+                            int64_t rows, int64_t in, int64_t out, float *dx, float *dweight,
+                            float *dbias) {
   const uint16_t *dy16 = GeluGradient(dout, gx16, rows, out, dweight != nullptr ? dbias : nullptr);
-  if (dx) InputGemm(dy16, weight, rows, in, out, dx);
+  if (dx) InputGemm(dy16, weight, weight16, rows, in, out, dx);
   if (dweight) WeightGemm(dy16, x, x16, rows, in, out, dweight);
 }
 
