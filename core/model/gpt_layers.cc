@@ -527,21 +527,21 @@ void GptBlock<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *do
   T *att_scratch = d_att + N * C;                                           // [threads, T, T]
   T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
   k.Copy(dout, N * C, d[kDOut]);
-  k.LinearBackward(dout, nullptr, p.param(fcproj_w_), N, F, C, d[kDFch], nullptr, nullptr,
-                   mb.ComputeOf(ModuleType::kLinear));
+  k.LinearBackwardStashed(dout, nullptr, nullptr, p.param(fcproj_w_), p.param16(fcproj_w_), N, F, C,
+                          d[kDFch], nullptr, nullptr, mb.ComputeOf(ModuleType::kLinear));
   k.GeluBackwardStashed(d[kDFch], a[kFch], a.Bf16Only(kFch), N * F, d[kDFch]);
-  k.LinearBackward(d[kDFch], nullptr, p.param(fc_w_), N, C, F, d[kDLn2], nullptr, nullptr,
-                   mb.ComputeOf(ModuleType::kLinear));
+  k.LinearBackwardStashed(d[kDFch], nullptr, nullptr, p.param(fc_w_), p.param16(fc_w_), N, C, F,
+                          d[kDLn2], nullptr, nullptr, mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(SumInputGradient(d[kDLn2], N), "MLP input gradient")) return;
   k.LayerNormBackward(d[kDLn2], a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], N, C, dout,
                       nullptr, nullptr, ln_scratch, mb.max_threads);
   k.Copy(dout, N * C, d[kDRes2]);
-  k.LinearBackward(dout, nullptr, p.param(proj_w_), N, Cl, C, d_att, nullptr, nullptr,
-                   mb.ComputeOf(ModuleType::kAttention));
+  k.LinearBackwardStashed(dout, nullptr, nullptr, p.param(proj_w_), p.param16(proj_w_), N, Cl, C,
+                          d_att, nullptr, nullptr, mb.ComputeOf(ModuleType::kAttention));
   k.AttentionBackwardStashed(d_att, a[kQkv], a.Bf16(kQkv), a[kAtt], a.Bf16(kAtt), Attention(mb),
                              d[kDQkv], att_scratch, mb.ComputeOf(ModuleType::kAttention));
-  k.LinearBackward(d[kDQkv], nullptr, p.param(attn_w_), N, C, 3 * Cl, d[kDLn1], nullptr, nullptr,
-                   mb.ComputeOf(ModuleType::kAttention));
+  k.LinearBackwardStashed(d[kDQkv], nullptr, nullptr, p.param(attn_w_), p.param16(attn_w_), N, C,
+                          3 * Cl, d[kDLn1], nullptr, nullptr, mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(SumInputGradient(d[kDLn1], N), "attention input gradient")) return;
   if (!din)
     din = dout;
