@@ -233,7 +233,8 @@ bool GptBlock<T>::ColumnParallelBackward(const T *dy, const T *x, const uint16_t
                             p.grad(b), compute);
     return true;
   }
-  k.LinearBackward(dy, nullptr, p.param(w), N, in, out, dx, nullptr, nullptr, compute);
+  k.LinearBackwardStashed(dy, nullptr, nullptr, p.param(w), p.param16(w), N, in, out, dx, nullptr,
+                          nullptr, compute);
   std::unique_ptr<Work> sum = SumInputGradient(dx, N);  // while the weights' GEMM runs
   k.LinearWeightBackwardStashed(dy, x, x16, N, in, out, p.grad(w), p.grad(b), compute);
   return Finish(std::move(sum), what);
@@ -295,12 +296,12 @@ void GptBlock<T>::ForwardSequenceParallel(const T *in, LayerActivations<T> &a,
   T *partial = whole + N * C;  // [N, C] a row-parallel GEMM's partial sums
   k.LayerNormForward(in, p.param(ln1_w_), p.param(ln1_b_), n, C, a[kLn1], a[kLn1Mean], a[kLn1Rstd]);
   if (!Finish(GatherRows(k, tp_, a[kLn1], n, C, whole), "attention input (all-gather)")) return;
-  k.LinearForward(whole, p.param(attn_w_), p.param(attn_b_), N, C, 3 * Cl, a[kQkv],
-                  mb.ComputeOf(ModuleType::kAttention));
+  k.LinearForwardStashing(whole, nullptr, p.param(attn_w_), p.param16(attn_w_), p.param(attn_b_), N,
+                          C, 3 * Cl, a[kQkv], mb.ComputeOf(ModuleType::kAttention));
   k.AttentionForward(a[kQkv], Attention(mb), a[kAtt], a[kAttY],
                      mb.ComputeOf(ModuleType::kAttention));
-  k.LinearForward(a[kAttY], p.param(proj_w_), nullptr, N, Cl, C, partial,
-                  mb.ComputeOf(ModuleType::kAttention));
+  k.LinearForwardStashing(a[kAttY], nullptr, p.param(proj_w_), p.param16(proj_w_), nullptr, N, Cl,
+                          C, partial, mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(ReduceScatterRows(tp_, partial, n, C), "attention output (reduce-scatter)")) return;
   T *rows = RowsOf(tp_, partial, n, C);  // this rank's rows of the sum
   k.AddBiasToRows(p.param(proj_b_), n, C, rows);
@@ -308,11 +309,11 @@ void GptBlock<T>::ForwardSequenceParallel(const T *in, LayerActivations<T> &a,
   k.LayerNormForward(a[kRes2], p.param(ln2_w_), p.param(ln2_b_), n, C, a[kLn2], a[kLn2Mean],
                      a[kLn2Rstd]);
   if (!Finish(GatherRows(k, tp_, a[kLn2], n, C, whole), "MLP input (all-gather)")) return;
-  k.LinearForward(whole, p.param(fc_w_), p.param(fc_b_), N, C, F, a[kFch],
-                  mb.ComputeOf(ModuleType::kLinear));
+  k.LinearForwardStashing(whole, nullptr, p.param(fc_w_), p.param16(fc_w_), p.param(fc_b_), N, C, F,
+                          a[kFch], mb.ComputeOf(ModuleType::kLinear));
   k.GeluForward(a[kFch], N * F, a[kFchGelu]);
-  k.LinearForward(a[kFchGelu], p.param(fcproj_w_), nullptr, N, F, C, partial,
-                  mb.ComputeOf(ModuleType::kLinear));
+  k.LinearForwardStashing(a[kFchGelu], nullptr, p.param(fcproj_w_), p.param16(fcproj_w_), nullptr,
+                          N, F, C, partial, mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(ReduceScatterRows(tp_, partial, n, C), "MLP output (reduce-scatter)")) return;
   k.AddBiasToRows(p.param(fcproj_b_), n, C, rows);
   k.Add(rows, a[kRes2], n * C, a[kOut]);
@@ -344,11 +345,12 @@ void GptBlock<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T
   // MLP branch; dout doubles as the gradient of res2 (residual).
   if (!Finish(GatherRows(k, tp_, dout, n, C, d_whole), "MLP output gradient (all-gather)")) return;
   std::unique_ptr<Work> gather = GatherRows(k, tp_, a[kLn2], n, C, gathered);
-  k.LinearBackward(d_whole, a[kFchGelu], p.param(fcproj_w_), N, F, C, d_fch, p.grad(fcproj_w_),
-                   p.grad(fcproj_b_), mb.ComputeOf(ModuleType::kLinear));
+  k.LinearBackwardStashed(d_whole, a[kFchGelu], nullptr, p.param(fcproj_w_), p.param16(fcproj_w_),
+                          N, F, C, d_fch, p.grad(fcproj_w_), p.grad(fcproj_b_),
+                          mb.ComputeOf(ModuleType::kLinear));
   k.GeluBackward(d_fch, a[kFch], N * F, d_fch);
-  k.LinearBackward(d_fch, nullptr, p.param(fc_w_), N, C, F, d_ln, nullptr, nullptr,
-                   mb.ComputeOf(ModuleType::kLinear));
+  k.LinearBackwardStashed(d_fch, nullptr, nullptr, p.param(fc_w_), p.param16(fc_w_), N, C, F, d_ln,
+                          nullptr, nullptr, mb.ComputeOf(ModuleType::kLinear));
   std::unique_ptr<Work> sum = ReduceScatterRows(tp_, d_ln, n, C);
   if (!Finish(std::move(gather), "MLP input (all-gather)")) return;
   k.LinearWeightBackward(d_fch, gathered, N, C, F, p.grad(fc_w_), p.grad(fc_b_),
@@ -361,8 +363,8 @@ void GptBlock<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T
     return;
   gather = GatherRows(k, tp_, a[kLn1], n, C, gathered);
   AttentionBranchBackward(d_whole, a, d_ln, dqkv, att_scratch, mb);
-  k.LinearBackward(dqkv, nullptr, p.param(attn_w_), N, C, 3 * Cl, d_ln, nullptr, nullptr,
-                   mb.ComputeOf(ModuleType::kAttention));
+  k.LinearBackwardStashed(dqkv, nullptr, nullptr, p.param(attn_w_), p.param16(attn_w_), N, C,
+                          3 * Cl, d_ln, nullptr, nullptr, mb.ComputeOf(ModuleType::kAttention));
   sum = ReduceScatterRows(tp_, d_ln, n, C);
   if (!Finish(std::move(gather), "attention input (all-gather)")) return;
   k.LinearWeightBackward(dqkv, gathered, N, C, 3 * Cl, p.grad(attn_w_), p.grad(attn_b_),
@@ -454,23 +456,23 @@ void GptBlock<T>::BackwardInputSequenceParallel(const T *in, const LayerActivati
   T *att_scratch = d_att + N * C;                                           // [threads, T, T]
   T *ln_scratch = att_scratch + int64_t(mb.max_threads) * mb.seq * mb.seq;  // [threads, 2C]
   if (!Finish(GatherRows(k, tp_, dout, n, C, d[kDOut]), "MLP output gradient (all-gather)")) return;
-  k.LinearBackward(d[kDOut], nullptr, p.param(fcproj_w_), N, F, C, d[kDFch], nullptr, nullptr,
-                   mb.ComputeOf(ModuleType::kLinear));
+  k.LinearBackwardStashed(d[kDOut], nullptr, nullptr, p.param(fcproj_w_), p.param16(fcproj_w_), N,
+                          F, C, d[kDFch], nullptr, nullptr, mb.ComputeOf(ModuleType::kLinear));
   k.GeluBackward(d[kDFch], a[kFch], N * F, d[kDFch]);
-  k.LinearBackward(d[kDFch], nullptr, p.param(fc_w_), N, C, F, partial, nullptr, nullptr,
-                   mb.ComputeOf(ModuleType::kLinear));
+  k.LinearBackwardStashed(d[kDFch], nullptr, nullptr, p.param(fc_w_), p.param16(fc_w_), N, C, F,
+                          partial, nullptr, nullptr, mb.ComputeOf(ModuleType::kLinear));
   if (!Finish(ReduceScatterRows(tp_, partial, n, C), "MLP input gradient (reduce-scatter)")) return;
   k.Copy(RowsOf(tp_, partial, n, C), n * C, d[kDLn2]);
   k.LayerNormBackward(d[kDLn2], a[kRes2], p.param(ln2_w_), a[kLn2Mean], a[kLn2Rstd], n, C, dout,
                       nullptr, nullptr, ln_scratch, mb.max_threads);
   if (!Finish(GatherRows(k, tp_, dout, n, C, d[kDRes2]), "attention output gradient (all-gather)"))
     return;
-  k.LinearBackward(d[kDRes2], nullptr, p.param(proj_w_), N, Cl, C, d_att, nullptr, nullptr,
-                   mb.ComputeOf(ModuleType::kAttention));
+  k.LinearBackwardStashed(d[kDRes2], nullptr, nullptr, p.param(proj_w_), p.param16(proj_w_), N, Cl,
+                          C, d_att, nullptr, nullptr, mb.ComputeOf(ModuleType::kAttention));
   k.AttentionBackward(d_att, a[kQkv], a[kAtt], Attention(mb), d[kDQkv], att_scratch,
                       mb.ComputeOf(ModuleType::kAttention));
-  k.LinearBackward(d[kDQkv], nullptr, p.param(attn_w_), N, C, 3 * Cl, partial, nullptr, nullptr,
-                   mb.ComputeOf(ModuleType::kAttention));
+  k.LinearBackwardStashed(d[kDQkv], nullptr, nullptr, p.param(attn_w_), p.param16(attn_w_), N, C,
+                          3 * Cl, partial, nullptr, nullptr, mb.ComputeOf(ModuleType::kAttention));
   if (!Finish(ReduceScatterRows(tp_, partial, n, C), "attention input gradient (reduce-scatter)"))
     return;
   k.Copy(RowsOf(tp_, partial, n, C), n * C, d[kDLn1]);
@@ -652,8 +654,8 @@ void GptHead<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T
     if (!st.ok()) return this->Fail(std::move(st));
     x = mb.scratch;
   }
-  k.LinearForward(x, p.param(wte_), nullptr, N, C, vocab_, a[kProbs],
-                  mb.ComputeOf(ModuleType::kEmbedding));
+  k.LinearForwardStashing(x, nullptr, p.param(wte_), p.param16(wte_), nullptr, N, C, vocab_,
+                          a[kProbs], mb.ComputeOf(ModuleType::kEmbedding));
   if (tp_.size == 1) {
     a.loss = k.SoftmaxCrossEntropyForward(a[kProbs], mb.targets, N, vocab_, &a.counted);
     return;
@@ -678,7 +680,8 @@ bool GptHead<T>::LnfGradient(const LayerActivations<T> &a, const T *dlogits, T *
   const Kernels<T> &k = *mb.kernels;
   const int64_t N = mb.rows(), C = dims_.d_model;
   const ComputeType compute = mb.ComputeOf(ModuleType::kEmbedding);
-  k.LinearBackward(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr, compute);
+  k.LinearBackwardStashed(dlogits, nullptr, nullptr, p.param(wte_), p.param16(wte_), N, C, vocab_,
+                          d_lnf, nullptr, nullptr, compute);
   std::unique_ptr<Work> sum = TpAllReduce(tp_, d_lnf, N * C);  // while the wte GEMM runs
   if (weights)
     k.LinearWeightBackward(dlogits, a[kLnf], N, C, vocab_, p.grad(wte_), nullptr, compute);
@@ -704,8 +707,8 @@ void GptHead<T>::BackwardSequenceParallel(const T *in, const LayerActivations<T>
   T *gathered = ln_scratch + int64_t(mb.max_threads) * 2 * C;  // [N, C]
   T *ln_grads = gathered + N * C;                              // [2C] weight, bias
   LogitsGradient(a, mb, dlogits);
-  k.LinearBackward(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr,
-                   mb.ComputeOf(ModuleType::kEmbedding));
+  k.LinearBackwardStashed(dlogits, nullptr, nullptr, p.param(wte_), p.param16(wte_), N, C, vocab_,
+                          d_lnf, nullptr, nullptr, mb.ComputeOf(ModuleType::kEmbedding));
   std::unique_ptr<Work> sum = ReduceScatterRows(tp_, d_lnf, n, C);
   std::unique_ptr<Work> gather = GatherRows(k, tp_, a[kLnf], n, C, gathered);
   Status st = TpWait(tp_, std::move(gather), "LM head input (all-gather)");
@@ -758,8 +761,8 @@ void GptHead<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *, T
   T *ln_scratch = dlogits + N * (vocab_ + C);  // [threads, 2C]
   LogitsGradient(a, mb, dlogits);
   if (tp_.splits_rows()) {  // reduce-scattered; this rank's rows kept for the weight half
-    k.LinearBackward(dlogits, nullptr, p.param(wte_), N, C, vocab_, d_lnf, nullptr, nullptr,
-                     mb.ComputeOf(ModuleType::kEmbedding));
+    k.LinearBackwardStashed(dlogits, nullptr, nullptr, p.param(wte_), p.param16(wte_), N, C, vocab_,
+                            d_lnf, nullptr, nullptr, mb.ComputeOf(ModuleType::kEmbedding));
     Status st = TpWait(tp_, ReduceScatterRows(tp_, d_lnf, n, C), "LM head input gradient");
     if (!st.ok()) return this->Fail(std::move(st));
     k.Copy(RowsOf(tp_, d_lnf, n, C), n * C, d[0]);
