@@ -132,6 +132,8 @@ GptBlock<T>::GptBlock(const GptDims &dims, int index, ParamRegistry &registry,
   fcproj_w_ = registry.Add(BlockName(index, "mlp.c_proj.weight"), {C, 4 * C},
                            ParamInit::Normal(proj_std), columns);
   fcproj_b_ = registry.Add(BlockName(index, "mlp.c_proj.bias"), {C}, ParamInit::Constant(0));
+  // Every GEMM reading these passes their bf16 copies (p.param16).
+  for (int w : {attn_w_, proj_w_, fc_w_, fcproj_w_}) registry.MarkBf16GemmWeight(w);
 }
 
 // Sequence-parallel: the row-wise tensors (output, LayerNorms, residual)

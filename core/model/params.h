@@ -50,6 +50,13 @@ struct ParamDecl {
   // initial values: a pipeline stage declares a subset of the tensors, and
   // each must start as it would on one rank. -1: its index here.
   int64_t init_key = -1;
+  // Read by its layer only as a GEMM's weight through the kernels that take
+  // its bf16 copy too (Kernels::*Stashing / *Stashed with ParamStore::param16):
+  // where the layers multiply in bf16 on a backend keeping bf16 copies
+  // (Model::Bf16Operands) and the tensor is stored in bf16, its fp32 working
+  // copy is never read, so the ZeRO partition does not widen it (param() is
+  // null then).
+  bool bf16_gemm_weight = false;
   // The global tensor's flat index of local element i: initialisation and
   // checkpoints address a slice's elements by where they sit in the whole
   // tensor, so every split starts from the same global values.
@@ -73,6 +80,9 @@ class ParamRegistry {
   int64_t total_numel() const { return total_; }
   // Tensor `id` initialises as the whole model's tensor `key` does.
   void SetInitKey(int id, int64_t key) { decls_[size_t(id)].init_key = key; }
+  // Tensor `id` is read only as a GEMM weight with its bf16 copy
+  // (ParamDecl::bf16_gemm_weight).
+  void MarkBf16GemmWeight(int id) { decls_[size_t(id)].bf16_gemm_weight = true; }
 
  private:
   std::vector<ParamDecl> decls_;

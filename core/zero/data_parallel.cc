@@ -88,6 +88,8 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   else if (Wide())
     params_ = std::make_unique<ParameterPartition>(&plan_, local_layout, local_.get(), &store,
                                                    tracker, seed, 0, storage_, -1, placement_);
+  // The layers read their GEMM weights' bf16 copies where they multiply in bf16.
+  if (params_ && model->Bf16Operands()) params_->SkipWideningBf16GemmWeights();
   // 16 bits: the gradients widened a chunk at a time where they live; with
   // the state on the host, master weights go up through it.
   if (!placement_.on_host())  // no bigger than the state range

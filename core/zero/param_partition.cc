@@ -255,6 +255,39 @@ Status ParameterPartition::Ready(Staged *staged, size_t layer) {
   return first;
 }
 
+void ParameterPartition::SkipWideningBf16GemmWeights() {
+  skip_gemm_weights_ = storage() == StorageType::kBf16;
+  for (const StagingLayout &layer : plan_->params)
+    for (const TensorSlot &slot : layer.slots)
+      store_->SetParamPointer(slot.id, WorkingOf(0, slot), Bf16Copy(staging_[0], slot));
+}
+
+void ParameterPartition::WidenStaged(int b, const StagingLayout &layout) {
+  if (!skip_gemm_weights_) {
+    ops_.Widen(storage(), staging_[b].at(0), working_[b].data(), layout.size);
+    return;
+  }
+  // Runs of adjacent tensors that are widened, one call each.
+  int64_t begin = 0, end = 0;
+  auto flush = [&] {
+    if (end > begin)
+      ops_.Widen(storage(), staging_[b].at(begin), working_[b].data() + begin, end - begin);
+    begin = end;
+  };
+  for (const TensorSlot &slot : layout.slots) {
+    const int64_t numel = store_->decls()[size_t(slot.id)].numel;
+    if (LeftNarrow(slot) || slot.staged != end) {
+      flush();
+      begin = end = slot.staged;
+    }
+    if (LeftNarrow(slot))
+      begin = end = slot.staged + numel;
+    else
+      end = slot.staged + numel;
+  }
+  flush();
+}
+
 Status ParameterPartition::Acquire(size_t layer, int64_t next) {
   const bool two = !staging_[1].empty();
   int buffer = -1;
@@ -270,14 +303,12 @@ Status ParameterPartition::Acquire(size_t layer, int64_t next) {
   }
   DST_RETURN_IF_ERROR(Ready(&staged_[buffer], layer));
   if (Wide() && !staged_[buffer].widened) {
-    ops_.Widen(storage(), staging_[buffer].at(0), working_[buffer].data(),
-               plan_->params[layer].size);
+    WidenStaged(buffer, plan_->params[layer]);
     staged_[buffer].widened = true;
   }
   current_ = buffer;
   for (const TensorSlot &slot : plan_->params[layer].slots)
-    store_->SetParamPointer(slot.id, Working(buffer) + slot.staged,
-                            Bf16Copy(staging_[buffer], slot));
+    store_->SetParamPointer(slot.id, WorkingOf(buffer, slot), Bf16Copy(staging_[buffer], slot));
 
   DST_RETURN_IF_ERROR(ReadAhead(layer, next));
   // Prefetch the next layer into the other buffer (its layer has finished).

@@ -94,6 +94,13 @@ class ParameterPartition {
   // The same, for fp32 storage.
   float *shard_f32() { return static_cast<float *>(shard_.at(0)); }
 
+  // The layers multiply in bf16 reading the weights' bf16 copies
+  // (Model::Bf16Operands): under bf16 storage the tensors marked
+  // ParamDecl::bf16_gemm_weight are no longer widened into the working copy
+  // after a gather (their fp32 pointer is null, their bf16 one the staging).
+  // Call before the first Acquire.
+  void SkipWideningBf16GemmWeights();
+
   // Makes `layer`'s parameters readable through the store (gathering them
   // unless still staged) and, when prefetching, starts gathering layer
   // `next` (-1: none) into the other staging buffer.
@@ -127,6 +134,17 @@ class ParameterPartition {
   float *Working(int b) {
     return Wide() ? working_[b].data() : static_cast<float *>(staging_[b].at(0));
   }
+  // Whether a staged tensor is left narrow (SkipWideningBf16GemmWeights).
+  bool LeftNarrow(const TensorSlot &slot) const {
+    return skip_gemm_weights_ && store_->decls()[size_t(slot.id)].bf16_gemm_weight;
+  }
+  // The fp32 pointer a staged tensor reads in buffer b: null when left narrow.
+  float *WorkingOf(int b, const TensorSlot &slot) {
+    return LeftNarrow(slot) ? nullptr : Working(b) + slot.staged;
+  }
+  // Widens staging buffer b's copy of `layout` into its working copy, but
+  // for the tensors left narrow.
+  void WidenStaged(int b, const StagingLayout &layout);
   // A tensor's bf16 values in a 16-bit buffer (staging or persistent; what
   // its working copy was widened from), which bf16 GEMMs read directly
   // (ParamStore::param16); null unless the storage is bf16.
@@ -172,7 +190,8 @@ class ParameterPartition {
   FlatBuffer staging_[2];          // [max_param_staging] kCommunication (one unless prefetching)
   Buffer<float> working_[2];       // [max_param_staging] kCommunication, 16 bits only
   Staged staged_[2];
-  int current_ = 0;  // staging buffer of the layer acquired last
+  int current_ = 0;                 // staging buffer of the layer acquired last
+  bool skip_gemm_weights_ = false;  // SkipWideningBf16GemmWeights
   uint64_t seed_;
   std::unique_ptr<ParamSwap> swap_;  // offload_param nvme: the shard beyond shard_
 };
