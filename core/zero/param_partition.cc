@@ -267,25 +267,21 @@ void ParameterPartition::WidenStaged(int b, const StagingLayout &layout) {
     ops_.Widen(storage(), staging_[b].at(0), working_[b].data(), layout.size);
     return;
   }
-  // Runs of adjacent tensors that are widened, one call each.
+  // Each run of adjacent widened tensors [begin, end) in one call.
   int64_t begin = 0, end = 0;
-  auto flush = [&] {
+  auto widen = [&] {
     if (end > begin)
       ops_.Widen(storage(), staging_[b].at(begin), working_[b].data() + begin, end - begin);
-    begin = end;
   };
   for (const TensorSlot &slot : layout.slots) {
-    const int64_t numel = store_->decls()[size_t(slot.id)].numel;
-    if (LeftNarrow(slot) || slot.staged != end) {
-      flush();
-      begin = end = slot.staged;
+    if (LeftNarrow(slot)) continue;
+    if (slot.staged != end) {  // a gap: a tensor left narrow
+      widen();
+      begin = slot.staged;
     }
-    if (LeftNarrow(slot))
-      begin = end = slot.staged + numel;
-    else
-      end = slot.staged + numel;
+    end = slot.staged + store_->decls()[size_t(slot.id)].numel;
   }
-  flush();
+  widen();
 }
 
 Status ParameterPartition::Acquire(size_t layer, int64_t next) {

@@ -197,7 +197,7 @@ TEST(HalfOps, ThreadedConversionsEqualTheSerialOnesBitForBit) {
     }
     // The sum of squares: 1024-element chunks each summed in order, in
     // double, the chunk sums added in order (more than one group of chunks;
-    // and a ragged last chunk among four summed side by side: 7173).
+    // and a ragged last chunk among eight summed side by side: 7173).
     for (const int64_t len : {n, int64_t(7173)}) {
       double total = 0;
       for (int64_t c = 0; c < len; c += 1024) {
