@@ -77,6 +77,66 @@ DST_HOST_DEVICE inline T GeluGrad(T x) {
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner;
 }
 
+// SiLU (swish): x sigmoid(x) = x / (1 + exp(-x)), as torch computes it; the
+// gated MLP of LLaMA-family models multiplies it by the up projection.
+template <typename T>
+DST_HOST_DEVICE inline T Silu(T x) {
+  return x / (T(1) + FastExp(-x));
+}
+
+// d SiLU / dx = s (1 + x (1 - s)), s = sigmoid(x).
+template <typename T>
+DST_HOST_DEVICE inline T SiluGrad(T x) {
+  const T s = T(1) / (T(1) + FastExp(-x));
+  return s * (T(1) + x * (T(1) - s));
+}
+
+// How rotary position embeddings turn a position into angles (Hugging Face's
+// rope_type): kDefault theta^(-2i/d); kLinear divides every frequency by
+// `factor` (positions interpolated); kLlama3 divides the low frequencies by
+// `factor`, keeps the high ones, and blends between (Llama 3.1's scaling,
+// `original_max_position_embeddings` the context it was trained at).
+enum class RopeScaling : int32_t { kDefault = 0, kLinear = 1, kLlama3 = 2 };
+
+struct RopeParams {
+  float theta = 10000.0f;  // rope_theta
+  int32_t scaling = 0;     // RopeScaling
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  float original_max_position = 8192.0f;
+};
+
+// The inverse frequency of rotary pair i of a head of `dim` values (pairs i
+// and i + dim / 2, Hugging Face's rotate_half layout), in float as
+// transformers computes it: 1 / theta^(2i / dim), then the scaling.
+DST_HOST_DEVICE inline float RopeInvFreq(const RopeParams &r, int64_t i, int64_t dim) {
+  const float exponent = float(2 * i) / float(dim);
+  float inv = 1.0f / std::pow(r.theta, exponent);
+  if (r.scaling == int32_t(RopeScaling::kLinear)) return inv / r.factor;
+  if (r.scaling != int32_t(RopeScaling::kLlama3)) return inv;
+  const float kTwoPi = 6.283185307179586f;
+  const float low_wavelen = r.original_max_position / r.low_freq_factor;
+  const float high_wavelen = r.original_max_position / r.high_freq_factor;
+  const float wavelen = kTwoPi / inv;
+  if (wavelen > low_wavelen) return inv / r.factor;  // low frequencies: interpolated
+  if (wavelen < high_wavelen) return inv;            // high frequencies: kept
+  const float smooth = (r.original_max_position / wavelen - r.low_freq_factor) /
+                       (r.high_freq_factor - r.low_freq_factor);
+  return (1.0f - smooth) * inv / r.factor + smooth * inv;
+}
+
+// ALiBi's slope for head h of n_heads (BLOOM, Press et al.): the geometric
+// sequence 2^(-8 k / p), k = 1..p, over the largest power of two p <= n_heads,
+// then for the remaining heads every other term of the sequence for 2p.
+DST_HOST_DEVICE inline float AlibiSlope(int64_t h, int64_t n_heads) {
+  int64_t p = 1;
+  while (p * 2 <= n_heads) p *= 2;
+  if (h < p) return float(std::pow(2.0, -8.0 * double(h + 1) / double(p)));
+  const int64_t k = 2 * (h - p) + 1;  // 1, 3, 5, ... over 2p
+  return float(std::pow(2.0, -8.0 * double(k) / double(2 * p)));
+}
+
 // One Adam/AdamW step's constants, in float, as every path uses them (the CPU's
 // scalar and vector paths, the CUDA kernel): made on the host per step.
 struct AdamConstants {

@@ -16,14 +16,44 @@
 
 #include "core/common/status.h"
 #include "core/kernels/compute_type.h"
+#include "core/kernels/elementwise_math.h"
 #include "core/precision/half_ops.h"
 
 namespace dst {
 
-// Causal multi-head self-attention over B sequences of T tokens, C = H x hs.
+// Causal multi-head self-attention over B sequences of T tokens: H query
+// heads of hs values, C = H x hs. Each row of the qkv tensor the attention
+// reads holds the query, key and value heads in one of two layouts:
+//   blocked (GPT-2, LLaMA)  [q heads (H hs) | k heads (kv hs) | v heads (kv hs)]
+//   interleaved (BLOOM)     [head 0: q k v | head 1: q k v | ...] (kv = H)
+// Grouped-query attention (LLaMA 2/3, Mistral): kv key/value heads, query
+// head h reading key/value head h / (H / kv); kv = 1 is multi-query.
+// ALiBi (BLOOM): each score of head h gets slope(first_head + h,
+// alibi_heads) x the key's position added before the softmax (first_head:
+// a tensor-parallel rank's first head among all alibi_heads).
 struct AttentionShape {
   int64_t B, T, C, H;
+  int64_t kv_heads = 0;  // 0: H (one key/value head per query head)
+  bool interleaved = false;
+  int64_t alibi_heads = 0;  // 0: no ALiBi
+  int64_t first_head = 0;
   int64_t head_size() const { return C / H; }
+  int64_t kv() const { return kv_heads > 0 ? kv_heads : H; }
+  // Query heads per key/value head, and the key/value head of query head h.
+  int64_t group_size() const { return H / kv(); }
+  int64_t group(int64_t h) const { return h / group_size(); }
+  // Values in a row of qkv, and where each head starts in it.
+  int64_t width() const { return C + 2 * kv() * head_size(); }
+  int64_t q_offset(int64_t h) const { return interleaved ? 3 * h * head_size() : h * head_size(); }
+  int64_t k_offset(int64_t g) const {
+    return interleaved ? (3 * g + 1) * head_size() : C + g * head_size();
+  }
+  int64_t v_offset(int64_t g) const {
+    return interleaved ? (3 * g + 2) * head_size() : C + (kv() + g) * head_size();
+  }
+  // Whether this is GPT-2's attention (blocked, one key/value head per query
+  // head, no ALiBi): the layout every backend computes.
+  bool plain() const { return kv() == H && !interleaved && alibi_heads == 0; }
 };
 
 template <typename T>
@@ -176,8 +206,44 @@ class Kernels {
                                       int64_t rows, int64_t C, T *dweight, T *dbias, T *scratch,
                                       int max_threads) const = 0;
 
+  // ---- RMSNorm over rows of C (LLaMA): out = weight * x * rstd,
+  // rstd = 1 / sqrt(mean(x^2) + eps)
+  // x [rows, C] -> out [rows, C], rstd [rows]; out16: out's bf16 copy (may be
+  // null; out may be null then, as LayerNormForwardStashing's).
+  virtual void RmsNormForward(const T *x, const T *weight, int64_t rows, int64_t C, double eps,
+                              T *out, uint16_t *out16, T *rstd) const = 0;
+  // res = a + b [rows, C], then RmsNormForward of res (AddLayerNormForward's shape).
+  virtual void AddRmsNormForward(const T *a, const T *b, T *res, const T *weight, int64_t rows,
+                                 int64_t C, double eps, T *out, uint16_t *out16, T *rstd) const {
+    Add(a, b, rows * C, res);
+    RmsNormForward(res, weight, rows, C, eps, out, out16, rstd);
+  }
+  // dx [rows, C] += the input gradient; dweight [C] += its gradient when
+  // non-null. scratch: [max_threads, C].
+  virtual void RmsNormBackward(const T *dout, const T *x, const T *weight, const T *rstd,
+                               int64_t rows, int64_t C, T *dx, T *dweight, T *scratch,
+                               int max_threads) const = 0;
+  // dweight [C] += the weight's gradient only. scratch: [max_threads, C].
+  virtual void RmsNormParamBackward(const T *dout, const T *x, const T *rstd, int64_t rows,
+                                    int64_t C, T *dweight, T *scratch, int max_threads) const = 0;
+
+  // ---- rotary position embeddings (LLaMA), in place on a packed qkv tensor
+  // [B, T, s.width()] (AttentionShape's layout): the query and key heads of
+  // every row rotated by its position's angles (rotate_half pairs);
+  // `inverse`: by the opposite angles (the backward, on their gradient).
+  virtual void Rotary(T *qkv, const AttentionShape &s, const math::RopeParams &rope,
+                      bool inverse) const = 0;
+
+  // ---- gated MLP activation (LLaMA's SwiGLU): out = silu(gate) * up, [n]
+  // each. out16: out's bf16 copy (may be null; out may be null then).
+  virtual void SiluMulForward(const T *gate, const T *up, int64_t n, T *out,
+                              uint16_t *out16) const = 0;
+  // dgate = dout * up * silu'(gate), dup = dout * silu(gate) (assign).
+  virtual void SiluMulBackward(const T *dout, const T *gate, const T *up, int64_t n, T *dgate,
+                               T *dup) const = 0;
+
   // ---- causal attention core (after the QKV projection)
-  // qkv [B, T, 3C] -> att [B, H, T, T] softmax probabilities (saved), y [B, T, C].
+  // qkv [B, T, s.width()] -> att [B, H, T, T] softmax probabilities (saved), y [B, T, C].
   virtual void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y,
                                 ComputeType compute) const = 0;
   // The same given also where the bf16 copies of qkv and att go (may be
@@ -195,7 +261,7 @@ class Kernels {
   // recomputes instead says no: the layer then saves an empty att and sizes
   // no [threads, T, T] scratch for it.
   virtual bool KeepsAttentionProbabilities(const AttentionShape &) const { return true; }
-  // dy [B, T, C] -> dqkv [B, T, 3C]. scratch: [threads, T, T].
+  // dy [B, T, C] -> dqkv [B, T, s.width()]. scratch: [threads, T, T].
   virtual void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionShape &s,
                                  T *dqkv, T *scratch, ComputeType compute) const = 0;
   // The same given also the bf16 copies of qkv and att (may be null; see
@@ -222,7 +288,7 @@ class Kernels {
   virtual void AddPositionsToRows(const T *wpe, int64_t first_row, int64_t rows, int64_t Tn,
                                   int64_t C, T *out) const = 0;
   // dwte [rows, C] += dout rows of the tokens in [first, first + rows);
-  // dwpe [T, C] += dout summed over the batch.
+  // dwpe [T, C] += dout summed over the batch (dwpe may be null: no learned positions).
   virtual void EmbeddingBackward(const T *dout, const int32_t *tokens, int64_t B, int64_t Tn,
                                  int64_t C, T *dwte, T *dwpe, int64_t first,
                                  int64_t rows) const = 0;

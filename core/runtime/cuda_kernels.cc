@@ -90,6 +90,12 @@ void CudaKernels::Check(int code, const char *kernel) const {
                                        t_.error_string(code));
 }
 
+void CudaKernels::NotBuilt(const char *kernel) const {
+  if (!error_.ok()) return;
+  error_ = NotSupported(std::string("CUDA kernel ") + kernel + " on " + name_ +
+                        " is not supported yet (the LLaMA and BLOOM layers run on the CPU only)");
+}
+
 bool CudaKernels::ReadyForHostWait(const char *kernel) const {
   if (!before_host_wait_) return true;
   Status st = before_host_wait_();
@@ -185,11 +191,13 @@ void CudaKernels::LayerNormParamBackward(const float *dout, const float *x, cons
 }
 void CudaKernels::AttentionForward(const float *qkv, const AttentionShape &s, float *att, float *y,
                                    ComputeType) const {
+  if (!s.plain()) return NotBuilt("AttentionForward (grouped-query, interleaved or ALiBi)");
   Check(t_.attention_forward(ctx_, qkv, s.B, s.T, s.C, s.H, att, y), "AttentionForward");
 }
 void CudaKernels::AttentionBackward(const float *dy, const float *qkv, const float *att,
                                     const AttentionShape &s, float *dqkv, float *,
                                     ComputeType) const {
+  if (!s.plain()) return NotBuilt("AttentionBackward (grouped-query, interleaved or ALiBi)");
   Check(t_.attention_backward(ctx_, dy, qkv, att, s.B, s.T, s.C, s.H, dqkv), "AttentionBackward");
 }
 void CudaKernels::EmbeddingForward(const int32_t *tokens, const float *wte, const float *wpe,

@@ -189,38 +189,54 @@ TEST(Bf16Layers, LinearForwardAddsTheBiasInTheGemmWithTheSameBits) {
   ExpectSameBits(y, want, "y");
 }
 
-// attention.h's kernels as they were: each GEMM rounds its own operands.
+// attention.h's kernels as they were: each GEMM rounds its own operands
+// (grouped-query heads adding into their key/value head's gradient in order;
+// ALiBi added to the scores).
 void AttentionPerGemm(const std::vector<float> &dy, const std::vector<float> &qkv,
                       const AttentionShape &s, std::vector<float> &att, std::vector<float> &y,
                       std::vector<float> &dqkv) {
-  const int64_t hs = s.head_size(), C3 = 3 * s.C, T = s.T;
+  const int64_t hs = s.head_size(), W = s.width(), T = s.T;
   const float scale = 1.0f / std::sqrt(float(hs));
   std::vector<float> ds(size_t(T * T));
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
-      const float *q = qkv.data() + b * T * C3 + h * hs, *k = q + s.C, *v = q + 2 * s.C;
+      const int64_t g = s.group(h);
+      const float *row = qkv.data() + b * T * W;
+      const float *q = row + s.q_offset(h), *k = row + s.k_offset(g), *v = row + s.v_offset(g);
       float *a = att.data() + (b * s.H + h) * T * T;
-      Gemm(ComputeType::kBf16, false, true, int(T), int(T), int(hs), scale, q, int(C3), k, int(C3),
+      Gemm(ComputeType::kBf16, false, true, int(T), int(T), int(hs), scale, q, int(W), k, int(W),
            0.0f, a, int(T));
-      for (int64_t t = 0; t < T; ++t) CausalSoftmaxRow(a + t * T, t, T);
-      Gemm(ComputeType::kBf16, false, false, int(T), int(hs), int(T), 1.0f, a, int(T), v, int(C3),
+      for (int64_t t = 0; t < T; ++t) {
+        AddAlibiRow(a + t * T, t, AlibiSlopeOf(s, h));
+        CausalSoftmaxRow(a + t * T, t, T);
+      }
+      Gemm(ComputeType::kBf16, false, false, int(T), int(hs), int(T), 1.0f, a, int(T), v, int(W),
            0.0f, y.data() + b * T * s.C + h * hs, int(s.C));
-      const float *g = dy.data() + b * T * s.C + h * hs;
-      float *dq = dqkv.data() + b * T * C3 + h * hs, *dk = dq + s.C, *dv = dq + 2 * s.C;
-      Gemm(ComputeType::kBf16, false, true, int(T), int(T), int(hs), 1.0f, g, int(s.C), v, int(C3),
+    }
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const int64_t g = s.group(h);
+      const float acc = h % s.group_size() == 0 ? 0.0f : 1.0f;
+      const float *row = qkv.data() + b * T * W;
+      const float *q = row + s.q_offset(h), *k = row + s.k_offset(g), *v = row + s.v_offset(g);
+      const float *a = att.data() + (b * s.H + h) * T * T;
+      const float *gy = dy.data() + b * T * s.C + h * hs;
+      float *drow = dqkv.data() + b * T * W;
+      float *dq = drow + s.q_offset(h), *dk = drow + s.k_offset(g), *dv = drow + s.v_offset(g);
+      Gemm(ComputeType::kBf16, false, true, int(T), int(T), int(hs), 1.0f, gy, int(s.C), v, int(W),
            0.0f, ds.data(), int(T));
-      Gemm(ComputeType::kBf16, true, false, int(T), int(hs), int(T), 1.0f, a, int(T), g, int(s.C),
-           0.0f, dv, int(C3));
+      Gemm(ComputeType::kBf16, true, false, int(T), int(hs), int(T), 1.0f, a, int(T), gy, int(s.C),
+           acc, dv, int(W));
       for (int64_t t = 0; t < T; ++t) CausalSoftmaxBackwardRow(a + t * T, ds.data() + t * T, t, T);
       Gemm(ComputeType::kBf16, false, false, int(T), int(hs), int(T), scale, ds.data(), int(T), k,
-           int(C3), 0.0f, dq, int(C3));
+           int(W), 0.0f, dq, int(W));
       Gemm(ComputeType::kBf16, true, false, int(T), int(hs), int(T), scale, ds.data(), int(T), q,
-           int(C3), 0.0f, dk, int(C3));
+           int(W), acc, dk, int(W));
     }
 }
 
 void CheckAttentionBf16(const AttentionShape &s) {
-  const std::vector<float> qkv = Normal(size_t(s.B * s.T * 3 * s.C), 31),
+  const std::vector<float> qkv = Normal(size_t(s.B * s.T * s.width()), 31),
                            dy = Normal(size_t(s.B * s.T * s.C), 32);
   std::vector<float> att(size_t(s.B * s.H * s.T * s.T)), y(size_t(s.B * s.T * s.C)),
       dqkv(qkv.size());
@@ -280,6 +296,22 @@ TEST(Bf16Layers, AttentionRoundsEachOperandOnceWithTheSameBits) {
   if (NoBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (needs AVX-512)";
   for (const AttentionShape s : {AttentionShape{2, 24, 32, 4}, AttentionShape{1, 160, 32, 2}}) {
     SCOPED_TRACE("T = " + std::to_string(s.T));
+    CheckAttentionBf16(s);
+  }
+}
+
+// The LLaMA and BLOOM layouts: grouped-query heads (two query heads per
+// key/value head, and multi-query), BLOOM's interleaved qkv with ALiBi.
+TEST(Bf16Layers, GroupedQueryInterleavedAndAlibiAttentionKeepTheSameBits) {
+  if (NoBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (needs AVX-512)";
+  AttentionShape gqa{2, 24, 64, 4}, mqa{1, 160, 32, 2}, bloom{2, 24, 48, 3};
+  gqa.kv_heads = 2;
+  mqa.kv_heads = 1;
+  bloom.interleaved = true;
+  bloom.alibi_heads = 6;
+  bloom.first_head = 3;
+  for (const AttentionShape &s : {gqa, mqa, bloom}) {
+    SCOPED_TRACE("kv " + std::to_string(s.kv()) + ", T = " + std::to_string(s.T));
     CheckAttentionBf16(s);
   }
 }

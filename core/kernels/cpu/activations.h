@@ -68,6 +68,35 @@ inline void GeluBackward(const float *dout, const float *x, const uint16_t *x16,
   }
 }
 
+// The gated MLP's activation (SwiGLU): out = silu(gate) * up [n]. out16
+// (float; may be null): out rounded to bf16 block by block; out may then be
+// null (only the copy written).
+template <typename T>
+void SiluMulForward(const T *gate, const T *up, int64_t n, T *out, uint16_t *out16 = nullptr) {
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < (n + kElementBlock - 1) / kElementBlock; ++b) {
+    const int64_t begin = b * kElementBlock, end = std::min(n, begin + kElementBlock);
+    T *o = out != nullptr ? out + begin : nullptr;
+    if constexpr (std::is_same_v<T, float>)
+      if (o == nullptr) o = BlockBuffer();
+    for (int64_t i = begin; i < end; ++i) o[i - begin] = math::Silu(gate[i]) * up[i];
+    if constexpr (std::is_same_v<T, float>)
+      if (out16 != nullptr) RoundRowToBf16(o, out16 + begin, end - begin);
+  }
+}
+
+// dgate = dout * up * silu'(gate), dup = dout * silu(gate) (assign; either
+// may alias dout... not both).
+template <typename T>
+void SiluMulBackward(const T *dout, const T *gate, const T *up, int64_t n, T *dgate, T *dup) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const T g = gate[i], u = up[i], d = dout[i];
+    dgate[i] = d * u * math::SiluGrad(g);
+    dup[i] = d * math::Silu(g);
+  }
+}
+
 template <typename T>
 void ReluForward(const T *x, int64_t n, T *out) {
 #pragma omp parallel for simd schedule(static)

@@ -1,10 +1,15 @@
-// Causal multi-head self-attention core (after the QKV projection):
-//   qkv  [B, T, 3C]  with q = [..., 0:C], k = [..., C:2C], v = [..., 2C:3C],
-//        heads of size hs = C / H laid out contiguously inside each of q, k, v;
-//   att  [B, H, T, T] softmax(q k^T / sqrt(hs)) with the causal mask (saved);
+// Causal multi-head self-attention core (after the QKV projection), in the
+// layouts AttentionShape (core/kernels/kernels.h) names:
+//   qkv  [B, T, W]  W = s.width(): the query, key and value heads of each row
+//        (blocked [q | k | v], or BLOOM's interleaved [q k v] per head);
+//   att  [B, H, T, T] softmax(q k^T / sqrt(hs) + ALiBi) with the causal mask (saved);
 //   y    [B, T, C]    att v, heads merged.
-// Each (b, h) pair is one task; tasks run in parallel, their GEMMs single-threaded
-// (OpenMP regions do not nest). `compute`: what the GEMMs multiply in.
+// Grouped-query attention: query head h reads key/value head s.group(h).
+// The forward runs one (b, h) pair per task; the backward one (b, key/value
+// head) per task, the group's query heads in order, each adding its part of
+// the key and value gradients. Tasks run in parallel, their GEMMs
+// single-threaded (OpenMP regions do not nest). `compute`: what the GEMMs
+// multiply in.
 #pragma once
 
 #include <omp.h>
@@ -45,6 +50,17 @@ inline void CausalSoftmaxBackwardRow(const T *ar, T *dr, int64_t t, int64_t widt
   for (int64_t j = t + 1; j < width; ++j) dr[j] = T(0);
 }
 
+// ALiBi: the scores of row t of query head h (this call's) get
+// slope x key position added, j = 0..t (BLOOM's bias; a no-op without ALiBi).
+inline float AlibiSlopeOf(const AttentionShape &s, int64_t h) {
+  return s.alibi_heads > 0 ? math::AlibiSlope(s.first_head + h, s.alibi_heads) : 0.0f;
+}
+template <typename T>
+inline void AddAlibiRow(T *row, int64_t t, float slope) {
+  if (slope == 0.0f) return;
+  for (int64_t j = 0; j <= t; ++j) row[j] += T(slope * float(j));
+}
+
 // The bf16 backward's GEMMs skip the masked blocks: query rows in blocks of
 // kCausalBlock (rows [r0, r1) need the key columns [0, r1) only), and the
 // transposed products by the same blocks of key rows (reached by the query
@@ -79,24 +95,29 @@ void AttentionForward(const T *qkv, const AttentionShape &s, T *att, T *y,
   if constexpr (std::is_same_v<T, float>)
     if (compute == ComputeType::kBf16) return AttentionForwardBf16(qkv, s, att, y, qkv16, att16);
   (void)qkv16, (void)att16;
-  const int64_t hs = s.head_size(), C3 = 3 * s.C;
+  const int64_t hs = s.head_size(), W = s.width();
   const T scale = T(1) / std::sqrt(T(hs));
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
-    const int64_t b = bh / s.H, h = bh % s.H;
-    const T *q = qkv + b * s.T * C3 + h * hs;
-    const T *k = q + s.C;
-    const T *v = q + 2 * s.C;
+    const int64_t b = bh / s.H, h = bh % s.H, g = s.group(h);
+    const T *row0 = qkv + b * s.T * W;
+    const T *q = row0 + s.q_offset(h);
+    const T *k = row0 + s.k_offset(g);
+    const T *v = row0 + s.v_offset(g);
     T *a = att + bh * s.T * s.T;
-    Gemm(compute, false, true, int(s.T), int(s.T), int(hs), scale, q, int(C3), k, int(C3), T(0), a,
+    const float slope = AlibiSlopeOf(s, h);
+    Gemm(compute, false, true, int(s.T), int(s.T), int(hs), scale, q, int(W), k, int(W), T(0), a,
          int(s.T));
-    for (int64_t t = 0; t < s.T; ++t) CausalSoftmaxRow(a + t * s.T, t, s.T);
-    Gemm(compute, false, false, int(s.T), int(hs), int(s.T), T(1), a, int(s.T), v, int(C3), T(0),
+    for (int64_t t = 0; t < s.T; ++t) {
+      AddAlibiRow(a + t * s.T, t, slope);
+      CausalSoftmaxRow(a + t * s.T, t, s.T);
+    }
+    Gemm(compute, false, false, int(s.T), int(hs), int(s.T), T(1), a, int(s.T), v, int(W), T(0),
          y + b * s.T * s.C + h * hs, int(s.C));
   }
 }
 
-// dqkv (assigns): [B, T, 3C]. scratch: [max_threads, T, T].
+// dqkv (assigns): [B, T, W]. scratch: [max_threads, T, T].
 template <typename T>
 void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionShape &s, T *dqkv,
                        T *scratch, ComputeType compute = ComputeType::kFp32,
@@ -105,32 +126,37 @@ void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionS
     if (compute == ComputeType::kBf16)
       return AttentionBackwardBf16(dy, qkv, qkv16, att, att16, s, dqkv, scratch);
   (void)qkv16, (void)att16;
-  const int64_t hs = s.head_size(), C3 = 3 * s.C;
+  const int64_t hs = s.head_size(), W = s.width(), kv = s.kv(), rep = s.group_size();
   const T scale = T(1) / std::sqrt(T(hs));
 #pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
-    const int64_t b = bh / s.H, h = bh % s.H;
-    const T *q = qkv + b * s.T * C3 + h * hs;
-    const T *k = q + s.C;
-    const T *v = q + 2 * s.C;
-    T *dq = dqkv + b * s.T * C3 + h * hs;
-    T *dk = dq + s.C;
-    T *dv = dq + 2 * s.C;
-    const T *a = att + bh * s.T * s.T;
-    const T *g = dy + b * s.T * s.C + h * hs;
+  for (int64_t bg = 0; bg < s.B * kv; ++bg) {
+    const int64_t b = bg / kv, g = bg % kv;
+    const T *row0 = qkv + b * s.T * W;
+    T *drow0 = dqkv + b * s.T * W;
+    const T *k = row0 + s.k_offset(g);
+    const T *v = row0 + s.v_offset(g);
+    T *dk = drow0 + s.k_offset(g);
+    T *dv = drow0 + s.v_offset(g);
     T *dscore = scratch + int64_t(omp_get_thread_num()) * s.T * s.T;
-    // d att = dy v^T ; dv = att^T dy
-    Gemm(compute, false, true, int(s.T), int(s.T), int(hs), T(1), g, int(s.C), v, int(C3), T(0),
-         dscore, int(s.T));
-    Gemm(compute, true, false, int(s.T), int(hs), int(s.T), T(1), a, int(s.T), g, int(s.C), T(0),
-         dv, int(C3));
-    for (int64_t t = 0; t < s.T; ++t)
-      CausalSoftmaxBackwardRow(a + t * s.T, dscore + t * s.T, t, s.T);
-    // dq = scale ds k ; dk = scale ds^T q
-    Gemm(compute, false, false, int(s.T), int(hs), int(s.T), scale, dscore, int(s.T), k, int(C3),
-         T(0), dq, int(C3));
-    Gemm(compute, true, false, int(s.T), int(hs), int(s.T), scale, dscore, int(s.T), q, int(C3),
-         T(0), dk, int(C3));
+    for (int64_t h = g * rep; h < (g + 1) * rep; ++h) {
+      const T *q = row0 + s.q_offset(h);
+      T *dq = drow0 + s.q_offset(h);
+      const T *a = att + (b * s.H + h) * s.T * s.T;
+      const T *gy = dy + b * s.T * s.C + h * hs;
+      const T acc = h == g * rep ? T(0) : T(1);  // the group's later heads add to dk, dv
+      // d att = dy v^T ; dv (+)= att^T dy
+      Gemm(compute, false, true, int(s.T), int(s.T), int(hs), T(1), gy, int(s.C), v, int(W), T(0),
+           dscore, int(s.T));
+      Gemm(compute, true, false, int(s.T), int(hs), int(s.T), T(1), a, int(s.T), gy, int(s.C), acc,
+           dv, int(W));
+      for (int64_t t = 0; t < s.T; ++t)
+        CausalSoftmaxBackwardRow(a + t * s.T, dscore + t * s.T, t, s.T);
+      // dq = scale ds k ; dk (+)= scale ds^T q
+      Gemm(compute, false, false, int(s.T), int(hs), int(s.T), scale, dscore, int(s.T), k, int(W),
+           T(0), dq, int(W));
+      Gemm(compute, true, false, int(s.T), int(hs), int(s.T), scale, dscore, int(s.T), q, int(W),
+           acc, dk, int(W));
+    }
   }
 }
 

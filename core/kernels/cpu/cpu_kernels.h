@@ -17,6 +17,8 @@
 #include "core/kernels/cpu/layernorm.h"
 #include "core/kernels/cpu/linear.h"
 #include "core/kernels/cpu/loss.h"
+#include "core/kernels/cpu/rmsnorm.h"
+#include "core/kernels/cpu/rotary.h"
 #include "core/kernels/cpu/vector_math.h"
 #include "core/kernels/kernels.h"
 
@@ -227,6 +229,42 @@ class CpuKernels final : public Kernels<T> {
                               int max_threads) const override {
     Scope s("LayerNormParamBackward");
     cpu::LayerNormParamBackward(dout, x, mean, rstd, rows, C, dweight, dbias, scratch, max_threads);
+  }
+
+  void RmsNormForward(const T *x, const T *weight, int64_t rows, int64_t C, double eps, T *out,
+                      uint16_t *out16, T *rstd) const override {
+    Scope s("RmsNormForward");
+    cpu::RmsNormForward(x, weight, rows, C, eps, out, rstd, out16);
+  }
+  void AddRmsNormForward(const T *a, const T *b, T *res, const T *weight, int64_t rows, int64_t C,
+                         double eps, T *out, uint16_t *out16, T *rstd) const override {
+    Scope s("AddRmsNormForward");
+    cpu::AddRmsNormForward(a, b, res, weight, rows, C, eps, out, rstd, out16);
+  }
+  void RmsNormBackward(const T *dout, const T *x, const T *weight, const T *rstd, int64_t rows,
+                       int64_t C, T *dx, T *dweight, T *scratch, int max_threads) const override {
+    Scope s("RmsNormBackward");
+    cpu::RmsNormBackward(dout, x, weight, rstd, rows, C, dx, dweight, scratch, max_threads);
+  }
+  void RmsNormParamBackward(const T *dout, const T *x, const T *rstd, int64_t rows, int64_t C,
+                            T *dweight, T *scratch, int max_threads) const override {
+    Scope s("RmsNormParamBackward");
+    cpu::RmsNormParamBackward(dout, x, rstd, rows, C, dweight, scratch, max_threads);
+  }
+  void Rotary(T *qkv, const AttentionShape &shape, const math::RopeParams &rope,
+              bool inverse) const override {
+    Scope s("Rotary");
+    cpu::RotaryForward(qkv, shape, rope, inverse);
+  }
+  void SiluMulForward(const T *gate, const T *up, int64_t n, T *out,
+                      uint16_t *out16) const override {
+    Scope s("SiluMulForward");
+    cpu::SiluMulForward(gate, up, n, out, out16);
+  }
+  void SiluMulBackward(const T *dout, const T *gate, const T *up, int64_t n, T *dgate,
+                       T *dup) const override {
+    Scope s("SiluMulBackward");
+    cpu::SiluMulBackward(dout, gate, up, n, dgate, dup);
   }
 
   void AttentionForward(const T *qkv, const AttentionShape &shape, T *att, T *y,

@@ -60,7 +60,7 @@ void AddPositions(const T *wpe, int64_t B, int64_t Tn, int64_t C, T *out) {
 // dwte, dwpe (+=). Serial over rows: tokens repeat, and the scatter is cheap
 // next to the GEMMs; parallel over feature blocks keeps it race-free. A
 // vocabulary-parallel rank holds wte rows [first, first + rows) only: other
-// tokens add to dwpe alone.
+// tokens add to dwpe alone. dwpe may be null (no learned positions).
 template <typename T>
 void EmbeddingBackward(const T *dout, const int32_t *tokens, int64_t B, int64_t Tn, int64_t C,
                        T *dwte, T *dwpe, int64_t first = 0,
@@ -73,16 +73,13 @@ void EmbeddingBackward(const T *dout, const int32_t *tokens, int64_t B, int64_t 
     for (int64_t bt = 0; bt < B * Tn; ++bt) {
       const T *g = dout + bt * C;
       const int64_t row = int64_t(tokens[bt]) - first;
-      T *pe = dwpe + (bt % Tn) * C;
-      if (row < 0 || row >= rows) {
+      if (dwpe != nullptr) {
+        T *pe = dwpe + (bt % Tn) * C;
         for (int64_t i = i0; i < i1; ++i) pe[i] += g[i];
-        continue;
       }
+      if (row < 0 || row >= rows) continue;
       T *te = dwte + row * C;
-      for (int64_t i = i0; i < i1; ++i) {
-        te[i] += g[i];
-        pe[i] += g[i];
-      }
+      for (int64_t i = i0; i < i1; ++i) te[i] += g[i];
     }
   }
 }
