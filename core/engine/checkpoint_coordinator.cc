@@ -22,7 +22,7 @@
 #include "core/common/log.h"
 #include "core/engine/checkpoint_coordinator.h"
 #include "core/engine/rank_reports.h"
-#include "core/tensor_parallel/tp_tensors.h"
+#include "core/layers/tp_tensors.h"
 
 namespace dst {
 

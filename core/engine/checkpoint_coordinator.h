@@ -21,7 +21,7 @@
 #include "core/config/config.h"
 #include "core/engine/executor.h"
 #include "core/model/model_spec.h"
-#include "core/model/params.h"
+#include "core/layers/params.h"
 #include "core/precision/loss_scaler.h"
 #include "core/zero/parallelism.h"
 

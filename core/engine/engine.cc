@@ -28,7 +28,7 @@
 #include "core/optim/clip.h"
 #include "core/optim/lr_schedule.h"
 #include "core/runtime/threads.h"
-#include "core/tensor_parallel/tp_tensors.h"
+#include "core/layers/tp_tensors.h"
 #include "core/zero/data_parallel.h"
 #include "metrics/monitor.h"
 

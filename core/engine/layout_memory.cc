@@ -8,7 +8,7 @@
 #include "core/kernels/cpu/gemm.h"
 #include "core/model/model.h"
 #include "core/runtime/cuda_kernel_table.h"
-#include "core/tensor_parallel/tp_plan.h"
+#include "core/model/tp_plan.h"
 #include "core/zero/memory_estimate.h"
 #include "core/zero/param_partition.h"
 #include "core/zero/partition_plan.h"

@@ -14,7 +14,7 @@
 #include "core/common/status.h"
 #include "core/config/config.h"
 #include "core/model/activation_store.h"
-#include "core/model/layer.h"
+#include "core/layers/layer.h"
 #include "core/model/model_spec.h"
 #include "core/pipeline/stage_plan.h"
 

@@ -35,7 +35,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/model/layer.h"
+#include "core/layers/layer.h"
 #include "core/precision/half_ops.h"
 #include "core/runtime/memory.h"
 

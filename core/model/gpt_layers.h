@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "core/model/layer.h"
+#include "core/layers/layer.h"
 #include "core/tensor_parallel/tp_group.h"
 
 namespace dst {

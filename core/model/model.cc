@@ -6,7 +6,7 @@
 
 #include "core/model/gpt_layers.h"
 #include "core/model/sequential_layers.h"
-#include "core/tensor_parallel/tp_linear.h"
+#include "core/layers/tp_linear.h"
 
 namespace dst {
 

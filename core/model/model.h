@@ -9,11 +9,11 @@
 
 #include "core/common/status.h"
 #include "core/model/activation_store.h"
-#include "core/model/layer.h"
+#include "core/layers/layer.h"
 #include "core/model/model_spec.h"
-#include "core/model/params.h"
+#include "core/layers/params.h"
 #include "core/precision/half_ops.h"
-#include "core/tensor_parallel/tp_plan.h"
+#include "core/model/tp_plan.h"
 
 namespace dst {
 

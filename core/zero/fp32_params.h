@@ -17,7 +17,7 @@
 
 #include "core/comm/communicator.h"
 #include "core/kernels/step_kernels.h"
-#include "core/model/params.h"
+#include "core/layers/params.h"
 #include "core/runtime/memory.h"
 #include "core/zero/partition_plan.h"
 #include "core/zero/shard_layout.h"

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
-#include "core/model/params.h"
+#include "core/layers/params.h"
 #include "core/runtime/memory.h"
 #include "core/zero/partition_plan.h"
 #include "core/zero/shard_layout.h"

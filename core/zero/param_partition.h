@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
-#include "core/model/params.h"
+#include "core/layers/params.h"
 #include "core/offload/param_swap.h"
 #include "core/runtime/memory.h"
 #include "core/zero/partition_plan.h"

@@ -14,7 +14,7 @@
 
 #include "core/common/status.h"
 #include "core/model/model_spec.h"
-#include "core/model/params.h"
+#include "core/layers/params.h"
 
 namespace dst {
 

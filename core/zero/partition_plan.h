@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/model/model.h"
-#include "core/model/params.h"
+#include "core/layers/params.h"
 
 namespace dst {
 

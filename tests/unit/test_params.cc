@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "core/model/params.h"
+#include "core/layers/params.h"
 
 namespace dst {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "core/checkpoint/checksum.h"
 #include "core/checkpoint/reshard.h"
-#include "core/model/params.h"
+#include "core/layers/params.h"
 
 namespace dst {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "core/model/model.h"
 #include "core/model/model_spec.h"
-#include "core/tensor_parallel/tp_plan.h"
-#include "core/tensor_parallel/tp_tensors.h"
+#include "core/model/tp_plan.h"
+#include "core/layers/tp_tensors.h"
 
 namespace dst {
 namespace {

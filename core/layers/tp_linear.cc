@@ -1,4 +1,4 @@
-#include "core/tensor_parallel/tp_linear.h"
+#include "core/layers/tp_linear.h"
 
 #include <cmath>
 #include <type_traits>

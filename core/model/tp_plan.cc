@@ -1,4 +1,4 @@
-#include "core/tensor_parallel/tp_plan.h"
+#include "core/model/tp_plan.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "core/model/module_type.h"
+#include "core/layers/module_type.h"
 
 namespace dst {
 

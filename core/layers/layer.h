@@ -18,8 +18,8 @@
 #include "core/common/status.h"
 #include "core/kernels/compute_type.h"
 #include "core/kernels/kernels.h"
-#include "core/model/module_type.h"
-#include "core/model/params.h"
+#include "core/layers/module_type.h"
+#include "core/layers/params.h"
 #include "core/runtime/memory.h"
 
 namespace dst {

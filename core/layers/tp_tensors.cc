@@ -1,4 +1,4 @@
-#include "core/tensor_parallel/tp_tensors.h"
+#include "core/layers/tp_tensors.h"
 
 #include <algorithm>
 #include <vector>

@@ -24,18 +24,11 @@
 #include "core/common/status.h"
 #include "core/model/model_spec.h"
 #include "core/tensor_parallel/tp_group.h"
+#include "core/tensor_parallel/tp_role.h"
 
 namespace dst {
 
-enum class TpRole {
-  kReplicated,      // whole on every tp rank (LayerNorm, a loss, or tp = 1)
-  kColumn,          // Linear: output features split, output stays split
-  kColumnGathered,  // Linear: output features split, output all-gathered
-  kRow,             // Linear: input features split, output all-reduced
-  kLocalSlice,      // element-wise layer between a column and a row Linear
-  kHeads,           // GPT block: H / tp heads and 4C / tp MLP features per rank
-  kVocab,           // GPT embedding / tied head: V / tp vocabulary rows per rank
-};
+
 
 // The role of each layer of the whole model (sequential: its layers, then
 // the loss) at tensor-parallel size `tp`; all kReplicated at tp = 1.

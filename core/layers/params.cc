@@ -1,4 +1,4 @@
-#include "core/model/params.h"
+#include "core/layers/params.h"
 
 #include <algorithm>
 #include <cstring>

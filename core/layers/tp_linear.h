@@ -27,8 +27,9 @@
 
 #include <string>
 
-#include "core/model/layer.h"
-#include "core/tensor_parallel/tp_plan.h"
+#include "core/layers/layer.h"
+#include "core/tensor_parallel/tp_group.h"
+#include "core/tensor_parallel/tp_role.h"
 
 namespace dst {
 

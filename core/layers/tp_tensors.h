@@ -3,8 +3,8 @@
 #pragma once
 
 #include "core/common/status.h"
-#include "core/model/params.h"
-#include "core/tensor_parallel/tp_plan.h"
+#include "core/layers/params.h"
+#include "core/tensor_parallel/tp_group.h"
 
 namespace dst {
 
