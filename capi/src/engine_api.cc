@@ -180,7 +180,7 @@ dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *
   const dst::EngineInfo in = engine->engine->Info();
   dst_engine_info_t out{};
   out.model_type =
-      in.model_type == dst::ModelSpec::Type::kGpt ? DST_MODEL_GPT : DST_MODEL_SEQUENTIAL;
+      in.model_type == dst::ModelSpec::Type::kSequential ? DST_MODEL_SEQUENTIAL : DST_MODEL_GPT;
   out.loss_type = in.loss == dst::ModelSpec::Loss::kMse ? DST_LOSS_MSE : DST_LOSS_CROSS_ENTROPY;
   out.num_parameters = in.num_parameters;
   out.train_batch_size = in.train_batch_size;

@@ -80,8 +80,8 @@ struct ZeroConfig {
 
 // The layer types zero_allowed_param_types / zero_force_param_types name
 // (core/zero/param_types.h maps the tensors onto them).
-inline constexpr std::array<std::string_view, 5> kZeroParamTypes = {
-    "Linear", "Embedding", "LayerNorm", "Attention", "CrossAttention"};
+inline constexpr std::array<std::string_view, 6> kZeroParamTypes = {
+    "Linear", "Embedding", "LayerNorm", "RMSNorm", "Attention", "CrossAttention"};
 
 // DeepSpeed's "aio" section: how the NVMe tier talks to its files.
 struct AioConfig {

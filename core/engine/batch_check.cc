@@ -55,11 +55,13 @@ Status CheckActivationSizes(const ModelSpec &spec, int64_t micro) {
     std::vector<int64_t> factors;
   };
   std::vector<Product> products;
-  if (spec.type == ModelSpec::Type::kGpt) {
-    const GptDims &g = spec.gpt;
-    const int64_t widest = std::max({4 * g.d_model, 3 * g.d_model, g.vocab});
-    products.push_back({"train_micro_batch_size_per_gpu x n_ctx x max(4 d_model, vocab_size)",
-                        {micro, g.n_ctx, widest}});
+  if (spec.IsLanguageModel()) {
+    const TransformerSpec &g = spec.lm;
+    const int64_t qkv = (g.n_head + 2 * g.kv_heads()) * g.head_size();
+    const int64_t widest = std::max({g.ffn_size(), qkv, g.d_model, g.vocab});
+    products.push_back(
+        {"train_micro_batch_size_per_gpu x n_ctx x max(the MLP's features, vocab_size)",
+         {micro, g.n_ctx, widest}});
     products.push_back({"train_micro_batch_size_per_gpu x n_head x n_ctx x n_ctx",
                         {micro, g.n_head, g.n_ctx, g.n_ctx}});
   } else {
@@ -103,11 +105,11 @@ Result<int64_t> CheckBatch(const BatchView &b, const ModelSpec &spec, int64_t mi
     return InvalidArgument(std::string(call) + ": n_samples is " + std::to_string(n) +
                            "; it must be a positive multiple of train_micro_batch_size_per_gpu " +
                            std::to_string(micro));
-  if (spec.type == ModelSpec::Type::kGpt) {
+  if (spec.IsLanguageModel()) {
     const int64_t T = int64_t(b.seq_len);
-    if (T < 1 || T > spec.gpt.n_ctx)
+    if (T < 1 || T > spec.lm.n_ctx)
       return InvalidArgument(std::string(call) + ": seq_len is " + std::to_string(T) +
-                             "; it must be in [1, n_ctx = " + std::to_string(spec.gpt.n_ctx) + "]");
+                             "; it must be in [1, n_ctx = " + std::to_string(spec.lm.n_ctx) + "]");
     if ((micro * T) % row_split != 0)
       return InvalidArgument(
           std::string(call) + ": tensor_parallel.sequence_parallel splits each micro-batch's " +
@@ -122,8 +124,8 @@ Result<int64_t> CheckBatch(const BatchView &b, const ModelSpec &spec, int64_t mi
     const size_t want = product.value();
     DST_RETURN_IF_ERROR(CheckCount(call, "tokens", b.tokens, b.tokens_count, want, formula));
     DST_RETURN_IF_ERROR(CheckCount(call, "targets", b.targets, b.targets_count, want, formula));
-    DST_RETURN_IF_ERROR(CheckTokenRange(b.tokens, want, spec.gpt.vocab, false, "tokens", call));
-    DST_RETURN_IF_ERROR(CheckTokenRange(b.targets, want, spec.gpt.vocab, true, "targets", call));
+    DST_RETURN_IF_ERROR(CheckTokenRange(b.tokens, want, spec.lm.vocab, false, "tokens", call));
+    DST_RETURN_IF_ERROR(CheckTokenRange(b.targets, want, spec.lm.vocab, true, "targets", call));
   } else {
     if (micro % row_split != 0)
       return InvalidArgument(

@@ -29,6 +29,7 @@
 #include "core/optim/lr_schedule.h"
 #include "core/runtime/threads.h"
 #include "core/layers/tp_tensors.h"
+#include "core/model/family.h"
 #include "core/zero/data_parallel.h"
 #include "metrics/monitor.h"
 
@@ -136,10 +137,10 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
       profiler_->OnCollective(kind, r);
     });
   ActivationLimits limits = ActivationLimitsFor(config_, spec, MaxThreads());
-  if (device_ && spec.type == ModelSpec::Type::kGpt)  // a fused attention saves no probabilities
+  if (device_ && spec.IsLanguageModel())  // a fused attention saves no probabilities
     limits.attention_probabilities = device_->kernels().KeepsAttentionProbabilities(
-        {limits.max_B, limits.max_T, spec.gpt.d_model / config_.tp_size,
-         spec.gpt.n_head / config_.tp_size});
+        {limits.max_B, limits.max_T, spec.lm.n_head * spec.lm.head_size() / config_.tp_size,
+         spec.lm.n_head / config_.tp_size});
   const int64_t pp_rank = groups_.coord.pp;
   const ActivationOptions activations =
       ActivationOptionsFor(config_, plan_ ? &*plan_ : nullptr, pp_rank);
@@ -198,7 +199,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   if (device_) telemetry.device = device_->name();
   telemetry.comm = &comm_stats_;
   telemetry.store = store_.get();
-  telemetry.gpt = spec.type == ModelSpec::Type::kGpt;
+  telemetry.gpt = spec.IsLanguageModel();
   telemetry.num_parameters = model_->params().size();
   telemetry.flops_per_sample_token = 3.0 * model_->ForwardFlops(1, T) / double(T);
   double model_flops = 0;
@@ -228,9 +229,9 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   state.whole_decls = &whole_decls_;
   state.num_parameters = CountParameters(spec);
   state.local_parameters = model_->params().size();
-  const bool last_stage_of_gpt =
-      plan_ && spec.type == ModelSpec::Type::kGpt && groups_.coord.pp == config_.pp_size - 1;
-  if (last_stage_of_gpt) state.not_saved.push_back("transformer.wte.weight");
+  const std::string tied_name = TiedWeightName(spec);  // the last stage's copy is not saved
+  if (plan_ && !tied_name.empty() && groups_.coord.pp == config_.pp_size - 1)
+    state.not_saved.push_back(tied_name);
   if (groups_.coord.tp > 0)  // tp rank 0 saves the tensors every tp rank holds whole
     for (const ParamDecl &d : model_->params().decls())
       if (!d.split.split()) state.not_saved.push_back(d.name);
@@ -270,8 +271,9 @@ void Engine::SetUpPipeline(const ActivationLimits &limits) {
         if (d.name == whole_decls_[k].name) holder_[k] = r;
   }
   int tied = -1;
-  if (model_->spec().type == ModelSpec::Type::kGpt && (pp_rank == 0 || pp_rank == p - 1))
-    tied = model_->params().Find("transformer.wte.weight");
+  const std::string tied_name = TiedWeightName(model_->spec());
+  if (!tied_name.empty() && (pp_rank == 0 || pp_rank == p - 1))
+    tied = model_->params().Find(tied_name);
   const int64_t numel = tied >= 0 ? model_->params().decls()[size_t(tied)].numel : 0;
   tied_ = std::make_unique<TiedWeights>(groups_.pp_p2p.get(), tied, numel, pp_rank == 0 ? p - 1 : 0,
                                         &memory_, device_ ? device_->memory() : nullptr);
@@ -347,7 +349,7 @@ void Engine::Abort() {
 
 EngineInfo Engine::Info() const {
   const ModelSpec &spec = model_->spec();
-  const bool gpt = spec.type == ModelSpec::Type::kGpt;
+  const bool gpt = spec.IsLanguageModel();
   EngineInfo info{};
   info.model_type = spec.type;
   info.loss = spec.loss;
@@ -358,10 +360,10 @@ EngineInfo Engine::Info() const {
   info.dp_size = config_.dp_size;
   info.rank = env_.rank;
   info.world_size = env_.world_size;
-  info.seq_len = gpt ? spec.gpt.n_ctx : 0;
-  info.vocab_size = gpt ? spec.gpt.vocab : 0;
+  info.seq_len = gpt ? spec.lm.n_ctx : 0;
+  info.vocab_size = gpt ? spec.lm.vocab : 0;
   info.input_dim = gpt ? 0 : spec.input_dim;
-  info.output_dim = gpt ? spec.gpt.vocab : spec.SequentialOutputDim();
+  info.output_dim = gpt ? spec.lm.vocab : spec.SequentialOutputDim();
   info.dp_rank = groups_.coord.dp;
   info.pp_size = config_.pp_size;
   info.pp_rank = groups_.coord.pp;

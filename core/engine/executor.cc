@@ -33,7 +33,7 @@ MicroBatch<float> Executor::MicroBatchAt(const BatchView &b, int64_t index) cons
   MicroBatch<float> mb;
   mb.B = config_.train_micro_batch_size_per_gpu;
   const int64_t first = index * mb.B;
-  if (spec.type == ModelSpec::Type::kGpt) {
+  if (spec.IsLanguageModel()) {
     mb.seq = int64_t(b.seq_len);
     mb.tokens = b.tokens + first * mb.seq;
     mb.targets = b.targets + first * mb.seq;
@@ -120,7 +120,7 @@ Status Executor::Finish(const BatchView &batch, double loss_sum,
     rec->phases.send_grad = t.send_grad, rec->phases.recv_grad = t.recv_grad;
   }
   rec->samples = int64_t(batch.n_samples) * config_.dp_size;
-  const bool gpt = model_->spec().type == ModelSpec::Type::kGpt;
+  const bool gpt = model_->spec().IsLanguageModel();
   rec->tokens = rec->samples * (gpt ? int64_t(batch.seq_len) : 1);
   return Status::Ok();
 }

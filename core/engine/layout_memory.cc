@@ -18,14 +18,14 @@ namespace dst {
 ActivationLimits ActivationLimitsFor(const Config &config, const ModelSpec &spec, int threads) {
   ActivationLimits limits;
   limits.max_B = config.train_micro_batch_size_per_gpu;
-  limits.max_T = spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
+  limits.max_T = spec.IsLanguageModel() ? spec.lm.n_ctx : 1;
   limits.max_threads = threads;
   // On a GPU the fused attention saves no probabilities where it takes the
   // shape (the CUDA plugin's rule; the engine asks its kernels instead).
-  if (config.runtime.device == "cuda" && spec.type == ModelSpec::Type::kGpt)
+  if (config.runtime.device == "cuda" && spec.IsLanguageModel())
     limits.attention_probabilities =
-        !dst_cuda_fused_attention_takes(long(limits.max_B), long(spec.gpt.d_model / config.tp_size),
-                                        long(spec.gpt.n_head / config.tp_size));
+        !dst_cuda_fused_attention_takes(long(limits.max_B), long(spec.lm.d_model / config.tp_size),
+                                        long(spec.lm.n_head / config.tp_size));
   return limits;
 }
 

@@ -98,6 +98,24 @@ struct SavedTensorSpec {
   bool bf16_alone = false;
 };
 
+// A saved tensor as its producer writes it and its readers read it: the
+// fp32 values (null when only the bf16 copy is kept) and the bf16 copy in
+// the 16-bit stash (null when there is none; LayerActivations::bf16).
+template <typename T>
+struct Operand {
+  T *fp32 = nullptr;
+  uint16_t *bf16 = nullptr;
+  bool only16 = false;
+  // What a producer writes: the bf16 copy alone when that is all that is
+  // kept (else null: the reader's GEMM or the store rounds the fp32 values).
+  uint16_t *Bf16Only() const { return only16 ? bf16 : nullptr; }
+  // The operand after a GEMM has written its bf16 copy: the next GEMM reads
+  // the copy (fp32 null) instead of rounding the values again.
+  Operand CopyWritten() const { return bf16 != nullptr ? Operand{nullptr, bf16, true} : *this; }
+  // Plain fp32 values with no copy (a gathered or scratch tensor).
+  static Operand Of(T *x) { return {x, nullptr, false}; }
+};
+
 // One micro-batch's saved activations of one layer: a pointer per tensor the
 // layer declared (in its order), and the loss of a loss layer.
 template <typename T>
@@ -117,6 +135,7 @@ struct LayerActivations {
   double loss = 0;      // loss layers: the mean loss of this micro-batch
   int64_t counted = 0;  // loss layers: targets that were not ignored
   T *operator[](size_t i) const { return tensors[i]; }
+  Operand<T> Op(size_t i) const { return {tensors[i], Bf16(i), Only16(i)}; }
   uint16_t *Bf16(size_t i) const { return i < bf16.size() ? bf16[i] : nullptr; }
   bool Only16(size_t i) const { return i < only16.size() && only16[i] != 0; }
   // What a producer writes: the fp32 tensor (null when only the bf16 copy

@@ -12,6 +12,8 @@ std::string_view ModuleName(ModuleType t) {
       return "Attention";
     case ModuleType::kLinear:
       return "Linear";
+    case ModuleType::kRmsNorm:
+      return "RMSNorm";
     case ModuleType::kWhole:
       break;
   }
@@ -22,7 +24,7 @@ ModuleSet ModuleSetOf(const std::vector<std::string> &names) {
   ModuleSet set;
   for (const std::string &name : names)
     for (ModuleType t : {ModuleType::kEmbedding, ModuleType::kLayerNorm, ModuleType::kAttention,
-                         ModuleType::kLinear})
+                         ModuleType::kLinear, ModuleType::kRmsNorm})
       if (ModuleName(t) == name) set.add(t);
   return set;
 }

@@ -2,7 +2,8 @@
 // zero_allowed_param_types / zero_force_param_types) and the parts of our
 // layers they stand for:
 //   Embedding  GPT wte, wpe (the head's tied wte too)
-//   LayerNorm  GPT ln_1, ln_2, ln_f; sequential layernorm
+//   LayerNorm  GPT ln_1, ln_2, ln_f; BLOOM's LayerNorms; sequential layernorm
+//   RMSNorm    LLaMA's input_layernorm, post_attention_layernorm, norm
 //   Attention  GPT attn.c_attn, attn.c_proj and the attention between them
 //   Linear     GPT mlp.c_fc, mlp.c_proj; sequential linear
 // A layer is made of one or more of them (a GPT block of LayerNorm,
@@ -17,7 +18,7 @@
 
 namespace dst {
 
-enum class ModuleType : uint8_t { kWhole, kEmbedding, kLayerNorm, kAttention, kLinear };
+enum class ModuleType : uint8_t { kWhole, kEmbedding, kLayerNorm, kAttention, kLinear, kRmsNorm };
 
 // A set of module types (kWhole is never a member).
 class ModuleSet {

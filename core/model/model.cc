@@ -4,9 +4,9 @@
 #include <string>
 #include <type_traits>
 
-#include "core/model/gpt_layers.h"
-#include "core/model/sequential_layers.h"
 #include "core/layers/tp_linear.h"
+#include "core/model/family.h"
+#include "core/model/sequential_layers.h"
 
 namespace dst {
 
@@ -18,10 +18,10 @@ namespace {
 template <typename T>
 using LayerList = std::vector<std::unique_ptr<Layer<T>>>;
 
-// Layers of the whole model: GPT = embedding, n_layer blocks, head;
-// sequential = its layers, then the loss.
+// Layers of the whole model: a language model = embedding, n_layer
+// decoder layers, head; sequential = its layers, then the loss.
 size_t GlobalLayerCount(const ModelSpec &spec) {
-  if (spec.type == ModelSpec::Type::kGpt) return size_t(spec.gpt.n_layer) + 2;
+  if (spec.IsLanguageModel()) return size_t(spec.lm.n_layer) + 2;
   return spec.layers.size() + 1;
 }
 
@@ -38,8 +38,8 @@ std::vector<TpRole> RolesOf(const ModelSpec &spec, const TensorParallelGroup &tp
 // the element-wise layers after it are this rank's slice.
 std::vector<int64_t> InWidths(const ModelSpec &spec, const std::vector<TpRole> &roles, int64_t tp) {
   std::vector<int64_t> widths;
-  if (spec.type == ModelSpec::Type::kGpt) {
-    widths.assign(GlobalLayerCount(spec), spec.gpt.d_model);
+  if (spec.IsLanguageModel()) {
+    widths.assign(GlobalLayerCount(spec), spec.lm.d_model);
     widths[0] = 0;
     return widths;
   }
@@ -55,24 +55,27 @@ std::vector<int64_t> InWidths(const ModelSpec &spec, const std::vector<TpRole> &
 }
 
 // Builds layer g of the whole model, declaring its tensors into `registry`.
-// *wte: the GPT embedding's wte id once built here (the head uses it, or
-// declares its own copy when the embedding lives on another stage).
+// *wte: the token embedding's wte id once built here (a tied head uses it,
+// or declares its own copy when the embedding lives on another stage).
 template <typename T>
-std::unique_ptr<Layer<T>> MakeLayer(const ModelSpec &spec, size_t g, int64_t in_width, TpRole role,
-                                    const TensorParallelGroup &tp, ParamRegistry &registry,
-                                    int *wte) {
-  if (spec.type == ModelSpec::Type::kGpt) {
+std::unique_ptr<Layer<T>> MakeLayer(const ModelSpec &spec, const DecoderFamily *family, size_t g,
+                                    int64_t in_width, TpRole role, const TensorParallelGroup &tp,
+                                    ParamRegistry &registry, int *wte) {
+  if (spec.IsLanguageModel()) {
+    const DecoderFamily &f = *family;
     if (g == 0) {
-      auto embedding = std::make_unique<GptEmbedding<T>>(
-          spec.gpt, registry, role == TpRole::kVocab ? tp : TensorParallelGroup{});
+      auto embedding = std::make_unique<TokenEmbedding<T>>(
+          f.embedding, f.embedding_names, registry,
+          role == TpRole::kVocab ? tp : TensorParallelGroup{});
       *wte = embedding->wte_id();
       return embedding;
     }
-    if (g <= size_t(spec.gpt.n_layer))
-      return std::make_unique<GptBlock<T>>(spec.gpt, int(g) - 1, registry,
-                                           role == TpRole::kHeads ? tp : TensorParallelGroup{});
-    return std::make_unique<GptHead<T>>(spec.gpt, *wte, registry,
-                                        role == TpRole::kVocab ? tp : TensorParallelGroup{});
+    if (g <= size_t(spec.lm.n_layer))
+      return std::make_unique<DecoderLayer<T>>(
+          f.block, f.block_names(int64_t(g) - 1), registry,
+          role == TpRole::kHeads ? tp : TensorParallelGroup{});
+    return std::make_unique<LmHead<T>>(f.head, f.head_names, f.tied, *wte, registry,
+                                       role == TpRole::kVocab ? tp : TensorParallelGroup{});
   }
   // Sequence parallelism: the layers outside the tensor-parallel regions
   // hold this rank's rows.
@@ -153,17 +156,19 @@ BuiltLayers<T> BuildLayers(const ModelSpec &spec, const std::vector<LayerRange> 
     built.all_rows.push_back(tp.splits_rows() &&
                              (role == TpRole::kColumn || role == TpRole::kLocalSlice));
   int wte = -1;
+  const DecoderFamily family = spec.IsLanguageModel() ? FamilyOf(spec) : DecoderFamily{};
   for (const LayerRange &chunk : chunks) {
     const size_t local_begin = built.layers.size();
     for (size_t g = chunk.begin; g < chunk.end; ++g) {
       built.first_offsets.push_back(registry.total_numel());
-      built.layers.push_back(MakeLayer<T>(spec, g, built.widths[g], roles[g], tp, registry, &wte));
+      built.layers.push_back(
+          MakeLayer<T>(spec, &family, g, built.widths[g], roles[g], tp, registry, &wte));
       built.global.push_back(g);
     }
     built.chunks.push_back({local_begin, built.layers.size()});
   }
-  // The head uses the embedding's wte when both are here (one model).
-  const bool tied = spec.type == ModelSpec::Type::kGpt && !built.global.empty() &&
+  // A tied head uses the embedding's wte when both are here (one model).
+  const bool tied = spec.IsLanguageModel() && family.tied && !built.global.empty() &&
                     built.global.front() == 0 && built.global.back() + 1 == GlobalLayerCount(spec);
   built.uses = LayerUses(registry, built.first_offsets, tied ? wte : -1);
   return built;
@@ -191,7 +196,7 @@ ActivationNeeds NeedsOf(const ModelSpec &spec, const LayerList<T> &layers,
                         const std::vector<LayerRange> &chunks, const ActivationLimits &limits,
                         const ActivationOptions &activations) {
   ActivationNeeds n;
-  n.max_width = spec.type == ModelSpec::Type::kSequential ? spec.input_dim : 0;
+  n.max_width = spec.IsLanguageModel() ? 0 : spec.input_dim;
   const ModuleSet fp32 = activations.half ? activations.fp32_modules : ModuleSet{};
   for (const auto &layer : layers) {
     n.saves.push_back({layer->SavedTensors(limits), layer->OutWidth() > 0,

@@ -1,112 +1,15 @@
 #include "core/model/model_spec.h"
 
-#include <nlohmann/json.hpp>
 #include <set>
+
+#include "core/model/family.h"
+#include "core/model/spec_json.h"
 
 namespace dst {
 
+using namespace spec_json;
+
 namespace {
-
-using Json = nlohmann::json;
-
-std::string Shorten(const Json &value) {
-  std::string text = value.dump();
-  return text.size() > 60 ? text.substr(0, 57) + "..." : text;
-}
-
-Status Expected(const std::string &path, const std::string &what, const Json &found) {
-  return ConfigError("model spec: " + path + ": expected " + what + ", found " + Shorten(found));
-}
-
-Status CheckKeys(const Json &object, const std::string &path, const std::set<std::string> &known) {
-  for (const auto &[key, value] : object.items()) {
-    if (known.count(key)) continue;
-    std::string list;
-    for (const auto &k : known) list += (list.empty() ? "" : ", ") + k;
-    return ConfigError("model spec: unknown key \"" + key + "\" in " + path +
-                       "; known keys: " + list);
-  }
-  return Status::Ok();
-}
-
-// Reads object[key] as an integer in [lo, hi]; missing keys take `fallback`
-// when it is set, else are an error.
-Status ReadInt(const Json &object, const std::string &path, const char *key, int64_t lo, int64_t hi,
-               int64_t *out, bool required) {
-  const std::string where = path + "." + key;
-  if (!object.contains(key)) {
-    if (required) return ConfigError("model spec: missing required key " + where);
-    return Status::Ok();
-  }
-  const Json &v = object.at(key);
-  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi)))
-    return Expected(where, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
-                    v);
-  const int64_t n = v.get<int64_t>();
-  if (n < lo || n > hi)
-    return Expected(where, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
-                    v);
-  *out = n;
-  return Status::Ok();
-}
-
-Status ReadSeed(const Json &object, const std::string &path, uint64_t *seed) {
-  if (!object.contains("seed")) return Status::Ok();
-  const Json &v = object.at("seed");
-  if (!v.is_number_integer() ||
-      (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0))
-    return Expected(path + ".seed", "a non-negative integer", v);
-  *seed = v.get<uint64_t>();
-  return Status::Ok();
-}
-
-Status ParseGpt(const Json &root, ModelSpec *spec) {
-  DST_RETURN_IF_ERROR(
-      CheckKeys(root, "the gpt spec",
-                {"type", "vocab_size", "n_ctx", "block_size", "n_layer", "n_head", "d_model",
-                 "n_embd", "seed", "dropout", "bias", "tie_word_embeddings"}));
-  GptDims &d = spec->gpt;
-  const int64_t kMax = int64_t(1) << 24;
-  // Two spellings of one key: which one would win is a guess, so neither does.
-  for (const auto &[a, b] :
-       {std::pair<const char *, const char *>{"n_ctx", "block_size"}, {"d_model", "n_embd"}})
-    if (root.contains(a) && root.contains(b))
-      return ConfigError(std::string("model spec: both $.") + a + " (" + Shorten(root.at(a)) +
-                         ") and $." + b + " (" + Shorten(root.at(b)) +
-                         ") are given; they are two names of one setting: keep one");
-  DST_RETURN_IF_ERROR(ReadInt(root, "$", "vocab_size", 2, kMax, &d.vocab, false));
-  const bool ctx_alias = root.contains("block_size");
-  DST_RETURN_IF_ERROR(
-      ReadInt(root, "$", ctx_alias ? "block_size" : "n_ctx", 1, 1 << 16, &d.n_ctx, true));
-  DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_layer", 0, 4096, &d.n_layer, true));
-  DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_head", 1, 4096, &d.n_head, true));
-  const bool dm_alias = root.contains("n_embd");
-  DST_RETURN_IF_ERROR(
-      ReadInt(root, "$", dm_alias ? "n_embd" : "d_model", 1, 1 << 16, &d.d_model, true));
-  if (d.d_model % d.n_head != 0)
-    return ConfigError("model spec: d_model " + std::to_string(d.d_model) +
-                       " is not divisible by n_head " + std::to_string(d.n_head) +
-                       "; choose d_model = n_head * head_size");
-  if (root.contains("dropout")) {
-    const Json &v = root.at("dropout");
-    if (!v.is_number() || v.get<double>() < 0 || v.get<double>() >= 1)
-      return Expected("$.dropout", "a number in [0, 1)", v);
-    if (v.get<double>() != 0)
-      return NotSupported("model spec: $.dropout " + Shorten(v) +
-                          " is not supported yet; dstrain's GPT has no dropout: set it to 0");
-  }
-  for (const char *key : {"bias", "tie_word_embeddings"}) {
-    if (!root.contains(key)) continue;
-    const Json &v = root.at(key);
-    if (!v.is_boolean()) return Expected(std::string("$.") + key, "true or false", v);
-    if (!v.get<bool>())
-      return NotSupported(std::string("model spec: $.") + key +
-                          " false is not supported yet; dstrain's GPT uses biases and a tied "
-                          "LM head (GPT-2)");
-  }
-  spec->loss = ModelSpec::Loss::kCrossEntropy;
-  return ReadSeed(root, "$", &spec->seed);
-}
 
 Status ParseSequentialLayer(const Json &layer, const std::string &path, SequentialLayerSpec *out) {
   if (!layer.is_object())
@@ -174,6 +77,45 @@ int64_t ModelSpec::SequentialOutputDim() const {
   return width;
 }
 
+const char *ModelTypeName(ModelSpec::Type type) {
+  switch (type) {
+    case ModelSpec::Type::kGpt:
+      return "gpt";
+    case ModelSpec::Type::kLlama:
+      return "llama";
+    case ModelSpec::Type::kBloom:
+      return "bloom";
+    case ModelSpec::Type::kSequential:
+      break;
+  }
+  return "sequential";
+}
+
+namespace {
+
+constexpr const char *kTypes = "\"gpt\", \"llama\", \"mistral\", \"bloom\" or \"sequential\"";
+
+// The spec's type: "type", or a Hugging Face config.json's "model_type".
+Result<ModelSpec::Type> TypeOf(const Json &root) {
+  const bool typed = root.contains("type");
+  const char *key = typed ? "type" : "model_type";
+  if (!root.contains(key) || !root.at(key).is_string())
+    return Expected("$.type", kTypes, root.contains(key) ? root.at(key) : Json());
+  const std::string name = root.at(key).get<std::string>();
+  if (name == "gpt") return ModelSpec::Type::kGpt;
+  if (name == "llama" || name == "mistral") return ModelSpec::Type::kLlama;
+  if (name == "bloom") return ModelSpec::Type::kBloom;
+  if (name == "sequential" && typed) return ModelSpec::Type::kSequential;
+  if (name == "gpt2")
+    return NotSupported(std::string("model spec: $.") + key +
+                        " \"gpt2\" (a Hugging Face GPT-2 config) is not supported yet; write "
+                        "{\"type\": \"gpt\", \"vocab_size\": ..., \"n_ctx\": ..., "
+                        "\"n_layer\": ..., \"n_head\": ..., \"n_embd\": ...}");
+  return Expected(std::string("$.") + key, kTypes, root.at(key));
+}
+
+}  // namespace
+
 Result<ModelSpec> ParseModelSpec(std::string_view json_text) {
   Json root;
   try {
@@ -182,19 +124,23 @@ Result<ModelSpec> ParseModelSpec(std::string_view json_text) {
     return ConfigError(std::string("model spec: malformed JSON: ") + e.what());
   }
   if (!root.is_object()) return Expected("$", "a JSON object", root);
-  if (!root.contains("type") || !root.at("type").is_string())
-    return Expected("$.type", "\"gpt\" or \"sequential\"",
-                    root.contains("type") ? root.at("type") : Json());
+  Result<ModelSpec::Type> type = TypeOf(root);
+  DST_RETURN_IF_ERROR(type.status());
   ModelSpec spec;
-  const std::string type = root.at("type").get<std::string>();
-  if (type == "gpt") {
-    spec.type = ModelSpec::Type::kGpt;
-    DST_RETURN_IF_ERROR(ParseGpt(root, &spec));
-  } else if (type == "sequential") {
-    spec.type = ModelSpec::Type::kSequential;
-    DST_RETURN_IF_ERROR(ParseSequential(root, &spec));
-  } else {
-    return Expected("$.type", "\"gpt\" or \"sequential\"", root.at("type"));
+  spec.type = type.value();
+  switch (spec.type) {
+    case ModelSpec::Type::kGpt:
+      DST_RETURN_IF_ERROR(ParseGptSpec(root, &spec));
+      break;
+    case ModelSpec::Type::kLlama:
+      DST_RETURN_IF_ERROR(ParseLlamaSpec(root, &spec));
+      break;
+    case ModelSpec::Type::kBloom:
+      DST_RETURN_IF_ERROR(ParseBloomSpec(root, &spec));
+      break;
+    case ModelSpec::Type::kSequential:
+      DST_RETURN_IF_ERROR(ParseSequential(root, &spec));
+      break;
   }
   spec.canonical_json = root.dump();
   return spec;
@@ -224,21 +170,42 @@ const char *LayerKindName(SequentialLayerSpec::Kind kind) {
 }  // namespace
 
 std::string FirstComputationDifference(const ModelSpec &saved, const ModelSpec &current) {
-  auto type = [](const ModelSpec &s) {
-    return std::string(s.type == ModelSpec::Type::kGpt ? "gpt" : "sequential");
-  };
-  if (saved.type != current.type) return Differs("type", type(saved), type(current));
-  if (saved.type == ModelSpec::Type::kGpt) {
+  if (saved.type != current.type)
+    return Differs("type", ModelTypeName(saved.type), ModelTypeName(current.type));
+  if (saved.IsLanguageModel()) {
+    const TransformerSpec &a = saved.lm, &b = current.lm;
     const struct {
       const char *name;
       int64_t a, b;
-    } fields[] = {{"vocab_size", saved.gpt.vocab, current.gpt.vocab},
-                  {"n_ctx", saved.gpt.n_ctx, current.gpt.n_ctx},
-                  {"n_layer", saved.gpt.n_layer, current.gpt.n_layer},
-                  {"n_head", saved.gpt.n_head, current.gpt.n_head},
-                  {"d_model", saved.gpt.d_model, current.gpt.d_model}};
+    } fields[] = {{"vocab_size", a.vocab, b.vocab},
+                  // (the learned positions' table; other families train any length)
+                  {"n_ctx", saved.type == ModelSpec::Type::kGpt ? a.n_ctx : 0,
+                   saved.type == ModelSpec::Type::kGpt ? b.n_ctx : 0},
+                  {"n_layer", a.n_layer, b.n_layer},
+                  {"n_head", a.n_head, b.n_head},
+                  {"d_model", a.d_model, b.d_model},
+                  {"num_key_value_heads", a.kv_heads(), b.kv_heads()},
+                  {"head_dim", a.head_size(), b.head_size()},
+                  {"intermediate_size", a.ffn_size(), b.ffn_size()},
+                  {"attention_bias", a.attention_bias, b.attention_bias},
+                  {"mlp_bias", a.mlp_bias, b.mlp_bias},
+                  {"tie_word_embeddings", a.tie_embeddings, b.tie_embeddings},
+                  {"rope_scaling", a.rope.scaling, b.rope.scaling}};
     for (const auto &f : fields)
       if (f.a != f.b) return Differs(f.name, std::to_string(f.a), std::to_string(f.b));
+    const struct {
+      const char *name;
+      double a, b;
+    } reals[] = {{"norm epsilon", a.norm_eps, b.norm_eps},
+                 {"rope_theta", a.rope.theta, b.rope.theta},
+                 {"rope_scaling.factor", a.rope.factor, b.rope.factor},
+                 {"rope_scaling.low_freq_factor", a.rope.low_freq_factor, b.rope.low_freq_factor},
+                 {"rope_scaling.high_freq_factor", a.rope.high_freq_factor,
+                  b.rope.high_freq_factor},
+                 {"rope_scaling.original_max_position_embeddings", a.rope.original_max_position,
+                  b.rope.original_max_position}};
+    for (const auto &f : reals)
+      if (f.a != f.b) return Differs(f.name, Json(f.a).dump(), Json(f.b).dump());
     return "";
   }
   auto loss = [](const ModelSpec &s) {

@@ -24,17 +24,29 @@ Status Indivisible(size_t layer, const char *what, int64_t features, int64_t tp)
 
 Result<std::vector<TpRole>> PlanTensorParallel(const ModelSpec &spec, int64_t tp) {
   const size_t layers =
-      spec.type == ModelSpec::Type::kGpt ? size_t(spec.gpt.n_layer) + 2 : spec.layers.size() + 1;
+      spec.IsLanguageModel() ? size_t(spec.lm.n_layer) + 2 : spec.layers.size() + 1;
   std::vector<TpRole> roles(layers, TpRole::kReplicated);
   if (tp == 1) return roles;
-  if (spec.type == ModelSpec::Type::kGpt) {
-    if (spec.gpt.n_head % tp != 0)
-      return ConfigError("tensor parallelism: n_head " + std::to_string(spec.gpt.n_head) +
+  if (spec.IsLanguageModel()) {
+    const TransformerSpec &lm = spec.lm;
+    if (lm.n_head % tp != 0)
+      return ConfigError("tensor parallelism: n_head " + std::to_string(lm.n_head) +
                          " does not divide into tensor-parallel size " + std::to_string(tp) +
                          " (each rank holds whole heads); choose a tp_size that divides " +
-                         std::to_string(spec.gpt.n_head));
-    if (spec.gpt.vocab % tp != 0)
-      return ConfigError("tensor parallelism: vocab_size " + std::to_string(spec.gpt.vocab) +
+                         std::to_string(lm.n_head));
+    if (lm.kv_heads() % tp != 0)
+      return ConfigError("tensor parallelism: num_key_value_heads " +
+                         std::to_string(lm.kv_heads()) +
+                         " does not divide into tensor-parallel size " + std::to_string(tp) +
+                         " (each rank holds whole key/value heads, as Megatron splits "
+                         "grouped-query attention); choose a tp_size that divides " +
+                         std::to_string(lm.kv_heads()));
+    if (lm.ffn_size() % tp != 0)
+      return ConfigError("tensor parallelism: the MLP's " + std::to_string(lm.ffn_size()) +
+                         " intermediate features do not divide into tensor-parallel size " +
+                         std::to_string(tp) + "; choose a tp_size that divides them");
+    if (lm.vocab % tp != 0)
+      return ConfigError("tensor parallelism: vocab_size " + std::to_string(lm.vocab) +
                          " does not divide into tensor-parallel size " + std::to_string(tp) +
                          " (each rank holds vocab_size / tp embedding rows); choose a tp_size "
                          "that divides it or pad the vocabulary to a multiple of " +

@@ -1,10 +1,11 @@
 // Tensor parallelism (Megatron-style) over the topology's tensor-parallel
 // group: how each layer of a model is cut across its tp ranks.
 //
-// A GPT splits each transformer block Megatron's way (whole attention heads
-// and MLP features per rank, GptBlock), and its token embedding and tied LM
-// head by vocabulary rows (vocab-parallel embedding and cross-entropy).
-// n_head and vocab_size must divide by tp.
+// A language model (every decoder family) splits each decoder layer
+// Megatron's way (whole query and key/value heads and MLP features per rank:
+// core/layers/decoder.h), and its token embedding and LM head by vocabulary
+// rows (vocab-parallel embedding and cross-entropy). n_head,
+// num_key_value_heads, the MLP's features and vocab_size must divide by tp.
 //
 // Sequential models follow Megatron's MLP pattern: consecutive Linear layers
 // pair up as column-parallel (the output features split; the input

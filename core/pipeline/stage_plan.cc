@@ -61,7 +61,7 @@ Result<StagePlan> PlanStages(const ModelSpec &spec, const Config &config) {
   plan.schedule = kind.value();
   plan.stream_ordered = config.runtime.device == "cuda";
   const int64_t B = config.train_micro_batch_size_per_gpu;
-  const int64_t T = spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1;
+  const int64_t T = spec.IsLanguageModel() ? spec.lm.n_ctx : 1;
   plan.layers = SummarizeLayers(spec, B, T);
   std::vector<LayerCost> costs;
   for (const LayerSummary &l : plan.layers)

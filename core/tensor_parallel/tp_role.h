@@ -10,8 +10,8 @@ enum class TpRole {
   kColumnGathered,  // Linear: output features split, output all-gathered
   kRow,             // Linear: input features split, output all-reduced
   kLocalSlice,      // element-wise layer between a column and a row Linear
-  kHeads,           // GPT block: H / tp heads and 4C / tp MLP features per rank
-  kVocab,           // GPT embedding / tied head: V / tp vocabulary rows per rank
+  kHeads,           // decoder layer: H / tp heads and ffn / tp MLP features per rank
+  kVocab,           // token embedding / LM head: V / tp vocabulary rows per rank
 };
 
 }  // namespace dst

@@ -1,19 +1,14 @@
 #include "core/zero/param_types.h"
 
+#include "core/model/family.h"
+
 #include <algorithm>
 #include <cstdlib>
 
 namespace dst {
 
 std::string ZeroParamTypeOf(const ModelSpec &spec, const std::string &name) {
-  auto has = [&](const char *part) { return name.find(part) != std::string::npos; };
-  if (spec.type == ModelSpec::Type::kGpt) {
-    if (has(".wte.") || has(".wpe.")) return "Embedding";
-    if (has(".ln_")) return "LayerNorm";
-    if (has(".attn.")) return "Attention";
-    if (has(".mlp.")) return "Linear";
-    return "";
-  }
+  if (spec.IsLanguageModel()) return FamilyParamType(spec, name);
   // Sequential: "layers.<g>.weight" of spec.layers[g].
   if (name.rfind("layers.", 0) != 0) return "";
   const size_t g = size_t(std::strtoull(name.c_str() + 7, nullptr, 10));

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/kernels/kernels.h"
-#include "core/model/gpt_layers.h"
+#include "core/model/family.h"
 #include "core/model/model.h"
 #include "core/model/sequential_layers.h"
 #include "core/runtime/memory.h"
@@ -62,18 +62,29 @@ struct Chain {
   ComputeType compute = ComputeType::kFp32;
 };
 
-// Embedding, two blocks, head: vocabulary 32, context 8, 2 heads, d_model 16.
-inline std::unique_ptr<Chain> TinyGpt() {
+// Embedding, two decoder layers, head of a family (GPT-2 by default):
+// vocabulary 32, context 8, 2 heads, d_model 16.
+inline std::unique_ptr<Chain> TinyLanguageModel(const TransformerSpec &lm,
+                                                DecoderFamily (*family)(const TransformerSpec &)) {
   auto chain = std::make_unique<Chain>();
-  GptDims dims{/*vocab=*/32, /*n_ctx=*/8, /*n_layer=*/2, /*n_head=*/2, /*d_model=*/16};
-  auto embedding = std::make_unique<GptEmbedding<float>>(dims, chain->registry);
+  const DecoderFamily f = family(lm);
+  auto embedding =
+      std::make_unique<TokenEmbedding<float>>(f.embedding, f.embedding_names, chain->registry);
   const int wte = embedding->wte_id();
   chain->layers.push_back(std::move(embedding));
-  for (int i = 0; i < 2; ++i)
-    chain->layers.push_back(std::make_unique<GptBlock<float>>(dims, i, chain->registry));
-  chain->layers.push_back(std::make_unique<GptHead<float>>(dims, wte, chain->registry));
-  chain->classes = dims.vocab;
+  for (int i = 0; i < lm.n_layer; ++i)
+    chain->layers.push_back(
+        std::make_unique<DecoderLayer<float>>(f.block, f.block_names(i), chain->registry));
+  chain->layers.push_back(
+      std::make_unique<LmHead<float>>(f.head, f.head_names, f.tied, wte, chain->registry));
+  chain->classes = lm.vocab;
   return chain;
+}
+
+inline std::unique_ptr<Chain> TinyGpt() {
+  TransformerSpec lm;
+  lm.vocab = 32, lm.n_ctx = 8, lm.n_layer = 2, lm.n_head = 2, lm.d_model = 16;
+  return TinyLanguageModel(lm, GptFamily);
 }
 
 // Linear, GELU, LayerNorm, linear, ReLU, then MSE or cross-entropy.

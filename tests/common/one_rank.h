@@ -41,7 +41,7 @@ struct Rank {
     const ModelSpec &spec = parsed.value();
     // Scratch for as many threads as the kernels will use.
     ActivationLimits limits{config.train_micro_batch_size_per_gpu,
-                            spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1,
+                            spec.IsLanguageModel() ? spec.lm.n_ctx : 1,
                             omp_get_max_threads()};
     const bool mixed = config.precision() != DType::kFloat32;
     if (mixed) activations.half = config.precision() == DType::kFloat16 ? Half::kFp16 : Half::kBf16;
@@ -88,11 +88,11 @@ struct Rank {
     batch.n_samples = size_t(samples);
     std::vector<int32_t> tokens, targets;
     std::vector<float> inputs, labels;
-    if (spec.type == ModelSpec::Type::kGpt) {
-      const int64_t T = spec.gpt.n_ctx;
+    if (spec.IsLanguageModel()) {
+      const int64_t T = spec.lm.n_ctx;
       for (int64_t i = 0; i < samples * T; ++i) {
-        tokens.push_back(int32_t((i * 7 + step * 13 + i / T) % spec.gpt.vocab));
-        targets.push_back(int32_t((i * 5 + step * 3 + 1) % spec.gpt.vocab));
+        tokens.push_back(int32_t((i * 7 + step * 13 + i / T) % spec.lm.vocab));
+        targets.push_back(int32_t((i * 5 + step * 3 + 1) % spec.lm.vocab));
       }
       batch.seq_len = size_t(T);
       batch.tokens = tokens.data(), batch.tokens_count = tokens.size();

@@ -376,7 +376,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ModelRanges, TwoRangesEqualTheWholeModel) {
   omp_set_num_threads(1);
   const ModelSpec spec = Spec(kGpt);
-  const int64_t B = 2, T = 8, C = spec.gpt.d_model;
+  const int64_t B = 2, T = 8, C = spec.lm.d_model;
   MemoryTracker tracker;
   Model<float> whole(spec, {B, T, 1}, &tracker), split(spec, {B, T, 1}, &tracker);
   std::vector<int32_t> tokens(size_t(B * T)), targets(size_t(B * T));

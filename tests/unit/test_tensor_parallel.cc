@@ -69,7 +69,7 @@ TEST_P(TensorParallelSlices, SlicesOfEveryRankAreTheGlobalTensors) {
   const ModelSpec spec = Spec(GetParam());
   const std::vector<ParamDecl> whole = DeclareParameters(spec);
   MemoryTracker tracker;
-  const ActivationLimits limits{2, spec.type == ModelSpec::Type::kGpt ? spec.gpt.n_ctx : 1, 1};
+  const ActivationLimits limits{2, spec.IsLanguageModel() ? spec.lm.n_ctx : 1, 1};
   Model<float> one(spec, limits, &tracker);
   for (int64_t tp : {2, 4}) {
     std::vector<std::vector<float>> rebuilt(whole.size());

@@ -1,0 +1,51 @@
+// The decoder families: how each one's spec becomes the layer library's
+// layers (core/layers: embedding, decoder layers, LM head) with the
+// family's own tensor names and layouts, those of its Hugging Face
+// checkpoints. One file each: family_gpt.cc (GPT-2), family_llama.cc
+// (LLaMA 1/2/3, Mistral), family_bloom.cc (BLOOM).
+#pragma once
+
+#include <string>
+
+#include "core/layers/decoder.h"
+#include "core/layers/embedding.h"
+#include "core/layers/lm_head.h"
+#include "core/model/model_spec.h"
+#include "core/model/spec_json.h"
+
+namespace dst {
+
+struct DecoderFamily {
+  EmbeddingConfig embedding;
+  EmbeddingNames embedding_names;
+  DecoderConfig block;  // every decoder layer's
+  LmHeadConfig head;
+  LmHeadNames head_names;
+  bool tied = true;  // the head reads the embedding's wte
+  // Decoder layer i's tensor names.
+  DecoderNames (*block_names)(int64_t layer) = nullptr;
+};
+
+// The family of a language-model spec (gpt, llama, bloom).
+DecoderFamily FamilyOf(const ModelSpec &spec);
+
+// The name of the token embedding's weight when the LM head is tied to it
+// (a pipeline's last stage holds a copy of it); "" when untied or not a
+// language model.
+std::string TiedWeightName(const ModelSpec &spec);
+
+// The layer type a tensor of the family belongs to, by its name, as a
+// config names it (zero_allowed_param_types, fp16_override_modules):
+// "Embedding", "LayerNorm", "RMSNorm", "Attention", "Linear"; "" for none.
+std::string FamilyParamType(const ModelSpec &spec, const std::string &name);
+
+// Each family's spec parser (ParseModelSpec dispatches on the type).
+Status ParseGptSpec(const spec_json::Json &root, ModelSpec *spec);
+Status ParseLlamaSpec(const spec_json::Json &root, ModelSpec *spec);
+Status ParseBloomSpec(const spec_json::Json &root, ModelSpec *spec);
+
+DecoderFamily GptFamily(const TransformerSpec &lm);
+DecoderFamily LlamaFamily(const TransformerSpec &lm);
+DecoderFamily BloomFamily(const TransformerSpec &lm);
+
+}  // namespace dst

@@ -1,0 +1,109 @@
+// GPT-2 (Radford et al. 2019) on the layer library: learned positions,
+// pre-LayerNorm blocks with a fused [q; k; v] projection (c_attn) and a GELU
+// MLP (tanh approximation), residual projections initialised with
+// std 0.02 / sqrt(2 n_layer), the LM head tied to the token embedding. Tensor
+// names as Hugging Face's GPT2LMHeadModel (transformer.h.0.attn.c_attn, ...),
+// stored [out, in] (nn.Linear's layout; GPT-2's own checkpoints keep Conv1D's
+// transpose).
+#include <cmath>
+#include <string>
+
+#include "core/model/family.h"
+
+namespace dst {
+
+using namespace spec_json;
+
+Status ParseGptSpec(const Json &root, ModelSpec *spec) {
+  DST_RETURN_IF_ERROR(
+      CheckKeys(root, "the gpt spec",
+                {"type", "vocab_size", "n_ctx", "block_size", "n_layer", "n_head", "d_model",
+                 "n_embd", "seed", "dropout", "bias", "tie_word_embeddings"}));
+  TransformerSpec &d = spec->lm;
+  const int64_t kMax = int64_t(1) << 24;
+  // Two spellings of one key: which one would win is a guess, so neither does.
+  for (const auto &[a, b] :
+       {std::pair<const char *, const char *>{"n_ctx", "block_size"}, {"d_model", "n_embd"}})
+    if (root.contains(a) && root.contains(b))
+      return ConfigError(std::string("model spec: both $.") + a + " (" + Shorten(root.at(a)) +
+                         ") and $." + b + " (" + Shorten(root.at(b)) +
+                         ") are given; they are two names of one setting: keep one");
+  DST_RETURN_IF_ERROR(ReadInt(root, "$", "vocab_size", 2, kMax, &d.vocab, false));
+  const bool ctx_alias = root.contains("block_size");
+  DST_RETURN_IF_ERROR(
+      ReadInt(root, "$", ctx_alias ? "block_size" : "n_ctx", 1, 1 << 16, &d.n_ctx, true));
+  DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_layer", 0, 4096, &d.n_layer, true));
+  DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_head", 1, 4096, &d.n_head, true));
+  const bool dm_alias = root.contains("n_embd");
+  DST_RETURN_IF_ERROR(
+      ReadInt(root, "$", dm_alias ? "n_embd" : "d_model", 1, 1 << 16, &d.d_model, true));
+  if (d.d_model % d.n_head != 0)
+    return ConfigError("model spec: d_model " + std::to_string(d.d_model) +
+                       " is not divisible by n_head " + std::to_string(d.n_head) +
+                       "; choose d_model = n_head * head_size");
+  if (root.contains("dropout")) {
+    const Json &v = root.at("dropout");
+    if (!v.is_number() || v.get<double>() < 0 || v.get<double>() >= 1)
+      return Expected("$.dropout", "a number in [0, 1)", v);
+    if (v.get<double>() != 0)
+      return NotSupported("model spec: $.dropout " + Shorten(v) +
+                          " is not supported yet; dstrain's GPT has no dropout: set it to 0");
+  }
+  for (const char *key : {"bias", "tie_word_embeddings"}) {
+    if (!root.contains(key)) continue;
+    const Json &v = root.at(key);
+    if (!v.is_boolean()) return Expected(std::string("$.") + key, "true or false", v);
+    if (!v.get<bool>())
+      return NotSupported(std::string("model spec: $.") + key +
+                          " false is not supported yet; dstrain's GPT uses biases and a tied "
+                          "LM head (GPT-2)");
+  }
+  spec->loss = ModelSpec::Loss::kCrossEntropy;
+  return ReadSeed(root, "$", &spec->seed);
+}
+
+namespace {
+
+DecoderNames GptBlockNames(int64_t layer) {
+  const std::string h = "transformer.h." + std::to_string(layer) + ".";
+  DecoderNames n;
+  n.norm1 = h + "ln_1";
+  n.norm2 = h + "ln_2";
+  n.attention.qkv = h + "attn.c_attn";
+  n.attention.out = h + "attn.c_proj";
+  n.mlp.fc = h + "mlp.c_fc";
+  n.mlp.out = h + "mlp.c_proj";
+  return n;
+}
+
+}  // namespace
+
+DecoderFamily GptFamily(const TransformerSpec &lm) {
+  constexpr double kInitStd = 0.02;  // GPT-2
+  const ParamInit init = ParamInit::Normal(kInitStd);
+  // Residual projections scaled by 1/sqrt(2 * n_layer).
+  const ParamInit proj = ParamInit::Normal(kInitStd / std::sqrt(2.0 * double(lm.n_layer)));
+  const int64_t C = lm.d_model;
+  DecoderFamily f;
+  f.embedding = {lm.vocab, C, lm.n_ctx, /*positions=*/true, /*norm=*/false, 1e-5, init};
+  f.embedding_names = {"transformer.wte.weight", "transformer.wpe.weight", ""};
+  f.block.d_model = C;
+  f.block.norm = NormKind::kLayerNorm;
+  f.block.norm_eps = 1e-5;
+  AttentionConfig &a = f.block.attention;
+  a.d_model = C;
+  a.n_head = a.n_kv_head = lm.n_head;
+  a.head_dim = C / lm.n_head;
+  a.qkv = QkvLayout::kFused;
+  a.qkv_bias = a.out_bias = true;
+  a.init = init;
+  a.out_init = proj;
+  f.block.mlp = {C, 4 * C, MlpKind::kGelu, /*bias=*/true, init, proj};
+  f.head = {lm.vocab, C, NormKind::kLayerNorm, 1e-5, init};
+  f.head_names = {"transformer.ln_f", "transformer.wte"};
+  f.tied = true;
+  f.block_names = GptBlockNames;
+  return f;
+}
+
+}  // namespace dst
