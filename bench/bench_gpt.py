@@ -1,9 +1,13 @@
 #!/usr/bin/python3
-"""dstrain vs PyTorch GPT training throughput on the CPU, side by side in one
-run (DESIGN.md section 7). Prints ratios; asserts nothing.
+"""dstrain vs PyTorch decoder training throughput on the CPU, side by side in
+one run (DESIGN.md section 7). Prints ratios; asserts nothing.
 
-Model: GPT 6 layers, 6 heads, d_model 384, n_ctx 256, vocab 256, micro-batch 8,
-AdamW. For each thread count: the fp32 GEMM peak of dstrain's GEMM backend and of
+Model (--family): GPT 6 layers, 6 heads, d_model 384, n_ctx 256, vocab 256,
+micro-batch 8, AdamW; llama: the same width with 2 key/value heads,
+RMSNorm, rotary embeddings and a SwiGLU MLP of 1024 features (LLaMA's 8/3
+d_model), the head untied; bloom: the same width with ALiBi and the
+embedding LayerNorm. PyTorch runs tests/python/torch_gpt.py or
+torch_families.py (Hugging Face's formulas). For each thread count: the fp32 GEMM peak of dstrain's GEMM backend and of
 OpenBLAS, and the bf16 GEMM peak where the CPU has AVX512-BF16 (bench/sgemm_peak); then per precision (fp32; bf16 = dstrain
 bf16.enabled vs PyTorch's bf16 autocast) dstrain tokens/s (bench/bench_gpt_dstrain,
 C ABI) and PyTorch tokens/s (tests/python/torch_gpt.py), interleaved --repeats
@@ -12,8 +16,8 @@ pinned. Where the system OpenBLAS runs generic kernels (a CPU newer than it
 knows), PyTorch runs a second time with OPENBLAS_CORETYPE set (column torch*),
 so the peer is measured at its best too.
 
-    python3 bench/bench_gpt.py --build-dir build [--quick] [--steps S] [--threads 1,2]
-                               [--precision fp32,bf16] [--repeats R]
+    python3 bench/bench_gpt.py --build-dir build [--family gpt|llama|bloom] [--quick]
+                               [--steps S] [--threads 1,2] [--precision fp32,bf16] [--repeats R]
 """
 
 import argparse
@@ -37,6 +41,15 @@ MODEL = {
     "n_head": 6,
     "d_model": 384,
     "seed": 1337,
+}
+FAMILIES = {
+    "gpt": MODEL,
+    "llama": {"type": "llama", "vocab_size": 256, "hidden_size": 384, "intermediate_size": 1024,
+              "num_hidden_layers": 6, "num_attention_heads": 6, "num_key_value_heads": 2,
+              "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+              "seed": 1337},
+    "bloom": {"type": "bloom", "vocab_size": 256, "hidden_size": 384, "n_layer": 6, "n_head": 6,
+              "seq_length": 256, "seed": 1337},
 }
 MICRO_BATCH = 8
 ADAMW = {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}
@@ -63,16 +76,31 @@ def tuned_openblas_core():
     return "Haswell" if "avx2" in flags else None
 
 
+def dims(model):
+    """(context, width, vocab, heads, kv heads, head size, MLP GEMM columns, layers)."""
+    if model["type"] == "gpt":
+        c = model["d_model"]
+        return (model["n_ctx"], c, model["vocab_size"], model["n_head"], model["n_head"],
+                c // model["n_head"], 2 * 4 * c, model["n_layer"])
+    if model["type"] == "llama":
+        c, h = model["hidden_size"], model["num_attention_heads"]
+        return (model["max_position_embeddings"], c, model["vocab_size"], h,
+                model["num_key_value_heads"], c // h, 3 * model["intermediate_size"],
+                model["num_hidden_layers"])
+    c = model["hidden_size"]
+    return (model["seq_length"], c, model["vocab_size"], model["n_head"], model["n_head"],
+            c // model["n_head"], 2 * 4 * c, model["n_layer"])
+
+
 def train_flops_per_step(model=MODEL, batch=MICRO_BATCH):
     """Exact matmul FLOPs of one training step of the implementation: forward
-    linears 2*N*C*(3C + C + 4C + 4C) per layer, attention QK^T and AV in full
-    (unmasked) 2*B*H*T*T*hs*2 per layer, the tied LM head 2*N*C*V; backward
-    is twice the forward."""
-    c, t, v, h = model["d_model"], model["n_ctx"], model["vocab_size"], model["n_head"]
-    hs = c // h
+    linears 2*N*C*(q, k, v + output projection + MLP columns) per layer,
+    attention QK^T and AV in full (unmasked) 2*B*H*T*T*hs*2 per layer, the LM
+    head 2*N*C*V; backward is twice the forward."""
+    t, c, v, h, kv, hs, mlp, layers = dims(model)
     n = batch * t
-    per_layer = 2 * n * c * (3 * c + c + 4 * c + 4 * c) + 2 * batch * h * t * t * hs * 2
-    forward = model["n_layer"] * per_layer + 2 * n * c * v
+    per_layer = 2 * n * c * ((h + 2 * kv) * hs + h * hs + mlp) + 2 * batch * h * t * t * hs * 2
+    forward = layers * per_layer + 2 * n * c * v
     return 3 * forward
 
 
@@ -112,13 +140,25 @@ def torch_worker(args):
     sys.path.insert(0, str(REPO / "tests" / "python"))
     import torch
 
+    import torch_families
     import torch_gpt
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
     torch.manual_seed(0)
-    cfg = torch_gpt.GPTConfig.from_spec(MODEL)
-    model = torch_gpt.gpt2_init_(torch_gpt.GPT(cfg))
+    if MODEL["type"] == "gpt":
+        model = torch_gpt.gpt2_init_(torch_gpt.GPT(torch_gpt.GPTConfig.from_spec(MODEL)))
+    else:  # N(0, 0.02) weights, norms at 1, biases at 0 (transformers' _init_weights)
+        model = torch_families.model_for(MODEL)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.fill_(1.0 if name.endswith("weight") else 0.0)
+                elif name.endswith("bias"):
+                    p.zero_()
+                else:
+                    p.normal_(0.0, 0.02)
+    context, _, vocab, *_ = dims(MODEL)
     opt = torch.optim.AdamW(
         model.parameters(),
         lr=ADAMW["lr"],
@@ -127,9 +167,9 @@ def torch_worker(args):
         weight_decay=ADAMW["weight_decay"],
     )
     gen = torch.Generator().manual_seed(1)
-    stream = torch.randint(0, cfg.vocab_size, (MICRO_BATCH * cfg.n_ctx + 1,), generator=gen)
-    x = stream[:-1].view(MICRO_BATCH, cfg.n_ctx)
-    y = stream[1:].view(MICRO_BATCH, cfg.n_ctx)
+    stream = torch.randint(0, vocab, (MICRO_BATCH * context + 1,), generator=gen)
+    x = stream[:-1].view(MICRO_BATCH, context)
+    y = stream[1:].view(MICRO_BATCH, context)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -159,7 +199,7 @@ def torch_worker(args):
                 "steps": args.steps,
                 "mean_step_seconds": total / args.steps,
                 "best_step_seconds": min(times),
-                "tokens_per_s": MICRO_BATCH * cfg.n_ctx * args.steps / total,
+                "tokens_per_s": MICRO_BATCH * context * args.steps / total,
                 "first_loss": losses[0],
                 "last_loss": losses[-1],
             }
@@ -194,7 +234,9 @@ def main():
     ap.add_argument("--precision", default="fp32,bf16",
                     help="comma-separated: fp32 (both sides), bf16 (dstrain bf16.enabled vs "
                     "PyTorch bf16 autocast); default fp32,bf16")
-    ap.add_argument("--layers", type=int, default=MODEL["n_layer"],
+    ap.add_argument("--family", default="gpt", choices=sorted(FAMILIES),
+                    help="the decoder family (default gpt)")
+    ap.add_argument("--layers", type=int, default=6,
                     help="transformer blocks (default 6; 24 = the deep shape)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="interleaved dstrain/torch runs per row; median [min-max] (default 1)")
@@ -205,7 +247,10 @@ def main():
     if args.warmup is None:
         args.warmup = 1 if args.quick else 2
 
-    MODEL["n_layer"] = args.layers
+    global MODEL
+    MODEL = dict(FAMILIES[args.family])
+    MODEL[{"gpt": "n_layer", "llama": "num_hidden_layers", "bloom": "n_layer"}[args.family]] = \
+        args.layers
     if args.torch_worker:
         args.threads = int(args.threads)
         torch_worker(args)
@@ -214,11 +259,12 @@ def main():
     build = find_build_dir(args.build_dir)
     threads_list = [int(t) for t in args.threads.split(",") if t.strip()]
     precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
-    flops = train_flops_per_step()
-    tokens_per_step = MICRO_BATCH * MODEL["n_ctx"]
+    flops = train_flops_per_step(MODEL)
+    context, width, vocab, heads, kv, _, _, layers = dims(MODEL)
+    tokens_per_step = MICRO_BATCH * context
     print(
-        f"GPT {MODEL['n_layer']}L x {MODEL['d_model']} ({MODEL['n_head']} heads), "
-        f"n_ctx {MODEL['n_ctx']}, vocab {MODEL['vocab_size']}, micro-batch {MICRO_BATCH}, "
+        f"{args.family} {layers}L x {width} ({heads} heads, {kv} key/value), "
+        f"context {context}, vocab {vocab}, micro-batch {MICRO_BATCH}, "
         f"AdamW; {flops / 1e9:.1f} GFLOP per training step; "
         f"{args.warmup} warm-up + {args.steps} timed steps, {args.repeats} interleaved "
         f"repeat(s) (median [min-max]); build {build}",
@@ -249,6 +295,7 @@ def main():
                 torch_cmd = [
                     sys.executable, __file__, "--torch-worker", "--threads", str(n),
                     "--precision", precision, "--layers", str(args.layers),
+                    "--family", args.family,
                     "--warmup", str(args.warmup), "--steps", str(args.steps),
                 ]  # fmt: skip
                 runs = {"dst": [], "torch": [], "tuned": []}

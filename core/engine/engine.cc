@@ -73,6 +73,13 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
     plan = std::move(planned).value();
   }
   std::unique_ptr<TrainingDevice> device;
+  if (config.value().runtime.device == "cuda" && spec.value().IsLanguageModel() &&
+      spec.value().type != ModelSpec::Type::kGpt)
+    return NotSupported(std::string("dstrain.device \"cuda\" with a \"") +
+                        ModelTypeName(spec.value().type) +
+                        "\" model is not supported yet: its kernels (RMSNorm, rotary embeddings, "
+                        "the SiLU gate, grouped-query and ALiBi attention) run on the CPU only; "
+                        "train it without dstrain.device, or a \"gpt\" model on the GPU");
   if (config.value().runtime.device == "cuda") {
     Result<std::unique_ptr<TrainingDevice>> opened = TrainingDevice::Open(env.value().local_rank);
     if (!opened.ok()) return opened.status();

@@ -69,7 +69,7 @@ void SelfAttention<T>::Forward(const Pass<T> &pass, Operand<T> x, const Attentio
       projection.Forward(pass, x, part, N, compute);
       k.CopyRows(part, projection.out(), N, projection.out(), qkv + column, W);
       column += projection.out();
-      x = x.CopyWritten();  // the next GEMM reads the bf16 copy the first wrote
+      x = x.AfterGemm(WritesBf16Copy(pass, compute));  // the next reads the copy the first wrote
     }
   }
   if (config_.rotary) k.Rotary(qkv, shape, config_.rope, /*inverse=*/false);

@@ -109,9 +109,12 @@ struct Operand {
   // What a producer writes: the bf16 copy alone when that is all that is
   // kept (else null: the reader's GEMM or the store rounds the fp32 values).
   uint16_t *Bf16Only() const { return only16 ? bf16 : nullptr; }
-  // The operand after a GEMM has written its bf16 copy: the next GEMM reads
-  // the copy (fp32 null) instead of rounding the values again.
-  Operand CopyWritten() const { return bf16 != nullptr ? Operand{nullptr, bf16, true} : *this; }
+  // The operand after a GEMM that multiplied it in bf16 on a backend keeping
+  // bf16 copies (`wrote`) has written its copy: the next GEMM reads the copy
+  // (fp32 null) instead of rounding the values again.
+  Operand AfterGemm(bool wrote) const {
+    return wrote && bf16 != nullptr ? Operand{nullptr, bf16, true} : *this;
+  }
   // Plain fp32 values with no copy (a gathered or scratch tensor).
   static Operand Of(T *x) { return {x, nullptr, false}; }
 };

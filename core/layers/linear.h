@@ -37,6 +37,13 @@ struct Pass {
   const Kernels<T> &k() const { return *mb.kernels; }
 };
 
+// Whether a GEMM multiplying in `compute` on the pass's backend writes its
+// input's bf16 copy (Kernels::LinearForwardStashing).
+template <typename T>
+bool WritesBf16Copy(const Pass<T> &pass, ComputeType compute) {
+  return compute == ComputeType::kBf16 && pass.k().KeepsBf16Copies();
+}
+
 template <typename T>
 class ParallelLinear {
  public:

@@ -32,7 +32,7 @@ void Mlp<T>::Forward(const Pass<T> &pass, Operand<T> x, const MlpSaved<T> &s, T 
     k.GeluForwardStashing(fch, N * F, s.act.fp32, s.act.Bf16Only(), s.fc.Bf16Only());
   } else {
     fc_.Forward(pass, x, s.fc.fp32, N, compute);
-    up_.Forward(pass, x.CopyWritten(), s.up.fp32, N, compute);
+    up_.Forward(pass, x.AfterGemm(WritesBf16Copy(pass, compute)), s.up.fp32, N, compute);
     k.SiluMulForward(s.fc.fp32, s.up.fp32, N * F, s.act.fp32, s.act.Bf16Only());
   }
   out_.Forward(pass, s.act, out, N, compute);

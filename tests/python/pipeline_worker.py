@@ -70,7 +70,10 @@ def main():
     steps = int(args[2])
     save_dir = args[3] if len(args) > 3 else None
     save_at = int(args[4]) if len(args) > 4 else steps
-    gpt = model["type"] == "gpt"
+    # Every decoder family reads tokens (its context: n_ctx, or seq_length /
+    # max_position_embeddings in a Hugging Face config).
+    gpt = model.get("type", model.get("model_type")) in ("gpt", "llama", "mistral", "bloom")
+    context = model.get("n_ctx") or model.get("seq_length") or model.get("max_position_embeddings")
     data = dstrain.Dataset.open_text(seed=7) if gpt else None
     with dstrain.Engine(config=config, model=model) as engine:
         info = engine.info
@@ -79,7 +82,7 @@ def main():
 
         def batch(index):
             if gpt:
-                seq = seq_lens[index % len(seq_lens)] if seq_lens else model["n_ctx"]
+                seq = seq_lens[index % len(seq_lens)] if seq_lens else context
                 return data.batch("train", index, n, seq, first_sample=first)
             return sequential_batch(model, index, first, n)
 

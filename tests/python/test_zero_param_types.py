@@ -57,4 +57,4 @@ def test_an_unknown_type_is_named(tmp_path, tool):
     code, _, err = dp_tests.start_ranks(tool, cfg, model, 1, steps=1)[0]
     assert code != 0
     assert 'zero_force_param_types: unknown layer type "Conv2d"' in err
-    assert "Linear, Embedding, LayerNorm, Attention, CrossAttention" in err
+    assert "Linear, Embedding, LayerNorm, RMSNorm, Attention, CrossAttention" in err

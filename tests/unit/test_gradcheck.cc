@@ -105,6 +105,48 @@ TEST(GradCheck, GptWithTwoThreadsMatchesToo) {
       {2, 6, 2}, mb);
 }
 
+// LLaMA: RMSNorm, grouped-query attention with rotary embeddings (Llama
+// 3.1's scaling engaged at this head size), the SiLU-gated MLP, biases, the
+// head untied; and multi-query with the head tied.
+TEST(GradCheck, LlamaGroupedQueryRotarySwiGlu) {
+  std::vector<int32_t> tokens = {1, 5, 9, 0, 3, 7, 2, 2, 10, 4};
+  std::vector<int32_t> targets = {5, 9, 0, -1, 7, 2, 2, 10, 4, 6};
+  MicroBatch<double> mb;
+  mb.B = 2;
+  mb.seq = 5;
+  mb.tokens = tokens.data();
+  mb.targets = targets.data();
+  ExpectGradientsMatch(
+      R"({"type":"llama","vocab_size":11,"hidden_size":8,"intermediate_size":12,
+          "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+          "head_dim":4,"max_position_embeddings":6,"rms_norm_eps":1e-5,"rope_theta":100.0,
+          "attention_bias":true,"mlp_bias":true,"seed":3,
+          "rope_scaling":{"rope_type":"llama3","factor":4.0,"low_freq_factor":1.0,
+                          "high_freq_factor":4.0,"original_max_position_embeddings":16}})",
+      {2, 6, 1}, mb);
+  ExpectGradientsMatch(
+      R"({"type":"llama","vocab_size":11,"hidden_size":8,"intermediate_size":12,
+          "num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":1,
+          "max_position_embeddings":6,"tie_word_embeddings":true,"seed":4})",
+      {2, 6, 2}, mb);
+}
+
+// BLOOM: the embedding LayerNorm, ALiBi over three heads (not a power of
+// two), the interleaved fused projection, the GELU MLP, the tied head.
+TEST(GradCheck, BloomAlibiInterleavedQkv) {
+  std::vector<int32_t> tokens = {1, 5, 9, 0, 3, 7, 2, 2, 10, 4};
+  std::vector<int32_t> targets = {5, 9, 0, -1, 7, 2, 2, 10, 4, 6};
+  MicroBatch<double> mb;
+  mb.B = 2;
+  mb.seq = 5;
+  mb.tokens = tokens.data();
+  mb.targets = targets.data();
+  ExpectGradientsMatch(
+      R"({"type":"bloom","vocab_size":11,"hidden_size":12,"n_layer":2,"n_head":3,
+          "seq_length":6,"seed":5})",
+      {2, 6, 1}, mb);
+}
+
 std::vector<double> RandomVector(size_t n, uint64_t stream) {
   std::vector<double> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = StandardNormal(42, stream, i);

@@ -60,5 +60,95 @@ TEST(ModelSpecDifferences, FieldsThatChangeTheComputationAreNamed) {
   EXPECT_EQ(FirstComputationDifference(a, s1), "type: gpt in the checkpoint, sequential here");
 }
 
+// A Hugging Face config.json passes as it is: "model_type" names the family,
+// bookkeeping fields are accepted, LlamaConfig's defaults apply.
+TEST(ModelSpecFamilies, LlamaConfigJsonAsItIs) {
+  const Result<ModelSpec> spec = ParseModelSpec(R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
+    "bos_token_id": 128000, "eos_token_id": 128001, "transformers_version": "4.43.0",
+    "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 8192,
+    "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "tie_word_embeddings": true, "use_cache": true, "vocab_size": 128256,
+    "attention_bias": false, "attention_dropout": 0.0, "mlp_bias": false,
+    "initializer_range": 0.02, "pretraining_tp": 1, "seq_length": 4096})");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  const TransformerSpec &lm = spec.value().lm;
+  EXPECT_EQ(spec.value().type, ModelSpec::Type::kLlama);
+  EXPECT_EQ(lm.kv_heads(), 8);
+  EXPECT_EQ(lm.head_size(), 64);
+  EXPECT_EQ(lm.ffn_size(), 8192);
+  EXPECT_EQ(lm.n_ctx, 4096);  // seq_length: the sequences trained on
+  EXPECT_TRUE(lm.tie_embeddings);
+  EXPECT_EQ(lm.rope.scaling, int32_t(math::RopeScaling::kLlama3));
+  EXPECT_FLOAT_EQ(lm.rope.factor, 32.0f);
+  // Without seq_length, the whole context.
+  const Result<ModelSpec> plain = ParseModelSpec(
+      R"({"type":"llama","vocab_size":32000,"hidden_size":64,"intermediate_size":172,
+          "num_hidden_layers":2,"num_attention_heads":4})");
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain.value().lm.n_ctx, 2048);
+  EXPECT_FALSE(plain.value().lm.tie_embeddings);
+  EXPECT_DOUBLE_EQ(plain.value().lm.norm_eps, 1e-6);
+}
+
+TEST(ModelSpecFamilies, FieldsThatChangeTheMathAndAreNotBuiltAreNamed) {
+  const char *base = R"({"type":"llama","vocab_size":64,"hidden_size":16,"intermediate_size":32,
+                         "num_hidden_layers":1,"num_attention_heads":4,)";
+  auto error = [&](const std::string &extra) { return Error((base + extra + "}").c_str()); };
+  EXPECT_NE(error(R"("rope_scaling":{"rope_type":"yarn","factor":4.0})")
+                .find("rope_type \"yarn\" is not supported yet"),
+            std::string::npos);
+  EXPECT_NE(error(R"("hidden_act":"gelu")").find("$.hidden_act \"gelu\" is not supported yet"),
+            std::string::npos);
+  EXPECT_NE(error(R"("num_key_value_heads":3)").find("not a multiple of num_key_value_heads 3"),
+            std::string::npos);
+  EXPECT_NE(error(R"("max_position_embeddings":64,"sliding_window":32)")
+                .find("sliding-window attention is not supported yet"),
+            std::string::npos);
+  EXPECT_NE(error(R"("attention_dropout":0.1)").find("attention_dropout 0.1"), std::string::npos);
+  EXPECT_NE(error(R"("rope_scalling":null)").find("unknown key \"rope_scalling\""),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"type":"bloom","hidden_size":16,"n_embed":16,"n_layer":1,"n_head":2})")
+                .find("both $.hidden_size (16) and $.n_embed (16)"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"type":"bloom","hidden_size":16,"n_layer":1,"n_head":2,
+                      "apply_residual_connection_post_layernorm":true})")
+                .find("apply_residual_connection_post_layernorm true is not supported yet"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"model_type":"gpt2","n_embd":16})").find("\"gpt2\""), std::string::npos);
+}
+
+TEST(ModelSpecFamilies, BloomConfigJsonAsItIs) {
+  const Result<ModelSpec> spec = ParseModelSpec(R"({
+    "apply_residual_connection_post_layernorm": false, "architectures": ["BloomForCausalLM"],
+    "attention_dropout": 0.0, "attention_softmax_in_fp32": true, "bias_dropout_fusion": true,
+    "bos_token_id": 1, "eos_token_id": 2, "hidden_dropout": 0.0, "hidden_size": 1024,
+    "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "masked_softmax_fusion": true,
+    "model_type": "bloom", "n_head": 16, "n_inner": null, "n_layer": 24, "offset_alibi": 100,
+    "pad_token_id": 3, "pretraining_tp": 1, "skip_bias_add": true, "skip_bias_add_qkv": false,
+    "slow_but_exact": false, "transformers_version": "4.21.0", "unk_token_id": 0,
+    "use_cache": true, "vocab_size": 250880})");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec.value().type, ModelSpec::Type::kBloom);
+  EXPECT_EQ(spec.value().lm.n_ctx, 2048);
+  EXPECT_EQ(spec.value().lm.ffn_size(), 4096);
+}
+
+TEST(ModelSpecFamilies, ComputationDifferencesOfTheFamiliesAreNamed) {
+  const char *a = R"({"type":"llama","vocab_size":64,"hidden_size":16,"intermediate_size":32,
+                      "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2})";
+  const char *b = R"({"type":"llama","vocab_size":64,"hidden_size":16,"intermediate_size":32,
+                      "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":1})";
+  EXPECT_EQ(FirstComputationDifference(ParseModelSpec(a).value(), ParseModelSpec(b).value()),
+            "num_key_value_heads: 2 in the checkpoint, 1 here");
+  const char *c = R"({"type":"llama","vocab_size":64,"hidden_size":16,"intermediate_size":32,
+                      "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,
+                      "seq_length":128})";
+  EXPECT_EQ(FirstComputationDifference(ParseModelSpec(a).value(), ParseModelSpec(c).value()), "");
+}
+
 }  // namespace
 }  // namespace dst
