@@ -150,14 +150,16 @@ def torch_worker(args):
         model = torch_gpt.gpt2_init_(torch_gpt.GPT(torch_gpt.GPTConfig.from_spec(MODEL)))
     else:  # N(0, 0.02) weights, norms at 1, biases at 0 (transformers' _init_weights)
         model = torch_families.model_for(MODEL)
+        norms = (torch.nn.LayerNorm, torch_families.LlamaRMSNorm)
         with torch.no_grad():
-            for name, p in model.named_parameters():
-                if "norm" in name:
-                    p.fill_(1.0 if name.endswith("weight") else 0.0)
-                elif name.endswith("bias"):
-                    p.zero_()
-                else:
-                    p.normal_(0.0, 0.02)
+            for module in model.modules():
+                for name, p in module.named_parameters(recurse=False):
+                    if isinstance(module, norms):
+                        p.fill_(1.0 if name == "weight" else 0.0)
+                    elif name == "bias":
+                        p.zero_()
+                    else:
+                        p.normal_(0.0, 0.02)
     context, _, vocab, *_ = dims(MODEL)
     opt = torch.optim.AdamW(
         model.parameters(),

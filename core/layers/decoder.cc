@@ -10,7 +10,7 @@ namespace dst {
 template <typename T>
 DecoderLayer<T>::DecoderLayer(const DecoderConfig &config, const DecoderNames &names,
                               ParamRegistry &registry, const TensorParallelGroup &tp)
-    : config_(config), tp_(tp) {
+    : config_(config), kind_(names.kind), tp_(tp) {
   norm1_ = Norm<T>(config.norm, names.norm1, config.d_model, config.norm_eps, registry);
   attention_ = SelfAttention<T>(config.attention, names.attention, tp, registry);
   norm2_ = Norm<T>(config.norm, names.norm2, config.d_model, config.norm_eps, registry);

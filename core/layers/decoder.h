@@ -31,7 +31,8 @@ struct DecoderConfig {
 };
 
 struct DecoderNames {
-  std::string norm1, norm2;  // without ".weight"/".bias"
+  std::string kind = "transformer_block";  // Layer::Kind (pipeline partition_method "type:")
+  std::string norm1, norm2;                // without ".weight"/".bias"
   AttentionNames attention;
   MlpNames mlp;
 };
@@ -42,7 +43,7 @@ class DecoderLayer final : public Layer<T> {
   // Declares norm1, the attention, norm2 and the MLP, in that order.
   DecoderLayer(const DecoderConfig &config, const DecoderNames &names, ParamRegistry &registry,
                const TensorParallelGroup &tp = {});
-  std::string_view Kind() const override { return "transformer_block"; }
+  std::string_view Kind() const override { return kind_; }
   int64_t OutWidth() const override { return config_.d_model; }
   std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
   int64_t ScratchSize(const ActivationLimits &limits) const override;
@@ -146,6 +147,7 @@ class DecoderLayer final : public Layer<T> {
   }
 
   DecoderConfig config_;
+  std::string kind_;
   TensorParallelGroup tp_;
   Norm<T> norm1_, norm2_;
   SelfAttention<T> attention_;

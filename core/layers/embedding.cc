@@ -9,6 +9,7 @@ template <typename T>
 TokenEmbedding<T>::TokenEmbedding(const EmbeddingConfig &config, const EmbeddingNames &names,
                                   ParamRegistry &registry, const TensorParallelGroup &tp)
     : config_(config),
+      kind_(names.kind),
       tp_(tp),
       first_(tp.rank * (config.vocab / tp.size)),
       rows_(config.vocab / tp.size) {

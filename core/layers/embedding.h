@@ -27,6 +27,7 @@ struct EmbeddingConfig {
 
 struct EmbeddingNames {
   std::string wte, wpe, norm;  // wte, wpe: whole tensor names; norm without ".weight"
+  std::string kind = "embedding";  // Layer::Kind
 };
 
 template <typename T>
@@ -34,7 +35,7 @@ class TokenEmbedding final : public Layer<T> {
  public:
   TokenEmbedding(const EmbeddingConfig &config, const EmbeddingNames &names,
                  ParamRegistry &registry, const TensorParallelGroup &tp = {});
-  std::string_view Kind() const override { return "embedding"; }
+  std::string_view Kind() const override { return kind_; }
   int64_t OutWidth() const override { return config_.d_model; }
   // Its output [B, T, C] (sequence-parallel: this rank's rows); with the norm
   // also the lookup and the norm's statistics.
@@ -64,6 +65,7 @@ class TokenEmbedding final : public Layer<T> {
   bool Lookup(const Pass<T> &pass, T *out);
 
   EmbeddingConfig config_;
+  std::string kind_;
   TensorParallelGroup tp_;
   int64_t first_ = 0, rows_ = 0;  // this rank's vocabulary rows of wte
   int wte_ = -1, wpe_ = -1;

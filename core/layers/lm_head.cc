@@ -12,6 +12,7 @@ template <typename T>
 LmHead<T>::LmHead(const LmHeadConfig &config, const LmHeadNames &names, bool tied, int tied_wte,
                   ParamRegistry &registry, const TensorParallelGroup &tp)
     : config_(config),
+      kind_(names.kind),
       tp_(tp),
       tied_(tied),
       first_(tp.rank * (config.vocab / tp.size)),

@@ -28,6 +28,7 @@ struct LmHeadConfig {
 struct LmHeadNames {
   std::string norm;    // without ".weight"/".bias"
   std::string weight;  // the tied embedding's (a stage's copy) or the untied lm_head's, without ".weight"
+  std::string kind = "lm_head";  // Layer::Kind
 };
 
 template <typename T>
@@ -37,7 +38,7 @@ class LmHead final : public Layer<T> {
   // tied but elsewhere (this part declares its own copy), or untied (`tied` false).
   LmHead(const LmHeadConfig &config, const LmHeadNames &names, bool tied, int tied_wte,
          ParamRegistry &registry, const TensorParallelGroup &tp = {});
-  std::string_view Kind() const override { return "lm_head"; }
+  std::string_view Kind() const override { return kind_; }
   int64_t OutWidth() const override { return 0; }
   std::vector<SavedTensorSpec> SavedTensors(const ActivationLimits &limits) const override;
   int64_t ScratchSize(const ActivationLimits &limits) const override;
@@ -90,6 +91,7 @@ class LmHead final : public Layer<T> {
   }
 
   LmHeadConfig config_;
+  std::string kind_;
   TensorParallelGroup tp_;
   bool tied_ = true;
   int64_t first_ = 0, vocab_ = 0;  // this rank's vocabulary rows

@@ -54,6 +54,7 @@ Status ReadAliased(const Json &root, const std::vector<std::string> &names, int6
 DecoderNames BloomBlockNames(int64_t layer) {
   const std::string h = "transformer.h." + std::to_string(layer) + ".";
   DecoderNames n;
+  n.kind = "bloom_transformer_block";
   n.norm1 = h + "input_layernorm";
   n.norm2 = h + "post_attention_layernorm";
   n.attention.qkv = h + "self_attention.query_key_value";
@@ -114,7 +115,7 @@ DecoderFamily BloomFamily(const TransformerSpec &lm) {
   DecoderFamily f;
   f.embedding = {lm.vocab, C, lm.n_ctx, /*positions=*/false, /*norm=*/true, lm.norm_eps, init};
   f.embedding_names = {"transformer.word_embeddings.weight", "",
-                       "transformer.word_embeddings_layernorm"};
+                       "transformer.word_embeddings_layernorm", "bloom_embedding"};
   f.block.d_model = C;
   f.block.norm = NormKind::kLayerNorm;
   f.block.norm_eps = lm.norm_eps;
@@ -129,7 +130,8 @@ DecoderFamily BloomFamily(const TransformerSpec &lm) {
   f.block.mlp = {C, 4 * C, MlpKind::kGelu, /*bias=*/true, init, init};
   f.head = {lm.vocab, C, NormKind::kLayerNorm, lm.norm_eps, init};
   f.tied = lm.tie_embeddings;
-  f.head_names = {"transformer.ln_f", f.tied ? "transformer.word_embeddings" : "lm_head"};
+  f.head_names = {"transformer.ln_f", f.tied ? "transformer.word_embeddings" : "lm_head",
+                  "bloom_head"};
   f.block_names = BloomBlockNames;
   return f;
 }

@@ -67,6 +67,7 @@ namespace {
 DecoderNames GptBlockNames(int64_t layer) {
   const std::string h = "transformer.h." + std::to_string(layer) + ".";
   DecoderNames n;
+  n.kind = "gpt_transformer_block";
   n.norm1 = h + "ln_1";
   n.norm2 = h + "ln_2";
   n.attention.qkv = h + "attn.c_attn";
@@ -86,7 +87,7 @@ DecoderFamily GptFamily(const TransformerSpec &lm) {
   const int64_t C = lm.d_model;
   DecoderFamily f;
   f.embedding = {lm.vocab, C, lm.n_ctx, /*positions=*/true, /*norm=*/false, 1e-5, init};
-  f.embedding_names = {"transformer.wte.weight", "transformer.wpe.weight", ""};
+  f.embedding_names = {"transformer.wte.weight", "transformer.wpe.weight", "", "gpt_embedding"};
   f.block.d_model = C;
   f.block.norm = NormKind::kLayerNorm;
   f.block.norm_eps = 1e-5;
@@ -100,7 +101,7 @@ DecoderFamily GptFamily(const TransformerSpec &lm) {
   a.out_init = proj;
   f.block.mlp = {C, 4 * C, MlpKind::kGelu, /*bias=*/true, init, proj};
   f.head = {lm.vocab, C, NormKind::kLayerNorm, 1e-5, init};
-  f.head_names = {"transformer.ln_f", "transformer.wte"};
+  f.head_names = {"transformer.ln_f", "transformer.wte", "gpt_head"};
   f.tied = true;
   f.block_names = GptBlockNames;
   return f;

@@ -82,6 +82,7 @@ Status ParseRopeScaling(const Json &root, TransformerSpec *lm) {
 DecoderNames LlamaBlockNames(int64_t layer) {
   const std::string l = "model.layers." + std::to_string(layer) + ".";
   DecoderNames n;
+  n.kind = "llama_transformer_layer";
   n.norm1 = l + "input_layernorm";
   n.norm2 = l + "post_attention_layernorm";
   n.attention.q = l + "self_attn.q_proj";
@@ -165,7 +166,7 @@ DecoderFamily LlamaFamily(const TransformerSpec &lm) {
   const int64_t C = lm.d_model;
   DecoderFamily f;
   f.embedding = {lm.vocab, C, lm.n_ctx, /*positions=*/false, /*norm=*/false, lm.norm_eps, init};
-  f.embedding_names = {"model.embed_tokens.weight", "", ""};
+  f.embedding_names = {"model.embed_tokens.weight", "", "", "llama_embedding"};
   f.block.d_model = C;
   f.block.norm = NormKind::kRmsNorm;
   f.block.norm_eps = lm.norm_eps;
@@ -182,7 +183,7 @@ DecoderFamily LlamaFamily(const TransformerSpec &lm) {
   f.block.mlp = {C, lm.ffn_size(), MlpKind::kSwiGlu, lm.mlp_bias, init, init};
   f.head = {lm.vocab, C, NormKind::kRmsNorm, lm.norm_eps, init};
   f.tied = lm.tie_embeddings;
-  f.head_names = {"model.norm", f.tied ? "model.embed_tokens" : "lm_head"};
+  f.head_names = {"model.norm", f.tied ? "model.embed_tokens" : "lm_head", "llama_head"};
   f.block_names = LlamaBlockNames;
   return f;
 }

@@ -1,12 +1,20 @@
 """The layout checks the LLaMA and BLOOM layout tests share: every dp x tp x
 pp x ZeRO layout, each pipeline schedule and sequence parallelism reproduce
 the single-rank run (pipeline_support.py's harness: the losses of every
-step and, after one more forward_backward, every tensor's parameters and
-gradients within 1e-5 relative in fp32), and recomputation gives the stored
-run's bits."""
+step and the untrained gradients within 1e-5 relative in fp32, and after
+the steps and one more forward_backward every tensor's parameters and
+gradients within 5e-5), and recomputation gives the stored run's bits.
+
+Why 5e-5 after training: the untrained gradients of a tensor-parallel LLaMA
+agree with the single rank within 1e-6 and every loss to the bit, but its
+SwiGLU gate and up projections have elements whose gradient is zero but for
+rounding; AdamW turns the order in which a split sums them into lr-sized
+steps of either sign (measured: 1.7e-5 on up_proj after 4 steps at tp 2; GPT's
+MLP stays under 1e-5)."""
 import pipeline_support as ps
 
 MICRO_BATCHES = 8
+TRAINED_TOLERANCE = 5e-5
 
 # 8 layers in all (embedding, 6 decoder layers, head); vocabulary 256 (the
 # byte-level corpus).
@@ -28,7 +36,7 @@ def check(tmp_path, build_dir, model, what, pp=1, dp=1, tp=1, **kw):
     assert {r["pp_rank"] for r in reports} == set(range(pp))
     assert {r["dp_rank"] for r in reports} == set(range(dp))
     assert {r["tp_rank"] for r in reports} == set(range(tp))
-    ps.assert_equivalent(reports, ref, kw.get("precision", "fp32"), what)
+    ps.assert_equivalent(reports, ref, kw.get("precision", "fp32"), what, TRAINED_TOLERANCE)
 
 
 def check_recomputation_is_bit_identical(tmp_path, build_dir, model, precision):

@@ -1,6 +1,8 @@
 """Every ds_config under examples/configs/ trains as written (a few steps of
-the tiny GPT on two ranks, and the sequential model on one), and the GPT-2
-124M spec is estimated, so none of the examples users copy rots."""
+the tiny GPT on two ranks, and the sequential model on one), the tiny LLaMA
+and BLOOM specs train, and the GPT-2 124M spec is estimated (the paper-scale
+LLaMA and BLOOM specs: test_estimate_families.py), so none of the examples
+users copy rots."""
 import json
 import pathlib
 import subprocess
@@ -17,7 +19,9 @@ DS_CONFIGS = sorted(p for p in CONFIGS.glob("*.json")
 
 def test_there_are_configs_and_models():
     assert len(DS_CONFIGS) >= 5
-    for model in ("gpt_tiny.json", "gpt2_124m.json", "sequential_linear_relu.json"):
+    for model in ("gpt_tiny.json", "gpt2_124m.json", "sequential_linear_relu.json",
+                  "llama_tiny.json", "bloom_tiny.json", "llama2_7b.json", "llama2_70b.json",
+                  "llama3_8b.json", "bloom_176b.json"):
         assert (CONFIGS / model).exists()
 
 
@@ -25,6 +29,13 @@ def test_there_are_configs_and_models():
 def test_each_example_config_trains_as_written(tmp_path, tool, config, monkeypatch):
     monkeypatch.chdir(tmp_path)  # csv_monitor writes ./metrics
     runs = dp_tests.run_ranks(tool, config, CONFIGS / "gpt_tiny.json", 2, steps=4)
+    for r in runs:
+        assert len(r["losses"]) == 4 and all(l == l for l in r["losses"]), r["losses"]
+
+
+@pytest.mark.parametrize("model", ["llama_tiny.json", "bloom_tiny.json"])
+def test_the_llama_and_bloom_examples_train(tmp_path, tool, model):
+    runs = dp_tests.run_ranks(tool, CONFIGS / "zero2_fp16.json", CONFIGS / model, 2, steps=4)
     for r in runs:
         assert len(r["losses"]) == 4 and all(l == l for l in r["losses"]), r["losses"]
 

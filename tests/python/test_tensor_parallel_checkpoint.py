@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pytest
 
+import families_layouts as fl
 import pipeline_support as ps
 import safetensors_io as sio
 from test_tensor_parallel import AFTER_STEPS, GPT4
@@ -73,10 +74,13 @@ def move(tmp_path, build_dir, model, saved, loaded):
     ("gpt", (1, 1, 1, 0), (2, 2, 1, 3)),
     ("sequential", (2, 2, 2, 2), (1, 4, 2, 0)),
     ("gpt", (1, 2, 2, 2, True), (1, 4, 1, 1)),  # sequence-parallel -> not
+    ("llama", (1, 2, 2, 1), (1, 1, 1, 0)),  # grouped-query heads split, then whole
+    ("llama", (1, 1, 1, 0), (2, 2, 1, 3, True)),
+    ("bloom", (1, 2, 2, 2, True), (1, 4, 1, 1)),  # interleaved qkv and ALiBi at tp 4
 ])
 def test_checkpoint_moves_between_tensor_parallel_layouts(tmp_path, build_dir, model, saved,
                                                           loaded):
-    spec = GPT4 if model == "gpt" else ps.SEQUENTIAL
+    spec = {"gpt": GPT4, "llama": fl.LLAMA, "bloom": fl.BLOOM}.get(model, ps.SEQUENTIAL)
     (meta1, states1, weights1), (meta2, states2, weights2), resumed = move(
         tmp_path, build_dir, spec, saved, loaded)
     assert (meta1["topology"]["tp_size"], meta2["topology"]["tp_size"]) == (saved[1], loaded[1])

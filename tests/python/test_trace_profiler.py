@@ -105,3 +105,33 @@ def test_dstrain_train_prints_the_profile_and_a_bad_trace_path_is_named(dstrain,
     bad = cli_tests.run(dstrain, "train", "--config", path, "--steps", "2")
     assert bad.returncode != 0
     assert "dstrain.trace.path" in bad.stderr and "writable directory" in bad.stderr, bad.stderr
+
+
+def test_the_flops_profile_of_llama_and_bloom_follows_their_formulas(dstrain, tmp_path):  # noqa: F811
+    """A decoder layer's forward FLOPs: 2 N C (W + Q + MLP columns) for its
+    GEMMs (W the q, k and v heads' width, Q the query heads', the MLP's three
+    SwiGLU or two GELU projections) + 4 B T^2 Q for its attention."""
+    llama = {"type": "llama", "vocab_size": 256, "hidden_size": 32, "intermediate_size": 48,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "max_position_embeddings": 16}
+    bloom = {"type": "bloom", "vocab_size": 256, "hidden_size": 32, "n_layer": 2, "n_head": 4,
+             "seq_length": 16}
+    B, T, C = 2, 16, 32
+    expected = {"llama_transformer_layer": 2 * B * T * C * ((4 + 2 * 2) * 8 + 32 + 3 * 48),
+                "bloom_transformer_block": 2 * B * T * C * (3 * 32 + 32 + 2 * 4 * 32)}
+    for spec, kind in ((llama, "llama_transformer_layer"), (bloom, "bloom_transformer_block")):
+        config = cli_tests.tiny_config(total_num_steps=4)
+        config["train_micro_batch_size_per_gpu"] = B
+        config.pop("train_batch_size", None)
+        config["gradient_accumulation_steps"] = 1
+        report = tmp_path / f"{kind}.txt"
+        config["flops_profiler"] = {"enabled": True, "profile_step": 1, "module_depth": -1,
+                                    "detailed": True, "output_file": str(report)}
+        (tmp_path / "c.json").write_text(json.dumps(config))
+        (tmp_path / "m.json").write_text(json.dumps(spec))
+        out = cli_tests.run(dstrain, "train", "--config", tmp_path / "c.json", "--model",
+                            tmp_path / "m.json", "--steps", "2", "--seq-len", str(T))
+        assert out.returncode == 0, out.stderr
+        text = report.read_text()
+        layer = expected[kind] + 4 * B * T * T * 32
+        assert kind in text and f"{layer / 1e3:.2f} K" in text, (layer, text)

@@ -35,6 +35,37 @@ TEST(ParamTypes, EveryGptTensorHasItsLayerType) {
   EXPECT_EQ(elements["Linear"], 2 * (4 * 8 * 8 + 4 * 8 + 8 * 4 * 8 + 8));
 }
 
+// LLaMA: RMSNorm weights are "RMSNorm" (an fp32 module or whole-type of its
+// own), the untied lm_head a "Linear" as nn.Linear is; BLOOM: its embedding
+// LayerNorm is a "LayerNorm".
+TEST(ParamTypes, EveryLlamaAndBloomTensorHasItsLayerType) {
+  const ModelSpec llama = Spec(
+      R"({"type": "llama", "vocab_size": 64, "hidden_size": 8, "intermediate_size": 12,
+          "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1})");
+  std::map<std::string, int64_t> elements;
+  for (const ParamDecl &d : DeclareParameters(llama)) {
+    const std::string type = ZeroParamTypeOf(llama, d.name);
+    EXPECT_FALSE(type.empty()) << d.name;
+    elements[type] += d.numel;
+  }
+  EXPECT_EQ(elements["Embedding"], 64 * 8);
+  EXPECT_EQ(elements["RMSNorm"], 2 * 2 * 8 + 8);
+  EXPECT_EQ(elements["Attention"], 2 * (8 * 8 + 2 * 4 * 8 + 8 * 8));
+  EXPECT_EQ(elements["Linear"], 2 * 3 * 8 * 12 + 64 * 8);  // the MLPs and lm_head
+  const ModelSpec bloom =
+      Spec(R"({"type": "bloom", "vocab_size": 64, "hidden_size": 8, "n_layer": 2, "n_head": 2})");
+  elements.clear();
+  for (const ParamDecl &d : DeclareParameters(bloom)) {
+    const std::string type = ZeroParamTypeOf(bloom, d.name);
+    EXPECT_FALSE(type.empty()) << d.name;
+    elements[type] += d.numel;
+  }
+  EXPECT_EQ(elements["Embedding"], 64 * 8);
+  EXPECT_EQ(elements["LayerNorm"], 2 * 8 + 2 * 4 * 8 + 2 * 8);
+  EXPECT_EQ(elements["Attention"], 2 * (3 * 8 * 8 + 3 * 8 + 8 * 8 + 8));
+  EXPECT_EQ(elements["Linear"], 2 * (4 * 8 * 8 + 4 * 8 + 8 * 4 * 8 + 8));
+}
+
 TEST(ParamTypes, SequentialTensorsAndTheWholeMask) {
   const ModelSpec spec = Spec(R"({"type": "sequential", "input_dim": 4, "loss": "mse",
       "layers": [{"type": "linear", "out_features": 8}, {"type": "relu"},
