@@ -89,6 +89,15 @@ typename DecoderLayer<T>::BackwardScratch DecoderLayer<T>::CarveBackward(Scratch
 }
 
 template <typename T>
+typename DecoderLayer<T>::BackwardScratch DecoderLayer<T>::BackwardScratchOf(
+    const Pass<T> &pass) const {
+  ScratchCursor<T> cursor(pass.mb.scratch);
+  const BackwardScratch s = CarveBackward(cursor, DimsOf(pass.mb));
+  if (tp_.splits_rows()) pass.k().Zero(norm1_.grad_size() + norm2_.grad_size(), s.norm_grads);
+  return s;
+}
+
+template <typename T>
 typename DecoderLayer<T>::Dims DecoderLayer<T>::DimsOf(const MicroBatch<T> &mb) const {
   const AttentionShape shape = attention_.Shape(mb.B, mb.seq);
   return {mb.rows(), mb.seq, mb.max_threads, mb.kernels->KeepsAttentionProbabilities(shape)};
@@ -183,11 +192,9 @@ void DecoderLayer<T>::Backward(const T *in, const LayerActivations<T> &a, T *dou
   const Pass<T> pass{mb, *this->store_};
   const Kernels<T> &k = pass.k();
   const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = config_.d_model;
-  ScratchCursor<T> cursor(mb.scratch);
-  const BackwardScratch s = CarveBackward(cursor, DimsOf(mb));
+  const BackwardScratch s = BackwardScratchOf(pass);
   const bool sp = tp_.splits_rows();
   T *grads2 = sp ? s.norm_grads + norm1_.grad_size() : nullptr;
-  if (sp) k.Zero(norm1_.grad_size() + norm2_.grad_size(), s.norm_grads);
   T *d_rows = nullptr;
   // MLP; dout doubles as the gradient of res2 (the residual).
   const T *dy = WholeGradient(pass, dout, s.d_whole, false, "MLP output gradient");
@@ -239,8 +246,7 @@ void DecoderLayer<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T
   const Pass<T> pass{mb, *this->store_};
   const Kernels<T> &k = pass.k();
   const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = config_.d_model;
-  ScratchCursor<T> cursor(mb.scratch);
-  const BackwardScratch s = CarveBackward(cursor, DimsOf(mb));
+  const BackwardScratch s = BackwardScratchOf(pass);
   const bool sp = tp_.splits_rows();
   T *d_rows = nullptr;
   // MLP
@@ -274,10 +280,8 @@ void DecoderLayer<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
                                      const LayerActivations<T> &d, const MicroBatch<T> &mb) {
   const Pass<T> pass{mb, *this->store_};
   const int64_t n = LocalRows(tp_, mb.rows());
-  ScratchCursor<T> cursor(mb.scratch);
-  const BackwardScratch s = CarveBackward(cursor, DimsOf(mb));
+  const BackwardScratch s = BackwardScratchOf(pass);
   const bool sp = tp_.splits_rows();
-  if (sp) pass.k().Zero(norm1_.grad_size() + norm2_.grad_size(), s.norm_grads);
   if (!Check(mlp_.WeightBackward(pass, tp_, d[kDOut], MlpSavedOf(a), RegionOf(a, kLn2, s.gathered),
                                  d[kDFch], d[kDUp])))
     return;

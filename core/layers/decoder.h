@@ -113,6 +113,8 @@ class DecoderLayer final : public Layer<T> {
   };
   ForwardScratch CarveForward(ScratchCursor<T> &c, const Dims &d) const;
   BackwardScratch CarveBackward(ScratchCursor<T> &c, const Dims &d) const;
+  // A backward pass's scratch (sequence-parallel: the norms' gradients zeroed).
+  BackwardScratch BackwardScratchOf(const Pass<T> &pass) const;
   Dims DimsOf(const MicroBatch<T> &mb) const;
   ModuleType NormModule() const {
     return config_.norm == NormKind::kRmsNorm ? ModuleType::kRmsNorm : ModuleType::kLayerNorm;

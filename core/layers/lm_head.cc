@@ -60,6 +60,24 @@ typename LmHead<T>::Scratch LmHead<T>::Carve(ScratchCursor<T> &c, int64_t N, int
 }
 
 template <typename T>
+typename LmHead<T>::Scratch LmHead<T>::ScratchOf(const Pass<T> &pass) const {
+  ScratchCursor<T> cursor(pass.mb.scratch);
+  const Scratch s = Carve(cursor, pass.mb.rows(), pass.mb.max_threads);
+  if (tp_.splits_rows()) pass.k().Zero(norm_.grad_size(), s.norm_grads);
+  return s;
+}
+
+// Sequence parallelism: the norm's gradients from this rank's rows summed
+// over the group (#1446) and added to the store's.
+template <typename T>
+void LmHead<T>::SumNormGrads(const Pass<T> &pass, T *grads) {
+  if (!tp_.splits_rows()) return;
+  if (Check(TpWait(tp_, TpAllReduce(tp_, grads, norm_.grad_size()),
+                   "final norm gradients (all-reduce)")))
+    norm_.AddGrads(pass, grads);
+}
+
+template <typename T>
 int64_t LmHead<T>::ScratchSize(const ActivationLimits &limits) const {
   const int64_t N = limits.max_rows();
   ScratchCursor<T> backward;
@@ -99,9 +117,7 @@ void LmHead<T>::Backward(const T *in, const LayerActivations<T> &a, T *, T *din,
                          const MicroBatch<T> &mb) {
   const Pass<T> pass{mb, *this->store_};
   const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = config_.d_model;
-  ScratchCursor<T> cursor(mb.scratch);
-  const Scratch s = Carve(cursor, N, mb.max_threads);
-  const bool sp = tp_.splits_rows();
+  const Scratch s = ScratchOf(pass);
   LogitsGradient(a, mb, s.dlogits);
   T *d_rows = nullptr;
   if (!Check(ColumnParallelBackward(pass, tp_, Parts(s.dlogits), Input(a, s.gathered), s.d_lnf,
@@ -109,11 +125,8 @@ void LmHead<T>::Backward(const T *in, const LayerActivations<T> &a, T *, T *din,
                                     "LM head input gradient")))
     return;
   pass.k().Zero(n * C, din);
-  if (sp) pass.k().Zero(norm_.grad_size(), s.norm_grads);
-  norm_.Backward(pass, d_rows, in, NormSavedOf(a), n, din, true, sp ? s.norm_grads : nullptr, s.ln);
-  if (sp && Check(TpWait(tp_, TpAllReduce(tp_, s.norm_grads, norm_.grad_size()),
-                         "final norm gradients (all-reduce)")))
-    norm_.AddGrads(pass, s.norm_grads);
+  norm_.Backward(pass, d_rows, in, NormSavedOf(a), n, din, true, s.norm_grads, s.ln);
+  SumNormGrads(pass, s.norm_grads);
 }
 
 template <typename T>
@@ -126,8 +139,7 @@ void LmHead<T>::BackwardInput(const T *in, const LayerActivations<T> &a, T *, T 
                               LayerActivations<T> &d, const MicroBatch<T> &mb) {
   const Pass<T> pass{mb, *this->store_};
   const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = config_.d_model;
-  ScratchCursor<T> cursor(mb.scratch);
-  const Scratch s = Carve(cursor, N, mb.max_threads);
+  const Scratch s = ScratchOf(pass);
   const bool sp = tp_.splits_rows();
   LogitsGradient(a, mb, s.dlogits);
   T *d_rows = nullptr;
@@ -148,18 +160,13 @@ void LmHead<T>::BackwardWeight(const T *in, const LayerActivations<T> &a,
                                const LayerActivations<T> &d, const MicroBatch<T> &mb) {
   const Pass<T> pass{mb, *this->store_};
   const int64_t n = LocalRows(tp_, mb.rows());
-  ScratchCursor<T> cursor(mb.scratch);
-  const Scratch s = Carve(cursor, mb.rows(), mb.max_threads);
-  const bool sp = tp_.splits_rows();
+  const Scratch s = ScratchOf(pass);
   LogitsGradient(a, mb, s.dlogits);
   if (!Check(ColumnParallelWeightBackward(pass, tp_, Parts(s.dlogits), Input(a, s.gathered),
                                           mb.ComputeOf(OutputModule()), "LM head input")))
     return;
-  if (sp) pass.k().Zero(norm_.grad_size(), s.norm_grads);
-  norm_.WeightBackward(pass, d[0], in, NormSavedOf(a), n, sp ? s.norm_grads : nullptr, s.ln);
-  if (sp && Check(TpWait(tp_, TpAllReduce(tp_, s.norm_grads, norm_.grad_size()),
-                         "final norm gradients (all-reduce)")))
-    norm_.AddGrads(pass, s.norm_grads);
+  norm_.WeightBackward(pass, d[0], in, NormSavedOf(a), n, s.norm_grads, s.ln);
+  SumNormGrads(pass, s.norm_grads);
 }
 
 template <typename T>

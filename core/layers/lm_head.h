@@ -69,6 +69,10 @@ class LmHead final : public Layer<T> {
     T *dlogits, *d_lnf, *ln, *gathered, *norm_grads;
   };
   Scratch Carve(ScratchCursor<T> &c, int64_t N, int threads) const;
+  // A pass's scratch (sequence-parallel: the norm's gradients zeroed;
+  // otherwise norm_grads is null and the norm writes the store's).
+  Scratch ScratchOf(const Pass<T> &pass) const;
+  void SumNormGrads(const Pass<T> &pass, T *grads);
   ModuleType NormModule() const {
     return config_.norm == NormKind::kRmsNorm ? ModuleType::kRmsNorm : ModuleType::kLayerNorm;
   }

@@ -15,9 +15,10 @@ class ScratchCursor {
  public:
   ScratchCursor() = default;  // counting only
   explicit ScratchCursor(T *base) : base_(base) {}
-  // The next n elements (null while counting).
+  // The next n elements (null while counting, and for none: a piece a pass
+  // does not use is never a pointer into another's).
   T *Take(int64_t n) {
-    T *p = base_ != nullptr ? base_ + used_ : nullptr;
+    T *p = base_ != nullptr && n > 0 ? base_ + used_ : nullptr;
     used_ += std::max<int64_t>(n, 0);
     return p;
   }

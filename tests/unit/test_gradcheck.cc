@@ -79,14 +79,20 @@ void ExpectGradientsMatch(const std::string &json, ActivationLimits limits, Micr
   EXPECT_GT(r.checked, 0);
 }
 
-TEST(GradCheck, GptBlocksEmbeddingAndTiedHead) {
-  std::vector<int32_t> tokens = {1, 5, 9, 0, 3, 7, 2, 2, 10, 4};
-  std::vector<int32_t> targets = {5, 9, 0, -1, 7, 2, 2, 10, 4, 6};
+// Two sequences of 5 tokens of a vocabulary of 11, one target ignored.
+MicroBatch<double> FiveTokenBatch() {
+  static const std::vector<int32_t> tokens = {1, 5, 9, 0, 3, 7, 2, 2, 10, 4};
+  static const std::vector<int32_t> targets = {5, 9, 0, -1, 7, 2, 2, 10, 4, 6};
   MicroBatch<double> mb;
   mb.B = 2;
   mb.seq = 5;
   mb.tokens = tokens.data();
   mb.targets = targets.data();
+  return mb;
+}
+
+TEST(GradCheck, GptBlocksEmbeddingAndTiedHead) {
+  const MicroBatch<double> mb = FiveTokenBatch();
   ExpectGradientsMatch(
       R"({"type":"gpt","vocab_size":11,"n_ctx":6,"n_layer":2,"n_head":2,"d_model":8,"seed":3})",
       {2, 6, 1}, mb);
@@ -109,13 +115,7 @@ TEST(GradCheck, GptWithTwoThreadsMatchesToo) {
 // 3.1's scaling engaged at this head size), the SiLU-gated MLP, biases, the
 // head untied; and multi-query with the head tied.
 TEST(GradCheck, LlamaGroupedQueryRotarySwiGlu) {
-  std::vector<int32_t> tokens = {1, 5, 9, 0, 3, 7, 2, 2, 10, 4};
-  std::vector<int32_t> targets = {5, 9, 0, -1, 7, 2, 2, 10, 4, 6};
-  MicroBatch<double> mb;
-  mb.B = 2;
-  mb.seq = 5;
-  mb.tokens = tokens.data();
-  mb.targets = targets.data();
+  const MicroBatch<double> mb = FiveTokenBatch();
   ExpectGradientsMatch(
       R"({"type":"llama","vocab_size":11,"hidden_size":8,"intermediate_size":12,
           "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
@@ -134,13 +134,7 @@ TEST(GradCheck, LlamaGroupedQueryRotarySwiGlu) {
 // BLOOM: the embedding LayerNorm, ALiBi over three heads (not a power of
 // two), the interleaved fused projection, the GELU MLP, the tied head.
 TEST(GradCheck, BloomAlibiInterleavedQkv) {
-  std::vector<int32_t> tokens = {1, 5, 9, 0, 3, 7, 2, 2, 10, 4};
-  std::vector<int32_t> targets = {5, 9, 0, -1, 7, 2, 2, 10, 4, 6};
-  MicroBatch<double> mb;
-  mb.B = 2;
-  mb.seq = 5;
-  mb.tokens = tokens.data();
-  mb.targets = targets.data();
+  const MicroBatch<double> mb = FiveTokenBatch();
   ExpectGradientsMatch(
       R"({"type":"bloom","vocab_size":11,"hidden_size":12,"n_layer":2,"n_head":3,
           "seq_length":6,"seed":5})",
