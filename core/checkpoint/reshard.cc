@@ -111,7 +111,8 @@ FlatMap::FlatMap(const std::vector<FlatTensor> &local, const std::vector<FlatTen
       } else {
         int64_t at = t.offset;
         for (const int64_t start : t.run_starts) {
-          tensor.runs.push_back({{at, at + t.run}, {w.offset + start, w.offset + start + t.run}});
+          if (start >= 0)  // (a padding row's run maps nowhere)
+            tensor.runs.push_back({{at, at + t.run}, {w.offset + start, w.offset + start + t.run}});
           at += t.run;
         }
       }

@@ -24,7 +24,8 @@ struct FlatRange {
 
 // Where a named tensor sits in the flat state. A tensor-parallel slice is a
 // strided part of its whole tensor: runs of `run` elements, run k starting at
-// element run_starts[k] of the whole tensor (empty: the whole tensor, one run).
+// element run_starts[k] of the whole tensor (empty: the whole tensor, one run;
+// -1: a padding row, in no tensor of the checkpoint).
 struct FlatTensor {
   FlatTensor(std::string n, int64_t at, int64_t count)
       : name(std::move(n)), offset(at), numel(count) {}

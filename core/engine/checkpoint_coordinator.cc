@@ -45,7 +45,7 @@ std::vector<FlatTensor> FlatTensors(const std::vector<ParamDecl> &decls) {
   std::vector<FlatTensor> out;
   for (const ParamDecl &d : decls) {
     FlatTensor t(d.name, d.offset, d.numel);
-    if (d.split.split()) {
+    if (d.split.sliced()) {
       t.run = d.GlobalRun();
       for (int64_t i = 0; i < d.numel; i += t.run) t.run_starts.push_back(d.GlobalElement(i));
     }
@@ -152,8 +152,18 @@ Status CheckpointCoordinator::WriteOwnCheckpointFiles(const std::string &dir,
   const bool full_params = HoldsEveryWeight();
   if (view_.env.rank == 0 && full_params) {
     CheckpointFile weights{kModelFile, {}, {{"format", "pt"}}};
-    for (const ParamDecl &d : decls)
-      weights.tensors.push_back({d.name, TensorDType::kF32, d.shape, params + d.offset});
+    std::vector<std::vector<float>> unpadded;  // padded tensors without their padding rows
+    unpadded.reserve(decls.size());
+    for (const ParamDecl &d : decls) {
+      const float *data = params + d.offset;
+      if (d.split.sliced()) {
+        unpadded.emplace_back(size_t(d.GlobalNumel()));
+        for (int64_t i = 0; i < d.numel; ++i)
+          if (const int64_t g = d.GlobalElement(i); g >= 0) unpadded.back()[size_t(g)] = data[i];
+        data = unpadded.back().data();
+      }
+      weights.tensors.push_back({d.name, TensorDType::kF32, d.global_shape, data});
+    }
     Result<WrittenFile> w = WriteStagedFile(dir, tag, weights);
     if (!w.ok()) return w.status();
     written->push_back(w.value());
@@ -611,7 +621,7 @@ Status CheckpointCoordinator::LoadWeights(const std::string &dir, const std::str
   std::vector<float> slice;
   for (size_t id = 0; id < decls.size(); ++id) {
     const float *whole = weights.tensors.at(decls[id].name).f32();
-    if (decls[id].split.split()) {  // this tp rank's slice of the whole tensor
+    if (decls[id].split.sliced()) {  // this tp rank's slice of the whole tensor
       slice.resize(size_t(decls[id].numel));
       SliceTensor(decls[id], whole, slice.data());
       whole = slice.data();

@@ -73,13 +73,6 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
     plan = std::move(planned).value();
   }
   std::unique_ptr<TrainingDevice> device;
-  if (config.value().runtime.device == "cuda" && spec.value().IsLanguageModel() &&
-      spec.value().type != ModelSpec::Type::kGpt)
-    return NotSupported(std::string("dstrain.device \"cuda\" with a \"") +
-                        ModelTypeName(spec.value().type) +
-                        "\" model is not supported yet: its kernels (RMSNorm, rotary embeddings, "
-                        "the SiLU gate, grouped-query and ALiBi attention) run on the CPU only; "
-                        "train it without dstrain.device, or a \"gpt\" model on the GPU");
   if (config.value().runtime.device == "cuda") {
     Result<std::unique_ptr<TrainingDevice>> opened = TrainingDevice::Open(env.value().local_rank);
     if (!opened.ok()) return opened.status();
@@ -489,7 +482,7 @@ Status Engine::ShareOverStages(int whole, float *data) const {
 template <typename Read>
 Status Engine::ReadGlobal(int id, float *data, Read read) const {
   const ParamDecl &decl = model_->params().decls()[size_t(id)];
-  if (!decl.split.split()) return read(id, data);
+  if (!decl.split.sliced()) return read(id, data);
   std::vector<float> local(size_t(decl.numel));
   DST_RETURN_IF_ERROR(read(id, local.data()));
   const TensorParallelGroup tp{groups_.tp.get(), config_.tp_size, groups_.coord.tp};
@@ -512,7 +505,7 @@ Status Engine::SetParam(const std::string &name, const float *data, size_t count
   if (id < 0) return Status::Ok();  // another stage holds it (every copy is written)
   const ParamDecl &decl = model_->params().decls()[size_t(id)];
   std::vector<float> slice;
-  if (decl.split.split()) {  // this tp rank's part of the global tensor
+  if (decl.split.sliced()) {  // this tp rank's part of the global tensor (padded: without the padding)
     slice.resize(size_t(decl.numel));
     SliceTensor(decl, data, slice.data());
     data = slice.data();

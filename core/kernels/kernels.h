@@ -77,6 +77,9 @@ class Kernels {
                         int64_t dst_stride) const = 0;
   // dst [n] = 0.
   virtual void Zero(int64_t n, T *dst) const = 0;
+  // x [rows, width]: columns [begin, width) of every row set to `value` (a
+  // padded vocabulary's logits: -inf before the softmax, 0 after).
+  virtual void FillColumns(T *x, int64_t rows, int64_t width, int64_t begin, T value) const = 0;
 
   // ---- 16-bit activations (the activation store's stash; `half` the format)
   // x [n] rounded onto the 16-bit grid in place.

@@ -11,10 +11,10 @@ TokenEmbedding<T>::TokenEmbedding(const EmbeddingConfig &config, const Embedding
     : config_(config),
       kind_(names.kind),
       tp_(tp),
-      first_(tp.rank * (config.vocab / tp.size)),
-      rows_(config.vocab / tp.size) {
+      first_(tp.rank * (config.Held() / tp.size)),
+      rows_(config.Held() / tp.size) {
   wte_ = registry.Add(names.wte, {config.vocab, config.d_model}, config.init,
-                      TensorSplit{0, tp.size, tp.rank});
+                      TensorSplit{0, tp.size, tp.rank, 1, config.Padding()});
   if (config.positions)
     wpe_ = registry.Add(names.wpe, {config.n_ctx, config.d_model}, config.init);
   if (config.norm)

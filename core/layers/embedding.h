@@ -16,13 +16,16 @@
 namespace dst {
 
 struct EmbeddingConfig {
-  int64_t vocab = 0;    // rows of wte (divisible by tp)
+  int64_t vocab = 0;    // rows of wte
+  int64_t padded_vocab = 0;  // rows held with padding (divisible by tp); 0: vocab
   int64_t d_model = 0;
   int64_t n_ctx = 0;     // rows of wpe (learned positions)
   bool positions = false;
   bool norm = false;     // a LayerNorm after the lookup
   double norm_eps = 1e-5;
   ParamInit init = ParamInit::Normal(0.02);
+  int64_t Held() const { return padded_vocab > 0 ? padded_vocab : vocab; }
+  int64_t Padding() const { return Held() != vocab ? Held() : 0; }  // TensorSplit::padded
 };
 
 struct EmbeddingNames {

@@ -11,13 +11,16 @@ ParallelLinear<T>::ParallelLinear(Split split, const std::string &name, int64_t 
                                   ParamRegistry &registry)
     : split_(split), parallel_(tp.size > 1), in_(in), out_(out) {
   const bool column = split == Split::kColumn;
+  if (column && options.padded > 0) out_ = options.padded;
   (column ? out_ : in_) /= tp.size;
-  const TensorSplit weight_split = column ? TensorSplit{0, tp.size, tp.rank, options.groups}
-                                          : TensorSplit{1, tp.size, tp.rank};
+  const TensorSplit weight_split =
+      column ? TensorSplit{0, tp.size, tp.rank, options.groups, options.padded}
+             : TensorSplit{1, tp.size, tp.rank};
   w_ = registry.Add(name + ".weight", {out, in}, options.weight_init, weight_split);
   if (options.bias)
     b_ = registry.Add(name + ".bias", {out}, options.bias_init,
-                      column ? TensorSplit{0, tp.size, tp.rank, options.groups} : TensorSplit{});
+                      column ? TensorSplit{0, tp.size, tp.rank, options.groups, options.padded}
+                             : TensorSplit{});
   // Every GEMM that reads the weight passes its bf16 copy (p.param16).
   registry.MarkBf16GemmWeight(w_);
 }

@@ -53,6 +53,7 @@ class ParallelLinear {
     ParamInit weight_init = ParamInit::Normal(0.02);
     ParamInit bias_init = ParamInit::Constant(0);
     int64_t groups = 1;  // column: `out` is this many blocks, each split across the ranks
+    int64_t padded = 0;  // column: `out` held padded to this many rows (TensorSplit::padded)
   };
   ParallelLinear() = default;
   // `name`: the tensors are name + ".weight" / ".bias"; in, out: global features.

@@ -1,6 +1,7 @@
 #include "core/layers/lm_head.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/tensor_parallel/sequence_parallel.h"
 #include "core/tensor_parallel/tp_comm.h"
@@ -15,19 +16,22 @@ LmHead<T>::LmHead(const LmHeadConfig &config, const LmHeadNames &names, bool tie
       kind_(names.kind),
       tp_(tp),
       tied_(tied),
-      first_(tp.rank * (config.vocab / tp.size)),
-      vocab_(config.vocab / tp.size) {
+      first_(tp.rank * (config.Held() / tp.size)),
+      vocab_(config.Held() / tp.size),
+      valid_(std::clamp<int64_t>(config.vocab - first_, 0, vocab_)) {
   const int64_t C = config.d_model;
   // A pipeline's last stage holds its own copy of a tied weight (same name,
   // same initial values, the same vocabulary shard).
   if (tied && tied_wte < 0)
     tied_wte = registry.Add(names.weight + ".weight", {config.vocab, C}, config.init,
-                            TensorSplit{0, tp.size, tp.rank});
+                            TensorSplit{0, tp.size, tp.rank, 1, config.Padding()});
   norm_ = Norm<T>(config.norm, names.norm, C, config.norm_eps, registry);
   using Split = typename ParallelLinear<T>::Split;
   output_ = tied ? ParallelLinear<T>::TiedColumn(tied_wte, C, vocab_, tp.size > 1)
                  : ParallelLinear<T>(Split::kColumn, names.weight, C, config.vocab,
-                                     {false, config.init, ParamInit::Constant(0), 1}, tp, registry);
+                                     {false, config.init, ParamInit::Constant(0), 1,
+                                      config.Padding()},
+                                     tp, registry);
 }
 
 // Sequence-parallel: the norm's tensors hold this rank's rows; the logits all N.
@@ -97,12 +101,17 @@ void LmHead<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T>
                                "LM head input")))
     return;
   output_.Forward(pass, x, a[kProbs], N, mb.ComputeOf(OutputModule()));
-  if (tp_.size == 1) {
+  // A padded vocabulary's logits: -inf, so that the softmax gives them 0.
+  const bool padded = valid_ < vocab_;
+  if (padded)
+    pass.k().FillColumns(a[kProbs], N, vocab_, valid_, -std::numeric_limits<T>::infinity());
+  if (tp_.size == 1)
     a.loss = pass.k().SoftmaxCrossEntropyForward(a[kProbs], mb.targets, N, vocab_, &a.counted);
+  else if (!Check(VocabParallelCrossEntropy(pass.k(), tp_, a[kProbs], mb.targets, N, vocab_,
+                                            first_, mb.scratch, &a.loss, &a.counted)))
     return;
-  }
-  Check(VocabParallelCrossEntropy(pass.k(), tp_, a[kProbs], mb.targets, N, vocab_, first_,
-                                  mb.scratch, &a.loss, &a.counted));
+  // Exactly 0 (the exponential's floor leaves ~1e-38): no gradient reaches the padding.
+  if (padded) pass.k().FillColumns(a[kProbs], N, vocab_, valid_, T(0));
 }
 
 template <typename T>

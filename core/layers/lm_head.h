@@ -18,11 +18,14 @@
 namespace dst {
 
 struct LmHeadConfig {
-  int64_t vocab = 0;  // rows of the output weight (divisible by tp)
+  int64_t vocab = 0;         // rows of the output weight
+  int64_t padded_vocab = 0;  // rows held with padding (divisible by tp); 0: vocab
   int64_t d_model = 0;
   NormKind norm = NormKind::kLayerNorm;
   double norm_eps = 1e-5;
   ParamInit init = ParamInit::Normal(0.02);  // an untied weight's
+  int64_t Held() const { return padded_vocab > 0 ? padded_vocab : vocab; }
+  int64_t Padding() const { return Held() != vocab ? Held() : 0; }  // TensorSplit::padded
 };
 
 struct LmHeadNames {
@@ -99,6 +102,7 @@ class LmHead final : public Layer<T> {
   TensorParallelGroup tp_;
   bool tied_ = true;
   int64_t first_ = 0, vocab_ = 0;  // this rank's vocabulary rows
+  int64_t valid_ = 0;              // of them, the real vocabulary's (the rest padding)
   Norm<T> norm_;
   ParallelLinear<T> output_;
 };

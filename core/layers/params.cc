@@ -17,9 +17,12 @@ int ParamRegistry::Add(std::string name, std::vector<int64_t> global_shape, Para
   decl.global_shape = std::move(global_shape);
   decl.shape = decl.global_shape;
   decl.split = split;
-  if (split.split()) {
+  if (split.sliced()) {
     int64_t &d = decl.shape.at(size_t(split.dim));
-    if (d % (split.parts * split.groups) != 0 || split.index < 0 || split.index >= split.parts)
+    if (split.padded > 0) d = split.padded;
+    if (d % (split.parts * split.groups) != 0 || split.index < 0 || split.index >= split.parts ||
+        (split.padded > 0 && (split.padded < decl.global_shape[size_t(split.dim)] ||
+                              split.groups != 1)))
       throw std::logic_error("ParamRegistry::Add: " + decl.name + " dimension " +
                              std::to_string(split.dim) + " of " + std::to_string(d) +
                              " does not split into " + std::to_string(split.parts));
@@ -35,7 +38,7 @@ int ParamRegistry::Add(std::string name, std::vector<int64_t> global_shape, Para
 }
 
 int64_t ParamDecl::GlobalElement(int64_t i) const {
-  if (!split.split()) return i;
+  if (!split.sliced()) return i;
   // Row-major: the elements after the split dimension form one contiguous
   // run ("inner"); the split dimension's local index shifts by the slice.
   const size_t dim = size_t(split.dim);
@@ -47,14 +50,22 @@ int64_t ParamDecl::GlobalElement(int64_t i) const {
   const int64_t a = (i / inner) % local_dim, per_group = local_dim / split.groups;
   const int64_t at =
       (a / per_group) * per_group * split.parts + split.index * per_group + a % per_group;
+  if (at >= global_shape[dim]) return -1;  // a padding row
   return (outer * global_shape[dim] + at) * inner + i % inner;
 }
 
 int64_t ParamDecl::GlobalRun() const {
-  if (!split.split()) return numel;
+  if (!split.sliced()) return numel;
   int64_t inner = 1;
   for (size_t k = size_t(split.dim) + 1; k < shape.size(); ++k) inner *= shape[k];
+  if (split.padded > 0) return inner;  // rows: a padding row maps nowhere
   return shape[size_t(split.dim)] / split.groups * inner;
+}
+
+int64_t ParamDecl::GlobalNumel() const {
+  int64_t n = 1;
+  for (int64_t d : global_shape) n *= d;
+  return n;
 }
 
 template <typename T>
@@ -100,9 +111,12 @@ void ParamStore<T>::InitializeRange(uint64_t seed, int64_t begin, int64_t end, T
   for (size_t k = 0; k < decls_.size(); ++k) {
     const ParamDecl &d = decls_[k];
     const int64_t lo = std::max(begin, d.offset), hi = std::min(end, d.offset + d.numel);
-    for (int64_t x = lo; x < hi; ++x)
+    for (int64_t x = lo; x < hi; ++x) {
+      const int64_t global = d.GlobalElement(x - d.offset);
+      if (global < 0) continue;  // a padding row stays 0
       out[x - begin] = T(InitialValue(d.init, seed, d.init_key >= 0 ? uint64_t(d.init_key) : k,
-                                      uint64_t(d.GlobalElement(x - d.offset))));
+                                      uint64_t(global)));
+    }
   }
 }
 

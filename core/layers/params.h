@@ -31,11 +31,19 @@ struct ParamInit {
 // tensor. dim < 0: not split (the rank holds the whole tensor). With
 // `groups` > 1 the dimension is `groups` blocks, each cut the same way (a
 // fused [q; k; v] projection split by heads: part i of each of q, k and v).
+// With `padded` > 0 the dimension is padded to that many rows beyond the
+// global tensor's (Megatron's padded vocabulary, so that any tensor-parallel
+// size divides it): the parts cut `padded`, and a local element in a padding
+// row belongs to no element of the global tensor (GlobalElement is -1).
 struct TensorSplit {
   int dim = -1;
   int64_t parts = 1, index = 0;
   int64_t groups = 1;
+  int64_t padded = 0;
+  // Whether ranks hold different parts (tensor parallelism).
   bool split() const { return dim >= 0 && parts > 1; }
+  // Whether this rank's tensor differs from the global one: a part, or padded.
+  bool sliced() const { return dim >= 0 && (parts > 1 || padded > 0); }
 };
 
 struct ParamDecl {
@@ -59,12 +67,15 @@ struct ParamDecl {
   bool bf16_gemm_weight = false;
   // The global tensor's flat index of local element i: initialisation and
   // checkpoints address a slice's elements by where they sit in the whole
-  // tensor, so every split starts from the same global values.
+  // tensor, so every split starts from the same global values. -1 for an
+  // element of a padding row.
   int64_t GlobalElement(int64_t i) const;
   // The length of the runs in which consecutive local elements are
-  // consecutive in the global tensor too (numel when the tensor is whole):
-  // local run k starts at GlobalElement(k * GlobalRun()).
+  // consecutive in the global tensor too (numel when the tensor is whole;
+  // a row when it is padded): local run k starts at GlobalElement(k * GlobalRun()).
   int64_t GlobalRun() const;
+  // Elements of the global tensor.
+  int64_t GlobalNumel() const;
 };
 
 // Layers declare their parameters here while the model is being built.

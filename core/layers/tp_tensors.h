@@ -13,7 +13,7 @@ namespace dst {
 // tp group for a split tensor, a copy for a whole one.
 Status GatherTensor(const TensorParallelGroup &tp, const ParamDecl &decl, const float *local,
                     float *global);
-// This rank's slice of the global tensor.
+// This rank's slice of the global tensor (padding rows 0).
 void SliceTensor(const ParamDecl &decl, const float *global, float *local);
 
 }  // namespace dst

@@ -32,6 +32,7 @@ const std::set<std::string> kBloomBookkeeping = {
     "attention_softmax_in_fp32", "offset_alibi", "dtype"};
 
 const std::set<std::string> kBloomKeys = {
+    "make_vocab_size_divisible_by",
     "type",          "seed",          "vocab_size",        "hidden_size",
     "n_embed",       "n_layer",       "num_hidden_layers", "n_head",
     "num_attention_heads", "layer_norm_epsilon", "initializer_range",
@@ -105,6 +106,7 @@ Status ParseBloomSpec(const Json &root, ModelSpec *spec) {
                                    "the residual is taken before the LayerNorm"));
   DST_RETURN_IF_ERROR(RequireValue(root, "$", "hidden_dropout", 0.0, "dstrain has no dropout"));
   DST_RETURN_IF_ERROR(RequireValue(root, "$", "attention_dropout", 0.0, "dstrain has no dropout"));
+  DST_RETURN_IF_ERROR(ReadVocabMultiple(root, &lm.vocab_multiple));
   spec->loss = ModelSpec::Loss::kCrossEntropy;
   return ReadSeed(root, "$", &spec->seed);
 }
@@ -113,7 +115,8 @@ DecoderFamily BloomFamily(const TransformerSpec &lm) {
   const ParamInit init = ParamInit::Normal(lm.init_std);
   const int64_t C = lm.d_model;
   DecoderFamily f;
-  f.embedding = {lm.vocab, C, lm.n_ctx, /*positions=*/false, /*norm=*/true, lm.norm_eps, init};
+  f.embedding = {.vocab = lm.vocab, .d_model = C, .n_ctx = lm.n_ctx, .positions = false,
+                 .norm = true, .norm_eps = lm.norm_eps, .init = init};
   f.embedding_names = {"transformer.word_embeddings.weight", "",
                        "transformer.word_embeddings_layernorm", "bloom_embedding"};
   f.block.d_model = C;
@@ -128,7 +131,8 @@ DecoderFamily BloomFamily(const TransformerSpec &lm) {
   a.alibi = true;
   a.init = a.out_init = init;
   f.block.mlp = {C, 4 * C, MlpKind::kGelu, /*bias=*/true, init, init};
-  f.head = {lm.vocab, C, NormKind::kLayerNorm, lm.norm_eps, init};
+  f.head = {.vocab = lm.vocab, .d_model = C, .norm = NormKind::kLayerNorm, .norm_eps = lm.norm_eps,
+            .init = init};
   f.tied = lm.tie_embeddings;
   f.head_names = {"transformer.ln_f", f.tied ? "transformer.word_embeddings" : "lm_head",
                   "bloom_head"};

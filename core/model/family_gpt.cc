@@ -18,7 +18,8 @@ Status ParseGptSpec(const Json &root, ModelSpec *spec) {
   DST_RETURN_IF_ERROR(
       CheckKeys(root, "the gpt spec",
                 {"type", "vocab_size", "n_ctx", "block_size", "n_layer", "n_head", "d_model",
-                 "n_embd", "seed", "dropout", "bias", "tie_word_embeddings"}));
+                 "n_embd", "seed", "dropout", "bias", "tie_word_embeddings",
+                 "make_vocab_size_divisible_by"}));
   TransformerSpec &d = spec->lm;
   const int64_t kMax = int64_t(1) << 24;
   // Two spellings of one key: which one would win is a guess, so neither does.
@@ -58,6 +59,7 @@ Status ParseGptSpec(const Json &root, ModelSpec *spec) {
                           " false is not supported yet; dstrain's GPT uses biases and a tied "
                           "LM head (GPT-2)");
   }
+  DST_RETURN_IF_ERROR(ReadVocabMultiple(root, &d.vocab_multiple));
   spec->loss = ModelSpec::Loss::kCrossEntropy;
   return ReadSeed(root, "$", &spec->seed);
 }
@@ -86,7 +88,8 @@ DecoderFamily GptFamily(const TransformerSpec &lm) {
   const ParamInit proj = ParamInit::Normal(kInitStd / std::sqrt(2.0 * double(lm.n_layer)));
   const int64_t C = lm.d_model;
   DecoderFamily f;
-  f.embedding = {lm.vocab, C, lm.n_ctx, /*positions=*/true, /*norm=*/false, 1e-5, init};
+  f.embedding = {.vocab = lm.vocab, .d_model = C, .n_ctx = lm.n_ctx, .positions = true,
+                 .norm = false, .norm_eps = 1e-5, .init = init};
   f.embedding_names = {"transformer.wte.weight", "transformer.wpe.weight", "", "gpt_embedding"};
   f.block.d_model = C;
   f.block.norm = NormKind::kLayerNorm;
@@ -100,7 +103,8 @@ DecoderFamily GptFamily(const TransformerSpec &lm) {
   a.init = init;
   a.out_init = proj;
   f.block.mlp = {C, 4 * C, MlpKind::kGelu, /*bias=*/true, init, proj};
-  f.head = {lm.vocab, C, NormKind::kLayerNorm, 1e-5, init};
+  f.head = {.vocab = lm.vocab, .d_model = C, .norm = NormKind::kLayerNorm, .norm_eps = 1e-5,
+            .init = init};
   f.head_names = {"transformer.ln_f", "transformer.wte", "gpt_head"};
   f.tied = true;
   f.block_names = GptBlockNames;

@@ -30,6 +30,7 @@ const std::set<std::string> kLlamaBookkeeping = {
     "model_type",     "pretraining_tp"};
 
 const std::set<std::string> kLlamaKeys = {
+    "make_vocab_size_divisible_by",
     "type",           "seed",          "vocab_size",          "hidden_size",
     "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "head_dim",       "max_position_embeddings", "seq_length", "rms_norm_eps",
@@ -157,6 +158,7 @@ Status ParseLlamaSpec(const Json &root, ModelSpec *spec) {
                           "$.seq_length to at most " + std::to_string(window) +
                           " (causal attention over the whole sequence is then the same math)");
   }
+  DST_RETURN_IF_ERROR(ReadVocabMultiple(root, &lm.vocab_multiple));
   spec->loss = ModelSpec::Loss::kCrossEntropy;
   return ReadSeed(root, "$", &spec->seed);
 }
@@ -165,7 +167,8 @@ DecoderFamily LlamaFamily(const TransformerSpec &lm) {
   const ParamInit init = ParamInit::Normal(lm.init_std);
   const int64_t C = lm.d_model;
   DecoderFamily f;
-  f.embedding = {lm.vocab, C, lm.n_ctx, /*positions=*/false, /*norm=*/false, lm.norm_eps, init};
+  f.embedding = {.vocab = lm.vocab, .d_model = C, .n_ctx = lm.n_ctx, .positions = false,
+                 .norm = false, .norm_eps = lm.norm_eps, .init = init};
   f.embedding_names = {"model.embed_tokens.weight", "", "", "llama_embedding"};
   f.block.d_model = C;
   f.block.norm = NormKind::kRmsNorm;
@@ -181,7 +184,8 @@ DecoderFamily LlamaFamily(const TransformerSpec &lm) {
   a.rope = lm.rope;
   a.init = a.out_init = init;
   f.block.mlp = {C, lm.ffn_size(), MlpKind::kSwiGlu, lm.mlp_bias, init, init};
-  f.head = {lm.vocab, C, NormKind::kRmsNorm, lm.norm_eps, init};
+  f.head = {.vocab = lm.vocab, .d_model = C, .norm = NormKind::kRmsNorm, .norm_eps = lm.norm_eps,
+            .init = init};
   f.tied = lm.tie_embeddings;
   f.head_names = {"model.norm", f.tied ? "model.embed_tokens" : "lm_head", "llama_head"};
   f.block_names = LlamaBlockNames;

@@ -146,9 +146,13 @@ struct BuiltLayers {
   std::vector<bool> all_rows;
 };
 
+// `pad_vocab`: the embedding and head hold the padded vocabulary (a rank's
+// storage); false: the global tensors (the whole model as checkpoints and
+// get_param speak it).
 template <typename T>
 BuiltLayers<T> BuildLayers(const ModelSpec &spec, const std::vector<LayerRange> &chunks,
-                           ParamRegistry &registry, const TensorParallelGroup &tp = {}) {
+                           ParamRegistry &registry, const TensorParallelGroup &tp = {},
+                           bool pad_vocab = true) {
   BuiltLayers<T> built;
   const std::vector<TpRole> roles = RolesOf(spec, tp);
   built.widths = InWidths(spec, roles, tp.size);
@@ -156,7 +160,9 @@ BuiltLayers<T> BuildLayers(const ModelSpec &spec, const std::vector<LayerRange> 
     built.all_rows.push_back(tp.splits_rows() &&
                              (role == TpRole::kColumn || role == TpRole::kLocalSlice));
   int wte = -1;
-  const DecoderFamily family = spec.IsLanguageModel() ? FamilyOf(spec) : DecoderFamily{};
+  DecoderFamily family = spec.IsLanguageModel() ? FamilyOf(spec) : DecoderFamily{};
+  if (spec.IsLanguageModel() && pad_vocab)
+    family.embedding.padded_vocab = family.head.padded_vocab = spec.lm.PaddedVocab(tp.size);
   for (const LayerRange &chunk : chunks) {
     const size_t local_begin = built.layers.size();
     for (size_t g = chunk.begin; g < chunk.end; ++g) {
@@ -231,9 +237,10 @@ int64_t WorkElements(const ActivationNeeds &n, const ActivationLimits &limits) {
   return 2 * limits.max_rows() * n.max_width + n.max_scratch;
 }
 
+// The whole model's global tensors (no padding rows).
 ParamRegistry Declare(const ModelSpec &spec) {
   ParamRegistry registry;
-  BuildLayers<float>(spec, WholeModel(spec), registry);
+  BuildLayers<float>(spec, WholeModel(spec), registry, {}, /*pad_vocab=*/false);
   return registry;
 }
 

@@ -37,9 +37,18 @@ struct TransformerSpec {
   bool mlp_bias = false;        // LLaMA: gate/up/down biases
   bool tie_embeddings = true;   // the LM head reads the token embedding
   math::RopeParams rope;        // LLaMA's rotary embeddings
+  // Megatron's make_vocab_size_divisible_by: the embedding and the LM head
+  // hold vocab rounded up to a multiple of this x tp rows (padding rows that
+  // no token reads and whose logits never enter the loss).
+  int64_t vocab_multiple = 128;
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t head_size() const { return head_dim > 0 ? head_dim : d_model / n_head; }
   int64_t ffn_size() const { return ffn > 0 ? ffn : 4 * d_model; }
+  // The rows the embedding and the LM head hold at tensor-parallel size tp.
+  int64_t PaddedVocab(int64_t tp) const {
+    const int64_t m = vocab_multiple * tp;
+    return (vocab + m - 1) / m * m;
+  }
 };
 
 struct SequentialLayerSpec {

@@ -72,6 +72,10 @@ Status ReadBool(const Json &object, const std::string &path, const char *key, bo
   return Status::Ok();
 }
 
+Status ReadVocabMultiple(const Json &object, int64_t *multiple) {
+  return ReadInt(object, "$", "make_vocab_size_divisible_by", 1, int64_t(1) << 20, multiple, false);
+}
+
 Result<std::string> OneOf(const Json &object, const std::vector<std::string> &names) {
   std::string found;
   for (const std::string &name : names) {

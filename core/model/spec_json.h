@@ -26,6 +26,9 @@ Status ReadNumber(const Json &object, const std::string &path, const char *key, 
                   double hi, double *out);
 Status ReadBool(const Json &object, const std::string &path, const char *key, bool *out);
 Status ReadSeed(const Json &object, const std::string &path, uint64_t *seed);
+// $.make_vocab_size_divisible_by (Megatron's name; every family takes it)
+// into lm->vocab_multiple.
+Status ReadVocabMultiple(const Json &object, int64_t *multiple);
 // The first of `names` present (several spellings of one setting: two given
 // is an error naming both); "" when none is.
 Result<std::string> OneOf(const Json &object, const std::vector<std::string> &names);

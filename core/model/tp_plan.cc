@@ -45,12 +45,6 @@ Result<std::vector<TpRole>> PlanTensorParallel(const ModelSpec &spec, int64_t tp
       return ConfigError("tensor parallelism: the MLP's " + std::to_string(lm.ffn_size()) +
                          " intermediate features do not divide into tensor-parallel size " +
                          std::to_string(tp) + "; choose a tp_size that divides them");
-    if (lm.vocab % tp != 0)
-      return ConfigError("tensor parallelism: vocab_size " + std::to_string(lm.vocab) +
-                         " does not divide into tensor-parallel size " + std::to_string(tp) +
-                         " (each rank holds vocab_size / tp embedding rows); choose a tp_size "
-                         "that divides it or pad the vocabulary to a multiple of " +
-                         std::to_string(tp));
     for (size_t i = 1; i + 1 < layers; ++i) roles[i] = TpRole::kHeads;
     roles.front() = roles.back() = TpRole::kVocab;
     return roles;

@@ -4,8 +4,9 @@
 // A language model (every decoder family) splits each decoder layer
 // Megatron's way (whole query and key/value heads and MLP features per rank:
 // core/layers/decoder.h), and its token embedding and LM head by vocabulary
-// rows (vocab-parallel embedding and cross-entropy). n_head,
-// num_key_value_heads, the MLP's features and vocab_size must divide by tp.
+// rows (vocab-parallel embedding and cross-entropy; the vocabulary is padded
+// to a multiple of make_vocab_size_divisible_by x tp). n_head,
+// num_key_value_heads and the MLP's features must divide by tp.
 //
 // Sequential models follow Megatron's MLP pattern: consecutive Linear layers
 // pair up as column-parallel (the output features split; the input

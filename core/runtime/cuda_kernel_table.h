@@ -42,6 +42,24 @@ typedef struct DstCudaSgdConstants {
   int nesterov, first_step;
 } DstCudaSgdConstants;
 
+/* An attention's shape beyond GPT-2's (AttentionShape, core/kernels/kernels.h):
+ * C = H x hs the query heads' width; kv_heads key/value heads (grouped-query);
+ * interleaved: BLOOM's [head: q k v] rows; ALiBi slopes over alibi_heads heads
+ * from first_head (0: none). */
+typedef struct DstCudaAttentionShape {
+  long B, T, C, H;
+  long kv_heads;
+  int interleaved;
+  long alibi_heads, first_head;
+} DstCudaAttentionShape;
+
+/* Rotary embeddings' frequencies (dst::math::RopeParams, field for field). */
+typedef struct DstCudaRope {
+  float theta;
+  int scaling;
+  float factor, low_freq_factor, high_freq_factor, original_max_position;
+} DstCudaRope;
+
 typedef struct DstCudaKernelTable {
   size_t size; /* sizeof the table the plugin filled (a newer caller reads no further) */
   /* A context: the device, the stream (a cudaStream_t the caller owns), a
@@ -133,6 +151,26 @@ typedef struct DstCudaKernelTable {
   int (*add_wide_16)(void *ctx, int half, const uint16_t *add, long n, float *acc);
   int (*sum_16)(void *ctx, int half, const uint16_t *add, long n, uint16_t *acc);
   int (*sum_of_squares_16)(void *ctx, int half, const uint16_t *x, long n, double *sum);
+  /* x [rows, width]: columns [begin, width) of every row set to value (a
+   * padded vocabulary's logits). */
+  int (*fill_columns)(void *ctx, float *x, long rows, long width, long begin, float value);
+  /* LLaMA / BLOOM: RMSNorm (rstd saved; dx +=, dweight += where non-null),
+   * rotary embeddings in place on qkv [B, T, W] (inverse: the backward), the
+   * SiLU gate, and attention in the general shape (one warp a query row,
+   * the probabilities saved: no fused path). */
+  int (*rmsnorm_forward)(void *ctx, const float *x, const float *weight, long rows, long C,
+                         float eps, float *out, float *rstd);
+  int (*rmsnorm_backward)(void *ctx, const float *dout, const float *x, const float *weight,
+                          const float *rstd, long rows, long C, float *dx, float *dweight);
+  int (*rotary)(void *ctx, float *qkv, const DstCudaAttentionShape *s, const DstCudaRope *rope,
+                int inverse);
+  int (*silu_mul_forward)(void *ctx, const float *gate, const float *up, long n, float *out);
+  int (*silu_mul_backward)(void *ctx, const float *dout, const float *gate, const float *up, long n,
+                           float *dgate, float *dup);
+  int (*attention_forward_general)(void *ctx, const float *qkv, const DstCudaAttentionShape *s,
+                                   float *att, float *y);
+  int (*attention_backward_general)(void *ctx, const float *dy, const float *qkv,
+                                    const float *att, const DstCudaAttentionShape *s, float *dqkv);
 } DstCudaKernelTable;
 
 /* Whether the attention entries take the fused kernel (online softmax, no

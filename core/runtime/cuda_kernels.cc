@@ -93,7 +93,64 @@ void CudaKernels::Check(int code, const char *kernel) const {
 void CudaKernels::NotBuilt(const char *kernel) const {
   if (!error_.ok()) return;
   error_ = NotSupported(std::string("CUDA kernel ") + kernel + " on " + name_ +
-                        " is not supported yet (the LLaMA and BLOOM layers run on the CPU only)");
+                        " is not supported by this CUDA plugin (built before it had the kernel): "
+                        "rebuild libdstrain_cuda.so with this libdstrain.so");
+}
+
+// A table entry this plugin may predate: present, or the call records why not.
+#define DST_TABLE_HAS(entry) \
+  (Has(offsetof(DstCudaKernelTable, entry) + sizeof(t_.entry)) && t_.entry != nullptr)
+
+void CudaKernels::FillColumns(float *x, int64_t rows, int64_t width, int64_t begin,
+                              float value) const {
+  if (!DST_TABLE_HAS(fill_columns)) return NotBuilt("FillColumns");
+  Check(t_.fill_columns(ctx_, x, rows, width, begin, value), "FillColumns");
+}
+
+namespace {
+
+DstCudaAttentionShape ShapeOf(const AttentionShape &s) {
+  return {long(s.B), long(s.T),        long(s.C),           long(s.H),
+          long(s.kv()), s.interleaved ? 1 : 0, long(s.alibi_heads), long(s.first_head)};
+}
+
+}  // namespace
+
+void CudaKernels::RmsNormForward(const float *x, const float *weight, int64_t rows, int64_t C,
+                                 double eps, float *out, uint16_t *, float *rstd) const {
+  if (!DST_TABLE_HAS(rmsnorm_forward)) return NotBuilt("RmsNormForward");
+  Check(t_.rmsnorm_forward(ctx_, x, weight, rows, C, float(eps), out, rstd), "RmsNormForward");
+}
+void CudaKernels::RmsNormBackward(const float *dout, const float *x, const float *weight,
+                                  const float *rstd, int64_t rows, int64_t C, float *dx,
+                                  float *dweight, float *, int) const {
+  if (!DST_TABLE_HAS(rmsnorm_backward)) return NotBuilt("RmsNormBackward");
+  Check(t_.rmsnorm_backward(ctx_, dout, x, weight, rstd, rows, C, dx, dweight), "RmsNormBackward");
+}
+void CudaKernels::RmsNormParamBackward(const float *dout, const float *x, const float *rstd,
+                                       int64_t rows, int64_t C, float *dweight, float *,
+                                       int) const {
+  if (!DST_TABLE_HAS(rmsnorm_backward)) return NotBuilt("RmsNormParamBackward");
+  Check(t_.rmsnorm_backward(ctx_, dout, x, nullptr, rstd, rows, C, nullptr, dweight),
+        "RmsNormParamBackward");
+}
+void CudaKernels::Rotary(float *qkv, const AttentionShape &s, const math::RopeParams &r,
+                         bool inverse) const {
+  if (!DST_TABLE_HAS(rotary)) return NotBuilt("Rotary");
+  const DstCudaAttentionShape shape = ShapeOf(s);
+  const DstCudaRope rope{r.theta,           r.scaling,        r.factor,
+                         r.low_freq_factor, r.high_freq_factor, r.original_max_position};
+  Check(t_.rotary(ctx_, qkv, &shape, &rope, inverse ? 1 : 0), "Rotary");
+}
+void CudaKernels::SiluMulForward(const float *gate, const float *up, int64_t n, float *out,
+                                 uint16_t *) const {
+  if (!DST_TABLE_HAS(silu_mul_forward)) return NotBuilt("SiluMulForward");
+  Check(t_.silu_mul_forward(ctx_, gate, up, n, out), "SiluMulForward");
+}
+void CudaKernels::SiluMulBackward(const float *dout, const float *gate, const float *up, int64_t n,
+                                  float *dgate, float *dup) const {
+  if (!DST_TABLE_HAS(silu_mul_backward)) return NotBuilt("SiluMulBackward");
+  Check(t_.silu_mul_backward(ctx_, dout, gate, up, n, dgate, dup), "SiluMulBackward");
 }
 
 bool CudaKernels::ReadyForHostWait(const char *kernel) const {
@@ -191,13 +248,22 @@ void CudaKernels::LayerNormParamBackward(const float *dout, const float *x, cons
 }
 void CudaKernels::AttentionForward(const float *qkv, const AttentionShape &s, float *att, float *y,
                                    ComputeType) const {
-  if (!s.plain()) return NotBuilt("AttentionForward (grouped-query, interleaved or ALiBi)");
+  if (!s.plain()) {  // grouped-query, interleaved or ALiBi: the general kernels
+    if (!DST_TABLE_HAS(attention_forward_general)) return NotBuilt("AttentionForward (general)");
+    const DstCudaAttentionShape shape = ShapeOf(s);
+    return Check(t_.attention_forward_general(ctx_, qkv, &shape, att, y), "AttentionForward");
+  }
   Check(t_.attention_forward(ctx_, qkv, s.B, s.T, s.C, s.H, att, y), "AttentionForward");
 }
 void CudaKernels::AttentionBackward(const float *dy, const float *qkv, const float *att,
                                     const AttentionShape &s, float *dqkv, float *,
                                     ComputeType) const {
-  if (!s.plain()) return NotBuilt("AttentionBackward (grouped-query, interleaved or ALiBi)");
+  if (!s.plain()) {
+    if (!DST_TABLE_HAS(attention_backward_general)) return NotBuilt("AttentionBackward (general)");
+    const DstCudaAttentionShape shape = ShapeOf(s);
+    return Check(t_.attention_backward_general(ctx_, dy, qkv, att, &shape, dqkv),
+                 "AttentionBackward");
+  }
   Check(t_.attention_backward(ctx_, dy, qkv, att, s.B, s.T, s.C, s.H, dqkv), "AttentionBackward");
 }
 void CudaKernels::EmbeddingForward(const int32_t *tokens, const float *wte, const float *wpe,
@@ -325,3 +391,5 @@ void CudaKernels::SgdUpdate(const float *grad, int64_t n, const SgdHyper &h, flo
 }
 
 }  // namespace dst
+
+#undef DST_TABLE_HAS

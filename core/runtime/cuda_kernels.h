@@ -48,8 +48,10 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
   Status TakeError() const override;
   // False where the plugin's fused attention takes the shape (its rule,
   // dst_cuda_fused_attention_takes).
+  // The fused attention takes GPT-2's shapes only; grouped-query,
+  // interleaved and ALiBi attention save their probabilities.
   bool KeepsAttentionProbabilities(const AttentionShape &s) const override {
-    return !dst_cuda_fused_attention_takes(long(s.B), long(s.C), long(s.H));
+    return !s.plain() || !dst_cuda_fused_attention_takes(long(s.B), long(s.C), long(s.H));
   }
   // Run before each kernel that returns a value to the host (a loss, a sum
   // of squares: the host waits for the stream there), as
@@ -60,6 +62,8 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
   void CopyRows(const float *src, int64_t src_stride, int64_t rows, int64_t width, float *dst,
                 int64_t dst_stride) const override;
   void Zero(int64_t n, float *dst) const override;
+  void FillColumns(float *x, int64_t rows, int64_t width, int64_t begin,
+                   float value) const override;
   void RoundTo16(Half half, float *x, int64_t n) const override;
   void StashTo16(Half half, float *x, int64_t n, uint16_t *stash) const override;
   void UnstashFrom16(Half half, const uint16_t *stash, int64_t n, float *x) const override;
@@ -85,31 +89,22 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
   void LayerNormParamBackward(const float *dout, const float *x, const float *mean,
                               const float *rstd, int64_t rows, int64_t C, float *dweight,
                               float *dbias, float *scratch, int max_threads) const override;
-  // The LLaMA / BLOOM kernels are not built for CUDA yet: each records a
-  // "not supported yet" error (the engine refuses those models on a device
-  // before it gets here).
-  void RmsNormForward(const float *, const float *, int64_t, int64_t, double, float *, uint16_t *,
-                      float *) const override {
-    NotBuilt("RmsNormForward");
-  }
-  void RmsNormBackward(const float *, const float *, const float *, const float *, int64_t, int64_t,
-                       float *, float *, float *, int) const override {
-    NotBuilt("RmsNormBackward");
-  }
-  void RmsNormParamBackward(const float *, const float *, const float *, int64_t, int64_t, float *,
-                            float *, int) const override {
-    NotBuilt("RmsNormParamBackward");
-  }
-  void Rotary(float *, const AttentionShape &, const math::RopeParams &, bool) const override {
-    NotBuilt("Rotary");
-  }
-  void SiluMulForward(const float *, const float *, int64_t, float *, uint16_t *) const override {
-    NotBuilt("SiluMulForward");
-  }
-  void SiluMulBackward(const float *, const float *, const float *, int64_t, float *,
-                       float *) const override {
-    NotBuilt("SiluMulBackward");
-  }
+  // The LLaMA / BLOOM kernels (family_kernels.cu; an older plugin without
+  // them records a "not supported yet" error naming the kernel).
+  void RmsNormForward(const float *x, const float *weight, int64_t rows, int64_t C, double eps,
+                      float *out, uint16_t *out16, float *rstd) const override;
+  void RmsNormBackward(const float *dout, const float *x, const float *weight, const float *rstd,
+                       int64_t rows, int64_t C, float *dx, float *dweight, float *scratch,
+                       int max_threads) const override;
+  void RmsNormParamBackward(const float *dout, const float *x, const float *rstd, int64_t rows,
+                            int64_t C, float *dweight, float *scratch,
+                            int max_threads) const override;
+  void Rotary(float *qkv, const AttentionShape &s, const math::RopeParams &rope,
+              bool inverse) const override;
+  void SiluMulForward(const float *gate, const float *up, int64_t n, float *out,
+                      uint16_t *out16) const override;
+  void SiluMulBackward(const float *dout, const float *gate, const float *up, int64_t n,
+                       float *dgate, float *dup) const override;
   void AttentionForward(const float *qkv, const AttentionShape &s, float *att, float *y,
                         ComputeType compute) const override;
   void AttentionBackward(const float *dy, const float *qkv, const float *att,
@@ -163,8 +158,10 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
       : t_(table), ctx_(context), name_("cuda:" + std::to_string(device)) {}
   // Keeps the first failure (`kernel` names it).
   void Check(int code, const char *kernel) const;
-  // Records that `kernel` has no CUDA implementation yet.
+  // Records that `kernel` has no CUDA implementation in this plugin.
   void NotBuilt(const char *kernel) const;
+  // Whether the plugin's table reaches `end` (bytes: an entry's offset + size).
+  bool Has(size_t end) const { return t_.size >= end; }
   // The hook before a host wait: false (the failure kept) when it failed.
   bool ReadyForHostWait(const char *kernel) const;
 

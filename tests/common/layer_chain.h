@@ -87,6 +87,25 @@ inline std::unique_ptr<Chain> TinyGpt() {
   return TinyLanguageModel(lm, GptFamily);
 }
 
+// LLaMA: 4 query heads over 2 key/value heads, rotary embeddings with Llama
+// 3.1's scaling, a SwiGLU MLP of 24 features, biases, the head untied.
+inline std::unique_ptr<Chain> TinyLlama() {
+  TransformerSpec lm;
+  lm.vocab = 32, lm.n_ctx = 8, lm.n_layer = 2, lm.n_head = 4, lm.n_kv_head = 2, lm.d_model = 16;
+  lm.ffn = 24, lm.norm_eps = 1e-5, lm.attention_bias = lm.mlp_bias = true;
+  lm.tie_embeddings = false;
+  lm.rope.theta = 100.0f, lm.rope.scaling = int32_t(math::RopeScaling::kLlama3);
+  lm.rope.factor = 4.0f, lm.rope.original_max_position = 16.0f;
+  return TinyLanguageModel(lm, LlamaFamily);
+}
+
+// BLOOM: ALiBi over 2 heads, the interleaved fused projection, the embedding LayerNorm.
+inline std::unique_ptr<Chain> TinyBloom() {
+  TransformerSpec lm;
+  lm.vocab = 32, lm.n_ctx = 8, lm.n_layer = 2, lm.n_head = 2, lm.d_model = 16;
+  return TinyLanguageModel(lm, BloomFamily);
+}
+
 // Linear, GELU, LayerNorm, linear, ReLU, then MSE or cross-entropy.
 inline std::unique_ptr<Chain> TinySequential(bool mse) {
   using Fn = ActivationLayer<float>::Fn;

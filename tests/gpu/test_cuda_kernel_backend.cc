@@ -166,6 +166,17 @@ TEST(CudaKernelBackend, GptZeroBubbleHalvesAndRecomputationMatchTheCpu) {
   ExpectChainMatchesTheCpu(d, TinyGpt, ChainPass::kZeroBubbleRecompute, ComputeType::kFp32, 1e-4);
 }
 
+// LLaMA (RMSNorm, rotary with Llama 3.1's scaling, grouped-query attention,
+// the SiLU gate, the untied head) and BLOOM (ALiBi, the interleaved fused
+// projection, the embedding LayerNorm) through the general attention kernels.
+TEST(CudaKernelBackend, LlamaAndBloomLayersMatchTheCpu) {
+  DST_DEVICE_OR_SKIP(d);
+  ExpectChainMatchesTheCpu(d, TinyLlama, ChainPass::kWhole, ComputeType::kFp32, 1e-4);
+  ExpectChainMatchesTheCpu(d, TinyLlama, ChainPass::kZeroBubbleRecompute, ComputeType::kFp32, 1e-4);
+  ExpectChainMatchesTheCpu(d, TinyBloom, ChainPass::kWhole, ComputeType::kFp32, 1e-4);
+  ExpectChainMatchesTheCpu(d, TinyBloom, ChainPass::kZeroBubbleRecompute, ComputeType::kFp32, 1e-4);
+}
+
 TEST(CudaKernelBackend, Bf16GemmsMatchTheCpusBf16Gemms) {
   DST_DEVICE_OR_SKIP(d);
   ExpectChainMatchesTheCpu(d, TinyGpt, ChainPass::kWhole, ComputeType::kBf16, 2e-2);

@@ -103,6 +103,22 @@ def test_one_rank_on_the_device_is_the_cpu_run_and_its_checkpoint_resumes_on_the
     assert cli_tests.final_line(resumed.stdout) == cli_tests.final_line(whole.stdout)
 
 
+# The LLaMA and BLOOM layers on the device: grouped-query attention with
+# rotary embeddings, RMSNorm, the SiLU gate and an untied head; ALiBi with the
+# interleaved fused projection and the embedding LayerNorm.
+@pytest.mark.parametrize("family", ["llama", "bloom"])
+def test_llama_and_bloom_on_the_device_are_the_cpu_run(dstrain, job, tmp_path, family):  # noqa: F811
+    model = {"llama": {"type": "llama", "vocab_size": 256, "hidden_size": 32,
+                       "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 4,
+                       "num_key_value_heads": 2, "max_position_embeddings": 16, "seed": 7},
+             "bloom": {"type": "bloom", "vocab_size": 256, "hidden_size": 32, "n_layer": 1,
+                       "n_head": 2, "seq_length": 16, "seed": 7}}[family]
+    job["model"].write_text(json.dumps(model))
+    job["cpu"] = write_config(tmp_path, "cpu.json", "cpu", 1, precision="bf16")
+    job["dev"] = write_config(tmp_path, "dev.json", "cuda", 1, precision="bf16")
+    train_both_and_compare(dstrain, job, tmp_path, 6)
+
+
 # ZeRO-Offload's update in many chunks (1 KiB here): each chunk's gradients
 # come down into a host staging buffer while the previous chunk is updated,
 # its 16-bit weights go up while the next one is. The stand-in runs an

@@ -166,6 +166,9 @@ DstCudaKernelTable FakeTable() {
     *sum = 4.0;
     return Record("sum_of_squares_16", half, n);
   };
+  t.fill_columns = [](void *, float *, long rows, long width, long begin, float) {
+    return Record("fill_columns", rows, width, begin);
+  };
   return t;
 }
 
@@ -297,8 +300,11 @@ TEST_F(CudaKernelsHost, TheFusedAttentionsShapesSaveNoProbabilities) {
   EXPECT_TRUE(kernels_->KeepsAttentionProbabilities({6000, 4, 768, 12}));   // B x H > 65535
   EXPECT_TRUE(HostKernels<float>().KeepsAttentionProbabilities({8, 1024, 768, 12}));
 
+  // (The vocabulary unpadded: the blocks' backward scratch is then the
+  // model's largest, not the head's.)
   Result<ModelSpec> spec = ParseModelSpec(
-      R"({"type":"gpt","vocab_size":16,"n_ctx":8,"n_layer":2,"n_head":2,"d_model":8,"seed":1})");
+      R"({"type":"gpt","vocab_size":16,"n_ctx":8,"n_layer":2,"n_head":2,"d_model":8,"seed":1,
+          "make_vocab_size_divisible_by":1})");
   ASSERT_TRUE(spec.ok());
   MemoryTracker kept, fused;
   ActivationLimits limits{2, 8, 1};

@@ -125,6 +125,16 @@ TEST_F(KernelSeam, GptZeroBubbleHalvesAndRecomputationToo) {
               ::testing::ExitedWithCode(0), "");
 }
 
+// The LLaMA and BLOOM layers too (RMSNorm, rotary, the SiLU gate,
+// grouped-query and ALiBi attention, the untied head).
+TEST_F(KernelSeam, LlamaAndBloomLayersTouchTheirTensorsOnlyThroughTheBackend) {
+  EXPECT_EXIT(GuardedRunMatches(TinyLlama, ChainPass::kWhole), ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(GuardedRunMatches(TinyLlama, ChainPass::kZeroBubbleRecompute),
+              ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(GuardedRunMatches(TinyBloom, ChainPass::kZeroBubbleRecompute),
+              ::testing::ExitedWithCode(0), "");
+}
+
 TEST_F(KernelSeam, SequentialLayersTouchTheirTensorsOnlyThroughTheBackend) {
   EXPECT_EXIT(GuardedRunMatches(Mse, ChainPass::kWhole), ::testing::ExitedWithCode(0), "");
   EXPECT_EXIT(GuardedRunMatches(CrossEntropy, ChainPass::kZeroBubbleRecompute),

@@ -51,6 +51,34 @@ TEST(ParamDecl, SlicesInitialiseAsTheirRegionOfTheGlobalTensor) {
   }
 }
 
+// A padded vocabulary: 5 rows padded to 8, split over 2 ranks (4 rows each):
+// rank 0 holds global rows 0-3, rank 1 row 4 and three padding rows, which
+// belong to no global element, start at 0 and form runs of one row each.
+TEST(ParamDecl, PaddingRowsBelongToNoGlobalElement) {
+  const std::vector<float> whole = Values({5, 3}, {});
+  for (int64_t index = 0; index < 2; ++index) {
+    ParamRegistry registry;
+    registry.Add("w", {5, 3}, ParamInit::Normal(1.0), {0, 2, index, 1, 8});
+    const ParamDecl &d = registry.decls()[0];
+    EXPECT_EQ(d.shape, (std::vector<int64_t>{4, 3}));
+    EXPECT_TRUE(d.split.sliced());
+    EXPECT_EQ(d.GlobalRun(), 3);
+    EXPECT_EQ(d.GlobalNumel(), 15);
+    const std::vector<float> local = Values({5, 3}, {0, 2, index, 1, 8});
+    for (int64_t i = 0; i < d.numel; ++i) {
+      const int64_t row = index * 4 + i / 3;
+      EXPECT_EQ(d.GlobalElement(i), row < 5 ? row * 3 + i % 3 : -1) << i;
+      EXPECT_EQ(local[size_t(i)], row < 5 ? whole[size_t(row * 3 + i % 3)] : 0.0f) << i;
+    }
+  }
+  // Padded but whole (tensor-parallel size 1): sliced, not split.
+  ParamRegistry one;
+  one.Add("w", {5, 3}, ParamInit::Constant(1), {0, 1, 0, 1, 8});
+  EXPECT_FALSE(one.decls()[0].split.split());
+  EXPECT_TRUE(one.decls()[0].split.sliced());
+  EXPECT_EQ(one.decls()[0].numel, 24);
+}
+
 TEST(ParamDecl, AnUnevenSplitIsRefused) {
   ParamRegistry registry;
   EXPECT_THROW(registry.Add("w", {5, 4}, ParamInit::Constant(1), {0, 2, 0}), std::logic_error);

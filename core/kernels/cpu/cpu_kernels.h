@@ -64,6 +64,10 @@ class CpuKernels final : public Kernels<T> {
     Scope s("Zero");
     std::memset(static_cast<void *>(dst), 0, size_t(n) * sizeof(T));
   }
+  void FillColumns(T *x, int64_t rows, int64_t width, int64_t begin, T value) const override {
+    Scope s("FillColumns");
+    for (int64_t r = 0; r < rows; ++r) std::fill(x + r * width + begin, x + (r + 1) * width, value);
+  }
 
   // fp32 through the vectorised conversions; fp64 (gradient checks) one value at a time.
   void RoundTo16(Half half, T *x, int64_t n) const override {

@@ -48,6 +48,12 @@ __global__ void AddInPlaceKernel(const float *x, long n, float *y) {
 __global__ void AddBiasToRowsKernel(const float *bias, long rows, long out, float *y) {
   DST_GRID_STRIDE(i, rows * out) y[i] += bias[i % out];
 }
+__global__ void FillColumnsKernel(float *x, long rows, long width, long begin, float value) {
+  const long cols = width - begin;
+  for (long i = long(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * cols;
+       i += long(gridDim.x) * blockDim.x)
+    x[(i / cols) * width + begin + i % cols] = value;
+}
 __global__ void ReluForwardKernel(const float *x, long n, float *out) {
   DST_GRID_STRIDE(i, n) out[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
@@ -532,6 +538,85 @@ int AttentionBackward(void *ctx, const float *dy, const float *qkv, const float 
   return Launched();
 }
 
+AttentionDims DimsOf(const DstCudaAttentionShape &s) {
+  return {s.B, s.T, s.C, s.H, s.kv_heads, s.interleaved != 0, s.alibi_heads, s.first_head};
+}
+
+// Attention in the general shape: one warp a query row, the probabilities
+// saved in `att` (no fused path for grouped-query, interleaved or ALiBi).
+int AttentionForwardGeneral(void *ctx, const float *qkv, const DstCudaAttentionShape *shape,
+                            float *att, float *y) {
+  DST_ENTER(ctx);
+  const AttentionDims s = DimsOf(*shape);
+  if (s.rows() == 0) return 0;
+  const Launch l = WarpPerRowLaunch(s.rows(), 128);
+  AttentionForwardKernel<<<l.blocks, l.threads, 0, c.stream>>>(qkv, s, att, y);
+  return Launched();
+}
+
+int AttentionBackwardGeneral(void *ctx, const float *dy, const float *qkv, const float *att,
+                             const DstCudaAttentionShape *shape, float *dqkv) {
+  DST_ENTER(ctx);
+  const AttentionDims s = DimsOf(*shape);
+  if (s.rows() == 0) return 0;
+  float *dscore = nullptr;
+  if (cudaError_t e = TakeArray(c, kAttentionScores, size_t(s.rows() * s.T), &dscore)) return e;
+  const Launch rows = WarpPerRowLaunch(s.rows(), 128), columns = WarpPerRowLaunch(s.kv_rows(), 128);
+  AttentionBackwardRowsKernel<<<rows.blocks, rows.threads, 0, c.stream>>>(dy, qkv, att, s, dscore,
+                                                                          dqkv);
+  AttentionBackwardColumnsKernel<<<columns.blocks, columns.threads, 0, c.stream>>>(dy, qkv, att,
+                                                                                   dscore, s, dqkv);
+  return Launched();
+}
+
+int RmsNormForward(void *ctx, const float *x, const float *weight, long rows, long C, float eps,
+                   float *out, float *rstd) {
+  DST_ENTER(ctx);
+  if (rows == 0) return 0;
+  const Launch l = WarpPerRowLaunch(rows, 256);
+  RmsNormForwardKernel<<<l.blocks, l.threads, 0, c.stream>>>(x, weight, rows, C, eps, out, rstd);
+  return Launched();
+}
+
+int RmsNormBackward(void *ctx, const float *dout, const float *x, const float *weight,
+                    const float *rstd, long rows, long C, float *dx, float *dweight) {
+  DST_ENTER(ctx);
+  if (rows == 0) return 0;
+  if (dx) {
+    const Launch l = WarpPerRowLaunch(rows, 256);
+    RmsNormInputGradKernel<<<l.blocks, l.threads, 0, c.stream>>>(dout, x, weight, rstd, rows, C,
+                                                                 dx);
+    if (int e = Launched()) return e;
+  }
+  if (dweight == nullptr) return 0;
+  float *scratch = nullptr;
+  if (cudaError_t e = TakeArray(c, kLayerNormPartial, RmsNormParamGradScratch(rows, C), &scratch))
+    return e;
+  LaunchRmsNormParamGrad(dout, x, rstd, rows, C, dweight, scratch, c.stream);
+  return Launched();
+}
+
+int Rotary(void *ctx, float *qkv, const DstCudaAttentionShape *shape, const DstCudaRope *r,
+           int inverse) {
+  DST_ENTER(ctx);
+  const AttentionDims s = DimsOf(*shape);
+  const math::RopeParams rope{r->theta,           r->scaling,        r->factor,
+                              r->low_freq_factor, r->high_freq_factor, r->original_max_position};
+  DST_LAUNCH_ELEMENTWISE(RotaryKernel, s.B * s.T * (s.H + s.kv()) * (s.hs() / 2), qkv, s, rope,
+                         inverse ? -1.0f : 1.0f);
+}
+
+int SiluMulForward(void *ctx, const float *gate, const float *up, long n, float *out) {
+  DST_ENTER(ctx);
+  DST_LAUNCH_ELEMENTWISE(SiluMulForwardKernel, n, gate, up, n, out);
+}
+
+int SiluMulBackward(void *ctx, const float *dout, const float *gate, const float *up, long n,
+                    float *dgate, float *dup) {
+  DST_ENTER(ctx);
+  DST_LAUNCH_ELEMENTWISE(SiluMulBackwardKernel, n, dout, gate, up, n, dgate, dup);
+}
+
 int EmbeddingLookup(void *ctx, const int32_t *tokens, const float *wte, long first, long rows,
                     long B, long T, long C, float *out) {
   DST_ENTER(ctx);
@@ -547,7 +632,8 @@ int EmbeddingBackward(void *ctx, const float *dout, const int32_t *tokens, long 
   DST_ENTER(ctx);
   if (B * T * C == 0) return 0;
   const Launch pos = ElementwiseLaunch(T * C), all = ElementwiseLaunch(B * T * C);
-  PositionGradKernel<<<pos.blocks, pos.threads, 0, c.stream>>>(dout, B, T, C, dwpe);
+  if (dwpe != nullptr)  // (no learned positions: LLaMA, BLOOM)
+    PositionGradKernel<<<pos.blocks, pos.threads, 0, c.stream>>>(dout, B, T, C, dwpe);
   TokenGradKernel<<<all.blocks, all.threads, 0, c.stream>>>(dout, tokens, B * T, C, first, rows,
                                                             dwte);
   return Launched();
@@ -712,6 +798,11 @@ int Sgd(void *ctx, const float *grad, long n, const DstCudaSgdConstants *k, floa
   DST_LAUNCH_ELEMENTWISE(SgdKernel, n, grad, n, *k, param, momentum);
 }
 
+int FillColumns(void *ctx, float *x, long rows, long width, long begin, float value) {
+  DST_ENTER(ctx);
+  DST_LAUNCH_ELEMENTWISE(FillColumnsKernel, rows * (width - begin), x, rows, width, begin, value);
+}
+
 #undef DST_LAUNCH_ELEMENTWISE
 #undef DST_ENTER
 
@@ -766,5 +857,13 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_kernels(
   t->add_wide_16 = k::AddWide16;
   t->sum_16 = k::Sum16;
   t->sum_of_squares_16 = k::SumOfSquares16;
+  t->fill_columns = k::FillColumns;
+  t->rmsnorm_forward = k::RmsNormForward;
+  t->rmsnorm_backward = k::RmsNormBackward;
+  t->rotary = k::Rotary;
+  t->silu_mul_forward = k::SiluMulForward;
+  t->silu_mul_backward = k::SiluMulBackward;
+  t->attention_forward_general = k::AttentionForwardGeneral;
+  t->attention_backward_general = k::AttentionBackwardGeneral;
   return 0;
 }

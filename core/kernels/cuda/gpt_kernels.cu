@@ -191,18 +191,21 @@ __device__ float Dot(const float *a, const float *b, long n, int lane) {
 }
 
 // One warp a query row (b, h, t): att[b, h, t, :] = causal softmax of q k^T
-// scaled by 1/sqrt(hs) (zeros after t), y[b, t, h] = att row @ v.
+// scaled by 1/sqrt(hs) (+ ALiBi: slope x key position; zeros after t),
+// y[b, t, h] = att row @ v.
 __global__ void AttentionForwardKernel(const float *qkv, AttentionDims s, float *att, float *y) {
   const long row = blockIdx.x * long(blockDim.x / kWarp) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= s.rows()) return;
   const long t = row % s.T, bh = row / s.T, h = bh % s.H, b = bh / s.H, hs = s.hs();
   const float scale = 1.0f / sqrtf(float(hs));
+  const float slope = s.alibi_heads > 0 ? math::AlibiSlope(s.first_head + h, s.alibi_heads) : 0.0f;
   const float *q = qkv + s.At(b, t, h, 0);
   float *a = att + row * s.T;
   float maxv = -INFINITY;
   for (long j = 0; j <= t; ++j) {  // the warp computes each score together
-    const float score = Dot(q, qkv + s.At(b, j, h, 1), hs, lane) * scale;
+    float score = Dot(q, qkv + s.At(b, j, h, 1), hs, lane) * scale;
+    if (slope != 0.0f) score += slope * float(j);
     if (lane == 0) a[j] = score;
     maxv = fmaxf(maxv, score);
   }
@@ -254,23 +257,29 @@ __global__ void AttentionBackwardRowsKernel(const float *dy, const float *qkv, c
   }
 }
 
-// Backward, columns: for key row (b, h, j), dk_j = scale * sum_{t >= j}
-// ds[t, j] q_t and dv_j = sum_{t >= j} att[t, j] dy_t.
+// Backward, columns: for key row (b, g, j) of key/value head g,
+// dk_j = scale * sum over g's query heads h and t >= j of ds[h, t, j] q_{h,t},
+// dv_j = the same sum of att[h, t, j] dy_{h,t} (grouped-query heads add up in
+// head order). One warp a key row: WarpPerRowLaunch(s.kv_rows(), 128).
 __global__ void AttentionBackwardColumnsKernel(const float *dy, const float *qkv, const float *att,
                                                const float *dscore, AttentionDims s, float *dqkv) {
   const long col = blockIdx.x * long(blockDim.x / kWarp) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
-  if (col >= s.rows()) return;
-  const long j = col % s.T, bh = col / s.T, h = bh % s.H, b = bh / s.H, hs = s.hs();
+  if (col >= s.kv_rows()) return;
+  const long j = col % s.T, bg = col / s.T, g = bg % s.kv(), b = bg / s.kv(), hs = s.hs();
+  const long group = s.H / s.kv();
   const float scale = 1.0f / sqrtf(float(hs));
-  float *dk = dqkv + s.At(b, j, h, 1);
-  float *dv = dqkv + s.At(b, j, h, 2);
+  float *dk = dqkv + s.KvAt(b, j, g, 1);
+  float *dv = dqkv + s.KvAt(b, j, g, 2);
   for (long d = lane; d < hs; d += kWarp) {
     float k_acc = 0, v_acc = 0;
-    for (long t = j; t < s.T; ++t) {
-      const long at = (bh * s.T + t) * s.T + j;
-      k_acc += dscore[at] * qkv[s.At(b, t, h, 0) + d];
-      v_acc += att[at] * dy[(b * s.T + t) * s.C + h * hs + d];
+    for (long h = g * group; h < (g + 1) * group; ++h) {
+      const long bh = b * s.H + h;
+      for (long t = j; t < s.T; ++t) {
+        const long at = (bh * s.T + t) * s.T + j;
+        k_acc += dscore[at] * qkv[s.At(b, t, h, 0) + d];
+        v_acc += att[at] * dy[(b * s.T + t) * s.C + h * hs + d];
+      }
     }
     dk[d] = k_acc * scale;
     dv[d] = v_acc;

@@ -1,6 +1,7 @@
 // The plugin's training kernels that more than one of its files launches:
-// defined in cuda_plugin.cu (element-wise, LayerNorm) and gpt_kernels.cu
-// (embedding, cross-entropy, attention), launched by their test entry
+// defined in cuda_plugin.cu (element-wise, LayerNorm), gpt_kernels.cu
+// (embedding, cross-entropy, attention) and family_kernels.cu (RMSNorm,
+// rotary, the SiLU gate), launched by their test entry
 // points there and by the kernel backend (device_kernels.cu) on its stream.
 #pragma once
 
@@ -75,5 +76,23 @@ __global__ void AttentionBackwardRowsKernel(const float *dy, const float *qkv, c
                                             AttentionDims s, float *dscore, float *dqkv);
 __global__ void AttentionBackwardColumnsKernel(const float *dy, const float *qkv, const float *att,
                                                const float *dscore, AttentionDims s, float *dqkv);
+
+// ---- family_kernels.cu
+// RMSNorm, one warp a row (WarpPerRowLaunch): out, rstd; dx (+=).
+__global__ void RmsNormForwardKernel(const float *x, const float *w, long rows, long C, float eps,
+                                     float *out, float *rstd);
+__global__ void RmsNormInputGradKernel(const float *dy, const float *x, const float *w,
+                                       const float *rstd, long rows, long C, float *dx);
+// The scratch floats LaunchRmsNormParamGrad needs; dw (+=) [C] in two
+// fixed-order passes through it, on `stream`.
+size_t RmsNormParamGradScratch(long rows, long C);
+void LaunchRmsNormParamGrad(const float *dy, const float *x, const float *rstd, long rows, long C,
+                            float *dw, float *scratch, cudaStream_t stream);
+// qkv [B, T, W] in place: the query and key heads rotated (sign -1: back).
+__global__ void RotaryKernel(float *qkv, AttentionDims s, math::RopeParams rope, float sign);
+// out = silu(gate) up; dgate = dout up silu'(gate), dup = dout silu(gate).
+__global__ void SiluMulForwardKernel(const float *gate, const float *up, long n, float *out);
+__global__ void SiluMulBackwardKernel(const float *dout, const float *gate, const float *up, long n,
+                                      float *dgate, float *dup);
 
 }  // namespace dst::cuda

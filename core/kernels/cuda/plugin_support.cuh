@@ -68,15 +68,36 @@ class DeviceArray {
   cudaError_t *status_;
 };
 
-// qkv [B, T, 3C] (q, k, v; heads of hs = C / H contiguous in each), att
-// [B, H, T, T], y [B, T, C]: cpu/attention.h's layout.
+// qkv [B, T, W], att [B, H, T, T], y [B, T, C]: cpu/attention.h's layouts
+// (AttentionShape, core/kernels/kernels.h): blocked [q heads | k heads | v
+// heads] rows (W = C + 2 kv hs; GPT-2: 3C), or BLOOM's interleaved [head: q
+// k v]; kv key/value heads, query head h reading key/value head h / (H / kv);
+// ALiBi slopes over alibi_heads heads from first_head (0: none).
 struct AttentionDims {
   long B, T, C, H;
+  long kv_heads = 0;  // 0: H
+  bool interleaved = false;
+  long alibi_heads = 0;
+  long first_head = 0;
   __host__ __device__ long hs() const { return C / H; }
   __host__ __device__ long rows() const { return B * H * T; }
-  // The head slice of token (b, t)'s q (part 0), k (1) or v (2).
+  __host__ __device__ long kv() const { return kv_heads > 0 ? kv_heads : H; }
+  __host__ __device__ long kv_rows() const { return B * kv() * T; }
+  __host__ __device__ long width() const { return C + 2 * kv() * hs(); }
+  __host__ __device__ bool plain() const { return kv() == H && !interleaved && alibi_heads == 0; }
+  // Where query head h (part 0) or key/value head g (parts 1, 2) starts in a row.
+  __host__ __device__ long Offset(long head, int part) const {
+    if (interleaved) return (3 * head + part) * hs();
+    return part == 0 ? head * hs() : C + ((part - 1) * kv() + head) * hs();
+  }
+  // The head slice of token (b, t)'s q (part 0), or the k (1) or v (2) of
+  // query head h's key/value head.
   __device__ long At(long b, long t, long h, int part) const {
-    return (b * T + t) * 3 * C + part * C + h * hs();
+    return (b * T + t) * width() + Offset(part == 0 ? h : h / (H / kv()), part);
+  }
+  // Key/value head g's k (1) or v (2) of token (b, t).
+  __device__ long KvAt(long b, long t, long g, int part) const {
+    return (b * T + t) * width() + Offset(g, part);
   }
 };
 
