@@ -47,11 +47,10 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
   const char *name() const override { return name_.c_str(); }
   Status TakeError() const override;
   // False where the plugin's fused attention takes the shape (its rule,
-  // dst_cuda_fused_attention_takes).
-  // The fused attention takes GPT-2's shapes only; grouped-query,
-  // interleaved and ALiBi attention save their probabilities.
+  // dst_cuda_fused_attention_takes: the head size, whatever the head layout
+  // — GPT's, grouped-query, BLOOM's interleaved, ALiBi).
   bool KeepsAttentionProbabilities(const AttentionShape &s) const override {
-    return !s.plain() || !dst_cuda_fused_attention_takes(long(s.B), long(s.C), long(s.H));
+    return !dst_cuda_fused_attention_takes(long(s.B), long(s.C), long(s.H));
   }
   // Run before each kernel that returns a value to the host (a loss, a sum
   // of squares: the host waits for the stream there), as

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <omp.h>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "core/kernels/cpu/gemm.h"
 #include "core/kernels/cpu/loss.h"
 #include "core/precision/convert.h"
+#include "core/runtime/cuda_kernel_table.h"
 #include "core/zero/storage.h"
 #include "tests/gpu/gpu_test_support.h"
 
@@ -37,6 +39,9 @@ using AttentionFn = int (*)(const float *qkv, const float *dy, long B, long T, l
                             float *att, float *y, float *dqkv, char *err, size_t cap);
 using FlashAttentionFn = int (*)(const float *qkv, const float *dy, long B, long T, long C, long H,
                                  float *y, float *lse, float *dqkv, char *err, size_t cap);
+using FlashAttentionShapeFn = int (*)(const float *qkv, const float *dy,
+                                      const DstCudaAttentionShape *shape, float *y, float *lse,
+                                      float *dqkv, char *err, size_t cap);
 using GradStatsFn = int (*)(const float *x, long n, double *sum_squares, long *nonfinite, char *err,
                             size_t cap);
 using GemmFn = int (*)(int type, int trans_a, int trans_b, long m, long n, long k, float alpha,
@@ -255,6 +260,68 @@ TEST(CudaGptKernels, FlashAttentionMatchesTheCpuKernelsAtGpt2Shapes) {
   const auto fn = Plugin().Symbol<FlashAttentionFn>("dst_cuda_plugin_flash_attention");
   DST_GPU_SKIP_IF_ABSENT(fn);
   CheckFlashAttention(fn, 1, 1024, 768, 12);
+}
+
+// The fused kernels on the LLaMA and BLOOM head layouts against the CPU's
+// attention: grouped-query (2 query heads a key/value head), multi-query,
+// BLOOM's interleaved rows with ALiBi (over all heads, and over a tensor-
+// parallel rank's slice of them: first_head 3 of 6), a LLaMA-sized head
+// (64) with GQA. y and dqkv within 1e-5 of the CPU's scale; lse against a
+// double-precision log-sum-exp of the biased scores.
+void CheckFlashAttentionShape(FlashAttentionShapeFn fn, const cpu::AttentionShape &s) {
+  const long B = long(s.B), T = long(s.T), C = long(s.C), H = long(s.H), hs = C / H;
+  const long W = long(s.width());
+  const std::vector<float> qkv = Random(size_t(B * T * W), 1.0f, 44);
+  const std::vector<float> dy = Random(size_t(B * T * C), 1.0f, 45);
+  std::vector<float> g_y(size_t(B * T * C)), g_lse(size_t(B * H * T)), g_dqkv(qkv.size());
+  const DstCudaAttentionShape shape{B, T, C, H, long(s.kv_heads), s.interleaved ? 1 : 0,
+                                    long(s.alibi_heads), long(s.first_head)};
+  char err[512] = {};
+  const int rc = fn(qkv.data(), dy.data(), &shape, g_y.data(), g_lse.data(), g_dqkv.data(), err,
+                    sizeof err);
+  DST_GPU_CHECK_RC(rc, err);
+  std::vector<float> att(size_t(B * H * T * T)), y(size_t(B * T * C)), dqkv(qkv.size());
+  std::vector<float> scratch(size_t(std::max(1, omp_get_max_threads()) * T * T));
+  cpu::AttentionForward(qkv.data(), s, att.data(), y.data());
+  cpu::AttentionBackward(dy.data(), qkv.data(), att.data(), s, dqkv.data(), scratch.data());
+  const std::string what = "T=" + std::to_string(T) + " hs=" + std::to_string(hs) +
+                           " kv=" + std::to_string(s.kv()) +
+                           (s.interleaved ? " interleaved" : "") +
+                           (s.alibi_heads > 0 ? " alibi" : "");
+  EXPECT_EQ(FirstFar(g_y, y, 1e-5f), y.size()) << "y, " << what;
+  EXPECT_EQ(FirstFar(g_dqkv, dqkv, 1e-5f), dqkv.size()) << "dqkv, " << what;
+  std::vector<float> lse(g_lse.size());
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h) {
+      const double slope = double(cpu::AlibiSlopeOf(s, h));
+      for (long t = 0; t < T; ++t) {
+        const float *q = &qkv[size_t((b * T + t) * W + s.q_offset(h))];
+        double sum = 0, max = -1e300;
+        std::vector<double> scores(size_t(t + 1));
+        for (long j = 0; j <= t; ++j) {
+          const float *k = &qkv[size_t((b * T + j) * W + s.k_offset(s.group(h)))];
+          double dot = 0;
+          for (long d = 0; d < hs; ++d) dot += double(q[d]) * double(k[d]);
+          scores[size_t(j)] = dot / std::sqrt(double(hs)) + slope * double(j);
+          max = std::max(max, scores[size_t(j)]);
+        }
+        for (double x : scores) sum += std::exp(x - max);
+        lse[size_t((b * H + h) * T + t)] = float(max + std::log(sum));
+      }
+    }
+  EXPECT_EQ(FirstFar(g_lse, lse, 1e-5f), lse.size()) << "lse, " << what;
+}
+
+TEST(CudaGptKernels, FlashAttentionMatchesTheCpuOnFamilyHeadLayouts) {
+  const auto fn = Plugin().Symbol<FlashAttentionShapeFn>("dst_cuda_plugin_flash_attention_shape");
+  DST_GPU_SKIP_IF_ABSENT(fn);
+  for (long T : {1L, 5L, 33L, 65L}) {
+    CheckFlashAttentionShape(fn, {2, T, 48, 4, /*kv_heads=*/2});
+    CheckFlashAttentionShape(fn, {2, T, 48, 4, /*kv_heads=*/1});
+    CheckFlashAttentionShape(fn, {2, T, 48, 3, 0, /*interleaved=*/true, /*alibi_heads=*/3});
+  }
+  CheckFlashAttentionShape(fn, {1, 40, 48, 3, 0, true, /*alibi_heads=*/6, /*first_head=*/3});
+  CheckFlashAttentionShape(fn, {1, 130, 256, 4, /*kv_heads=*/2});  // hs 64
 }
 
 TEST(CudaGptKernels, FlashAttentionRefusesHeadsOver128) {

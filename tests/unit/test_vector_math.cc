@@ -1,4 +1,4 @@
-// The AVX-512 forms of the GELU and softmax loops (vector_math_avx512.cc) equal their
+// The AVX-512 forms of the GELU, SiLU-gate and softmax loops (vector_math_avx512.cc) equal their
 // AVX2 forms bit for bit, over values that reach every branch of the exp
 // range reduction (clamps, signs, zero, tiny and huge inputs) and over ranges
 // whose ends are not multiples of 16 (the AVX2 and scalar loops take the
@@ -80,6 +80,41 @@ TEST(VectorMath, Avx512GeluEqualsTheAvx2FormBitForBit) {
   for (int64_t i = begin; i < end; i += 997)
     EXPECT_NEAR(wide[size_t(i)], math::Gelu(x[size_t(i)]),
                 1e-5f * (1.0f + std::fabs(x[size_t(i)])));
+#else
+  GTEST_SKIP() << "built without AVX2";
+#endif
+}
+
+// SwiGLU's activation and its gradients: wide = narrow bit for bit, both the
+// scalar formulas to fp32 roundoff.
+TEST(VectorMath, Avx512SiluGateEqualsTheAvx2FormBitForBit) {
+#if DST_HAVE_AVX2
+  if (!Avx512Elementwise()) GTEST_SKIP() << "no AVX-512 here (or DSTRAIN_CPU_ISA=avx2)";
+  const std::vector<float> gate = Inputs();
+  std::vector<float> up = Inputs(), dout = Inputs();
+  std::reverse(up.begin(), up.end());
+  std::rotate(dout.begin(), dout.begin() + 11, dout.end());
+  const int64_t begin = 3, end = int64_t(gate.size()) - 5;
+  const size_t n = gate.size();
+  std::vector<float> wide(n), narrow(n), dg_wide(n), dg_narrow(n), du_wide(n), du_narrow(n);
+  SiluMulRange(gate.data(), up.data(), wide.data(), begin, end, true);
+  SiluMulRange(gate.data(), up.data(), narrow.data(), begin, end, false);
+  SiluMulGradRange(dout.data(), gate.data(), up.data(), dg_wide.data(), du_wide.data(), begin, end,
+                   true);
+  SiluMulGradRange(dout.data(), gate.data(), up.data(), dg_narrow.data(), du_narrow.data(), begin,
+                   end, false);
+  size_t at = 0;
+  EXPECT_TRUE(SameBits(wide, narrow, &at)) << "silu gate at " << at << " (" << gate[at + begin] << ")";
+  EXPECT_TRUE(SameBits(dg_wide, dg_narrow, &at)) << "d gate at " << at << " (" << gate[at] << ")";
+  EXPECT_TRUE(SameBits(du_wide, du_narrow, &at)) << "d up at " << at << " (" << gate[at] << ")";
+  for (int64_t i = begin; i < end; i += 997) {
+    const float g = gate[size_t(i)], u = up[size_t(i)], d = dout[size_t(i)];
+    if (std::fabs(g) > 80.0f) continue;  // beyond the exp clamp the forms agree, the formula differs
+    const float tol = 1e-5f * (1.0f + std::fabs(g)) * (1.0f + std::fabs(u)) * (1.0f + std::fabs(d));
+    EXPECT_NEAR(wide[size_t(i - begin)], math::Silu(g) * u, tol) << g;
+    EXPECT_NEAR(dg_wide[size_t(i)], d * u * math::SiluGrad(g), tol) << g;
+    EXPECT_NEAR(du_wide[size_t(i)], d * math::Silu(g), tol) << g;
+  }
 #else
   GTEST_SKIP() << "built without AVX2";
 #endif

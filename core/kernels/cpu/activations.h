@@ -79,22 +79,20 @@ void SiluMulForward(const T *gate, const T *up, int64_t n, T *out, uint16_t *out
     T *o = out != nullptr ? out + begin : nullptr;
     if constexpr (std::is_same_v<T, float>)
       if (o == nullptr) o = BlockBuffer();
-    for (int64_t i = begin; i < end; ++i) o[i - begin] = math::Silu(gate[i]) * up[i];
+    SiluMulRange(gate, up, o, begin, end);
     if constexpr (std::is_same_v<T, float>)
       if (out16 != nullptr) RoundRowToBf16(o, out16 + begin, end - begin);
   }
 }
 
 // dgate = dout * up * silu'(gate), dup = dout * silu(gate) (assign; either
-// may alias dout... not both).
+// may alias dout, not both).
 template <typename T>
 void SiluMulBackward(const T *dout, const T *gate, const T *up, int64_t n, T *dgate, T *dup) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const T g = gate[i], u = up[i], d = dout[i];
-    dgate[i] = d * u * math::SiluGrad(g);
-    dup[i] = d * math::Silu(g);
-  }
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < (n + kElementBlock - 1) / kElementBlock; ++b)
+    SiluMulGradRange(dout, gate, up, dgate, dup, b * kElementBlock,
+                     std::min(n, (b + 1) * kElementBlock));
 }
 
 template <typename T>

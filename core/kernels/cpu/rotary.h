@@ -34,6 +34,28 @@ inline void RotaryTable(const math::RopeParams &rope, int64_t T, int64_t hs, std
   }
 }
 
+// A thread's last RotaryTable and what it was built for: every layer of a
+// step rotates the same positions with the same frequencies, so the table is
+// computed once instead of per layer, per pass (cos and sin were a visible
+// share of a small LLaMA's step).
+struct RotaryTableCache {
+  int64_t T = -1, hs = -1;
+  math::RopeParams rope;
+  std::vector<float> cos, sin;
+
+  bool Holds(const math::RopeParams &r, int64_t t, int64_t h) const {
+    return T == t && hs == h && rope.theta == r.theta && rope.scaling == r.scaling &&
+           rope.factor == r.factor && rope.low_freq_factor == r.low_freq_factor &&
+           rope.high_freq_factor == r.high_freq_factor &&
+           rope.original_max_position == r.original_max_position;
+  }
+  void Ensure(const math::RopeParams &r, int64_t t, int64_t h) {
+    if (Holds(r, t, h)) return;
+    RotaryTable(r, t, h, &cos, &sin);
+    T = t, hs = h, rope = r;
+  }
+};
+
 // One head's hs values rotated by the row's angles (sign -1: the backward).
 template <typename T>
 inline void RotateHead(T *x, const float *c, const float *s, int64_t half, T sign) {
@@ -51,9 +73,9 @@ inline void RotateHead(T *x, const float *c, const float *s, int64_t half, T sig
 template <typename T>
 void RotaryForward(T *qkv, const AttentionShape &s, const math::RopeParams &rope, bool inverse) {
   const int64_t hs = s.head_size(), half = hs / 2, width = s.width();
-  thread_local std::vector<float> cos, sin;
-  RotaryTable(rope, s.T, hs, &cos, &sin);
-  const float *c = cos.data(), *sn = sin.data();
+  thread_local RotaryTableCache table;
+  table.Ensure(rope, s.T, hs);
+  const float *c = table.cos.data(), *sn = table.sin.data();
   const T sign = inverse ? T(-1) : T(1);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < s.B * s.T; ++r) {

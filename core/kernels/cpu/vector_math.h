@@ -77,6 +77,9 @@ int64_t GeluGradRange16(const float *dout, const float *x, float *dx, int64_t be
 // ExpShiftedAndSum's loop 16 at a time from 0, adding into the AVX2 form's
 // eight partial sums *acc in its order (so the total is the same bits too).
 int64_t ExpShiftedAndSum16(float *x, int64_t n, float shift, __m256 *acc);
+int64_t SiluMulRange16(const float *gate, const float *up, float *out, int64_t begin, int64_t end);
+int64_t SiluMulGradRange16(const float *dout, const float *gate, const float *up, float *dgate,
+                           float *dup, int64_t begin, int64_t end);
 #endif
 
 // x[i] = exp(x[i] - shift) for i < n; returns the sum of the new values (the
@@ -152,6 +155,66 @@ inline void GeluGradRange(const float *dout, const float *x, float *dx, int64_t 
 inline void GeluGradRange(const double *dout, const double *x, double *dx, int64_t begin,
                           int64_t end) {
   for (int64_t i = begin; i < end; ++i) dx[i] = dout[i] * math::GeluGrad(x[i]);
+}
+
+// out[i - begin] = silu(gate[i]) * up[i] for i in [begin, end) (SwiGLU's
+// activation; out is indexed from begin so that a block may go to a buffer).
+inline void SiluMulRange(const float *gate, const float *up, float *out, int64_t begin,
+                         int64_t end, bool wide = Avx512Elementwise()) {
+  (void)wide;
+  int64_t i = begin;
+#if DST_HAVE_AVX2
+  if (wide) i = SiluMulRange16(gate, up, out, begin, end);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= end; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(out + (i - begin), _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+  }
+#endif
+  for (; i < end; ++i) out[i - begin] = math::Silu(gate[i]) * up[i];
+}
+template <typename T>
+inline void SiluMulRange(const T *gate, const T *up, T *out, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) out[i - begin] = math::Silu(gate[i]) * up[i];
+}
+
+// dgate[i] = dout[i] up[i] silu'(gate[i]), dup[i] = dout[i] silu(gate[i]) for i
+// in [begin, end) (either output may alias dout, not both).
+inline void SiluMulGradRange(const float *dout, const float *gate, const float *up, float *dgate,
+                             float *dup, int64_t begin, int64_t end,
+                             bool wide = Avx512Elementwise()) {
+  (void)wide;
+  int64_t i = begin;
+#if DST_HAVE_AVX2
+  if (wide) i = SiluMulGradRange16(dout, gate, up, dgate, dup, begin, end);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= end; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i), u = _mm256_loadu_ps(up + i);
+    const __m256 d = _mm256_loadu_ps(dout + i);
+    const __m256 denom = _mm256_add_ps(one, Exp8(_mm256_sub_ps(_mm256_setzero_ps(), g)));
+    const __m256 s = _mm256_div_ps(one, denom);
+    // s (1 + g (1 - s))
+    const __m256 grad = _mm256_mul_ps(s, _mm256_fmadd_ps(g, _mm256_sub_ps(one, s), one));
+    _mm256_storeu_ps(dgate + i, _mm256_mul_ps(_mm256_mul_ps(d, u), grad));
+    _mm256_storeu_ps(dup + i, _mm256_mul_ps(d, _mm256_div_ps(g, denom)));
+  }
+#endif
+  for (; i < end; ++i) {
+    const float g = gate[i], u = up[i], d = dout[i];
+    dgate[i] = d * u * math::SiluGrad(g);
+    dup[i] = d * math::Silu(g);
+  }
+}
+template <typename T>
+inline void SiluMulGradRange(const T *dout, const T *gate, const T *up, T *dgate, T *dup,
+                             int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const T g = gate[i], u = up[i], d = dout[i];
+    dgate[i] = d * u * math::SiluGrad(g);
+    dup[i] = d * math::Silu(g);
+  }
 }
 
 }  // namespace dst::cpu

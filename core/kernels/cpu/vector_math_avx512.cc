@@ -100,6 +100,35 @@ DST_AVX512 int64_t ExpShiftedAndSum16(float *x, int64_t n, float shift, __m256 *
   return i;
 }
 
+DST_AVX512 int64_t SiluMulRange16(const float *gate, const float *up, float *out, int64_t begin,
+                                  int64_t end) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  int64_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    const __m512 g = _mm512_loadu_ps(gate + i);
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    _mm512_storeu_ps(out + (i - begin), _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
+  }
+  return i;
+}
+
+DST_AVX512 int64_t SiluMulGradRange16(const float *dout, const float *gate, const float *up,
+                                      float *dgate, float *dup, int64_t begin, int64_t end) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  int64_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    const __m512 g = _mm512_loadu_ps(gate + i), u = _mm512_loadu_ps(up + i);
+    const __m512 d = _mm512_loadu_ps(dout + i);
+    const __m512 denom = _mm512_add_ps(one, Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g)));
+    const __m512 s = _mm512_div_ps(one, denom);
+    const __m512 grad = _mm512_mul_ps(s, _mm512_fmadd_ps(g, _mm512_sub_ps(one, s), one));
+    _mm512_storeu_ps(dgate + i, _mm512_mul_ps(_mm512_mul_ps(d, u), grad));
+    _mm512_storeu_ps(dup + i, _mm512_mul_ps(d, _mm512_div_ps(g, denom)));
+  }
+  return i;
+}
+
 #undef DST_AVX512
 #endif
 #pragma GCC diagnostic pop

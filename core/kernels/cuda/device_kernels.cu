@@ -497,14 +497,14 @@ int LayerNormBackward(void *ctx, const float *dout, const float *x, const float 
 }
 
 // The fused kernel (online softmax, no T x T matrix: flash_attention.cu)
-// where it takes the shape: `att` is then left alone, and the backward
-// recomputes the forward's y and row log-sum-exps into workspaces (no saved
+// where it takes the shape (any head layout: GPT's, grouped-query, BLOOM's
+// interleaved, ALiBi): `att` is then left alone, and the backward recomputes
+// the forward's y and row log-sum-exps into workspaces (no saved
 // probabilities to read). Else one warp a query row, saving the
 // probabilities in `att` as the CPU layer does.
-int AttentionForward(void *ctx, const float *qkv, long B, long T, long C, long H, float *att,
-                     float *y) {
+int AttentionForwardDims(void *ctx, const float *qkv, const AttentionDims &s, float *att,
+                         float *y) {
   DST_ENTER(ctx);
-  const AttentionDims s{B, T, C, H};
   if (s.rows() == 0) return 0;
   if (FlashAttentionTakes(s)) {
     float *lse = nullptr;
@@ -516,49 +516,18 @@ int AttentionForward(void *ctx, const float *qkv, long B, long T, long C, long H
   return Launched();
 }
 
-int AttentionBackward(void *ctx, const float *dy, const float *qkv, const float *att, long B,
-                      long T, long C, long H, float *dqkv) {
+int AttentionBackwardDims(void *ctx, const float *dy, const float *qkv, const float *att,
+                          const AttentionDims &s, float *dqkv) {
   DST_ENTER(ctx);
-  const AttentionDims s{B, T, C, H};
   if (s.rows() == 0) return 0;
   if (FlashAttentionTakes(s)) {
     float *lse = nullptr, *y = nullptr, *dot = nullptr;
     if (cudaError_t e = TakeArray(c, kFlashLse, size_t(s.rows()), &lse)) return e;
-    if (cudaError_t e = TakeArray(c, kFlashY, size_t(B * T * C), &y)) return e;
+    if (cudaError_t e = TakeArray(c, kFlashY, size_t(s.B * s.T * s.C), &y)) return e;
     if (cudaError_t e = TakeArray(c, kFlashDot, size_t(s.rows()), &dot)) return e;
     if (cudaError_t e = FlashAttentionForward(qkv, s, y, lse, c.stream)) return e;
     return FlashAttentionBackward(qkv, y, lse, dy, s, dqkv, dot, c.stream);
   }
-  float *dscore = nullptr;
-  if (cudaError_t e = TakeArray(c, kAttentionScores, size_t(s.rows() * T), &dscore)) return e;
-  const Launch l = WarpPerRowLaunch(s.rows(), 128);
-  AttentionBackwardRowsKernel<<<l.blocks, l.threads, 0, c.stream>>>(dy, qkv, att, s, dscore, dqkv);
-  AttentionBackwardColumnsKernel<<<l.blocks, l.threads, 0, c.stream>>>(dy, qkv, att, dscore, s,
-                                                                       dqkv);
-  return Launched();
-}
-
-AttentionDims DimsOf(const DstCudaAttentionShape &s) {
-  return {s.B, s.T, s.C, s.H, s.kv_heads, s.interleaved != 0, s.alibi_heads, s.first_head};
-}
-
-// Attention in the general shape: one warp a query row, the probabilities
-// saved in `att` (no fused path for grouped-query, interleaved or ALiBi).
-int AttentionForwardGeneral(void *ctx, const float *qkv, const DstCudaAttentionShape *shape,
-                            float *att, float *y) {
-  DST_ENTER(ctx);
-  const AttentionDims s = DimsOf(*shape);
-  if (s.rows() == 0) return 0;
-  const Launch l = WarpPerRowLaunch(s.rows(), 128);
-  AttentionForwardKernel<<<l.blocks, l.threads, 0, c.stream>>>(qkv, s, att, y);
-  return Launched();
-}
-
-int AttentionBackwardGeneral(void *ctx, const float *dy, const float *qkv, const float *att,
-                             const DstCudaAttentionShape *shape, float *dqkv) {
-  DST_ENTER(ctx);
-  const AttentionDims s = DimsOf(*shape);
-  if (s.rows() == 0) return 0;
   float *dscore = nullptr;
   if (cudaError_t e = TakeArray(c, kAttentionScores, size_t(s.rows() * s.T), &dscore)) return e;
   const Launch rows = WarpPerRowLaunch(s.rows(), 128), columns = WarpPerRowLaunch(s.kv_rows(), 128);
@@ -567,6 +536,31 @@ int AttentionBackwardGeneral(void *ctx, const float *dy, const float *qkv, const
   AttentionBackwardColumnsKernel<<<columns.blocks, columns.threads, 0, c.stream>>>(dy, qkv, att,
                                                                                    dscore, s, dqkv);
   return Launched();
+}
+
+int AttentionForward(void *ctx, const float *qkv, long B, long T, long C, long H, float *att,
+                     float *y) {
+  return AttentionForwardDims(ctx, qkv, AttentionDims{B, T, C, H}, att, y);
+}
+
+int AttentionBackward(void *ctx, const float *dy, const float *qkv, const float *att, long B,
+                      long T, long C, long H, float *dqkv) {
+  return AttentionBackwardDims(ctx, dy, qkv, att, AttentionDims{B, T, C, H}, dqkv);
+}
+
+AttentionDims DimsOf(const DstCudaAttentionShape &s) {
+  return {s.B, s.T, s.C, s.H, s.kv_heads, s.interleaved != 0, s.alibi_heads, s.first_head};
+}
+
+// Attention in the general shape (grouped-query, interleaved, ALiBi).
+int AttentionForwardGeneral(void *ctx, const float *qkv, const DstCudaAttentionShape *shape,
+                            float *att, float *y) {
+  return AttentionForwardDims(ctx, qkv, DimsOf(*shape), att, y);
+}
+
+int AttentionBackwardGeneral(void *ctx, const float *dy, const float *qkv, const float *att,
+                             const DstCudaAttentionShape *shape, float *dqkv) {
+  return AttentionBackwardDims(ctx, dy, qkv, att, DimsOf(*shape), dqkv);
 }
 
 int RmsNormForward(void *ctx, const float *x, const float *weight, long rows, long C, float eps,

@@ -14,6 +14,13 @@
 //   dk_j  = scale sum_{i>=j} p_ij (dy_i.v_j - D_i) q_i  (one thread a key row)
 //   dv_j  =       sum_{i>=j} p_ij dy_i                  (one thread a key row)
 // dk and dv are separate passes so a thread holds three vectors, not four.
+//
+// Every attention shape the layers use: grouped-query heads (query head h
+// reads key/value head h / (H / kv); a key row's gradients sum over its
+// group's query heads, one thread still owning the row, so no atomics),
+// BLOOM's head-interleaved qkv rows (AttentionDims::Offset) and ALiBi
+// (slope x key position added to every score; lse includes it, so the
+// backward's recomputed probabilities do too).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -22,6 +29,7 @@
 #include <vector>
 
 #include "core/kernels/cuda/plugin_support.cuh"
+#include "core/kernels/elementwise_math.h"
 #include "core/runtime/cuda_kernel_table.h"
 
 namespace dst::cuda {
@@ -35,24 +43,26 @@ constexpr int kPairChunk = 1;      // backward: rows scored together (two dot pr
                                    // fewer registers held: three vectors live)
 
 // Row t of one head's slice: base + t * stride (q, k or v of qkv: stride
-// 3C; dy and y: stride C).
+// the row width; dy and y: stride C).
 struct HeadRows {
   const float *base;
   long stride;
   __device__ const float *Row(long t) const { return base + t * stride; }
 };
 
-__device__ HeadRows QkvRows(const float *qkv, const AttentionDims &s, long b, long h, int part) {
-  return {qkv + b * s.T * 3 * s.C + part * s.C + h * s.hs(), 3 * s.C};
+// Query head `head` (part 0) or key/value head `head` (parts 1, 2) of batch b.
+__device__ HeadRows QkvRows(const float *qkv, const AttentionDims &s, long b, long head, int part) {
+  return {qkv + b * s.T * s.width() + s.Offset(head, part), s.width()};
 }
 __device__ HeadRows OutRows(const float *x, const AttentionDims &s, long b, long h) {
   return {x + b * s.T * s.C + h * s.hs(), s.C};
 }
 
 // What a block of kRowsPerBlock rows of one head knows of itself (grid:
-// row blocks x B * H): the head, its first row and this thread's row.
+// row blocks x B * heads: query heads H, or key/value heads for the key
+// passes): the head, its first row and this thread's row.
 struct RowBlock {
-  long bh, b, h, hs;
+  long bh, b, h, hs;  // h: a query head, or a key/value head (key passes)
   long first;   // the block's first row
   long row;     // this thread's
   bool active;  // row < T
@@ -63,17 +73,25 @@ struct RowBlock {
   }
 };
 
-__device__ RowBlock ThisRowBlock(const AttentionDims &s) {
+__device__ RowBlock ThisRowBlock(const AttentionDims &s, long heads) {
   RowBlock r;
   r.bh = blockIdx.y;
-  r.b = r.bh / s.H;
-  r.h = r.bh % s.H;
+  r.b = r.bh / heads;
+  r.h = r.bh % heads;
   r.hs = s.hs();
   r.first = long(blockIdx.x) * kRowsPerBlock;
   r.row = r.first + threadIdx.x;
   r.active = r.row < s.T;
   r.scale = 1.0f / sqrtf(float(r.hs));
   return r;
+}
+
+// Query head h's ALiBi slope (0 without ALiBi) and its key/value head.
+__device__ float SlopeOf(const AttentionDims &s, long h) {
+  return s.alibi_heads > 0 ? math::AlibiSlope(s.first_head + h, s.alibi_heads) : 0.0f;
+}
+__device__ long KvHeadOf(const AttentionDims &s, long h) {
+  return h / (s.H / s.kv());
 }
 
 // r = row t's first hs values, zeros after (and everywhere when !active).
@@ -132,11 +150,11 @@ __global__ void __launch_bounds__(kRowsPerBlock)
     FlashForwardKernel(const float *qkv, AttentionDims s, float *y, float *lse) {
   __shared__ __align__(16) float ks[kTile][kHs];
   __shared__ __align__(16) float vs[kTile][kHs];
-  const RowBlock rb = ThisRowBlock(s);
-  const long bh = rb.bh, b = rb.b, h = rb.h, hs = rb.hs, t = rb.row;
+  const RowBlock rb = ThisRowBlock(s, s.H);
+  const long bh = rb.bh, b = rb.b, h = rb.h, hs = rb.hs, t = rb.row, g_kv = KvHeadOf(s, h);
   const bool active = rb.active;
-  const float scale = rb.scale;
-  const HeadRows k_rows = QkvRows(qkv, s, b, h, 1), v_rows = QkvRows(qkv, s, b, h, 2);
+  const float scale = rb.scale, slope = SlopeOf(s, h);
+  const HeadRows k_rows = QkvRows(qkv, s, b, g_kv, 1), v_rows = QkvRows(qkv, s, b, g_kv, 2);
   float q[kHs], o[kHs];
   LoadRow(QkvRows(qkv, s, b, h, 0), t, hs, active, q);
 #pragma unroll
@@ -154,7 +172,7 @@ __global__ void __launch_bounds__(kRowsPerBlock)
       float chunk_max = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
-        score[j] = c + j < keys ? score[j] * scale : -INFINITY;
+        score[j] = c + j < keys ? score[j] * scale + slope * float(first_key + c + j) : -INFINITY;
         chunk_max = fmaxf(chunk_max, score[j]);
       }
       const float new_max = fmaxf(running_max, chunk_max);
@@ -200,11 +218,11 @@ __global__ void __launch_bounds__(kRowsPerBlock)
                              AttentionDims s, float *dqkv) {
   __shared__ __align__(16) float ks[kTile][kHs];
   __shared__ __align__(16) float vs[kTile][kHs];
-  const RowBlock rb = ThisRowBlock(s);
-  const long bh = rb.bh, b = rb.b, h = rb.h, hs = rb.hs, t = rb.row;
+  const RowBlock rb = ThisRowBlock(s, s.H);
+  const long bh = rb.bh, b = rb.b, h = rb.h, hs = rb.hs, t = rb.row, g_kv = KvHeadOf(s, h);
   const bool active = rb.active;
-  const float scale = rb.scale;
-  const HeadRows k_rows = QkvRows(qkv, s, b, h, 1), v_rows = QkvRows(qkv, s, b, h, 2);
+  const float scale = rb.scale, slope = SlopeOf(s, h);
+  const HeadRows k_rows = QkvRows(qkv, s, b, g_kv, 1), v_rows = QkvRows(qkv, s, b, g_kv, 2);
   float q[kHs], g[kHs], dq[kHs];
   LoadRow(QkvRows(qkv, s, b, h, 0), t, hs, active, q);
   LoadRow(OutRows(dy, s, b, h), t, hs, active, g);
@@ -223,21 +241,24 @@ __global__ void __launch_bounds__(kRowsPerBlock)
       ChunkDots(g, vs, c, dp);
 #pragma unroll
       for (int j = 0; j < kPairChunk; ++j) {
-        const float ds = c + j < keys ? expf(score[j] * scale - row_lse) * (dp[j] - row_d) : 0.0f;
+        const float key = float(first_key + c + j);
+        const float ds =
+            c + j < keys ? expf(score[j] * scale + slope * key - row_lse) * (dp[j] - row_d) : 0.0f;
 #pragma unroll
         for (int d = 0; d < kHs; ++d) dq[d] += ds * ks[c + j][d];
       }
     }
   }
   if (!active) return;
-  float *out = dqkv + (b * s.T + t) * 3 * s.C + h * hs;
+  float *out = dqkv + (b * s.T + t) * s.width() + s.Offset(h, 0);
 #pragma unroll
   for (int d = 0; d < kHs; ++d)
     if (d < hs) out[d] = dq[d] * scale;
 }
 
 // dk (kWantKey) or dv (assigned into dqkv's k or v part); one thread a key
-// row, walking the query rows at or after it; grid (key blocks, B * H).
+// row of key/value head g, walking the query rows at or after it of each
+// query head of g's group in turn; grid (key blocks, B * kv).
 template <int kHs, bool kWantKey>
 __global__ void __launch_bounds__(kRowsPerBlock)
     FlashBackwardKeyKernel(const float *qkv, const float *dy, const float *lse, const float *D,
@@ -245,71 +266,78 @@ __global__ void __launch_bounds__(kRowsPerBlock)
   __shared__ __align__(16) float qs[kTile][kHs];
   __shared__ __align__(16) float gs[kTile][kHs];
   __shared__ float tile_lse[kTile], tile_d[kTile];
-  const RowBlock rb = ThisRowBlock(s);  // rows are keys here
-  const long bh = rb.bh, b = rb.b, h = rb.h, hs = rb.hs, first_key = rb.first, j = rb.row;
+  const RowBlock rb = ThisRowBlock(s, s.kv());  // rows are keys of key/value head rb.h here
+  const long b = rb.b, g_kv = rb.h, hs = rb.hs, first_key = rb.first, j = rb.row;
   const bool active = rb.active;
   constexpr int kRows = kWantKey ? kPairChunk : kChunk;
   const float scale = rb.scale;
-  const HeadRows q_rows = QkvRows(qkv, s, b, h, 0), g_rows = OutRows(dy, s, b, h);
   float k[kHs], v[kHs], acc[kHs];
-  LoadRow(QkvRows(qkv, s, b, h, 1), j, hs, active, k);
-  LoadRow(QkvRows(qkv, s, b, h, 2), j, hs, active && kWantKey, v);
+  LoadRow(QkvRows(qkv, s, b, g_kv, 1), j, hs, active, k);
+  LoadRow(QkvRows(qkv, s, b, g_kv, 2), j, hs, active && kWantKey, v);
 #pragma unroll
   for (int d = 0; d < kHs; ++d) acc[d] = 0.0f;
-  for (long first_query = first_key; first_query < s.T; first_query += kTile) {
-    __syncthreads();
-    LoadTile(q_rows, first_query, s.T, hs, qs);
-    LoadTile(g_rows, first_query, s.T, hs, gs);
-    for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
-      const bool in = first_query + r < s.T;
-      tile_lse[r] = in ? lse[bh * s.T + first_query + r] : 0.0f;
-      tile_d[r] = in ? D[bh * s.T + first_query + r] : 0.0f;
-    }
-    __syncthreads();
-    if (!active) continue;
-    for (int c = 0; c < kTile && first_query + c < s.T; c += kRows) {
-      if (first_query + c + kRows - 1 < j) continue;  // every query of the chunk is before j
-      float score[kRows], dp[kRows];
-      ChunkDots(k, qs, c, score);
-      if (kWantKey) ChunkDots(v, gs, c, dp);
+  const long group = s.H / s.kv();
+  for (long h = g_kv * group; h < (g_kv + 1) * group; ++h) {
+    const long bh = b * s.H + h;
+    const float bias = SlopeOf(s, h) * float(j);  // ALiBi: the key's position, the same each row
+    const HeadRows q_rows = QkvRows(qkv, s, b, h, 0), g_rows = OutRows(dy, s, b, h);
+    for (long first_query = first_key; first_query < s.T; first_query += kTile) {
+      __syncthreads();
+      LoadTile(q_rows, first_query, s.T, hs, qs);
+      LoadTile(g_rows, first_query, s.T, hs, gs);
+      for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
+        const bool in = first_query + r < s.T;
+        tile_lse[r] = in ? lse[bh * s.T + first_query + r] : 0.0f;
+        tile_d[r] = in ? D[bh * s.T + first_query + r] : 0.0f;
+      }
+      __syncthreads();
+      if (!active) continue;
+      for (int c = 0; c < kTile && first_query + c < s.T; c += kRows) {
+        if (first_query + c + kRows - 1 < j) continue;  // every query of the chunk is before j
+        float score[kRows], dp[kRows];
+        ChunkDots(k, qs, c, score);
+        if (kWantKey) ChunkDots(v, gs, c, dp);
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const long i = first_query + c + r;
-        const float p = i >= j && i < s.T ? expf(score[r] * scale - tile_lse[c + r]) : 0.0f;
-        // dk: the score gradient times q; dv: the probability times dy.
-        const float w = kWantKey ? p * (dp[r] - tile_d[c + r]) : p;
-        const float(&row)[kHs] = kWantKey ? qs[c + r] : gs[c + r];
+        for (int r = 0; r < kRows; ++r) {
+          const long i = first_query + c + r;
+          const float p =
+              i >= j && i < s.T ? expf(score[r] * scale + bias - tile_lse[c + r]) : 0.0f;
+          // dk: the score gradient times q; dv: the probability times dy.
+          const float w = kWantKey ? p * (dp[r] - tile_d[c + r]) : p;
+          const float(&row)[kHs] = kWantKey ? qs[c + r] : gs[c + r];
 #pragma unroll
-        for (int d = 0; d < kHs; ++d) acc[d] += w * row[d];
+          for (int d = 0; d < kHs; ++d) acc[d] += w * row[d];
+        }
       }
     }
   }
   if (!active) return;
-  float *out = dqkv + (b * s.T + j) * 3 * s.C + (kWantKey ? 1 : 2) * s.C + h * hs;
+  float *out = dqkv + (b * s.T + j) * s.width() + s.Offset(g_kv, kWantKey ? 1 : 2);
 #pragma unroll
   for (int d = 0; d < kHs; ++d)
     if (d < hs) out[d] = kWantKey ? acc[d] * scale : acc[d];
 }
 
-dim3 RowBlocks(const AttentionDims &s) {
-  return dim3(unsigned((s.T + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(s.B * s.H));
+// Blocks of kRowsPerBlock rows of each of B * heads heads.
+dim3 RowBlocks(const AttentionDims &s, long heads) {
+  return dim3(unsigned((s.T + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(s.B * heads));
 }
 
 template <int kHs>
 void LaunchForward(const float *qkv, const AttentionDims &s, float *y, float *lse,
                    cudaStream_t stream) {
-  FlashForwardKernel<kHs><<<RowBlocks(s), kRowsPerBlock, 0, stream>>>(qkv, s, y, lse);
+  FlashForwardKernel<kHs><<<RowBlocks(s, s.H), kRowsPerBlock, 0, stream>>>(qkv, s, y, lse);
 }
 
 template <int kHs>
 void LaunchBackward(const float *qkv, const float *y, const float *lse, const float *dy,
                     const AttentionDims &s, float *dqkv, float *D, cudaStream_t stream) {
   const Launch rows = ElementwiseLaunch(s.rows());
-  const dim3 grid = RowBlocks(s);
+  const dim3 queries = RowBlocks(s, s.H), keys = RowBlocks(s, s.kv());
   FlashBackwardDotKernel<<<rows.blocks, rows.threads, 0, stream>>>(dy, y, s, D);
-  FlashBackwardQueryKernel<kHs><<<grid, kRowsPerBlock, 0, stream>>>(qkv, dy, lse, D, s, dqkv);
-  FlashBackwardKeyKernel<kHs, true><<<grid, kRowsPerBlock, 0, stream>>>(qkv, dy, lse, D, s, dqkv);
-  FlashBackwardKeyKernel<kHs, false><<<grid, kRowsPerBlock, 0, stream>>>(qkv, dy, lse, D, s, dqkv);
+  FlashBackwardQueryKernel<kHs><<<queries, kRowsPerBlock, 0, stream>>>(qkv, dy, lse, D, s, dqkv);
+  FlashBackwardKeyKernel<kHs, true><<<keys, kRowsPerBlock, 0, stream>>>(qkv, dy, lse, D, s, dqkv);
+  FlashBackwardKeyKernel<kHs, false><<<keys, kRowsPerBlock, 0, stream>>>(qkv, dy, lse, D, s, dqkv);
 }
 
 // The padded head size the kernels are instantiated for, or 0 when hs is
@@ -396,27 +424,29 @@ cudaError_t BenchFlashAttention(bool backward, const BenchDims &d, int iters, do
 
 namespace cuda = dst::cuda;
 
-// The fused causal attention on host arrays (device 0, copied back): forward
-// (y [B, T, C], lse [B, H, T]) then backward from dy (dqkv [B, T, 3C]
-// assigned). Returns 0, 1 when there is no device, 2 on an error (err[cap]),
-// a head size over 128 included.
-extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_flash_attention(
-    const float *qkv, const float *dy, long B, long T, long C, long H, float *y, float *lse,
-    float *dqkv, char *err, size_t cap) {
+namespace {
+
+// The fused attention on host arrays for the GPU tests (device 0, copied
+// back): forward (y [B, T, C], lse [B, H, T]) then backward from dy (dqkv,
+// qkv's shape, assigned). Returns 0, 1 when there is no device, 2 on an
+// error (err[cap]), a head size over 128 included.
+int FlashOnHost(const float *qkv, const float *dy, const cuda::AttentionDims &s, float *y,
+                float *lse, float *dqkv, char *err, size_t cap) {
   if (!cuda::HasDevice()) return 1;
-  const cuda::AttentionDims s{B, T, C, H};
-  if (cuda::PaddedHeadSize(s) == 0) {
+  if (cuda::PaddedHeadSize(s) == 0 || s.kv() <= 0 || s.H % s.kv() != 0) {
     if (err != nullptr && cap > 0)
       std::snprintf(err, cap,
-                    "flash attention: head size C / H = %ld / %ld is not supported (at most "
-                    "128, C a multiple of H, B x H at most 65535)",
-                    C, H);
+                    "flash attention: head size C / H = %ld / %ld with %ld key/value heads is not "
+                    "supported (at most 128, C a multiple of H, H of the key/value heads, B x H "
+                    "at most 65535)",
+                    s.C, s.H, s.kv());
     return 2;
   }
+  const size_t qkv_size = size_t(s.B * s.T * s.width()), y_size = size_t(s.B * s.T * s.C);
   cudaError_t st = cudaSuccess;
-  cuda::DeviceArray<float> d_qkv(qkv, size_t(B * T * 3 * C), &st), d_dy(dy, size_t(B * T * C), &st),
-      d_y(nullptr, size_t(B * T * C), &st), d_lse(nullptr, size_t(s.rows()), &st),
-      d_D(nullptr, size_t(s.rows()), &st), d_dqkv(nullptr, size_t(B * T * 3 * C), &st);
+  cuda::DeviceArray<float> d_qkv(qkv, qkv_size, &st), d_dy(dy, y_size, &st),
+      d_y(nullptr, y_size, &st), d_lse(nullptr, size_t(s.rows()), &st),
+      d_D(nullptr, size_t(s.rows()), &st), d_dqkv(nullptr, qkv_size, &st);
   if (st == cudaSuccess) st = cuda::FlashAttentionForward(d_qkv.get(), s, d_y.get(), d_lse.get());
   if (st == cudaSuccess)
     st = cuda::FlashAttentionBackward(d_qkv.get(), d_y.get(), d_lse.get(), d_dy.get(), s,
@@ -426,4 +456,25 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_flash_atte
   d_lse.CopyTo(lse);
   d_dqkv.CopyTo(dqkv);
   return st == cudaSuccess ? 0 : cuda::Fail(err, cap, "flash attention", st);
+}
+
+}  // namespace
+
+// GPT's shape (qkv [B, T, 3C]).
+extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_flash_attention(
+    const float *qkv, const float *dy, long B, long T, long C, long H, float *y, float *lse,
+    float *dqkv, char *err, size_t cap) {
+  return FlashOnHost(qkv, dy, cuda::AttentionDims{B, T, C, H}, y, lse, dqkv, err, cap);
+}
+
+// Any shape: grouped-query heads, BLOOM's interleaved rows, ALiBi (qkv
+// [B, T, C + 2 kv hs]).
+extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_flash_attention_shape(
+    const float *qkv, const float *dy, const DstCudaAttentionShape *shape, float *y, float *lse,
+    float *dqkv, char *err, size_t cap) {
+  const cuda::AttentionDims s{shape->B,        shape->T,
+                              shape->C,        shape->H,
+                              shape->kv_heads, shape->interleaved != 0,
+                              shape->alibi_heads, shape->first_head};
+  return FlashOnHost(qkv, dy, s, y, lse, dqkv, err, cap);
 }
