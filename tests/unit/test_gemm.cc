@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
@@ -103,6 +105,30 @@ TEST(Gemm, BothBackendsMatchTheFp64Product) {
         for (int j = t.n; j < o.ldc; ++j)
           ASSERT_EQ(c[size_t(i) * o.ldc + j], o.c[size_t(i) * o.ldc + j]);
     }
+}
+
+// X W^T with few columns and a long reduction runs split by rows over the
+// threads (gemm.cc's RowSplitThreads): on 2 and 3 threads, rows not a
+// multiple of the blocks, beta accumulating, row strides wider than a row —
+// the fp64 product, and the padding untouched.
+TEST(Gemm, RowSplitProjectionsMatchTheFp64Product) {
+  std::mt19937 rng(11);
+  const int before = omp_get_max_threads();
+  for (int threads : {2, 3}) {
+    omp_set_num_threads(threads);
+    for (const Case &t : {Case{203, 24, 96, false, true, 1.0f, 0.0f, 0},
+                          Case{256, 16, 64, false, true, 0.5f, 1.0f, 5}}) {
+      Operands o = Make(t, rng);
+      const std::vector<double> want = Reference(t, o, false);
+      std::vector<float> c = o.c;
+      GemmWith(GemmBackend::kOneDnn, t.trans_a, t.trans_b, t.m, t.n, t.k, t.alpha, o.a.data(),
+               o.lda, o.b.data(), o.ldb, t.beta, c.data(), o.ldc);
+      ExpectClose(t, o, c, want, 2e-5);
+      for (int i = 0; i < t.m; ++i)
+        for (int j = t.n; j < o.ldc; ++j) ASSERT_EQ(c[size_t(i) * o.ldc + j], o.c[size_t(i) * o.ldc + j]);
+    }
+  }
+  omp_set_num_threads(before);
 }
 
 TEST(Gemm, Bf16ComputeMultipliesTheRoundedOperands) {
