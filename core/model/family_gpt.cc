@@ -8,13 +8,84 @@
 #include <cmath>
 #include <string>
 
+#include "core/common/log.h"
 #include "core/model/family.h"
 
 namespace dst {
 
 using namespace spec_json;
 
+namespace {
+
+// Hugging Face's GPT2Config (a GPT-2 checkpoint's config.json, "model_type":
+// "gpt2"): its field names, the fields that do not change dstrain's math
+// accepted, those that do and are not built named. Dropout (every released
+// GPT-2 config says 0.1) is accepted and not applied: dstrain has none; a
+// warning says so.
+Status ParseGpt2Config(const Json &root, ModelSpec *spec) {
+  static const std::set<std::string> kKeys = {
+      "model_type", "vocab_size", "n_positions", "n_ctx", "n_embd", "n_layer", "n_head",
+      "n_inner", "activation_function", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+      "layer_norm_epsilon", "initializer_range", "scale_attn_weights",
+      "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "tie_word_embeddings",
+      "bos_token_id", "eos_token_id", "pad_token_id", "architectures", "torch_dtype",
+      "transformers_version", "_name_or_path", "use_cache", "task_specific_params",
+      "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+      "summary_first_dropout", "seed", "make_vocab_size_divisible_by"};
+  DST_RETURN_IF_ERROR(CheckKeys(root, "the gpt2 config", kKeys));
+  TransformerSpec &d = spec->lm;
+  const int64_t kMax = int64_t(1) << 24;
+  DST_RETURN_IF_ERROR(ReadInt(root, "$", "vocab_size", 2, kMax, &d.vocab, true));
+  DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_positions", 1, 1 << 16, &d.n_ctx, true));
+  // Older configs repeat the context as n_ctx: the same value or a question.
+  if (root.contains("n_ctx") && !(root.at("n_ctx").is_number_integer() &&
+                                  root.at("n_ctx").get<int64_t>() == d.n_ctx))
+    return ConfigError("model spec: $.n_ctx " + Shorten(root.at("n_ctx")) +
+                       " differs from $.n_positions " + std::to_string(d.n_ctx) +
+                       " (GPT2Config reads n_positions): make them equal or drop n_ctx");
+  DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_layer", 0, 4096, &d.n_layer, true));
+  DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_head", 1, 4096, &d.n_head, true));
+  DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_embd", 1, 1 << 16, &d.d_model, true));
+  if (d.d_model % d.n_head != 0)
+    return ConfigError("model spec: n_embd " + std::to_string(d.d_model) +
+                       " is not divisible by n_head " + std::to_string(d.n_head));
+  DST_RETURN_IF_ERROR(RequireValue(root, "$", "n_inner", 4 * d.d_model,
+                                   "dstrain's GPT MLP has 4 x n_embd features"));
+  const std::string act = root.contains("activation_function") &&
+                                  root.at("activation_function").is_string()
+                              ? root.at("activation_function").get<std::string>()
+                              : "gelu_new";
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")  // both GELU's tanh form
+    return NotSupported("model spec: $.activation_function \"" + act +
+                        "\" is not supported yet; dstrain's GPT computes GELU's tanh "
+                        "approximation (\"gelu_new\")");
+  DST_RETURN_IF_ERROR(RequireValue(root, "$", "layer_norm_epsilon", 1e-5,
+                                   "dstrain's GPT LayerNorm uses GPT-2's epsilon"));
+  DST_RETURN_IF_ERROR(RequireValue(root, "$", "scale_attn_weights", true,
+                                   "dstrain scales attention scores by 1/sqrt(head size)"));
+  DST_RETURN_IF_ERROR(RequireValue(root, "$", "scale_attn_by_inverse_layer_idx", false,
+                                   "dstrain does not scale scores by the layer index"));
+  DST_RETURN_IF_ERROR(RequireValue(root, "$", "tie_word_embeddings", true,
+                                   "dstrain's GPT ties its LM head to the token embedding"));
+  std::string dropped;
+  for (const char *key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) {
+    double p = 0;
+    DST_RETURN_IF_ERROR(ReadNumber(root, "$", key, 0, 1, &p));
+    if (p != 0) dropped += std::string(dropped.empty() ? "" : ", ") + key + " " + Shorten(p);
+  }
+  if (!dropped.empty())
+    DST_LOG(kWarning, "model",
+            "the GPT-2 config's dropout (" + dropped +
+                ") is not applied: dstrain trains without dropout (set them to 0 to silence this)");
+  DST_RETURN_IF_ERROR(ReadVocabMultiple(root, &d.vocab_multiple));
+  spec->loss = ModelSpec::Loss::kCrossEntropy;
+  return ReadSeed(root, "$", &spec->seed);
+}
+
+}  // namespace
+
 Status ParseGptSpec(const Json &root, ModelSpec *spec) {
+  if (!root.contains("type")) return ParseGpt2Config(root, spec);  // "model_type": "gpt2"
   DST_RETURN_IF_ERROR(
       CheckKeys(root, "the gpt spec",
                 {"type", "vocab_size", "n_ctx", "block_size", "n_layer", "n_head", "d_model",

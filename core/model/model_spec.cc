@@ -102,15 +102,10 @@ Result<ModelSpec::Type> TypeOf(const Json &root) {
   if (!root.contains(key) || !root.at(key).is_string())
     return Expected("$.type", kTypes, root.contains(key) ? root.at(key) : Json());
   const std::string name = root.at(key).get<std::string>();
-  if (name == "gpt") return ModelSpec::Type::kGpt;
+  if (name == "gpt" || (name == "gpt2" && !typed)) return ModelSpec::Type::kGpt;
   if (name == "llama" || name == "mistral") return ModelSpec::Type::kLlama;
   if (name == "bloom") return ModelSpec::Type::kBloom;
   if (name == "sequential" && typed) return ModelSpec::Type::kSequential;
-  if (name == "gpt2")
-    return NotSupported(std::string("model spec: $.") + key +
-                        " \"gpt2\" (a Hugging Face GPT-2 config) is not supported yet; write "
-                        "{\"type\": \"gpt\", \"vocab_size\": ..., \"n_ctx\": ..., "
-                        "\"n_layer\": ..., \"n_head\": ..., \"n_embd\": ...}");
   return Expected(std::string("$.") + key, kTypes, root.at(key));
 }
 

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/model/model_spec.h"
 
 namespace dst {
@@ -118,7 +120,54 @@ TEST(ModelSpecFamilies, FieldsThatChangeTheMathAndAreNotBuiltAreNamed) {
                       "apply_residual_connection_post_layernorm":true})")
                 .find("apply_residual_connection_post_layernorm true is not supported yet"),
             std::string::npos);
-  EXPECT_NE(Error(R"({"model_type":"gpt2","n_embd":16})").find("\"gpt2\""), std::string::npos);
+}
+
+// GPT-2's released config.json (openai-community/gpt2), as it is.
+constexpr const char *kGpt2Config = R"({
+  "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+  "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
+  "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768,
+  "n_head": 12, "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1,
+  "summary_activation": null, "summary_first_dropout": 0.1, "summary_proj_to_labels": true,
+  "summary_type": "cls_index", "summary_use_proj": true,
+  "task_specific_params": {"text-generation": {"do_sample": true, "max_length": 50}},
+  "vocab_size": 50257})";
+
+TEST(ModelSpecFamilies, Gpt2ConfigJsonAsItIs) {
+  const Result<ModelSpec> spec = ParseModelSpec(kGpt2Config);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->type, ModelSpec::Type::kGpt);
+  EXPECT_EQ(spec->lm.vocab, 50257);
+  EXPECT_EQ(spec->lm.n_ctx, 1024);
+  EXPECT_EQ(spec->lm.d_model, 768);
+  EXPECT_EQ(spec->lm.n_layer, 12);
+  EXPECT_EQ(spec->lm.n_head, 12);
+  // The same model as dstrain's own spelling of it.
+  const Result<ModelSpec> ours = ParseModelSpec(
+      R"({"type":"gpt","vocab_size":50257,"n_ctx":1024,"n_layer":12,"n_head":12,"d_model":768})");
+  ASSERT_TRUE(ours.ok());
+  EXPECT_EQ(FirstComputationDifference(ours.value(), spec.value()), "");
+}
+
+TEST(ModelSpecFamilies, Gpt2FieldsThatChangeTheMathAreNamed) {
+  auto error = [](const std::string &change) {
+    nlohmann::json config = nlohmann::json::parse(kGpt2Config);
+    const nlohmann::json patch = nlohmann::json::parse("{" + change + "}");
+    for (auto it = patch.begin(); it != patch.end(); ++it) config[it.key()] = it.value();
+    return Error(config.dump().c_str());
+  };
+  EXPECT_NE(error(R"("activation_function":"relu")").find("\"relu\" is not supported yet"),
+            std::string::npos);
+  EXPECT_NE(error(R"("n_inner":1024)").find("n_inner 1024 is not supported yet"),
+            std::string::npos);
+  EXPECT_NE(error(R"("layer_norm_epsilon":1e-6)").find("layer_norm_epsilon"), std::string::npos);
+  EXPECT_NE(error(R"("scale_attn_by_inverse_layer_idx":true)")
+                .find("scale_attn_by_inverse_layer_idx true is not supported yet"),
+            std::string::npos);
+  EXPECT_NE(error(R"("tie_word_embeddings":false)").find("tie_word_embeddings false"),
+            std::string::npos);
+  EXPECT_NE(error(R"("n_ctx":512)").find("differs from $.n_positions 1024"), std::string::npos);
+  EXPECT_NE(error(R"("n_embd_typo":1)").find("unknown key \"n_embd_typo\""), std::string::npos);
 }
 
 TEST(ModelSpecFamilies, BloomConfigJsonAsItIs) {
