@@ -120,15 +120,6 @@ std::string ShapeString(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-// One header entry after validation, before its bytes are read.
-struct Entry {
-  std::string name;
-  TensorDType dtype;
-  std::vector<int64_t> shape;
-  uint64_t begin;
-  uint64_t end;
-};
-
 // Reads a non-negative integer that fits in uint64 from a JSON value.
 std::optional<uint64_t> AsU64(const nlohmann::json &v) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
@@ -138,6 +129,14 @@ std::optional<uint64_t> AsU64(const nlohmann::json &v) {
   }
   return std::nullopt;
 }
+
+// A validated header: the tensors in data order, the metadata, where the
+// data section starts.
+struct ParsedHeader {
+  std::vector<SafetensorsEntry> entries;
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;
+};
 
 }  // namespace
 
@@ -252,8 +251,10 @@ Status WriteSafetensors(const std::string &path, const std::vector<TensorRef> &t
   return Status::Ok();
 }
 
-Result<SafetensorsFile> ReadSafetensors(const std::string &path, Checksum64 *sum) {
-  const std::string where = "safetensors '" + path + "'";
+// The header of the open file `fd`, validated: every length, offset and
+// shape checked, the tensors tiling the data section exactly. `sum`, when
+// given, is fed the header's bytes.
+Result<ParsedHeader> ParseHeader(int fd, const std::string &where, Checksum64 *sum) {
   auto corrupt = [&](const std::string &msg) {
     return CheckpointError(where + ": " + msg + " (the file is corrupt or not a safetensors file)");
   };
@@ -261,11 +262,8 @@ Result<SafetensorsFile> ReadSafetensors(const std::string &path, Checksum64 *sum
     return CheckpointError(where + ": tensor '" + name + "': " + msg +
                            " (the file is corrupt or not a safetensors file)");
   };
-
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return IoError(where + ": cannot open: " + Errno());
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return IoError(where + ": stat failed: " + Errno());
+  if (::fstat(fd, &st) != 0) return IoError(where + ": stat failed: " + Errno());
   if (!S_ISREG(st.st_mode)) return IoError(where + ": not a regular file");
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
 
@@ -274,7 +272,7 @@ Result<SafetensorsFile> ReadSafetensors(const std::string &path, Checksum64 *sum
                    " bytes, shorter than the 8-byte header length");
   }
   unsigned char len_bytes[8];
-  if (!PreadAll(fd.get(), len_bytes, 8, 0)) {
+  if (!PreadAll(fd, len_bytes, 8, 0)) {
     return IoError(where + ": read failed: " + (errno ? Errno() : "unexpected end of file"));
   }
   uint64_t header_len = 0;
@@ -288,7 +286,7 @@ Result<SafetensorsFile> ReadSafetensors(const std::string &path, Checksum64 *sum
   }
   if (header_len < 2) return corrupt("header is too short to be a JSON object");
   std::string text(header_len, '\0');
-  if (!PreadAll(fd.get(), text.data(), text.size(), 8)) {
+  if (!PreadAll(fd, text.data(), text.size(), 8)) {
     return IoError(where + ": read failed: " + (errno ? Errno() : "unexpected end of file"));
   }
   const uint64_t data_start = 8 + header_len;
@@ -315,8 +313,8 @@ Result<SafetensorsFile> ReadSafetensors(const std::string &path, Checksum64 *sum
   if (!header.is_object()) return corrupt("header is not a JSON object");
   if (!duplicate.empty()) return bad_tensor(duplicate, "name appears more than once in the header");
 
-  SafetensorsFile out;
-  std::vector<Entry> entries;
+  ParsedHeader out;
+  std::vector<SafetensorsEntry> &entries = out.entries;
   for (const auto &[name, value] : header.items()) {
     if (name == kMetadataKey) {
       if (!value.is_object()) return corrupt("\"__metadata__\" is not an object");
@@ -335,7 +333,7 @@ Result<SafetensorsFile> ReadSafetensors(const std::string &path, Checksum64 *sum
         return bad_tensor(name, "unknown field '" + field + "'");
       }
     }
-    Entry e;
+    SafetensorsEntry e;
     e.name = name;
     auto dt = value.find("dtype");
     if (dt == value.end() || !dt->is_string()) return bad_tensor(name, "missing string 'dtype'");
@@ -379,14 +377,12 @@ Result<SafetensorsFile> ReadSafetensors(const std::string &path, Checksum64 *sum
   }
 
   // The tensors must tile the data section exactly: no gap, no overlap, no tail.
-  std::vector<const Entry *> order;
-  order.reserve(entries.size());
-  for (const Entry &e : entries) order.push_back(&e);
-  std::stable_sort(order.begin(), order.end(), [](const Entry *a, const Entry *b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const SafetensorsEntry &a, const SafetensorsEntry &b) {
+                     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+                   });
   uint64_t cursor = 0;
-  for (const Entry *e : order) {
+  for (const SafetensorsEntry *e = entries.data(); e != entries.data() + entries.size(); ++e) {
     if (e->begin < cursor) {
       return bad_tensor(e->name, "data_offsets [" + std::to_string(e->begin) + ", " +
                                      std::to_string(e->end) + "] overlap the previous tensor");
@@ -403,20 +399,103 @@ Result<SafetensorsFile> ReadSafetensors(const std::string &path, Checksum64 *sum
                    std::to_string(data_size) + " after the header");
   }
 
-  for (const Entry *e : order) {
+  out.data_start = data_start;
+  return out;
+}
+
+Result<SafetensorsFile> ReadSafetensors(const std::string &path, Checksum64 *sum) {
+  const std::string where = "safetensors '" + path + "'";
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return IoError(where + ": cannot open: " + Errno());
+  Result<ParsedHeader> header = ParseHeader(fd.get(), where, sum);
+  DST_RETURN_IF_ERROR(header.status());
+  SafetensorsFile out;
+  out.metadata = std::move(header.value().metadata);
+  for (const SafetensorsEntry &e : header.value().entries) {
     LoadedTensor t;
-    t.dtype = e->dtype;
-    t.shape = e->shape;
-    t.bytes.resize(e->end - e->begin);
+    t.dtype = e.dtype;
+    t.shape = e.shape;
+    t.bytes.resize(e.end - e.begin);
     if (!t.bytes.empty() &&
-        !PreadAll(fd.get(), t.bytes.data(), t.bytes.size(), data_start + e->begin)) {
-      if (errno == 0) return bad_tensor(e->name, "unexpected end of file");
-      return IoError(where + ": reading tensor '" + e->name + "' failed: " + Errno());
+        !PreadAll(fd.get(), t.bytes.data(), t.bytes.size(), header.value().data_start + e.begin)) {
+      if (errno == 0)
+        return CheckpointError(where + ": tensor '" + e.name +
+                               "': unexpected end of file (the file is corrupt or not a "
+                               "safetensors file)");
+      return IoError(where + ": reading tensor '" + e.name + "' failed: " + Errno());
     }
     if (sum) sum->Update(t.bytes.data(), t.bytes.size());
-    out.tensors.emplace(e->name, std::move(t));
+    out.tensors.emplace(e.name, std::move(t));
   }
   return out;
+}
+
+int64_t SafetensorsEntry::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Result<SafetensorsReader> SafetensorsReader::Open(const std::string &path) {
+  const std::string where = "safetensors '" + path + "'";
+  SafetensorsReader r;
+  r.path_ = path;
+  r.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (r.fd_ < 0) return IoError(where + ": cannot open: " + Errno());
+  Result<ParsedHeader> header = ParseHeader(r.fd_, where, nullptr);
+  DST_RETURN_IF_ERROR(header.status());
+  r.entries_ = std::move(header.value().entries);
+  r.metadata_ = std::move(header.value().metadata);
+  r.data_start_ = header.value().data_start;
+  for (size_t i = 0; i < r.entries_.size(); ++i) r.index_.emplace(r.entries_[i].name, i);
+  return r;
+}
+
+SafetensorsReader::SafetensorsReader(SafetensorsReader &&other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      path_(std::move(other.path_)),
+      entries_(std::move(other.entries_)),
+      index_(std::move(other.index_)),
+      metadata_(std::move(other.metadata_)),
+      data_start_(other.data_start_) {}
+
+SafetensorsReader &SafetensorsReader::operator=(SafetensorsReader &&other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
+    entries_ = std::move(other.entries_);
+    index_ = std::move(other.index_);
+    metadata_ = std::move(other.metadata_);
+    data_start_ = other.data_start_;
+  }
+  return *this;
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const SafetensorsEntry *SafetensorsReader::Find(const std::string &name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+Status SafetensorsReader::Read(const SafetensorsEntry &e, uint64_t offset, size_t size,
+                               void *out) const {
+  const std::string where = "safetensors '" + path_ + "'";
+  if (offset > e.end - e.begin || size > e.end - e.begin - offset)
+    return InternalError(where + ": tensor '" + e.name + "': bytes [" + std::to_string(offset) +
+                         ", " + std::to_string(offset + size) + ") asked of " +
+                         std::to_string(e.end - e.begin));
+  if (size > 0 && !PreadAll(fd_, out, size, data_start_ + e.begin + offset)) {
+    if (errno == 0)
+      return CheckpointError(where + ": tensor '" + e.name +
+                             "': unexpected end of file (the file was truncated after it was "
+                             "opened)");
+    return IoError(where + ": reading tensor '" + e.name + "' failed: " + Errno());
+  }
+  return Status::Ok();
 }
 
 }  // namespace dst

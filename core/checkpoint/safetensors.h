@@ -63,6 +63,51 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;
 };
 
+// One tensor's place in a safetensors file, from its validated header.
+struct SafetensorsEntry {
+  std::string name;
+  TensorDType dtype = TensorDType::kF32;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // its bytes in the data section
+  int64_t numel() const;
+};
+
+// A safetensors file opened for reading tensors one at a time: the header
+// is read and validated as ReadSafetensors does, a tensor's bytes only when
+// asked for, so a process reads only the tensors it holds of a file larger
+// than its memory (a sharded checkpoint of a 70B-class model).
+class SafetensorsReader {
+ public:
+  // kIo for a missing or unreadable file; kCheckpoint naming the file and
+  // the tensor for a corrupt header.
+  static Result<SafetensorsReader> Open(const std::string &path);
+  SafetensorsReader(SafetensorsReader &&other) noexcept;
+  SafetensorsReader &operator=(SafetensorsReader &&other) noexcept;
+  SafetensorsReader(const SafetensorsReader &) = delete;
+  SafetensorsReader &operator=(const SafetensorsReader &) = delete;
+  ~SafetensorsReader();
+
+  const std::string &path() const { return path_; }
+  // In the order of their bytes in the file.
+  const std::vector<SafetensorsEntry> &entries() const { return entries_; }
+  const std::map<std::string, std::string> &metadata() const { return metadata_; }
+  // Null when the file has no tensor of that name.
+  const SafetensorsEntry *Find(const std::string &name) const;
+  // out[0, size) = bytes [offset, offset + size) of tensor `e`'s data (an
+  // entry of this file). A file truncated since it was opened is
+  // kCheckpoint naming it and the tensor; a failed read kIo.
+  Status Read(const SafetensorsEntry &e, uint64_t offset, size_t size, void *out) const;
+
+ private:
+  SafetensorsReader() = default;
+  int fd_ = -1;
+  std::string path_;
+  std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, size_t> index_;
+  std::map<std::string, std::string> metadata_;
+  uint64_t data_start_ = 0;
+};
+
 // Writes `path` (tensors in the given order) and fsyncs it. Duplicate names,
 // null data or a bad shape are kInvalidArgument; I/O failures kIo naming path.
 // `sum`, when given, is fed every byte written (the file's checksum).

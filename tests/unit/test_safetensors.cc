@@ -397,6 +397,57 @@ TEST_F(SafetensorsTest, RandomCorruptionNeverCrashes) {
   EXPECT_GT(rejected, 0);
 }
 
+// The reader that reads tensors one at a time: the same header checks as
+// ReadSafetensors (every corrupt case fails the same way at Open), entries
+// in data order, any byte range of a tensor, a file cut short after it was
+// opened named with the tensor.
+TEST_F(SafetensorsTest, ReaderReadsTensorsOneAtATime) {
+  std::vector<float> a(5);
+  for (int i = 0; i < 5; ++i) a[size_t(i)] = float(i) + 0.5f;
+  const std::vector<uint16_t> b = {1, 2, 3, 4, 5, 6};
+  const std::string path = Path("two.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path,
+                               {{"b", TensorDType::kBF16, {2, 3}, b.data()},
+                                {"a", TensorDType::kF32, {5}, a.data()}},
+                               {{"format", "pt"}})
+                  .ok());
+  Result<SafetensorsReader> opened = SafetensorsReader::Open(path);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  SafetensorsReader reader = std::move(opened).value();
+  ASSERT_EQ(reader.entries().size(), 2u);
+  EXPECT_EQ(reader.entries()[0].name, "b");  // data order (the writer's order)
+  EXPECT_EQ(reader.metadata().at("format"), "pt");
+  EXPECT_EQ(reader.Find("missing"), nullptr);
+  const SafetensorsEntry *ea = reader.Find("a");
+  ASSERT_NE(ea, nullptr);
+  EXPECT_EQ(ea->dtype, TensorDType::kF32);
+  EXPECT_EQ(ea->shape, std::vector<int64_t>{5});
+  EXPECT_EQ(ea->numel(), 5);
+  std::vector<float> got(3);
+  ASSERT_TRUE(reader.Read(*ea, 2 * sizeof(float), 3 * sizeof(float), got.data()).ok());
+  EXPECT_EQ(got, std::vector<float>(a.begin() + 2, a.end()));
+  std::vector<uint16_t> got_b(6);
+  ASSERT_TRUE(reader.Read(*reader.Find("b"), 0, 12, got_b.data()).ok());
+  EXPECT_EQ(got_b, b);
+  EXPECT_EQ(reader.Read(*ea, 4, 20, got.data()).code(), Code::kInternal);  // past the tensor
+
+  // Cut short after opening: the read names the file and the tensor.
+  fs::resize_file(path, fs::file_size(path) - 8);
+  const Status cut = reader.Read(*ea, 0, 5 * sizeof(float), got.data());
+  EXPECT_EQ(cut.code(), Code::kCheckpoint) << cut.message();
+  EXPECT_NE(cut.message().find("'a'"), std::string::npos) << cut.message();
+
+  for (const CorruptCase &c : CorruptCases()) {
+    SCOPED_TRACE(c.label);
+    const std::string bad = Path("corrupt.safetensors");
+    WriteFile(bad, c.bytes);
+    Result<SafetensorsReader> r = SafetensorsReader::Open(bad);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::kCheckpoint) << r.status().message();
+  }
+  EXPECT_EQ(SafetensorsReader::Open(Path("absent.safetensors")).status().code(), Code::kIo);
+}
+
 TEST_F(SafetensorsTest, DTypeNamesAndSizes) {
   EXPECT_EQ(DTypeSize(TensorDType::kF32), 4u);
   EXPECT_EQ(DTypeSize(TensorDType::kF16), 2u);
