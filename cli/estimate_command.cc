@@ -57,7 +57,8 @@ EstimateCommand::EstimateCommand(CLI::App &parent) {
   app_ = parent.add_subcommand(
       "estimate", "Per-rank model-state memory (params, grads, optimizer) for ZeRO stages 0-3");
   app_->add_option("--config", config_path_, "ds_config.json (default: the built-in job's)");
-  app_->add_option("--model", model_path_, "model spec JSON (default: the built-in GPT)");
+  app_->add_option("--model", model_path_,
+                   "model spec JSON, or a Hugging Face model directory (default: the built-in GPT)");
   app_->add_option("--world-size", world_size_, "number of ranks")->check(CLI::PositiveNumber);
   app_->add_option("--memory-per-rank", memory_per_rank_,
                    "memory budget of one rank (e.g. 16GiB, 2e9): list every dp x tp x pp of the "

@@ -93,9 +93,11 @@ TrainCommand::TrainCommand(CLI::App &parent)
   app_->add_option("--config", o.config_path, "ds_config.json (default: built-in)")
       ->type_name("FILE")
       ->check(existing_file);
-  app_->add_option("--model", o.model_path, "model spec JSON (default: built-in small GPT)")
-      ->type_name("FILE")
-      ->check(existing_file);
+  app_->add_option("--model", o.model_path,
+                   "model spec JSON, or a Hugging Face model directory (config.json and "
+                   "safetensors weights: the run starts from them) (default: built-in small GPT)")
+      ->type_name("FILE|DIR")
+      ->check(CLI::ExistingPath.description(""));
   app_->add_option("--data", o.data_path,
                    "GPT: text file to train on (default: the fortunes corpus); sequential model: "
                    "synthetic (inputs ~ N(0, 1), labels from a fixed random teacher), "

@@ -139,7 +139,9 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
       ReadSource(options->config_json, options->config_path, "config");
   if (!config_text.ok()) return dst::capi::FromStatus(config_text.status());
   dst::Result<std::string> model_text =
-      ReadSource(options->model_json, options->model_path, "model");
+      options->model_path != nullptr && options->model_json == nullptr
+          ? dst::ModelSpecText("", options->model_path)  // a file, or a Hugging Face directory
+          : ReadSource(options->model_json, options->model_path, "model");
   if (!model_text.ok()) return dst::capi::FromStatus(model_text.status());
   dst::ConfigContext context;
   context.world_size = world_size;

@@ -592,6 +592,23 @@ Status CheckpointCoordinator::Load(const std::string &dir, const std::string &ta
   return Status::Ok();
 }
 
+Status CheckpointCoordinator::AgreeOnValidation(const Status &mine, const char *phase,
+                                               const std::string &what,
+                                               const std::string &context) {
+  Status own = mine;
+  if (!view_.store) return own.context(context);
+  DST_RETURN_IF_ERROR(
+      PostReport(*view_.store, CheckpointKeyPrefix(phase), {view_.env.rank, own, {}}));
+  std::vector<int64_t> ranks(size_t(view_.env.world_size));
+  for (int64_t r = 0; r < view_.env.world_size; ++r) ranks[size_t(r)] = r;
+  auto reports =
+      ReadReports(*view_.store, CheckpointKeyPrefix(phase), ranks, view_.comm_timeout, what);
+  if (!own.ok()) return own.context(context);
+  if (!reports.ok()) return reports.status();
+  return FirstFailure(reports.value())
+      .context(context + ": another rank could not read them; nothing was changed");
+}
+
 Status CheckpointCoordinator::LoadWeights(const std::string &dir, const std::string &tag) {
   ++ops_;
   const std::string what = "load_weights(\"" + dir + "\")";
@@ -601,21 +618,8 @@ Status CheckpointCoordinator::LoadWeights(const std::string &dir, const std::str
   if (st.ok())
     st =
         MatchTensors(ckpt->files.at(kModelFile), *view_.whole_decls, ckpt->path + "/" + kModelFile);
-  if (view_.store) {  // every rank validated before any rank changes anything
-    DST_RETURN_IF_ERROR(
-        PostReport(*view_.store, CheckpointKeyPrefix("weights"), {view_.env.rank, st, {}}));
-    std::vector<int64_t> ranks(size_t(view_.env.world_size));
-    for (int64_t r = 0; r < view_.env.world_size; ++r) ranks[size_t(r)] = r;
-    auto reports =
-        ReadReports(*view_.store, CheckpointKeyPrefix("weights"), ranks, view_.comm_timeout, what);
-    if (!st.ok()) return st.context("load_weights");
-    if (!reports.ok()) return reports.status();
-    DST_RETURN_IF_ERROR(FirstFailure(reports.value())
-                            .context("load_weights: another rank could not read them; nothing "
-                                     "was changed"));
-  } else if (!st.ok()) {
-    return st.context("load_weights");
-  }
+  // every rank validated before any rank changes anything
+  DST_RETURN_IF_ERROR(AgreeOnValidation(st, "weights", what, "load_weights"));
   const SafetensorsFile &weights = ckpt->files.at(kModelFile);
   const std::vector<ParamDecl> &decls = *view_.decls;
   std::vector<float> slice;

@@ -61,6 +61,12 @@ class CheckpointCoordinator {
   // model-spec check: what a user asks for to start a model that computes
   // differently (another n_head, say) from a checkpoint's weights.
   Status LoadWeights(const std::string &dir, const std::string &tag);
+  // The weights of a Hugging Face model directory (hf_import.cc): each rank
+  // reads only the tensors it holds, converts them from the file's dtype
+  // (F32, F16, BF16) and layout, and writes its share. Checked on every rank
+  // (missing, unexpected and misshapen tensors named) before any rank
+  // changes anything.
+  Status LoadHfWeights(const std::string &dir);
 
  private:
   // Whether this rank holds every whole weight (no pipeline, no tensor
@@ -68,6 +74,11 @@ class CheckpointCoordinator {
   bool HoldsEveryWeight() const;
   struct PreparedLoad;
   std::string CheckpointKeyPrefix(const char *phase) const;
+  // `mine` (this rank's validation) posted to the store and every rank's
+  // read back: the first failure, on every rank, with `context` (a single
+  // rank: `mine`). `phase` keys the reports.
+  Status AgreeOnValidation(const Status &mine, const char *phase, const std::string &what,
+                           const std::string &context);
   nlohmann::json CheckpointMeta(const nlohmann::json &client) const;
   Status WriteOwnCheckpointFiles(const std::string &dir, const std::string &tag,
                                  std::vector<WrittenFile> *written, nlohmann::json *shards);

@@ -40,7 +40,7 @@ namespace dst {
 Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
   Result<std::string> config_text = TextOrFile(options.config_text, options.config_path, "config");
   if (!config_text.ok()) return config_text.status();
-  Result<std::string> model_text = TextOrFile(options.model_text, options.model_path, "model");
+  Result<std::string> model_text = ModelSpecText(options.model_text, options.model_path);
   if (!model_text.ok()) return model_text.status();
   Result<LaunchEnv> env = DetectLaunchEnv();
   if (!env.ok()) return env.status();
@@ -99,6 +99,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions &options) {
     DST_RETURN_IF_ERROR(ResumeFromSwap(engine->env_, engine->store_.get(), engine->CommTimeout(),
                                        engine->dp_.get(), &engine->progress_, &engine->scaler_,
                                        &resumed));
+  } else if (!engine->model_->spec().hf_dir.empty()) {  // a pretrained model's weights
+    DST_RETURN_IF_ERROR(engine->checkpoints_->LoadHfWeights(engine->model_->spec().hf_dir));
   }
   Result<double> slow = ParseSlowRankInjection(engine->env_.rank);
   if (!slow.ok()) return slow.status();

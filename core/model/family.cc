@@ -47,4 +47,40 @@ std::string FamilyParamType(const ModelSpec &spec, const std::string &name) {
   return "";
 }
 
+namespace {
+
+bool EndsWith(const std::string &s, const std::string &tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+HfTensorName HfTensorOf(const ModelSpec &spec, const std::string &name) {
+  HfTensorName hf{name, false};
+  if (spec.type == ModelSpec::Type::kGpt)
+    for (const char *conv1d : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight",
+                               ".mlp.c_proj.weight"})
+      if (EndsWith(name, conv1d)) hf.transposed = true;
+  return hf;
+}
+
+std::vector<std::string> HfAliases(const std::string &hf_name) {
+  std::vector<std::string> names = {hf_name};
+  for (const char *prefix : {"transformer.", "model."})
+    if (hf_name.rfind(prefix, 0) == 0) names.push_back(hf_name.substr(std::string(prefix).size()));
+  return names;
+}
+
+bool HfIgnorable(const ModelSpec &spec, const std::string &hf_name) {
+  if (hf_name == "lm_head.weight" && !TiedWeightName(spec).empty()) return true;
+  switch (spec.type) {
+    case ModelSpec::Type::kGpt:
+      return EndsWith(hf_name, ".attn.bias") || EndsWith(hf_name, ".attn.masked_bias");
+    case ModelSpec::Type::kLlama:
+      return EndsWith(hf_name, ".rotary_emb.inv_freq");
+    default:
+      return false;
+  }
+}
+
 }  // namespace dst

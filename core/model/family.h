@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/layers/decoder.h"
 #include "core/layers/embedding.h"
@@ -38,6 +39,27 @@ std::string TiedWeightName(const ModelSpec &spec);
 // config names it (zero_allowed_param_types, fp16_override_modules):
 // "Embedding", "LayerNorm", "RMSNorm", "Attention", "Linear"; "" for none.
 std::string FamilyParamType(const ModelSpec &spec, const std::string &name);
+
+// Where a tensor of dstrain's sits in its family's Hugging Face checkpoints
+// (the *ForCausalLM model's state dict): the same name, and for GPT-2's
+// Conv1D projections (c_attn, c_proj, c_fc) the transposed layout [in, out]
+// where dstrain stores nn.Linear's [out, in].
+struct HfTensorName {
+  std::string name;
+  bool transposed = false;
+};
+HfTensorName HfTensorOf(const ModelSpec &spec, const std::string &name);
+
+// The other spellings of `hf_name` a checkpoint may use: saved from the base
+// model (GPT2Model, LlamaModel, BloomModel) its names lack the prefix
+// ("transformer.", "model.") and lm_head is absent.
+std::vector<std::string> HfAliases(const std::string &hf_name);
+
+// Tensors a family's checkpoints may carry that hold nothing dstrain trains:
+// GPT-2's attention-mask buffers (attn.bias, attn.masked_bias), older
+// LLaMA checkpoints' rotary inv_freq, the copy of a tied LM head. Skipped
+// on import rather than refused as unexpected.
+bool HfIgnorable(const ModelSpec &spec, const std::string &hf_name);
 
 // Each family's spec parser (ParseModelSpec dispatches on the type).
 Status ParseGptSpec(const spec_json::Json &root, ModelSpec *spec);

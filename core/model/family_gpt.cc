@@ -70,7 +70,8 @@ Status ParseGpt2Config(const Json &root, ModelSpec *spec) {
   std::string dropped;
   for (const char *key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) {
     double p = 0;
-    DST_RETURN_IF_ERROR(ReadNumber(root, "$", key, 0, 1, &p));
+    DST_RETURN_IF_ERROR(ReadNumber(root, "$", key, -1, 1, &p));
+    if (p < 0) return Expected(std::string("$.") + key, "a probability in [0, 1]", root.at(key));
     if (p != 0) dropped += std::string(dropped.empty() ? "" : ", ") + key + " " + Shorten(p);
   }
   if (!dropped.empty())

@@ -1,7 +1,9 @@
 #include "core/model/model_spec.h"
 
+#include <filesystem>
 #include <set>
 
+#include "core/config/config_file.h"
 #include "core/model/family.h"
 #include "core/model/spec_json.h"
 
@@ -93,7 +95,8 @@ const char *ModelTypeName(ModelSpec::Type type) {
 
 namespace {
 
-constexpr const char *kTypes = "\"gpt\", \"llama\", \"mistral\", \"bloom\" or \"sequential\"";
+constexpr const char *kTypes =
+    "\"gpt\", \"llama\", \"mistral\", \"bloom\", \"sequential\" or \"hf\"";
 
 // The spec's type: "type", or a Hugging Face config.json's "model_type".
 Result<ModelSpec::Type> TypeOf(const Json &root) {
@@ -111,6 +114,47 @@ Result<ModelSpec::Type> TypeOf(const Json &root) {
 
 }  // namespace
 
+namespace {
+
+// {"type": "hf", "path": DIR}: DIR/config.json parsed as the spec.
+Result<ModelSpec> ParseHfSpec(const Json &root) {
+  DST_RETURN_IF_ERROR(
+      CheckKeys(root, "the hf spec", {"type", "path", "make_vocab_size_divisible_by"}));
+  if (!root.contains("path") || !root.at("path").is_string() ||
+      root.at("path").get<std::string>().empty())
+    return Expected("$.path", "the Hugging Face model directory (holding config.json)",
+                    root.contains("path") ? root.at("path") : Json());
+  const std::string dir = root.at("path").get<std::string>();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    return IoError("model spec: $.path \"" + dir + "\" is not a directory (a Hugging Face model "
+                   "directory with config.json and model.safetensors)");
+  Result<std::string> config = ReadConfigFile(dir + "/config.json", "Hugging Face config");
+  DST_RETURN_IF_ERROR(config.status());
+  Json parsed = Json::parse(config.value(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_object() && (parsed.contains("type") || !parsed.contains("model_type")))
+    return ConfigError("model spec: " + dir + "/config.json has no \"model_type\" (gpt2, llama, "
+                       "mistral or bloom): not a Hugging Face config");
+  Result<ModelSpec> spec = ParseModelSpec(config.value());
+  if (!spec.ok()) {
+    Status failed = spec.status();
+    return failed.context(dir + "/config.json");
+  }
+  if (root.contains("make_vocab_size_divisible_by"))
+    DST_RETURN_IF_ERROR(ReadVocabMultiple(root, &spec.value().lm.vocab_multiple));
+  spec.value().hf_dir = dir;
+  return spec;
+}
+
+}  // namespace
+
+Result<std::string> ModelSpecText(const std::string &text, const std::string &path) {
+  std::error_code ec;
+  if (text.empty() && !path.empty() && std::filesystem::is_directory(path, ec))
+    return Json{{"type", "hf"}, {"path", path}}.dump();
+  return TextOrFile(text, path, "model");
+}
+
 Result<ModelSpec> ParseModelSpec(std::string_view json_text) {
   Json root;
   try {
@@ -119,6 +163,7 @@ Result<ModelSpec> ParseModelSpec(std::string_view json_text) {
     return ConfigError(std::string("model spec: malformed JSON: ") + e.what());
   }
   if (!root.is_object()) return Expected("$", "a JSON object", root);
+  if (root.contains("type") && root.at("type") == "hf") return ParseHfSpec(root);
   Result<ModelSpec::Type> type = TypeOf(root);
   DST_RETURN_IF_ERROR(type.status());
   ModelSpec spec;

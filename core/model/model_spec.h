@@ -68,6 +68,9 @@ struct ModelSpec {
   int64_t input_dim = 0;                    // type sequential
   std::vector<SequentialLayerSpec> layers;  // type sequential
   std::string canonical_json;               // normalised spec, stored in checkpoints
+  // {"type": "hf", "path": DIR}: the Hugging Face model directory whose
+  // config.json this spec is and whose weights start the run ("" otherwise).
+  std::string hf_dir;
 
   // A language model (tokens in, next-token cross-entropy): every type but sequential.
   bool IsLanguageModel() const { return type != Type::kSequential; }
@@ -79,7 +82,15 @@ struct ModelSpec {
 const char *ModelTypeName(ModelSpec::Type type);
 
 // Parses and validates; errors name the JSON path, expected and found.
+// {"type": "hf", "path": DIR} reads DIR/config.json (a Hugging Face config:
+// model_type gpt2, llama, mistral, bloom) and keeps DIR as hf_dir; its
+// canonical_json is the config's, so a checkpoint records the model itself.
 Result<ModelSpec> ParseModelSpec(std::string_view json_text);
+
+// A model spec's text from a JSON string or a path (exactly one given): a
+// path naming a directory is a Hugging Face model directory, i.e.
+// {"type": "hf", "path": DIR}.
+Result<std::string> ModelSpecText(const std::string &text, const std::string &path);
 
 // The first field in which `saved` and `current` compute differently (the
 // seed only sets the initial weights, so it is not compared), as

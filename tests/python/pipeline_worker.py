@@ -72,8 +72,12 @@ def main():
     save_at = int(args[4]) if len(args) > 4 else steps
     # Every decoder family reads tokens (its context: n_ctx, or seq_length /
     # max_position_embeddings in a Hugging Face config).
-    gpt = model.get("type", model.get("model_type")) in ("gpt", "llama", "mistral", "bloom")
-    context = model.get("n_ctx") or model.get("seq_length") or model.get("max_position_embeddings")
+    # A Hugging Face model directory: its config.json says which.
+    shape = (json.loads((pathlib.Path(model["path"]) / "config.json").read_text())
+             if model.get("type") == "hf" else model)
+    gpt = shape.get("type", shape.get("model_type")) in ("gpt", "gpt2", "llama", "mistral", "bloom")
+    context = (shape.get("n_ctx") or shape.get("n_positions") or shape.get("seq_length")
+               or shape.get("max_position_embeddings"))
     data = dstrain.Dataset.open_text(seed=7) if gpt else None
     with dstrain.Engine(config=config, model=model) as engine:
         info = engine.info
