@@ -75,11 +75,23 @@ CkptCommand::CkptCommand(CLI::App &parent) {
       ->required();
   inspect_->add_option("--tag", tag_, "tag to inspect (default: the one named by DIR/latest)");
   inspect_->add_flag("--json", json_, "print the raw JSON");
-  export_ =
-      app_->add_subcommand("export", "Write the consolidated fp32 weights as one safetensors file");
+  export_ = app_->add_subcommand(
+      "export",
+      "Write the weights: one fp32 safetensors file, or a Hugging Face model directory");
   export_->add_option("dir", dir_, "checkpoint directory")->required();
   export_->add_option("--tag", tag_, "tag to export (default: the one named by DIR/latest)");
-  export_->add_option("--out", out_, "output file, e.g. model.safetensors")->required();
+  export_->add_option("--out", out_,
+                      "output: a file (model.safetensors) or, with --format hf, a new directory")
+      ->required();
+  export_
+      ->add_option("--format", format_,
+                   "safetensors: dstrain's names, fp32, one file; hf: a Hugging Face model "
+                   "directory (config.json, the family's names and layouts, sharded)")
+      ->check(CLI::IsMember({"safetensors", "hf"}));
+  export_->add_option("--dtype", dtype_, "with --format hf: fp32, bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  export_->add_option("--max-shard-size", max_shard_size_,
+                      "with --format hf: the largest shard (5GB, 500MB, 2GiB, bytes)");
 }
 
 int CkptCommand::Run() {
@@ -100,6 +112,16 @@ int CkptCommand::Inspect() {
 }
 
 int CkptCommand::Export() {
+  if (format_ == "hf") {
+    Check(dst_checkpoint_export_hf(dir_.c_str(), tag_.empty() ? nullptr : tag_.c_str(),
+                                  out_.c_str(), dtype_.c_str(), max_shard_size_.c_str()),
+          "exporting " + dir_);
+    std::printf("dstrain: wrote %s as a Hugging Face model directory (%s) to %s\n", dir_.c_str(),
+                dtype_.c_str(), out_.c_str());
+    return kExitOk;
+  }
+  if (dtype_ != "fp32" || export_->count("--max-shard-size"))
+    UsageError("--dtype and --max-shard-size are for --format hf (safetensors is fp32, one file)");
   Check(dst_checkpoint_export_weights(dir_.c_str(), tag_.empty() ? nullptr : tag_.c_str(),
                                       out_.c_str()),
         "exporting " + dir_);

@@ -21,6 +21,7 @@ class CkptCommand {
 
   CLI::App *app_, *inspect_, *export_;
   std::string dir_, tag_, out_;
+  std::string format_ = "safetensors", dtype_ = "fp32", max_shard_size_ = "5GB";
   bool json_ = false;
 };
 

@@ -21,6 +21,9 @@ struct CheckpointFile {
   std::map<std::string, std::string> metadata;
 };
 
+// The consolidated fp32 weights of a checkpoint tag, every tensor whole.
+inline constexpr char kModelFile[] = "model.safetensors";
+
 struct LoadedCheckpoint {
   std::string tag;
   std::string path;  // DIR/TAG

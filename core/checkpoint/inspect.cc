@@ -9,7 +9,6 @@ namespace dst {
 
 namespace {
 
-constexpr const char *kModelFile = "model.safetensors";
 
 nlohmann::json TensorsJson(const SafetensorsFile &file) {
   nlohmann::json out = nlohmann::json::array();

@@ -30,7 +30,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr const char *kModelFile = "model.safetensors";
 constexpr const char *kParamsPiece = "params";  // weights in a shard file (ZeRO-3 across ranks)
 
 std::string ShapeText(const std::vector<int64_t> &shape) {

@@ -55,6 +55,29 @@ bool EndsWith(const std::string &s, const std::string &tail) {
 
 }  // namespace
 
+spec_json::Json HfConfigOf(const ModelSpec &spec, const std::string &torch_dtype) {
+  const spec_json::Json own =
+      spec_json::Json::parse(spec.canonical_json, nullptr, /*allow_exceptions=*/false);
+  const spec_json::Json from = own.is_object() ? own : spec_json::Json::object();
+  spec_json::Json config;
+  switch (spec.type) {
+    case ModelSpec::Type::kLlama:
+      config = LlamaHfConfig(spec.lm, from);
+      break;
+    case ModelSpec::Type::kBloom:
+      config = BloomHfConfig(spec.lm, from);
+      break;
+    default:
+      config = Gpt2HfConfig(spec.lm, from);
+      break;
+  }
+  for (const char *id : {"bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id"})
+    if (from.contains(id)) config[id] = from.at(id);
+  config["torch_dtype"] = torch_dtype;
+  config["tie_word_embeddings"] = spec.lm.tie_embeddings;
+  return config;
+}
+
 HfTensorName HfTensorOf(const ModelSpec &spec, const std::string &name) {
   HfTensorName hf{name, false};
   if (spec.type == ModelSpec::Type::kGpt)

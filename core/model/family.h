@@ -61,10 +61,22 @@ std::vector<std::string> HfAliases(const std::string &hf_name);
 // on import rather than refused as unexpected.
 bool HfIgnorable(const ModelSpec &spec, const std::string &hf_name);
 
+// The family's Hugging Face config.json for `spec` (model_type,
+// architectures, the family's field names and values: what transformers'
+// AutoConfig reads back as this model). Token ids, max_position_embeddings,
+// a Mistral's model_type and sliding window are kept from the spec's own JSON
+// where it had them. `torch_dtype`: "float32", "bfloat16" or "float16".
+spec_json::Json HfConfigOf(const ModelSpec &spec, const std::string &torch_dtype);
+
 // Each family's spec parser (ParseModelSpec dispatches on the type).
 Status ParseGptSpec(const spec_json::Json &root, ModelSpec *spec);
 Status ParseLlamaSpec(const spec_json::Json &root, ModelSpec *spec);
 Status ParseBloomSpec(const spec_json::Json &root, ModelSpec *spec);
+
+// Each family's HfConfigOf; `own`: the spec's JSON.
+spec_json::Json Gpt2HfConfig(const TransformerSpec &lm, const spec_json::Json &own);
+spec_json::Json LlamaHfConfig(const TransformerSpec &lm, const spec_json::Json &own);
+spec_json::Json BloomHfConfig(const TransformerSpec &lm, const spec_json::Json &own);
 
 DecoderFamily GptFamily(const TransformerSpec &lm);
 DecoderFamily LlamaFamily(const TransformerSpec &lm);

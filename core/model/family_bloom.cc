@@ -111,6 +111,24 @@ Status ParseBloomSpec(const Json &root, ModelSpec *spec) {
   return ReadSeed(root, "$", &spec->seed);
 }
 
+Json BloomHfConfig(const TransformerSpec &lm, const Json &) {
+  return {{"model_type", "bloom"},
+          {"architectures", {"BloomForCausalLM"}},
+          {"vocab_size", lm.vocab},
+          {"hidden_size", lm.d_model},
+          {"n_layer", lm.n_layer},
+          {"n_head", lm.n_head},
+          {"layer_norm_epsilon", lm.norm_eps},
+          {"initializer_range", lm.init_std},
+          {"apply_residual_connection_post_layernorm", false},
+          {"hidden_dropout", 0.0},
+          {"attention_dropout", 0.0},
+          {"pretraining_tp", 1},
+          {"slow_but_exact", false},
+          {"seq_length", lm.n_ctx},  // the longest sequence trained (BLOOM's own configs say it)
+          {"use_cache", true}};
+}
+
 DecoderFamily BloomFamily(const TransformerSpec &lm) {
   const ParamInit init = ParamInit::Normal(lm.init_std);
   const int64_t C = lm.d_model;

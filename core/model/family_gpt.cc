@@ -153,6 +153,26 @@ DecoderNames GptBlockNames(int64_t layer) {
 
 }  // namespace
 
+Json Gpt2HfConfig(const TransformerSpec &lm, const Json &) {
+  return {{"model_type", "gpt2"},
+          {"architectures", {"GPT2LMHeadModel"}},
+          {"vocab_size", lm.vocab},
+          {"n_positions", lm.n_ctx},
+          {"n_ctx", lm.n_ctx},
+          {"n_embd", lm.d_model},
+          {"n_layer", lm.n_layer},
+          {"n_head", lm.n_head},
+          {"n_inner", nullptr},
+          {"activation_function", "gelu_new"},
+          {"resid_pdrop", 0.0},
+          {"embd_pdrop", 0.0},
+          {"attn_pdrop", 0.0},
+          {"layer_norm_epsilon", 1e-5},
+          {"initializer_range", 0.02},
+          {"scale_attn_weights", true},
+          {"use_cache", true}};
+}
+
 DecoderFamily GptFamily(const TransformerSpec &lm) {
   constexpr double kInitStd = 0.02;  // GPT-2
   const ParamInit init = ParamInit::Normal(kInitStd);

@@ -163,6 +163,43 @@ Status ParseLlamaSpec(const Json &root, ModelSpec *spec) {
   return ReadSeed(root, "$", &spec->seed);
 }
 
+Json LlamaHfConfig(const TransformerSpec &lm, const Json &own) {
+  const bool mistral = own.value("model_type", own.value("type", "")) == "mistral";
+  Json rope_scaling = nullptr;
+  const math::RopeParams &r = lm.rope;
+  if (r.scaling == int32_t(math::RopeScaling::kLinear))
+    rope_scaling = {{"rope_type", "linear"}, {"factor", r.factor}};
+  else if (r.scaling == int32_t(math::RopeScaling::kLlama3))
+    rope_scaling = {{"rope_type", "llama3"},
+                    {"factor", r.factor},
+                    {"low_freq_factor", r.low_freq_factor},
+                    {"high_freq_factor", r.high_freq_factor},
+                    {"original_max_position_embeddings", int64_t(r.original_max_position)}};
+  Json config = {{"model_type", mistral ? "mistral" : "llama"},
+                 {"architectures", {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"}},
+                 {"vocab_size", lm.vocab},
+                 {"hidden_size", lm.d_model},
+                 {"intermediate_size", lm.ffn_size()},
+                 {"num_hidden_layers", lm.n_layer},
+                 {"num_attention_heads", lm.n_head},
+                 {"num_key_value_heads", lm.kv_heads()},
+                 {"head_dim", lm.head_size()},
+                 {"max_position_embeddings", own.value("max_position_embeddings", lm.n_ctx)},
+                 {"rms_norm_eps", lm.norm_eps},
+                 {"rope_theta", double(r.theta)},
+                 {"rope_scaling", rope_scaling},
+                 {"attention_bias", lm.attention_bias},
+                 {"mlp_bias", lm.mlp_bias},
+                 {"hidden_act", "silu"},
+                 {"attention_dropout", 0.0},
+                 {"initializer_range", lm.init_std},
+                 {"use_cache", true}};
+  if (mistral && own.contains("sliding_window")) config["sliding_window"] = own.at("sliding_window");
+  // The longest sequence trained, where shorter than the positions (transformers ignores it).
+  if (config.at("max_position_embeddings") != lm.n_ctx) config["seq_length"] = lm.n_ctx;
+  return config;
+}
+
 DecoderFamily LlamaFamily(const TransformerSpec &lm) {
   const ParamInit init = ParamInit::Normal(lm.init_std);
   const int64_t C = lm.d_model;

@@ -113,7 +113,8 @@ def main():
             except dstrain.DstrainError as e:
                 return f"{type(e).__name__}: {e}"
 
-        if save_dir and save_at == start and load_dir:  # re-save what was loaded
+        # Re-save what was loaded, or save the initial weights (no steps).
+        if save_dir and save_at == start and (load_dir or steps == start):
             save = save_now()
         losses = []
         for step in range(start, steps):

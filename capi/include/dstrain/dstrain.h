@@ -390,6 +390,18 @@ DST_API dst_status_t dst_checkpoint_inspect_json(const char *dir, const char *ta
 DST_API dst_status_t dst_checkpoint_export_weights(const char *dir, const char *tag,
                                                    const char *out_path);
 
+/* Writes the checkpoint as a Hugging Face model directory `out_dir` (which
+ * must not exist or be empty; the files appear together): config.json,
+ * generation_config.json and the weights in the family's Hugging Face names
+ * and layouts as model.safetensors, or as shards of at most max_shard_size
+ * ("5GB", "500MB", "2GiB" or a byte count, as transformers' max_shard_size;
+ * NULL: "5GB") with model.safetensors.index.json. dtype: "fp32", "bf16" or
+ * "fp16" (NULL: "fp32"). A checkpoint of any layout gives the same files; a
+ * sequential model has no Hugging Face form (DST_ERR_NOT_SUPPORTED). */
+DST_API dst_status_t dst_checkpoint_export_hf(const char *dir, const char *tag,
+                                              const char *out_dir, const char *dtype,
+                                              const char *max_shard_size);
+
 /* ------------------------------------------------------------------------- */
 /* Metrics and configuration                                                  */
 /* ------------------------------------------------------------------------- */

@@ -26,6 +26,7 @@ from .engine import (
     ModelType,
     ParamInfo,
     estimate_memory,
+    export_checkpoint_hf,
     export_checkpoint_weights,
     inspect_checkpoint,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "comm_bench",
     "estimate_memory",
     "inspect_checkpoint",
+    "export_checkpoint_hf",
     "export_checkpoint_weights",
     "library_path",
     "Engine",

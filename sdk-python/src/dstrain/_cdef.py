@@ -138,6 +138,8 @@ dst_status_t dst_checkpoint_inspect_json(const char *dir, const char *tag,
                                                  const char **out_json);
 dst_status_t dst_checkpoint_export_weights(const char *dir, const char *tag,
                                                    const char *out_path);
+dst_status_t dst_checkpoint_export_hf(const char *dir, const char *tag, const char *out_dir,
+                                      const char *dtype, const char *max_shard_size);
 dst_status_t dst_engine_metrics_json(dst_engine_t *engine, const char **out_json);
 dst_status_t dst_engine_memory_status(dst_engine_t *engine, const char **out_json);
 dst_status_t dst_engine_config_json(const dst_engine_t *engine, const char **out_json);

@@ -164,14 +164,33 @@ def export_checkpoint_weights(
     check(lib.dst_checkpoint_export_weights(c_dir, c_tag, c_out))
 
 
+def export_checkpoint_hf(
+    directory: Union[str, "os.PathLike[str]"],
+    out: Union[str, "os.PathLike[str]"],
+    tag: Optional[str] = None,
+    dtype: str = "fp32",
+    max_shard_size: str = "5GB",
+) -> None:
+    """Writes a checkpoint as a Hugging Face model directory ``out`` (new or
+    empty): config.json, generation_config.json and the weights in the
+    family's Hugging Face names and layouts, ``dtype`` "fp32", "bf16" or
+    "fp16", sharded beyond ``max_shard_size`` (``dst_checkpoint_export_hf``),
+    whatever layout saved it; ``transformers``' ``from_pretrained`` loads it."""
+    check(lib.dst_checkpoint_export_hf(encode(os.fspath(directory)), encode(tag),
+                                       encode(os.fspath(out)), encode(dtype),
+                                       encode(max_shard_size)))
+
+
 class Engine:
     """A training engine configured by a DeepSpeed-style ds_config.
 
     Args:
         config: the ds_config -- a dict, a path to ``ds_config.json`` or JSON
             text.
-        model: the model spec (``{"type": "gpt", ...}`` or
-            ``{"type": "sequential", ...}``) -- a dict, a path or JSON text.
+        model: the model spec (``{"type": "gpt", ...}``, ``{"type": "llama",
+            ...}``, ``{"type": "sequential", ...}``, or ``{"type": "hf", "path":
+            DIR}`` for a Hugging Face model directory and its weights) -- a
+            dict, a path (a directory: a Hugging Face model) or JSON text.
         total_steps: the planned number of optimizer steps; resolves
             ``"auto"`` in ``scheduler.params.total_num_steps`` (0 = unknown).
 

@@ -404,6 +404,16 @@ extern "C" {
         tag: *const c_char,
         out_path: *const c_char,
     ) -> dst_status_t;
+    /// Writes a checkpoint as a Hugging Face model directory (config.json,
+    /// the family's names and layouts; dtype "fp32"/"bf16"/"fp16", shards of
+    /// at most max_shard_size such as "5GB"; NULL for the defaults).
+    pub fn dst_checkpoint_export_hf(
+        dir: *const c_char,
+        tag: *const c_char,
+        out_dir: *const c_char,
+        dtype: *const c_char,
+        max_shard_size: *const c_char,
+    ) -> dst_status_t;
     /// The metrics server's address ("http://127.0.0.1:9400/"), or "" when
     /// dstrain.monitor.http is off. Valid for the life of the engine.
     pub fn dst_engine_monitor_url(

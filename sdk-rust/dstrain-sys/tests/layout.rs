@@ -327,6 +327,10 @@ fn every_header_function_is_declared() {
             dst_checkpoint_export_weights as *const () as usize,
         ),
         (
+            "dst_checkpoint_export_hf",
+            dst_checkpoint_export_hf as *const () as usize,
+        ),
+        (
             "dst_engine_monitor_url",
             dst_engine_monitor_url as *const () as usize,
         ),
