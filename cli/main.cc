@@ -10,9 +10,11 @@
 #include "comm_bench_command.h"
 #include "dstrain/dstrain.h"
 #include "estimate_command.h"
+#include "generate_command.h"
 #include "io_probe_command.h"
 #include "launch_command.h"
 #include "report_command.h"
+#include "tokenize_command.h"
 #include "train_command.h"
 
 namespace {
@@ -53,6 +55,9 @@ int main(int argc, char **argv) {
   dstrain_cli::CkptCommand ckpt(app);
   dstrain_cli::IoProbeCommand io_probe(app);
   dstrain_cli::CommBenchCommand comm_bench(app);
+  dstrain_cli::GenerateCommand generate(app);
+  dstrain_cli::EvalCommand eval(app);
+  dstrain_cli::TokenizeCommand tokenize(app);
 
   try {
     app.parse(argc, argv);
@@ -67,6 +72,9 @@ int main(int argc, char **argv) {
     if (ckpt.selected()) return ckpt.Run();
     if (io_probe.selected()) return io_probe.Run();
     if (comm_bench.selected()) return comm_bench.Run();
+    if (generate.selected()) return generate.Run();
+    if (eval.selected()) return eval.Run();
+    if (tokenize.selected()) return tokenize.Run();
     return train.Run();
   } catch (const dstrain_cli::CliError &error) {
     PrintError(error.what());

@@ -13,6 +13,9 @@ PACKAGES=(
   libgloo-dev              # CPU collectives (data parallelism, ZeRO)
   libgtest-dev             # unit and C ABI tests
   liburing-dev             # io_uring: the NVMe offload tier's I/O
+  libsentencepiece-dev     # SentencePiece tokenizers (tokenizer.model)
+  libicu-dev               # Unicode regular expressions of the byte-level BPE tokenizers
+  sentencepiece python3-sentencepiece  # spm_train (the README's road), the tokenizer oracle
   fio                      # bench/bench_offload.py: the drive's own figures beside ours
   python3 python3-torch python3-numpy python3-pytest python3-cffi  # PyTorch oracle, tests
   python3-pip mypy python3-typeshed  # Python SDK: offline install test, strict typing (cffi stubs)

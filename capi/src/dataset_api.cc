@@ -126,4 +126,16 @@ dst_status_t dst_dataset_batch(const dst_dataset_t *dataset, dst_split_t split,
   DST_CAPI_END
 }
 
+dst_status_t dst_dataset_read(const dst_dataset_t *dataset, dst_split_t split, size_t offset,
+                              int32_t *tokens, size_t count) {
+  DST_CAPI_BEGIN
+  DST_CAPI_REQUIRE_NONNULL(dataset);
+  if (count > 0) DST_CAPI_REQUIRE_NONNULL(tokens);
+  if (!IsKnownSplit(split)) return UnknownSplit(__func__, split);
+  return dst::capi::FromStatus(
+      dataset->text.Read(ToSplit(split), offset, std::span<int32_t>(tokens, count))
+          .context("dst_dataset_read"));
+  DST_CAPI_END
+}
+
 }  // extern "C"

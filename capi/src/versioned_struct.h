@@ -47,6 +47,30 @@ struct StructTraits<dst_tensor_info_t> {
   static constexpr const char *kHint = "set it to sizeof(dst_tensor_info_t)";
 };
 
+template <>
+struct StructTraits<dst_generator_options_t> {
+  static constexpr const char *kName = "dst_generator_options_t";
+  static constexpr size_t kV1Size = DST_GENERATOR_OPTIONS_V1_SIZE;
+  static constexpr const char *kHint = "initialise it with dst_generator_options_default()";
+  static void Default(dst_generator_options_t *s) { dst_generator_options_default(s); }
+};
+
+template <>
+struct StructTraits<dst_sampling_t> {
+  static constexpr const char *kName = "dst_sampling_t";
+  static constexpr size_t kV1Size = DST_SAMPLING_V1_SIZE;
+  static constexpr const char *kHint = "initialise it with dst_sampling_default()";
+  static void Default(dst_sampling_t *s) { dst_sampling_default(s); }
+};
+
+template <>
+struct StructTraits<dst_tokenize_options_t> {
+  static constexpr const char *kName = "dst_tokenize_options_t";
+  static constexpr size_t kV1Size = DST_TOKENIZE_OPTIONS_V1_SIZE;
+  static constexpr const char *kHint = "initialise it with dst_tokenize_options_default()";
+  static void Default(dst_tokenize_options_t *s) { dst_tokenize_options_default(s); }
+};
+
 // DST_OK when `size` lies in [v1_size, DST_STRUCT_SIZE_MAX]; otherwise
 // DST_ERR_INVALID_ARGUMENT with a message naming the call, the argument, the
 // struct, the size given and the accepted range.

@@ -193,6 +193,16 @@ TextDataset::TextDataset(std::string path, std::vector<uint16_t> tokens, size_t 
   for (uint16_t t : tokens_) max_token_ = std::max<int64_t>(max_token_, t);
 }
 
+TextDataset::TextDataset(std::string path, std::vector<uint32_t> tokens, size_t val_size,
+                         uint64_t seed)
+    : path_(std::move(path)),
+      tokens32_(std::move(tokens)),
+      wide32_(true),
+      val_size_(val_size),
+      seed_(seed) {
+  for (uint32_t t : tokens32_) max_token_ = std::max<int64_t>(max_token_, t);
+}
+
 Result<TextDataset> TextDataset::OpenTokens(const std::string &path, double val_fraction,
                                             uint64_t seed) {
   DST_RETURN_IF_ERROR(CheckValFraction(val_fraction));
@@ -203,11 +213,13 @@ Result<TextDataset> TextDataset::OpenTokens(const std::string &path, double val_
   size_t begin = 0;
   int32_t header[3] = {0, 0, 0};
   if (raw.size() >= kHeader) std::memcpy(header, raw.data(), sizeof header);
-  if (header[0] == kLlmcMagic) {  // llm.c: header, then uint16 tokens
-    if (header[1] != 1)
+  int width = 2;
+  if (header[0] == kLlmcMagic) {  // llm.c: header, then uint16 (v1) or uint32 (v2) tokens
+    if (header[1] != 1 && header[1] != 2)
       return IoError("token file '" + path + "' is llm.c version " + std::to_string(header[1]) +
-                     "; dstrain reads version 1 (uint16 tokens)");
-    const size_t expected = kHeader + 2 * size_t(uint32_t(header[2]));
+                     "; dstrain reads versions 1 (uint16 tokens) and 2 (uint32)");
+    width = header[1] == 2 ? 4 : 2;
+    const size_t expected = kHeader + size_t(width) * size_t(uint32_t(header[2]));
     if (header[2] < 0 || raw.size() != expected)
       return IoError("token file '" + path + "': its llm.c header says " +
                      std::to_string(header[2]) + " tokens (" + std::to_string(expected) +
@@ -219,11 +231,16 @@ Result<TextDataset> TextDataset::OpenTokens(const std::string &path, double val_
                    " bytes): expected uint16 tokens (nanoGPT's .bin) or llm.c's header; a text "
                    "file is read byte-level under any other extension");
   }
-  std::vector<uint16_t> tokens((raw.size() - begin) / 2);
-  if (!tokens.empty()) std::memcpy(tokens.data(), raw.data() + begin, tokens.size() * 2);
-  if (tokens.empty()) return IoError("token file '" + path + "' holds no tokens");
-  const auto val_size =
-      static_cast<size_t>(std::floor(static_cast<double>(tokens.size()) * val_fraction));
+  const size_t count = (raw.size() - begin) / size_t(width);
+  if (count == 0) return IoError("token file '" + path + "' holds no tokens");
+  const auto val_size = static_cast<size_t>(std::floor(static_cast<double>(count) * val_fraction));
+  if (width == 4) {
+    std::vector<uint32_t> tokens(count);
+    std::memcpy(tokens.data(), raw.data() + begin, count * 4);
+    return TextDataset(path, std::move(tokens), val_size, seed);
+  }
+  std::vector<uint16_t> tokens(count);
+  std::memcpy(tokens.data(), raw.data() + begin, count * 2);
   return TextDataset(path, std::move(tokens), val_size, seed);
 }
 
@@ -295,11 +312,23 @@ Status TextDataset::Batch(const BatchRequest &request, BatchBuffers buffers) con
         targets[t] = window[t + 1];
       }
     };
-    if (wide_)
-      copy(tokens_.data() + start);
-    else
-      copy(bytes_.data() + start);
+    Visit([&](const auto *data) { copy(data + start); });
   }
+  return Status::Ok();
+}
+
+Status TextDataset::Read(Split split, size_t offset, std::span<int32_t> out) const {
+  if (split != Split::kTrain && split != Split::kVal)
+    return InvalidArgument("unknown split " + std::to_string(static_cast<int>(split)) +
+                           "; use train (0) or validation (1)");
+  const SplitRange r = range(split);
+  if (offset > r.size || out.size() > r.size - offset)
+    return InvalidArgument("reading tokens [" + std::to_string(offset) + ", " +
+                           std::to_string(offset + out.size()) + ") of the " + SplitName(split) +
+                           " split, which holds " + std::to_string(r.size));
+  Visit([&](const auto *data) {
+    for (size_t i = 0; i < out.size(); ++i) out[i] = int32_t(data[r.begin + offset + i]);
+  });
   return Status::Ok();
 }
 

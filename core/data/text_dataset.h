@@ -58,9 +58,11 @@ class TextDataset {
   // keeps the last `val_fraction` (0 < val_fraction < 1) of its bytes as the
   // validation split. `seed` keys the window sampler.
   static Result<TextDataset> Open(const std::string &path, double val_fraction, uint64_t seed);
-  // A file of uint16 token ids (a tokenizer's output, e.g. GPT-2's): llm.c's
-  // .bin (a 256 x int32 header: magic 20240520, version 1, token count; then
-  // the tokens) or nanoGPT's raw train.bin / val.bin (the tokens alone).
+  // A file of token ids (a tokenizer's output, e.g. GPT-2's): llm.c's .bin (a
+  // 256 x int32 header: magic 20240520, version, token count; then the
+  // tokens: uint16 in version 1, uint32 in version 2, `dstrain tokenize`'s
+  // for vocabularies beyond 65536) or nanoGPT's raw train.bin / val.bin
+  // (uint16 tokens alone).
   static Result<TextDataset> OpenTokens(const std::string &path, double val_fraction,
                                         uint64_t seed);
   // The largest token id in the data (255 at most for text).
@@ -75,6 +77,9 @@ class TextDataset {
   // Fills `buffers` with the windows `request` names. Each buffer must hold
   // exactly request.num_elements() values.
   Status Batch(const BatchRequest &request, BatchBuffers buffers) const;
+  // out = the split's tokens [offset, offset + out.size()), in order (an
+  // evaluation's windows over a whole file).
+  Status Read(Split split, size_t offset, std::span<int32_t> out) const;
 
  private:
   // A split is the byte range [begin, begin + size) of the text.
@@ -85,16 +90,31 @@ class TextDataset {
 
   TextDataset(std::string path, std::vector<uint8_t> bytes, size_t val_size, uint64_t seed);
   TextDataset(std::string path, std::vector<uint16_t> tokens, size_t val_size, uint64_t seed);
-  size_t size() const { return wide_ ? tokens_.size() : bytes_.size(); }
+  TextDataset(std::string path, std::vector<uint32_t> tokens, size_t val_size, uint64_t seed);
+  size_t size() const {
+    return wide32_ ? tokens32_.size() : wide_ ? tokens_.size() : bytes_.size();
+  }
+  // fn(data) with a pointer to the stored tokens (uint8, uint16 or uint32).
+  template <typename Fn>
+  void Visit(Fn &&fn) const {
+    if (wide32_)
+      fn(tokens32_.data());
+    else if (wide_)
+      fn(tokens_.data());
+    else
+      fn(bytes_.data());
+  }
 
   SplitRange range(Split split) const;
   Status CheckRequest(const BatchRequest &request, const BatchBuffers &buffers) const;
   size_t WindowStart(const BatchRequest &request, SplitRange split, uint64_t sample) const;
 
   std::string path_;
-  std::vector<uint8_t> bytes_;    // text: one byte per token
-  std::vector<uint16_t> tokens_;  // token files
-  bool wide_ = false;             // tokens_ holds the data
+  std::vector<uint8_t> bytes_;      // text: one byte per token
+  std::vector<uint16_t> tokens_;    // token files of uint16 ids
+  std::vector<uint32_t> tokens32_;  // token files of uint32 ids (version 2)
+  bool wide_ = false;               // tokens_ holds the data
+  bool wide32_ = false;             // tokens32_ holds the data
   int64_t max_token_ = 0;
   size_t val_size_ = 0;
   uint64_t seed_ = 0;

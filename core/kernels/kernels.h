@@ -31,12 +31,25 @@ namespace dst {
 // ALiBi (BLOOM): each score of head h gets slope(first_head + h,
 // alibi_heads) x the key's position added before the softmax (first_head:
 // a tensor-parallel rank's first head among all alibi_heads).
+// Generation's key/value cache of one attention layer: the keys and values
+// of every position decoded so far, k and v [B, kv heads, capacity, head
+// size] each (a rank's heads), for a batch of B sequences.
+template <typename T>
+struct KvCacheView {
+  T *k = nullptr, *v = nullptr;
+  int64_t capacity = 0;
+};
+
 struct AttentionShape {
   int64_t B, T, C, H;
   int64_t kv_heads = 0;  // 0: H (one key/value head per query head)
   bool interleaved = false;
   int64_t alibi_heads = 0;  // 0: no ALiBi
   int64_t first_head = 0;
+  // The position of each sequence's first row (generation over a key/value
+  // cache: rows [position, position + T)); rotary embeddings rotate row t by
+  // position + t. Training: 0.
+  int64_t position = 0;
   int64_t head_size() const { return C / H; }
   int64_t kv() const { return kv_heads > 0 ? kv_heads : H; }
   // Query heads per key/value head, and the key/value head of query head h.
@@ -276,6 +289,16 @@ class Kernels {
     (void)qkv16, (void)att16;
     AttentionBackward(dy, qkv, att, s, dqkv, scratch, compute);
   }
+
+  // Generation: qkv [B, T, s.width()] holds new rows at positions
+  // [s.position, s.position + T) (rotated already). Their keys and values are
+  // written into the cache at those positions, then y [B, T, C] = each row's
+  // causal attention over the cache's positions up to its own (ALiBi as
+  // AttentionForward). No probabilities are kept. Same results as
+  // AttentionForward over the whole sequence, up to the rounding of a
+  // different summation order.
+  virtual void AttentionCached(const T *qkv, const AttentionShape &s, const KvCacheView<T> &cache,
+                               T *y, ComputeType compute) const = 0;
 
   // ---- embeddings (tokens [B, T] in [0, V))
   // out [B, T, C] = wte [V, C] rows of the tokens + wpe [T, C].

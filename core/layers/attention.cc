@@ -55,7 +55,8 @@ void SelfAttention<T>::Forward(const Pass<T> &pass, Operand<T> x, const Attentio
   const Kernels<T> &k = pass.k();
   const int64_t N = pass.mb.rows(), W = qkv_width();
   const ComputeType compute = Compute(pass);
-  const AttentionShape shape = Shape(pass.mb.B, pass.mb.seq);
+  AttentionShape shape = Shape(pass.mb.B, pass.mb.seq);
+  shape.position = pass.mb.position;
   // A GEMM's fp32 output of a tensor kept in bf16 alone goes to the scratch;
   // its reader rounds it into the stash.
   T *qkv = s.qkv.fp32 ? s.qkv.fp32 : scratch.Take(N * W);
@@ -73,7 +74,10 @@ void SelfAttention<T>::Forward(const Pass<T> &pass, Operand<T> x, const Attentio
     }
   }
   if (config_.rotary) k.Rotary(qkv, shape, config_.rope, /*inverse=*/false);
-  k.AttentionForwardStashing(qkv, s.qkv.bf16, shape, s.att.fp32, s.att.bf16, y, compute);
+  if (pass.mb.kv)  // generation: this layer's cache holds the earlier positions
+    k.AttentionCached(qkv, shape, *pass.mb.kv, y, compute);
+  else
+    k.AttentionForwardStashing(qkv, s.qkv.bf16, shape, s.att.fp32, s.att.bf16, y, compute);
   out_.Forward(pass, Operand<T>{y, s.y.bf16, false}, out, N, compute);
 }
 

@@ -69,9 +69,12 @@ class SelfAttention {
   AttentionShape Shape(int64_t B, int64_t seq) const;
   int64_t qkv_width() const { return q_width_ + 2 * kv_width_; }  // W, this rank's
   int64_t q_width() const { return q_width_; }                     // H' hs
+  int64_t kv_width() const { return kv_width_; }                   // kv' hs: a position's keys
   int64_t d_model() const { return config_.d_model; }
   const ParallelLinear<T> &output() const { return out_; }
 
+  // Generation (pass.mb.kv set): the core reads the earlier positions'
+  // keys and values from the cache and keeps no probabilities.
   // x: the region input [N, C] -> s.qkv, s.att, s.y -> the output
   // projection's partial sums into `out` [N, C] (its bias added only without
   // tensor parallelism). A tensor kept in bf16 alone gets its fp32 values in

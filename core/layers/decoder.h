@@ -61,6 +61,7 @@ class DecoderLayer final : public Layer<T> {
     return {NormModule(), ModuleType::kAttention, ModuleType::kLinear};
   }
   double ForwardFlops(int64_t B, int64_t seq) const override;
+  int64_t KvCacheWidth() const override { return attention_.kv_width(); }
 
   // The saved tensors, N = B*T rows (n = N / tp under sequence parallelism),
   // W the attention's qkv width, Q its query width, F' the MLP's features:

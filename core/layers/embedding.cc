@@ -45,6 +45,12 @@ int64_t TokenEmbedding<T>::ScratchSize(const ActivationLimits &limits) const {
   return whole + norm;
 }
 
+// wpe's rows from the micro-batch's first position on (generation's are past 0).
+template <typename T>
+const T *TokenEmbedding<T>::Positions(const Pass<T> &pass) const {
+  return pass.p.param(wpe_) + pass.mb.position * config_.d_model;
+}
+
 template <typename T>
 bool TokenEmbedding<T>::Lookup(const Pass<T> &pass, T *out) {
   const Kernels<T> &k = pass.k();
@@ -53,7 +59,7 @@ bool TokenEmbedding<T>::Lookup(const Pass<T> &pass, T *out) {
   const int64_t C = config_.d_model;
   if (tp_.size == 1) {
     if (config_.positions)
-      k.EmbeddingForward(mb.tokens, p.param(wte_), p.param(wpe_), mb.B, mb.seq, C, out);
+      k.EmbeddingForward(mb.tokens, p.param(wte_), Positions(pass), mb.B, mb.seq, C, out);
     else
       k.EmbeddingLookupRange(mb.tokens, p.param(wte_), 0, rows_, mb.B, mb.seq, C, out);
     return true;
@@ -62,7 +68,7 @@ bool TokenEmbedding<T>::Lookup(const Pass<T> &pass, T *out) {
     k.EmbeddingLookupRange(mb.tokens, p.param(wte_), first_, rows_, mb.B, mb.seq, C, out);
     Status st = TpWait(tp_, TpAllReduce(tp_, out, mb.rows() * C), "token embedding");
     if (!st.ok()) return this->Fail(std::move(st)), false;
-    if (config_.positions) k.AddPositionsToRows(p.param(wpe_), 0, mb.rows(), mb.seq, C, out);
+    if (config_.positions) k.AddPositionsToRows(Positions(pass), 0, mb.rows(), mb.seq, C, out);
     return true;
   }
   const int64_t n = LocalRows(tp_, mb.rows());
@@ -71,7 +77,7 @@ bool TokenEmbedding<T>::Lookup(const Pass<T> &pass, T *out) {
   Status st = TpWait(tp_, ReduceScatterRows(tp_, whole, n, C), "token embedding");
   if (!st.ok()) return this->Fail(std::move(st)), false;
   k.Copy(RowsOf(tp_, whole, n, C), n * C, out);
-  if (config_.positions) k.AddPositionsToRows(p.param(wpe_), tp_.rank * n, n, mb.seq, C, out);
+  if (config_.positions) k.AddPositionsToRows(Positions(pass), tp_.rank * n, n, mb.seq, C, out);
   return true;
 }
 

@@ -66,6 +66,7 @@ class TokenEmbedding final : public Layer<T> {
   // The looked-up rows (every rank's lookups summed; sequence-parallel: this
   // rank's rows) into `out` [n, C], positions added. False on failure.
   bool Lookup(const Pass<T> &pass, T *out);
+  const T *Positions(const Pass<T> &pass) const;
 
   EmbeddingConfig config_;
   std::string kind_;

@@ -45,6 +45,20 @@ struct MicroBatch {
   // The backend the layers run their kernels through (kernels.h): where the
   // pointers above and the activations live. The model sets it (Prepare).
   const Kernels<T> *kernels = &HostKernels<T>();
+  // Generation (a forward no backward follows): the tokens are at positions
+  // [position, position + seq) of their sequences (learned and rotary
+  // positions count from it), and `kv` is the running layer's key/value
+  // cache, holding positions [0, position) (Model sets it per layer from its
+  // KvCache); the attention then reads its keys and values there. Null: the
+  // micro-batch's own tokens are the whole sequences (training).
+  int64_t position = 0;
+  const KvCacheView<T> *kv = nullptr;
+  // Where the loss layer writes the logits of the true vocabulary (not its
+  // padding) when set: [B, V] of each sequence's last token with
+  // `last_logits_only`, else [B * seq, V]. The loss is then computed only
+  // when targets are given.
+  T *logits = nullptr;
+  bool last_logits_only = false;
   int64_t rows() const { return B * seq; }
   // What the GEMMs of a layer's part of type `m` multiply in.
   ComputeType ComputeOf(ModuleType m) const {
@@ -205,6 +219,9 @@ class Layer {
   // The module types this layer's parameters belong to (module_type.h);
   // none for a layer without parameters.
   virtual ModuleSet Modules() const { return {}; }
+  // Generation: the values per position and sequence this layer keeps in a
+  // key/value cache (an attention layer's kv heads x head size; 0: none).
+  virtual int64_t KvCacheWidth() const { return 0; }
   // Floating-point operations of one forward over rows (GEMMs counted as 2mnk).
   virtual double ForwardFlops(int64_t B, int64_t seq) const = 0;
 

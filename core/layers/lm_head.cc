@@ -91,8 +91,29 @@ int64_t LmHead<T>::ScratchSize(const ActivationLimits &limits) const {
   return std::max(backward.used(), forward);
 }
 
+// Generation's logits of each sequence's last token only: the norm and the
+// output GEMM run on those B rows.
+template <typename T>
+void LmHead<T>::LastLogits(const T *in, LayerActivations<T> &a, const MicroBatch<T> &mb) {
+  const Pass<T> pass{mb, *this->store_};
+  const Kernels<T> &k = pass.k();
+  const int64_t C = config_.d_model;
+  T *last = mb.scratch;  // [B, C]
+  k.CopyRows(in + (mb.seq - 1) * C, mb.seq * C, mb.B, C, last, C);
+  norm_.Forward(pass, last, mb.B, NormSavedOf(a));
+  output_.Forward(pass, Operand<T>::Of(a[kLnf]), a[kProbs], mb.B, mb.ComputeOf(OutputModule()));
+  k.CopyRows(a[kProbs], vocab_, mb.B, config_.vocab, mb.logits, config_.vocab);
+  a.loss = 0;
+  a.counted = 0;
+}
+
 template <typename T>
 void LmHead<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T> &mb) {
+  if (mb.logits && tp_.size > 1)
+    return this->Fail(NotSupported(
+        "logits with tensor parallelism (each rank holds a slice of the vocabulary): generate "
+        "and evaluate logits from a single-rank model (a checkpoint of any layout loads into one)"));
+  if (mb.logits && mb.last_logits_only) return LastLogits(in, a, mb);
   const Pass<T> pass{mb, *this->store_};
   const int64_t N = mb.rows(), n = LocalRows(tp_, N), C = config_.d_model;
   norm_.Forward(pass, in, n, NormSavedOf(a));
@@ -103,6 +124,14 @@ void LmHead<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T>
   output_.Forward(pass, x, a[kProbs], N, mb.ComputeOf(OutputModule()));
   // A padded vocabulary's logits: -inf, so that the softmax gives them 0.
   const bool padded = valid_ < vocab_;
+  if (mb.logits) {
+    pass.k().CopyRows(a[kProbs], vocab_, N, config_.vocab, mb.logits, config_.vocab);
+    if (!mb.targets) {
+      a.loss = 0;
+      a.counted = 0;
+      return;
+    }
+  }
   if (padded)
     pass.k().FillColumns(a[kProbs], N, vocab_, valid_, -std::numeric_limits<T>::infinity());
   if (tp_.size == 1)

@@ -76,6 +76,8 @@ class LmHead final : public Layer<T> {
   // otherwise norm_grads is null and the norm writes the store's).
   Scratch ScratchOf(const Pass<T> &pass) const;
   void SumNormGrads(const Pass<T> &pass, T *grads);
+  // mb.last_logits_only: [B, V] of each sequence's last row into mb.logits.
+  void LastLogits(const T *in, LayerActivations<T> &a, const MicroBatch<T> &mb);
   ModuleType NormModule() const {
     return config_.norm == NormKind::kRmsNorm ? ModuleType::kRmsNorm : ModuleType::kLayerNorm;
   }

@@ -368,12 +368,20 @@ void Model<T>::RoundActivations(LayerHooks *hooks, const T *data, int64_t n) con
 }
 
 template <typename T>
+std::vector<int64_t> Model<T>::KvCacheWidths() const {
+  std::vector<int64_t> widths;
+  for (const auto &layer : layers_) widths.push_back(layer->KvCacheWidth());
+  return widths;
+}
+
+template <typename T>
 void Model<T>::Prepare(MicroBatch<T> &mb) {
   mb.scratch = scratch_.data();
   mb.max_threads = limits_.max_threads;
   mb.compute = compute_;
   mb.kernels = kernels_;
   mb.fp32_modules = activations_.options().half ? activations_.options().fp32_modules : ModuleSet{};
+  if (kv_cache_) mb.position = kv_cache_->length();
 }
 
 template <typename T>
@@ -437,6 +445,7 @@ template <typename T>
 Status Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T> &mb,
                               LayerHooks *hooks, LayerPass pass) {
   LayerActivations<T> &act = activations_.at(slot, i);
+  if (kv_cache_) mb.kv = kv_cache_->layer(i);
   Timed(timer_, pass, i, mb.rows(), [&] { layers_[i]->Forward(in, act, mb); });
   DST_RETURN_IF_ERROR(TakeErrors(i));
   const bool rounded = activations_.AfterForward(slot, i, *kernels_, mb.backward_follows);

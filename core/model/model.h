@@ -9,6 +9,7 @@
 
 #include "core/common/status.h"
 #include "core/model/activation_store.h"
+#include "core/model/kv_cache.h"
 #include "core/layers/layer.h"
 #include "core/model/model_spec.h"
 #include "core/layers/params.h"
@@ -223,6 +224,13 @@ class Model {
   double ForwardFlops(int64_t B, int64_t seq) const;
   // Times every layer's passes while set (null: none, the default).
   void SetLayerTimer(LayerTimer *timer) { timer_ = timer; }
+  // Generation: every forward runs its attention layers over `cache`
+  // (MicroBatch::kv, MicroBatch::position = cache->length()); null: none,
+  // the default. The cache must be built for this model's layers
+  // (KvCacheWidths) and outlive its use.
+  void SetKvCache(const KvCache<T> *cache) { kv_cache_ = cache; }
+  // Per local layer, Layer::KvCacheWidth.
+  std::vector<int64_t> KvCacheWidths() const;
   // What the layers' GEMMs multiply in (every pass's MicroBatch::compute).
   void SetComputeType(ComputeType compute) { compute_ = compute; }
   // The layers' bf16 GEMMs keep their operands' bf16 copies in the 16-bit
@@ -273,6 +281,7 @@ class Model {
   std::vector<size_t> group_end_;      // per layer: one past the last layer of its group
   std::vector<LayerParamUse> layer_params_;
   LayerTimer *timer_ = nullptr;
+  const KvCache<T> *kv_cache_ = nullptr;
   ComputeType compute_ = ComputeType::kFp32;
   const Kernels<T> *kernels_ = &HostKernels<T>();
   std::unique_ptr<ParamStore<T>> store_;

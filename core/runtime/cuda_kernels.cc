@@ -97,6 +97,12 @@ void CudaKernels::NotBuilt(const char *kernel) const {
                         "rebuild libdstrain_cuda.so with this libdstrain.so");
 }
 
+void CudaKernels::Unsupported(const char *what) const {
+  if (!error_.ok()) return;
+  error_ = NotSupported(std::string(what) + " is not supported on " + name_ +
+                        " yet: generation runs on the CPU backend");
+}
+
 // A table entry this plugin may predate: present, or the call records why not.
 #define DST_TABLE_HAS(entry) \
   (Has(offsetof(DstCudaKernelTable, entry) + sizeof(t_.entry)) && t_.entry != nullptr)
@@ -137,10 +143,15 @@ void CudaKernels::RmsNormParamBackward(const float *dout, const float *x, const 
 void CudaKernels::Rotary(float *qkv, const AttentionShape &s, const math::RopeParams &r,
                          bool inverse) const {
   if (!DST_TABLE_HAS(rotary)) return NotBuilt("Rotary");
+  if (s.position != 0) return Unsupported("rotary embeddings past position 0 (generation)");
   const DstCudaAttentionShape shape = ShapeOf(s);
   const DstCudaRope rope{r.theta,           r.scaling,        r.factor,
                          r.low_freq_factor, r.high_freq_factor, r.original_max_position};
   Check(t_.rotary(ctx_, qkv, &shape, &rope, inverse ? 1 : 0), "Rotary");
+}
+void CudaKernels::AttentionCached(const float *, const AttentionShape &,
+                                  const KvCacheView<float> &, float *, ComputeType) const {
+  Unsupported("attention over a key/value cache (generation)");
 }
 void CudaKernels::SiluMulForward(const float *gate, const float *up, int64_t n, float *out,
                                  uint16_t *) const {

@@ -109,6 +109,9 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
   void AttentionBackward(const float *dy, const float *qkv, const float *att,
                          const AttentionShape &s, float *dqkv, float *scratch,
                          ComputeType compute) const override;
+  // Generation runs on the CPU backend: recorded as not supported.
+  void AttentionCached(const float *qkv, const AttentionShape &s, const KvCacheView<float> &cache,
+                       float *y, ComputeType compute) const override;
   void EmbeddingForward(const int32_t *tokens, const float *wte, const float *wpe, int64_t B,
                         int64_t Tn, int64_t C, float *out) const override;
   void EmbeddingLookupRange(const int32_t *tokens, const float *wte, int64_t first, int64_t rows,
@@ -159,6 +162,8 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
   void Check(int code, const char *kernel) const;
   // Records that `kernel` has no CUDA implementation in this plugin.
   void NotBuilt(const char *kernel) const;
+  // A kernel this backend does not have, recorded as kNotSupported.
+  void Unsupported(const char *what) const;
   // Whether the plugin's table reaches `end` (bytes: an entry's offset + size).
   bool Has(size_t end) const { return t_.size >= end; }
   // The hook before a host wait: false (the failure kept) when it failed.

@@ -55,6 +55,9 @@ int main(void) {
   CONST(DST_ENGINE_INFO_V1_SIZE);
   CONST(DST_BATCH_V1_SIZE);
   CONST(DST_TENSOR_INFO_V1_SIZE);
+  CONST(DST_GENERATOR_OPTIONS_V1_SIZE);
+  CONST(DST_SAMPLING_V1_SIZE);
+  CONST(DST_TOKENIZE_OPTIONS_V1_SIZE);
 
   ENUM(dst_model_type_t);
   CONST(DST_MODEL_GPT);
@@ -118,5 +121,37 @@ int main(void) {
   FIELD(dst_tensor_info_t, ndim);
   FIELD(dst_tensor_info_t, shape);
   FIELD(dst_tensor_info_t, numel);
+
+  SIZE(dst_generator_options_t);
+  ALIGN(dst_generator_options_t);
+  FIELD(dst_generator_options_t, struct_size);
+  FIELD(dst_generator_options_t, checkpoint_dir);
+  FIELD(dst_generator_options_t, checkpoint_tag);
+  FIELD(dst_generator_options_t, model_json);
+  FIELD(dst_generator_options_t, model_path);
+  FIELD(dst_generator_options_t, context);
+  FIELD(dst_generator_options_t, batch);
+  FIELD(dst_generator_options_t, num_threads);
+  FIELD(dst_generator_options_t, precision);
+
+  SIZE(dst_sampling_t);
+  ALIGN(dst_sampling_t);
+  FIELD(dst_sampling_t, struct_size);
+  FIELD(dst_sampling_t, max_new_tokens);
+  FIELD(dst_sampling_t, temperature);
+  FIELD(dst_sampling_t, top_k);
+  FIELD(dst_sampling_t, top_p);
+  FIELD(dst_sampling_t, seed);
+  FIELD(dst_sampling_t, use_cache);
+  FIELD(dst_sampling_t, stop_at_eos);
+
+  SIZE(dst_tokenize_options_t);
+  ALIGN(dst_tokenize_options_t);
+  FIELD(dst_tokenize_options_t, struct_size);
+  FIELD(dst_tokenize_options_t, num_threads);
+  FIELD(dst_tokenize_options_t, val_fraction);
+  FIELD(dst_tokenize_options_t, eos_after_files);
+  FIELD(dst_tokenize_options_t, add_special);
+  FIELD(dst_tokenize_options_t, chunk_bytes);
   return 0;
 }

@@ -74,6 +74,6 @@ def test_bad_token_files_are_named(dstrain, tmp_path):  # noqa: F811
     odd.write_bytes(tokens().tobytes() + b"x")
     out = train(dstrain, tmp_path, odd)
     assert out.returncode != 0 and "odd size" in out.stderr, out.stderr
-    v2 = llmc(tmp_path / "v2.bin", tokens(), version=2)
-    out = train(dstrain, tmp_path, v2)
-    assert out.returncode != 0 and "version 2" in out.stderr, out.stderr
+    v3 = llmc(tmp_path / "v3.bin", tokens(), version=3)
+    out = train(dstrain, tmp_path, v3)
+    assert out.returncode != 0 and "version 3" in out.stderr, out.stderr

@@ -294,7 +294,7 @@ void CheckAttentionBf16(const AttentionShape &s) {
 // per-GEMM products.
 TEST(Bf16Layers, AttentionRoundsEachOperandOnceWithTheSameBits) {
   if (NoBf16Matmul()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (needs AVX-512)";
-  for (const AttentionShape s : {AttentionShape{2, 24, 32, 4}, AttentionShape{1, 160, 32, 2}}) {
+  for (const AttentionShape &s : {AttentionShape{2, 24, 32, 4}, AttentionShape{1, 160, 32, 2}}) {
     SCOPED_TRACE("T = " + std::to_string(s.T));
     CheckAttentionBf16(s);
   }

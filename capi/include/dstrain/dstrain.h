@@ -499,9 +499,10 @@ typedef enum dst_split { DST_SPLIT_TRAIN = 0, DST_SPLIT_VAL = 1 } dst_split_t;
  * that directory. */
 DST_API dst_status_t dst_dataset_open_text(dst_dataset_t **out, const char *path,
                                            double val_fraction, uint64_t seed);
-/* Opens a file of uint16 token ids (a tokenizer's output, e.g. GPT-2 BPE):
- * llm.c's .bin (a header of 256 int32: magic 20240520, version 1, the token
- * count; then the tokens) or nanoGPT's raw train.bin/val.bin (tokens only).
+/* Opens a file of token ids (a tokenizer's output, e.g. dstrain tokenize's):
+ * llm.c's .bin (a header of 256 int32: magic 20240520, version, the token
+ * count; then the tokens: uint16 in version 1, uint32 in version 2) or
+ * nanoGPT's raw train.bin/val.bin (uint16 tokens only).
  * The last `val_fraction` of the tokens is the validation split. DST_ERR_IO
  * names a truncated file, an odd size or another llm.c version. */
 DST_API dst_status_t dst_dataset_open_tokens(dst_dataset_t **out, const char *path,
@@ -528,6 +529,173 @@ DST_API dst_status_t dst_dataset_batch(const dst_dataset_t *dataset, dst_split_t
                                        uint64_t batch_index, uint64_t first_sample,
                                        size_t n_samples, size_t seq_len, int32_t *tokens,
                                        int32_t *targets, size_t count);
+
+/* tokens[0, count) = the split's tokens [offset, offset + count), in order
+ * (an evaluation's windows over a whole file; the train split then the
+ * validation split are the file from its start). DST_ERR_INVALID_ARGUMENT
+ * when the range passes the split's end. */
+DST_API dst_status_t dst_dataset_read(const dst_dataset_t *dataset, dst_split_t split,
+                                      size_t offset, int32_t *tokens, size_t count);
+
+/* ------------------------------------------------------------------------- */
+/* Generation                                                                 */
+/* ------------------------------------------------------------------------- */
+
+/* A trained language model opened for inference: a single-rank copy in host
+ * memory, whatever layout trained it (a checkpoint's consolidated weights),
+ * or a Hugging Face model directory's weights; each new token runs one
+ * position forward over a key/value cache. Not thread-safe: one call at a
+ * time per generator. No multi-process job is joined. */
+typedef struct dst_generator dst_generator_t;
+
+typedef struct dst_generator_options {
+  size_t struct_size;         /* set by dst_generator_options_default */
+  const char *checkpoint_dir; /* a dstrain checkpoint directory (any training layout), or */
+  const char *checkpoint_tag; /*   NULL: its latest tag */
+  const char *model_json;     /* a model spec as JSON (its seeded initial weights), or */
+  const char *model_path;     /* a path: a Hugging Face model directory (config.json and its
+                                 safetensors weights) or a model spec file; exactly one of
+                                 checkpoint_dir, model_json, model_path */
+  int64_t context;            /* positions a sequence may fill, prompt included; 0: the model's */
+  int64_t batch;              /* sequences one logits / loss call may carry; 0: 1 */
+  int32_t num_threads;        /* 0: DSTRAIN_NUM_THREADS, OMP_NUM_THREADS, else the cores */
+  const char *precision;      /* NULL or "fp32"; "bf16": bf16 weights and GEMMs */
+} dst_generator_options_t;
+
+#define DST_GENERATOR_OPTIONS_V1_SIZE \
+  (offsetof(dst_generator_options_t, precision) + sizeof(const char *))
+DST_API void dst_generator_options_default(dst_generator_options_t *options);
+#define DST_GENERATOR_OPTIONS_INIT \
+  { sizeof(dst_generator_options_t), NULL, NULL, NULL, NULL, 0, 0, 0, NULL }
+
+/* Opens the model and reads its weights (a checkpoint's are verified against
+ * their checksums; a Hugging Face directory's matched by name and shape, as
+ * for training). On failure *out is NULL. */
+DST_API dst_status_t dst_generator_create(dst_generator_t **out,
+                                          const dst_generator_options_t *options);
+/* NULL is a no-op. */
+DST_API void dst_generator_destroy(dst_generator_t *generator);
+
+/* {"model_type", "vocab_size", "context", "batch", "eos_token_ids": [...],
+ * "precision", "model_spec": {...}}. Owned by the generator, valid until it
+ * is destroyed. */
+DST_API dst_status_t dst_generator_info_json(const dst_generator_t *generator,
+                                             const char **out_json);
+
+/* logits [n_seqs, seq_len, vocab_size] (logits_count elements) of every
+ * position of n_seqs sequences of seq_len tokens, forward from position 0:
+ * the model's own logits, no sampling. n_seqs <= batch, seq_len <= context. */
+DST_API dst_status_t dst_generator_logits(dst_generator_t *generator, const int32_t *tokens,
+                                          size_t n_seqs, size_t seq_len, float *logits,
+                                          size_t logits_count);
+
+/* The mean next-token cross-entropy of n_seqs sequences of seq_len tokens
+ * against targets [n_seqs, seq_len] (-1: ignored), and (out_counted, may be
+ * NULL) the number of targets counted: an evaluation's loss; perplexity is
+ * exp(loss). */
+DST_API dst_status_t dst_generator_loss(dst_generator_t *generator, const int32_t *tokens,
+                                        const int32_t *targets, size_t n_seqs, size_t seq_len,
+                                        double *out_loss, int64_t *out_counted);
+
+/* How the next token is chosen, as Hugging Face's generate() with do_sample:
+ * logits / temperature, the top_k largest kept, then the smallest set of the
+ * most probable reaching top_p; temperature 0 is greedy (the argmax). The
+ * draw of the n-th new token is a function of (seed, n) alone. */
+typedef struct dst_sampling {
+  size_t struct_size;     /* set by dst_sampling_default */
+  int64_t max_new_tokens; /* default 64 */
+  double temperature;     /* default 1; 0: greedy */
+  int64_t top_k;          /* default 0: off */
+  double top_p;           /* default 1: off */
+  uint64_t seed;          /* default 0 */
+  int32_t use_cache;      /* default 1; 0: the whole sequence forward again for every token */
+  int32_t stop_at_eos;    /* default 1: stop after one of the model's eos_token_ids */
+} dst_sampling_t;
+
+#define DST_SAMPLING_V1_SIZE (offsetof(dst_sampling_t, stop_at_eos) + sizeof(int32_t))
+DST_API void dst_sampling_default(dst_sampling_t *sampling);
+#define DST_SAMPLING_INIT \
+  { sizeof(dst_sampling_t), 64, 1.0, 0, 1.0, 0, 1, 1 }
+
+/* Called with each new token as it is chosen; nonzero stops the generation. */
+typedef int (*dst_token_callback_t)(void *user_data, int32_t token);
+
+/* Continues the prompt (prompt_len >= 1 tokens, fewer than the context) with
+ * up to sampling->max_new_tokens tokens: each is passed to on_token (may be
+ * NULL) as it comes and stored in out_tokens (may be NULL; else out_capacity
+ * must be at least max_new_tokens); *out_count (may be NULL) receives how
+ * many. *out_stop_reason (may be NULL; static) says why it stopped:
+ * "length" (max_new_tokens), "eos", "context" (prompt + new tokens fill the
+ * context) or "caller" (on_token returned nonzero). sampling NULL: the
+ * defaults. */
+DST_API dst_status_t dst_generator_generate(dst_generator_t *generator, const int32_t *prompt,
+                                            size_t prompt_len, const dst_sampling_t *sampling,
+                                            dst_token_callback_t on_token, void *user_data,
+                                            int32_t *out_tokens, size_t out_capacity,
+                                            size_t *out_count, const char **out_stop_reason);
+
+/* ------------------------------------------------------------------------- */
+/* Tokenizers                                                                 */
+/* ------------------------------------------------------------------------- */
+
+/* A tokenizer read from a file: a SentencePiece `tokenizer.model` (LLaMA 1/2,
+ * Mistral; through libsentencepiece), a Hugging Face `tokenizer.json` with a
+ * byte-level BPE model (GPT-2, LLaMA 3, BLOOM), GPT-2's `vocab.json` (beside
+ * its `merges.txt`), or a directory holding one of them. Text is UTF-8
+ * (invalid sequences read as U+FFFD). Calls on one tokenizer may run from
+ * several threads at once. */
+typedef struct dst_tokenizer dst_tokenizer_t;
+
+/* Components not built (another model, pre-tokenizer, normalizer, decoder)
+ * are DST_ERR_NOT_SUPPORTED naming them. On failure *out is NULL. */
+DST_API dst_status_t dst_tokenizer_open(dst_tokenizer_t **out, const char *path);
+/* NULL is a no-op. */
+DST_API void dst_tokenizer_destroy(dst_tokenizer_t *tokenizer);
+/* {"kind": "sentencepiece" | "bpe", "vocab_size", "bos_id", "eos_id"} (-1:
+ * none). Owned by the tokenizer. */
+DST_API dst_status_t dst_tokenizer_info_json(const dst_tokenizer_t *tokenizer,
+                                             const char **out_json);
+/* The ids of text[0, length). add_special: the tokenizer's additions (a
+ * SentencePiece BOS; a tokenizer.json's post-processor template), as
+ * transformers' encode() adds them by default. *out_ids is thread-local,
+ * valid until the next encode on the same thread. */
+DST_API dst_status_t dst_tokenizer_encode(const dst_tokenizer_t *tokenizer, const char *text,
+                                          size_t length, int add_special,
+                                          const int32_t **out_ids, size_t *out_count);
+/* The UTF-8 text of ids[0, n) (*out_text NUL-terminated, *out_length bytes,
+ * may be NULL; thread-local, valid until the next decode on the same thread). */
+DST_API dst_status_t dst_tokenizer_decode(const dst_tokenizer_t *tokenizer, const int32_t *ids,
+                                          size_t n, const char **out_text, size_t *out_length);
+
+typedef struct dst_tokenize_options {
+  size_t struct_size;        /* set by dst_tokenize_options_default */
+  int32_t num_threads;       /* 0: the cores */
+  double val_fraction;       /* with val_out_path: each file's tail share (default 0.05) */
+  int32_t eos_after_files;   /* default 1: the tokenizer's eos id after each file's part */
+  int32_t add_special;       /* default 0: each part encoded with the tokenizer's additions */
+  int64_t chunk_bytes;       /* default 1 MiB: the target size of a chunk */
+} dst_tokenize_options_t;
+
+#define DST_TOKENIZE_OPTIONS_V1_SIZE (offsetof(dst_tokenize_options_t, chunk_bytes) + sizeof(int64_t))
+DST_API void dst_tokenize_options_default(dst_tokenize_options_t *options);
+
+/* Called from the calling thread as the files are read: bytes done, bytes in all. */
+typedef void (*dst_progress_callback_t)(void *user_data, int64_t done, int64_t total);
+
+/* Tokenizes files[0, n_files) into llm.c's token-file format at out_path (a
+ * header of 256 int32: magic 20240520, version, token count; then uint16 ids,
+ * version 1, or uint32 where the vocabulary exceeds 65536, version 2), each
+ * file's last val_fraction into val_out_path when it is not NULL; on several
+ * threads, streaming (a few chunks in memory), the ids equal to each file's
+ * whole encoding. Files appear complete or not at all. *out_json (may be
+ * NULL; thread-local): {"bytes", "train_tokens", "val_tokens", "version",
+ * "seconds"}. `dstrain --data` reads both versions. */
+DST_API dst_status_t dst_tokenize_files(const dst_tokenizer_t *tokenizer, const char *const *files,
+                                        size_t n_files, const char *out_path,
+                                        const char *val_out_path,
+                                        const dst_tokenize_options_t *options,
+                                        dst_progress_callback_t progress, void *user_data,
+                                        const char **out_json);
 
 #ifdef __cplusplus
 }

@@ -14,9 +14,11 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "core/kernels/cpu/gemm.h"
 #include "core/kernels/cpu/vector_math.h"
@@ -157,6 +159,47 @@ void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionS
       Gemm(compute, true, false, int(s.T), int(hs), int(s.T), scale, dscore, int(s.T), q, int(W),
            acc, dk, int(W));
     }
+  }
+}
+
+// Generation (Kernels::AttentionCached): the new rows' keys and values into
+// the cache, then per (b, h) task the scores of the new rows against the
+// cached keys [T, L] (L = s.position + T) by one GEMM, each row's causal
+// softmax up to its own position, and the values' GEMM: the forward's
+// computation with the keys and values read from the cache.
+template <typename T>
+void AttentionCached(const T *qkv, const AttentionShape &s, const KvCacheView<T> &cache, T *y,
+                     ComputeType compute = ComputeType::kFp32) {
+  const int64_t hs = s.head_size(), W = s.width(), kv = s.kv(), L = s.position + s.T;
+  const int64_t cap = cache.capacity;
+#pragma omp parallel for schedule(static)
+  for (int64_t bg = 0; bg < s.B * kv; ++bg) {
+    const int64_t b = bg / kv, g = bg % kv;
+    T *kc = cache.k + bg * cap * hs, *vc = cache.v + bg * cap * hs;
+    for (int64_t t = 0; t < s.T; ++t) {
+      const T *row = qkv + (b * s.T + t) * W;
+      std::copy(row + s.k_offset(g), row + s.k_offset(g) + hs, kc + (s.position + t) * hs);
+      std::copy(row + s.v_offset(g), row + s.v_offset(g) + hs, vc + (s.position + t) * hs);
+    }
+  }
+  const T scale = T(1) / std::sqrt(T(hs));
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+    const int64_t b = bh / s.H, h = bh % s.H, g = s.group(h);
+    thread_local std::vector<T> scores;
+    scores.resize(size_t(s.T * L));
+    T *a = scores.data();
+    const T *q = qkv + b * s.T * W + s.q_offset(h);
+    const T *kc = cache.k + (b * kv + g) * cap * hs, *vc = cache.v + (b * kv + g) * cap * hs;
+    const float slope = AlibiSlopeOf(s, h);
+    Gemm(compute, false, true, int(s.T), int(L), int(hs), scale, q, int(W), kc, int(hs), T(0), a,
+         int(L));
+    for (int64_t t = 0; t < s.T; ++t) {
+      AddAlibiRow(a + t * L, s.position + t, slope);
+      CausalSoftmaxRow(a + t * L, s.position + t, L);
+    }
+    Gemm(compute, false, false, int(s.T), int(hs), int(L), T(1), a, int(L), vc, int(hs), T(0),
+         y + b * s.T * s.C + h * hs, int(s.C));
   }
 }
 

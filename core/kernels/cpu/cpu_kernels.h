@@ -281,6 +281,11 @@ class CpuKernels final : public Kernels<T> {
     Scope s("AttentionForward");
     cpu::AttentionForward(qkv, shape, att, y, compute, qkv16, att16);
   }
+  void AttentionCached(const T *qkv, const AttentionShape &shape, const KvCacheView<T> &cache, T *y,
+                       ComputeType compute) const override {
+    Scope s("AttentionCached");
+    cpu::AttentionCached(qkv, shape, cache, y, compute);
+  }
   void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionShape &shape,
                          T *dqkv, T *scratch, ComputeType compute) const override {
     Scope s("AttentionBackward");

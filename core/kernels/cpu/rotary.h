@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -43,14 +44,17 @@ struct RotaryTableCache {
   math::RopeParams rope;
   std::vector<float> cos, sin;
 
+  // Rows beyond t do not change the first t rows: a longer table holds.
   bool Holds(const math::RopeParams &r, int64_t t, int64_t h) const {
-    return T == t && hs == h && rope.theta == r.theta && rope.scaling == r.scaling &&
+    return T >= t && hs == h && rope.theta == r.theta && rope.scaling == r.scaling &&
            rope.factor == r.factor && rope.low_freq_factor == r.low_freq_factor &&
            rope.high_freq_factor == r.high_freq_factor &&
            rope.original_max_position == r.original_max_position;
   }
   void Ensure(const math::RopeParams &r, int64_t t, int64_t h) {
     if (Holds(r, t, h)) return;
+    // Generation asks for one position more per token: grown geometrically.
+    if (hs == h && T > 0 && T < t) t = std::max(t, 2 * T);
     RotaryTable(r, t, h, &cos, &sin);
     T = t, hs = h, rope = r;
   }
@@ -68,18 +72,18 @@ inline void RotateHead(T *x, const float *c, const float *s, int64_t half, T sig
 }
 
 // qkv [B, T, s.width()]: the query heads and the key heads rotated in place
-// by each row's position (row r of a sequence is position r); `inverse`:
+// by each row's position (row r of a sequence is position s.position + r); `inverse`:
 // by the opposite angles (the backward, on the gradient).
 template <typename T>
 void RotaryForward(T *qkv, const AttentionShape &s, const math::RopeParams &rope, bool inverse) {
   const int64_t hs = s.head_size(), half = hs / 2, width = s.width();
   thread_local RotaryTableCache table;
-  table.Ensure(rope, s.T, hs);
+  table.Ensure(rope, s.position + s.T, hs);
   const float *c = table.cos.data(), *sn = table.sin.data();
   const T sign = inverse ? T(-1) : T(1);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < s.B * s.T; ++r) {
-    const int64_t t = r % s.T;
+    const int64_t t = s.position + r % s.T;
     T *row = qkv + r * width;
     for (int64_t h = 0; h < s.H; ++h)
       RotateHead(row + s.q_offset(h), c + t * half, sn + t * half, half, sign);

@@ -19,6 +19,8 @@ from . import _lib
 from ._lib import library_path
 from ._version import __version__
 from .dataset import Dataset, Split
+from .generation import Generated, Generator
+from .tokenizer import Tokenizer
 from .engine import (
     Engine,
     EngineInfo,
@@ -64,6 +66,9 @@ __all__ = [
     "ModelType",
     "LossType",
     "Dataset",
+    "Generator",
+    "Generated",
+    "Tokenizer",
     "Split",
     "Status",
     "DstrainError",

@@ -169,4 +169,82 @@ dst_status_t dst_dataset_batch(const dst_dataset_t *dataset, dst_split_t split,
                                uint64_t batch_index, uint64_t first_sample,
                                size_t n_samples, size_t seq_len, int32_t *tokens,
                                int32_t *targets, size_t count);
+dst_status_t dst_dataset_read(const dst_dataset_t *dataset, dst_split_t split,
+                              size_t offset, int32_t *tokens, size_t count);
+
+typedef struct dst_generator dst_generator_t;
+
+typedef struct dst_generator_options {
+  size_t struct_size;
+  const char *checkpoint_dir;
+  const char *checkpoint_tag;
+  const char *model_json;
+  const char *model_path;
+  int64_t context;
+  int64_t batch;
+  int32_t num_threads;
+  const char *precision;
+} dst_generator_options_t;
+
+void dst_generator_options_default(dst_generator_options_t *options);
+dst_status_t dst_generator_create(dst_generator_t **out,
+                                  const dst_generator_options_t *options);
+void dst_generator_destroy(dst_generator_t *generator);
+dst_status_t dst_generator_info_json(const dst_generator_t *generator,
+                                     const char **out_json);
+dst_status_t dst_generator_logits(dst_generator_t *generator, const int32_t *tokens,
+                                  size_t n_seqs, size_t seq_len, float *logits,
+                                  size_t logits_count);
+dst_status_t dst_generator_loss(dst_generator_t *generator, const int32_t *tokens,
+                                const int32_t *targets, size_t n_seqs, size_t seq_len,
+                                double *out_loss, int64_t *out_counted);
+
+typedef struct dst_sampling {
+  size_t struct_size;
+  int64_t max_new_tokens;
+  double temperature;
+  int64_t top_k;
+  double top_p;
+  uint64_t seed;
+  int32_t use_cache;
+  int32_t stop_at_eos;
+} dst_sampling_t;
+
+void dst_sampling_default(dst_sampling_t *sampling);
+typedef int (*dst_token_callback_t)(void *user_data, int32_t token);
+dst_status_t dst_generator_generate(dst_generator_t *generator, const int32_t *prompt,
+                                    size_t prompt_len, const dst_sampling_t *sampling,
+                                    dst_token_callback_t on_token, void *user_data,
+                                    int32_t *out_tokens, size_t out_capacity,
+                                    size_t *out_count, const char **out_stop_reason);
+
+typedef struct dst_tokenizer dst_tokenizer_t;
+
+dst_status_t dst_tokenizer_open(dst_tokenizer_t **out, const char *path);
+void dst_tokenizer_destroy(dst_tokenizer_t *tokenizer);
+dst_status_t dst_tokenizer_info_json(const dst_tokenizer_t *tokenizer,
+                                     const char **out_json);
+dst_status_t dst_tokenizer_encode(const dst_tokenizer_t *tokenizer, const char *text,
+                                  size_t length, int add_special,
+                                  const int32_t **out_ids, size_t *out_count);
+dst_status_t dst_tokenizer_decode(const dst_tokenizer_t *tokenizer, const int32_t *ids,
+                                  size_t n, const char **out_text, size_t *out_length);
+
+typedef struct dst_tokenize_options {
+  size_t struct_size;
+  int32_t num_threads;
+  double val_fraction;
+  int32_t eos_after_files;
+  int32_t add_special;
+  int64_t chunk_bytes;
+} dst_tokenize_options_t;
+
+void dst_tokenize_options_default(dst_tokenize_options_t *options);
+typedef void (*dst_progress_callback_t)(void *user_data, int64_t done, int64_t total);
+dst_status_t dst_tokenize_files(const dst_tokenizer_t *tokenizer, const char *const *files,
+                                size_t n_files, const char *out_path,
+                                const char *val_out_path,
+                                const dst_tokenize_options_t *options,
+                                dst_progress_callback_t progress, void *user_data,
+                                const char **out_json);
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 import os
 import threading
-from typing import Any, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 from numpy.typing import NDArray
@@ -182,3 +182,16 @@ class Dataset:
                 )
             )
         return tokens, targets
+
+    def read(self, split: SplitLike, offset: int = 0, count: Optional[int] = None) -> NDArray[np.int32]:
+        """The split's tokens ``[offset, offset + count)`` in order (``count``
+        None: to the split's end): an evaluation's windows over a whole file."""
+        if count is None:
+            count = self.num_tokens(split) - offset
+        if offset < 0 or count < 0:
+            raise ValueError("dstrain: offset and count must be >= 0")
+        out = np.empty(count, dtype=np.int32)
+        ptr = pointer("int32_t[]", out, writable=True) if out.size else ffi.NULL
+        with self._lock:
+            check(lib.dst_dataset_read(self._h(), _split(split), offset, ptr, count))
+        return out

@@ -258,6 +258,118 @@ pub const DST_SPLIT_TRAIN: dst_split_t = 0;
 /// The validation split (the last `val_fraction` of the bytes).
 pub const DST_SPLIT_VAL: dst_split_t = 1;
 
+// ---------------------------------------------------------------------------
+// Generation
+// ---------------------------------------------------------------------------
+
+/// Opaque generator handle (`struct dst_generator`); only ever used behind a pointer.
+#[repr(C)]
+pub struct dst_generator {
+    _opaque: [u8; 0],
+    _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
+}
+/// `dst_generator_t`.
+pub type dst_generator_t = dst_generator;
+
+/// `dst_generator_options_t`: what to open for generation. Fill with
+/// [`dst_generator_options_default`] first.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct dst_generator_options {
+    /// `sizeof(dst_generator_options_t)`, set by `dst_generator_options_default`.
+    pub struct_size: usize,
+    /// A dstrain checkpoint directory (any training layout), or NULL.
+    pub checkpoint_dir: *const c_char,
+    /// Its tag; NULL: its latest.
+    pub checkpoint_tag: *const c_char,
+    /// A model spec as JSON (its seeded initial weights), or NULL.
+    pub model_json: *const c_char,
+    /// A Hugging Face model directory or a model spec file, or NULL.
+    pub model_path: *const c_char,
+    /// Positions a sequence may fill, prompt included; 0: the model's.
+    pub context: i64,
+    /// Sequences one logits / loss call may carry; 0: 1.
+    pub batch: i64,
+    /// CPU threads; 0: the default.
+    pub num_threads: i32,
+    /// NULL or "fp32"; "bf16".
+    pub precision: *const c_char,
+}
+/// `dst_generator_options_t`.
+pub type dst_generator_options_t = dst_generator_options;
+/// `DST_GENERATOR_OPTIONS_V1_SIZE`.
+pub const DST_GENERATOR_OPTIONS_V1_SIZE: usize = 72;
+
+/// `dst_sampling_t`: how the next token is chosen. Fill with [`dst_sampling_default`] first.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct dst_sampling {
+    /// `sizeof(dst_sampling_t)`, set by `dst_sampling_default`.
+    pub struct_size: usize,
+    /// Default 64.
+    pub max_new_tokens: i64,
+    /// Default 1; 0: greedy.
+    pub temperature: c_double,
+    /// Default 0: off.
+    pub top_k: i64,
+    /// Default 1: off.
+    pub top_p: c_double,
+    /// Default 0.
+    pub seed: u64,
+    /// Default 1; 0: the whole sequence forward again for every token.
+    pub use_cache: i32,
+    /// Default 1: stop after one of the model's eos_token_ids.
+    pub stop_at_eos: i32,
+}
+/// `dst_sampling_t`.
+pub type dst_sampling_t = dst_sampling;
+/// `DST_SAMPLING_V1_SIZE`.
+pub const DST_SAMPLING_V1_SIZE: usize = 56;
+
+/// `dst_token_callback_t`: called with each new token; nonzero stops the generation.
+pub type dst_token_callback_t =
+    Option<unsafe extern "C" fn(user_data: *mut std::os::raw::c_void, token: i32) -> c_int>;
+
+// ---------------------------------------------------------------------------
+// Tokenizers
+// ---------------------------------------------------------------------------
+
+/// Opaque tokenizer handle (`struct dst_tokenizer`); only ever used behind a pointer.
+#[repr(C)]
+pub struct dst_tokenizer {
+    _opaque: [u8; 0],
+    _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
+}
+/// `dst_tokenizer_t`.
+pub type dst_tokenizer_t = dst_tokenizer;
+
+/// `dst_tokenize_options_t`: how `dst_tokenize_files` runs. Fill with
+/// [`dst_tokenize_options_default`] first.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct dst_tokenize_options {
+    /// `sizeof(dst_tokenize_options_t)`, set by `dst_tokenize_options_default`.
+    pub struct_size: usize,
+    /// Tokenizing threads; 0: the cores.
+    pub num_threads: i32,
+    /// Each file's tail share for the validation file (default 0.05).
+    pub val_fraction: c_double,
+    /// Default 1: the eos id after each file's part.
+    pub eos_after_files: i32,
+    /// Default 0: each part encoded with the tokenizer's additions.
+    pub add_special: i32,
+    /// Default 1 MiB: the target size of a chunk.
+    pub chunk_bytes: i64,
+}
+/// `dst_tokenize_options_t`.
+pub type dst_tokenize_options_t = dst_tokenize_options;
+/// `DST_TOKENIZE_OPTIONS_V1_SIZE`.
+pub const DST_TOKENIZE_OPTIONS_V1_SIZE: usize = 40;
+
+/// `dst_progress_callback_t`: bytes done, bytes in all.
+pub type dst_progress_callback_t =
+    Option<unsafe extern "C" fn(user_data: *mut std::os::raw::c_void, done: i64, total: i64)>;
+
 extern "C" {
     /// Static, never NULL: "ok", "invalid argument", ...
     pub fn dst_status_string(status: dst_status_t) -> *const c_char;
@@ -487,5 +599,103 @@ extern "C" {
         tokens: *mut i32,
         targets: *mut i32,
         count: usize,
+    ) -> dst_status_t;
+    /// The split's tokens `[offset, offset + count)` in order.
+    pub fn dst_dataset_read(
+        dataset: *const dst_dataset_t,
+        split: dst_split_t,
+        offset: usize,
+        tokens: *mut i32,
+        count: usize,
+    ) -> dst_status_t;
+
+    /// Fills `*options` with defaults and its struct size.
+    pub fn dst_generator_options_default(options: *mut dst_generator_options_t);
+    /// Opens a model for generation; on failure `*out` is NULL.
+    pub fn dst_generator_create(
+        out: *mut *mut dst_generator_t,
+        options: *const dst_generator_options_t,
+    ) -> dst_status_t;
+    /// Frees the generator. NULL is a no-op.
+    pub fn dst_generator_destroy(generator: *mut dst_generator_t);
+    /// The generator's description as JSON (owned by the generator).
+    pub fn dst_generator_info_json(
+        generator: *const dst_generator_t,
+        out_json: *mut *const c_char,
+    ) -> dst_status_t;
+    /// logits `[n_seqs, seq_len, vocab_size]` of every position, forward from position 0.
+    pub fn dst_generator_logits(
+        generator: *mut dst_generator_t,
+        tokens: *const i32,
+        n_seqs: usize,
+        seq_len: usize,
+        logits: *mut f32,
+        logits_count: usize,
+    ) -> dst_status_t;
+    /// The mean next-token cross-entropy against `targets` (-1 ignored).
+    pub fn dst_generator_loss(
+        generator: *mut dst_generator_t,
+        tokens: *const i32,
+        targets: *const i32,
+        n_seqs: usize,
+        seq_len: usize,
+        out_loss: *mut c_double,
+        out_counted: *mut i64,
+    ) -> dst_status_t;
+    /// Fills `*sampling` with defaults and its struct size.
+    pub fn dst_sampling_default(sampling: *mut dst_sampling_t);
+    /// Continues the prompt with up to `max_new_tokens` tokens.
+    pub fn dst_generator_generate(
+        generator: *mut dst_generator_t,
+        prompt: *const i32,
+        prompt_len: usize,
+        sampling: *const dst_sampling_t,
+        on_token: dst_token_callback_t,
+        user_data: *mut std::os::raw::c_void,
+        out_tokens: *mut i32,
+        out_capacity: usize,
+        out_count: *mut usize,
+        out_stop_reason: *mut *const c_char,
+    ) -> dst_status_t;
+
+    /// Opens a tokenizer file or directory; on failure `*out` is NULL.
+    pub fn dst_tokenizer_open(out: *mut *mut dst_tokenizer_t, path: *const c_char) -> dst_status_t;
+    /// Frees the tokenizer. NULL is a no-op.
+    pub fn dst_tokenizer_destroy(tokenizer: *mut dst_tokenizer_t);
+    /// The tokenizer's description as JSON (owned by the tokenizer).
+    pub fn dst_tokenizer_info_json(
+        tokenizer: *const dst_tokenizer_t,
+        out_json: *mut *const c_char,
+    ) -> dst_status_t;
+    /// The ids of `text[0, length)` (thread-local, valid until the next encode).
+    pub fn dst_tokenizer_encode(
+        tokenizer: *const dst_tokenizer_t,
+        text: *const c_char,
+        length: usize,
+        add_special: c_int,
+        out_ids: *mut *const i32,
+        out_count: *mut usize,
+    ) -> dst_status_t;
+    /// The UTF-8 text of `ids[0, n)` (thread-local, valid until the next decode).
+    pub fn dst_tokenizer_decode(
+        tokenizer: *const dst_tokenizer_t,
+        ids: *const i32,
+        n: usize,
+        out_text: *mut *const c_char,
+        out_length: *mut usize,
+    ) -> dst_status_t;
+    /// Fills `*options` with defaults and its struct size.
+    pub fn dst_tokenize_options_default(options: *mut dst_tokenize_options_t);
+    /// Tokenizes files into llm.c's token-file format.
+    pub fn dst_tokenize_files(
+        tokenizer: *const dst_tokenizer_t,
+        files: *const *const c_char,
+        n_files: usize,
+        out_path: *const c_char,
+        val_out_path: *const c_char,
+        options: *const dst_tokenize_options_t,
+        progress: dst_progress_callback_t,
+        user_data: *mut std::os::raw::c_void,
+        out_json: *mut *const c_char,
     ) -> dst_status_t;
 }

@@ -97,6 +97,9 @@ fn rust_layout() -> BTreeMap<String, String> {
         DST_ENGINE_INFO_V1_SIZE,
         DST_BATCH_V1_SIZE,
         DST_TENSOR_INFO_V1_SIZE,
+        DST_GENERATOR_OPTIONS_V1_SIZE,
+        DST_SAMPLING_V1_SIZE,
+        DST_TOKENIZE_OPTIONS_V1_SIZE,
         DST_MODEL_GPT,
         DST_MODEL_SEQUENTIAL,
         DST_LOSS_CROSS_ENTROPY,
@@ -157,6 +160,35 @@ fn rust_layout() -> BTreeMap<String, String> {
     field!(m, dst_tensor_info_t, ndim);
     field!(m, dst_tensor_info_t, shape);
     field!(m, dst_tensor_info_t, numel);
+
+    size_align!(m, dst_generator_options_t);
+    field!(m, dst_generator_options_t, struct_size);
+    field!(m, dst_generator_options_t, checkpoint_dir);
+    field!(m, dst_generator_options_t, checkpoint_tag);
+    field!(m, dst_generator_options_t, model_json);
+    field!(m, dst_generator_options_t, model_path);
+    field!(m, dst_generator_options_t, context);
+    field!(m, dst_generator_options_t, batch);
+    field!(m, dst_generator_options_t, num_threads);
+    field!(m, dst_generator_options_t, precision);
+
+    size_align!(m, dst_sampling_t);
+    field!(m, dst_sampling_t, struct_size);
+    field!(m, dst_sampling_t, max_new_tokens);
+    field!(m, dst_sampling_t, temperature);
+    field!(m, dst_sampling_t, top_k);
+    field!(m, dst_sampling_t, top_p);
+    field!(m, dst_sampling_t, seed);
+    field!(m, dst_sampling_t, use_cache);
+    field!(m, dst_sampling_t, stop_at_eos);
+
+    size_align!(m, dst_tokenize_options_t);
+    field!(m, dst_tokenize_options_t, struct_size);
+    field!(m, dst_tokenize_options_t, num_threads);
+    field!(m, dst_tokenize_options_t, val_fraction);
+    field!(m, dst_tokenize_options_t, eos_after_files);
+    field!(m, dst_tokenize_options_t, add_special);
+    field!(m, dst_tokenize_options_t, chunk_bytes);
     m
 }
 
@@ -373,6 +405,67 @@ fn every_header_function_is_declared() {
         ),
         ("dst_dataset_path", dst_dataset_path as *const () as usize),
         ("dst_dataset_batch", dst_dataset_batch as *const () as usize),
+        ("dst_dataset_read", dst_dataset_read as *const () as usize),
+        (
+            "dst_generator_options_default",
+            dst_generator_options_default as *const () as usize,
+        ),
+        (
+            "dst_generator_create",
+            dst_generator_create as *const () as usize,
+        ),
+        (
+            "dst_generator_destroy",
+            dst_generator_destroy as *const () as usize,
+        ),
+        (
+            "dst_generator_info_json",
+            dst_generator_info_json as *const () as usize,
+        ),
+        (
+            "dst_generator_logits",
+            dst_generator_logits as *const () as usize,
+        ),
+        (
+            "dst_generator_loss",
+            dst_generator_loss as *const () as usize,
+        ),
+        (
+            "dst_sampling_default",
+            dst_sampling_default as *const () as usize,
+        ),
+        (
+            "dst_generator_generate",
+            dst_generator_generate as *const () as usize,
+        ),
+        (
+            "dst_tokenizer_open",
+            dst_tokenizer_open as *const () as usize,
+        ),
+        (
+            "dst_tokenizer_destroy",
+            dst_tokenizer_destroy as *const () as usize,
+        ),
+        (
+            "dst_tokenizer_info_json",
+            dst_tokenizer_info_json as *const () as usize,
+        ),
+        (
+            "dst_tokenizer_encode",
+            dst_tokenizer_encode as *const () as usize,
+        ),
+        (
+            "dst_tokenizer_decode",
+            dst_tokenizer_decode as *const () as usize,
+        ),
+        (
+            "dst_tokenize_options_default",
+            dst_tokenize_options_default as *const () as usize,
+        ),
+        (
+            "dst_tokenize_files",
+            dst_tokenize_files as *const () as usize,
+        ),
     ];
     let mut in_rust: Vec<&str> = declared.iter().map(|(n, _)| *n).collect();
     let mut in_header = header_functions();

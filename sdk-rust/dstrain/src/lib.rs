@@ -36,12 +36,14 @@ mod batch;
 mod dataset;
 mod engine;
 mod error;
+mod generator;
 mod util;
 
 pub use batch::{Batch, TokenBatch};
 pub use dataset::{Dataset, Split};
 pub use engine::{Engine, EngineBuilder, Info, LossType, ModelType, ParamInfo, Source};
 pub use error::{Error, Result, Status};
+pub use generator::{Generated, Generator, GeneratorOptions, Sampling};
 
 /// The raw FFI declarations this crate is built on.
 pub use dstrain_sys as sys;

@@ -20,6 +20,7 @@ class Declarations:
     enums: Dict[str, List[Tuple[str, str]]] = dataclasses.field(default_factory=dict)
     structs: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
     opaque: Dict[str, str] = dataclasses.field(default_factory=dict)
+    callbacks: Dict[str, str] = dataclasses.field(default_factory=dict)  # function pointer typedefs
     functions: Dict[str, str] = dataclasses.field(default_factory=dict)
     defines: Dict[str, str] = dataclasses.field(default_factory=dict)
     unparsed: List[str] = dataclasses.field(default_factory=list)
@@ -43,6 +44,8 @@ class Declarations:
                 lines.append(f"#define {name} {value}")
         for name in sorted(self.opaque):
             lines.append(f"typedef struct {self.opaque[name]} {name};")
+        for name in sorted(self.callbacks):
+            lines.append(self.callbacks[name])
         for name in sorted(self.enums):
             lines.append(f"enum {name} {{")
             lines += [f"  {item} = {value}" for item, value in self.enums[name]]
@@ -133,6 +136,14 @@ def read(text: str) -> Declarations:
     body = re.sub(r"typedef\s+struct\s+(\w+)\s*\{(.*?)\}\s*(\w+)\s*;", struct, body, flags=re.S)
     body = re.sub(r"typedef\s+struct\s+(\w+)\s+(\w+)\s*;", opaque, body)
     body = re.sub(r'"C"\s*\{|^\s*\}\s*$', " ", body, flags=re.M)
+
+    def callback(m: "re.Match[str]") -> str:
+        ret, name, params = _norm(m.group(1)), m.group(2), _norm(m.group(3))
+        decls.callbacks[name] = f"typedef {ret} (*{name})({params});"
+        return ";"
+
+    body = re.sub(r"typedef\s+([\w\s\*]+?)\(\s*\*\s*(\w+)\s*\)\s*\((.*?)\)\s*;", callback, body,
+                  flags=re.S)
 
     for statement in body.split(";"):
         statement = statement.strip()
