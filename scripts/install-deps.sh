@@ -62,3 +62,11 @@ if [ ! -f "$ROOT/dashboard/node_modules/.package-lock.json" ] ||
   echo "dstrain: installing the dashboard's npm packages (npm ci --prefix dashboard)"
   PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix "$ROOT/dashboard" --no-audit --no-fund
 fi
+
+# The tests' independent implementations (tokenizers.js, the byte-level BPE
+# oracle): `npm ci --prefix tests/oracles` when missing or older than its lock.
+if [ ! -f "$ROOT/tests/oracles/node_modules/.package-lock.json" ] ||
+   [ "$ROOT/tests/oracles/node_modules/.package-lock.json" -ot "$ROOT/tests/oracles/package-lock.json" ]; then
+  echo "dstrain: installing the tests' oracles (npm ci --prefix tests/oracles)"
+  npm ci --prefix "$ROOT/tests/oracles" --no-audit --no-fund
+fi

@@ -1,7 +1,8 @@
 // Byte-level BPE as Hugging Face's tokenizers runs it from a tokenizer.json
 // (or GPT-2's vocab.json + merges.txt): added tokens split out of the text
-// first, the pre-tokenizer's regular expressions (ICU's engine; `\s` read
-// as Unicode White_Space, as Oniguruma reads it), each piece's UTF-8 bytes
+// first, the pre-tokenizer's regular expressions (ICU's engine, whose `\s`
+// is Unicode White_Space as Oniguruma's is: U+0085 included, unlike
+// JavaScript's; tested), each piece's UTF-8 bytes
 // mapped to GPT-2's printable byte characters, then the merges applied by
 // rank (the lowest first, leftmost first) and the pieces looked up.
 #include <unicode/normalizer2.h>
@@ -47,26 +48,6 @@ struct ByteChars {
 const ByteChars &Bytes() {
   static const ByteChars bytes;
   return bytes;
-}
-
-// Oniguruma's \s and \S are Unicode White_Space; ICU's leave out \v and U+0085.
-std::string IcuPattern(const std::string &pattern) {
-  std::string out;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '\\' && i + 1 < pattern.size()) {
-      const char c = pattern[i + 1];
-      if (c == 's' || c == 'S') {
-        out += c == 's' ? "\\p{White_Space}" : "\\P{White_Space}";
-        ++i;
-        continue;
-      }
-      out += pattern[i];
-      out += pattern[++i];
-      continue;
-    }
-    out += pattern[i];
-  }
-  return out;
 }
 
 enum class Behavior { kIsolated, kRemoved, kMergedWithPrevious, kMergedWithNext };
@@ -371,7 +352,7 @@ Result<SplitStep> RegexStep(const std::string &pattern, Behavior behavior,
   UErrorCode st = U_ZERO_ERROR;
   UParseError pe;
   std::shared_ptr<icu::RegexPattern> p(
-      icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(IcuPattern(pattern)), 0, pe, st));
+      icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(pattern), 0, pe, st));
   if (U_FAILURE(st))
     return NotSupported(where + ": the pre-tokenizer's regular expression \"" + pattern +
                         "\" does not compile (" + u_errorName(st) + ")");
