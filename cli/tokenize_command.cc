@@ -46,7 +46,7 @@ TokenizeCommand::TokenizeCommand(CLI::App &parent) {
   app_->add_option("--val-out", val_out_, "a validation token file: each file's tail goes there");
   app_->add_option("--val-fraction", val_fraction_, "each file's share for --val-out (0.05)");
   app_->add_option("--threads", threads_, "tokenizing threads (default: the cores)");
-  app_->add_option("--chunk-bytes", chunk_bytes_, "text per task (default 1 MiB)");
+  app_->add_option("--chunk-bytes", chunk_bytes_, "text per task (default 16 KiB)");
   app_->add_flag("--no-eos", no_eos_, "no end-of-sequence id after each file");
   app_->add_flag("--add-special", add_special_, "the tokenizer's additions (BOS) before each file");
   app_->add_flag("--quiet", quiet_, "no progress bar");

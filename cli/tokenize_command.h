@@ -22,7 +22,7 @@ class TokenizeCommand {
   std::vector<std::string> files_;
   double val_fraction_ = 0.05;
   int threads_ = 0;
-  int64_t chunk_bytes_ = 1 << 20;
+  int64_t chunk_bytes_ = 16 << 10;
   bool no_eos_ = false, add_special_ = false, quiet_ = false, json_ = false;
 };
 

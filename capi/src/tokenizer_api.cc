@@ -95,7 +95,7 @@ void dst_tokenize_options_default(dst_tokenize_options_t *options) {
   options->struct_size = sizeof(dst_tokenize_options_t);
   options->val_fraction = 0.05;
   options->eos_after_files = 1;
-  options->chunk_bytes = 1 << 20;
+  options->chunk_bytes = 16 << 10;
 }
 
 dst_status_t dst_tokenize_files(const dst_tokenizer_t *tokenizer, const char *const *files,

@@ -36,7 +36,13 @@ const SpmPlugin &LoadSpm() {
 
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  SentencePieceTokenizer(const DstSpmApi *api, void *model) : api_(api), model_(model) {}
+  SentencePieceTokenizer(const DstSpmApi *api, void *model) : api_(api), model_(model) {
+    std::vector<int32_t> spaced, plain;
+    Encode(" x y", false, &spaced);
+    Encode("x y", false, &plain);
+    cut_safe_ = spaced == plain;
+  }
+  bool CutBeforeSpaceIsSafe() const override { return cut_safe_; }
   ~SentencePieceTokenizer() override { api_->close(model_); }
   const char *kind() const override { return "sentencepiece"; }
   int64_t vocab_size() const override { return api_->piece_size(model_); }
@@ -62,6 +68,7 @@ class SentencePieceTokenizer final : public Tokenizer {
  private:
   const DstSpmApi *api_;
   void *model_;
+  bool cut_safe_ = false;
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -126,6 +127,9 @@ Result<TokenizeReport> TokenizeFiles(const Tokenizer &tok, const std::vector<std
       return st;
     }
   }
+  // Where a cut would change tokens, each file's part is one chunk.
+  const size_t chunk_bytes =
+      tok.CutBeforeSpaceIsSafe() ? o.chunk_bytes : std::numeric_limits<size_t>::max() / 4;
   const int threads = std::max(1, o.threads);
   const size_t in_flight = size_t(2 * threads);
   const int32_t eos = o.eos_after_files ? tok.eos_id() : -1;
@@ -211,7 +215,7 @@ Result<TokenizeReport> TokenizeFiles(const Tokenizer &tok, const std::vector<std
       val_begin = local == window.size() && from + local < size ? target : from + local;
     }
     std::string buf;  // text read and not yet submitted, from file offset `base`
-    size_t base = 0, read = 0, want = 2 * o.chunk_bytes;
+    size_t base = 0, read = 0, want = 2 * std::min(chunk_bytes, size_t(1) << 26);
     bool part_first = true;
     while (status.ok() && base < size) {
       if (read < size && buf.size() < want) {
@@ -230,7 +234,7 @@ Result<TokenizeReport> TokenizeFiles(const Tokenizer &tok, const std::vector<std
       const size_t part_end = in_val ? size : val_begin;
       const size_t avail = std::min(base + buf.size(), part_end) - base;
       size_t cut = avail;
-      if (avail > o.chunk_bytes) cut = ChunkCut(buf, 0, o.chunk_bytes, avail);
+      if (avail > chunk_bytes) cut = ChunkCut(buf, 0, chunk_bytes, avail);
       if (cut == avail && base + avail != part_end && read < size) {
         want *= 2;  // no cut in what is read (or the part's end not read yet): read more
         continue;
@@ -245,7 +249,7 @@ Result<TokenizeReport> TokenizeFiles(const Tokenizer &tok, const std::vector<std
       part_first = c.last_of_part;
       buf.erase(0, cut);
       base += cut;
-      want = 2 * o.chunk_bytes;
+      want = 2 * std::min(chunk_bytes, size_t(1) << 26);
       submit(std::move(c));
     }
   }

@@ -24,10 +24,10 @@ inline constexpr size_t kTokenFileHeaderBytes = 256 * 4;
 
 struct TokenizeOptions {
   int threads = 1;
-  double val_fraction = 0;       // with a validation file: each file's tail share
-  bool eos_after_files = true;   // the tokenizer's end-of-sequence id after each file
-  bool add_special = false;      // each file encoded with the tokenizer's additions (BOS)
-  size_t chunk_bytes = 1 << 20;  // the target size of a chunk
+  double val_fraction = 0;        // with a validation file: each file's tail share
+  bool eos_after_files = true;    // the tokenizer's end-of-sequence id after each file
+  bool add_special = false;       // each file encoded with the tokenizer's additions (BOS)
+  size_t chunk_bytes = 16 << 10;  // the target size of a chunk (SentencePiece slows on long ones)
 };
 
 struct TokenizeReport {

@@ -41,6 +41,13 @@ class Tokenizer {
   virtual void Encode(std::string_view text, bool add_special, std::vector<int32_t> *ids) const = 0;
   // The text of `ids` (special tokens included as their text).
   virtual std::string Decode(const int32_t *ids, size_t n) const = 0;
+  // Whether text cut between a letter and a space before a letter encodes,
+  // piece by piece, as the whole text does (`dstrain tokenize` cuts there):
+  // a byte-level BPE's pre-tokenizers start a piece at such a space; a
+  // SentencePiece model only when it drops leading whitespace (spm_train's
+  // default), not when it keeps it (LLaMA's: a leading space would gain the
+  // dummy prefix).
+  virtual bool CutBeforeSpaceIsSafe() const { return true; }
   // The end-of-sequence / beginning-of-sequence ids, or -1.
   virtual int32_t eos_id() const = 0;
   virtual int32_t bos_id() const = 0;

@@ -81,6 +81,11 @@ def files(tmp_path_factory):
     subprocess.run([spm_train, f"--input={d / 'corpus.txt'}", f"--model_prefix={d / 'spm'}",
                     "--vocab_size=400", "--model_type=bpe", "--character_coverage=1.0"],
                    check=True, capture_output=True)
+    # LLaMA's kind: whitespace kept (a leading space would gain the dummy prefix)
+    subprocess.run([spm_train, f"--input={d / 'corpus.txt'}", f"--model_prefix={d / 'spm_keep'}",
+                    "--vocab_size=400", "--model_type=bpe", "--character_coverage=1.0",
+                    "--remove_extra_whitespaces=false", "--byte_fallback=true"],
+                   check=True, capture_output=True)
     return d
 
 
@@ -94,10 +99,11 @@ def js_oracle(tokenizer_json, text_file, add_special):
     return json.loads(r.stdout)
 
 
-def test_sentencepiece_equals_python_sentencepiece(files, dstrain):
+@pytest.mark.parametrize("model", ["spm.model", "spm_keep.model"])
+def test_sentencepiece_equals_python_sentencepiece(files, dstrain, model):
     import sentencepiece
-    sp = sentencepiece.SentencePieceProcessor(model_file=str(files / "spm.model"))
-    tok = dstrain.Tokenizer(files / "spm.model")
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(files / model))
+    tok = dstrain.Tokenizer(files / model)
     assert tok.info == {"kind": "sentencepiece", "vocab_size": 400, "bos_id": 1, "eos_id": 2}
     for name in ("corpus.txt", "hostile.txt"):
         data = (files / name).read_bytes()
@@ -173,12 +179,25 @@ def match_parts(train, val, wholes, eos):
     return shares
 
 
-@pytest.mark.parametrize("tokenizer", ["spm.model", "llama3", "gpt2/vocab.json"])
+@pytest.mark.parametrize("tokenizer", ["spm.model", "spm_keep.model", "llama3",
+                                       "gpt2/vocab.json"])
 def test_tokenize_writes_each_files_whole_encoding(files, dstrain, build_dir, tmp_path,
                                                     tokenizer):
     big = tmp_path / "big.txt"
     big.write_text(corpus(6000, seed=2))
     inputs = [big, files / "hostile.txt"]
+    tok = dstrain.Tokenizer(files / tokenizer)
+    if tokenizer == "spm_keep.model":
+        # No cut is safe for a model that keeps whitespace: each file is one
+        # piece of work (and a validation part starts a text of its own).
+        r = subprocess.run([str(build_dir / "dstrain"), "tokenize", "--tokenizer",
+                            str(files / tokenizer), "--out", str(tmp_path / "train.bin"),
+                            "--threads", "2", "--chunk-bytes", "3000", "--quiet",
+                            *map(str, inputs)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        _, train = read_token_file(tmp_path / "train.bin")
+        assert train == sum((tok.encode(f.read_bytes()) + [tok.eos_id] for f in inputs), [])
+        return
     r = subprocess.run([str(build_dir / "dstrain"), "tokenize", "--tokenizer",
                         str(files / tokenizer), "--out", str(tmp_path / "train.bin"),
                         "--val-out", str(tmp_path / "val.bin"), "--val-fraction", "0.1",
@@ -186,7 +205,6 @@ def test_tokenize_writes_each_files_whole_encoding(files, dstrain, build_dir, tm
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
-    tok = dstrain.Tokenizer(files / tokenizer)
     version, train = read_token_file(tmp_path / "train.bin")
     _, val = read_token_file(tmp_path / "val.bin")
     assert version == 1 and report["train_tokens"] == len(train) and report["val_tokens"] == len(val)

@@ -673,7 +673,7 @@ typedef struct dst_tokenize_options {
   double val_fraction;       /* with val_out_path: each file's tail share (default 0.05) */
   int32_t eos_after_files;   /* default 1: the tokenizer's eos id after each file's part */
   int32_t add_special;       /* default 0: each part encoded with the tokenizer's additions */
-  int64_t chunk_bytes;       /* default 1 MiB: the target size of a chunk */
+  int64_t chunk_bytes;       /* default 16 KiB: the target size of a chunk */
 } dst_tokenize_options_t;
 
 #define DST_TOKENIZE_OPTIONS_V1_SIZE (offsetof(dst_tokenize_options_t, chunk_bytes) + sizeof(int64_t))

@@ -99,7 +99,7 @@ class Tokenizer:
         threads: int = 0,
         eos_after_files: bool = True,
         add_special_tokens: bool = False,
-        chunk_bytes: int = 1 << 20,
+        chunk_bytes: int = 16 << 10,
         progress: Optional[Callable[[int, int], None]] = None,
     ) -> Dict[str, Any]:
         """Writes ``out`` (and ``val_out``) in llm.c's token-file format

@@ -358,7 +358,7 @@ pub struct dst_tokenize_options {
     pub eos_after_files: i32,
     /// Default 0: each part encoded with the tokenizer's additions.
     pub add_special: i32,
-    /// Default 1 MiB: the target size of a chunk.
+    /// Default 16 KiB: the target size of a chunk.
     pub chunk_bytes: i64,
 }
 /// `dst_tokenize_options_t`.
