@@ -37,6 +37,7 @@ mod dataset;
 mod engine;
 mod error;
 mod generator;
+mod tokenizer;
 mod util;
 
 pub use batch::{Batch, TokenBatch};
@@ -44,6 +45,7 @@ pub use dataset::{Dataset, Split};
 pub use engine::{Engine, EngineBuilder, Info, LossType, ModelType, ParamInfo, Source};
 pub use error::{Error, Result, Status};
 pub use generator::{Generated, Generator, GeneratorOptions, Sampling};
+pub use tokenizer::Tokenizer;
 
 /// The raw FFI declarations this crate is built on.
 pub use dstrain_sys as sys;
