@@ -30,6 +30,9 @@ struct OptimizerConfig {
   double momentum = 0.0;    // SGD
   double dampening = 0.0;   // SGD
   bool nesterov = false;    // SGD
+  // Adam / AdamW: divide the moments by (1 - beta^t) (DeepSpeed's default);
+  // false: FusedAdam's bias_correction=False, the raw moments.
+  bool bias_correction = true;
 };
 
 // DeepSpeed's lr_schedules.py parameter names.

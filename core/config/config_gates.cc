@@ -74,13 +74,10 @@ Status CheckOptimizerSupported(const ExtraSettings &extra) {
     return NotSupported("optimizer.type: \"" + name +
                         "\" is not supported yet; dstrain implements Adam, AdamW and SGD");
   }
-  if (!extra.bias_correction) {
-    return NotSupported(
-        "optimizer.params.bias_correction: false is not supported; dstrain's Adam always "
-        "corrects the moment bias");
-  }
   if (extra.amsgrad) {
-    return NotSupported("optimizer.params.amsgrad: AMSGrad is not supported yet");
+    return NotSupported(
+        "optimizer.params.amsgrad: AMSGrad is not supported (DeepSpeed's FusedAdam and "
+        "DeepSpeedCPUAdam refuse it too); remove the key or set it to false");
   }
   return Status::Ok();
 }

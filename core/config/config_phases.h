@@ -36,7 +36,6 @@ inline constexpr std::string_view kTop = "";
 struct ExtraSettings {
   std::string unsupported_optimizer;  // canonical name, e.g. "Lamb"
   std::string unsupported_scheduler;  // canonical name, e.g. "OneCycle"
-  bool bias_correction = true;
   bool amsgrad = false;
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;

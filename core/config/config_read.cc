@@ -139,7 +139,7 @@ Status ReadAdamParams(const ObjectReader &params, bool is_adamw, OptimizerConfig
   }
   bool torch_adam = false;  // which implementation DeepSpeed picks; ours is one
   DST_RETURN_IF_ERROR(params.ReadBool("torch_adam", &torch_adam));
-  DST_RETURN_IF_ERROR(params.ReadBool("bias_correction", &extra->bias_correction));
+  DST_RETURN_IF_ERROR(params.ReadBool("bias_correction", &optimizer->bias_correction));
   return params.ReadBool("amsgrad", &extra->amsgrad);
 }
 

@@ -44,6 +44,7 @@ Json OptimizerJson(const OptimizerConfig &optimizer) {
   params["eps"] = optimizer.eps;
   params["weight_decay"] = optimizer.weight_decay;
   params["adam_w_mode"] = optimizer.adam_w_mode;
+  params["bias_correction"] = optimizer.bias_correction;
   const bool is_adamw = optimizer.type == OptimizerType::kAdamW;
   return Json{{"type", is_adamw ? "AdamW" : "Adam"}, {"params", params}};
 }

@@ -53,7 +53,7 @@ void Optimizer::Update(const StatePiece &piece, float *params, const float *grad
   }
   const bool decoupled = config_.type == OptimizerType::kAdamW || config_.adam_w_mode;
   const AdamHyper h{lr,     config_.betas[0], config_.betas[1], config_.eps, config_.weight_decay,
-                    steps_, decoupled};
+                    steps_, decoupled, config_.bias_correction};
   AdamRange range;  // CPU-Adam: the widest vector path this CPU has
   range.param = w;
   range.grad = grads;

@@ -952,8 +952,12 @@ TEST(ConfigErrors, PastedDeepSpeedExtrasThatAreNotBuilt) {
       Parse(R"({"train_batch_size": 1, "checkpoint": {"tag_validation": "Maybe"}})"), Code::kConfig,
       {"checkpoint.tag_validation: expected \"Ignore\", \"Warn\" or \"Fail\""}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"type": "Adam",
-                "params": {"bias_correction": false}}})"),
-                        Code::kNotSupported, {"bias_correction: false is not supported"}));
+                "params": {"amsgrad": true}}})"),
+                        Code::kNotSupported, {"amsgrad", "DeepSpeed's FusedAdam"}));
+  Result<Config> raw = Parse(R"({"train_batch_size": 1, "optimizer": {"type": "AdamW",
+                "params": {"bias_correction": false}}})");
+  ASSERT_TRUE(raw.ok()) << raw.status().message();
+  EXPECT_FALSE(raw->optimizer.bias_correction);
 }
 
 TEST(ConfigErrors, InvalidContextIsAnInvalidArgument) {

@@ -120,5 +120,29 @@ TEST(CpuAdam, IsTheAdamOfAdamUpdateUpToRounding) {
   }
 }
 
+// bias_correction false (DeepSpeed's FusedAdam option): the raw moments,
+// p -= lr m / (sqrt(v) + eps), on every path, against the formula in double.
+TEST(CpuAdam, WithoutBiasCorrectionUsesTheRawMoments) {
+  const AdamHyper h{1e-3, 0.9, 0.999, 1e-8, 0.0, 3, true, false};
+  for (SimdPath path : {SimdPath::kScalar, BestSimdPath()}) {
+    State s(257, 5);
+    State ref(257, 5);
+    CpuAdamUpdate(s.Range(1.0f, Half::kBf16, false), h, path);
+    for (size_t i = 0; i < 257; ++i) {
+      if (i < 3 || i == 37 || i == 38) continue;  // the edge values
+      const double g = ref.grad[i];
+      const double m = 0.9 * double(ref.m[i]) + 0.1 * g;
+      const double v = 0.999 * double(ref.v[i]) + 0.001 * g * g;
+      const double p = double(ref.param[i]) - 1e-3 * m / (std::sqrt(v) + 1e-8);
+      EXPECT_NEAR(s.param[i], p, 1e-6 * (1 + std::abs(p))) << i;
+    }
+    // with the correction the step is larger by 1 / (1 - 0.9^3) where m dominates
+    State corrected(257, 5);
+    CpuAdamUpdate(corrected.Range(1.0f, Half::kBf16, false),
+                  AdamHyper{1e-3, 0.9, 0.999, 1e-8, 0.0, 3, true, true}, path);
+    EXPECT_NE(corrected.param[10], s.param[10]);
+  }
+}
+
 }  // namespace
 }  // namespace dst::cpu

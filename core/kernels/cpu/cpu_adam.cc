@@ -25,8 +25,9 @@ math::AdamConstants AdamConstantsFor(const AdamHyper &h, float mul) {
   k.omb1 = 1.0f - float(h.beta1);
   k.b2 = float(h.beta2);
   k.omb2 = 1.0f - float(h.beta2);
-  k.bias2_sqrt = float(std::sqrt(1 - std::pow(h.beta2, double(h.step))));
-  k.step_size = float(h.lr) / float(1 - std::pow(h.beta1, double(h.step)));
+  k.bias2_sqrt = h.bias_correction ? float(std::sqrt(1 - std::pow(h.beta2, double(h.step)))) : 1.0f;
+  k.step_size =
+      h.bias_correction ? float(h.lr) / float(1 - std::pow(h.beta1, double(h.step))) : float(h.lr);
   k.decay = h.decoupled ? float(1 - h.lr * h.weight_decay) : 1.0f;
   k.l2 = h.decoupled ? 0.0f : float(h.weight_decay);
   k.eps = float(h.eps);

@@ -15,13 +15,15 @@ struct AdamHyper {
   double lr, beta1, beta2, eps, weight_decay;
   int64_t step;
   bool decoupled;
+  bool bias_correction = true;  // false: the raw moments (FusedAdam's bias_correction=False)
 };
 
 template <typename T>
 void AdamUpdate(T *param, const T *grad, T *exp_avg, T *exp_avg_sq, int64_t n, const AdamHyper &h) {
   const T b1 = T(h.beta1), b2 = T(h.beta2);
-  const T bias1 = T(1 - std::pow(h.beta1, double(h.step)));
-  const T bias2_sqrt = T(std::sqrt(1 - std::pow(h.beta2, double(h.step))));
+  const T bias1 = h.bias_correction ? T(1 - std::pow(h.beta1, double(h.step))) : T(1);
+  const T bias2_sqrt =
+      h.bias_correction ? T(std::sqrt(1 - std::pow(h.beta2, double(h.step)))) : T(1);
   const T step_size = T(h.lr) / bias1;
   const T decay = h.decoupled ? T(1 - h.lr * h.weight_decay) : T(1);
   const T l2 = h.decoupled ? T(0) : T(h.weight_decay);
