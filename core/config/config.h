@@ -180,6 +180,10 @@ struct RuntimeConfig {
   // Where this rank trains: "cpu", or "cuda" (the GPU LOCAL_RANK names,
   // through the CUDA plugin; the layouts it runs: CheckDeviceSupported).
   std::string device = "cpu";
+  // dstrain.unknown_keys "warn": the top-level keys no table knows, each
+  // named in a warning instead of an error (a pasted config's stray keys).
+  bool warn_unknown_keys = false;
+  std::vector<std::string> ignored_keys;
 };
 
 // gradient_compression: the data-parallel gradient reduction of ZeRO 0 and 1

@@ -357,6 +357,8 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kDstrain, "num_threads", "an integer >= 0",
      "compute threads; 0 = DSTRAIN_NUM_THREADS, else OMP_NUM_THREADS, else all cores"},
     {kDstrain, "seed", "an integer in [0, 2^64)", "seed of data order and runtime randomness"},
+    {kDstrain, "unknown_keys", "\"error\" or \"warn\"",
+     "unknown top-level keys: an error (default) or a warning naming each"},
     {kDstrain, "device", "\"cpu\" or \"cuda\"",
      "where the rank trains (\"cpu\"); cuda: the GPU LOCAL_RANK names (ZeRO 0-3, dp/tp/pp, "
      "offload_optimizer)"},

@@ -1,6 +1,8 @@
 // ds_config phase 1: reading the JSON into typed sections (see config_phases.h).
 #include "core/config/config_phases.h"
 
+#include "core/common/log.h"
+
 #include <strings.h>
 #include <algorithm>
 #include <array>
@@ -1000,9 +1002,29 @@ Status ReadDstrain(const ObjectReader &root, Config *config) {
 
 }  // namespace
 
+// Stray top-level keys: an error, or with dstrain.unknown_keys "warn" a
+// warning naming each (the rest of the config is still checked strictly).
+Status CheckTopLevelKeys(const ObjectReader &root, RuntimeConfig *runtime) {
+  const Json *dstrain = root.Find("dstrain");
+  const Json *mode = dstrain && dstrain->is_object() && dstrain->contains("unknown_keys")
+                         ? &dstrain->at("unknown_keys")
+                         : nullptr;
+  if (mode && !(mode->is_string() && (*mode == "warn" || *mode == "error")))
+    return ConfigError(config_internal::ChildPath(root.PathOf("dstrain"), "unknown_keys") +
+                       ": expected \"error\" (default) or \"warn\", found " + mode->dump());
+  runtime->warn_unknown_keys = mode && *mode == "warn";
+  if (!runtime->warn_unknown_keys) return root.CheckKeys();
+  for (const std::string &key : root.UnknownKeys()) {
+    runtime->ignored_keys.push_back(key);
+    DST_LOG(kWarning, "config",
+            "unknown top-level key \"" + key + "\" ignored (dstrain.unknown_keys is \"warn\")");
+  }
+  return Status::Ok();
+}
+
 Status ReadAll(const ObjectReader &root, const ConfigContext &context, Parsed *parsed) {
   Config &config = parsed->config;
-  DST_RETURN_IF_ERROR(root.CheckKeys());
+  DST_RETURN_IF_ERROR(CheckTopLevelKeys(root, &config.runtime));
   DST_RETURN_IF_ERROR(ReadBatchKeys(root, &parsed->batch));
   DST_RETURN_IF_ERROR(ReadOptimizer(root, parsed));
   DST_RETURN_IF_ERROR(ReadScheduler(root, context, parsed));  // after: "auto" lr = optimizer lr

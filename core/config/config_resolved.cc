@@ -131,6 +131,11 @@ std::string RecomputeNote(const Config &config) {
 Json Notes(const Config &config) {
   Json notes = Json::array();
   notes.push_back("activation recomputation: " + RecomputeNote(config));
+  if (!config.runtime.ignored_keys.empty()) {
+    std::string keys;
+    for (const std::string &k : config.runtime.ignored_keys) keys += (keys.empty() ? "" : ", ") + k;
+    notes.push_back("unknown top-level keys ignored (dstrain.unknown_keys \"warn\"): " + keys);
+  }
   const ActivationCheckpointingConfig &c = config.activation_checkpointing;
   if (c.partition_activations && config.tp_size == 1)
     notes.push_back(

@@ -315,6 +315,13 @@ Range Between(double min, double max) {
 // ---------------------------------------------------------------------------
 // ObjectReader
 
+std::vector<std::string> ObjectReader::UnknownKeys() const {
+  std::vector<std::string> keys;
+  for (auto it = object_.begin(); it != object_.end(); ++it)
+    if (FindConfigKey(section_, it.key()) == nullptr) keys.push_back(it.key());
+  return keys;
+}
+
 Status ObjectReader::CheckKeys() const {
   for (auto it = object_.begin(); it != object_.end(); ++it) {
     if (FindConfigKey(section_, it.key()) == nullptr) {

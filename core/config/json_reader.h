@@ -81,6 +81,8 @@ class ObjectReader {
 
   // Every key must be in the table; otherwise an error suggesting the nearest.
   Status CheckKeys() const;
+  // The keys the table does not know, in the object's order.
+  std::vector<std::string> UnknownKeys() const;
 
   const Json *Find(std::string_view key) const;
   bool Has(std::string_view key) const { return Find(key) != nullptr; }

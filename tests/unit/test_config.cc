@@ -1095,3 +1095,31 @@ TEST(ConfigErrors, AHugeUnknownKeyIsReportedQuickly) {
 
 }  // namespace
 }  // namespace dst
+
+namespace dst {
+namespace {
+
+// A pasted config's stray top-level keys: an error by default (naming the
+// nearest key), ignored with a warning naming each under unknown_keys "warn";
+// keys inside sections stay strict.
+TEST(ConfigUnknownKeys, WarnLetsStrayTopLevelKeysThrough) {
+  const char *stray = R"({"train_batch_size": 1, "my_experiment_tag": "x", "zero_allow_untested_optimizer": true,
+                          "dstrain": {"unknown_keys": "warn"}})";
+  Result<Config> ok = Parse(stray);
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->runtime.ignored_keys,
+            (std::vector<std::string>{"my_experiment_tag"}));  // a known key is not ignored
+  Result<Config> strict = Parse(R"({"train_batch_size": 1, "my_experiment_tag": "x"})");
+  ASSERT_FALSE(strict.ok());
+  EXPECT_NE(strict.status().message().find("my_experiment_tag"), std::string::npos);
+  Result<Config> inner = Parse(R"({"train_batch_size": 1, "optimizer": {"type": "AdamW", "params": {"lrr": 1}},
+          "dstrain": {"unknown_keys": "warn"}})");
+  ASSERT_FALSE(inner.ok());
+  EXPECT_NE(inner.status().message().find("lrr"), std::string::npos);
+  Result<Config> bad = Parse(R"({"train_batch_size": 1, "dstrain": {"unknown_keys": "ignore"}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("dstrain.unknown_keys"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dst
