@@ -253,6 +253,13 @@ struct Config {
   FlopsProfilerConfig flops_profiler;
   TraceConfig trace;
   double gradient_clipping = 0.0;  // 0 = off
+  // DeepSpeed's gradient averaging around the data-parallel reduction:
+  // prescale_gradients divides each rank's gradients by the dp size before
+  // the reduction; otherwise they are divided by gradient_predivide_factor
+  // before it and multiplied by factor / dp size after it (factor 1: the
+  // plain mean after the sum).
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   ActivationCheckpointingConfig activation_checkpointing;

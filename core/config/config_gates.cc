@@ -90,16 +90,6 @@ Status CheckSchedulerSupported(const ExtraSettings &extra) {
 }
 
 Status CheckGradientAveragingSupported(const ExtraSettings &extra) {
-  if (extra.prescale_gradients) {
-    return NotSupported(
-        "prescale_gradients: true is not supported yet; dstrain averages gradients after the "
-        "all-reduce");
-  }
-  if (extra.gradient_predivide_factor != 1.0) {
-    return NotSupported(
-        "gradient_predivide_factor: " + Shorten(Json(extra.gradient_predivide_factor)) +
-        " is not supported yet; only 1.0 is");
-  }
   if (extra.sparse_gradients) {
     return NotSupported("sparse_gradients: true is not supported; gradients are dense");
   }

@@ -37,8 +37,6 @@ struct ExtraSettings {
   std::string unsupported_optimizer;  // canonical name, e.g. "Lamb"
   std::string unsupported_scheduler;  // canonical name, e.g. "OneCycle"
   bool amsgrad = false;
-  bool prescale_gradients = false;
-  double gradient_predivide_factor = 1.0;
   bool sparse_gradients = false;
   bool memory_breakdown = false;
   std::string enabled_monitor;  // first monitor section with "enabled": true

@@ -713,9 +713,9 @@ Status ReadTopLevelScalars(const ObjectReader &root, Parsed *parsed) {
       ReadCommunicationDataType(root, config.precision(), &config.communication_data_type));
   DST_RETURN_IF_ERROR(root.ReadInt("steps_per_print", &config.steps_per_print, 1, kInt64Max));
   DST_RETURN_IF_ERROR(root.ReadBool("wall_clock_breakdown", &config.wall_clock_breakdown));
-  DST_RETURN_IF_ERROR(root.ReadBool("prescale_gradients", &extra.prescale_gradients));
-  DST_RETURN_IF_ERROR(root.ReadNumber("gradient_predivide_factor", &extra.gradient_predivide_factor,
-                                      GreaterThan(0)));
+  DST_RETURN_IF_ERROR(root.ReadBool("prescale_gradients", &config.prescale_gradients));
+  DST_RETURN_IF_ERROR(root.ReadNumber("gradient_predivide_factor",
+                                      &config.gradient_predivide_factor, GreaterThan(0)));
   DST_RETURN_IF_ERROR(root.ReadBool("sparse_gradients", &extra.sparse_gradients));
   DST_RETURN_IF_ERROR(root.ReadBool("memory_breakdown", &extra.memory_breakdown));
   bool no_effect = false;

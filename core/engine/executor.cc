@@ -157,7 +157,8 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &h
     training |= ins.op == Op::kBackward || ins.op == Op::kBackwardInput;
   }
   // fp16: the loss is scaled up before backward (scale() is 1 otherwise).
-  const float grad_scale = float(scaler_->scale()) / float(micro_batches);
+  // prescale_gradients / gradient_predivide_factor: divided before the reduction.
+  const float grad_scale = float(scaler_->scale() * dp_->GradPreScale()) / float(micro_batches);
   dp_->SetLossScale(scaler_->scale());
   const int64_t step = progress_->steps;
   const bool inject_overflow = std::find(inject_overflow_at_.begin(), inject_overflow_at_.end(),

@@ -42,6 +42,8 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
       placement_(placement),
       ops_(placement),
       chunk_elements_(kChunk) {
+  pre_scale_ =
+      config.prescale_gradients ? 1.0 / double(dp->size()) : 1.0 / config.gradient_predivide_factor;
   if (stage_ < 3) param_swap_.path.clear();
   // 16-bit training reduces in fp32 or its own type (the config gate says so).
   if (Wide() && wire_ != StorageType::kFp32 && wire_ != storage_) wire_ = storage_;
@@ -323,8 +325,10 @@ Status DataParallel::FinishReduction() {
   else
     DST_RETURN_IF_ERROR(buckets_->Finish());
   if (fp32_) DST_RETURN_IF_ERROR(fp32_->ReduceGrads(*dp_));
-  if (Wide() || dp_->size() == 1) return Status::Ok();  // 16 bits: averaged in the step
-  const float k = 1.0f / float(dp_->size());
+  if (Wide()) return Status::Ok();  // 16 bits: averaged in the step
+  if (pre_scale_ == 1.0 && dp_->size() == 1) return Status::Ok();
+  const float k = pre_scale_ == 1.0 ? 1.0f / float(dp_->size())
+                                    : float(1.0 / (double(dp_->size()) * pre_scale_));
   step().ScaleRange(k, state_range_.size, static_cast<float *>(StateGrads()));
   if (grads_on_host_) host_scalings_.push_back(k);
   return step().TakeError();

@@ -115,6 +115,7 @@ class DataParallel final : public DataParallelism {
     if (grads_) grads_->SetFinalPass(last_of_chunk);
   }
   void SetLossScale(double scale) override { loss_scale_ = scale; }
+  double GradPreScale() const override { return pre_scale_; }
   Status BeforeForward(size_t layer) override;
   Status BeforeBackward(size_t layer) override;
   Status AfterBackward(size_t layer) override;
@@ -181,7 +182,9 @@ class DataParallel final : public DataParallelism {
   float *StateParams();
   // From the stored gradient sum to the average the step uses: 1 under fp32
   // (averaged in place by FinishReduction), 1 / (loss scale x dp) under 16 bits.
-  double GradFactor() const { return Wide() ? 1.0 / (loss_scale_ * double(dp_->size())) : 1.0; }
+  double GradFactor() const {
+    return Wide() ? 1.0 / (loss_scale_ * double(dp_->size()) * pre_scale_) : 1.0;
+  }
   // 16 bits: the parameters of state element `begin`.
   uint16_t *HalfParams(int64_t begin);
   // The parameter shard's element of state element `begin` (16 bits).
@@ -283,6 +286,7 @@ class DataParallel final : public DataParallelism {
   Buffer<float> chunk_;        // [kChunk] 16 bits: gradients widened for the update
   bool grads_gathered_ = false;
   double loss_scale_ = 1, clip_coef_ = 1;  // 16 bits: applied in the step
+  double pre_scale_ = 1;                   // GradPreScale
 };
 
 }  // namespace dst

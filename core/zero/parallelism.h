@@ -50,6 +50,10 @@ class DataParallelism : public LayerHooks {
   // The loss was multiplied by `scale` before backward (fp16 loss scaling):
   // gradients are divided by it before they are used. 1 unless fp16.
   virtual void SetLossScale(double scale) { (void)scale; }
+  // What the backward multiplies each rank's gradients by before they are
+  // reduced (prescale_gradients: 1 / dp size; else 1 / gradient_predivide_factor);
+  // the reduction's result is then multiplied by 1 / (dp size x this).
+  virtual double GradPreScale() const { return 1.0; }
 
   // Launches what is left of the reduction and waits for it.
   virtual Status FinishReduction() = 0;

@@ -937,10 +937,13 @@ TEST(ConfigErrors, ActivationCheckpointingOptions) {
 TEST(ConfigErrors, PastedDeepSpeedExtrasThatAreNotBuilt) {
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "tensorboard": {"enabled": true}})"),
                         Code::kNotSupported, {"tensorboard.enabled", "use dstrain.monitor"}));
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "prescale_gradients": true})"),
-                        Code::kNotSupported, {"prescale_gradients: true is not supported"}));
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "gradient_predivide_factor": 2})"),
-                        Code::kNotSupported, {"gradient_predivide_factor: 2.0"}));
+  Result<Config> pre = Parse(R"({"train_batch_size": 1, "prescale_gradients": true,
+                                  "gradient_predivide_factor": 2})");
+  ASSERT_TRUE(pre.ok()) << pre.status().message();
+  EXPECT_TRUE(pre->prescale_gradients);
+  EXPECT_EQ(pre->gradient_predivide_factor, 2.0);
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "gradient_predivide_factor": 0})"),
+                        Code::kConfig, {"gradient_predivide_factor"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "amp": {"enabled": true}})"),
                         Code::kNotSupported, {"amp.enabled"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "elasticity": {"enabled": true}})"),
@@ -1103,7 +1106,8 @@ namespace {
 // nearest key), ignored with a warning naming each under unknown_keys "warn";
 // keys inside sections stay strict.
 TEST(ConfigUnknownKeys, WarnLetsStrayTopLevelKeysThrough) {
-  const char *stray = R"({"train_batch_size": 1, "my_experiment_tag": "x", "zero_allow_untested_optimizer": true,
+  const char *stray =
+      R"({"train_batch_size": 1, "my_experiment_tag": "x", "zero_allow_untested_optimizer": true,
                           "dstrain": {"unknown_keys": "warn"}})";
   Result<Config> ok = Parse(stray);
   ASSERT_TRUE(ok.ok()) << ok.status().message();
@@ -1112,7 +1116,8 @@ TEST(ConfigUnknownKeys, WarnLetsStrayTopLevelKeysThrough) {
   Result<Config> strict = Parse(R"({"train_batch_size": 1, "my_experiment_tag": "x"})");
   ASSERT_FALSE(strict.ok());
   EXPECT_NE(strict.status().message().find("my_experiment_tag"), std::string::npos);
-  Result<Config> inner = Parse(R"({"train_batch_size": 1, "optimizer": {"type": "AdamW", "params": {"lrr": 1}},
+  Result<Config> inner =
+      Parse(R"({"train_batch_size": 1, "optimizer": {"type": "AdamW", "params": {"lrr": 1}},
           "dstrain": {"unknown_keys": "warn"}})");
   ASSERT_FALSE(inner.ok());
   EXPECT_NE(inner.status().message().find("lrr"), std::string::npos);
