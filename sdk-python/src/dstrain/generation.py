@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
@@ -12,7 +11,7 @@ from numpy.typing import NDArray
 
 from ._lib import check, encode, ffi, lib, pointer, string
 from .engine import JsonSource, _json_or_path
-from .errors import StateError
+from ._owned import Owned
 
 __all__ = ["Generator", "Generated"]
 
@@ -26,7 +25,7 @@ class Generated(list):  # type: ignore[type-arg]
     stop_reason: str = "length"
 
 
-class Generator:
+class Generator(Owned):
     """A trained language model opened for inference (``dst_generator_create``).
 
     Exactly one source of weights:
@@ -54,8 +53,7 @@ class Generator:
         threads: int = 0,
         precision: str = "fp32",
     ) -> None:
-        self._lock = threading.Lock()
-        self._handle: Any = None
+        super().__init__()
         options: Any = ffi.new("dst_generator_options_t *")
         lib.dst_generator_options_default(options)
         keep: List[Any] = []
@@ -90,26 +88,6 @@ class Generator:
         text = ffi.new("const char **")
         check(lib.dst_generator_info_json(self._handle, text))
         self._info: Dict[str, Any] = json.loads(string(text[0]))
-
-    # ------------------------------------------------------------ lifetime
-
-    def close(self) -> None:
-        """Frees the generator (idempotent). Later calls raise :class:`StateError`."""
-        with self._lock:
-            handle, self._handle = self._handle, None
-            if handle is not None:
-                ffi.release(handle)
-
-    def __enter__(self) -> "Generator":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def _live(self) -> Any:
-        if self._handle is None:
-            raise StateError("dstrain: this Generator is closed")
-        return self._handle
 
     # ---------------------------------------------------------------- info
 

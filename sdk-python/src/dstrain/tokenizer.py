@@ -10,43 +10,27 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._lib import check, encode, ffi, lib, pointer, string
-from .errors import StateError
+from ._owned import Owned
 
 __all__ = ["Tokenizer"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class Tokenizer:
+class Tokenizer(Owned):
     """A tokenizer file (``dst_tokenizer_open``): a SentencePiece
     ``tokenizer.model``, a Hugging Face ``tokenizer.json`` (byte-level BPE),
     GPT-2's ``vocab.json`` (beside ``merges.txt``), or a directory holding one.
     Safe to use from several threads at once."""
 
     def __init__(self, path: PathLike) -> None:
-        self._handle: Any = None
+        super().__init__()
         out = ffi.new("dst_tokenizer_t **")
         check(lib.dst_tokenizer_open(out, encode(os.fspath(path))))
         self._handle = ffi.gc(out[0], lib.dst_tokenizer_destroy)
         text = ffi.new("const char **")
         check(lib.dst_tokenizer_info_json(self._handle, text))
         self._info: Dict[str, Any] = json.loads(string(text[0]))
-
-    def close(self) -> None:
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            ffi.release(handle)
-
-    def __enter__(self) -> "Tokenizer":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def _live(self) -> Any:
-        if self._handle is None:
-            raise StateError("dstrain: this Tokenizer is closed")
-        return self._handle
 
     @property
     def info(self) -> Dict[str, Any]:
