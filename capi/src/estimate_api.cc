@@ -13,6 +13,7 @@
 #include "core/pipeline/stage_plan.h"
 #include "core/runtime/threads.h"
 #include "core/zero/memory_estimate.h"
+#include "core/zero/onebit_allreduce.h"
 #include "core/zero/param_types.h"
 #include "core/zero/partition_plan.h"
 #include "core/zero/shard_layout.h"
@@ -185,6 +186,13 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
     const bool compressed = config.value().gradient_compression.enabled;
     if (compressed && stage <= 1 && dp > 1)
       b.optimizer_state += 4 * dst::ShardLayout(psi, dp).padded;
+    // OneBitAdam (stage 0 only): each tensor's worker and server error feedback.
+    const bool onebit = config.value().optimizer.type == dst::OptimizerType::kOneBitAdam;
+    if (onebit && dp > 1) {
+      std::vector<int64_t> numels;
+      for (const dst::ParamDecl &d : decls) numels.push_back(d.numel);
+      b.optimizer_state += dst::OneBitAllReduce::MemoryOf(numels, dp).residual_bytes;
+    }
     stages.push_back({{"stage", stage},
                       {"parameters_bytes", b.parameters},
                       {"gradients_bytes", b.gradients},
@@ -192,7 +200,7 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
                       {"total_bytes", b.total()},
                       {"persistent_parameters", stage_persistent},
                       {"fp32_parameters", fp32_elements},
-                      {"supported", !compressed || stage <= 1}});
+                      {"supported", (!compressed || stage <= 1) && (!onebit || stage == 0)}});
   }
   nlohmann::ordered_json out = {
       {"num_parameters", dst::CountParameters(spec.value())},

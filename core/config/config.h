@@ -13,7 +13,7 @@
 
 namespace dst {
 
-enum class OptimizerType { kAdamW, kAdam, kSGD };
+enum class OptimizerType { kAdamW, kAdam, kSGD, kLamb, kOneBitAdam };
 enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
 enum class WarmupType { kLog, kLinear };
 enum class DType { kFloat32, kFloat16, kBFloat16 };
@@ -33,6 +33,14 @@ struct OptimizerConfig {
   // Adam / AdamW: divide the moments by (1 - beta^t) (DeepSpeed's default);
   // false: FusedAdam's bias_correction=False, the raw moments.
   bool bias_correction = true;
+  // Lamb (DeepSpeed's FusedLamb): the trust ratio's clamp, and where eps goes
+  // (sqrt(v + eps) instead of sqrt(v) + eps).
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
+  bool eps_inside_sqrt = false;
+  // OneBitAdam: steps of plain Adam (gradients all-reduced) before the
+  // momentum is exchanged compressed and the variance frozen.
+  int64_t freeze_step = 100000;
 };
 
 // DeepSpeed's lr_schedules.py parameter names.

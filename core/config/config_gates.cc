@@ -65,14 +65,15 @@ Status CheckPipelineSupported(const Config &config) {
 Status CheckOptimizerSupported(const ExtraSettings &extra) {
   if (!extra.unsupported_optimizer.empty()) {
     const std::string &name = extra.unsupported_optimizer;
-    if (name == "OneBitAdam" || name == "ZeroOneAdam" || name == "OneBitLamb")
+    if (name == "ZeroOneAdam" || name == "OneBitLamb")
       return NotSupported(
           "optimizer.type: \"" + name +
-          "\" (DeepSpeed's momentum-compressing optimizer) is not supported yet; for compressed "
-          "gradient communication use Adam or AdamW with the gradient_compression section "
-          "(\"1bit\", \"2bit\" or \"topk\" with error feedback, ZeRO 0/1)");
+          "\" (DeepSpeed's momentum-compressing optimizer) is not supported yet; \"OneBitAdam\" "
+          "is (its freeze_step warm-up, then the momentum exchanged in 1 bit with error "
+          "feedback), or Adam / AdamW with the gradient_compression section");
     return NotSupported("optimizer.type: \"" + name +
-                        "\" is not supported yet; dstrain implements Adam, AdamW and SGD");
+                        "\" is not supported yet; dstrain implements Adam, AdamW, SGD, Lamb and "
+                        "OneBitAdam");
   }
   if (extra.amsgrad) {
     return NotSupported(
@@ -174,6 +175,47 @@ Status CheckDeviceSupported(const Config &config) {
   return Status::Ok();
 }
 
+// Lamb's trust ratio needs each tensor's norms before any weight moves: two
+// passes over the optimizer state, which the NVMe tier streams once a step;
+// and its kernels run on the host.
+Status CheckLambSupported(const Config &config) {
+  if (config.optimizer.type != OptimizerType::kLamb) return Status::Ok();
+  if (config.zero.offload_optimizer_device == "nvme" || config.zero.offload_param_device == "nvme")
+    return NotSupported(
+        "optimizer \"Lamb\" with NVMe offload is not supported yet: its trust ratio needs two "
+        "passes over the optimizer state, which the NVMe tier streams once a step. Use "
+        "\"offload_optimizer\": {\"device\": \"cpu\"} (and offload_param cpu or none), or Adam / "
+        "AdamW with NVMe");
+  if (config.runtime.device == "cuda" && config.zero.offload_optimizer_device != "cpu")
+    return NotSupported(
+        "optimizer \"Lamb\" on dstrain.device \"cuda\" is not supported yet: its kernels run on "
+        "the host. Add \"offload_optimizer\": {\"device\": \"cpu\"} (ZeRO-Offload: the state and "
+        "the update on the host), or use Adam / AdamW on the device");
+  return Status::Ok();
+}
+
+// 1-bit Adam exchanges each rank's whole momentum: DeepSpeed refuses it with
+// ZeRO too. Its exchange runs on the host.
+Status CheckOneBitAdamSupported(const Config &config) {
+  if (config.optimizer.type != OptimizerType::kOneBitAdam) return Status::Ok();
+  if (config.zero.stage > 0)
+    return NotSupported("optimizer \"OneBitAdam\" with zero_optimization.stage " +
+                        std::to_string(config.zero.stage) +
+                        ": 1-bit Adam exchanges every rank's whole momentum, which ZeRO shards "
+                        "(DeepSpeed refuses the pair too). Use stage 0, or Adam / AdamW with "
+                        "ZeRO and gradient_compression at stage 1");
+  if (config.gradient_compression.enabled)
+    return ConfigError(
+        "optimizer \"OneBitAdam\" and gradient_compression both compress the data-parallel "
+        "exchange: after freeze_step 1-bit Adam sends the momentum in 1 bit and no gradient. "
+        "Remove gradient_compression (or use Adam / AdamW with it)");
+  if (config.runtime.device == "cuda")
+    return NotSupported(
+        "optimizer \"OneBitAdam\" on dstrain.device \"cuda\" is not supported yet: its "
+        "compressed momentum exchange runs on the host. Use Adam / AdamW on the device");
+  return Status::Ok();
+}
+
 Status CheckSupported(const Config &config, const ExtraSettings &extra) {
   // Offload before stage: offload implies a stage > 0, and naming the offload
   // is the more specific message.
@@ -183,6 +225,8 @@ Status CheckSupported(const Config &config, const ExtraSettings &extra) {
   DST_RETURN_IF_ERROR(CheckPipelineSupported(config));
   DST_RETURN_IF_ERROR(CheckGradientCompressionSupported(config));
   DST_RETURN_IF_ERROR(CheckOptimizerSupported(extra));
+  DST_RETURN_IF_ERROR(CheckLambSupported(config));
+  DST_RETURN_IF_ERROR(CheckOneBitAdamSupported(config));
   DST_RETURN_IF_ERROR(CheckSchedulerSupported(extra));
   DST_RETURN_IF_ERROR(CheckGradientAveragingSupported(extra));
   DST_RETURN_IF_ERROR(CheckGradAccumTypeSupported(extra));

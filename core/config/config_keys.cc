@@ -27,6 +27,8 @@ constexpr std::string_view kOptimizer = "optimizer";
 constexpr std::string_view kAdam = "optimizer.params:Adam";
 constexpr std::string_view kAdamW = "optimizer.params:AdamW";
 constexpr std::string_view kSgd = "optimizer.params:SGD";
+constexpr std::string_view kLamb = "optimizer.params:Lamb";
+constexpr std::string_view kOneBitAdam = "optimizer.params:OneBitAdam";
 constexpr std::string_view kScheduler = "scheduler";
 constexpr std::string_view kWarmupLR = "scheduler.params:WarmupLR";
 constexpr std::string_view kWarmupDecayLR = "scheduler.params:WarmupDecayLR";
@@ -214,7 +216,7 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
      "layer types whose parameters, gradients and activations stay fp32"},
 
     // ---- optimizer ----
-    {kOptimizer, "type", "one of Adam, AdamW, SGD (any case)", "the optimizer"},
+    {kOptimizer, "type", "one of Adam, AdamW, SGD, Lamb, OneBitAdam (any case)", "the optimizer"},
     {kOptimizer, "params", kObject, "the optimizer's parameters"},
     {kAdam, "lr", kLr, "learning rate"},
     {kAdam, "betas", kBetas, "moment decay rates"},
@@ -235,6 +237,29 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kAdamW, "bias_correction", kBool,
      "true: moments divided by (1 - beta^t); false: raw (FusedAdam's)"},
     {kAdamW, "amsgrad", kBool, "true is refused, as DeepSpeed's FusedAdam and CPU-Adam refuse it"},
+    {kLamb, "lr", kLr, "learning rate"},
+    {kLamb, "betas", kBetas, "moment decay rates"},
+    {kLamb, "eps", kEps, "denominator epsilon"},
+    {kLamb, "weight_decay", kWeightDecay, "added to the update, inside the trust ratio"},
+    {kLamb, "bias_correction", kBool, "true: step size lr sqrt(1 - beta2^t) / (1 - beta1^t)"},
+    {kLamb, "eps_inside_sqrt", kBool, "true: sqrt(v + eps); false: sqrt(v) + eps"},
+    {kLamb, "max_coeff", "a number > 0", "upper clamp of the trust ratio (10.0)"},
+    {kLamb, "min_coeff", "a number >= 0", "lower clamp of the trust ratio (0.01)"},
+    {kLamb, "max_grad_norm", "0 (use gradient_clipping)", "refused when > 0"},
+    {kLamb, "amsgrad", kBool, "true is refused, as DeepSpeed's FusedLamb refuses it"},
+    {kOneBitAdam, "lr", kLr, "learning rate"},
+    {kOneBitAdam, "betas", kBetas, "moment decay rates"},
+    {kOneBitAdam, "eps", kEps, "denominator epsilon (outside the root)"},
+    {kOneBitAdam, "weight_decay", kWeightDecay, "decoupled weight decay"},
+    {kOneBitAdam, "freeze_step", "an integer >= 0",
+     "plain Adam steps before the compressed momentum exchange (100000)"},
+    {kOneBitAdam, "bias_correction", kBool, "no effect: DeepSpeed's OnebitAdam has none either"},
+    {kOneBitAdam, "eps_inside_sqrt", kBool, "no effect: DeepSpeed's OnebitAdam ignores it too"},
+    {kOneBitAdam, "cuda_aware", kBool, "no effect: the data-parallel group carries the exchange"},
+    {kOneBitAdam, "comm_backend_name", "a string",
+     "no effect: the data-parallel group carries the exchange"},
+    {kOneBitAdam, "max_grad_norm", "0 (use gradient_clipping)", "refused when > 0"},
+    {kOneBitAdam, "amsgrad", kBool, "true is refused, as DeepSpeed's OnebitAdam refuses it"},
     {kSgd, "lr", kLr, "learning rate"},
     {kSgd, "momentum", "a number >= 0", "momentum factor (0)"},
     {kSgd, "dampening", "a number >= 0", "momentum dampening (0)"},

@@ -145,6 +145,71 @@ Status ReadAdamParams(const ObjectReader &params, bool is_adamw, OptimizerConfig
   return params.ReadBool("amsgrad", &extra->amsgrad);
 }
 
+// DeepSpeed's FusedLamb parameters. Its max_grad_norm clips inside the
+// optimizer where the engine's gradient_clipping already does.
+Status ReadLambParams(const ObjectReader &params, OptimizerConfig *optimizer,
+                      ExtraSettings *extra) {
+  DST_RETURN_IF_ERROR(params.ReadNumber("lr", &optimizer->lr, AtLeast(0), kDefaultOptimizer.lr));
+  DST_RETURN_IF_ERROR(ReadBetas(params, &optimizer->betas));
+  DST_RETURN_IF_ERROR(
+      params.ReadNumber("eps", &optimizer->eps, GreaterThan(0), kDefaultOptimizer.eps));
+  DST_RETURN_IF_ERROR(params.ReadNumber("weight_decay", &optimizer->weight_decay, AtLeast(0),
+                                        kDefaultOptimizer.weight_decay));
+  DST_RETURN_IF_ERROR(params.ReadBool("bias_correction", &optimizer->bias_correction));
+  DST_RETURN_IF_ERROR(params.ReadBool("eps_inside_sqrt", &optimizer->eps_inside_sqrt));
+  DST_RETURN_IF_ERROR(params.ReadNumber("max_coeff", &optimizer->max_coeff, GreaterThan(0),
+                                        kDefaultOptimizer.max_coeff));
+  DST_RETURN_IF_ERROR(params.ReadNumber("min_coeff", &optimizer->min_coeff, AtLeast(0),
+                                        kDefaultOptimizer.min_coeff));
+  if (optimizer->min_coeff > optimizer->max_coeff) {
+    return ConfigError(params.PathOf("min_coeff") + " is " + Shorten(Json(optimizer->min_coeff)) +
+                       ", above max_coeff " + Shorten(Json(optimizer->max_coeff)) +
+                       ": the trust ratio is clamped to [min_coeff, max_coeff]");
+  }
+  double max_grad_norm = 0;
+  DST_RETURN_IF_ERROR(params.ReadNumber("max_grad_norm", &max_grad_norm, AtLeast(0)));
+  if (max_grad_norm > 0) {
+    return NotSupported(params.PathOf("max_grad_norm") + " " + Shorten(Json(max_grad_norm)) +
+                        ": clipping inside Lamb is not supported; set the top-level "
+                        "\"gradient_clipping\": " +
+                        Shorten(Json(max_grad_norm)) +
+                        " (the same global-norm clip, before the optimizer) and remove it here");
+  }
+  return params.ReadBool("amsgrad", &extra->amsgrad);
+}
+
+// DeepSpeed's OnebitAdam parameters. Its update has no bias correction and
+// eps outside the root whatever bias_correction and eps_inside_sqrt say
+// (DeepSpeed reads and ignores both); the transport keys name DeepSpeed's
+// backends, and dstrain's dp group carries the exchange whatever they say.
+Status ReadOneBitAdamParams(const ObjectReader &params, OptimizerConfig *optimizer,
+                            ExtraSettings *extra) {
+  DST_RETURN_IF_ERROR(params.ReadNumber("lr", &optimizer->lr, AtLeast(0), kDefaultOptimizer.lr));
+  DST_RETURN_IF_ERROR(ReadBetas(params, &optimizer->betas));
+  DST_RETURN_IF_ERROR(
+      params.ReadNumber("eps", &optimizer->eps, GreaterThan(0), kDefaultOptimizer.eps));
+  DST_RETURN_IF_ERROR(params.ReadNumber("weight_decay", &optimizer->weight_decay, AtLeast(0),
+                                        kDefaultOptimizer.weight_decay));
+  DST_RETURN_IF_ERROR(params.ReadInt("freeze_step", &optimizer->freeze_step, 0,
+                                     std::numeric_limits<int64_t>::max()));
+  bool ignored = false;
+  DST_RETURN_IF_ERROR(params.ReadBool("bias_correction", &ignored));
+  DST_RETURN_IF_ERROR(params.ReadBool("eps_inside_sqrt", &ignored));
+  DST_RETURN_IF_ERROR(params.ReadBool("cuda_aware", &ignored));
+  std::string backend;
+  DST_RETURN_IF_ERROR(params.ReadString("comm_backend_name", &backend));
+  optimizer->bias_correction = false;
+  double max_grad_norm = 0;
+  DST_RETURN_IF_ERROR(params.ReadNumber("max_grad_norm", &max_grad_norm, AtLeast(0)));
+  if (max_grad_norm > 0) {
+    return NotSupported(params.PathOf("max_grad_norm") + " " + Shorten(Json(max_grad_norm)) +
+                        ": clipping inside OneBitAdam is not supported; set the top-level "
+                        "\"gradient_clipping\": " +
+                        Shorten(Json(max_grad_norm)) + " and remove it here");
+  }
+  return params.ReadBool("amsgrad", &extra->amsgrad);
+}
+
 Status ReadSgdParams(const ObjectReader &params, OptimizerConfig *optimizer) {
   DST_RETURN_IF_ERROR(params.ReadNumber("lr", &optimizer->lr, AtLeast(0), kDefaultOptimizer.lr));
   DST_RETURN_IF_ERROR(params.ReadNumber("momentum", &optimizer->momentum, AtLeast(0)));
@@ -198,11 +263,12 @@ Status ReadOptimizer(const ObjectReader &root, Parsed *parsed) {
   if (!root.Has("optimizer")) return Status::Ok();  // AdamW with config.h's defaults
   return ReadSection(root, "optimizer", kOptimizer, [&](const ObjectReader &section) -> Status {
     // DeepSpeed's own optimizers and the torch.optim ones it falls back to.
-    static const std::vector<std::string_view> kSupported = {"Adam", "AdamW", "SGD"};
+    static const std::vector<std::string_view> kSupported = {"Adam", "AdamW", "SGD", "Lamb",
+                                                             "OneBitAdam"};
     static const std::vector<std::string_view> kRecognised = {
-        "Lamb",    "OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Adagrad",   "Lion",   "MuAdam",
-        "MuAdamW", "MuSGD",      "Muon",        "RMSprop",    "Adadelta",  "Adamax", "NAdam",
-        "RAdam",   "ASGD",       "LBFGS",       "Rprop",      "SparseAdam"};
+        "ZeroOneAdam", "OneBitLamb", "Adagrad", "Lion",     "MuAdam",    "MuAdamW",
+        "MuSGD",       "Muon",       "RMSprop", "Adadelta", "Adamax",    "NAdam",
+        "RAdam",       "ASGD",       "LBFGS",   "Rprop",    "SparseAdam"};
     Result<NamedType> type = ReadTypeName(section, kSupported, kRecognised);
     if (!type.ok()) return type.status();
     if (!type->unsupported_name.empty()) {
@@ -216,6 +282,20 @@ Status ReadOptimizer(const ObjectReader &root, Parsed *parsed) {
       return ReadSection(
           section, "params", "optimizer.params:SGD",
           [&](const ObjectReader &params) { return ReadSgdParams(params, &optimizer); });
+    }
+    if (type->name == "OneBitAdam") {
+      optimizer.type = OptimizerType::kOneBitAdam;
+      return ReadSection(section, "params", "optimizer.params:OneBitAdam",
+                         [&](const ObjectReader &params) {
+                           return ReadOneBitAdamParams(params, &optimizer, &parsed->extra);
+                         });
+    }
+    if (type->name == "Lamb") {
+      optimizer.type = OptimizerType::kLamb;
+      return ReadSection(section, "params", "optimizer.params:Lamb",
+                         [&](const ObjectReader &params) {
+                           return ReadLambParams(params, &optimizer, &parsed->extra);
+                         });
     }
     const bool is_adamw = type->name == "AdamW";
     optimizer.type = is_adamw ? OptimizerType::kAdamW : OptimizerType::kAdam;

@@ -43,6 +43,17 @@ Json OptimizerJson(const OptimizerConfig &optimizer) {
   params["betas"] = optimizer.betas;
   params["eps"] = optimizer.eps;
   params["weight_decay"] = optimizer.weight_decay;
+  if (optimizer.type == OptimizerType::kOneBitAdam) {
+    params["freeze_step"] = optimizer.freeze_step;
+    return Json{{"type", "OneBitAdam"}, {"params", params}};
+  }
+  if (optimizer.type == OptimizerType::kLamb) {
+    params["bias_correction"] = optimizer.bias_correction;
+    params["eps_inside_sqrt"] = optimizer.eps_inside_sqrt;
+    params["max_coeff"] = optimizer.max_coeff;
+    params["min_coeff"] = optimizer.min_coeff;
+    return Json{{"type", "Lamb"}, {"params", params}};
+  }
   params["adam_w_mode"] = optimizer.adam_w_mode;
   params["bias_correction"] = optimizer.bias_correction;
   const bool is_adamw = optimizer.type == OptimizerType::kAdamW;

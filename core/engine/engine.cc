@@ -25,11 +25,11 @@
 
 #include "core/config/config_file.h"
 #include "core/kernels/cpu/gemm.h"
+#include "core/layers/tp_tensors.h"
+#include "core/model/family.h"
 #include "core/optim/clip.h"
 #include "core/optim/lr_schedule.h"
 #include "core/runtime/threads.h"
-#include "core/layers/tp_tensors.h"
-#include "core/model/family.h"
 #include "core/zero/data_parallel.h"
 #include "metrics/monitor.h"
 
@@ -217,6 +217,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   if (const auto *data_parallel = dynamic_cast<const DataParallel *>(dp_.get())) {
     telemetry.params = data_parallel->param_partition();
     telemetry.compression = data_parallel->compressor();
+    telemetry.momentum_exchange = data_parallel->momentum_exchange();
     if (const Fp32Params *fp32 = data_parallel->fp32_params())
       telemetry.fp32_parameters = fp32->size();
   }
@@ -507,7 +508,8 @@ Status Engine::SetParam(const std::string &name, const float *data, size_t count
   if (id < 0) return Status::Ok();  // another stage holds it (every copy is written)
   const ParamDecl &decl = model_->params().decls()[size_t(id)];
   std::vector<float> slice;
-  if (decl.split.sliced()) {  // this tp rank's part of the global tensor (padded: without the padding)
+  if (decl.split
+          .sliced()) {  // this tp rank's part of the global tensor (padded: without the padding)
     slice.resize(size_t(decl.numel));
     SliceTensor(decl, data, slice.data());
     data = slice.data();

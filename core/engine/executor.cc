@@ -61,6 +61,22 @@ void Executor::UpdateNormExclusions() {
                        norm_excluded_.end());
 }
 
+void Executor::SetTensorParallel(Communicator *tp, std::vector<int> replicated) {
+  tp_ = tp, tp_replicated_ = std::move(replicated);
+  UpdateNormExclusions();
+  if (tp_ && tp_->size() > 1 && dp_->optimizer().two_pass())
+    dp_->SetTrustReducer([this](std::vector<double> *sums) { return SumTrustOverTp(sums); });
+}
+
+Status Executor::SumTrustOverTp(std::vector<double> *sums) const {
+  std::vector<float> wire(sums->begin(), sums->end());
+  if (tp_->rank() != 0)
+    for (int id : tp_replicated_) wire[size_t(2 * id)] = wire[size_t(2 * id + 1)] = 0;
+  DST_RETURN_IF_ERROR(tp_->AllReduceSum(wire.data(), int64_t(wire.size()))->Wait());
+  std::copy(wire.begin(), wire.end(), sums->begin());
+  return Status::Ok();
+}
+
 Result<double> Executor::GlobalGradNorm() {
   if (!link_ && !tp_) return dp_->GradNorm();
   Result<double> squared = dp_->GradSquaredNorm(norm_excluded_);

@@ -84,10 +84,8 @@ class Executor {
   }
   // Tensor parallelism: the tp group (outliving the executor) and the ids
   // of the tensors every tp rank holds whole (counted once in the norm).
-  void SetTensorParallel(Communicator *tp, std::vector<int> replicated) {
-    tp_ = tp, tp_replicated_ = std::move(replicated);
-    UpdateNormExclusions();
-  }
+  // Lamb's trust ratios then take each tensor's norms over its tp slices.
+  void SetTensorParallel(Communicator *tp, std::vector<int> replicated);
   // Test hook (DSTRAIN_INJECT_GRAD_OVERFLOW): the steps at which this rank's
   // gradients are made infinite, as an fp16 overflow would.
   void InjectOverflowAt(std::vector<int64_t> steps) { inject_overflow_at_ = std::move(steps); }
@@ -131,6 +129,8 @@ class Executor {
   StepObserver observer_;
   StageLink *link_ = nullptr;
   TiedWeights *tied_ = nullptr;
+  // Lamb: each tensor's sums over its tp slices (a whole tensor's once).
+  Status SumTrustOverTp(std::vector<double> *sums) const;
   Communicator *tp_ = nullptr;      // tensor parallelism (null at tp 1)
   std::vector<int> tp_replicated_;  // tensors whole on every tp rank
   std::vector<int> norm_excluded_;  // left out of this rank's share of the norm

@@ -7,9 +7,10 @@
 
 #include "core/kernels/cpu/gemm.h"
 #include "core/model/model.h"
-#include "core/runtime/cuda_kernel_table.h"
 #include "core/model/tp_plan.h"
+#include "core/runtime/cuda_kernel_table.h"
 #include "core/zero/memory_estimate.h"
+#include "core/zero/onebit_allreduce.h"
 #include "core/zero/param_partition.h"
 #include "core/zero/partition_plan.h"
 
@@ -81,6 +82,12 @@ Result<std::vector<RankMemory>> LayoutMemory(const ModelSpec &spec, const Config
                                   config.zero.offload_param_max_in_cpu);
     m.model_state_bytes =
         EstimateRankModelState(m.parameters, config, persistent, share, fp32_elements).total();
+    // OneBitAdam: the worker and server error feedback of each tensor, padded.
+    if (config.optimizer.type == OptimizerType::kOneBitAdam && config.dp_size > 1) {
+      std::vector<int64_t> numels;
+      for (const ParamDecl &d : decls) numels.push_back(d.numel);
+      m.model_state_bytes += OneBitAllReduce::MemoryOf(numels, config.dp_size).residual_bytes;
+    }
     // ZeRO 2 with a pipeline: the step's gradients accumulate in a step-wide
     // fp32 buffer (freed once reduced), on top of the model state at rest.
     if (config.zero.stage == 2 && plan) m.step_gradient_bytes = m.parameters * 4;

@@ -146,22 +146,39 @@ void Telemetry::FillLive(metrics::StepSample *s) const {
     s->compression_payload_bytes_total = ctx_.compression->totals().payload_bytes;
     s->compression_dense_bytes_total = ctx_.compression->totals().dense_bytes;
   }
+  if (ctx_.momentum_exchange) {  // the same counters: what went compressed, against fp32
+    s->compression_payload_bytes_total = ctx_.momentum_exchange->totals().payload_bytes;
+    s->compression_dense_bytes_total = ctx_.momentum_exchange->totals().dense_bytes;
+  }
 }
+
+namespace {
+void AddTotals(const CompressionTotals &t, nlohmann::json *j) {
+  (*j)["buckets"] = t.buckets;
+  (*j)["dense_bytes"] = t.dense_bytes;
+  (*j)["payload_bytes"] = t.payload_bytes;
+  (*j)["gathered_bytes"] = t.gathered_bytes;
+  (*j)["payload_ratio"] = t.dense_bytes > 0 ? double(t.payload_bytes) / double(t.dense_bytes) : 0.0;
+}
+}  // namespace
 
 // gradient_compression: the settings and what the encodings saved so far.
 nlohmann::json Telemetry::CompressionJson() const {
   const GradientCompressionConfig &gc = ctx_.config->gradient_compression;
   nlohmann::json j = {{"enabled", gc.enabled}};
+  if (ctx_.config->optimizer.type == OptimizerType::kOneBitAdam) {
+    // 1-bit Adam: each exchange (a step past freeze_step) is one "bucket".
+    j["enabled"] = true;
+    j["algorithm"] = "onebit_adam_momentum";
+    j["freeze_step"] = ctx_.config->optimizer.freeze_step;
+    AddTotals(ctx_.momentum_exchange ? ctx_.momentum_exchange->totals() : CompressionTotals{}, &j);
+    return j;
+  }
   if (!gc.enabled) return j;
   j["algorithm"] = gc.algorithm;
   j["topk_ratio"] = gc.topk_ratio;
   j["huffman_coding"] = gc.huffman_coding;
-  const CompressionTotals t = ctx_.compression ? ctx_.compression->totals() : CompressionTotals{};
-  j["buckets"] = t.buckets;
-  j["dense_bytes"] = t.dense_bytes;
-  j["payload_bytes"] = t.payload_bytes;
-  j["gathered_bytes"] = t.gathered_bytes;
-  j["payload_ratio"] = t.dense_bytes > 0 ? double(t.payload_bytes) / double(t.dense_bytes) : 0.0;
+  AddTotals(ctx_.compression ? ctx_.compression->totals() : CompressionTotals{}, &j);
   return j;
 }
 

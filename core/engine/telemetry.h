@@ -26,6 +26,7 @@
 #include "core/kernels/compute_type.h"
 #include "core/runtime/memory.h"
 #include "core/zero/grad_compression.h"
+#include "core/zero/onebit_allreduce.h"
 #include "metrics/step_sample.h"
 
 namespace dst {
@@ -55,6 +56,7 @@ struct TelemetryContext {
   const NvmeStateStore *nvme = nullptr;         // the optimizer's NVMe tier, when offloaded there
   const ParameterPartition *params = nullptr;   // ZeRO 3's parameter shard (swap: offload_param)
   const GradCompressor *compression = nullptr;  // gradient_compression (ZeRO 0/1, dp > 1)
+  const OneBitAllReduce *momentum_exchange = nullptr;  // OneBitAdam (dp > 1)
   int64_t fp32_parameters = 0;  // elements kept in fp32 by fp16/bf16_override_modules
 };
 

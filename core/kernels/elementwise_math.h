@@ -152,13 +152,48 @@ struct AdamConstants {
 // One element's update, in the order the vector paths compute it:
 // g' = g * grad_mul + l2 p; m = b1 m + (1 - b1) g'; v = b2 v + (1 - b2) g'^2;
 // p = p * decay - step_size m / (sqrt(v) / bias2_sqrt + eps).
+// The weights from the moments: Adam's last line, alone where the moments
+// came another way (1-bit Adam's exchanged momentum over a frozen variance).
+DST_HOST_DEVICE inline void AdamApplyElement(float &p, float m, float v, const AdamConstants &k) {
+  const float denom = std::sqrt(v) / k.bias2_sqrt + k.eps;
+  p = p * k.decay - (k.step_size * m) / denom;
+}
+
 DST_HOST_DEVICE inline void AdamElement(float &p, float grad, float &m, float &v,
                                         const AdamConstants &k) {
   const float g = grad * k.grad_mul + k.l2 * p;
   m = k.b1 * m + k.omb1 * g;
   v = k.b2 * v + k.omb2 * (g * g);
-  const float denom = std::sqrt(v) / k.bias2_sqrt + k.eps;
-  p = p * k.decay - (k.step_size * m) / denom;
+  AdamApplyElement(p, m, v, k);
+}
+
+// One Lamb step's constants (DeepSpeed's FusedLamb), in float as every path
+// uses them.
+struct LambConstants {
+  float b1, omb1, b2, omb2;  // beta1, 1 - beta1, beta2, 1 - beta2
+  float eps;
+  bool eps_inside_sqrt;  // sqrt(v + eps) instead of sqrt(v) + eps
+  float weight_decay;    // added to the update, inside the trust ratio
+  float grad_mul;        // applied to the gradient first (unscale x clip)
+};
+
+// Lamb's update direction for one element from its moments: u = m / denom +
+// wd p, whose norm (with the weight's) makes the tensor's trust ratio. The
+// moments stay uncorrected; the bias correction is the step size's
+// (FusedLamb's).
+DST_HOST_DEVICE inline float LambDirection(float p, float m, float v, const LambConstants &k) {
+  const float denom = k.eps_inside_sqrt ? std::sqrt(v + k.eps) : std::sqrt(v) + k.eps;
+  return m / denom + k.weight_decay * p;
+}
+
+// Lamb's first half for one element: the moments from the gradient, then
+// the direction.
+DST_HOST_DEVICE inline float LambMomentsElement(float p, float grad, float &m, float &v,
+                                                const LambConstants &k) {
+  const float g = grad * k.grad_mul;
+  m = k.b1 * m + k.omb1 * g;
+  v = k.b2 * v + k.omb2 * (g * g);
+  return LambDirection(p, m, v, k);
 }
 
 // One SGD element, torch.optim.SGD's rule (the CPU loop and the CUDA kernel):

@@ -17,6 +17,7 @@
 
 #include "core/common/status.h"
 #include "core/kernels/cpu/cpu_adam.h"
+#include "core/kernels/cpu/cpu_lamb.h"
 #include "core/kernels/cpu/optimizers.h"
 #include "core/precision/half_ops.h"
 #include "core/runtime/memory.h"
@@ -32,6 +33,10 @@ using SgdHyper = cpu::SgdHyper;
 // param, grad, exp_avg, exp_avg_sq [n]; grad_mul applied to the gradient
 // first; half_out (or null): the updated weights' 16-bit copy.
 using AdamRange = cpu::CpuAdamRange;
+// Lamb (DeepSpeed's FusedLamb) in two passes over each tensor: cpu_lamb.h.
+using LambHyper = cpu::LambHyper;
+using LambRange = cpu::LambRange;
+using LambSums = cpu::LambSums;
 
 class StepKernels {
  public:
@@ -50,6 +55,16 @@ class StepKernels {
   virtual double SumOfSquaresRange(const float *x, int64_t n) const = 0;
   // One Adam/AdamW update of the range (AdamW when h.decoupled).
   virtual void AdamUpdate(const AdamRange &r, const AdamHyper &h) const = 0;
+  // 1-bit Adam's compressed phase (cpu_adam.h): the momentum alone from the
+  // gradient, then the weights from the exchanged momentum and the frozen
+  // variance (half_out written).
+  virtual void AdamMomentum(const AdamRange &r, const AdamHyper &h) const = 0;
+  virtual void AdamApply(const AdamRange &r, const AdamHyper &h) const = 0;
+  // Lamb's two passes over a range of one tensor: the moments (returns the
+  // range's sums of w^2 and u^2), then the weights moved with the whole
+  // tensor's trust ratio.
+  virtual LambSums LambMoments(const LambRange &r, const LambHyper &h) const = 0;
+  virtual void LambApply(const LambRange &r, const LambHyper &h, float trust) const = 0;
   // One SGD update of param [n] (momentum [n], or null without momentum).
   virtual void SgdUpdate(const float *grad, int64_t n, const SgdHyper &h, float *param,
                          float *momentum) const = 0;

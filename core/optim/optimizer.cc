@@ -1,5 +1,7 @@
 #include "core/optim/optimizer.h"
 
+#include <algorithm>
+
 namespace dst {
 
 namespace {
@@ -22,6 +24,99 @@ Optimizer::Optimizer(const OptimizerConfig &config, int64_t numel, MemoryTracker
   else
     state_ =
         std::make_unique<ResidentStateStore>(std::move(names), numel, tracker, placement.memory);
+  if (config.type == OptimizerType::kLamb) SetTensorParts({{0, 0, numel}}, 1);
+}
+
+void Optimizer::SetTensorParts(std::vector<TensorPart> parts, int tensors) {
+  std::sort(parts.begin(), parts.end(),
+            [](const TensorPart &a, const TensorPart &b) { return a.begin < b.begin; });
+  parts_ = std::move(parts);
+  trust_sums_.assign(size_t(2 * tensors), 0.0);
+  trust_.assign(size_t(tensors), 1.0f);
+}
+
+void Optimizer::BeginStep() {
+  ++steps_;
+  applying_ = false;
+  std::fill(trust_sums_.begin(), trust_sums_.end(), 0.0);
+}
+
+void Optimizer::BeginApplyPass() {
+  const LambHyper h = LambHyperNow(0);
+  for (size_t t = 0; t < trust_.size(); ++t)
+    trust_[t] = cpu::LambTrustRatio({trust_sums_[2 * t], trust_sums_[2 * t + 1]}, h);
+  applying_ = true;
+}
+
+// DeepSpeed's OnebitAdam: Adam without bias correction, the decay decoupled;
+// past freeze_step the momentum alone (the variance frozen), then the
+// weights from the momentum the ranks exchanged.
+void Optimizer::OneBitAdamUpdate(const AdamRange &range, const AdamHyper &h) {
+  const StepKernels &step = placement_.step();
+  if (!compressing()) return step.AdamUpdate(range, h);
+  if (applying_) return step.AdamApply(range, h);
+  step.AdamMomentum(range, h);
+  if (range.half_out) step.Narrow16(range.half, range.param, range.n, range.half_out);
+}
+
+LambHyper Optimizer::LambHyperNow(double lr) const {
+  LambHyper h;
+  h.lr = lr;
+  h.beta1 = config_.betas[0];
+  h.beta2 = config_.betas[1];
+  h.eps = config_.eps;
+  h.weight_decay = config_.weight_decay;
+  h.step = steps_;
+  h.bias_correction = config_.bias_correction;
+  h.eps_inside_sqrt = config_.eps_inside_sqrt;
+  h.max_coeff = config_.max_coeff;
+  h.min_coeff = config_.min_coeff;
+  return h;
+}
+
+// Each tensor part inside the piece runs the pass's kernel; the elements no
+// part covers (the shard's padding) keep their value, their 16-bit copy written.
+void Optimizer::LambUpdate(const StatePiece &piece, float *w, const float *grads,
+                           const UpdateFusion &fusion) {
+  const StepKernels &step = placement_.step();
+  float *const *s = piece.tensors.data() + first_state_tensor();
+  const LambHyper h = LambHyperNow(lr_);
+  const int64_t end = piece.begin + piece.count;
+  auto first = std::upper_bound(parts_.begin(), parts_.end(), piece.begin,
+                                [](int64_t at, const TensorPart &p) { return at < p.begin; });
+  if (first != parts_.begin()) --first;
+  int64_t at = piece.begin;  // range element: everything before it is done
+  const auto untouched = [&](int64_t until) {
+    if (fusion.half_out && until > at)
+      step.Narrow16(fusion.half, w + (at - piece.begin), until - at,
+                    fusion.half_out + (at - piece.begin));
+    at = std::max(at, until);
+  };
+  for (auto p = first; p != parts_.end() && p->begin < end; ++p) {
+    const int64_t a = std::max(p->begin, piece.begin), b = std::min(p->begin + p->count, end);
+    if (a >= b) continue;
+    untouched(a);
+    const int64_t o = a - piece.begin;
+    LambRange r;
+    r.param = w + o;
+    r.grad = grads ? grads + o : nullptr;
+    r.exp_avg = s[0] + o;
+    r.exp_avg_sq = s[1] + o;
+    r.n = b - a;
+    r.grad_mul = fusion.grad_mul;
+    r.half_out = fusion.half_out ? fusion.half_out + o : nullptr;
+    r.half = fusion.half;
+    const size_t t = size_t(p->tensor);
+    if (applying_) {
+      step.LambApply(r, h, trust_[t]);
+    } else {
+      const LambSums sums = step.LambMoments(r, h);
+      trust_sums_[2 * t] += sums.weight;
+      trust_sums_[2 * t + 1] += sums.update;
+    }
+    at = b;
+  }
+  untouched(end);
 }
 
 std::vector<std::string> Optimizer::state_names() const {
@@ -33,6 +128,10 @@ void Optimizer::Step(float *params, const float *grads, double lr) {
   StatePiece piece;
   (void)AcquireState(0, numel_, &piece);  // resident: the whole range, cannot fail
   Update(piece, params, grads, lr);
+  if (two_pass()) {  // the range holds its tensors whole
+    BeginApplyPass();
+    Update(piece, params, grads, lr);
+  }
   (void)ReleaseState(piece);
 }
 
@@ -43,6 +142,10 @@ Status Optimizer::AcquireState(int64_t begin, int64_t count, StatePiece *piece) 
 void Optimizer::Update(const StatePiece &piece, float *params, const float *grads, double lr,
                        const UpdateFusion &fusion) {
   float *w = params ? params : piece.tensors[0];
+  if (config_.type == OptimizerType::kLamb) {
+    lr_ = lr;
+    return LambUpdate(piece, w, grads, fusion);
+  }
   float *const *s = piece.tensors.data() + first_state_tensor();
   if (config_.type == OptimizerType::kSGD) {
     const SgdHyper h{
@@ -51,9 +154,10 @@ void Optimizer::Update(const StatePiece &piece, float *params, const float *grad
     placement_.step().SgdUpdate(grads, piece.count, h, w, config_.momentum != 0 ? s[0] : nullptr);
     return;
   }
-  const bool decoupled = config_.type == OptimizerType::kAdamW || config_.adam_w_mode;
-  const AdamHyper h{lr,     config_.betas[0], config_.betas[1], config_.eps, config_.weight_decay,
-                    steps_, decoupled, config_.bias_correction};
+  const bool decoupled = config_.type != OptimizerType::kAdam || config_.adam_w_mode;
+  const AdamHyper h{lr,          config_.betas[0],       config_.betas[1],
+                    config_.eps, config_.weight_decay,   steps_,
+                    decoupled,   config_.bias_correction};
   AdamRange range;  // CPU-Adam: the widest vector path this CPU has
   range.param = w;
   range.grad = grads;
@@ -63,6 +167,7 @@ void Optimizer::Update(const StatePiece &piece, float *params, const float *grad
   range.grad_mul = fusion.grad_mul;
   range.half_out = fusion.half_out;
   range.half = fusion.half;
+  if (config_.type == OptimizerType::kOneBitAdam) return OneBitAdamUpdate(range, h);
   placement_.step().AdamUpdate(range, h);
 }
 
@@ -85,6 +190,10 @@ const char *Optimizer::Name() const {
       return "Adam";
     case OptimizerType::kSGD:
       return "SGD";
+    case OptimizerType::kLamb:
+      return "Lamb";
+    case OptimizerType::kOneBitAdam:
+      return "OneBitAdam";
   }
   return "?";
 }

@@ -1,9 +1,10 @@
 // The optimizer of one flat parameter range — the whole model, or this
 // rank's ZeRO shard: AdamW, Adam (DeepSpeed's adam_w_mode) and SGD with
-// momentum, with torch.optim's update rules. Its state (and, under mixed
-// precision, the fp32 master weights it updates) lives in a StateStore
-// aligned with the range, read and written a piece at a time, so a ZeRO
-// shard is a range and a store elsewhere than memory plugs in.
+// momentum, with torch.optim's update rules, and Lamb (DeepSpeed's
+// FusedLamb), whose per-tensor trust ratio makes a step two passes (below). Its state (and, under
+// mixed precision, the fp32 master weights it updates) lives in a StateStore aligned with the
+// range, read and written a piece at a time, so a ZeRO shard is a range and a store elsewhere than
+// memory plugs in.
 #pragma once
 
 #include <functional>
@@ -40,6 +41,14 @@ struct UpdateFusion {
   Half half = Half::kBf16;
 };
 
+// Lamb: the part of one model tensor a range holds (elements [begin, begin +
+// count) of the range). The range's tensors' norms add up over these parts,
+// and over the other ranks' parts of the same tensors.
+struct TensorPart {
+  int tensor;  // index into the trust sums (a model parameter id)
+  int64_t begin, count;
+};
+
 class Optimizer {
  public:
   // State for `numel` elements in memory (or where `make_store` puts it);
@@ -55,7 +64,7 @@ class Optimizer {
   // The same update in pieces (e.g. gradients converted from 16 bits a piece
   // at a time): BeginStep once, then for pieces that together cover [0,
   // numel) once: AcquireState, Update, ReleaseState.
-  void BeginStep() { ++steps_; }
+  void BeginStep();
   Status AcquireState(int64_t begin, int64_t count, StatePiece *piece);
   Status ReleaseState(const StatePiece &piece) { return state_->Release(piece, true); }
   bool fuses() const { return config_.type != OptimizerType::kSGD; }
@@ -63,6 +72,28 @@ class Optimizer {
   // all [piece.count] elements of the piece; `fusion` only when fuses().
   void Update(const StatePiece &piece, float *params, const float *grads, double lr,
               const UpdateFusion &fusion = {});
+
+  // Lamb (two_pass()): a step is the pieces' Update in the moments pass
+  // (after BeginStep, which starts it: moments updated, each tensor part's
+  // sums of w^2 and u^2 added into trust_sums()), the caller's sum of
+  // trust_sums() over the ranks holding other parts of the same tensors, then
+  // BeginApplyPass (the trust ratios) and the pieces' Update again (the
+  // weights move). Both passes write fusion.half_out. The range is one
+  // tensor until SetTensorParts says otherwise.
+  bool two_pass() const { return config_.type == OptimizerType::kLamb || compressing(); }
+  // OneBitAdam: whether step `step` (1-based) is past freeze_step — its
+  // gradients stay on their rank and the moments pass's momentum is what
+  // the ranks exchange (compressed) before the apply pass; compressing():
+  // the step begun (BeginStep) is.
+  bool CompressesStep(int64_t step) const {
+    return config_.type == OptimizerType::kOneBitAdam && step > config_.freeze_step;
+  }
+  bool compressing() const { return CompressesStep(steps_); }
+  void SetTensorParts(std::vector<TensorPart> parts, int tensors);
+  std::vector<double> &trust_sums() { return trust_sums_; }  // [2 x tensors]: w^2, u^2
+  void BeginApplyPass();
+  // The trust ratio tensor `t` moved with in the last step (1 before one).
+  float trust_ratio(int t) const { return trust_[size_t(t)]; }
 
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
@@ -78,7 +109,7 @@ class Optimizer {
   // The optimizer's own state as resident buffers (tests; empty when the
   // store keeps it elsewhere).
   std::vector<OptimizerStateBuffer> StateBuffers();
-  // "AdamW", "Adam", "SGD".
+  // "AdamW", "Adam", "SGD", "Lamb", "OneBitAdam".
   const char *Name() const;
 
  private:
@@ -88,6 +119,16 @@ class Optimizer {
   StepPlacement placement_;
   int64_t steps_ = 0;
   std::unique_ptr<StateStore> state_;
+  // Lamb.
+  void LambUpdate(const StatePiece &piece, float *w, const float *grads,
+                  const UpdateFusion &fusion);
+  LambHyper LambHyperNow(double lr) const;
+  void OneBitAdamUpdate(const AdamRange &range, const AdamHyper &h);
+  std::vector<TensorPart> parts_;  // sorted by begin, disjoint
+  std::vector<double> trust_sums_;
+  std::vector<float> trust_;
+  bool applying_ = false;
+  double lr_ = 0;
 };
 
 }  // namespace dst

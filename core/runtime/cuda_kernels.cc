@@ -98,9 +98,12 @@ void CudaKernels::NotBuilt(const char *kernel) const {
 }
 
 void CudaKernels::Unsupported(const char *what) const {
+  Unsupported(what, "generation runs on the CPU backend");
+}
+
+void CudaKernels::Unsupported(const char *what, const char *instead) const {
   if (!error_.ok()) return;
-  error_ = NotSupported(std::string(what) + " is not supported on " + name_ +
-                        " yet: generation runs on the CPU backend");
+  error_ = NotSupported(std::string(what) + " is not supported on " + name_ + " yet: " + instead);
 }
 
 // A table entry this plugin may predate: present, or the call records why not.
@@ -116,8 +119,9 @@ void CudaKernels::FillColumns(float *x, int64_t rows, int64_t width, int64_t beg
 namespace {
 
 DstCudaAttentionShape ShapeOf(const AttentionShape &s) {
-  return {long(s.B), long(s.T),        long(s.C),           long(s.H),
-          long(s.kv()), s.interleaved ? 1 : 0, long(s.alibi_heads), long(s.first_head)};
+  return {long(s.B),           long(s.T),         long(s.C),
+          long(s.H),           long(s.kv()),      s.interleaved ? 1 : 0,
+          long(s.alibi_heads), long(s.first_head)};
 }
 
 }  // namespace
@@ -145,12 +149,12 @@ void CudaKernels::Rotary(float *qkv, const AttentionShape &s, const math::RopePa
   if (!DST_TABLE_HAS(rotary)) return NotBuilt("Rotary");
   if (s.position != 0) return Unsupported("rotary embeddings past position 0 (generation)");
   const DstCudaAttentionShape shape = ShapeOf(s);
-  const DstCudaRope rope{r.theta,           r.scaling,        r.factor,
+  const DstCudaRope rope{r.theta,           r.scaling,          r.factor,
                          r.low_freq_factor, r.high_freq_factor, r.original_max_position};
   Check(t_.rotary(ctx_, qkv, &shape, &rope, inverse ? 1 : 0), "Rotary");
 }
-void CudaKernels::AttentionCached(const float *, const AttentionShape &,
-                                  const KvCacheView<float> &, float *, ComputeType) const {
+void CudaKernels::AttentionCached(const float *, const AttentionShape &, const KvCacheView<float> &,
+                                  float *, ComputeType) const {
   Unsupported("attention over a key/value cache (generation)");
 }
 void CudaKernels::SiluMulForward(const float *gate, const float *up, int64_t n, float *out,
@@ -367,6 +371,23 @@ void CudaKernels::AdamUpdate(const AdamRange &r, const AdamHyper &h) const {
   Check(t_.adam(ctx_, r.param, r.grad, r.exp_avg, r.exp_avg_sq, r.n, &c, r.half_out,
                 HalfCode(r.half)),
         "AdamUpdate");
+}
+
+void CudaKernels::AdamMomentum(const AdamRange &, const AdamHyper &) const {
+  Unsupported("1-bit Adam's momentum exchange", "use Adam / AdamW on the device");
+}
+
+void CudaKernels::AdamApply(const AdamRange &, const AdamHyper &) const {
+  Unsupported("1-bit Adam's momentum exchange", "use Adam / AdamW on the device");
+}
+
+LambSums CudaKernels::LambMoments(const LambRange &, const LambHyper &) const {
+  Unsupported("the Lamb optimizer", "set zero_optimization.offload_optimizer.device \"cpu\"");
+  return {};
+}
+
+void CudaKernels::LambApply(const LambRange &, const LambHyper &, float) const {
+  Unsupported("the Lamb optimizer", "set zero_optimization.offload_optimizer.device \"cpu\"");
 }
 
 void CudaKernels::CopyBytes(const void *src, size_t bytes, void *dst) const {

@@ -142,6 +142,12 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
   void ScaleRange(float k, int64_t n, float *x) const override;
   double SumOfSquaresRange(const float *x, int64_t n) const override;
   void AdamUpdate(const AdamRange &r, const AdamHyper &h) const override;
+  // Not on the device yet: recorded as "not supported" (the config gate
+  // sends Lamb's state to the host with offload_optimizer first).
+  LambSums LambMoments(const LambRange &r, const LambHyper &h) const override;
+  void AdamMomentum(const AdamRange &r, const AdamHyper &h) const override;
+  void AdamApply(const AdamRange &r, const AdamHyper &h) const override;
+  void LambApply(const LambRange &r, const LambHyper &h, float trust) const override;
   void SgdUpdate(const float *grad, int64_t n, const SgdHyper &h, float *param,
                  float *momentum) const override;
   void AddRange(const float *add, int64_t n, float *acc) const override { AddInPlace(add, n, acc); }
@@ -164,6 +170,7 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
   void NotBuilt(const char *kernel) const;
   // A kernel this backend does not have, recorded as kNotSupported.
   void Unsupported(const char *what) const;
+  void Unsupported(const char *what, const char *instead) const;
   // Whether the plugin's table reaches `end` (bytes: an entry's offset + size).
   bool Has(size_t end) const { return t_.size >= end; }
   // The hook before a host wait: false (the failure kept) when it failed.

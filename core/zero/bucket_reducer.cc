@@ -127,14 +127,14 @@ Status BucketReducer::Unwire(const Pending &p) {
 }
 
 Status BucketReducer::LaunchAbove(int64_t boundary) {
-  if (comm_->size() == 1) return Status::Ok();  // nothing to reduce
+  if (comm_->size() == 1 || local_) return Status::Ok();  // nothing to reduce
   while (next_ < buckets_.size() && buckets_[next_].begin >= boundary)
     DST_RETURN_IF_ERROR(Launch(next_++));
   return Status::Ok();
 }
 
 Status BucketReducer::Finish() {
-  if (comm_->size() == 1) return Status::Ok();
+  if (comm_->size() == 1 || local_) return Status::Ok();
   Status first;
   while (next_ < buckets_.size()) {
     first = Launch(next_++);

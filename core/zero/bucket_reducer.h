@@ -54,6 +54,9 @@ class BucketReducer {
   Status LaunchAbove(int64_t boundary);
   // Launches what is left and waits for everything.
   Status Finish();
+  // This step's gradients stay on their rank (1-bit Adam after its warm-up
+  // exchanges the momentum instead): nothing launches until it is cleared.
+  void SetLocal(bool local) { local_ = local; }
   // Called with each bucket's flat range [begin, begin + count) once this
   // rank holds its reduced sum (an all-reduced bucket, or one it owns):
   // ZeRO-Offload on a device copies it down then, during the backward.
@@ -74,6 +77,7 @@ class BucketReducer {
   Status Unwire(const Pending &p);
 
   ShardLayout layout_;
+  bool local_ = false;
   Communicator *comm_;
   void *grads_;
   StorageType storage_, wire_type_;

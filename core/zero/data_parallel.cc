@@ -61,6 +61,7 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   optimizer_ =
       std::make_unique<Optimizer>(config.optimizer, state_range_.size, tracker, Wide() || mirror_,
                                   make_store, host_state_ ? StepPlacement{} : placement_);
+  if (optimizer_->two_pass()) SetTensorParts();
   ParamStore<float> &store = model->params();
   const uint64_t seed = model->spec().seed;
   const int64_t bucket = std::max<int64_t>(1, config.zero.reduce_bucket_size);
@@ -134,6 +135,11 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   } else if (Wide()) {
     grads_ = std::make_unique<GradientPartition>(&plan_, local_layout, local_.get(), &store,
                                                  tracker, grad_options, placement_);
+  }
+  if (config.optimizer.type == OptimizerType::kOneBitAdam && stage_ == 0 && dp_->size() > 1) {
+    std::vector<TensorSpan> spans;
+    for (const ParamDecl &d : model->params().decls()) spans.push_back({d.offset, d.numel});
+    onebit_ = std::make_unique<OneBitAllReduce>(dp_, std::move(spans), tracker);
   }
   if (stage_ <= 1) {
     const CodecOptions codec = CodecOptionsOf(config.gradient_compression);
@@ -275,6 +281,8 @@ Status DataParallel::ZeroGradients() {
   host_scalings_.clear();
   if (fp32_) fp32_->ZeroGrads();
   Status st = buckets_ ? buckets_->Reset() : Status::Ok();
+  local_grads_ = onebit_ && optimizer_->CompressesStep(optimizer_->steps_taken() + 1);
+  if (buckets_) buckets_->SetLocal(local_grads_);
   if (grads_) {
     Status zero = grads_->Zero();
     if (st.ok()) st = zero;
@@ -320,6 +328,12 @@ Status DataParallel::AfterBackward(size_t layer) {
 // ---------------------------------------------------------------- reduction and step
 
 Status DataParallel::FinishReduction() {
+  if (local_grads_) {  // each rank's own gradients: only the predivision undone (fp32)
+    if (Wide() || pre_scale_ == 1.0) return Status::Ok();
+    step().ScaleRange(float(1.0 / pre_scale_), state_range_.size,
+                      static_cast<float *>(StateGrads()));
+    return step().TakeError();
+  }
   if (stage_ >= 2)
     DST_RETURN_IF_ERROR(grads_->Drain());
   else
@@ -347,10 +361,10 @@ Result<double> DataParallel::GradNorm() {
   DST_RETURN_IF_ERROR(step().TakeError());
   if (fp32_) local += fp32_->GradSquares(state_range_);  // zero in the 16-bit buffer
   local *= f * f;
-  if (stage_ >= 1) {  // summed over the shards in fp32
-    float v = float(local);
-    if (dp_->size() > 1) DST_RETURN_IF_ERROR(dp_->AllReduceSum(&v, 1)->Wait());
-    local = double(v);
+  if (stage_ >= 1 || local_grads_) {  // summed over the shards in fp32
+    Result<double> summed = SquaresOverRanks(local);
+    if (!summed.ok()) return summed.status();
+    local = summed.value();
   }
   return std::sqrt(local);
 }
@@ -367,12 +381,18 @@ Result<double> DataParallel::GradSquaredNorm(const std::vector<int> &excluded) {
   DST_RETURN_IF_ERROR(step().TakeError());
   if (fp32_) local += fp32_->GradSquares(state_range_, excluded);
   local *= f * f;
-  if (stage_ >= 1 && dp_->size() > 1) {  // summed over the shards in fp32
-    float v = float(local);
-    DST_RETURN_IF_ERROR(dp_->AllReduceSum(&v, 1)->Wait());
-    local = double(v);
-  }
+  if (stage_ >= 1 || local_grads_) return SquaresOverRanks(local);
   return local;
+}
+
+// The shards' squares summed in fp32; each rank's own gradients (1-bit
+// Adam's compressed steps) averaged instead, so that every rank clips by the
+// same coefficient and skips an overflowed step with the others.
+Result<double> DataParallel::SquaresOverRanks(double local) {
+  if (dp_->size() == 1) return local;
+  float v = float(local);
+  DST_RETURN_IF_ERROR(dp_->AllReduceSum(&v, 1)->Wait());
+  return local_grads_ ? double(v) / double(dp_->size()) : double(v);
 }
 
 ShardInfo DataParallel::StatePartOf(int id) const {
@@ -455,13 +475,65 @@ Status DataParallel::Step(double lr) {
   if (params_) DST_RETURN_IF_ERROR(params_->Drain());
   optimizer_->BeginStep();
   int64_t touched = 0;
-  Status st = UpdatePieces(lr, &touched);
+  const auto update = [&](const StatePiece &piece) { return UpdatePiece(piece, lr); };
+  Status st = optimizer_->two_pass() ? TwoPassStep(lr, &touched) : UpdatePieces(&touched, update);
   clip_coef_ = 1;
   if (!st.ok()) return RollBack(touched, std::move(st));
   return ShareParams();
 }
 
-Status DataParallel::UpdatePieces(double lr, int64_t *touched) {
+void DataParallel::SetTensorParts() {
+  const std::vector<ParamDecl> &decls = model_->params().decls();
+  std::vector<TensorPart> parts;
+  for (size_t id = 0; id < decls.size(); ++id) {
+    const ShardInfo part = StatePartOf(int(id));
+    if (part.size > 0) parts.push_back({int(id), part.offset - state_range_.offset, part.size});
+  }
+  optimizer_->SetTensorParts(std::move(parts), int(decls.size()));
+}
+
+// Lamb: the moments pass (the gradients' whole path, the weights as they
+// were), each tensor's sums added over the shards (stages 1-3) and the
+// reducer's group, then the apply pass from the state alone.
+Status DataParallel::TwoPassStep(double lr, int64_t *touched) {
+  int64_t moments = 0;  // the first pass moves no weight
+  DST_RETURN_IF_ERROR(
+      UpdatePieces(&moments, [&](const StatePiece &piece) { return UpdatePiece(piece, lr); }));
+  if (optimizer_->compressing()) {
+    if (onebit_) DST_RETURN_IF_ERROR(ExchangeMomentum());
+  } else {
+    std::vector<double> &sums = optimizer_->trust_sums();
+    if (stage_ >= 1 && dp_->size() > 1) {
+      std::vector<float> wire(sums.begin(), sums.end());
+      DST_RETURN_IF_ERROR(dp_->AllReduceSum(wire.data(), int64_t(wire.size()))->Wait());
+      std::copy(wire.begin(), wire.end(), sums.begin());
+    }
+    if (trust_reducer_) DST_RETURN_IF_ERROR(trust_reducer_(&sums));
+  }
+  optimizer_->BeginApplyPass();
+  return UpdatePieces(touched, [&](const StatePiece &piece) { return ApplyPiece(piece, lr); });
+}
+
+// 1-bit Adam: every rank's momentum (from its own gradients) replaced by
+// their compressed mean; the state is in memory at stage 0.
+Status DataParallel::ExchangeMomentum() {
+  const float *exp_avg = optimizer_->state().Resident(optimizer_->first_state_tensor());
+  if (exp_avg == nullptr) return InternalError("1-bit Adam's momentum is not in host memory");
+  return onebit_->Run(const_cast<float *>(exp_avg));
+}
+
+Status DataParallel::ApplyPiece(const StatePiece &piece, double lr) {
+  if (!Wide() && !mirror_ && !host_state_) {  // fp32 weights updated in place
+    optimizer_->Update(piece, StateParams() + piece.begin, nullptr, lr);
+    return step().TakeError();
+  }
+  optimizer_->Update(piece, nullptr, nullptr, lr);  // the master weights
+  DST_RETURN_IF_ERROR(step().TakeError());
+  return StateToParams(piece.begin, piece.count, piece.tensors[0]);
+}
+
+Status DataParallel::UpdatePieces(int64_t *touched,
+                                  const std::function<Status(const StatePiece &)> &update) {
   StateStore &state = optimizer_->state();
   DST_RETURN_IF_ERROR(state.BeginPass(optimizer_->steps_taken()));
   if (params_) DST_RETURN_IF_ERROR(params_->BeginShardWrite());
@@ -471,7 +543,7 @@ Status DataParallel::UpdatePieces(double lr, int64_t *touched) {
     StatePiece piece;
     DST_RETURN_IF_ERROR(optimizer_->AcquireState(c, std::min(step, state_range_.size - c), &piece));
     *touched = piece.begin + piece.count;
-    DST_RETURN_IF_ERROR(UpdatePiece(piece, lr));
+    DST_RETURN_IF_ERROR(update(piece));
     DST_RETURN_IF_ERROR(state.Release(piece, true));
   }
   // The swapped parameters commit first: should the state's commit fail,
@@ -820,6 +892,7 @@ float *DataParallel::LocalParams(ShardInfo *range) {
 }
 
 Status DataParallel::ParamsChanged() {
+  if (onebit_) onebit_->ResetErrors();  // a load: the error feedback starts afresh
   if (!placement_.on_host() && host_params_.size() > 0) {  // a load wrote the host copy
     const ShardInfo held = HeldParams();
     if (MastersAreParams())

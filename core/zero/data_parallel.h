@@ -35,6 +35,7 @@
 // Model::Forward/Backward, which stop at the first hook that fails.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -47,6 +48,7 @@
 #include "core/zero/fp32_params.h"
 #include "core/zero/grad_partition.h"
 #include "core/zero/host_staging.h"
+#include "core/zero/onebit_allreduce.h"
 #include "core/zero/parallelism.h"
 #include "core/zero/param_partition.h"
 #include "core/zero/partition_plan.h"
@@ -95,6 +97,8 @@ class DataParallel final : public DataParallelism {
   // The parameter swap file, or null (parameters in memory).
   const ParamSwap *param_swap() const { return params_ ? params_->swap() : nullptr; }
   const ParameterPartition *param_partition() const { return params_.get(); }
+  // OneBitAdam's compressed momentum exchange (dp > 1), else null.
+  const OneBitAllReduce *momentum_exchange() const { return onebit_.get(); }
   // gradient_compression's state (ZeRO 0/1 with dp > 1), else null.
   const GradCompressor *compressor() const { return buckets_ ? buckets_->compressor() : nullptr; }
 
@@ -182,9 +186,13 @@ class DataParallel final : public DataParallelism {
   float *StateParams();
   // From the stored gradient sum to the average the step uses: 1 under fp32
   // (averaged in place by FinishReduction), 1 / (loss scale x dp) under 16 bits.
+  // 1-bit Adam's compressed steps keep each rank's own sum (no dp).
   double GradFactor() const {
-    return Wide() ? 1.0 / (loss_scale_ * double(dp_->size()) * pre_scale_) : 1.0;
+    const double ranks = local_grads_ ? 1.0 : double(dp_->size());
+    return Wide() ? 1.0 / (loss_scale_ * ranks * pre_scale_) : 1.0;
   }
+  Result<double> SquaresOverRanks(double local);
+  Status ExchangeMomentum();
   // 16 bits: the parameters of state element `begin`.
   uint16_t *HalfParams(int64_t begin);
   // The parameter shard's element of state element `begin` (16 bits).
@@ -229,9 +237,14 @@ class DataParallel final : public DataParallelism {
   Status SendHalfParams(int64_t begin, int64_t n, const uint16_t *half, uint64_t *sent);
   // The master weights into every parameter (a checkpoint loaded them, or a resume).
   Status ParamsFromMasters();
-  // The optimizer update of the state range, a store piece at a time, as one
-  // pass of the store; `touched`: the state elements the update reached.
-  Status UpdatePieces(double lr, int64_t *touched);
+  // `update` over the state range, a store piece at a time, as one pass of
+  // the store; `touched`: the state elements the update reached.
+  Status UpdatePieces(int64_t *touched, const std::function<Status(const StatePiece &)> &update);
+  // Lamb: the tensor parts of the state range, and its two-pass step.
+  void SetTensorParts();
+  Status TwoPassStep(double lr, int64_t *touched);
+  // The second pass on a piece: the weights from the state alone.
+  Status ApplyPiece(const StatePiece &piece, double lr);
   Status UpdatePiece(const StatePiece &piece, double lr);
   // A failed pass: the store forgets it, the parameters of [0, touched)
   // come back from the master weights it committed last.
@@ -278,6 +291,8 @@ class DataParallel final : public DataParallelism {
   PartitionPlan plan_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<BucketReducer> buckets_;      // stages 0, 1
+  std::unique_ptr<OneBitAllReduce> onebit_;     // OneBitAdam at stage 0 with dp > 1
+  bool local_grads_ = false;                    // this step's gradients are not reduced
   std::unique_ptr<GradientPartition> grads_;    // stages 2, 3; 16 bits: also 0, 1 (local)
   std::unique_ptr<ParameterPartition> params_;  // stage 3; 16 bits: also 0-2 (local)
   std::unique_ptr<Fp32Params> fp32_;  // 16 bits with override_modules: tensors kept in fp32

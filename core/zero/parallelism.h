@@ -6,7 +6,9 @@
 // model's LayerHooks.
 #pragma once
 
+#include <functional>
 #include <utility>
+#include <vector>
 
 #include "core/comm/communicator.h"
 #include "core/common/status.h"
@@ -55,6 +57,12 @@ class DataParallelism : public LayerHooks {
   // the reduction's result is then multiplied by 1 / (dp size x this).
   virtual double GradPreScale() const { return 1.0; }
 
+  // Lamb's per-tensor sums ([2 x parameters]: w^2, u^2), added over this
+  // group's shards, are passed to `reducer` before the weights move: it adds
+  // the parts other groups hold (a tensor-parallel slice's).
+  using TrustReducer = std::function<Status(std::vector<double> *sums)>;
+  void SetTrustReducer(TrustReducer reducer) { trust_reducer_ = std::move(reducer); }
+
   // Launches what is left of the reduction and waits for it.
   virtual Status FinishReduction() = 0;
   // Global L2 norm of the averaged (unscaled) gradients; not finite when a
@@ -101,6 +109,9 @@ class DataParallelism : public LayerHooks {
   // The weights were written through FullParams/LocalParams (a checkpoint
   // load): every derived copy is refreshed.
   virtual Status ParamsChanged() = 0;
+
+ protected:
+  TrustReducer trust_reducer_;
 };
 
 // Mean of a per-rank scalar over `group` (the value itself on one rank).

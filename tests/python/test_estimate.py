@@ -38,6 +38,23 @@ def test_estimate_equals_measured_memory(tmp_path, cli, stage, world):
         assert mem["optimizer_state"] == predicted["optimizer_state_bytes"]
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_estimate_counts_one_bit_adams_error_feedback(tmp_path, cli, world):
+    """Each tensor padded to world x lcm(world, 8) for the worker's error, a
+    world-th of that for the server's: optimizer state, to the byte."""
+    cfg, model = dp_tests.write_job(tmp_path, 0, 2, 1, world, f"onebit{world}")
+    config = json.loads(cfg.read_text())
+    config["optimizer"] = {"type": "OneBitAdam", "params": {"freeze_step": 2}}
+    cfg.write_text(json.dumps(config))
+    predicted = next(s for s in estimate(cli, cfg, model, world)["stages"] if s["stage"] == 0)
+    assert predicted["supported"]
+    tool = os.path.join(os.environ["DSTRAIN_BUILD_DIR"], "tests", "dst_dp_tool")
+    for r in dp_tests.run_ranks(tool, cfg, model, world, steps=3):
+        mem = {k: v["bytes"] for k, v in r["metrics"]["memory"].items()}
+        assert mem["optimizer_state"] == predicted["optimizer_state_bytes"]
+        assert mem["optimizer_state"] > 8 * r["metrics"]["num_parameters"]
+
+
 # ZeRO-Offload on a device (the guarded stand-in): the host copy of the
 # reduced gradients, fp32's master weights beside the state on the host, the
 # NVMe buffers (counted as offload) — the layout's model state to the byte.

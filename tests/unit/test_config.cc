@@ -544,27 +544,50 @@ TEST(ConfigErrors, PipelineMicroBatchesDisagreeWithAccumulation) {
 }
 
 TEST(ConfigErrors, UnknownOptimizerSuggestsAName) {
-  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"type": "AdamX"}})"),
-                        Code::kConfig,
-                        {"optimizer.type: expected one of Adam, AdamW, SGD (any case), found "
-                         "\"AdamX\"; did you mean \"Adam\"?"}));
+  EXPECT_TRUE(FailsWith(
+      Parse(R"({"train_batch_size": 1, "optimizer": {"type": "AdamX"}})"), Code::kConfig,
+      {"optimizer.type: expected one of Adam, AdamW, SGD, Lamb, OneBitAdam (any case), found "
+       "\"AdamX\"; did you mean \"Adam\"?"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"params": {}}})"),
                         Code::kConfig, {"optimizer.type is missing"}));
 }
 
-TEST(ConfigErrors, LambIsRecognisedButNotSupported) {
+TEST(ConfigErrors, LambReadsFusedLambsParameters) {
+  Result<Config> c = Parse(R"({"train_batch_size": 1, "optimizer": {"type": "lamb", "params":
+      {"lr": 0.5, "max_coeff": 0.3, "min_coeff": 0.08, "bias_correction": false,
+       "eps_inside_sqrt": true}}})");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->optimizer.type, OptimizerType::kLamb);
+  EXPECT_EQ(c->optimizer.max_coeff, 0.3);
+  EXPECT_EQ(c->optimizer.min_coeff, 0.08);
+  EXPECT_FALSE(c->optimizer.bias_correction);
+  EXPECT_TRUE(c->optimizer.eps_inside_sqrt);
   EXPECT_TRUE(FailsWith(
-      Parse(R"({"train_batch_size": 1, "optimizer": {"type": "lamb", "params": {"lr": 1}}})"),
-      Code::kNotSupported,
-      {"optimizer.type: \"Lamb\" is not supported yet", "Adam, AdamW and SGD"}));
+      Parse(
+          R"({"train_batch_size": 1, "optimizer": {"type": "Lamb", "params": {"max_grad_norm": 1}}})"),
+      Code::kNotSupported, {"optimizer.params.max_grad_norm", "gradient_clipping"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"type": "Adagrad"}})"),
+                        Code::kNotSupported,
+                        {"optimizer.type: \"Adagrad\" is not supported yet",
+                         "Adam, AdamW, SGD, Lamb and OneBitAdam"}));
 }
 
-TEST(ConfigErrors, OneBitOptimizersPointAtGradientCompression) {
+TEST(ConfigErrors, OneBitAdamIsReadAndItsSiblingsPointAtIt) {
+  Result<Config> c = Parse(R"({"train_batch_size": 1, "optimizer": {"type": "OneBitAdam",
+      "params": {"lr": 1e-4, "freeze_step": 400, "cuda_aware": false,
+                 "comm_backend_name": "nccl", "bias_correction": true}}})");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->optimizer.type, OptimizerType::kOneBitAdam);
+  EXPECT_EQ(c->optimizer.freeze_step, 400);
+  EXPECT_FALSE(c->optimizer.bias_correction);  // DeepSpeed's OnebitAdam has none
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"type": "OneBitAdam"},
+                "zero_optimization": {"stage": 1}})"),
+                        Code::kNotSupported, {"\"OneBitAdam\" with zero_optimization.stage 1"}));
   EXPECT_TRUE(FailsWith(
-      Parse(R"({"train_batch_size": 1, "optimizer": {"type": "OneBitAdam",
-                                  "params": {"lr": 1e-4, "freeze_step": 400}}})"),
+      Parse(R"({"train_batch_size": 1, "optimizer": {"type": "ZeroOneAdam",
+                                  "params": {"lr": 1e-4, "var_freeze_step": 400}}})"),
       Code::kNotSupported,
-      {"\"OneBitAdam\" (DeepSpeed's momentum-compressing optimizer)", "gradient_compression"}));
+      {"\"ZeroOneAdam\" (DeepSpeed's momentum-compressing optimizer)", "\"OneBitAdam\" is"}));
 }
 
 TEST(Config, OverrideModulesAreReadForTheEnabled16BitMode) {

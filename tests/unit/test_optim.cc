@@ -1,6 +1,7 @@
 // Optimizers and LR schedules against hand-computed torch / DeepSpeed values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -38,6 +39,77 @@ TEST(Optimizer, AdamWMatchesTorchFormulaOverThreeSteps) {
   EXPECT_NEAR(p[1], rp[1], 1e-6);
   EXPECT_EQ(opt.steps_taken(), 3);
   EXPECT_EQ(tracker.Current(MemoryCategory::kOptimizerState), 2 * 2 * 4);
+}
+
+// FusedLamb on one tensor, in double: the moments, u = m / (sqrt(v) + eps) +
+// wd p, p -= lr sqrt(1 - b2^t) / (1 - b1^t) clamp(|p| / |u|) u.
+TEST(Optimizer, LambMatchesFusedLambOverThreeSteps) {
+  OptimizerConfig c;
+  c.type = OptimizerType::kLamb;
+  c.lr = 0.01;
+  c.betas = {0.9, 0.95};
+  c.eps = 1e-6;
+  c.weight_decay = 0.1;
+  c.max_coeff = 10.0;
+  c.min_coeff = 0.01;
+  MemoryTracker tracker;
+  const int n = 37;  // vector paths and a scalar tail
+  Optimizer opt(c, n, &tracker);
+  std::vector<float> p(n), g(n);
+  std::vector<double> rp(n), m(n, 0), v(n, 0), u(n);
+  for (int i = 0; i < n; ++i) {
+    p[size_t(i)] = float(std::sin(i + 1.0)), rp[size_t(i)] = p[size_t(i)];
+    g[size_t(i)] = float(0.3 * std::cos(3.0 * i));
+  }
+  for (int step = 1; step <= 3; ++step) {
+    opt.Step(p.data(), g.data(), c.lr);
+    double w2 = 0, u2 = 0;
+    for (size_t i = 0; i < size_t(n); ++i) {
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      v[i] = 0.95 * v[i] + 0.05 * g[i] * g[i];
+      u[i] = m[i] / (std::sqrt(v[i]) + c.eps) + c.weight_decay * rp[i];
+      w2 += rp[i] * rp[i], u2 += u[i] * u[i];
+    }
+    const double trust = std::clamp(std::sqrt(w2) / std::sqrt(u2), c.min_coeff, c.max_coeff);
+    const double size = c.lr * std::sqrt(1 - std::pow(0.95, step)) / (1 - std::pow(0.9, step));
+    for (size_t i = 0; i < size_t(n); ++i) rp[i] -= size * trust * u[i];
+    EXPECT_NEAR(opt.trust_ratio(0), trust, 1e-5 * trust);
+  }
+  for (size_t i = 0; i < size_t(n); ++i) EXPECT_NEAR(p[i], rp[i], 1e-6) << i;
+}
+
+// Two tensors in one range: each moves by its own ratio, and the parts of
+// one tensor in different pieces add up to the whole tensor's sums.
+TEST(Optimizer, LambTakesEachTensorsOwnTrustRatio) {
+  OptimizerConfig c;
+  c.type = OptimizerType::kLamb;
+  MemoryTracker tracker;
+  Optimizer whole(c, 40, &tracker), split(c, 40, &tracker);
+  split.SetTensorParts({{1, 10, 30}, {0, 0, 10}}, 2);
+  std::vector<float> pa(40), pb(40), g(40);
+  for (int i = 0; i < 40; ++i) {
+    pa[size_t(i)] = pb[size_t(i)] = i < 10 ? 5.0f + float(i) : 0.01f * float(i);
+    g[size_t(i)] = float(std::cos(i));
+  }
+  whole.Step(pa.data(), g.data(), c.lr);
+  // The split optimizer in pieces of 7: the tensors' parts cross them.
+  split.BeginStep();
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) split.BeginApplyPass();
+    for (int64_t at = 0; at < 40; at += 7) {
+      StatePiece piece;
+      ASSERT_TRUE(split.AcquireState(at, std::min<int64_t>(7, 40 - at), &piece).ok());
+      split.Update(piece, pb.data() + at, g.data() + at, c.lr);
+      ASSERT_TRUE(split.ReleaseState(piece).ok());
+    }
+  }
+  EXPECT_NE(split.trust_ratio(0), split.trust_ratio(1));
+  // Large weights against unit-sized updates: the first tensor's ratio is larger.
+  EXPECT_GT(split.trust_ratio(0), split.trust_ratio(1));
+  EXPECT_NE(pa, pb);  // one ratio for everything moves them otherwise
+  double w2 = 0;
+  for (int i = 0; i < 10; ++i) w2 += double(5.0f + float(i)) * double(5.0f + float(i));
+  EXPECT_NEAR(split.trust_sums()[0], w2, 1e-9 * w2);
 }
 
 TEST(Optimizer, AdamWithoutAdamWModeUsesL2Decay) {

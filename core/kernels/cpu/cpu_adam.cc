@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/kernels/cpu/half_simd.h"
 #include "core/precision/convert.h"
 
 namespace dst::cpu {
@@ -51,20 +52,6 @@ void ScalarRange(const CpuAdamRange &r, const AdamConstants &k, int64_t begin, i
   for (int64_t i = begin; i < end; ++i) ScalarElement(r, k, i);
 }
 
-// bf16 round-to-nearest-even of 8 floats (NaN quieted), as FloatToBFloat16.
-__attribute__((target("avx2"))) inline __m128i Bf16x8(__m256 x) {
-  const __m256i bits = _mm256_castps_si256(x);
-  const __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF));
-  const __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000));
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb));
-  const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x400000));
-  const __m256i out = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, nan), 16);
-  // Pack the low 16 bits of each lane (values < 2^16: no saturation).
-  const __m128i lo = _mm256_castsi256_si128(out), hi = _mm256_extracti128_si256(out, 1);
-  return _mm_packus_epi32(lo, hi);
-}
-
 __attribute__((target("avx2,fma,f16c"))) void Avx2Range(const CpuAdamRange &r,
                                                         const AdamConstants &k, int64_t begin,
                                                         int64_t end) {
@@ -88,29 +75,13 @@ __attribute__((target("avx2,fma,f16c"))) void Avx2Range(const CpuAdamRange &r,
     const __m256 updated =
         _mm256_sub_ps(_mm256_mul_ps(p, decay), _mm256_div_ps(_mm256_mul_ps(step, m), denom));
     _mm256_storeu_ps(r.param + i, updated);
-    if (r.half_out) {
-      const __m128i h = r.half == Half::kBf16 ? Bf16x8(updated)
-                                              : _mm256_cvtps_ph(updated, _MM_FROUND_TO_NEAREST_INT);
-      _mm_storeu_si128(reinterpret_cast<__m128i *>(r.half_out + i), h);
-    }
+    if (r.half_out) simd::StoreHalf8(r.half, updated, r.half_out + i);
   }
   ScalarRange(r, k, i, end);
 }
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593, as above
-
-// bf16 of 16 floats, as Bf16x8.
-__attribute__((target("avx512f"))) inline __m256i Bf16x16(__m512 x) {
-  const __m512i bits = _mm512_castps_si512(x);
-  const __m512i abs = _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF));
-  const __mmask16 nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7F800000));
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
-  const __m512i quiet = _mm512_or_si512(bits, _mm512_set1_epi32(0x400000));
-  const __m512i out = _mm512_srli_epi32(_mm512_mask_blend_epi32(nan, rounded, quiet), 16);
-  return _mm512_cvtepi32_epi16(out);
-}
 
 __attribute__((target("avx512f,avx2,fma,f16c"))) void Avx512Range(const CpuAdamRange &r,
                                                                   const AdamConstants &k,
@@ -135,11 +106,7 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void Avx512Range(const CpuAdamR
     const __m512 updated =
         _mm512_sub_ps(_mm512_mul_ps(p, decay), _mm512_div_ps(_mm512_mul_ps(step, m), denom));
     _mm512_storeu_ps(r.param + i, updated);
-    if (r.half_out) {
-      const __m256i h = r.half == Half::kBf16 ? Bf16x16(updated)
-                                              : _mm512_cvtps_ph(updated, _MM_FROUND_TO_NEAREST_INT);
-      _mm256_storeu_si256(reinterpret_cast<__m256i *>(r.half_out + i), h);
-    }
+    if (r.half_out) simd::StoreHalf16(r.half, updated, r.half_out + i);
   }
   ScalarRange(r, k, i, end);
 }
@@ -197,6 +164,24 @@ void CpuAdamStep(const CpuAdamRange &r, const AdamHyper &h, SimdPath path) {
     const int64_t per = ((r.n + threads - 1) / threads + kAlign - 1) / kAlign * kAlign;
     const int64_t begin = std::min(r.n, t * per), end = std::min(r.n, begin + per);
     if (begin < end) RangeOn(path, r, k, begin, end);
+  }
+}
+
+void CpuAdamMomentum(const CpuAdamRange &r, const AdamHyper &h) {
+  const AdamConstants k = AdamConstantsFor(h, r.grad_mul);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < r.n; ++i)
+    r.exp_avg[i] = k.b1 * r.exp_avg[i] + k.omb1 * (r.grad[i] * k.grad_mul);
+}
+
+void CpuAdamApply(const CpuAdamRange &r, const AdamHyper &h) {
+  const AdamConstants k = AdamConstantsFor(h, r.grad_mul);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < r.n; ++i) {
+    float p = r.param[i];
+    math::AdamApplyElement(p, r.exp_avg[i], r.exp_avg_sq[i], k);
+    r.param[i] = p;
+    if (r.half_out) r.half_out[i] = r.half == Half::kBf16 ? FloatToBFloat16(p) : FloatToHalf(p);
   }
 }
 

@@ -41,4 +41,11 @@ void CpuAdamUpdate(const CpuAdamRange &r, const AdamHyper &h, SimdPath path);
 // The same over the OpenMP threads, each on a contiguous part.
 void CpuAdamStep(const CpuAdamRange &r, const AdamHyper &h, SimdPath path = BestSimdPath());
 
+// 1-bit Adam's compressed phase in two halves over the OpenMP threads: the
+// momentum alone from the gradient (m = b1 m + (1 - b1) g grad_mul; the
+// variance frozen, the weights untouched), and, once the momentum has been
+// exchanged, the weights from it (AdamApplyElement; half_out written).
+void CpuAdamMomentum(const CpuAdamRange &r, const AdamHyper &h);
+void CpuAdamApply(const CpuAdamRange &r, const AdamHyper &h);
+
 }  // namespace dst::cpu

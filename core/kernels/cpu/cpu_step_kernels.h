@@ -8,6 +8,7 @@
 
 #include "core/kernels/cpu/cpu_adam.h"
 #include "core/kernels/cpu/cpu_kernels.h"
+#include "core/kernels/cpu/cpu_lamb.h"
 #include "core/kernels/cpu/optimizers.h"
 #include "core/kernels/cpu/reduce.h"
 #include "core/kernels/step_kernels.h"
@@ -67,6 +68,22 @@ class CpuStepKernels final : public StepKernels {
   void AdamUpdate(const AdamRange &r, const AdamHyper &h) const override {
     Scope s("AdamUpdate");
     CpuAdamStep(r, h);
+  }
+  void AdamMomentum(const AdamRange &r, const AdamHyper &h) const override {
+    Scope s("AdamMomentum");
+    CpuAdamMomentum(r, h);
+  }
+  void AdamApply(const AdamRange &r, const AdamHyper &h) const override {
+    Scope s("AdamApply");
+    CpuAdamApply(r, h);
+  }
+  LambSums LambMoments(const LambRange &r, const LambHyper &h) const override {
+    Scope s("LambMoments");
+    return cpu::LambMoments(r, h);
+  }
+  void LambApply(const LambRange &r, const LambHyper &h, float trust) const override {
+    Scope s("LambApply");
+    cpu::LambApply(r, h, trust);
   }
   void SgdUpdate(const float *grad, int64_t n, const SgdHyper &h, float *param,
                  float *momentum) const override {
