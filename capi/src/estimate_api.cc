@@ -187,7 +187,9 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
     if (compressed && stage <= 1 && dp > 1)
       b.optimizer_state += 4 * dst::ShardLayout(psi, dp).padded;
     // OneBitAdam (stage 0 only): each tensor's worker and server error feedback.
-    const bool onebit = config.value().optimizer.type == dst::OptimizerType::kOneBitAdam;
+    const dst::OptimizerType type = config.value().optimizer.type;
+    const bool onebit =
+        type == dst::OptimizerType::kOneBitAdam || type == dst::OptimizerType::kZeroOneAdam;
     if (onebit && dp > 1) {
       std::vector<int64_t> numels;
       for (const dst::ParamDecl &d : decls) numels.push_back(d.numel);

@@ -13,7 +13,7 @@
 
 namespace dst {
 
-enum class OptimizerType { kAdamW, kAdam, kSGD, kLamb, kOneBitAdam };
+enum class OptimizerType { kAdamW, kAdam, kSGD, kLamb, kOneBitAdam, kZeroOneAdam };
 enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
 enum class WarmupType { kLog, kLinear };
 enum class DType { kFloat32, kFloat16, kBFloat16 };
@@ -41,6 +41,13 @@ struct OptimizerConfig {
   // OneBitAdam: steps of plain Adam (gradients all-reduced) before the
   // momentum is exchanged compressed and the variance frozen.
   int64_t freeze_step = 100000;
+  // ZeroOneAdam (zero_one_policy.h): the last step that updates the
+  // variance, the variance steps between doublings of their interval, the
+  // local steps between doublings of theirs, and that interval's cap.
+  int64_t var_freeze_step = 100000;
+  int64_t var_update_scaler = 16;
+  int64_t local_step_scaler = 32678;
+  int64_t local_step_clipper = 16;
 };
 
 // DeepSpeed's lr_schedules.py parameter names.

@@ -65,15 +65,15 @@ Status CheckPipelineSupported(const Config &config) {
 Status CheckOptimizerSupported(const ExtraSettings &extra) {
   if (!extra.unsupported_optimizer.empty()) {
     const std::string &name = extra.unsupported_optimizer;
-    if (name == "ZeroOneAdam" || name == "OneBitLamb")
+    if (name == "OneBitLamb")
       return NotSupported(
           "optimizer.type: \"" + name +
           "\" (DeepSpeed's momentum-compressing optimizer) is not supported yet; \"OneBitAdam\" "
-          "is (its freeze_step warm-up, then the momentum exchanged in 1 bit with error "
-          "feedback), or Adam / AdamW with the gradient_compression section");
+          "and \"ZeroOneAdam\" are (1-bit exchanges with error feedback), or Lamb without "
+          "compression");
     return NotSupported("optimizer.type: \"" + name +
-                        "\" is not supported yet; dstrain implements Adam, AdamW, SGD, Lamb and "
-                        "OneBitAdam");
+                        "\" is not supported yet; dstrain implements Adam, AdamW, SGD, Lamb, "
+                        "OneBitAdam and ZeroOneAdam");
   }
   if (extra.amsgrad) {
     return NotSupported(
@@ -197,22 +197,26 @@ Status CheckLambSupported(const Config &config) {
 // 1-bit Adam exchanges each rank's whole momentum: DeepSpeed refuses it with
 // ZeRO too. Its exchange runs on the host.
 Status CheckOneBitAdamSupported(const Config &config) {
-  if (config.optimizer.type != OptimizerType::kOneBitAdam) return Status::Ok();
+  const OptimizerType type = config.optimizer.type;
+  if (type != OptimizerType::kOneBitAdam && type != OptimizerType::kZeroOneAdam)
+    return Status::Ok();
+  const std::string name = type == OptimizerType::kOneBitAdam ? "OneBitAdam" : "ZeroOneAdam";
   if (config.zero.stage > 0)
-    return NotSupported("optimizer \"OneBitAdam\" with zero_optimization.stage " +
+    return NotSupported("optimizer \"" + name + "\" with zero_optimization.stage " +
                         std::to_string(config.zero.stage) +
-                        ": 1-bit Adam exchanges every rank's whole momentum, which ZeRO shards "
+                        ": it exchanges every rank's whole momentum or gradient, which ZeRO shards "
                         "(DeepSpeed refuses the pair too). Use stage 0, or Adam / AdamW with "
                         "ZeRO and gradient_compression at stage 1");
   if (config.gradient_compression.enabled)
     return ConfigError(
-        "optimizer \"OneBitAdam\" and gradient_compression both compress the data-parallel "
-        "exchange: after freeze_step 1-bit Adam sends the momentum in 1 bit and no gradient. "
-        "Remove gradient_compression (or use Adam / AdamW with it)");
+        "optimizer \"" + name +
+        "\" and gradient_compression both compress the data-parallel exchange: the optimizer "
+        "sends its own 1-bit exchanges. Remove gradient_compression (or use Adam / AdamW with it)");
   if (config.runtime.device == "cuda")
     return NotSupported(
-        "optimizer \"OneBitAdam\" on dstrain.device \"cuda\" is not supported yet: its "
-        "compressed momentum exchange runs on the host. Use Adam / AdamW on the device");
+        "optimizer \"" + name +
+        "\" on dstrain.device \"cuda\" is not supported yet: its compressed exchange runs on "
+        "the host. Use Adam / AdamW on the device");
   return Status::Ok();
 }
 

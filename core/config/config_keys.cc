@@ -29,6 +29,7 @@ constexpr std::string_view kAdamW = "optimizer.params:AdamW";
 constexpr std::string_view kSgd = "optimizer.params:SGD";
 constexpr std::string_view kLamb = "optimizer.params:Lamb";
 constexpr std::string_view kOneBitAdam = "optimizer.params:OneBitAdam";
+constexpr std::string_view kZeroOneAdam = "optimizer.params:ZeroOneAdam";
 constexpr std::string_view kScheduler = "scheduler";
 constexpr std::string_view kWarmupLR = "scheduler.params:WarmupLR";
 constexpr std::string_view kWarmupDecayLR = "scheduler.params:WarmupDecayLR";
@@ -216,7 +217,8 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
      "layer types whose parameters, gradients and activations stay fp32"},
 
     // ---- optimizer ----
-    {kOptimizer, "type", "one of Adam, AdamW, SGD, Lamb, OneBitAdam (any case)", "the optimizer"},
+    {kOptimizer, "type", "one of Adam, AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam (any case)",
+     "the optimizer"},
     {kOptimizer, "params", kObject, "the optimizer's parameters"},
     {kAdam, "lr", kLr, "learning rate"},
     {kAdam, "betas", kBetas, "moment decay rates"},
@@ -260,6 +262,25 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
      "no effect: the data-parallel group carries the exchange"},
     {kOneBitAdam, "max_grad_norm", "0 (use gradient_clipping)", "refused when > 0"},
     {kOneBitAdam, "amsgrad", kBool, "true is refused, as DeepSpeed's OnebitAdam refuses it"},
+    {kZeroOneAdam, "lr", kLr, "learning rate"},
+    {kZeroOneAdam, "betas", kBetas, "moment decay rates"},
+    {kZeroOneAdam, "eps", kEps, "denominator epsilon (outside the root)"},
+    {kZeroOneAdam, "weight_decay", kWeightDecay, "decoupled weight decay"},
+    {kZeroOneAdam, "var_freeze_step", "an integer >= 0",
+     "the last step that updates the variance (100000)"},
+    {kZeroOneAdam, "var_update_scaler", "an integer >= 1",
+     "variance steps between doublings of their interval (16)"},
+    {kZeroOneAdam, "local_step_scaler", "an integer >= 1",
+     "local steps between doublings of the synchronisation interval (32678)"},
+    {kZeroOneAdam, "local_step_clipper", "an integer >= 1",
+     "the largest synchronisation interval (16)"},
+    {kZeroOneAdam, "bias_correction", kBool, "no effect: DeepSpeed's ZeroOneAdam has none either"},
+    {kZeroOneAdam, "eps_inside_sqrt", kBool, "no effect: DeepSpeed's ZeroOneAdam ignores it too"},
+    {kZeroOneAdam, "cuda_aware", kBool, "no effect: the data-parallel group carries the exchange"},
+    {kZeroOneAdam, "comm_backend_name", "a string",
+     "no effect: the data-parallel group carries the exchange"},
+    {kZeroOneAdam, "max_grad_norm", "0 (use gradient_clipping)", "refused when > 0"},
+    {kZeroOneAdam, "amsgrad", kBool, "true is refused, as DeepSpeed's ZeroOneAdam refuses it"},
     {kSgd, "lr", kLr, "learning rate"},
     {kSgd, "momentum", "a number >= 0", "momentum factor (0)"},
     {kSgd, "dampening", "a number >= 0", "momentum dampening (0)"},

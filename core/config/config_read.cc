@@ -178,10 +178,11 @@ Status ReadLambParams(const ObjectReader &params, OptimizerConfig *optimizer,
   return params.ReadBool("amsgrad", &extra->amsgrad);
 }
 
-// DeepSpeed's OnebitAdam parameters. Its update has no bias correction and
-// eps outside the root whatever bias_correction and eps_inside_sqrt say
-// (DeepSpeed reads and ignores both); the transport keys name DeepSpeed's
-// backends, and dstrain's dp group carries the exchange whatever they say.
+// DeepSpeed's OnebitAdam / ZeroOneAdam parameters (optimizer->type says
+// which). Their update has no bias correction and eps outside the root
+// whatever bias_correction and eps_inside_sqrt say (DeepSpeed reads and
+// ignores both); the transport keys name DeepSpeed's backends, and dstrain's
+// dp group carries the exchange whatever they say.
 Status ReadOneBitAdamParams(const ObjectReader &params, OptimizerConfig *optimizer,
                             ExtraSettings *extra) {
   DST_RETURN_IF_ERROR(params.ReadNumber("lr", &optimizer->lr, AtLeast(0), kDefaultOptimizer.lr));
@@ -190,8 +191,18 @@ Status ReadOneBitAdamParams(const ObjectReader &params, OptimizerConfig *optimiz
       params.ReadNumber("eps", &optimizer->eps, GreaterThan(0), kDefaultOptimizer.eps));
   DST_RETURN_IF_ERROR(params.ReadNumber("weight_decay", &optimizer->weight_decay, AtLeast(0),
                                         kDefaultOptimizer.weight_decay));
-  DST_RETURN_IF_ERROR(params.ReadInt("freeze_step", &optimizer->freeze_step, 0,
-                                     std::numeric_limits<int64_t>::max()));
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  if (optimizer->type == OptimizerType::kZeroOneAdam) {
+    DST_RETURN_IF_ERROR(params.ReadInt("var_freeze_step", &optimizer->var_freeze_step, 0, kMax));
+    DST_RETURN_IF_ERROR(
+        params.ReadInt("var_update_scaler", &optimizer->var_update_scaler, 1, kMax));
+    DST_RETURN_IF_ERROR(
+        params.ReadInt("local_step_scaler", &optimizer->local_step_scaler, 1, kMax));
+    DST_RETURN_IF_ERROR(
+        params.ReadInt("local_step_clipper", &optimizer->local_step_clipper, 1, kMax));
+  } else {
+    DST_RETURN_IF_ERROR(params.ReadInt("freeze_step", &optimizer->freeze_step, 0, kMax));
+  }
   bool ignored = false;
   DST_RETURN_IF_ERROR(params.ReadBool("bias_correction", &ignored));
   DST_RETURN_IF_ERROR(params.ReadBool("eps_inside_sqrt", &ignored));
@@ -203,7 +214,7 @@ Status ReadOneBitAdamParams(const ObjectReader &params, OptimizerConfig *optimiz
   DST_RETURN_IF_ERROR(params.ReadNumber("max_grad_norm", &max_grad_norm, AtLeast(0)));
   if (max_grad_norm > 0) {
     return NotSupported(params.PathOf("max_grad_norm") + " " + Shorten(Json(max_grad_norm)) +
-                        ": clipping inside OneBitAdam is not supported; set the top-level "
+                        ": clipping inside the optimizer is not supported; set the top-level "
                         "\"gradient_clipping\": " +
                         Shorten(Json(max_grad_norm)) + " and remove it here");
   }
@@ -263,12 +274,11 @@ Status ReadOptimizer(const ObjectReader &root, Parsed *parsed) {
   if (!root.Has("optimizer")) return Status::Ok();  // AdamW with config.h's defaults
   return ReadSection(root, "optimizer", kOptimizer, [&](const ObjectReader &section) -> Status {
     // DeepSpeed's own optimizers and the torch.optim ones it falls back to.
-    static const std::vector<std::string_view> kSupported = {"Adam", "AdamW", "SGD", "Lamb",
-                                                             "OneBitAdam"};
+    static const std::vector<std::string_view> kSupported = {"Adam", "AdamW",      "SGD",
+                                                             "Lamb", "OneBitAdam", "ZeroOneAdam"};
     static const std::vector<std::string_view> kRecognised = {
-        "ZeroOneAdam", "OneBitLamb", "Adagrad", "Lion",     "MuAdam",    "MuAdamW",
-        "MuSGD",       "Muon",       "RMSprop", "Adadelta", "Adamax",    "NAdam",
-        "RAdam",       "ASGD",       "LBFGS",   "Rprop",    "SparseAdam"};
+        "OneBitLamb", "Adagrad", "Lion",  "MuAdam", "MuAdamW", "MuSGD", "Muon",  "RMSprop",
+        "Adadelta",   "Adamax",  "NAdam", "RAdam",  "ASGD",    "LBFGS", "Rprop", "SparseAdam"};
     Result<NamedType> type = ReadTypeName(section, kSupported, kRecognised);
     if (!type.ok()) return type.status();
     if (!type->unsupported_name.empty()) {
@@ -283,9 +293,11 @@ Status ReadOptimizer(const ObjectReader &root, Parsed *parsed) {
           section, "params", "optimizer.params:SGD",
           [&](const ObjectReader &params) { return ReadSgdParams(params, &optimizer); });
     }
-    if (type->name == "OneBitAdam") {
-      optimizer.type = OptimizerType::kOneBitAdam;
-      return ReadSection(section, "params", "optimizer.params:OneBitAdam",
+    if (type->name == "OneBitAdam" || type->name == "ZeroOneAdam") {
+      const bool zero_one = type->name == "ZeroOneAdam";
+      optimizer.type = zero_one ? OptimizerType::kZeroOneAdam : OptimizerType::kOneBitAdam;
+      return ReadSection(section, "params",
+                         zero_one ? "optimizer.params:ZeroOneAdam" : "optimizer.params:OneBitAdam",
                          [&](const ObjectReader &params) {
                            return ReadOneBitAdamParams(params, &optimizer, &parsed->extra);
                          });

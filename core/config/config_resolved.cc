@@ -43,6 +43,13 @@ Json OptimizerJson(const OptimizerConfig &optimizer) {
   params["betas"] = optimizer.betas;
   params["eps"] = optimizer.eps;
   params["weight_decay"] = optimizer.weight_decay;
+  if (optimizer.type == OptimizerType::kZeroOneAdam) {
+    params["var_freeze_step"] = optimizer.var_freeze_step;
+    params["var_update_scaler"] = optimizer.var_update_scaler;
+    params["local_step_scaler"] = optimizer.local_step_scaler;
+    params["local_step_clipper"] = optimizer.local_step_clipper;
+    return Json{{"type", "ZeroOneAdam"}, {"params", params}};
+  }
   if (optimizer.type == OptimizerType::kOneBitAdam) {
     params["freeze_step"] = optimizer.freeze_step;
     return Json{{"type", "OneBitAdam"}, {"params", params}};

@@ -83,7 +83,9 @@ Result<std::vector<RankMemory>> LayoutMemory(const ModelSpec &spec, const Config
     m.model_state_bytes =
         EstimateRankModelState(m.parameters, config, persistent, share, fp32_elements).total();
     // OneBitAdam: the worker and server error feedback of each tensor, padded.
-    if (config.optimizer.type == OptimizerType::kOneBitAdam && config.dp_size > 1) {
+    if ((config.optimizer.type == OptimizerType::kOneBitAdam ||
+         config.optimizer.type == OptimizerType::kZeroOneAdam) &&
+        config.dp_size > 1) {
       std::vector<int64_t> numels;
       for (const ParamDecl &d : decls) numels.push_back(d.numel);
       m.model_state_bytes += OneBitAllReduce::MemoryOf(numels, config.dp_size).residual_bytes;

@@ -166,11 +166,13 @@ void AddTotals(const CompressionTotals &t, nlohmann::json *j) {
 nlohmann::json Telemetry::CompressionJson() const {
   const GradientCompressionConfig &gc = ctx_.config->gradient_compression;
   nlohmann::json j = {{"enabled", gc.enabled}};
-  if (ctx_.config->optimizer.type == OptimizerType::kOneBitAdam) {
-    // 1-bit Adam: each exchange (a step past freeze_step) is one "bucket".
+  const OptimizerType optimizer = ctx_.config->optimizer.type;
+  if (optimizer == OptimizerType::kOneBitAdam || optimizer == OptimizerType::kZeroOneAdam) {
+    // The 1-bit optimizers: each exchange is one "bucket".
+    const bool one_bit = optimizer == OptimizerType::kOneBitAdam;
     j["enabled"] = true;
-    j["algorithm"] = "onebit_adam_momentum";
-    j["freeze_step"] = ctx_.config->optimizer.freeze_step;
+    j["algorithm"] = one_bit ? "onebit_adam_momentum" : "zero_one_adam";
+    if (one_bit) j["freeze_step"] = ctx_.config->optimizer.freeze_step;
     AddTotals(ctx_.momentum_exchange ? ctx_.momentum_exchange->totals() : CompressionTotals{}, &j);
     return j;
   }

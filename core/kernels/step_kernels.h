@@ -60,6 +60,9 @@ class StepKernels {
   // variance (half_out written).
   virtual void AdamMomentum(const AdamRange &r, const AdamHyper &h) const = 0;
   virtual void AdamApply(const AdamRange &r, const AdamHyper &h) const = 0;
+  // 0/1 Adam's element passes over a range and its accumulator (cpu_adam.h).
+  virtual void ZeroOneUpdate(const AdamRange &r, const AdamHyper &h, cpu::ZeroOnePhase phase,
+                             float *acc, float lrs) const = 0;
   // Lamb's two passes over a range of one tensor: the moments (returns the
   // range's sums of w^2 and u^2), then the weights moved with the whole
   // tensor's trust ratio.

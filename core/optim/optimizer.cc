@@ -15,7 +15,11 @@ std::vector<std::string> StateNames(const OptimizerConfig &config) {
 Optimizer::Optimizer(const OptimizerConfig &config, int64_t numel, MemoryTracker *tracker,
                      bool master_weights, const StateStoreMaker &make_store,
                      StepPlacement placement)
-    : config_(config), numel_(numel), master_(master_weights), placement_(placement) {
+    : config_(config),
+      numel_(numel),
+      master_(master_weights),
+      placement_(placement),
+      policy_(config) {
   std::vector<std::string> names;
   if (master_) names.push_back("master");
   for (std::string &n : StateNames(config)) names.push_back(std::move(n));
@@ -25,6 +29,40 @@ Optimizer::Optimizer(const OptimizerConfig &config, int64_t numel, MemoryTracker
     state_ =
         std::make_unique<ResidentStateStore>(std::move(names), numel, tracker, placement.memory);
   if (config.type == OptimizerType::kLamb) SetTensorParts({{0, 0, numel}}, 1);
+  if (config.type == OptimizerType::kZeroOneAdam)
+    accumulator_ = Buffer<float>(tracker, MemoryCategory::kOptimizerState, size_t(numel));
+}
+
+Optimizer::Exchange Optimizer::exchange() const {
+  switch (config_.type) {
+    case OptimizerType::kLamb:
+      return Exchange::kTrustSums;
+    case OptimizerType::kOneBitAdam:
+      return compressing() ? Exchange::kMomentum : Exchange::kNone;
+    case OptimizerType::kZeroOneAdam:
+      return kind_ == ZeroOneStep::kCompressed || kind_ == ZeroOneStep::kSync
+                 ? Exchange::kAccumulator
+                 : Exchange::kNone;
+    default:
+      return Exchange::kNone;
+  }
+}
+
+bool Optimizer::ReducesGradients(int64_t step) const {
+  if (config_.type == OptimizerType::kOneBitAdam) return !CompressesStep(step);
+  if (config_.type != OptimizerType::kZeroOneAdam) return true;
+  if (step == steps_ + 1) return policy_.Next() == ZeroOneStep::kVariance;
+  ZeroOnePolicy at(config_);
+  at.Reset(step - 1);
+  return at.Next() == ZeroOneStep::kVariance;
+}
+
+void Optimizer::set_steps_taken(int64_t steps) {
+  steps_ = steps;
+  if (config_.type != OptimizerType::kZeroOneAdam) return;
+  policy_.Reset(steps);
+  std::fill_n(accumulator_.data(), accumulator_.size(), 0.0f);
+  lrs_ = 0;
 }
 
 void Optimizer::SetTensorParts(std::vector<TensorPart> parts, int tensors) {
@@ -38,6 +76,14 @@ void Optimizer::SetTensorParts(std::vector<TensorPart> parts, int tensors) {
 void Optimizer::BeginStep() {
   ++steps_;
   applying_ = false;
+  if (config_.type == OptimizerType::kZeroOneAdam) {
+    if (kind_ == ZeroOneStep::kSync) lrs_ = 0;  // the last step synchronised
+    // The accumulator held exchanged gradients until the freeze; from it on
+    // it sums the local steps.
+    if (RestartsExchangeErrors(steps_)) std::fill_n(accumulator_.data(), accumulator_.size(), 0.0f);
+    kind_ = policy_.Next();
+    policy_.Advance();
+  }
   std::fill(trust_sums_.begin(), trust_sums_.end(), 0.0);
 }
 
@@ -168,7 +214,36 @@ void Optimizer::Update(const StatePiece &piece, float *params, const float *grad
   range.half_out = fusion.half_out;
   range.half = fusion.half;
   if (config_.type == OptimizerType::kOneBitAdam) return OneBitAdamUpdate(range, h);
+  if (config_.type == OptimizerType::kZeroOneAdam) return ZeroOneAdamUpdate(piece, range, h);
   placement_.step().AdamUpdate(range, h);
+}
+
+// DeepSpeed's ZeroOneAdam, one kind of step at a time (zero_one_policy.h).
+void Optimizer::ZeroOneAdamUpdate(const StatePiece &piece, const AdamRange &range,
+                                  const AdamHyper &h) {
+  using cpu::ZeroOnePhase;
+  const StepKernels &step = placement_.step();
+  float *acc = accumulator_.data() + piece.begin;
+  switch (kind_) {
+    case ZeroOneStep::kVariance:
+      return step.AdamUpdate(range, h);
+    case ZeroOneStep::kCompressed:
+      if (!applying_) return step.ZeroOneUpdate(range, h, ZeroOnePhase::kCapture, acc, 0);
+      {
+        AdamRange exchanged = range;  // the momentum from the exchanged gradient
+        exchanged.grad = acc;
+        exchanged.grad_mul = 1.0f;
+        step.AdamMomentum(exchanged, h);
+        return step.AdamApply(exchanged, h);
+      }
+    case ZeroOneStep::kLocal:
+    case ZeroOneStep::kSync:
+      if (applying_) return step.ZeroOneUpdate(range, h, ZeroOnePhase::kSyncIn, acc, float(lrs_));
+      if (piece.begin == 0) lrs_ += h.lr;  // once a step: the first piece
+      step.ZeroOneUpdate(range, h, ZeroOnePhase::kLocal, acc, 0);
+      if (kind_ == ZeroOneStep::kSync) step.ZeroOneUpdate(range, h, ZeroOnePhase::kSyncOut, acc, 0);
+      return;
+  }
 }
 
 std::vector<OptimizerStateBuffer> Optimizer::StateBuffers() {
@@ -194,6 +269,8 @@ const char *Optimizer::Name() const {
       return "Lamb";
     case OptimizerType::kOneBitAdam:
       return "OneBitAdam";
+    case OptimizerType::kZeroOneAdam:
+      return "ZeroOneAdam";
   }
   return "?";
 }

@@ -15,6 +15,7 @@
 #include "core/config/config.h"
 #include "core/kernels/step_kernels.h"
 #include "core/optim/state_store.h"
+#include "core/optim/zero_one_policy.h"
 #include "core/precision/half_ops.h"
 #include "core/runtime/memory.h"
 
@@ -73,22 +74,37 @@ class Optimizer {
   void Update(const StatePiece &piece, float *params, const float *grads, double lr,
               const UpdateFusion &fusion = {});
 
-  // Lamb (two_pass()): a step is the pieces' Update in the moments pass
-  // (after BeginStep, which starts it: moments updated, each tensor part's
-  // sums of w^2 and u^2 added into trust_sums()), the caller's sum of
-  // trust_sums() over the ranks holding other parts of the same tensors, then
-  // BeginApplyPass (the trust ratios) and the pieces' Update again (the
-  // weights move). Both passes write fusion.half_out. The range is one
-  // tensor until SetTensorParts says otherwise.
-  bool two_pass() const { return config_.type == OptimizerType::kLamb || compressing(); }
-  // OneBitAdam: whether step `step` (1-based) is past freeze_step — its
-  // gradients stay on their rank and the moments pass's momentum is what
-  // the ranks exchange (compressed) before the apply pass; compressing():
-  // the step begun (BeginStep) is.
+  // A two-pass step (two_pass()): the pieces' Update in a first pass after
+  // BeginStep (the gradients read), the exchange() the caller makes between
+  // the ranks, BeginApplyPass, and the pieces' Update again (from the state
+  // alone: grads may be null). Both passes write fusion.half_out.
+  //   Lamb: the moments, each tensor part's sums of w^2 and u^2 added into
+  //     trust_sums() (which the caller sums over the ranks holding other
+  //     parts of the same tensors), then the trust ratios and the weights.
+  //   OneBitAdam past freeze_step: the momentum, exchanged, then the weights.
+  //   ZeroOneAdam: the gradient captured into accumulator() and exchanged,
+  //     then the momentum and the weights; or, frozen, a synchronising
+  //     step's accumulated local steps exchanged, then applied.
+  enum class Exchange { kNone, kTrustSums, kMomentum, kAccumulator };
+  Exchange exchange() const;
+  bool two_pass() const { return exchange() != Exchange::kNone; }
+  // The 1-bit optimizers: whether step `step` (1-based; the one about to
+  // begin) all-reduces its gradients (otherwise they stay on their rank),
+  // and whether the exchanges' error feedback restarts before it.
+  bool ReducesGradients(int64_t step) const;
+  bool RestartsExchangeErrors(int64_t step) const {
+    return config_.type == OptimizerType::kZeroOneAdam && step == config_.var_freeze_step + 1;
+  }
+  // OneBitAdam: past freeze_step (the step begun); its momentum pass's
+  // exp_avg is what the ranks exchange before the apply pass.
   bool CompressesStep(int64_t step) const {
     return config_.type == OptimizerType::kOneBitAdam && step > config_.freeze_step;
   }
   bool compressing() const { return CompressesStep(steps_); }
+  // ZeroOneAdam: the gradient or the accumulated local steps, exchanged in
+  // place ([numel], host memory).
+  float *accumulator() { return accumulator_.data(); }
+  // Lamb: the tensor parts of the range (one tensor until set).
   void SetTensorParts(std::vector<TensorPart> parts, int tensors);
   std::vector<double> &trust_sums() { return trust_sums_; }  // [2 x tensors]: w^2, u^2
   void BeginApplyPass();
@@ -96,7 +112,8 @@ class Optimizer {
   float trust_ratio(int t) const { return trust_[size_t(t)]; }
 
   int64_t steps_taken() const { return steps_; }
-  void set_steps_taken(int64_t steps) { steps_ = steps; }
+  // A resume: 0/1 Adam's schedule rebuilt, its accumulator restarted.
+  void set_steps_taken(int64_t steps);
   const OptimizerConfig &config() const { return config_; }
   bool master_weights() const { return master_; }
   // The store: tensor 0 is "master" when master_weights(), then the
@@ -124,7 +141,13 @@ class Optimizer {
                   const UpdateFusion &fusion);
   LambHyper LambHyperNow(double lr) const;
   void OneBitAdamUpdate(const AdamRange &range, const AdamHyper &h);
-  std::vector<TensorPart> parts_;  // sorted by begin, disjoint
+  void ZeroOneAdamUpdate(const StatePiece &piece, const AdamRange &range, const AdamHyper &h);
+  // ZeroOneAdam.
+  ZeroOnePolicy policy_;
+  ZeroOneStep kind_ = ZeroOneStep::kVariance;  // the step begun
+  Buffer<float> accumulator_;                  // [numel] kOptimizerState
+  double lrs_ = 0;                             // lr summed over the local steps
+  std::vector<TensorPart> parts_;              // sorted by begin, disjoint
   std::vector<double> trust_sums_;
   std::vector<float> trust_;
   bool applying_ = false;

@@ -381,6 +381,11 @@ void CudaKernels::AdamApply(const AdamRange &, const AdamHyper &) const {
   Unsupported("1-bit Adam's momentum exchange", "use Adam / AdamW on the device");
 }
 
+void CudaKernels::ZeroOneUpdate(const AdamRange &, const AdamHyper &, cpu::ZeroOnePhase, float *,
+                                float) const {
+  Unsupported("0/1 Adam's exchanges", "use Adam / AdamW on the device");
+}
+
 LambSums CudaKernels::LambMoments(const LambRange &, const LambHyper &) const {
   Unsupported("the Lamb optimizer", "set zero_optimization.offload_optimizer.device \"cpu\"");
   return {};

@@ -147,6 +147,8 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
   LambSums LambMoments(const LambRange &r, const LambHyper &h) const override;
   void AdamMomentum(const AdamRange &r, const AdamHyper &h) const override;
   void AdamApply(const AdamRange &r, const AdamHyper &h) const override;
+  void ZeroOneUpdate(const AdamRange &r, const AdamHyper &h, cpu::ZeroOnePhase phase, float *acc,
+                     float lrs) const override;
   void LambApply(const LambRange &r, const LambHyper &h, float trust) const override;
   void SgdUpdate(const float *grad, int64_t n, const SgdHyper &h, float *param,
                  float *momentum) const override;

@@ -136,7 +136,9 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
     grads_ = std::make_unique<GradientPartition>(&plan_, local_layout, local_.get(), &store,
                                                  tracker, grad_options, placement_);
   }
-  if (config.optimizer.type == OptimizerType::kOneBitAdam && stage_ == 0 && dp_->size() > 1) {
+  const bool one_bit = config.optimizer.type == OptimizerType::kOneBitAdam ||
+                       config.optimizer.type == OptimizerType::kZeroOneAdam;
+  if (one_bit && stage_ == 0 && dp_->size() > 1) {
     std::vector<TensorSpan> spans;
     for (const ParamDecl &d : model->params().decls()) spans.push_back({d.offset, d.numel});
     onebit_ = std::make_unique<OneBitAllReduce>(dp_, std::move(spans), tracker);
@@ -281,7 +283,9 @@ Status DataParallel::ZeroGradients() {
   host_scalings_.clear();
   if (fp32_) fp32_->ZeroGrads();
   Status st = buckets_ ? buckets_->Reset() : Status::Ok();
-  local_grads_ = onebit_ && optimizer_->CompressesStep(optimizer_->steps_taken() + 1);
+  const int64_t next = optimizer_->steps_taken() + 1;
+  local_grads_ = onebit_ && !optimizer_->ReducesGradients(next);
+  if (onebit_ && optimizer_->RestartsExchangeErrors(next)) onebit_->ResetErrors();
   if (buckets_) buckets_->SetLocal(local_grads_);
   if (grads_) {
     Status zero = grads_->Zero();
@@ -499,7 +503,9 @@ Status DataParallel::TwoPassStep(double lr, int64_t *touched) {
   int64_t moments = 0;  // the first pass moves no weight
   DST_RETURN_IF_ERROR(
       UpdatePieces(&moments, [&](const StatePiece &piece) { return UpdatePiece(piece, lr); }));
-  if (optimizer_->compressing()) {
+  if (optimizer_->exchange() == Optimizer::Exchange::kAccumulator) {
+    if (onebit_) DST_RETURN_IF_ERROR(onebit_->Run(optimizer_->accumulator()));
+  } else if (optimizer_->exchange() == Optimizer::Exchange::kMomentum) {
     if (onebit_) DST_RETURN_IF_ERROR(ExchangeMomentum());
   } else {
     std::vector<double> &sums = optimizer_->trust_sums();

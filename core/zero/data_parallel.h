@@ -97,7 +97,7 @@ class DataParallel final : public DataParallelism {
   // The parameter swap file, or null (parameters in memory).
   const ParamSwap *param_swap() const { return params_ ? params_->swap() : nullptr; }
   const ParameterPartition *param_partition() const { return params_.get(); }
-  // OneBitAdam's compressed momentum exchange (dp > 1), else null.
+  // OneBitAdam's / ZeroOneAdam's compressed exchange (dp > 1), else null.
   const OneBitAllReduce *momentum_exchange() const { return onebit_.get(); }
   // gradient_compression's state (ZeRO 0/1 with dp > 1), else null.
   const GradCompressor *compressor() const { return buckets_ ? buckets_->compressor() : nullptr; }
@@ -291,7 +291,7 @@ class DataParallel final : public DataParallelism {
   PartitionPlan plan_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<BucketReducer> buckets_;      // stages 0, 1
-  std::unique_ptr<OneBitAllReduce> onebit_;     // OneBitAdam at stage 0 with dp > 1
+  std::unique_ptr<OneBitAllReduce> onebit_;     // OneBitAdam / ZeroOneAdam at stage 0, dp > 1
   bool local_grads_ = false;                    // this step's gradients are not reduced
   std::unique_ptr<GradientPartition> grads_;    // stages 2, 3; 16 bits: also 0, 1 (local)
   std::unique_ptr<ParameterPartition> params_;  // stage 3; 16 bits: also 0-2 (local)

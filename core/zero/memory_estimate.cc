@@ -9,6 +9,8 @@ namespace dst {
 
 int64_t OptimizerStateBytesPerParameter(const OptimizerConfig &optimizer, DType precision) {
   const int64_t master = precision == DType::kFloat32 ? 0 : 4;
+  // 0/1 Adam: an accumulator beside the moments.
+  if (optimizer.type == OptimizerType::kZeroOneAdam) return master + 12;
   if (optimizer.type != OptimizerType::kSGD) return master + 8;
   return master + (optimizer.momentum != 0 ? 4 : 0);
 }
@@ -73,8 +75,7 @@ ModelStateBytes EstimateRankModelState(int64_t num_parameters, const Config &con
       config.runtime.device == "cuda" && config.zero.offload_optimizer_device != "none";
   if (host_state && (config.zero.stage >= 2 || config.dp_size > 1))
     b.gradients += (precision == DType::kFloat32 ? 4 : 2) * elements;
-  if (host_state && precision == DType::kFloat32 && !swap_params)
-    b.optimizer_state += 4 * elements;
+  if (host_state && precision == DType::kFloat32 && !swap_params) b.optimizer_state += 4 * elements;
   if (config.zero.offload_optimizer_device != "nvme") return b;
   const int64_t tensors = OptimizerStateBytesPerParameter(config.optimizer, precision) / 4 +
                           (precision == DType::kFloat32 ? 1 : 0);  // fp32: the weights' mirror

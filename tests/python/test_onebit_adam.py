@@ -1,4 +1,4 @@
-"""1-bit Adam as DeepSpeed defines it (OnebitAdam with its NCCL backend's
+"""1-bit Adam and 0/1 Adam as DeepSpeed defines them (OnebitAdam with its NCCL backend's
 compressed all-reduce; Tang et al. 2021), against an implementation written
 here from that algorithm:
 
@@ -11,7 +11,16 @@ here from that algorithm:
   error feedback, then each server's chunk averaged, compressed again with
   the server's error feedback, and gathered — and the same update.
 
-On 1 and 2 ranks over enough steps to pass the freeze point: the weights
+0/1 Adam (ZeroOneAdam; Lu et al. 2022): variance steps (all-reduced
+gradient, Adam) at an interval that doubles after var_update_scaler of them,
+the steps between exchanging the gradient in 1 bit (the momentum only);
+after var_freeze_step local steps (each rank's own momentum and weights,
+the steps accumulated) with a synchronisation at an interval that doubles
+after local_step_scaler steps up to local_step_clipper: the accumulated
+steps scaled by the denominator, exchanged in 1 bit, the momentum rebuilt
+from them; the error feedback restarts at the freeze.
+
+On 1 and 2 ranks over enough steps to pass the freeze points: the weights
 within 1e-5 relative every step (fp32). The bytes the exchange sent after
 the warm-up, from the metrics, against the fp32 bytes a gradient all-reduce
 carries; fp16 with loss scaling and a checkpoint resume train; the refusals
@@ -80,10 +89,10 @@ def run_workers(build_dir, config, world, steps=STEPS):
     return runs
 
 
-def config_for(world, **params):
-    opt = dict(PARAMS, **params)
+def config_for(world, optimizer="OneBitAdam", base=PARAMS, **params):
+    opt = dict(base, **params)
     return {"train_batch_size": MICRO * world, "train_micro_batch_size_per_gpu": MICRO,
-            "optimizer": {"type": "OneBitAdam", "params": opt},
+            "optimizer": {"type": optimizer, "params": opt},
             "zero_optimization": {"stage": 0},
             "dstrain": {"num_threads": 1, "comm_timeout_seconds": 60}}
 
@@ -184,6 +193,112 @@ def test_onebit_adam_follows_deepspeeds_algorithm(build_dir, world):
         assert runs[0][-2]["params"] == runs[1][-2]["params"]
 
 
+ZERO_ONE = {"lr": 1e-2, "betas": [0.9, 0.99], "eps": 1e-8, "weight_decay": 0.01,
+            "var_freeze_step": 6, "var_update_scaler": 2, "local_step_scaler": 2,
+            "local_step_clipper": 4}
+ZERO_ONE_STEPS = 12
+
+
+def zero_one_kinds(opt, steps):
+    """The policy: 'var', 'compressed', 'local' or 'sync' for steps 1..steps."""
+    kinds, var_interval, var_counter, local_interval, local_counter = [], 1, 0, 1, 0
+    for t in range(1, steps + 1):
+        if t > opt["var_freeze_step"]:
+            kinds.append("sync" if t % local_interval == 0 else "local")
+            local_counter += 1
+            if local_counter == opt["local_step_scaler"]:
+                local_counter, local_interval = 0, min(opt["local_step_clipper"],
+                                                       2 * local_interval)
+        else:
+            kinds.append("var" if t % var_interval == 0 else "compressed")
+            if t % var_interval == 0:
+                var_counter += 1
+                if var_counter == opt["var_update_scaler"]:
+                    var_counter, var_interval = 0, 2 * var_interval
+    return kinds
+
+
+def zero_one_reference(initial, world, steps, opt):
+    """ZeroOneAdam on `world` ranks: each rank's weights after each step."""
+    lr, (b1, b2), eps, wd = opt["lr"], opt["betas"], opt["eps"], opt["weight_decay"]
+    P = [{k: np.array(v, dtype=np.float64) for k, v in initial.items()} for _ in range(world)]
+    M = [{k: np.zeros_like(v) for k, v in P[0].items()} for _ in range(world)]
+    A = [{k: np.zeros_like(v) for k, v in P[0].items()} for _ in range(world)]
+    V = {k: np.zeros_like(v) for k, v in P[0].items()}
+    exchange, lrs, history = None, 0.0, []
+    for t, kind in enumerate(zero_one_kinds(opt, steps), start=1):
+        if exchange is None or t == opt["var_freeze_step"] + 1:  # the errors restart
+            exchange = {k: CompressedAllReduce(x.size, world) for k, x in P[0].items()}
+        grads = [torch_grads(P[r], *samples(t, r)) for r in range(world)]
+        for k in V:
+            denom = np.sqrt(V[k]) + eps
+            if kind == "var":
+                g = sum(gr[k] for gr in grads) / world
+                V[k] = b2 * V[k] + (1 - b2) * g * g
+                denom = np.sqrt(V[k]) + eps
+            elif kind == "compressed":
+                g = exchange[k]([gr[k] for gr in grads]) if world > 1 else grads[0][k]
+            for r in range(world):
+                if kind in ("var", "compressed"):
+                    M[r][k] = b1 * M[r][k] + (1 - b1) * g
+                    P[r][k] = P[r][k] - lr * (M[r][k] / denom + wd * P[r][k])
+                else:
+                    M[r][k] = b1 * M[r][k] + (1 - b1) * grads[r][k]
+                    d = -lr * (M[r][k] / denom + wd * P[r][k])
+                    P[r][k] = P[r][k] + d
+                    A[r][k] = A[r][k] + d
+        if kind in ("local", "sync"):
+            lrs += lr
+        if kind == "sync":
+            for k in V:
+                denom = np.sqrt(V[k]) + eps
+                for r in range(world):
+                    P[r][k] = P[r][k] - A[r][k]
+                    A[r][k] = A[r][k] * denom
+                mean = exchange[k]([A[r][k] for r in range(world)]) if world > 1 else A[0][k]
+                for r in range(world):
+                    M[r][k] = -mean / lrs
+                    P[r][k] = P[r][k] + mean / denom
+                    A[r][k] = np.zeros_like(A[r][k])
+            lrs = 0.0
+        history.append([{k: x.copy() for k, x in P[r].items()} for r in range(world)])
+    return history
+
+
+def test_zero_one_policy_reaches_every_kind_of_step():
+    kinds = zero_one_kinds(ZERO_ONE, ZERO_ONE_STEPS)
+    assert kinds == ["var", "var", "compressed", "var", "compressed", "var", "sync", "sync",
+                     "local", "sync", "local", "sync"], kinds
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_zero_one_adam_follows_deepspeeds_algorithm(build_dir, world):
+    config = config_for(world, "ZeroOneAdam", ZERO_ONE)
+    runs = run_workers(build_dir, config, world, steps=ZERO_ONE_STEPS)
+    initial = {k: np.array(x) for k, x in runs[0][0]["params"].items()}
+    want = zero_one_reference(initial, world, ZERO_ONE_STEPS, ZERO_ONE)
+    kinds = zero_one_kinds(ZERO_ONE, ZERO_ONE_STEPS)
+    for rank, run in enumerate(runs):
+        steps = [r for r in run if "step" in r]
+        assert len(steps) == ZERO_ONE_STEPS
+        for s, expected, kind in zip(steps, want, kinds):
+            for k, x in expected[rank].items():
+                got = np.array(s["params"][k])
+                rel = np.linalg.norm(got - x) / np.linalg.norm(x)
+                assert rel < 1e-5, (world, rank, s["step"], kind, k, rel)
+    if world == 2:  # local steps part the ranks, a synchronisation joins them
+        by_step = [[r for r in run if "step" in r] for run in runs]
+        def gap(step):  # the ranks' largest relative difference after `step`
+            a, b = (by_step[r][step - 1]["params"] for r in (0, 1))
+            return max(np.linalg.norm(np.subtract(a[k], b[k])) / np.linalg.norm(a[k]) for k in a)
+        # Step 9 is local; step 10 synchronises (each rank subtracts its own
+        # accumulated steps from its weights, so they agree up to rounding).
+        assert gap(9) > 1e-4 and gap(10) < 1e-6, (gap(9), gap(10))
+        compression = runs[0][-1]["metrics"]["compression"]
+        assert compression["algorithm"] == "zero_one_adam"
+        assert compression["buckets"] == kinds.count("compressed") + kinds.count("sync")
+
+
 def test_the_compression_is_what_moves_the_weights(build_dir):
     """Against the same run without compression (freeze_step past the end):
     after the freeze point the weights part (the test above cannot pass by
@@ -268,4 +383,4 @@ def test_refusals_name_deepspeeds_reason(build_dir):
     both = refusal(sdk, gradient_compression={"enabled": True})
     assert "gradient_compression" in both, both
     lamb1 = {"type": "OneBitLamb", "params": {"freeze_step": 10}}
-    assert "\"OneBitAdam\" is" in refusal(sdk, optimizer=lamb1)
+    assert "\"OneBitAdam\" and \"ZeroOneAdam\" are" in refusal(sdk, optimizer=lamb1)

@@ -544,10 +544,12 @@ TEST(ConfigErrors, PipelineMicroBatchesDisagreeWithAccumulation) {
 }
 
 TEST(ConfigErrors, UnknownOptimizerSuggestsAName) {
-  EXPECT_TRUE(FailsWith(
-      Parse(R"({"train_batch_size": 1, "optimizer": {"type": "AdamX"}})"), Code::kConfig,
-      {"optimizer.type: expected one of Adam, AdamW, SGD, Lamb, OneBitAdam (any case), found "
-       "\"AdamX\"; did you mean \"Adam\"?"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"type": "AdamX"}})"),
+                        Code::kConfig,
+                        {"optimizer.type: expected one of Adam, AdamW, SGD, Lamb, OneBitAdam, "
+                         "ZeroOneAdam (any case), "
+                         "found "
+                         "\"AdamX\"; did you mean \"Adam\"?"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"params": {}}})"),
                         Code::kConfig, {"optimizer.type is missing"}));
 }
@@ -569,7 +571,7 @@ TEST(ConfigErrors, LambReadsFusedLambsParameters) {
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"type": "Adagrad"}})"),
                         Code::kNotSupported,
                         {"optimizer.type: \"Adagrad\" is not supported yet",
-                         "Adam, AdamW, SGD, Lamb and OneBitAdam"}));
+                         "Adam, AdamW, SGD, Lamb, OneBitAdam and ZeroOneAdam"}));
 }
 
 TEST(ConfigErrors, OneBitAdamIsReadAndItsSiblingsPointAtIt) {
@@ -583,11 +585,18 @@ TEST(ConfigErrors, OneBitAdamIsReadAndItsSiblingsPointAtIt) {
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"type": "OneBitAdam"},
                 "zero_optimization": {"stage": 1}})"),
                         Code::kNotSupported, {"\"OneBitAdam\" with zero_optimization.stage 1"}));
-  EXPECT_TRUE(FailsWith(
-      Parse(R"({"train_batch_size": 1, "optimizer": {"type": "ZeroOneAdam",
-                                  "params": {"lr": 1e-4, "var_freeze_step": 400}}})"),
-      Code::kNotSupported,
-      {"\"ZeroOneAdam\" (DeepSpeed's momentum-compressing optimizer)", "\"OneBitAdam\" is"}));
+  Result<Config> z = Parse(R"({"train_batch_size": 1, "optimizer": {"type": "ZeroOneAdam",
+      "params": {"var_freeze_step": 12500, "local_step_scaler": 32678}}})");
+  ASSERT_TRUE(z.ok()) << z.status().message();
+  EXPECT_EQ(z->optimizer.type, OptimizerType::kZeroOneAdam);
+  EXPECT_EQ(z->optimizer.var_freeze_step, 12500);
+  EXPECT_EQ(z->optimizer.var_update_scaler, 16);
+  EXPECT_EQ(z->optimizer.local_step_clipper, 16);
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"type": "OneBitLamb",
+                                  "params": {"lr": 1e-4, "freeze_step": 400}}})"),
+                        Code::kNotSupported,
+                        {"\"OneBitLamb\" (DeepSpeed's momentum-compressing optimizer)",
+                         "\"OneBitAdam\" and \"ZeroOneAdam\" are"}));
 }
 
 TEST(Config, OverrideModulesAreReadForTheEnabled16BitMode) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/optim/clip.h"
@@ -214,6 +215,59 @@ TEST(LrSchedule, WarmupShorterThanTwoIsClampedLikeDeepSpeed) {
   s.warmup_num_steps = 0;
   EXPECT_DOUBLE_EQ(LearningRateAt(s, 0, 0), 0.0);
   EXPECT_DOUBLE_EQ(LearningRateAt(s, 0, 2), 0.001);
+}
+
+}  // namespace
+}  // namespace dst
+
+namespace dst {
+namespace {
+
+// 0/1 Adam on one element, one rank, against its rule written out: two
+// variance steps, then frozen: local steps accumulated, each synchronising
+// step (interval 1, then 2 after two of them) replays them from the
+// accumulator and rebuilds the momentum.
+TEST(Optimizer, ZeroOneAdamFollowsItsScheduleOnOneRank) {
+  OptimizerConfig c;
+  c.type = OptimizerType::kZeroOneAdam;
+  c.lr = 0.01;
+  c.betas = {0.9, 0.99};
+  c.eps = 1e-8;
+  c.weight_decay = 0.1;
+  c.bias_correction = false;
+  c.var_freeze_step = 2;
+  c.var_update_scaler = 100;
+  c.local_step_scaler = 2;
+  c.local_step_clipper = 4;
+  MemoryTracker tracker;
+  Optimizer opt(c, 1, &tracker);
+  float p = 1.0f;
+  double rp = 1.0, m = 0, v = 0, acc = 0, lrs = 0;
+  const char *kinds[] = {"var", "var", "sync", "sync", "local", "sync"};
+  for (int step = 1; step <= 6; ++step) {
+    const float g = float(0.5 - 0.1 * step);
+    opt.Step(&p, &g, c.lr);
+    const std::string kind = kinds[step - 1];
+    if (kind == "var") {
+      m = 0.9 * m + 0.1 * g;
+      v = 0.99 * v + 0.01 * g * g;
+      rp -= c.lr * (m / (std::sqrt(v) + c.eps) + c.weight_decay * rp);
+      continue;
+    }
+    const double denom = std::sqrt(v) + c.eps;
+    m = 0.9 * m + 0.1 * g;
+    const double d = -c.lr * (m / denom + c.weight_decay * rp);
+    rp += d, acc += d, lrs += c.lr;
+    if (kind == "sync") {
+      rp -= acc;
+      acc *= denom;
+      m = -acc / lrs;
+      rp += acc / denom;
+      acc = 0, lrs = 0;
+    }
+    EXPECT_NEAR(p, rp, 1e-6) << "step " << step << " (" << kind << ")";
+    EXPECT_NEAR(opt.StateBuffers()[0].data[0], m, 1e-6) << "momentum, step " << step;
+  }
 }
 
 }  // namespace

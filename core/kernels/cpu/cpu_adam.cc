@@ -185,4 +185,37 @@ void CpuAdamApply(const CpuAdamRange &r, const AdamHyper &h) {
   }
 }
 
+void CpuZeroOneUpdate(const CpuAdamRange &r, const AdamHyper &h, ZeroOnePhase phase, float *acc,
+                      float lrs) {
+  const AdamConstants k = AdamConstantsFor(h, r.grad_mul);
+  const float lr = float(h.lr), wd = float(h.weight_decay);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < r.n; ++i) {
+    float &p = r.param[i], &m = r.exp_avg[i];
+    const float denom = std::sqrt(r.exp_avg_sq[i]) + k.eps;
+    switch (phase) {
+      case ZeroOnePhase::kCapture:
+        acc[i] = r.grad[i] * k.grad_mul;
+        break;
+      case ZeroOnePhase::kLocal: {
+        m = k.b1 * m + k.omb1 * (r.grad[i] * k.grad_mul);
+        const float d = -(lr * (m / denom + wd * p));
+        p = p + d;
+        acc[i] = acc[i] + d;
+        break;
+      }
+      case ZeroOnePhase::kSyncOut:
+        p = p - acc[i];
+        acc[i] = acc[i] * denom;
+        break;
+      case ZeroOnePhase::kSyncIn:
+        m = -acc[i] / lrs;
+        p = p + acc[i] / denom;
+        acc[i] = 0.0f;
+        break;
+    }
+    if (r.half_out) r.half_out[i] = r.half == Half::kBf16 ? FloatToBFloat16(p) : FloatToHalf(p);
+  }
+}
+
 }  // namespace dst::cpu

@@ -48,4 +48,16 @@ void CpuAdamStep(const CpuAdamRange &r, const AdamHyper &h, SimdPath path = Best
 void CpuAdamMomentum(const CpuAdamRange &r, const AdamHyper &h);
 void CpuAdamApply(const CpuAdamRange &r, const AdamHyper &h);
 
+// 0/1 Adam's element passes (zero_one_policy.h) over a range and its
+// accumulator `acc` [n]; denom = sqrt(v) + eps, the 16-bit copy written:
+//   kCapture: acc = g grad_mul (the gradient, to be exchanged)
+//   kLocal:   m = b1 m + (1 - b1) g grad_mul; d = -lr (m / denom + wd p);
+//             p += d; acc += d (the steps since the last synchronisation)
+//   kSyncOut: p -= acc (back to the last synchronised weights); acc *= denom
+//   kSyncIn:  m = -acc / lrs; p += acc / denom; acc = 0 (acc: the exchanged
+//             mean; lrs: the learning rates summed over the local steps)
+enum class ZeroOnePhase { kCapture, kLocal, kSyncOut, kSyncIn };
+void CpuZeroOneUpdate(const CpuAdamRange &r, const AdamHyper &h, ZeroOnePhase phase, float *acc,
+                      float lrs);
+
 }  // namespace dst::cpu

@@ -77,6 +77,11 @@ class CpuStepKernels final : public StepKernels {
     Scope s("AdamApply");
     CpuAdamApply(r, h);
   }
+  void ZeroOneUpdate(const AdamRange &r, const AdamHyper &h, ZeroOnePhase phase, float *acc,
+                     float lrs) const override {
+    Scope s("ZeroOneUpdate");
+    CpuZeroOneUpdate(r, h, phase, acc, lrs);
+  }
   LambSums LambMoments(const LambRange &r, const LambHyper &h) const override {
     Scope s("LambMoments");
     return cpu::LambMoments(r, h);
