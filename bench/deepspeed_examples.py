@@ -15,6 +15,7 @@ import argparse
 import collections
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,11 +47,14 @@ def scaled(config):
 
 
 def reason(stderr):
+    """The refusal itself: the first error line without the CLI's prefix and
+    the temporary paths."""
     lines = [l.strip() for l in stderr.splitlines() if l.strip()]
-    for line in lines:
-        if "error" in line.lower() or "not supported" in line.lower():
-            return line[:300]
-    return (lines[-1] if lines else "no output")[:300]
+    found = next((l for l in lines if "error" in l.lower() or "not supported" in l.lower()),
+                 lines[-1] if lines else "no output")
+    found = re.sub(r"^dstrain: error: ", "", found)
+    found = re.sub(r"^creating the engine \(config '[^']*', model '[^']*'\): ", "", found)
+    return found[:300]
 
 
 def run(build, config, steps):
@@ -84,7 +88,8 @@ def main():
               flush=True)
     trains = sum(o["trains"] for o in outcomes)
     print(f"\n{trains} of {len(outcomes)} configs train")
-    by_reason = collections.Counter(o["reason"].split(":")[0] for o in outcomes if not o["trains"])
+    by_reason = collections.Counter(o["reason"].split(":")[0][:80] for o in outcomes
+                                    if not o["trains"])
     for why, n in by_reason.most_common():
         print(f"{n:4d}  {why}")
     if args.json:

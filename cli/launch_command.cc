@@ -151,10 +151,22 @@ LaunchCommand::LaunchCommand(CLI::App &parent) {
                    "seconds the ranks get to exit after SIGTERM before SIGKILL")
       ->check(CLI::Range(int64_t{0}, int64_t{24} * 3600))
       ->capture_default_str();
-  app_->add_option("program", options_.program, "the program each rank runs, and its arguments")
-      ->expected(-1);
-  // Everything from PROGRAM on belongs to the program, with or without "--".
-  app_->positionals_at_end();
+}
+
+int LaunchCommand::ProgramStart(int argc, char **argv) const {
+  for (int i = 2; i < argc; ++i) {  // argv[1] is "launch"
+    const std::string token = argv[i];
+    if (token == "--") return i + 1;
+    if (token.size() < 2 || token[0] != '-') return i;   // PROGRAM
+    if (token.find('=') != std::string::npos) continue;  // --option=value
+    const CLI::Option *option = app_->get_option_no_throw(token);
+    if (option != nullptr && option->get_items_expected_min() > 0) ++i;  // its value
+  }
+  return argc;
+}
+
+void LaunchCommand::SetProgram(std::vector<std::string> program) {
+  options_.program = std::move(program);
 }
 
 int LaunchCommand::Run() {

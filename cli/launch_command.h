@@ -29,6 +29,13 @@ class LaunchCommand {
   // Registers the `launch` subcommand and its options on `parent`.
   explicit LaunchCommand(CLI::App &parent);
   bool selected() const { return app_->parsed(); }
+  // `dstrain launch ...`: the index in argv where PROGRAM begins (after
+  // "--", or the first argument that is neither an option nor an option's
+  // value; argc when there is none). main parses only what comes before and
+  // hands the rest over as written: parsed by CLI11, "[1,2]" would reach the
+  // program as its list syntax, "1" "2".
+  int ProgramStart(int argc, char **argv) const;
+  void SetProgram(std::vector<std::string> program);
   // Runs the job; returns the launcher's exit code or throws a CliError
   // (usage errors).
   int Run();

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -59,8 +60,15 @@ int main(int argc, char **argv) {
   dstrain_cli::EvalCommand eval(app);
   dstrain_cli::TokenizeCommand tokenize(app);
 
+  // The launched program's arguments are not the launcher's to parse.
+  int parsed = argc;
+  if (argc > 1 && std::string(argv[1]) == "launch") {
+    parsed = launch.ProgramStart(argc, argv);
+    launch.SetProgram(std::vector<std::string>(argv + parsed, argv + argc));
+    if (parsed > 2 && std::string(argv[parsed - 1]) == "--") --parsed;  // CLI11 needs no "--"
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(parsed, argv);
   } catch (const CLI::ParseError &error) {
     return ExitForParseError(app, error);
   }

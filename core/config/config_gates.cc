@@ -131,12 +131,38 @@ Status CheckAmpSupported(const ExtraSettings &extra) {
       "once they are built");
 }
 
+// DeepSpeed's feature sections dstrain has no counterpart for, each with the
+// nearest thing it has.
+std::string NearestFeature(const std::string &section) {
+  if (section == "autotuning")
+    return "`dstrain estimate` gives every layout's exact memory per rank; a tuner "
+           "(`dstrain autotune`) is not built yet";
+  if (section == "compression_training")
+    return "quantization-aware training and pruning are not built; to compress the "
+           "gradients' communication use gradient_compression, or OneBitAdam / ZeroOneAdam";
+  if (section == "sparse_attention")
+    return "attention is dense and causal (FlashAttention-style on a GPU: no T x T tensor "
+           "saved)";
+  if (section == "progressive_layer_drop")
+    return "every layer runs every step; activation_checkpointing trades compute for memory";
+  if (section == "curriculum_learning" || section == "data_efficiency")
+    return "batches come in the dataset's shuffled order (dstrain.seed); --seq-len sets the "
+           "sequence length";
+  if (section == "elasticity")
+    return "checkpoints reshard to any dp x tp x pp layout: restart on the new world size "
+           "with --load";
+  if (section == "hybrid_engine") return "`dstrain generate` samples from a checkpoint";
+  if (section == "eigenvalue")
+    return "no Hessian eigenvalues; the metrics carry each step's gradient norm";
+  if (section == "nebula") return "checkpoints are saved atomically by save_checkpoint / --save";
+  return "no counterpart";
+}
+
 Status CheckFeatureSectionsSupported(const ExtraSettings &extra) {
   if (extra.enabled_feature.empty()) return Status::Ok();
-  // The articles' communication settings: planned, with what to use meanwhile.
-  return NotSupported(extra.enabled_feature +
-                      ": this DeepSpeed feature is not supported by dstrain; remove the section "
-                      "or set \"enabled\": false");
+  return NotSupported(
+      extra.enabled_feature + ": this DeepSpeed feature is not supported by dstrain (nearest: " +
+      NearestFeature(extra.enabled_feature) + "); remove the section or set \"enabled\": false");
 }
 
 }  // namespace
