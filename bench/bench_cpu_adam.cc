@@ -3,7 +3,9 @@
 // a STREAM-like triad's bandwidth in the same run: Adam reads param, grad,
 // exp_avg, exp_avg_sq and writes param, exp_avg, exp_avg_sq (28 bytes per
 // element; 30 with a bf16 copy), so bytes/s over the triad's is the fraction
-// of the memory bandwidth reached.
+// of the memory bandwidth reached. CPU-Lamb's step on each path too: two
+// passes (moments and norms: read p, g, m, v, write m, v; then the update:
+// read p, m, v, write p), 40 bytes per element.
 //
 // Usage: bench_cpu_adam [--elements N] [--json]
 #include <omp.h>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "core/kernels/cpu/cpu_adam.h"
+#include "core/kernels/cpu/cpu_lamb.h"
 #include "core/kernels/cpu/optimizers.h"
 
 namespace {
@@ -91,6 +94,18 @@ int main(int argc, char **argv) {
           {std::string("CPU-Adam ") + dst::cpu::SimdPathName(path) + (copy ? " + bf16 copy" : ""),
            Best([&] { dst::cpu::CpuAdamUpdate(r, h, path); }), copy ? 30.0 : 28.0});
     }
+  }
+  const dst::cpu::LambHyper lamb{1e-3, 0.9, 0.999, 1e-8, 0.01, 5};
+  for (const auto path :
+       {dst::cpu::SimdPath::kScalar, dst::cpu::SimdPath::kAvx2, dst::cpu::SimdPath::kAvx512}) {
+    if (path == dst::cpu::SimdPath::kAvx512 && dst::cpu::BestSimdPath() != path) continue;
+    dst::cpu::LambRange r{p.data(), g.data(), m.data(), v.data(),
+                          n,        1.0f,     nullptr,  dst::Half::kBf16};
+    rows.push_back({std::string("CPU-Lamb ") + dst::cpu::SimdPathName(path), Best([&] {
+                      const dst::cpu::LambSums sums = dst::cpu::LambMomentsOn(r, lamb, path);
+                      dst::cpu::LambApplyOn(r, lamb, dst::cpu::LambTrustRatio(sums, lamb), path);
+                    }),
+                    40.0});
   }
   if (json) {
     std::printf(
