@@ -1,6 +1,8 @@
 #include "core/offload/nvme_state_store.h"
 
+#include "core/common/log.h"
 #include "core/offload/io_probe.h"
+#include "core/offload/swap_file.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -24,13 +26,25 @@ NvmeStateStore::~NvmeStateStore() {
 Status NvmeStateStore::Open() {
   if (names().size() > StatePiece::kMaxTensors)
     return InternalError("optimizer state: more tensors than a StatePiece holds");
-  if (options_.probe_aio) {  // no "aio" in the config: measure the drive and take its best
-    IoProbeOptions probe;
-    probe.file_bytes = 32LL << 20;
-    probe.queue_depths = {8, 32};
-    probe.engine = options_.engine;
-    Result<IoProbeReport> report =
-        ProbeIo(std::filesystem::path(options_.path).parent_path().string(), probe);
+  // No "aio" in the config: measure the drive and take its best, unless the
+  // probe's file would not fit beside the swap file (DeepSpeed's defaults then).
+  IoProbeOptions probe;
+  probe.file_bytes = 32LL << 20;
+  probe.queue_depths = {8, 32};
+  probe.engine = options_.engine;
+  const std::string dir = std::filesystem::path(options_.path).parent_path().string();
+  const int64_t free_bytes = FreeBytesAt(dir);
+  const int64_t state_bytes = 4 * std::max<int64_t>(numel(), 1) * int64_t(names().size());
+  if (options_.probe_aio && free_bytes >= 0 && free_bytes < probe.file_bytes + state_bytes) {
+    DST_LOG(kWarning, "offload",
+            "nvme_path " + dir + " has " + std::to_string(free_bytes) +
+                " bytes free: too few for the 32 MiB I/O probe beside the swap file; using the "
+                "default aio settings (set an \"aio\" section, or run `dstrain io-probe` on "
+                "a larger disk of the same kind, to choose them)");
+    options_.probe_aio = false;
+  }
+  if (options_.probe_aio) {
+    Result<IoProbeReport> report = ProbeIo(dir, probe);
     if (!report.ok()) {
       Status st = report.status();
       return st.context("probing nvme_path for the aio settings");

@@ -239,6 +239,9 @@ Result<std::unique_ptr<SwapFile>> SwapFile::Create(const std::string &path, int6
       OpenLocked(path, /*create=*/true, numel, piece_elements, tensors);
   if (!opened.ok()) return opened.status();
   std::unique_ptr<SwapFile> file = std::move(opened).value();
+  // A file this call could not make whole goes with it: it holds nothing
+  // (truncated below), and a refused start leaves no swap file behind.
+  file->RemoveOnClose();
   const SwapGeometry &g = file->geometry_;
   const int fd = file->fd_;
   const int64_t needed = g.FileBytes();
@@ -268,6 +271,7 @@ Result<std::unique_ptr<SwapFile>> SwapFile::Create(const std::string &path, int6
   const AlignedBuffer zeros(size_t(g.slot_bytes), size_t(g.align), nullptr);
   first.checksum.assign(size_t(g.pieces), SlotChecksum(zeros.data(), zeros.bytes()));
   DST_RETURN_IF_ERROR(file->Commit(std::move(first)));
+  file->remove_ = false;  // made: it outlives a crash from here on
   return file;
 }
 

@@ -10,6 +10,8 @@ named error and leave the weights as they were before the failed step.
 """
 import json
 import os
+import pathlib
+import subprocess
 
 import pytest
 
@@ -360,3 +362,31 @@ def test_without_an_aio_section_the_engine_measures_the_drive(tmp_path, tool):
     assert aio["queue_depth"] in (8, 32)
     assert losses(run) == losses(resident)
     assert list((tmp_path / "swap_nvme").iterdir()) == []  # nor is the probe's file left
+
+
+@pytest.mark.parametrize("size,aio,trains", [("24m", False, True), ("256k", False, False),
+                                            ("256k", True, False)])
+def test_a_small_nvme_directory(tmp_path, tool, size, aio, trains):
+    """Without an "aio" section the start-up probe writes 32 MiB: on a disk
+    with room for the swap file but not the probe the run trains on the
+    default settings (with a warning naming the aio section); on one without
+    room for the swap file the start is refused by name and leaves no swap
+    file behind."""
+    cfg, model = offload_job(tmp_path, 1, 1, "small", aio=aio)
+    config = json.loads(cfg.read_text())
+    disk = pathlib.Path(config["zero_optimization"]["offload_optimizer"]["nvme_path"])
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        code, out, err = dp_tests.start_ranks(tool, cfg, model, 1, steps=3)[0]
+        if trains:
+            assert code == 0, err
+            assert "too few for the 32 MiB I/O probe" in err and "\"aio\"" in err, err
+        else:
+            assert code != 0
+            assert "needs" in err and "free" in err and "nvme_path" in err, err
+        assert not list(disk.glob("*.swap")), list(disk.iterdir())  # run over or refused
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
