@@ -186,13 +186,16 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
     const bool compressed = config.value().gradient_compression.enabled;
     if (compressed && stage <= 1 && dp > 1)
       b.optimizer_state += 4 * dst::ShardLayout(psi, dp).padded;
-    // OneBitAdam (stage 0 only): each tensor's worker and server error feedback.
+    // The 1-bit optimizers (stage 0 only): the worker and server error
+    // feedback of each tensor (1-bit LAMB: of all of them as one).
     const dst::OptimizerType type = config.value().optimizer.type;
-    const bool onebit =
-        type == dst::OptimizerType::kOneBitAdam || type == dst::OptimizerType::kZeroOneAdam;
+    const bool onebit = type == dst::OptimizerType::kOneBitAdam ||
+                        type == dst::OptimizerType::kZeroOneAdam ||
+                        type == dst::OptimizerType::kOneBitLamb;
     if (onebit && dp > 1) {
       std::vector<int64_t> numels;
       for (const dst::ParamDecl &d : decls) numels.push_back(d.numel);
+      if (type == dst::OptimizerType::kOneBitLamb) numels = {psi};
       b.optimizer_state += dst::OneBitAllReduce::MemoryOf(numels, dp).residual_bytes;
     }
     stages.push_back({{"stage", stage},

@@ -13,7 +13,7 @@
 
 namespace dst {
 
-enum class OptimizerType { kAdamW, kAdam, kSGD, kLamb, kOneBitAdam, kZeroOneAdam };
+enum class OptimizerType { kAdamW, kAdam, kSGD, kLamb, kOneBitAdam, kZeroOneAdam, kOneBitLamb };
 enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
 enum class WarmupType { kLog, kLinear };
 enum class DType { kFloat32, kFloat16, kBFloat16 };
@@ -48,6 +48,12 @@ struct OptimizerConfig {
   int64_t var_update_scaler = 16;
   int64_t local_step_scaler = 32678;
   int64_t local_step_clipper = 16;
+  // OneBitLamb (freeze_step too): the warm-up's trust-ratio average, and the
+  // bounds of the factor that rescales the frozen ratio after it.
+  double coeff_beta = 0.9;
+  double factor_max = 4.0;
+  double factor_min = 0.5;
+  double factor_threshold = 0.1;
 };
 
 // DeepSpeed's lr_schedules.py parameter names.

@@ -65,15 +65,9 @@ Status CheckPipelineSupported(const Config &config) {
 Status CheckOptimizerSupported(const ExtraSettings &extra) {
   if (!extra.unsupported_optimizer.empty()) {
     const std::string &name = extra.unsupported_optimizer;
-    if (name == "OneBitLamb")
-      return NotSupported(
-          "optimizer.type: \"" + name +
-          "\" (DeepSpeed's momentum-compressing optimizer) is not supported yet; \"OneBitAdam\" "
-          "and \"ZeroOneAdam\" are (1-bit exchanges with error feedback), or Lamb without "
-          "compression");
     return NotSupported("optimizer.type: \"" + name +
                         "\" is not supported yet; dstrain implements Adam, AdamW, SGD, Lamb, "
-                        "OneBitAdam and ZeroOneAdam");
+                        "OneBitAdam, ZeroOneAdam and OneBitLamb");
   }
   if (extra.amsgrad) {
     return NotSupported(
@@ -224,9 +218,19 @@ Status CheckLambSupported(const Config &config) {
 // ZeRO too. Its exchange runs on the host.
 Status CheckOneBitAdamSupported(const Config &config) {
   const OptimizerType type = config.optimizer.type;
-  if (type != OptimizerType::kOneBitAdam && type != OptimizerType::kZeroOneAdam)
+  if (type != OptimizerType::kOneBitAdam && type != OptimizerType::kZeroOneAdam &&
+      type != OptimizerType::kOneBitLamb)
     return Status::Ok();
-  const std::string name = type == OptimizerType::kOneBitAdam ? "OneBitAdam" : "ZeroOneAdam";
+  const std::string name = type == OptimizerType::kOneBitAdam    ? "OneBitAdam"
+                           : type == OptimizerType::kZeroOneAdam ? "ZeroOneAdam"
+                                                                 : "OneBitLamb";
+  // Its per-tensor coefficients are checkpointed once per job (rank 0's): a
+  // pipeline stage's or a tensor-parallel slice's would be lost.
+  if (type == OptimizerType::kOneBitLamb && (config.tp_size > 1 || config.pp_size > 1))
+    return NotSupported(
+        "optimizer \"OneBitLamb\" with tensor or pipeline parallelism is not "
+        "supported yet (its per-tensor coefficients are kept for the data-"
+        "parallel group only); use tp and pp 1, or Lamb / OneBitAdam");
   if (config.zero.stage > 0)
     return NotSupported("optimizer \"" + name + "\" with zero_optimization.stage " +
                         std::to_string(config.zero.stage) +

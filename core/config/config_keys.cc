@@ -30,6 +30,7 @@ constexpr std::string_view kSgd = "optimizer.params:SGD";
 constexpr std::string_view kLamb = "optimizer.params:Lamb";
 constexpr std::string_view kOneBitAdam = "optimizer.params:OneBitAdam";
 constexpr std::string_view kZeroOneAdam = "optimizer.params:ZeroOneAdam";
+constexpr std::string_view kOneBitLamb = "optimizer.params:OneBitLamb";
 constexpr std::string_view kScheduler = "scheduler";
 constexpr std::string_view kWarmupLR = "scheduler.params:WarmupLR";
 constexpr std::string_view kWarmupDecayLR = "scheduler.params:WarmupDecayLR";
@@ -217,7 +218,8 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
      "layer types whose parameters, gradients and activations stay fp32"},
 
     // ---- optimizer ----
-    {kOptimizer, "type", "one of Adam, AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam (any case)",
+    {kOptimizer, "type",
+     "one of Adam, AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb (any case)",
      "the optimizer"},
     {kOptimizer, "params", kObject, "the optimizer's parameters"},
     {kAdam, "lr", kLr, "learning rate"},
@@ -281,6 +283,27 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
      "no effect: the data-parallel group carries the exchange"},
     {kZeroOneAdam, "max_grad_norm", "0 (use gradient_clipping)", "refused when > 0"},
     {kZeroOneAdam, "amsgrad", kBool, "true is refused, as DeepSpeed's ZeroOneAdam refuses it"},
+    {kOneBitLamb, "lr", kLr, "learning rate"},
+    {kOneBitLamb, "betas", kBetas, "moment decay rates"},
+    {kOneBitLamb, "eps", kEps, "denominator epsilon (outside the root)"},
+    {kOneBitLamb, "weight_decay", kWeightDecay, "added to the update, inside the trust ratio"},
+    {kOneBitLamb, "freeze_step", "an integer >= 0",
+     "Lamb steps before the compressed momentum exchange (100000)"},
+    {kOneBitLamb, "max_coeff", "a number > 0", "upper clamp of the trust ratio (10.0)"},
+    {kOneBitLamb, "min_coeff", "a number >= 0", "lower clamp of the trust ratio (0.01)"},
+    {kOneBitLamb, "coeff_beta", "a number in [0, 1)",
+     "the warm-up's running average of each tensor's trust ratio (0.9)"},
+    {kOneBitLamb, "factor_max", "a number > 0", "upper bound of the frozen ratio's factor (4.0)"},
+    {kOneBitLamb, "factor_min", "a number > 0", "lower bound of the frozen ratio's factor (0.5)"},
+    {kOneBitLamb, "factor_threshold", "a number >= 0",
+     "the factor's largest relative change per step (0.1)"},
+    {kOneBitLamb, "bias_correction", kBool, "no effect: DeepSpeed's OnebitLamb has none either"},
+    {kOneBitLamb, "eps_inside_sqrt", kBool, "no effect: DeepSpeed's OnebitLamb ignores it too"},
+    {kOneBitLamb, "cuda_aware", kBool, "no effect: the data-parallel group carries the exchange"},
+    {kOneBitLamb, "comm_backend_name", "a string",
+     "no effect: the data-parallel group carries the exchange"},
+    {kOneBitLamb, "max_grad_norm", "0 (use gradient_clipping)", "refused when > 0"},
+    {kOneBitLamb, "amsgrad", kBool, "true is refused, as DeepSpeed's OnebitLamb refuses it"},
     {kSgd, "lr", kLr, "learning rate"},
     {kSgd, "momentum", "a number >= 0", "momentum factor (0)"},
     {kSgd, "dampening", "a number >= 0", "momentum dampening (0)"},

@@ -203,6 +203,20 @@ Status ReadOneBitAdamParams(const ObjectReader &params, OptimizerConfig *optimiz
   } else {
     DST_RETURN_IF_ERROR(params.ReadInt("freeze_step", &optimizer->freeze_step, 0, kMax));
   }
+  if (optimizer->type == OptimizerType::kOneBitLamb) {
+    DST_RETURN_IF_ERROR(params.ReadNumber("max_coeff", &optimizer->max_coeff, GreaterThan(0)));
+    DST_RETURN_IF_ERROR(params.ReadNumber("min_coeff", &optimizer->min_coeff, AtLeast(0)));
+    DST_RETURN_IF_ERROR(params.ReadNumber("coeff_beta", &optimizer->coeff_beta,
+                                          Range{0.0, 1.0, false, /*max_open=*/true}));
+    DST_RETURN_IF_ERROR(params.ReadNumber("factor_max", &optimizer->factor_max, GreaterThan(0)));
+    DST_RETURN_IF_ERROR(params.ReadNumber("factor_min", &optimizer->factor_min, GreaterThan(0)));
+    DST_RETURN_IF_ERROR(
+        params.ReadNumber("factor_threshold", &optimizer->factor_threshold, AtLeast(0)));
+    if (optimizer->min_coeff > optimizer->max_coeff ||
+        optimizer->factor_min > optimizer->factor_max)
+      return ConfigError(params.path() +
+                         ": min_coeff must not exceed max_coeff, nor factor_min factor_max");
+  }
   bool ignored = false;
   DST_RETURN_IF_ERROR(params.ReadBool("bias_correction", &ignored));
   DST_RETURN_IF_ERROR(params.ReadBool("eps_inside_sqrt", &ignored));
@@ -274,11 +288,11 @@ Status ReadOptimizer(const ObjectReader &root, Parsed *parsed) {
   if (!root.Has("optimizer")) return Status::Ok();  // AdamW with config.h's defaults
   return ReadSection(root, "optimizer", kOptimizer, [&](const ObjectReader &section) -> Status {
     // DeepSpeed's own optimizers and the torch.optim ones it falls back to.
-    static const std::vector<std::string_view> kSupported = {"Adam", "AdamW",      "SGD",
-                                                             "Lamb", "OneBitAdam", "ZeroOneAdam"};
+    static const std::vector<std::string_view> kSupported = {
+        "Adam", "AdamW", "SGD", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
     static const std::vector<std::string_view> kRecognised = {
-        "OneBitLamb", "Adagrad", "Lion",  "MuAdam", "MuAdamW", "MuSGD", "Muon",  "RMSprop",
-        "Adadelta",   "Adamax",  "NAdam", "RAdam",  "ASGD",    "LBFGS", "Rprop", "SparseAdam"};
+        "Adagrad", "Lion",  "MuAdam", "MuAdamW", "MuSGD", "Muon",  "RMSprop",   "Adadelta",
+        "Adamax",  "NAdam", "RAdam",  "ASGD",    "LBFGS", "Rprop", "SparseAdam"};
     Result<NamedType> type = ReadTypeName(section, kSupported, kRecognised);
     if (!type.ok()) return type.status();
     if (!type->unsupported_name.empty()) {
@@ -293,11 +307,12 @@ Status ReadOptimizer(const ObjectReader &root, Parsed *parsed) {
           section, "params", "optimizer.params:SGD",
           [&](const ObjectReader &params) { return ReadSgdParams(params, &optimizer); });
     }
-    if (type->name == "OneBitAdam" || type->name == "ZeroOneAdam") {
-      const bool zero_one = type->name == "ZeroOneAdam";
-      optimizer.type = zero_one ? OptimizerType::kZeroOneAdam : OptimizerType::kOneBitAdam;
-      return ReadSection(section, "params",
-                         zero_one ? "optimizer.params:ZeroOneAdam" : "optimizer.params:OneBitAdam",
+    if (type->name == "OneBitAdam" || type->name == "ZeroOneAdam" || type->name == "OneBitLamb") {
+      const std::string name(type->name);
+      optimizer.type = name == "ZeroOneAdam"  ? OptimizerType::kZeroOneAdam
+                       : name == "OneBitLamb" ? OptimizerType::kOneBitLamb
+                                              : OptimizerType::kOneBitAdam;
+      return ReadSection(section, "params", "optimizer.params:" + name,
                          [&](const ObjectReader &params) {
                            return ReadOneBitAdamParams(params, &optimizer, &parsed->extra);
                          });

@@ -50,6 +50,16 @@ Json OptimizerJson(const OptimizerConfig &optimizer) {
     params["local_step_clipper"] = optimizer.local_step_clipper;
     return Json{{"type", "ZeroOneAdam"}, {"params", params}};
   }
+  if (optimizer.type == OptimizerType::kOneBitLamb) {
+    params["freeze_step"] = optimizer.freeze_step;
+    params["max_coeff"] = optimizer.max_coeff;
+    params["min_coeff"] = optimizer.min_coeff;
+    params["coeff_beta"] = optimizer.coeff_beta;
+    params["factor_max"] = optimizer.factor_max;
+    params["factor_min"] = optimizer.factor_min;
+    params["factor_threshold"] = optimizer.factor_threshold;
+    return Json{{"type", "OneBitLamb"}, {"params", params}};
+  }
   if (optimizer.type == OptimizerType::kOneBitAdam) {
     params["freeze_step"] = optimizer.freeze_step;
     return Json{{"type", "OneBitAdam"}, {"params", params}};

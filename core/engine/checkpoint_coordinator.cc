@@ -120,7 +120,8 @@ Json CheckpointCoordinator::CheckpointMeta(const Json &client) const {
       {"optimizer",
        {{"type", view_.dp->optimizer().Name()},
         {"steps_taken", view_.dp->optimizer().steps_taken()},
-        {"states", states}}},
+        {"states", states},
+        {"per_tensor", view_.dp->optimizer().PerTensorScalars()}}},
       {"lr_scheduler",
        {{"iteration", view_.progress->lr_iteration()}, {"next_lr", view_.next_lr()}}},
       {"loss_scaler", view_.scaler->enabled() ? view_.scaler->ToJson() : Json()},
@@ -408,7 +409,8 @@ struct CheckpointCoordinator::PreparedLoad {
   std::vector<std::vector<float>> states;  // per optimizer state [state_range.size]
   ShardInfo state_range;
   int64_t step = 0, optimizer_steps = 0, skipped_steps = 0;
-  LossScaler scaler;  // this config's scaler with the saved state (fp16)
+  std::vector<float> per_tensor;  // the optimizer's per-tensor values (1-bit LAMB)
+  LossScaler scaler;              // this config's scaler with the saved state (fp16)
   Json client_state;
   explicit PreparedLoad(const LossScaler &current) : scaler(current) {}
 };
@@ -454,6 +456,8 @@ Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::str
                              "optimizer settings");
     out->step = ckpt.meta.at("step").get<int64_t>();
     out->optimizer_steps = optimizer.at("steps_taken").get<int64_t>();
+    if (optimizer.contains("per_tensor"))
+      out->per_tensor = optimizer.at("per_tensor").get<std::vector<float>>();
     if (out->step < 0 || out->optimizer_steps < 0)
       return CheckpointError(where + "/meta.json has no valid step count");
     out->client_state = ckpt.meta.value("client_state", Json());
@@ -586,14 +590,16 @@ Status CheckpointCoordinator::Load(const std::string &dir, const std::string &ta
   view_.progress->skipped_steps = prepared.skipped_steps;
   *view_.scaler = prepared.scaler;
   view_.dp->optimizer().set_steps_taken(prepared.optimizer_steps);
+  if (!view_.dp->optimizer().PerTensorScalars().empty())
+    DST_RETURN_IF_ERROR(view_.dp->optimizer().SetPerTensorScalars(prepared.per_tensor));
   DST_RETURN_IF_ERROR(view_.dp->ParamsChanged());
   if (client_state_json) *client_state_json = prepared.client_state.dump();
   return Status::Ok();
 }
 
 Status CheckpointCoordinator::AgreeOnValidation(const Status &mine, const char *phase,
-                                               const std::string &what,
-                                               const std::string &context) {
+                                                const std::string &what,
+                                                const std::string &context) {
   Status own = mine;
   if (!view_.store) return own.context(context);
   DST_RETURN_IF_ERROR(

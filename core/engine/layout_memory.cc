@@ -83,11 +83,13 @@ Result<std::vector<RankMemory>> LayoutMemory(const ModelSpec &spec, const Config
     m.model_state_bytes =
         EstimateRankModelState(m.parameters, config, persistent, share, fp32_elements).total();
     // OneBitAdam: the worker and server error feedback of each tensor, padded.
-    if ((config.optimizer.type == OptimizerType::kOneBitAdam ||
-         config.optimizer.type == OptimizerType::kZeroOneAdam) &&
+    const OptimizerType type = config.optimizer.type;
+    if ((type == OptimizerType::kOneBitAdam || type == OptimizerType::kZeroOneAdam ||
+         type == OptimizerType::kOneBitLamb) &&
         config.dp_size > 1) {
       std::vector<int64_t> numels;
       for (const ParamDecl &d : decls) numels.push_back(d.numel);
+      if (type == OptimizerType::kOneBitLamb) numels = {m.parameters};  // exchanged as one
       m.model_state_bytes += OneBitAllReduce::MemoryOf(numels, config.dp_size).residual_bytes;
     }
     // ZeRO 2 with a pipeline: the step's gradients accumulate in a step-wide

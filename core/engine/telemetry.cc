@@ -167,12 +167,15 @@ nlohmann::json Telemetry::CompressionJson() const {
   const GradientCompressionConfig &gc = ctx_.config->gradient_compression;
   nlohmann::json j = {{"enabled", gc.enabled}};
   const OptimizerType optimizer = ctx_.config->optimizer.type;
-  if (optimizer == OptimizerType::kOneBitAdam || optimizer == OptimizerType::kZeroOneAdam) {
+  if (optimizer == OptimizerType::kOneBitAdam || optimizer == OptimizerType::kZeroOneAdam ||
+      optimizer == OptimizerType::kOneBitLamb) {
     // The 1-bit optimizers: each exchange is one "bucket".
-    const bool one_bit = optimizer == OptimizerType::kOneBitAdam;
     j["enabled"] = true;
-    j["algorithm"] = one_bit ? "onebit_adam_momentum" : "zero_one_adam";
-    if (one_bit) j["freeze_step"] = ctx_.config->optimizer.freeze_step;
+    j["algorithm"] = optimizer == OptimizerType::kOneBitAdam   ? "onebit_adam_momentum"
+                     : optimizer == OptimizerType::kOneBitLamb ? "onebit_lamb_momentum"
+                                                               : "zero_one_adam";
+    if (optimizer != OptimizerType::kZeroOneAdam)
+      j["freeze_step"] = ctx_.config->optimizer.freeze_step;
     AddTotals(ctx_.momentum_exchange ? ctx_.momentum_exchange->totals() : CompressionTotals{}, &j);
     return j;
   }

@@ -6,6 +6,9 @@ namespace dst {
 
 namespace {
 std::vector<std::string> StateNames(const OptimizerConfig &config) {
+  // 1-bit LAMB: the variance the exchanged momenta imply, beside the frozen one.
+  if (config.type == OptimizerType::kOneBitLamb)
+    return {"exp_avg", "exp_avg_sq", "exp_avg_sq_fresh"};
   if (config.type != OptimizerType::kSGD) return {"exp_avg", "exp_avg_sq"};
   if (config.momentum != 0) return {"momentum_buffer"};
   return {};
@@ -28,7 +31,10 @@ Optimizer::Optimizer(const OptimizerConfig &config, int64_t numel, MemoryTracker
   else
     state_ =
         std::make_unique<ResidentStateStore>(std::move(names), numel, tracker, placement.memory);
-  if (config.type == OptimizerType::kLamb) SetTensorParts({{0, 0, numel}}, 1);
+  if (config.type == OptimizerType::kLamb || config.type == OptimizerType::kOneBitLamb)
+    SetTensorParts({{0, 0, numel}}, 1);
+  if (config.type == OptimizerType::kOneBitLamb)
+    m_last_ = Buffer<float>(tracker, MemoryCategory::kOptimizerState, size_t(numel));
   if (config.type == OptimizerType::kZeroOneAdam)
     accumulator_ = Buffer<float>(tracker, MemoryCategory::kOptimizerState, size_t(numel));
 }
@@ -43,6 +49,8 @@ Optimizer::Exchange Optimizer::exchange() const {
       return kind_ == ZeroOneStep::kCompressed || kind_ == ZeroOneStep::kSync
                  ? Exchange::kAccumulator
                  : Exchange::kNone;
+    case OptimizerType::kOneBitLamb:
+      return steps_ > config_.freeze_step ? Exchange::kMomentum : Exchange::kTrustSums;
     default:
       return Exchange::kNone;
   }
@@ -50,6 +58,7 @@ Optimizer::Exchange Optimizer::exchange() const {
 
 bool Optimizer::ReducesGradients(int64_t step) const {
   if (config_.type == OptimizerType::kOneBitAdam) return !CompressesStep(step);
+  if (config_.type == OptimizerType::kOneBitLamb) return step <= config_.freeze_step;
   if (config_.type != OptimizerType::kZeroOneAdam) return true;
   if (step == steps_ + 1) return policy_.Next() == ZeroOneStep::kVariance;
   ZeroOnePolicy at(config_);
@@ -71,6 +80,51 @@ void Optimizer::SetTensorParts(std::vector<TensorPart> parts, int tensors) {
   parts_ = std::move(parts);
   trust_sums_.assign(size_t(2 * tensors), 0.0);
   trust_.assign(size_t(tensors), 1.0f);
+  onebit_lamb_.assign(size_t(tensors), {});
+}
+
+std::vector<float> Optimizer::PerTensorScalars() const {
+  std::vector<float> out;
+  if (config_.type != OptimizerType::kOneBitLamb) return out;
+  for (const cpu::OneBitLambTensor &t : onebit_lamb_)
+    out.insert(out.end(), {t.scaling, t.coeff_freeze, t.last_factor});
+  return out;
+}
+
+Status Optimizer::SetPerTensorScalars(const std::vector<float> &values) {
+  if (values.size() != 3 * onebit_lamb_.size())
+    return InvalidArgument("the checkpoint holds " + std::to_string(values.size()) +
+                           " per-tensor optimizer values, this optimizer keeps " +
+                           std::to_string(3 * onebit_lamb_.size()));
+  for (size_t t = 0; t < onebit_lamb_.size(); ++t)
+    onebit_lamb_[t] = {values[3 * t], values[3 * t + 1], values[3 * t + 2]};
+  return Status::Ok();
+}
+
+// 1-bit LAMB's first compressed step: each tensor's momentum scaled towards
+// the tensors' mean RMS, so that one 1-bit exchange of all of them loses
+// little on the small ones.
+void Optimizer::FreezeScalings() {
+  const float *m = state_->Resident(first_state_tensor());
+  if (m == nullptr) return;  // a store elsewhere: refused by the config gate
+  std::vector<double> rms(onebit_lamb_.size(), 0.0);
+  std::vector<int64_t> counts(onebit_lamb_.size(), 0);
+  for (const TensorPart &p : parts_) {
+    for (int64_t i = p.begin; i < p.begin + p.count; ++i)
+      rms[size_t(p.tensor)] += double(m[i]) * m[i];
+    counts[size_t(p.tensor)] += p.count;
+  }
+  double united = 0;
+  int64_t tensors = 0;
+  for (size_t t = 0; t < rms.size(); ++t) {
+    if (counts[t] == 0) continue;
+    rms[t] = std::sqrt(rms[t] / double(counts[t]));
+    united += rms[t];
+    ++tensors;
+  }
+  united /= double(std::max<int64_t>(tensors, 1));
+  for (size_t t = 0; t < rms.size(); ++t)
+    onebit_lamb_[t].scaling = rms[t] > 0 ? float(united / rms[t]) : 1.0f;
 }
 
 void Optimizer::BeginStep() {
@@ -84,14 +138,24 @@ void Optimizer::BeginStep() {
     kind_ = policy_.Next();
     policy_.Advance();
   }
+  if (config_.type == OptimizerType::kOneBitLamb && steps_ == config_.freeze_step + 1)
+    FreezeScalings();
   std::fill(trust_sums_.begin(), trust_sums_.end(), 0.0);
 }
 
 void Optimizer::BeginApplyPass() {
+  applying_ = true;
+  if (exchange() != Exchange::kTrustSums) return;
   const LambHyper h = LambHyperNow(0);
   for (size_t t = 0; t < trust_.size(); ++t)
     trust_[t] = cpu::LambTrustRatio({trust_sums_[2 * t], trust_sums_[2 * t + 1]}, h);
-  applying_ = true;
+  if (config_.type != OptimizerType::kOneBitLamb) return;
+  // 1-bit LAMB's warm-up: each tensor's running average of its ratio, which
+  // it keeps (rescaled) once the momenta travel in 1 bit.
+  const float beta = float(config_.coeff_beta);
+  for (size_t t = 0; t < trust_.size(); ++t)
+    if (trust_[t] != 1.0f)
+      onebit_lamb_[t].coeff_freeze = beta * onebit_lamb_[t].coeff_freeze + (1 - beta) * trust_[t];
 }
 
 // DeepSpeed's OnebitAdam: Adam without bias correction, the decay decoupled;
@@ -153,12 +217,24 @@ void Optimizer::LambUpdate(const StatePiece &piece, float *w, const float *grads
     r.half_out = fusion.half_out ? fusion.half_out + o : nullptr;
     r.half = fusion.half;
     const size_t t = size_t(p->tensor);
-    if (applying_) {
+    if (config_.type == OptimizerType::kOneBitLamb && steps_ > config_.freeze_step) {
+      float *m_last = m_last_.data() + a;
+      if (applying_) {
+        const cpu::OneBitLambBounds bounds{config_.factor_max, config_.factor_min,
+                                           config_.factor_threshold};
+        step.OneBitLambApply(r, h, bounds, m_last, s[2] + o, &onebit_lamb_[t]);
+      } else {
+        step.OneBitLambMomentum(r, h, onebit_lamb_[t].scaling, m_last);
+      }
+    } else if (applying_) {
       step.LambApply(r, h, trust_[t]);
     } else {
       const LambSums sums = step.LambMoments(r, h);
       trust_sums_[2 * t] += sums.weight;
       trust_sums_[2 * t + 1] += sums.update;
+      // 1-bit LAMB: the fresh variance starts as the variance at the freeze.
+      if (config_.type == OptimizerType::kOneBitLamb && steps_ == config_.freeze_step)
+        step.CopyRange(r.exp_avg_sq, r.n, s[2] + o);
     }
     at = b;
   }
@@ -188,7 +264,7 @@ Status Optimizer::AcquireState(int64_t begin, int64_t count, StatePiece *piece) 
 void Optimizer::Update(const StatePiece &piece, float *params, const float *grads, double lr,
                        const UpdateFusion &fusion) {
   float *w = params ? params : piece.tensors[0];
-  if (config_.type == OptimizerType::kLamb) {
+  if (config_.type == OptimizerType::kLamb || config_.type == OptimizerType::kOneBitLamb) {
     lr_ = lr;
     return LambUpdate(piece, w, grads, fusion);
   }
@@ -271,6 +347,8 @@ const char *Optimizer::Name() const {
       return "OneBitAdam";
     case OptimizerType::kZeroOneAdam:
       return "ZeroOneAdam";
+    case OptimizerType::kOneBitLamb:
+      return "OneBitLamb";
   }
   return "?";
 }

@@ -104,6 +104,10 @@ class Optimizer {
   // ZeroOneAdam: the gradient or the accumulated local steps, exchanged in
   // place ([numel], host memory).
   float *accumulator() { return accumulator_.data(); }
+  // OneBitLamb: each tensor's frozen values (scaling, averaged trust ratio,
+  // last factor), flat, for checkpoints (empty for the others).
+  std::vector<float> PerTensorScalars() const;
+  Status SetPerTensorScalars(const std::vector<float> &values);
   // Lamb: the tensor parts of the range (one tensor until set).
   void SetTensorParts(std::vector<TensorPart> parts, int tensors);
   std::vector<double> &trust_sums() { return trust_sums_; }  // [2 x tensors]: w^2, u^2
@@ -142,6 +146,10 @@ class Optimizer {
   LambHyper LambHyperNow(double lr) const;
   void OneBitAdamUpdate(const AdamRange &range, const AdamHyper &h);
   void ZeroOneAdamUpdate(const StatePiece &piece, const AdamRange &range, const AdamHyper &h);
+  // OneBitLamb.
+  void FreezeScalings();
+  std::vector<cpu::OneBitLambTensor> onebit_lamb_;  // per tensor
+  Buffer<float> m_last_;                            // [numel] the momentum before the step
   // ZeroOneAdam.
   ZeroOnePolicy policy_;
   ZeroOneStep kind_ = ZeroOneStep::kVariance;  // the step begun

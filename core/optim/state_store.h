@@ -19,7 +19,7 @@ namespace dst {
 
 // Elements [begin, begin + count) of every state tensor.
 struct StatePiece {
-  static constexpr size_t kMaxTensors = 3;  // master + two optimizer states
+  static constexpr size_t kMaxTensors = 4;  // master + up to three optimizer states
   int64_t begin = 0, count = 0;
   std::array<float *, kMaxTensors> tensors{};
 };

@@ -386,6 +386,16 @@ void CudaKernels::ZeroOneUpdate(const AdamRange &, const AdamHyper &, cpu::ZeroO
   Unsupported("0/1 Adam's exchanges", "use Adam / AdamW on the device");
 }
 
+void CudaKernels::OneBitLambMomentum(const LambRange &, const LambHyper &, float, float *) const {
+  Unsupported("1-bit LAMB's exchange", "use Lamb with offload_optimizer cpu");
+}
+
+void CudaKernels::OneBitLambApply(const LambRange &, const LambHyper &,
+                                  const cpu::OneBitLambBounds &, const float *, float *,
+                                  cpu::OneBitLambTensor *) const {
+  Unsupported("1-bit LAMB's exchange", "use Lamb with offload_optimizer cpu");
+}
+
 LambSums CudaKernels::LambMoments(const LambRange &, const LambHyper &) const {
   Unsupported("the Lamb optimizer", "set zero_optimization.offload_optimizer.device \"cpu\"");
   return {};

@@ -13,6 +13,15 @@
 namespace dst {
 
 namespace {
+// The tensors [offset, offset + numel) taken together.
+TensorSpan OneSpan(const std::vector<TensorSpan> &spans) {
+  int64_t end = 0;
+  for (const TensorSpan &s : spans) end = std::max(end, s.offset + s.numel);
+  return {0, end};
+}
+}  // namespace
+
+namespace {
 
 constexpr int64_t kChunk = 65536;  // elements widened at a time in a 16-bit step on the host
 
@@ -136,11 +145,14 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
     grads_ = std::make_unique<GradientPartition>(&plan_, local_layout, local_.get(), &store,
                                                  tracker, grad_options, placement_);
   }
-  const bool one_bit = config.optimizer.type == OptimizerType::kOneBitAdam ||
-                       config.optimizer.type == OptimizerType::kZeroOneAdam;
+  const OptimizerType type = config.optimizer.type;
+  const bool one_bit = type == OptimizerType::kOneBitAdam || type == OptimizerType::kZeroOneAdam ||
+                       type == OptimizerType::kOneBitLamb;
   if (one_bit && stage_ == 0 && dp_->size() > 1) {
     std::vector<TensorSpan> spans;
     for (const ParamDecl &d : model->params().decls()) spans.push_back({d.offset, d.numel});
+    // 1-bit LAMB exchanges every tensor's (rescaled) momentum as one.
+    if (type == OptimizerType::kOneBitLamb) spans = {OneSpan(spans)};
     onebit_ = std::make_unique<OneBitAllReduce>(dp_, std::move(spans), tracker);
   }
   if (stage_ <= 1) {

@@ -11,6 +11,8 @@ int64_t OptimizerStateBytesPerParameter(const OptimizerConfig &optimizer, DType 
   const int64_t master = precision == DType::kFloat32 ? 0 : 4;
   // 0/1 Adam: an accumulator beside the moments.
   if (optimizer.type == OptimizerType::kZeroOneAdam) return master + 12;
+  // 1-bit LAMB: the fresh variance and the momentum before the step too.
+  if (optimizer.type == OptimizerType::kOneBitLamb) return master + 16;
   if (optimizer.type != OptimizerType::kSGD) return master + 8;
   return master + (optimizer.momentum != 0 ? 4 : 0);
 }

@@ -39,14 +39,14 @@ def test_estimate_equals_measured_memory(tmp_path, cli, stage, world):
 
 
 @pytest.mark.parametrize("world,optimizer", [(2, "OneBitAdam"), (3, "OneBitAdam"),
-                                              (2, "ZeroOneAdam")])
+                                              (2, "ZeroOneAdam"), (3, "OneBitLamb")])
 def test_estimate_counts_one_bit_adams_error_feedback(tmp_path, cli, world, optimizer):
     """Each tensor padded to world x lcm(world, 8) for the worker's error, a
     world-th of that for the server's (and 0/1 Adam's accumulator): optimizer
     state, to the byte."""
     cfg, model = dp_tests.write_job(tmp_path, 0, 2, 1, world, f"onebit{world}")
     config = json.loads(cfg.read_text())
-    params = {"freeze_step": 2} if optimizer == "OneBitAdam" else {"var_freeze_step": 1}
+    params = {"var_freeze_step": 1} if optimizer == "ZeroOneAdam" else {"freeze_step": 2}
     config["optimizer"] = {"type": optimizer, "params": params}
     cfg.write_text(json.dumps(config))
     predicted = next(s for s in estimate(cli, cfg, model, world)["stages"] if s["stage"] == 0)

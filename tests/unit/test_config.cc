@@ -547,8 +547,7 @@ TEST(ConfigErrors, UnknownOptimizerSuggestsAName) {
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"type": "AdamX"}})"),
                         Code::kConfig,
                         {"optimizer.type: expected one of Adam, AdamW, SGD, Lamb, OneBitAdam, "
-                         "ZeroOneAdam (any case), "
-                         "found "
+                         "ZeroOneAdam, OneBitLamb (any case), found "
                          "\"AdamX\"; did you mean \"Adam\"?"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"params": {}}})"),
                         Code::kConfig, {"optimizer.type is missing"}));
@@ -571,7 +570,7 @@ TEST(ConfigErrors, LambReadsFusedLambsParameters) {
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"type": "Adagrad"}})"),
                         Code::kNotSupported,
                         {"optimizer.type: \"Adagrad\" is not supported yet",
-                         "Adam, AdamW, SGD, Lamb, OneBitAdam and ZeroOneAdam"}));
+                         "Adam, AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam and OneBitLamb"}));
 }
 
 TEST(ConfigErrors, OneBitAdamIsReadAndItsSiblingsPointAtIt) {
@@ -592,11 +591,17 @@ TEST(ConfigErrors, OneBitAdamIsReadAndItsSiblingsPointAtIt) {
   EXPECT_EQ(z->optimizer.var_freeze_step, 12500);
   EXPECT_EQ(z->optimizer.var_update_scaler, 16);
   EXPECT_EQ(z->optimizer.local_step_clipper, 16);
+  Result<Config> l = Parse(R"({"train_batch_size": 1, "optimizer": {"type": "OneBitLamb",
+      "params": {"freeze_step": 400, "max_coeff": 0.3, "coeff_beta": 0.8, "factor_max": 3}}})");
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_EQ(l->optimizer.type, OptimizerType::kOneBitLamb);
+  EXPECT_EQ(l->optimizer.max_coeff, 0.3);
+  EXPECT_EQ(l->optimizer.coeff_beta, 0.8);
+  EXPECT_EQ(l->optimizer.factor_max, 3.0);
+  EXPECT_EQ(l->optimizer.factor_min, 0.5);
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "optimizer": {"type": "OneBitLamb",
-                                  "params": {"lr": 1e-4, "freeze_step": 400}}})"),
-                        Code::kNotSupported,
-                        {"\"OneBitLamb\" (DeepSpeed's momentum-compressing optimizer)",
-                         "\"OneBitAdam\" and \"ZeroOneAdam\" are"}));
+                "params": {"factor_min": 5, "factor_max": 4}}})"),
+                        Code::kConfig, {"factor_min"}));
 }
 
 TEST(Config, OverrideModulesAreReadForTheEnabled16BitMode) {

@@ -286,4 +286,48 @@ void LambApply(const LambRange &r, const LambHyper &h, float trust, SimdPath pat
   });
 }
 
+void OneBitLambMomentum(const LambRange &r, const LambHyper &h, float scaling, float *m_last) {
+  const LambConstants k = LambConstantsFor(h, r.grad_mul);
+  for (int64_t i = 0; i < r.n; ++i) {
+    m_last[i] = r.exp_avg[i];
+    r.exp_avg[i] = (k.b1 * r.exp_avg[i] + k.omb1 * (r.grad[i] * k.grad_mul)) * scaling;
+    StoreHalf(r, i, r.param[i]);
+  }
+}
+
+void OneBitLambApply(const LambRange &r, const LambHyper &h, const OneBitLambBounds &bounds,
+                     const float *m_last, float *v_fresh, OneBitLambTensor *t) {
+  const LambConstants k = LambConstantsFor(h, 1.0f);
+  float ratio_max = 0;  // max denom / fresh denom
+  double prelim2 = 0, update2 = 0;
+  for (int64_t i = 0; i < r.n; ++i) {
+    float &m = r.exp_avg[i];
+    m = m / t->scaling;
+    const float g = (m - m_last[i] * k.b1) / k.omb1;
+    v_fresh[i] = k.b2 * v_fresh[i] + k.omb2 * (g * g);
+    const float denom = std::sqrt(r.exp_avg_sq[i]) + k.eps;
+    const float prelim = m / denom;
+    const float update = prelim + k.weight_decay * r.param[i];
+    ratio_max = std::max(ratio_max, denom / (std::sqrt(v_fresh[i]) + k.eps));
+    prelim2 += double(prelim) * double(prelim);
+    update2 += double(update) * double(update);
+  }
+  double factor = ratio_max;
+  if (k.weight_decay > 0 && update2 > 0) {
+    const double share = std::min(1.0, std::sqrt(prelim2) / std::sqrt(update2));
+    factor = factor * share + (1.0 - share);
+  }
+  factor = std::clamp(factor, bounds.factor_min, bounds.factor_max);
+  const double last = t->last_factor;
+  factor = std::clamp(factor, last * (1.0 - bounds.threshold), last * (1.0 + bounds.threshold));
+  t->last_factor = float(factor);
+  const float scale = float(h.lr) * (t->coeff_freeze * float(factor));
+  for (int64_t i = 0; i < r.n; ++i) {
+    const float denom = std::sqrt(r.exp_avg_sq[i]) + k.eps;
+    const float update = r.exp_avg[i] / denom + k.weight_decay * r.param[i];
+    r.param[i] = r.param[i] - scale * update;
+    StoreHalf(r, i, r.param[i]);
+  }
+}
+
 }  // namespace dst::cpu

@@ -58,4 +58,24 @@ LambSums LambMoments(const LambRange &r, const LambHyper &h, SimdPath path = Bes
 void LambApplyOn(const LambRange &r, const LambHyper &h, float trust, SimdPath path);
 void LambApply(const LambRange &r, const LambHyper &h, float trust, SimdPath path = BestSimdPath());
 
+// 1-bit LAMB after its warm-up (DeepSpeed's OnebitLamb), one whole tensor at
+// a time, on the host thread (the 1-bit optimizers run at ZeRO 0 only).
+struct OneBitLambTensor {
+  float scaling = 1;       // the momenta's mean RMS / this tensor's, at the freeze
+  float coeff_freeze = 0;  // the warm-up's running average of its trust ratio
+  float last_factor = 1;   // the factor of the previous step (updated)
+};
+struct OneBitLambBounds {
+  double factor_max = 4.0, factor_min = 0.5, threshold = 0.1;
+};
+// m_last = m; m = (b1 m + (1 - b1) g grad_mul) x scaling; the weights' copy written.
+void OneBitLambMomentum(const LambRange &r, const LambHyper &h, float scaling, float *m_last);
+// After the momenta's exchange: m /= scaling; the gradient it implies,
+// (m - b1 m_last) / (1 - b1), into the fresh variance v_fresh; the factor
+// max(denom / fresh denom) (moved towards 1 by the decay's share of the
+// update), clamped to the bounds and to last_factor x (1 +- threshold);
+// w -= lr x coeff_freeze x factor x (m / denom + wd w).
+void OneBitLambApply(const LambRange &r, const LambHyper &h, const OneBitLambBounds &bounds,
+                     const float *m_last, float *v_fresh, OneBitLambTensor *t);
+
 }  // namespace dst::cpu

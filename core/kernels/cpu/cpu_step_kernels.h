@@ -86,6 +86,16 @@ class CpuStepKernels final : public StepKernels {
     Scope s("LambMoments");
     return cpu::LambMoments(r, h);
   }
+  void OneBitLambMomentum(const LambRange &r, const LambHyper &h, float scaling,
+                          float *m_last) const override {
+    Scope s("OneBitLambMomentum");
+    cpu::OneBitLambMomentum(r, h, scaling, m_last);
+  }
+  void OneBitLambApply(const LambRange &r, const LambHyper &h, const OneBitLambBounds &bounds,
+                       const float *m_last, float *v_fresh, OneBitLambTensor *t) const override {
+    Scope s("OneBitLambApply");
+    cpu::OneBitLambApply(r, h, bounds, m_last, v_fresh, t);
+  }
   void LambApply(const LambRange &r, const LambHyper &h, float trust) const override {
     Scope s("LambApply");
     cpu::LambApply(r, h, trust);
