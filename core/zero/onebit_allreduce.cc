@@ -33,6 +33,7 @@ inline float Signed(const uint8_t *bits, int64_t k, float scale) {
 
 // ||x|| / sqrt(n): the scale every sign of x stands for.
 float RootMeanSquare(const float *x, int64_t n) {
+  if (n <= 0) return 0.0f;  // an empty tensor
   double squares = 0;
   for (int64_t k = 0; k < n; ++k) squares += double(x[k]) * double(x[k]);
   return float(std::sqrt(squares) / std::sqrt(double(n)));

@@ -262,16 +262,18 @@ def test_a_non_executable_program_is_reported_by_name(dstrain, tmp_path):
 def test_the_programs_arguments_pass_untouched(dstrain, tmp_path, dashes):
     """JSON and list-looking arguments, option-looking ones and empty ones
     reach every rank as written, with or without "--"."""
-    script = tmp_path / "argv.py"
-    script.write_text("import json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    script = tmp_path / "argv.py"  # a file per rank: the ranks share the launcher's stdout
+    script.write_text("import json, os, sys\n"
+                      f"open(os.path.join({str(tmp_path)!r}, 'argv' + os.environ['RANK']), 'w')"
+                      ".write(json.dumps(sys.argv[1:]))\n")
     args = ["[1,2]", "[abc]", '{"a": [1, 2]}', "--flag", "-x", "", "a,b", "--"]
     launcher = [str(dstrain), "launch", "--nproc-per-node", "2"]
     cmd = launcher + (["--"] if dashes else []) + [sys.executable, str(script), *args]
     out = subprocess.run(cmd, capture_output=True, text=True, env=launcher_env(),
                          timeout=TIMEOUT)
     assert out.returncode == 0, out.stderr
-    lines = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("[")]
-    assert lines == [args, args], out.stdout
+    got = [json.loads((tmp_path / f"argv{rank}").read_text()) for rank in range(2)]
+    assert got == [args, args], got
 
 
 def test_usage_errors(dstrain):
