@@ -125,14 +125,46 @@ Status ReadBetas(const ObjectReader &params, std::array<double, 2> *betas) {
   return Status::Ok();
 }
 
-Status ReadAdamParams(const ObjectReader &params, bool is_adamw, OptimizerConfig *optimizer,
-                      ExtraSettings *extra) {
+// lr, betas, eps and weight_decay: the keys every Adam-family optimizer and
+// Lamb share.
+Status ReadMomentParams(const ObjectReader &params, OptimizerConfig *optimizer) {
   DST_RETURN_IF_ERROR(params.ReadNumber("lr", &optimizer->lr, AtLeast(0), kDefaultOptimizer.lr));
   DST_RETURN_IF_ERROR(ReadBetas(params, &optimizer->betas));
   DST_RETURN_IF_ERROR(
       params.ReadNumber("eps", &optimizer->eps, GreaterThan(0), kDefaultOptimizer.eps));
   DST_RETURN_IF_ERROR(params.ReadNumber("weight_decay", &optimizer->weight_decay, AtLeast(0),
                                         kDefaultOptimizer.weight_decay));
+  return Status::Ok();
+}
+
+// max_grad_norm of DeepSpeed's fused optimizers: clipping the engine's
+// gradient_clipping already does, before the optimizer.
+Status RefuseOptimizerClipping(const ObjectReader &params) {
+  double max_grad_norm = 0;
+  DST_RETURN_IF_ERROR(params.ReadNumber("max_grad_norm", &max_grad_norm, AtLeast(0)));
+  if (max_grad_norm <= 0) return Status::Ok();
+  return NotSupported(params.PathOf("max_grad_norm") + " " + Shorten(Json(max_grad_norm)) +
+                      ": clipping inside the optimizer is not supported; set the top-level "
+                      "\"gradient_clipping\": " +
+                      Shorten(Json(max_grad_norm)) +
+                      " (the same global-norm clip, before the optimizer) and remove it here");
+}
+
+// Lamb's trust-ratio clamp [min_coeff, max_coeff].
+Status ReadTrustClamp(const ObjectReader &params, OptimizerConfig *optimizer) {
+  DST_RETURN_IF_ERROR(params.ReadNumber("max_coeff", &optimizer->max_coeff, GreaterThan(0),
+                                        kDefaultOptimizer.max_coeff));
+  DST_RETURN_IF_ERROR(params.ReadNumber("min_coeff", &optimizer->min_coeff, AtLeast(0),
+                                        kDefaultOptimizer.min_coeff));
+  if (optimizer->min_coeff <= optimizer->max_coeff) return Status::Ok();
+  return ConfigError(params.PathOf("min_coeff") + " is " + Shorten(Json(optimizer->min_coeff)) +
+                     ", above max_coeff " + Shorten(Json(optimizer->max_coeff)) +
+                     ": the trust ratio is clamped to [min_coeff, max_coeff]");
+}
+
+Status ReadAdamParams(const ObjectReader &params, bool is_adamw, OptimizerConfig *optimizer,
+                      ExtraSettings *extra) {
+  DST_RETURN_IF_ERROR(ReadMomentParams(params, optimizer));
   DST_RETURN_IF_ERROR(params.ReadBool("adam_w_mode", &optimizer->adam_w_mode));
   if (is_adamw && !optimizer->adam_w_mode) {
     return ConfigError(params.PathOf("adam_w_mode") +
@@ -149,32 +181,11 @@ Status ReadAdamParams(const ObjectReader &params, bool is_adamw, OptimizerConfig
 // optimizer where the engine's gradient_clipping already does.
 Status ReadLambParams(const ObjectReader &params, OptimizerConfig *optimizer,
                       ExtraSettings *extra) {
-  DST_RETURN_IF_ERROR(params.ReadNumber("lr", &optimizer->lr, AtLeast(0), kDefaultOptimizer.lr));
-  DST_RETURN_IF_ERROR(ReadBetas(params, &optimizer->betas));
-  DST_RETURN_IF_ERROR(
-      params.ReadNumber("eps", &optimizer->eps, GreaterThan(0), kDefaultOptimizer.eps));
-  DST_RETURN_IF_ERROR(params.ReadNumber("weight_decay", &optimizer->weight_decay, AtLeast(0),
-                                        kDefaultOptimizer.weight_decay));
+  DST_RETURN_IF_ERROR(ReadMomentParams(params, optimizer));
   DST_RETURN_IF_ERROR(params.ReadBool("bias_correction", &optimizer->bias_correction));
   DST_RETURN_IF_ERROR(params.ReadBool("eps_inside_sqrt", &optimizer->eps_inside_sqrt));
-  DST_RETURN_IF_ERROR(params.ReadNumber("max_coeff", &optimizer->max_coeff, GreaterThan(0),
-                                        kDefaultOptimizer.max_coeff));
-  DST_RETURN_IF_ERROR(params.ReadNumber("min_coeff", &optimizer->min_coeff, AtLeast(0),
-                                        kDefaultOptimizer.min_coeff));
-  if (optimizer->min_coeff > optimizer->max_coeff) {
-    return ConfigError(params.PathOf("min_coeff") + " is " + Shorten(Json(optimizer->min_coeff)) +
-                       ", above max_coeff " + Shorten(Json(optimizer->max_coeff)) +
-                       ": the trust ratio is clamped to [min_coeff, max_coeff]");
-  }
-  double max_grad_norm = 0;
-  DST_RETURN_IF_ERROR(params.ReadNumber("max_grad_norm", &max_grad_norm, AtLeast(0)));
-  if (max_grad_norm > 0) {
-    return NotSupported(params.PathOf("max_grad_norm") + " " + Shorten(Json(max_grad_norm)) +
-                        ": clipping inside Lamb is not supported; set the top-level "
-                        "\"gradient_clipping\": " +
-                        Shorten(Json(max_grad_norm)) +
-                        " (the same global-norm clip, before the optimizer) and remove it here");
-  }
+  DST_RETURN_IF_ERROR(ReadTrustClamp(params, optimizer));
+  DST_RETURN_IF_ERROR(RefuseOptimizerClipping(params));
   return params.ReadBool("amsgrad", &extra->amsgrad);
 }
 
@@ -185,12 +196,7 @@ Status ReadLambParams(const ObjectReader &params, OptimizerConfig *optimizer,
 // dp group carries the exchange whatever they say.
 Status ReadOneBitAdamParams(const ObjectReader &params, OptimizerConfig *optimizer,
                             ExtraSettings *extra) {
-  DST_RETURN_IF_ERROR(params.ReadNumber("lr", &optimizer->lr, AtLeast(0), kDefaultOptimizer.lr));
-  DST_RETURN_IF_ERROR(ReadBetas(params, &optimizer->betas));
-  DST_RETURN_IF_ERROR(
-      params.ReadNumber("eps", &optimizer->eps, GreaterThan(0), kDefaultOptimizer.eps));
-  DST_RETURN_IF_ERROR(params.ReadNumber("weight_decay", &optimizer->weight_decay, AtLeast(0),
-                                        kDefaultOptimizer.weight_decay));
+  DST_RETURN_IF_ERROR(ReadMomentParams(params, optimizer));
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   if (optimizer->type == OptimizerType::kZeroOneAdam) {
     DST_RETURN_IF_ERROR(params.ReadInt("var_freeze_step", &optimizer->var_freeze_step, 0, kMax));
@@ -204,18 +210,17 @@ Status ReadOneBitAdamParams(const ObjectReader &params, OptimizerConfig *optimiz
     DST_RETURN_IF_ERROR(params.ReadInt("freeze_step", &optimizer->freeze_step, 0, kMax));
   }
   if (optimizer->type == OptimizerType::kOneBitLamb) {
-    DST_RETURN_IF_ERROR(params.ReadNumber("max_coeff", &optimizer->max_coeff, GreaterThan(0)));
-    DST_RETURN_IF_ERROR(params.ReadNumber("min_coeff", &optimizer->min_coeff, AtLeast(0)));
+    DST_RETURN_IF_ERROR(ReadTrustClamp(params, optimizer));
     DST_RETURN_IF_ERROR(params.ReadNumber("coeff_beta", &optimizer->coeff_beta,
                                           Range{0.0, 1.0, false, /*max_open=*/true}));
     DST_RETURN_IF_ERROR(params.ReadNumber("factor_max", &optimizer->factor_max, GreaterThan(0)));
     DST_RETURN_IF_ERROR(params.ReadNumber("factor_min", &optimizer->factor_min, GreaterThan(0)));
     DST_RETURN_IF_ERROR(
         params.ReadNumber("factor_threshold", &optimizer->factor_threshold, AtLeast(0)));
-    if (optimizer->min_coeff > optimizer->max_coeff ||
-        optimizer->factor_min > optimizer->factor_max)
-      return ConfigError(params.path() +
-                         ": min_coeff must not exceed max_coeff, nor factor_min factor_max");
+    if (optimizer->factor_min > optimizer->factor_max)
+      return ConfigError(params.PathOf("factor_min") +
+                         " is above factor_max: the factor is "
+                         "clamped to [factor_min, factor_max]");
   }
   bool ignored = false;
   DST_RETURN_IF_ERROR(params.ReadBool("bias_correction", &ignored));
@@ -224,14 +229,7 @@ Status ReadOneBitAdamParams(const ObjectReader &params, OptimizerConfig *optimiz
   std::string backend;
   DST_RETURN_IF_ERROR(params.ReadString("comm_backend_name", &backend));
   optimizer->bias_correction = false;
-  double max_grad_norm = 0;
-  DST_RETURN_IF_ERROR(params.ReadNumber("max_grad_norm", &max_grad_norm, AtLeast(0)));
-  if (max_grad_norm > 0) {
-    return NotSupported(params.PathOf("max_grad_norm") + " " + Shorten(Json(max_grad_norm)) +
-                        ": clipping inside the optimizer is not supported; set the top-level "
-                        "\"gradient_clipping\": " +
-                        Shorten(Json(max_grad_norm)) + " and remove it here");
-  }
+  DST_RETURN_IF_ERROR(RefuseOptimizerClipping(params));
   return params.ReadBool("amsgrad", &extra->amsgrad);
 }
 
