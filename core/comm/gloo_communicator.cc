@@ -38,14 +38,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How long a rank letting go of a group waits for its peers to let go too.
-constexpr std::chrono::milliseconds kDepartWait(2000);
-
-// The group's keys in the store: unique per group in the job.
-std::string StorePrefix(const GlooOptions &options) {
-  return options.store_prefix.empty() ? options.name : options.store_prefix;
-}
-
 // Presents our Store to Gloo, which expects exceptions on failure.
 class GlooStoreAdapter final : public gloo::rendezvous::Store {
  public:
@@ -315,29 +307,6 @@ class GlooGroup final : public Communicator, public StallChecker {
     }
     cv_.notify_all();
   }
-  // Says to the peers that this rank is done with the group and waits,
-  // briefly, until they are too. Gloo fails an operation whose peer closed
-  // even when all of its bytes had arrived (the close and the last bytes race
-  // to the waiting thread), so the rank that finishes a collective first must
-  // not close under a peer still finishing it. The wait is bounded (a peer may
-  // go on to other work before it lets go of the group) and skipped on a
-  // broken group or a store that is gone.
-  void Depart() {
-    if (store_ == nullptr) return;
-    const std::string base = "gloo/" + StorePrefix(options_) + "/departed/";
-    if (!store_->Set(base + std::to_string(options_.rank), {1}).ok()) return;
-    if (!broken_.ok() || Stalled()) return;  // the worker has stopped: broken_ is ours
-    std::vector<std::string> peers;
-    for (int64_t r = 0; r < options_.size; ++r)
-      if (r != options_.rank) peers.push_back(base + std::to_string(r));
-    const auto deadline = Clock::now() + std::min(options_.timeout, kDepartWait);
-    while (Clock::now() < deadline) {
-      if (store_->Wait(peers, std::chrono::milliseconds(50)).ok()) return;
-      std::lock_guard<std::mutex> lock(watch_mu_);
-      if (watch_ && !watch_->Check().empty()) return;
-    }
-  }
-
   // Whether the worker may still be inside Gloo on a stalled peer.
   bool Stalled() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -625,12 +594,10 @@ class GlooCommunicator final : public Communicator {
       : group_(std::move(group)), worker_([g = group_] { g->RunWorker(); }) {}
   ~GlooCommunicator() override {
     group_->Stop();
-    if (group_->Stalled()) {
+    if (group_->Stalled())
       worker_.detach();
-      return;
-    }
-    worker_.join();
-    group_->Depart();
+    else
+      worker_.join();
   }
   int64_t rank() const override { return group_->rank(); }
   int64_t size() const override { return group_->size(); }
@@ -732,7 +699,8 @@ Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(Store &store,
         std::make_shared<gloo::rendezvous::Context>(int(options.rank), int(options.size));
     context->setTimeout(options.timeout);
     GlooStoreAdapter adapter(store, options.timeout);
-    gloo::rendezvous::PrefixStore prefixed("gloo/" + StorePrefix(options), adapter);
+    gloo::rendezvous::PrefixStore prefixed(
+        "gloo/" + (options.store_prefix.empty() ? options.name : options.store_prefix), adapter);
     context->connectFullMesh(prefixed, device);
     return std::unique_ptr<Communicator>(
         new GlooCommunicator(std::make_shared<GlooGroup>(options, std::move(context), &store)));

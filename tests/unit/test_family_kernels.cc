@@ -4,6 +4,7 @@
 // formula in double precision, and their backward passes against central
 // finite differences.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <functional>
@@ -31,8 +32,9 @@ double MaxAbsDiff(const std::vector<double> &a, const std::vector<double> &b) {
 }
 
 // d loss / d x[i] by central differences, loss = <w, f(x)>.
-std::vector<double> NumericGradient(std::vector<double> x, const std::vector<double> &w,
-                                    const std::function<std::vector<double>(const std::vector<double> &)> &f) {
+std::vector<double> NumericGradient(
+    std::vector<double> x, const std::vector<double> &w,
+    const std::function<std::vector<double>(const std::vector<double> &)> &f) {
   std::vector<double> grad(x.size());
   const double h = 1e-6;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -63,7 +65,8 @@ TEST(FamilyKernels, RmsNormMatchesItsFormulaAndFiniteDifferences) {
       EXPECT_NEAR(out[size_t(r * C + i)], w[size_t(i)] * x[size_t(r * C + i)] * s, 1e-12);
   }
   // The input gradient (added to what dx held) and the weight's.
-  std::vector<double> dx(static_cast<size_t>(rows * C), 0.5), dw(static_cast<size_t>(C), 0.25), scratch(static_cast<size_t>(2 * C));
+  std::vector<double> dx(static_cast<size_t>(rows * C), 0.5), dw(static_cast<size_t>(C), 0.25),
+      scratch(static_cast<size_t>(2 * C));
   cpu::RmsNormBackward(dout.data(), x.data(), w.data(), rstd.data(), rows, C, dx.data(), dw.data(),
                        scratch.data(), 1);
   auto forward_x = [&](const std::vector<double> &xx) {
@@ -76,14 +79,16 @@ TEST(FamilyKernels, RmsNormMatchesItsFormulaAndFiniteDifferences) {
     cpu::RmsNormForward(x.data(), ww.data(), rows, C, eps, o.data(), r.data());
     return o;
   };
-  std::vector<double> ndx = NumericGradient(x, dout, forward_x), ndw = NumericGradient(w, dout, forward_w);
+  std::vector<double> ndx = NumericGradient(x, dout, forward_x),
+                      ndw = NumericGradient(w, dout, forward_w);
   for (double &v : ndx) v += 0.5;
   for (double &v : ndw) v += 0.25;
   EXPECT_LT(MaxAbsDiff(dx, ndx), 1e-7);
   EXPECT_LT(MaxAbsDiff(dw, ndw), 1e-7);
   // The fused residual form gives the same bits as the sum, then the norm.
   const std::vector<double> a = Random(rows * C, 4);
-  std::vector<double> res(static_cast<size_t>(rows * C)), sum(static_cast<size_t>(rows * C)), out2(static_cast<size_t>(rows * C));
+  std::vector<double> res(static_cast<size_t>(rows * C)), sum(static_cast<size_t>(rows * C)),
+      out2(static_cast<size_t>(rows * C));
   std::vector<double> rstd2(static_cast<size_t>(rows));
   cpu::AddRmsNormForward(a.data(), x.data(), res.data(), w.data(), rows, C, eps, out2.data(),
                          rstd2.data());
@@ -96,7 +101,8 @@ TEST(FamilyKernels, RmsNormMatchesItsFormulaAndFiniteDifferences) {
 TEST(FamilyKernels, SiluGateMatchesItsFormulaAndFiniteDifferences) {
   const int64_t n = 40;
   const std::vector<double> gate = Random(n, 5, 3.0), up = Random(n, 6), dout = Random(n, 7);
-  std::vector<double> out(static_cast<size_t>(n)), dgate(static_cast<size_t>(n)), dup(static_cast<size_t>(n));
+  std::vector<double> out(static_cast<size_t>(n)), dgate(static_cast<size_t>(n)),
+      dup(static_cast<size_t>(n));
   cpu::SiluMulForward(gate.data(), up.data(), n, out.data());
   for (int64_t i = 0; i < n; ++i) {
     const double g = gate[size_t(i)];
@@ -116,7 +122,8 @@ TEST(FamilyKernels, SiluGateMatchesItsFormulaAndFiniteDifferences) {
   EXPECT_LT(MaxAbsDiff(dgate, NumericGradient(gate, dout, f_gate)), 1e-7);
   EXPECT_LT(MaxAbsDiff(dup, NumericGradient(up, dout, f_up)), 1e-7);
   // The float form with only the bf16 copy written equals rounding its fp32 output.
-  std::vector<float> g32(gate.begin(), gate.end()), u32(up.begin(), up.end()), o32(static_cast<size_t>(n));
+  std::vector<float> g32(gate.begin(), gate.end()), u32(up.begin(), up.end()),
+      o32(static_cast<size_t>(n));
   std::vector<uint16_t> copy(static_cast<size_t>(n)), only(static_cast<size_t>(n));
   cpu::SiluMulForward(g32.data(), u32.data(), n, o32.data(), copy.data());
   cpu::SiluMulForward(g32.data(), u32.data(), n, static_cast<float *>(nullptr), only.data());
@@ -134,8 +141,8 @@ double ReferenceInvFreq(const math::RopeParams &r, int64_t i, int64_t dim) {
   const double wavelen = 2 * M_PI / inv;
   if (wavelen > low) return inv / r.factor;
   if (wavelen < high) return inv;
-  const double smooth =
-      (r.original_max_position / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+  const double smooth = (r.original_max_position / wavelen - r.low_freq_factor) /
+                        (r.high_freq_factor - r.low_freq_factor);
   return (1 - smooth) * inv / r.factor + smooth * inv;
 }
 
@@ -201,7 +208,8 @@ std::vector<double> ReferenceAttention(const std::vector<double> &qkv, const Att
 }
 
 std::vector<double> Attend(const std::vector<double> &qkv, const AttentionShape &s) {
-  std::vector<double> att(static_cast<size_t>(s.B * s.H * s.T * s.T)), y(static_cast<size_t>(s.B * s.T * s.C));
+  std::vector<double> att(static_cast<size_t>(s.B * s.H * s.T * s.T)),
+      y(static_cast<size_t>(s.B * s.T * s.C));
   cpu::AttentionForward(qkv.data(), s, att.data(), y.data());
   return y;
 }
@@ -222,12 +230,15 @@ TEST(FamilyKernels, AttentionWithGroupedHeadsInterleavedLayoutAndAlibiMatchesThe
     // Its backward (with the group's heads adding into one key/value head)
     // against finite differences of the forward.
     const std::vector<double> dy = Random(s.B * s.T * s.C, 9);
-    std::vector<double> att(static_cast<size_t>(s.B * s.H * s.T * s.T)), y(static_cast<size_t>(s.B * s.T * s.C));
-    std::vector<double> dqkv(qkv.size(), 7.0), scratch(static_cast<size_t>(s.T * s.T));
+    std::vector<double> att(static_cast<size_t>(s.B * s.H * s.T * s.T)),
+        y(static_cast<size_t>(s.B * s.T * s.C));
+    std::vector<double> dqkv(qkv.size(), 7.0),
+        scratch(static_cast<size_t>(omp_get_max_threads() * s.T * s.T));  // a [T, T] per thread
     cpu::AttentionForward(qkv.data(), s, att.data(), y.data());
     cpu::AttentionBackward(dy.data(), qkv.data(), att.data(), s, dqkv.data(), scratch.data());
-    EXPECT_LT(MaxAbsDiff(dqkv, NumericGradient(qkv, dy, [&](const auto &x) { return Attend(x, s); })),
-              1e-7);
+    EXPECT_LT(
+        MaxAbsDiff(dqkv, NumericGradient(qkv, dy, [&](const auto &x) { return Attend(x, s); })),
+        1e-7);
   }
 }
 
@@ -236,8 +247,8 @@ TEST(FamilyKernels, AlibiSlopesAreBloomsForAnyHeadCount) {
   // p, then the odd terms of 2^(-8k/2p) for the heads beyond it.
   EXPECT_DOUBLE_EQ(math::AlibiSlope(0, 8), 0.5);
   EXPECT_DOUBLE_EQ(math::AlibiSlope(7, 8), std::pow(2.0, -8.0));
-  const double six[] = {0.25, 0.0625, 0.015625, 0.00390625, std::pow(2.0, -1.0),
-                        std::pow(2.0, -3.0)};
+  const double six[] = {
+      0.25, 0.0625, 0.015625, 0.00390625, std::pow(2.0, -1.0), std::pow(2.0, -3.0)};
   for (int h = 0; h < 6; ++h) EXPECT_FLOAT_EQ(math::AlibiSlope(h, 6), float(six[h])) << h;
 }
 
@@ -256,9 +267,10 @@ TEST(FamilyKernels, RotaryMatchesRotateHalfAndItsInverseUndoesIt) {
     auto check_head = [&](int64_t off) {
       for (int64_t i = 0; i < half; ++i) {
         const double angle = double(float(t) * math::RopeInvFreq(rope, i, hs));
-        EXPECT_NEAR(o[off + i], x[off + i] * std::cos(angle) - x[off + i + half] * std::sin(angle), 1e-6);
-        EXPECT_NEAR(o[off + i + half], x[off + i + half] * std::cos(angle) + x[off + i] * std::sin(angle),
+        EXPECT_NEAR(o[off + i], x[off + i] * std::cos(angle) - x[off + i + half] * std::sin(angle),
                     1e-6);
+        EXPECT_NEAR(o[off + i + half],
+                    x[off + i + half] * std::cos(angle) + x[off + i] * std::sin(angle), 1e-6);
       }
     };
     for (int64_t h = 0; h < s.H; ++h) check_head(s.q_offset(h));

@@ -61,9 +61,11 @@ TEST(Hierarchical, ThreeLevelSumsEqualTheFlatOnesOnTwoNodesOfTwo) {
 }
 
 TEST(Hierarchical, OneMemberPerNodeKeepsTheFlatGroup) {
-  // Each rank lets go of its group as soon as its sum is done: Gloo's
-  // listening side may accept, or read the sum's last bytes, after the other
-  // side has returned, so a group must not close under a peer (Depart).
+  // Each rank's group is closed only after both ranks are done (the engine's
+  // closing handshake does this in a job): Gloo's listening side may accept,
+  // or read a sum's last bytes, after the other side has returned, and a peer
+  // closing then fails the operation even though all its bytes arrived.
+  std::vector<std::unique_ptr<Communicator>> kept(2);
   test::RunRanks(2, [&](int64_t rank, Store &store) {
     auto flat = ConnectGroup(&store, rank, "dp", {0, 1}, test::Common());
     ASSERT_TRUE(flat.ok()) << flat.status().message();
@@ -76,6 +78,7 @@ TEST(Hierarchical, OneMemberPerNodeKeepsTheFlatGroup) {
     const Status sum = h.value()->AllReduceSum(&x, 1)->Wait();
     ASSERT_TRUE(sum.ok()) << sum.message();
     EXPECT_EQ(x, 3.0f);
+    kept[size_t(rank)] = std::move(h).value();
   });
 }
 
