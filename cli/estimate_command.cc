@@ -6,6 +6,7 @@
 #include "cli_error.h"
 #include "default_job.h"
 #include "dstrain/dstrain.h"
+#include "format.h"
 
 namespace dstrain_cli {
 
@@ -17,48 +18,15 @@ std::string Mebibytes(int64_t bytes) {
   return text;
 }
 
-// "16GiB", "2e9", "512 MB" -> bytes; an error names the text and the forms.
-int64_t ParseBytes(const std::string &text) {
-  size_t used = 0;
-  double value = -1;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception &) {
-  }
-  std::string unit = text.substr(used < text.size() ? used : text.size());
-  unit.erase(0, unit.find_first_not_of(' '));
-  const struct {
-    const char *name;
-    double scale;
-  } units[] = {{"", 1},
-               {"B", 1},
-               {"K", 1e3},
-               {"KB", 1e3},
-               {"M", 1e6},
-               {"MB", 1e6},
-               {"G", 1e9},
-               {"GB", 1e9},
-               {"T", 1e12},
-               {"TB", 1e12},
-               {"KiB", 1024.0},
-               {"MiB", 1048576.0},
-               {"GiB", 1073741824.0},
-               {"TiB", 1099511627776.0}};
-  for (const auto &u : units)
-    if (value > 0 && unit == u.name) return int64_t(value * u.scale);
-  throw CliError(kExitUsage, "--memory-per-rank " + text +
-                                 ": expected a positive number of bytes, optionally with a unit "
-                                 "(K, M, G, T, or KiB, MiB, GiB, TiB), e.g. 16GiB");
-}
-
 }  // namespace
 
 EstimateCommand::EstimateCommand(CLI::App &parent) {
   app_ = parent.add_subcommand(
       "estimate", "Per-rank model-state memory (params, grads, optimizer) for ZeRO stages 0-3");
   app_->add_option("--config", config_path_, "ds_config.json (default: the built-in job's)");
-  app_->add_option("--model", model_path_,
-                   "model spec JSON, or a Hugging Face model directory (default: the built-in GPT)");
+  app_->add_option(
+      "--model", model_path_,
+      "model spec JSON, or a Hugging Face model directory (default: the built-in GPT)");
   app_->add_option("--world-size", world_size_, "number of ranks")->check(CLI::PositiveNumber);
   app_->add_option("--memory-per-rank", memory_per_rank_,
                    "memory budget of one rank (e.g. 16GiB, 2e9): list every dp x tp x pp of the "
@@ -188,7 +156,8 @@ int EstimateCommand::Run() {
           ? (" + step gradients " + Mebibytes(r["step_gradient_bytes"])).c_str()
           : "",
       Mebibytes(r["total_bytes"]).c_str());
-  if (!memory_per_rank_.empty()) PrintLayouts(e["layouts"], ParseBytes(memory_per_rank_));
+  if (!memory_per_rank_.empty())
+    PrintLayouts(e["layouts"], ParseBytes(memory_per_rank_, "--memory-per-rank"));
   return kExitOk;
 }
 

@@ -1,6 +1,7 @@
 // Number formatting shared by the progress display and the summaries.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace dstrain_cli {
@@ -15,5 +16,7 @@ std::string FormatCount(double value);
 std::string FormatLoss(double loss);
 // "8.1e-04".
 std::string FormatLearningRate(double lr);
+// "16GiB", "2e9", "512 MB" -> bytes; a usage error names `option`, the text and the forms.
+int64_t ParseBytes(const std::string &text, const std::string &option);
 
 }  // namespace dstrain_cli

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "autotune_command.h"
 #include "cli_error.h"
 #include "launch_process.h"
 
@@ -151,6 +152,11 @@ LaunchCommand::LaunchCommand(CLI::App &parent) {
                    "seconds the ranks get to exit after SIGTERM before SIGKILL")
       ->check(CLI::Range(int64_t{0}, int64_t{24} * 3600))
       ->capture_default_str();
+  app_->add_option("--autotuning", options_.autotuning,
+                   "DeepSpeed's launcher flag: tune the program's ds_config (its autotuning "
+                   "section; see `dstrain autotune`), then stop (tune) or launch the program "
+                   "with the best one (run)")
+      ->check(CLI::IsMember({"tune", "run"}));
 }
 
 int LaunchCommand::ProgramStart(int argc, char **argv) const {
@@ -169,8 +175,35 @@ void LaunchCommand::SetProgram(std::vector<std::string> program) {
   options_.program = std::move(program);
 }
 
+// --autotuning: the program's own ds_config is tuned with trials of this
+// node's ranks; "run" then launches the program with the best one.
+int LaunchCommand::Tune() {
+  if (options_.nnodes > 1)
+    throw CliError(kExitUsage,
+                   "--autotuning with --nnodes " + std::to_string(options_.nnodes) +
+                       " is not supported yet: tune on one node (the best micro-batch and ZeRO "
+                       "stage carry over), then launch the nodes with the best ds_config");
+  AutotuneOptions tune;
+  tune.config_path = ConfigArgument(options_.program);
+  if (tune.config_path.empty())
+    UsageError(
+        "--autotuning: the program's arguments name no ds_config; pass it as "
+        "--deepspeed_config FILE or --config FILE");
+  tune.world_size = options_.nproc_per_node;
+  tune.master_port = options_.master_port;
+  tune.program = options_.program;
+  const AutotuneResult best = Autotune(tune);
+  if (options_.autotuning == "tune") return kExitOk;
+  std::printf("\nlaunching with %s\n", best.config_path.c_str());
+  std::fflush(stdout);
+  options_.program = best.program;
+  options_.autotuning.clear();
+  return Run();
+}
+
 int LaunchCommand::Run() {
   Validate(options_);
+  if (!options_.autotuning.empty()) return Tune();
   const std::string token = ResolveToken(options_);
   RankSupervisor supervisor{std::chrono::seconds(options_.kill_timeout)};
   for (int64_t local_rank = 0; local_rank < options_.nproc_per_node; ++local_rank) {

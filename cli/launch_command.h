@@ -2,8 +2,8 @@
 // torchrun's environment contract (RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT) plus the job token
 // DSTRAIN_JOB_TOKEN, and supervises them: signals are forwarded, the first
-// rank to fail is reported and the others are stopped. It needs no engine,
-// so it uses neither the C ABI nor core/.
+// rank to fail is reported and the others are stopped. It needs no engine;
+// only --autotuning (autotune_command) estimates memory through the C ABI.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,7 @@ struct LaunchOptions {
   int64_t master_port = 29500;
   int64_t kill_timeout = 30;         // seconds between SIGTERM and SIGKILL
   std::vector<std::string> program;  // PROGRAM ARGS...
+  std::string autotuning;            // --autotuning: "", "tune" or "run"
 };
 
 class LaunchCommand {
@@ -41,6 +42,8 @@ class LaunchCommand {
   int Run();
 
  private:
+  int Tune();
+
   CLI::App *app_;
   LaunchOptions options_;
 };

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "autotune_command.h"
 #include "ckpt_command.h"
 #include "cli_error.h"
 #include "comm_bench_command.h"
@@ -59,6 +60,7 @@ int main(int argc, char **argv) {
   dstrain_cli::GenerateCommand generate(app);
   dstrain_cli::EvalCommand eval(app);
   dstrain_cli::TokenizeCommand tokenize(app);
+  dstrain_cli::AutotuneCommand autotune(app);
 
   // The launched program's arguments are not the launcher's to parse.
   int parsed = argc;
@@ -66,6 +68,14 @@ int main(int argc, char **argv) {
     parsed = launch.ProgramStart(argc, argv);
     launch.SetProgram(std::vector<std::string>(argv + parsed, argv + argc));
     if (parsed > 2 && std::string(argv[parsed - 1]) == "--") --parsed;  // CLI11 needs no "--"
+  }
+  if (argc > 1 && std::string(argv[1]) == "autotune") {  // [-- PROGRAM ARGS]: the user's program
+    for (int i = 2; i < argc; ++i)
+      if (std::string(argv[i]) == "--") {
+        autotune.SetProgram(std::vector<std::string>(argv + i + 1, argv + argc));
+        parsed = i;
+        break;
+      }
   }
   try {
     app.parse(parsed, argv);
@@ -83,6 +93,7 @@ int main(int argc, char **argv) {
     if (generate.selected()) return generate.Run();
     if (eval.selected()) return eval.Run();
     if (tokenize.selected()) return tokenize.Run();
+    if (autotune.selected()) return autotune.Run();
     return train.Run();
   } catch (const dstrain_cli::CliError &error) {
     PrintError(error.what());

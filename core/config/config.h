@@ -229,6 +229,21 @@ struct FlopsProfilerConfig {
   std::string output_file;    // "" = the log (stdout)
 };
 
+// DeepSpeed's autotuning section. `dstrain autotune` reads its tuning keys
+// (search space, tuner, directories) from the file itself; the engine serves
+// a trial: with enabled and a metric_path, rank 0 writes the mean of global
+// steps start_profile_step..end_profile_step (0-based) to metric_path as
+// DeepSpeed's engine does ({"throughput": samples/s, "latency": ms per step,
+// "FLOPS_per_gpu"}) once end_profile_step has run. Training goes on: the
+// tuner ends the trial when the file appears.
+struct AutotuningConfig {
+  bool enabled = false;
+  std::string metric = "throughput";  // "throughput", "latency" or "flops"
+  int64_t start_profile_step = 3;
+  int64_t end_profile_step = 5;
+  std::string metric_path;  // "" = no trial is being measured
+};
+
 // dstrain.trace: each rank's timeline of the listed steps (0-based global
 // steps) as Chrome trace JSON, path/dstrain_trace_rank<R>.json.
 struct TraceConfig {
@@ -273,6 +288,7 @@ struct Config {
   CommunicationConfig communication;
   FlopsProfilerConfig flops_profiler;
   TraceConfig trace;
+  AutotuningConfig autotuning;
   double gradient_clipping = 0.0;  // 0 = off
   // DeepSpeed's gradient averaging around the data-parallel reduction:
   // prescale_gradients divides each rank's gradients by the dp size before

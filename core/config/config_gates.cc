@@ -128,9 +128,6 @@ Status CheckAmpSupported(const ExtraSettings &extra) {
 // DeepSpeed's feature sections dstrain has no counterpart for, each with the
 // nearest thing it has.
 std::string NearestFeature(const std::string &section) {
-  if (section == "autotuning")
-    return "`dstrain estimate` gives every layout's exact memory per rank; a tuner "
-           "(`dstrain autotune`) is not built yet";
   if (section == "compression_training")
     return "quantization-aware training and pruning are not built; to compress the "
            "gradients' communication use gradient_compression, or OneBitAdam / ZeroOneAdam";

@@ -42,6 +42,9 @@ constexpr std::string_view kPipeline = "pipeline";
 constexpr std::string_view kDataTypes = "data_types";
 constexpr std::string_view kCheckpoint = "checkpoint";
 constexpr std::string_view kFlops = "flops_profiler";
+constexpr std::string_view kAutotuning = "autotuning";
+constexpr std::string_view kArgMappings = "autotuning.arg_mappings";
+constexpr std::string_view kModelInfo = "autotuning.model_info";
 constexpr std::string_view kTensorboard = "tensorboard";
 constexpr std::string_view kCsv = "csv_monitor";
 constexpr std::string_view kWandb = "wandb";
@@ -133,10 +136,11 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kTop, "comms_logger", kObject, "DeepSpeed comms logger; enabled: true not supported yet"},
     {kTop, "amp", kObject, "NVIDIA apex AMP; enabled: true is not supported"},
     {kTop, "aio", kObject, "async I/O of the NVMe offload tier"},
+    {kTop, "autotuning", kObject,
+     "DeepSpeed's autotuner: read by `dstrain autotune`; a trial's metric file"},
     // DeepSpeed features with no dstrain counterpart: recognised so that a
     // pasted config gets "not supported" rather than "unknown key".
     {kTop, "elasticity", kFeature, kFeatureDoc},
-    {kTop, "autotuning", kFeature, kFeatureDoc},
     {kTop, "compression_training", kFeature, kFeatureDoc},
     {kTop, "curriculum_learning", kFeature, kFeatureDoc},
     {kTop, "data_efficiency", kFeature, kFeatureDoc},
@@ -375,6 +379,35 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kCheckpoint, "use_node_local_storage", kBool, "checkpoint to node-local storage"},
 
     // ---- monitors and profilers ----
+    {kAutotuning, "enabled", kBool,
+     "with metric_path: rank 0 writes the profiled steps' metric there (a trial)"},
+    {kAutotuning, "fast", kBool, "tune ZeRO stage x micro-batch only (true); false: also layouts"},
+    {kAutotuning, "results_dir", kPathOrNull, "the table and the best config (autotuning_results)"},
+    {kAutotuning, "exps_dir", kPathOrNull, "one directory per trial (autotuning_exps)"},
+    {kAutotuning, "overwrite", kBool, "rerun trials whose results exist (true)"},
+    {kAutotuning, "start_profile_step", kCount, "first step a trial measures (3)"},
+    {kAutotuning, "end_profile_step", kCount, "last step a trial measures (5)"},
+    {kAutotuning, "metric", "\"throughput\", \"latency\" or \"flops\"",
+     "what the tuner maximises (throughput; latency is minimised)"},
+    {kAutotuning, "metric_path", kPathOrNull, "where a trial writes its metric (set by the tuner)"},
+    {kAutotuning, "arg_mappings", kObject, "config key -> the program's argument carrying it"},
+    {kAutotuning, "model_info", kObject, "accepted; dstrain counts the model itself"},
+    {kAutotuning, "model_info_path", kPathOrNull, "accepted; dstrain counts the model itself"},
+    {kAutotuning, "mp_size", kPositive, "accepted; the config's tp x pp is the model parallelism"},
+    {kAutotuning, "max_train_batch_size", "a positive integer or null",
+     "largest train_batch_size tried"},
+    {kAutotuning, "min_train_batch_size", kPositive, "smallest train_batch_size tried (1)"},
+    {kAutotuning, "max_train_micro_batch_size_per_gpu", kPositive,
+     "largest micro-batch tried (1024; memory bounds it first)"},
+    {kAutotuning, "min_train_micro_batch_size_per_gpu", kPositive, "smallest micro-batch (1)"},
+    {kAutotuning, "num_tuning_micro_batch_sizes", kPositive, "micro-batches tried per stage (3)"},
+    {kAutotuning, "tuner_type", "\"gridsearch\", \"random\" or \"model_based\"",
+     "the order trials run in (gridsearch)"},
+    {kAutotuning, "tuner_early_stopping", kPositive,
+     "stop after this many trials without a better one (5)"},
+    {kAutotuning, "tuner_num_trials", kPositive, "at most this many trials (50)"},
+    {kArgMappings, "*", kString, "the argument, e.g. \"--per_device_train_batch_size\""},
+    {kModelInfo, "*", "any", "accepted; dstrain counts the model itself"},
     {kFlops, "enabled", kBool, "profile one step: per-layer FLOPs, latency and FLOP/s"},
     {kFlops, "recompute_fwd_factor", "a number >= 0",
      "accepted; dstrain times recomputation itself"},

@@ -975,9 +975,9 @@ Status ReadCommunication(const ObjectReader &root, CommunicationConfig *comm) {
 // DeepSpeed features without a dstrain counterpart: accepted only when the
 // section says "enabled": false (their other keys are then irrelevant).
 Status ReadFeatureSections(const ObjectReader &root, ExtraSettings *extra) {
-  for (std::string_view name : {"elasticity", "autotuning", "compression_training",
-                                "curriculum_learning", "data_efficiency", "progressive_layer_drop",
-                                "eigenvalue", "sparse_attention", "hybrid_engine", "nebula"}) {
+  for (std::string_view name :
+       {"elasticity", "compression_training", "curriculum_learning", "data_efficiency",
+        "progressive_layer_drop", "eigenvalue", "sparse_attention", "hybrid_engine", "nebula"}) {
     const Json *section = root.Find(name);
     if (section == nullptr) continue;
     if (!section->is_object()) return root.MismatchAt(name, *section);
@@ -989,6 +989,48 @@ Status ReadFeatureSections(const ObjectReader &root, ExtraSettings *extra) {
     if (!disabled && extra->enabled_feature.empty()) extra->enabled_feature = name;
   }
   return Status::Ok();
+}
+
+// DeepSpeed's autotuning section: every key checked here (so a typo is named
+// before a tuner runs trials on it); the engine keeps what a trial needs.
+Status ReadAutotuning(const ObjectReader &root, AutotuningConfig *tuning) {
+  return ReadSection(root, "autotuning", "autotuning", [&](const ObjectReader &s) -> Status {
+    bool flag = false;
+    int64_t count = 0;
+    std::string text;
+    DST_RETURN_IF_ERROR(s.ReadBool("enabled", &tuning->enabled));
+    for (std::string_view key : {"fast", "overwrite"}) DST_RETURN_IF_ERROR(s.ReadBool(key, &flag));
+    for (std::string_view key : {"results_dir", "exps_dir", "model_info_path"})
+      DST_RETURN_IF_ERROR(s.ReadString(key, &text, /*nullable=*/true));
+    DST_RETURN_IF_ERROR(s.ReadString("metric_path", &tuning->metric_path, /*nullable=*/true));
+    DST_RETURN_IF_ERROR(
+        s.ReadChoice("metric", {"throughput", "latency", "flops"}, &tuning->metric));
+    DST_RETURN_IF_ERROR(s.ReadChoice("tuner_type", {"gridsearch", "random", "model_based"}, &text));
+    DST_RETURN_IF_ERROR(s.ReadInt("start_profile_step", &tuning->start_profile_step, 0, kInt64Max));
+    DST_RETURN_IF_ERROR(s.ReadInt("end_profile_step", &tuning->end_profile_step, 0, kInt64Max));
+    if (tuning->end_profile_step < tuning->start_profile_step)
+      return InvalidArgument(s.PathOf("end_profile_step") + " " +
+                             std::to_string(tuning->end_profile_step) + " is before " +
+                             s.PathOf("start_profile_step") + " " +
+                             std::to_string(tuning->start_profile_step) +
+                             ": a trial measures the steps from the start to the end");
+    const Json *max_batch = s.Find("max_train_batch_size");
+    if (max_batch == nullptr || !max_batch->is_null())
+      DST_RETURN_IF_ERROR(s.ReadInt("max_train_batch_size", &count, 1, kInt64Max));
+    for (std::string_view key :
+         {"min_train_batch_size", "max_train_micro_batch_size_per_gpu",
+          "min_train_micro_batch_size_per_gpu", "num_tuning_micro_batch_sizes",
+          "tuner_early_stopping", "tuner_num_trials", "mp_size"})
+      DST_RETURN_IF_ERROR(s.ReadInt(key, &count, 1, kInt64Max));
+    Result<ObjectReader> mappings = s.Child("arg_mappings", "autotuning.arg_mappings");
+    if (!mappings.ok()) return mappings.status();
+    if (const Json *given = s.Find("arg_mappings"))
+      for (const auto &[key, value] : given->items())
+        if (!value.is_string())
+          return Mismatch(mappings->PathOf(key), "a string (the program's argument)", value);
+    Result<ObjectReader> info = s.Child("model_info", "autotuning.model_info");
+    return info.status();
+  });
 }
 
 // DeepSpeed's csv_monitor: our metrics log in CSV, in output_path/job_name/.
@@ -1148,6 +1190,7 @@ Status ReadAll(const ObjectReader &root, const ConfigContext &context, Parsed *p
   DST_RETURN_IF_ERROR(ReadAmp(root, &parsed->extra));
   DST_RETURN_IF_ERROR(ReadAio(root, &config.aio));
   DST_RETURN_IF_ERROR(ReadFeatureSections(root, &parsed->extra));
+  DST_RETURN_IF_ERROR(ReadAutotuning(root, &config.autotuning));
   DST_RETURN_IF_ERROR(ReadGradientCompression(root, &config.gradient_compression));
   DST_RETURN_IF_ERROR(ReadCommunication(root, &config.communication));
   DST_RETURN_IF_ERROR(ReadDstrain(root, &config));  // after: dstrain.monitor.log wins

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <utility>
 
@@ -374,6 +375,7 @@ Status Telemetry::OnStep(const StepRecord &record, const TrainingProgress &progr
   total_times_.Add(record.phases);
   job_samples_ += record.samples;
   job_tokens_ += record.tokens;
+  DST_RETURN_IF_ERROR(RecordTrialMetric(record, progress));
   if (!monitor_) return Status::Ok();  // no sample is built: a step allocates nothing
   metrics::StepSample sample = BuildStepSample(record, progress, loss_scale);
   AddBusBandwidth(&sample);
@@ -390,6 +392,47 @@ Status Telemetry::OnStep(const StepRecord &record, const TrainingProgress &progr
                                 std::vector<uint8_t>(text.begin(), text.end()));
     if (!st.ok()) return st.context("publishing this rank's metrics to the job table");
   }
+  return Status::Ok();
+}
+
+// DeepSpeed's autotuning metric file: the mean of the profiled steps, from
+// rank 0, written whole (a tuner polls for it and reads it once it exists).
+Status Telemetry::RecordTrialMetric(const StepRecord &record, const TrainingProgress &progress) {
+  const AutotuningConfig &tuning = ctx_.config->autotuning;
+  if (!tuning.enabled || tuning.metric_path.empty() || trial_.written) return Status::Ok();
+  const int64_t step = progress.steps - 1;  // the step that just ran (0-based global step)
+  if (step < tuning.start_profile_step) return Status::Ok();
+  const int64_t n = ctx_.dp_size;
+  const double mine = double(ctx_.gpt ? record.tokens / n : record.samples / n);
+  trial_.steps += 1;
+  trial_.seconds += record.seconds;
+  trial_.samples += double(record.samples);
+  trial_.tokens += double(record.tokens);
+  trial_.flops += ctx_.flops_per_sample_token * mine;
+  if (step < tuning.end_profile_step) return Status::Ok();
+  trial_.written = true;
+  if (ctx_.env.rank != 0) return Status::Ok();
+  const double seconds = std::max(trial_.seconds, 1e-12);
+  const nlohmann::json metric = {
+      {"throughput", trial_.samples / seconds},           // samples per second, job-wide
+      {"latency", 1e3 * seconds / double(trial_.steps)},  // milliseconds per step
+      {"FLOPS_per_gpu", trial_.flops / seconds},          // rank 0's achieved FLOP/s
+      {"tokens_per_second", trial_.tokens / seconds},     // job-wide (0: no tokens)
+      {"steps", trial_.steps},
+      {"start_profile_step", tuning.start_profile_step},
+      {"end_profile_step", tuning.end_profile_step}};
+  const std::string tmp = tuning.metric_path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << metric.dump(2) << "\n";
+    if (!out.good())
+      return IoError("autotuning.metric_path: cannot write \"" + tmp +
+                     "\" (a missing directory, no permission or a full disk); point "
+                     "metric_path at a writable directory");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, tuning.metric_path, ec);
+  if (ec) return IoError("autotuning.metric_path: cannot rename \"" + tmp + "\": " + ec.message());
   return Status::Ok();
 }
 

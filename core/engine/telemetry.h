@@ -119,6 +119,8 @@ class Telemetry {
   void FillLive(metrics::StepSample *sample) const;
   // Rank 0's table of every rank's last published sample (HTTP thread).
   nlohmann::json RankTable() const;
+  // autotuning.metric_path: the profiled steps' metric, once they have run.
+  Status RecordTrialMetric(const StepRecord &record, const TrainingProgress &progress);
 
   TelemetryContext ctx_;
   std::unique_ptr<metrics::Monitor> monitor_;  // null unless dstrain.monitor is enabled
@@ -129,6 +131,11 @@ class Telemetry {
   std::array<std::array<CommTotals, CommStats::kOps>, kNumCommGroups> group_at_last_sample_{};
   mutable std::string metrics_json_;
   StragglerState straggler_;
+  struct TrialTotals {
+    int64_t steps = 0;
+    double seconds = 0, samples = 0, tokens = 0, flops = 0;
+    bool written = false;
+  } trial_;
 };
 
 }  // namespace dst

@@ -12,7 +12,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DOC = (REPO / "docs" / "deepspeed_config.md").read_text()
 KEYS = re.findall(r'\{kTop, "(\w+)"', (REPO / "core" / "config" / "config_keys.cc").read_text())
-FEATURES = ["elasticity", "autotuning", "compression_training", "curriculum_learning",
+FEATURES = ["elasticity", "compression_training", "curriculum_learning",
             "data_efficiency", "progressive_layer_drop", "eigenvalue", "sparse_attention",
             "hybrid_engine", "nebula"]
 

@@ -1,0 +1,253 @@
+"""`dstrain autotune` and `dstrain launch --autotuning`: DeepSpeed's autotuner.
+
+Where a timing would be flaky the trials run a stand-in program (a user's own
+program, as DeepSpeed's autotuner runs the user's script) whose metric is a
+fixed function of the trial's ds_config: the tuner must then pick what a
+brute-force sweep of the same space measures best. Real trials of
+`dstrain train` check the engine's metric file and that the best config
+trains. Needs $DSTRAIN_BUILD_DIR; every subprocess has a timeout."""
+
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+TIMEOUT = 240
+MODEL = pathlib.Path(__file__).resolve().parents[2] / "examples" / "configs" / "gpt_tiny.json"
+
+# A trial program: reads its ds_config from --deepspeed_config; as a trial
+# (autotuning.metric_path set) writes a metric that is a fixed function of the
+# ZeRO stage and micro-batch; as the final run writes what it got to final.json.
+# Stage 2 fails when FAIL_STAGE_2 is among its arguments.
+PROGRAM = r"""
+import json, math, os, pathlib, sys
+args = sys.argv[1:]
+config = json.loads(pathlib.Path(args[args.index("--deepspeed_config") + 1]).read_text())
+stage = config["zero_optimization"]["stage"]
+mbs = config["train_micro_batch_size_per_gpu"]
+tuning = config.get("autotuning", {})
+if "FAIL_STAGE_2" in args and stage == 2 and tuning.get("metric_path"):
+    print("boom: stage 2 is broken here", file=sys.stderr)
+    sys.exit(3)
+if tuning.get("metric_path"):
+    throughput = mbs * [1.0, 1.3, 0.9, 0.7][stage] * math.exp(-((mbs - 5) ** 2) / 18.0)
+    pathlib.Path(tuning["metric_path"]).write_text(json.dumps(
+        {"throughput": throughput, "latency": 1000.0 / throughput, "FLOPS_per_gpu": throughput}))
+else:
+    out = pathlib.Path(args[args.index("--out") + 1])
+    out.write_text(json.dumps({"args": args, "config": config}))
+"""
+
+
+def cost(stage, mbs):
+    return mbs * [1.0, 1.3, 0.9, 0.7][stage] * math.exp(-((mbs - 5) ** 2) / 18.0)
+
+
+@pytest.fixture
+def dstrain(build_dir):
+    return build_dir / "dstrain"
+
+
+def run(cmd, cwd, check=True):
+    proc = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT
+    )
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def write_config(tmp_path, autotuning, **top):
+    config = {
+        "train_micro_batch_size_per_gpu": "auto",
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+        "autotuning": {"enabled": True, **autotuning},
+    }
+    config.update(top)
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def tune_program(dstrain, tmp_path, autotuning, extra=(), **kw):
+    program = tmp_path / "program.py"
+    program.write_text(PROGRAM)
+    config = write_config(tmp_path, autotuning)
+    cmd = [dstrain, "autotune", "--config", config, "--model", MODEL, *kw.get("options", [])]
+    cmd += ["--", sys.executable, program, "--deepspeed_config", config, *extra]
+    return run(cmd, tmp_path, check=kw.get("check", True))
+
+
+def results(tmp_path):
+    return json.loads((tmp_path / "autotuning_results" / "results.json").read_text())
+
+
+SPACE = {"max_train_micro_batch_size_per_gpu": 8, "num_tuning_micro_batch_sizes": 8}
+
+
+@pytest.mark.parametrize("tuner", ["gridsearch", "random"])
+def test_the_tuner_finds_what_a_brute_force_sweep_measures_best(dstrain, tmp_path, tuner):
+    tune_program(
+        dstrain, tmp_path, {**SPACE, "tuner_type": tuner, "tuner_early_stopping": 100}
+    )
+    brute = max(((s, m) for s in range(4) for m in range(1, 9)), key=lambda p: cost(*p))
+    got = results(tmp_path)
+    ran = [t for t in got["trials"] if t["ran"]]
+    assert len(ran) == 32  # every stage x micro-batch 1..8
+    assert got["best"] == f"z{brute[0]}_mbs{brute[1]}_gas1"
+    optimal = json.loads((tmp_path / "autotuning_results" / "ds_config_optimal.json").read_text())
+    assert optimal["zero_optimization"]["stage"] == brute[0]
+    assert optimal["train_micro_batch_size_per_gpu"] == brute[1]
+    assert "metric_path" not in optimal["autotuning"]
+    summary = (tmp_path / "autotuning_results" / "summary.txt").read_text()
+    assert "<- best" in summary and summary.count("\n") == 33
+
+
+def test_the_model_based_tuner_finds_the_best_in_fewer_trials(dstrain, tmp_path):
+    tune_program(
+        dstrain, tmp_path, {**SPACE, "tuner_type": "model_based", "tuner_early_stopping": 6}
+    )
+    got = results(tmp_path)
+    ran = [t for t in got["trials"] if t["ran"]]
+    brute = max(((s, m) for s in range(4) for m in range(1, 9)), key=lambda p: cost(*p))
+    assert got["best"] == f"z{brute[0]}_mbs{brute[1]}_gas1"
+    assert len(ran) < 32
+
+
+def test_early_stopping_and_the_trial_cap(dstrain, tmp_path):
+    tune_program(dstrain, tmp_path, {**SPACE, "tuner_num_trials": 5})
+    assert sum(t["ran"] for t in results(tmp_path)["trials"]) == 5
+    # gridsearch: stage 0's metric rises up to micro-batch 6, then falls;
+    # stopping after 2 trials without a better one ends with micro-batch 8.
+    tune_program(dstrain, tmp_path, {**SPACE, "tuner_early_stopping": 2})
+    ran = [t["name"] for t in results(tmp_path)["trials"] if t["ran"]]
+    assert ran == [f"z0_mbs{m}_gas1" for m in range(1, 9)]
+
+
+def test_a_failing_trial_is_reported_and_skipped(dstrain, tmp_path):
+    proc = tune_program(
+        dstrain, tmp_path, {**SPACE, "tuner_early_stopping": 100}, extra=["FAIL_STAGE_2"]
+    )
+    got = results(tmp_path)
+    failed = [t for t in got["trials"] if "failure" in t]
+    assert [t["zero_stage"] for t in failed] == [2] * 8
+    assert all("exit status 3: boom: stage 2 is broken here" in t["failure"] for t in failed)
+    assert "failed: exit status 3" in proc.stdout
+    assert got["best"] == "z1_mbs6_gas1"
+
+
+def test_no_trial_measured_is_an_error_naming_the_logs(dstrain, tmp_path):
+    program = tmp_path / "program.py"
+    program.write_text("import sys; print('cannot start', file=sys.stderr); sys.exit(5)")
+    config = write_config(tmp_path, {"max_train_micro_batch_size_per_gpu": 2})
+    proc = run(
+        [dstrain, "autotune", "--config", config, "--model", MODEL, "--",
+         sys.executable, program, "--deepspeed_config", config],
+        tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert "no trial was measured" in proc.stderr and "autotuning_exps" in proc.stderr
+    assert "exit status 5: cannot start" in proc.stdout
+
+
+def test_memory_prunes_micro_batches_over_the_budget(dstrain, tmp_path):
+    # The budget: exactly what stage 0 needs at micro-batch 4.
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4,
+                                 "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}))
+    estimate = json.loads(run([dstrain, "estimate", "--config", probe, "--model", MODEL,
+                               "--json"], tmp_path).stdout)
+    budget = estimate["per_rank"]["total_bytes"]
+    tune_program(dstrain, tmp_path,
+                 {**SPACE, "tuner_early_stopping": 100},
+                 **{"options": ["--memory-per-rank", str(budget)]})
+    trials = results(tmp_path)["trials"]
+    stage0 = [t for t in trials if t["zero_stage"] == 0]
+    assert max(t["train_micro_batch_size_per_gpu"] for t in stage0 if t["ran"]) == 4
+    over = [t for t in stage0 if "pruned" in t]
+    assert over and all("over the budget" in t["pruned"] for t in over)
+    assert all(t["estimated_bytes_per_rank"] <= budget for t in trials if t["ran"])
+
+
+def test_dstrain_train_trials_measure_and_the_best_config_trains(dstrain, tmp_path):
+    config = write_config(
+        tmp_path,
+        {"start_profile_step": 1, "end_profile_step": 2,
+         "max_train_micro_batch_size_per_gpu": 4, "num_tuning_micro_batch_sizes": 2},
+        zero_optimization={"stage": [1, 3]},
+    )
+    proc = run([dstrain, "autotune", "--config", config, "--model", MODEL, "--world-size", "2"],
+               tmp_path)
+    got = results(tmp_path)
+    assert [t["name"] for t in got["trials"]] == [
+        "z1_mbs1_gas1", "z1_mbs4_gas1", "z3_mbs1_gas1", "z3_mbs4_gas1"]
+    for t in got["trials"]:
+        assert t["ran"] and "failure" not in t, t
+        metric = json.loads((tmp_path / "autotuning_exps" / t["name"] / "metric.json").read_text())
+        assert metric["steps"] == 2 and metric["start_profile_step"] == 1
+        assert metric["throughput"] > 0 and metric["latency"] > 0 and metric["FLOPS_per_gpu"] > 0
+        # samples per step = mbs x dp; the throughput is that over the mean step time
+        batch = t["train_micro_batch_size_per_gpu"] * 2
+        assert metric["throughput"] == pytest.approx(batch / (metric["latency"] / 1000), rel=1e-6)
+    assert "best:" in proc.stdout
+    optimal = tmp_path / "autotuning_results" / "ds_config_optimal.json"
+    run([dstrain, "launch", "--nproc-per-node", "2", "--master-port", "29655", "--",
+         dstrain, "train", "--config", optimal, "--model", MODEL, "--steps", "2", "--quiet"],
+        tmp_path)
+
+
+def test_launch_autotuning_run_launches_the_program_with_the_best_config(dstrain, tmp_path):
+    program = tmp_path / "program.py"
+    program.write_text(PROGRAM)
+    config = write_config(
+        tmp_path,
+        {**SPACE, "arg_mappings": {"train_micro_batch_size_per_gpu ":
+                                   "--per_device_train_batch_size"}},
+        zero_optimization={"stage": 1},
+    )
+    final = tmp_path / "final.json"
+    run([dstrain, "launch", "--nproc-per-node", "1", "--autotuning", "run", "--",
+         sys.executable, program, "--deepspeed_config", config,
+         "--per_device_train_batch_size", "99", "--out", final], tmp_path)
+    got = json.loads(final.read_text())
+    assert got["config"]["train_micro_batch_size_per_gpu"] == 6
+    assert got["config"]["zero_optimization"]["stage"] == 1
+    args = got["args"]
+    assert args[args.index("--per_device_train_batch_size") + 1] == "6"
+    assert args[args.index("--deepspeed_config") + 1].endswith("ds_config_optimal.json")
+    # tune: no final run
+    final.unlink()
+    run([dstrain, "launch", "--nproc-per-node", "1", "--autotuning", "tune", "--",
+         sys.executable, program, "--deepspeed_config", config, "--out", final], tmp_path)
+    assert not final.exists()
+
+
+def test_launch_autotuning_needs_the_programs_config(dstrain, tmp_path):
+    proc = run([dstrain, "launch", "--autotuning", "tune", "--", sys.executable, "-c", "0"],
+               tmp_path, check=False)
+    assert proc.returncode == 2 and "--deepspeed_config FILE" in proc.stderr
+
+
+def test_the_autotuning_section_is_checked_and_train_runs_it_as_written(dstrain, tmp_path):
+    bad = write_config(tmp_path, {"tuner_typ": "random"})
+    proc = run([dstrain, "train", "--config", bad, "--model", MODEL, "--steps", "1"],
+               tmp_path, check=False)
+    assert proc.returncode == 2 and "tuner_typ" in proc.stderr and "tuner_type" in proc.stderr
+    bad = write_config(tmp_path, {"start_profile_step": 4, "end_profile_step": 2})
+    proc = run([dstrain, "autotune", "--config", bad, "--model", MODEL], tmp_path, check=False)
+    assert proc.returncode == 2 and "end_profile_step 2 is before" in proc.stderr
+    # DeepSpeed's example configs (an autotuning section, "auto" micro-batch)
+    # train as written under `dstrain train`.
+    good = tmp_path / "ds_tune.json"
+    good.write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 2,
+        "autotuning": {"enabled": True, "overwrite": False, "max_train_batch_size": 4096,
+                       "arg_mappings": {"gradient_accumulation_steps ":
+                                        "--gradient_accumulation_steps"}}}))
+    run([dstrain, "train", "--config", good, "--model", MODEL, "--steps", "2", "--quiet"],
+        tmp_path)
+    assert not (tmp_path / "autotuning_results").exists()
