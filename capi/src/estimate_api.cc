@@ -181,11 +181,11 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
                                                      stage_persistent, precision);
     b.parameters += 4 * fp32_elements;  // none under fp32 training
     b.gradients += 4 * fp32_elements;
-    // gradient_compression: ZeRO 0/1 keep an fp32 residual of the whole
-    // buffer (with dp > 1); stages 2 and 3 refuse it.
-    const bool compressed = config.value().gradient_compression.enabled;
-    if (compressed && stage <= 1 && dp > 1)
-      b.optimizer_state += 4 * dst::ShardLayout(psi, dp).padded;
+    // On a device the sparse reduce-scatter (stages 2, 3) is not built.
+    const bool compressed_on_device =
+        config.value().gradient_compression.enabled && config.value().runtime.device == "cuda";
+    b.optimizer_state +=
+        dst::CompressionResidualBytes(config.value().gradient_compression, psi, dp, stage);
     // The 1-bit optimizers (stage 0 only): the worker and server error
     // feedback of each tensor (1-bit LAMB: of all of them as one).
     const dst::OptimizerType type = config.value().optimizer.type;
@@ -198,14 +198,15 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
       if (type == dst::OptimizerType::kOneBitLamb) numels = {psi};
       b.optimizer_state += dst::OneBitAllReduce::MemoryOf(numels, dp).residual_bytes;
     }
-    stages.push_back({{"stage", stage},
-                      {"parameters_bytes", b.parameters},
-                      {"gradients_bytes", b.gradients},
-                      {"optimizer_state_bytes", b.optimizer_state},
-                      {"total_bytes", b.total()},
-                      {"persistent_parameters", stage_persistent},
-                      {"fp32_parameters", fp32_elements},
-                      {"supported", (!compressed || stage <= 1) && (!onebit || stage == 0)}});
+    stages.push_back(
+        {{"stage", stage},
+         {"parameters_bytes", b.parameters},
+         {"gradients_bytes", b.gradients},
+         {"optimizer_state_bytes", b.optimizer_state},
+         {"total_bytes", b.total()},
+         {"persistent_parameters", stage_persistent},
+         {"fp32_parameters", fp32_elements},
+         {"supported", (!compressed_on_device || stage <= 1) && (!onebit || stage == 0)}});
   }
   nlohmann::ordered_json out = {
       {"num_parameters", dst::CountParameters(spec.value())},

@@ -158,17 +158,19 @@ Status CheckFeatureSectionsSupported(const ExtraSettings &extra) {
 
 }  // namespace
 
-// Compression encodes whole gradient buckets, which only ZeRO 0 and 1 reduce.
+// ZeRO 2 and 3 send each encoded piece to its owner (a sparse
+// reduce-scatter) from host memory; on a device the codec would need the
+// staged gradients copied down piece by piece.
 Status CheckGradientCompressionSupported(const Config &config) {
-  if (!config.gradient_compression.enabled || config.zero.stage <= 1) return Status::Ok();
+  if (!config.gradient_compression.enabled || config.zero.stage <= 1 ||
+      config.runtime.device != "cuda")
+    return Status::Ok();
   return NotSupported(
       "gradient_compression with zero_optimization.stage " + std::to_string(config.zero.stage) +
-      ": ZeRO 2 and 3 reduce-scatter each gradient bucket into the ranks' shards as backward "
-      "produces it, and a top-k or quantised encoding cannot be summed piecewise on the way; "
-      "compression all-gathers whole-bucket encodings, which ZeRO 0 and 1 reduce. Use stage 0 "
-      "or 1 with gradient_compression, or \"compress_communication\": true (16-bit "
-      "reduction, half the bytes) with stage " +
-      std::to_string(config.zero.stage));
+      " on dstrain.device \"cuda\" is not supported yet: the sparse reduce-scatter encodes "
+      "each piece of staged gradients in host memory. Use stage 0 or 1 with "
+      "gradient_compression on the device (its buckets are encoded on the host), or "
+      "\"compress_communication\": true (16-bit reduction, half the bytes)");
 }
 
 // A device trains with every buffer in its memory at any ZeRO stage, in

@@ -216,7 +216,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
   telemetry.nvme = dynamic_cast<const NvmeStateStore *>(&dp_->optimizer().state());
   if (const auto *data_parallel = dynamic_cast<const DataParallel *>(dp_.get())) {
     telemetry.params = data_parallel->param_partition();
-    telemetry.compression = data_parallel->compressor();
+    telemetry.compression = data_parallel->compression_totals();
     telemetry.momentum_exchange = data_parallel->momentum_exchange();
     if (const Fp32Params *fp32 = data_parallel->fp32_params())
       telemetry.fp32_parameters = fp32->size();

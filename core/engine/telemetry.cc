@@ -144,8 +144,8 @@ void Telemetry::FillLive(metrics::StepSample *s) const {
     s->offload_io_wait_seconds_total += io->wait_seconds;
   }
   if (ctx_.compression) {
-    s->compression_payload_bytes_total = ctx_.compression->totals().payload_bytes;
-    s->compression_dense_bytes_total = ctx_.compression->totals().dense_bytes;
+    s->compression_payload_bytes_total = ctx_.compression->payload_bytes;
+    s->compression_dense_bytes_total = ctx_.compression->dense_bytes;
   }
   if (ctx_.momentum_exchange) {  // the same counters: what went compressed, against fp32
     s->compression_payload_bytes_total = ctx_.momentum_exchange->totals().payload_bytes;
@@ -184,7 +184,7 @@ nlohmann::json Telemetry::CompressionJson() const {
   j["algorithm"] = gc.algorithm;
   j["topk_ratio"] = gc.topk_ratio;
   j["huffman_coding"] = gc.huffman_coding;
-  AddTotals(ctx_.compression ? ctx_.compression->totals() : CompressionTotals{}, &j);
+  AddTotals(ctx_.compression ? *ctx_.compression : CompressionTotals{}, &j);
   return j;
 }
 

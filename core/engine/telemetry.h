@@ -53,9 +53,9 @@ struct TelemetryContext {
   int zero_stage = 0;
   ComputeType compute = ComputeType::kFp32;  // what the layers' GEMMs multiply in
   int64_t dp_size = 1, dp_rank = 0, tp_rank = 0, pp_rank = 0, pp_size = 1, tp_size = 1;
-  const NvmeStateStore *nvme = nullptr;         // the optimizer's NVMe tier, when offloaded there
-  const ParameterPartition *params = nullptr;   // ZeRO 3's parameter shard (swap: offload_param)
-  const GradCompressor *compression = nullptr;  // gradient_compression (ZeRO 0/1, dp > 1)
+  const NvmeStateStore *nvme = nullptr;        // the optimizer's NVMe tier, when offloaded there
+  const ParameterPartition *params = nullptr;  // ZeRO 3's parameter shard (swap: offload_param)
+  const CompressionTotals *compression = nullptr;      // gradient_compression (dp > 1)
   const OneBitAllReduce *momentum_exchange = nullptr;  // OneBitAdam (dp > 1)
   int64_t fp32_parameters = 0;  // elements kept in fp32 by fp16/bf16_override_modules
 };

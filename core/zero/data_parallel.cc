@@ -128,6 +128,7 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
     }
   }
 
+  const CodecOptions codec = CodecOptionsOf(config.gradient_compression);
   GradPartitionOptions grad_options;
   grad_options.bucket_elements = bucket;
   grad_options.storage = storage_;
@@ -137,6 +138,7 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
     // A pipeline stage's micro-batches run a layer's backward at times spread
     // over the step: ZeRO 2 accumulates them locally and reduces once.
     grad_options.once_per_step = stage_ == 2 && config.pp_size > 1;
+    if (config.gradient_compression.enabled) grad_options.codec = &codec;
     grads_ = std::make_unique<GradientPartition>(&plan_, layout_, dp_, &store, tracker,
                                                  grad_options, placement_);
     if (!host_grads_.empty())
@@ -156,13 +158,18 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
     onebit_ = std::make_unique<OneBitAllReduce>(dp_, std::move(spans), tracker);
   }
   if (stage_ <= 1) {
-    const CodecOptions codec = CodecOptionsOf(config.gradient_compression);
     buckets_ = std::make_unique<BucketReducer>(
         layout_, stage_, dp_, FullGrads(), storage_, wire_, bucket, tracker,
         config.gradient_compression.enabled ? &codec : nullptr, placement_);
     if (!host_grads_.empty())
       buckets_->SetOnReduced([this](int64_t begin, int64_t count) { GradsFinal(begin, count); });
   }
+}
+
+const CompressionTotals *DataParallel::compression_totals() const {
+  if (buckets_ && buckets_->compressor()) return &buckets_->compressor()->totals();
+  if (grads_ && grads_->compressor()) return &grads_->compressor()->totals();
+  return nullptr;
 }
 
 Status DataParallel::Start() {

@@ -99,8 +99,9 @@ class DataParallel final : public DataParallelism {
   const ParameterPartition *param_partition() const { return params_.get(); }
   // OneBitAdam's / ZeroOneAdam's compressed exchange (dp > 1), else null.
   const OneBitAllReduce *momentum_exchange() const { return onebit_.get(); }
-  // gradient_compression's state (ZeRO 0/1 with dp > 1), else null.
-  const GradCompressor *compressor() const { return buckets_ ? buckets_->compressor() : nullptr; }
+  // What gradient_compression sent so far (dp > 1: ZeRO 0/1's compressed
+  // all-gathers, ZeRO 2/3's sparse reduce-scatter), else null.
+  const CompressionTotals *compression_totals() const;
 
   const ShardLayout &layout() const { return layout_; }
   ShardInfo my_shard() const { return layout_.Shard(dp_->rank()); }

@@ -21,6 +21,7 @@ GradientPartition::GradientPartition(const PartitionPlan *plan, const ShardLayou
              placement.memory),
       shared_(tracker, MemoryCategory::kCommunication, size_t(plan->shared.size),
               placement.memory) {
+  if (options_.codec) options_.wire = StorageType::kFp32;  // the codec reads fp32 values
   const auto comm_category = MemoryCategory::kCommunication;
   const size_t staging = size_t(plan->max_grad_staging);
   MemoryResource *memory = placement.memory;
@@ -37,6 +38,12 @@ GradientPartition::GradientPartition(const PartitionPlan *plan, const ShardLayou
   for (const TensorSlot &slot : plan->shared.slots)
     store_->SetGradPointer(slot.id, shared_.data() + slot.staged);
   PointAtStaging();
+  if (options_.codec && comm->size() > 1) {
+    int64_t piece = std::max(plan->max_grad_staging, plan->shared.size);
+    if (options_.bucket_elements > 0) piece = std::min(piece, options_.bucket_elements);
+    piece = std::min(piece, layout.shard_size());
+    sparse_ = std::make_unique<SparseReduceScatter>(*options_.codec, comm, layout, piece, tracker);
+  }
   int64_t step = 0;
   for (const StagingLayout &layer : plan->grads) {
     step_offset_.push_back(step);
@@ -140,6 +147,11 @@ void GradientPartition::Launch(const Segment &segment, float *base, int buffer,
     for (int64_t x = begin; x < end; x += bucket) {
       const int64_t count = std::min(bucket, end - x);
       const int64_t at = segment.staged + (x - segment.begin);
+      if (sparse_) {
+        pending_.push_back({sparse_->Launch(base + at, x, count, owner), base + at, x, count,
+                            buffer, owner == comm_->rank(), final_pass_});
+        continue;
+      }
       void *data = wide_wire ? static_cast<void *>(base + at) : wire_[buffer].at(wire_offset + at);
       pending_.push_back({ReduceSum(*comm_, options_.wire, data, count, owner), data, x, count,
                           buffer, owner == comm_->rank(), final_pass_});

@@ -25,6 +25,9 @@
 // buffer and a layer's staged gradients are added into it after its backward
 // (how 16-bit ZeRO 0/1 accumulate fp32 layer gradients into 16-bit storage).
 //
+// With gradient compression a piece goes to its owner encoded, with this
+// rank's error feedback (sparse_reduce_scatter.h), instead of reduced.
+//
 // Every buffer lives where the placement says (a device's memory or the
 // host's) and every sum, rounding and fill runs through its step backend.
 #pragma once
@@ -36,8 +39,10 @@
 #include "core/comm/communicator.h"
 #include "core/layers/params.h"
 #include "core/runtime/memory.h"
+#include "core/zero/grad_codec.h"
 #include "core/zero/partition_plan.h"
 #include "core/zero/shard_layout.h"
+#include "core/zero/sparse_reduce_scatter.h"
 #include "core/zero/storage.h"
 
 namespace dst {
@@ -49,6 +54,10 @@ struct GradPartitionOptions {
   StorageType wire =
       StorageType::kFp32;      // of the reduction: fp32, `storage`, or 16 bits under fp32
   bool once_per_step = false;  // accumulate locally, reduce once per step
+  // gradient_compression: each piece travels encoded to its owner alone
+  // (sparse_reduce_scatter.h; fp32 values, the wire type is not used). Null:
+  // reductions as they are. Host memory only.
+  const CodecOptions *codec = nullptr;
 };
 
 class GradientPartition {
@@ -84,6 +93,8 @@ class GradientPartition {
   void SetOnFinal(OnFinal on_final) { on_final_ = std::move(on_final); }
   // Waits for every reduction in flight and adds the owned pieces to the shard.
   Status Drain();
+  // gradient_compression's sparse reduce-scatter (more than one rank), else null.
+  const SparseReduceScatter *compressor() const { return sparse_.get(); }
 
  private:
   struct Pending {
@@ -127,6 +138,7 @@ class GradientPartition {
   OnFinal on_final_;
   int current_ = 0;  // staging buffer of the layer in backward
   std::vector<Pending> pending_;
+  std::unique_ptr<SparseReduceScatter> sparse_;
 };
 
 }  // namespace dst

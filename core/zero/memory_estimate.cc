@@ -4,6 +4,7 @@
 
 #include "core/offload/param_swap.h"
 #include "core/zero/shard_layout.h"
+#include "core/zero/sparse_reduce_scatter.h"
 
 namespace dst {
 
@@ -41,6 +42,13 @@ int64_t NvmeOffloadBufferBytes(const ZeroConfig &zero, int64_t elements, int64_t
   return std::clamp<int64_t>(zero.offload_optimizer_buffer_count, 1, pieces) * slot;
 }
 
+int64_t CompressionResidualBytes(const GradientCompressionConfig &compression,
+                                 int64_t num_parameters, int64_t dp_size, int stage) {
+  if (!compression.enabled || dp_size <= 1) return 0;
+  const ShardLayout flat(num_parameters, dp_size);
+  return stage <= 1 ? 4 * flat.padded : SparseReduceScatter::ResidualBytes(flat);
+}
+
 ModelStateBytes EstimateRankModelState(int64_t num_parameters, const Config &config,
                                        int64_t stage3_persistent_elements,
                                        int64_t largest_swapped_share, int64_t fp32_elements) {
@@ -62,11 +70,8 @@ ModelStateBytes EstimateRankModelState(int64_t num_parameters, const Config &con
                       swapped * width;
     if (precision == DType::kFloat32) b.optimizer_state += 4 * elements;  // master weights
   }
-  // gradient_compression: each rank's error-feedback residual, fp32, whole buffer.
-  const int64_t residual =
-      config.gradient_compression.enabled && config.zero.stage <= 1 && config.dp_size > 1
-          ? 4 * ShardLayout(num_parameters, config.dp_size).padded
-          : 0;
+  const int64_t residual = CompressionResidualBytes(config.gradient_compression, num_parameters,
+                                                    config.dp_size, config.zero.stage);
   b.optimizer_state += residual;
   // ZeRO-Offload on a device (data_parallel.cc): the reduced gradients of
   // this rank's state range come down into a host copy during the backward

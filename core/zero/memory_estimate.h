@@ -43,6 +43,12 @@ int64_t OptimizerStateBytesPerParameter(const OptimizerConfig &optimizer,
 // tensor (sub_group_size elements), rounded up to 4 KiB (O_DIRECT).
 int64_t NvmeOffloadBufferBytes(const ZeroConfig &zero, int64_t elements, int64_t tensors);
 
+// gradient_compression's error-feedback residual per rank, fp32 (optimizer
+// state): the whole buffer at ZeRO 0/1 (every bucket is encoded), the ranges
+// a rank sends at ZeRO 2/3 (all but its own shard); none on one rank.
+int64_t CompressionResidualBytes(const GradientCompressionConfig &compression,
+                                 int64_t num_parameters, int64_t dp_size, int stage);
+
 // EstimateModelState with the optimizer tier where the config puts it: on
 // NVMe its resident bytes are the piece buffers (category "offload").
 // offload_param nvme (ZeRO 3): the shard beyond max_in_cpu elements leaves

@@ -920,6 +920,13 @@ TEST(ConfigErrors, ArticlesCommunicationSectionsAreReadOrRefusedByName) {
     "gradient_compression": {"enabled": false}, "communication": {"enabled": false}})");
   ASSERT_TRUE(off.ok()) << off.status().message();
   EXPECT_FALSE(off->gradient_compression.enabled);
+  // ZeRO 2/3: the sparse reduce-scatter, on the host only.
+  const Result<Config> sharded = Parse(R"({"train_batch_size": 2, "zero_optimization": {"stage": 3},
+    "gradient_compression": {"algorithm": "topk", "huffman_coding": true}})");
+  ASSERT_TRUE(sharded.ok()) << sharded.status().message();
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "zero_optimization": {"stage": 2},
+    "gradient_compression": {"algorithm": "1bit"}, "dstrain": {"device": "cuda"}})"),
+                        Code::kNotSupported, {"stage 2", "not supported yet", "stage 0 or 1"}));
 }
 
 TEST(ConfigErrors, CommunicationDataType) {
