@@ -40,7 +40,12 @@ SETTINGS = [
     ("2bit", {"gradient_compression": {"algorithm": "2bit"}}),
     ("bf16 reduction", {"compress_communication": True}),
 ]
-GRADIENT_OPS = ("allreduce", "reduce", "allgather")
+# The collectives that may carry gradients: ZeRO 0/1's all-reduce, reduce
+# and compressed all-gathers, ZeRO 2/3's reduce to the owners and sparse
+# reduce-scatter sends. At stage >= 1 the parameters' all-gathers are the
+# same in every setting: the uncompressed run's all-gather bytes (all
+# parameters) are taken off.
+GRADIENT_OPS = ("allreduce", "reduce", "allgather", "send")
 
 
 def config(steps, stage, extra, log_dir):
@@ -88,10 +93,12 @@ def run(build, tmp, name, extra, args):
     if not final:
         raise SystemExit(f"{name}: no final line in\n{out.stdout}")
     s = last_sample(log_dir)
-    grad_bytes = sum(s["comm"][op]["bytes"] for op in GRADIENT_OPS)
+    grad_bytes = sum(s["comm"].get(op, {}).get("bytes", 0) for op in GRADIENT_OPS)
     gc = s["gradient_compression"]
     return {"name": name, "loss": float(final.group(2)), "val": float(final.group(3)),
-            "bytes_per_step": grad_bytes / args.steps, "wall_seconds": wall,
+            "comm_bytes": grad_bytes,
+            "param_gather_bytes": s["comm"].get("allgather", {}).get("bytes", 0),
+            "wall_seconds": wall,
             "payload_ratio": gc["payload_bytes_total"] / gc["dense_bytes_total"]
             if gc["dense_bytes_total"] else None}
 
@@ -100,11 +107,14 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--build-dir", default=str(REPO / "build"))
     p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--stage", type=int, default=0, choices=[0, 1])
+    p.add_argument("--stage", type=int, default=0, choices=[0, 1, 2, 3])
     args = p.parse_args()
     build = pathlib.Path(args.build_dir).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         rows = [run(build, pathlib.Path(tmp), name, extra, args) for name, extra in SETTINGS]
+    params = rows[0]["param_gather_bytes"]  # uncompressed: every all-gather is parameters'
+    for r in rows:
+        r["bytes_per_step"] = (r["comm_bytes"] - params) / args.steps
     base = rows[0]
     print(f"default job, 2 ranks x 1 thread, ZeRO {args.stage}, {args.steps} steps")
     print(f"{'setting':<20} {'loss':>7} {'val':>7} {'d val':>7} {'grad bytes/step':>16} "
