@@ -3,9 +3,13 @@
 test; DESIGN.md §7): `dstrain train` under `dstrain launch --nproc-per-node 2`
 (the built-in GPT: 4 layers, d_model 128, context 64, 0.8M parameters; global
 batch 64, AdamW, warm-up + cosine; the default corpus), ZeRO --stage, for
---steps steps, once per setting: none, top-k 1% (raw and Huffman-coded
-indices) and 10%, 1-bit, 2-bit, and bf16 reduction (compress_communication) for
-comparison.
+--steps steps, once per setting. With AdamW (lr 3e-3): none, top-k 1% (raw
+and Huffman-coded indices) and 10%, 1-bit, 2-bit, top-k 1% after a dense
+warm-up of 10% of the steps (warmup_steps), OneBitAdam (DeepSpeed's 1-bit
+Adam, freeze_step 10% of the steps) and bf16 reduction
+(compress_communication). With SGD (lr 0.3, momentum 0.9, no clipping): none,
+top-k 1% as it is, and Deep Gradient Compression's momentum correction with
+momentum factor masking (top-k 1%, with Huffman-coded indices, and 1-bit).
 
 Reported per setting: the final training and validation loss (rank 0's
 `final:` line) and the validation loss's change against the uncompressed
@@ -17,6 +21,7 @@ One run per setting: losses and bytes are deterministic for a setting and
 thread count; only the wall time is noisy (printed, not compared).
 
 Usage: python3 bench/bench_compression.py [--build-dir build] [--steps 300] [--stage 0]
+                                          [--settings "topk 1%,SGD DGC topk 1%"]
 """
 import argparse
 import json
@@ -30,16 +35,38 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
-SETTINGS = [
-    ("none", {}),
-    ("topk 1%", {"gradient_compression": {"algorithm": "topk", "topk_ratio": 0.01}}),
-    ("topk 10%", {"gradient_compression": {"algorithm": "topk", "topk_ratio": 0.1}}),
-    ("topk 1% + huffman", {"gradient_compression": {"algorithm": "topk", "topk_ratio": 0.01,
-                                                    "huffman_coding": True}}),
-    ("1bit", {"gradient_compression": {"algorithm": "1bit"}}),
-    ("2bit", {"gradient_compression": {"algorithm": "2bit"}}),
-    ("bf16 reduction", {"compress_communication": True}),
-]
+SGD = {"optimizer": {"type": "SGD", "params": {"lr": 0.3, "momentum": 0.9}},
+       "gradient_clipping": 0.0}
+
+
+def settings(steps):
+    """(name, config changes, the uncompressed row it is compared with)."""
+    warm = max(1, steps // 10)
+    topk = {"algorithm": "topk", "topk_ratio": 0.01}
+    dgc = {"momentum_correction": True}
+    return [
+        ("none", {}, "none"),
+        ("topk 1%", {"gradient_compression": topk}, "none"),
+        ("topk 10%", {"gradient_compression": {"algorithm": "topk", "topk_ratio": 0.1}}, "none"),
+        ("topk 1% + huffman", {"gradient_compression": {**topk, "huffman_coding": True}}, "none"),
+        ("1bit", {"gradient_compression": {"algorithm": "1bit"}}, "none"),
+        ("2bit", {"gradient_compression": {"algorithm": "2bit"}}, "none"),
+        ("topk 1% + warm-up", {"gradient_compression": {**topk, "warmup_steps": warm}}, "none"),
+        ("OneBitAdam", {"optimizer": {"type": "OneBitAdam", "params": {
+            "lr": 3e-3, "betas": [0.9, 0.99], "eps": 1e-8, "weight_decay": 0.1,
+            "freeze_step": warm}}}, "none"),
+        ("bf16 reduction", {"compress_communication": True}, "none"),
+        ("SGD momentum", dict(SGD), "SGD momentum"),
+        ("SGD topk 1%", {**SGD, "gradient_compression": topk}, "SGD momentum"),
+        ("SGD DGC topk 1%", {**SGD, "gradient_compression": {**topk, **dgc}}, "SGD momentum"),
+        ("SGD DGC topk 1% + huffman",
+         {**SGD, "gradient_compression": {**topk, **dgc, "huffman_coding": True}},
+         "SGD momentum"),
+        ("SGD DGC 1bit", {**SGD, "gradient_compression": {"algorithm": "1bit", **dgc}},
+         "SGD momentum"),
+    ]
+
+
 # The collectives that may carry gradients: ZeRO 0/1's all-reduce, reduce
 # and compressed all-gathers, ZeRO 2/3's reduce to the owners and sparse
 # reduce-scatter sends. At stage >= 1 the parameters' all-gathers are the
@@ -108,20 +135,31 @@ def main():
     p.add_argument("--build-dir", default=str(REPO / "build"))
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--stage", type=int, default=0, choices=[0, 1, 2, 3])
+    p.add_argument("--settings", default="",
+                   help="comma-separated setting names to run (default: all; 'none' always runs)")
     args = p.parse_args()
     build = pathlib.Path(args.build_dir).resolve()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [run(build, pathlib.Path(tmp), name, extra, args) for name, extra in SETTINGS]
+        wanted = {w.strip() for w in args.settings.split(",") if w.strip()}
+        every = settings(args.steps)
+        bases = {b for n, _, b in every if not wanted or n in wanted}
+        chosen = [(n, e, b) for n, e, b in every if not wanted or n in wanted or n in bases]
+        rows = []
+        for name, extra, base in chosen:
+            rows.append(run(build, pathlib.Path(tmp), name, extra, args))
+            rows[-1]["base"] = base
     params = rows[0]["param_gather_bytes"]  # uncompressed: every all-gather is parameters'
     for r in rows:
         r["bytes_per_step"] = (r["comm_bytes"] - params) / args.steps
-    base = rows[0]
-    print(f"default job, 2 ranks x 1 thread, ZeRO {args.stage}, {args.steps} steps")
-    print(f"{'setting':<20} {'loss':>7} {'val':>7} {'d val':>7} {'grad bytes/step':>16} "
-          f"{'vs none':>8} {'payload/fp32':>13} {'wall s':>7}")
+    by_name = {r["name"]: r for r in rows}
+    print(f"default job, 2 ranks x 1 thread, ZeRO {args.stage}, {args.steps} steps "
+          f"(each row against its uncompressed baseline: 'none' = AdamW, or 'SGD momentum')")
+    print(f"{'setting':<26} {'loss':>7} {'val':>7} {'d val':>7} {'grad bytes/step':>16} "
+          f"{'vs base':>8} {'payload/fp32':>13} {'wall s':>7}")
     for r in rows:
+        base = by_name[r["base"]]
         ratio = r["payload_ratio"]
-        print(f"{r['name']:<20} {r['loss']:7.4f} {r['val']:7.4f} "
+        print(f"{r['name']:<26} {r['loss']:7.4f} {r['val']:7.4f} "
               f"{(r['val'] - base['val']) / base['val']:+7.2%} {r['bytes_per_step']:16,.0f} "
               f"{r['bytes_per_step'] / base['bytes_per_step']:8.3f} "
               f"{'' if ratio is None else f'{ratio:13.4f}':>13} {r['wall_seconds']:7.1f}")

@@ -177,8 +177,8 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
   const dst::DType precision = config.value().precision();
   for (int stage = 0; stage <= 3; ++stage) {
     const int64_t stage_persistent = stage == 3 ? persistent : 0;
-    dst::ModelStateBytes b = dst::EstimateModelState(psi, dp, stage, config.value().optimizer,
-                                                     stage_persistent, precision);
+    dst::ModelStateBytes b = dst::EstimateModelState(
+        psi, dp, stage, dst::SteppedOptimizer(config.value()), stage_persistent, precision);
     b.parameters += 4 * fp32_elements;  // none under fp32 training
     b.gradients += 4 * fp32_elements;
     // On a device the sparse reduce-scatter (stages 2, 3) is not built.
@@ -217,7 +217,7 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
       {"pp_size", config.value().pp_size},
       {"precision", dst::DTypeName(precision)},
       {"optimizer_state_bytes_per_parameter",
-       dst::OptimizerStateBytesPerParameter(config.value().optimizer, precision)},
+       dst::OptimizerStateBytesPerParameter(dst::SteppedOptimizer(config.value()), precision)},
       {"configured_stage", config.value().zero.stage},
       {"stages", stages}};
   // This layout's ranks in full (activations included), then every layout

@@ -67,6 +67,7 @@ Result<Config> ParseChecked(std::string_view json_text, const ConfigContext &con
   DST_RETURN_IF_ERROR(CheckSupported(parsed.config, parsed.extra));
   DST_RETURN_IF_ERROR(ResolveBatch(parsed.batch, context, &parsed.config));
   DST_RETURN_IF_ERROR(config_phases::CheckDeviceSupported(parsed.config));
+  DST_RETURN_IF_ERROR(config_phases::CheckMomentumCorrection(parsed.config));
   parsed.config.resolved_json = ResolvedJson(parsed.config);
   return std::move(parsed.config);
 }
@@ -83,6 +84,16 @@ Result<Config> ParseConfig(std::string_view json_text, const ConfigContext &cont
   } catch (const std::exception &e) {
     return InternalError(std::string("unexpected error while parsing the config: ") + e.what());
   }
+}
+
+OptimizerConfig SteppedOptimizer(const Config &config) {
+  OptimizerConfig optimizer = config.optimizer;
+  if (config.gradient_compression.enabled && config.gradient_compression.momentum_correction &&
+      config.dp_size > 1) {
+    optimizer.momentum = 0.0;
+    optimizer.dampening = 0.0;
+  }
+  return optimizer;
 }
 
 Result<Config> LoadConfigFile(const std::string &path, const ConfigContext &context) {

@@ -215,6 +215,16 @@ struct GradientCompressionConfig {
   std::string algorithm = "topk";  // "topk", "1bit", "2bit"
   double topk_ratio = 0.01;        // (0, 1]: the share of each bucket top-k sends
   bool huffman_coding = false;     // top-k: entropy-code the indices
+  // Deep Gradient Compression's warm-up: the first warmup_steps optimizer
+  // steps reduce their gradients uncompressed (fp32); the residuals start
+  // with the first compressed step.
+  int64_t warmup_steps = 0;
+  // Deep Gradient Compression's momentum correction (SGD with momentum):
+  // each rank accumulates its own velocity u = momentum u + (1 - dampening) g
+  // and compresses that (with error feedback); the optimizer then steps
+  // without momentum. With top-k, momentum factor masking zeroes the
+  // velocity of the entries sent.
+  bool momentum_correction = false;
 };
 
 // flops_profiler (DeepSpeed's keys): at `profile_step` (DeepSpeed's
@@ -345,6 +355,11 @@ struct ConfigContext {
 // expected and the found value; unknown keys name the nearest known key;
 // recognised keys of features not built yet are kNotSupported errors.
 Result<Config> ParseConfig(std::string_view json_text, const ConfigContext &context);
+
+// The optimizer as the data-parallel step runs it: under gradient_compression's
+// momentum_correction (more than one data-parallel rank) SGD's momentum is
+// applied by each rank before compression, so the step itself has none.
+OptimizerConfig SteppedOptimizer(const Config &config);
 
 // Reads the file and parses it; I/O errors name the path.
 Result<Config> LoadConfigFile(const std::string &path, const ConfigContext &context);

@@ -194,6 +194,39 @@ Status CheckDeviceSupported(const Config &config) {
   return Status::Ok();
 }
 
+Status CheckMomentumCorrection(const Config &config) {
+  const GradientCompressionConfig &gc = config.gradient_compression;
+  if (!gc.enabled || !gc.momentum_correction) return Status::Ok();
+  const OptimizerConfig &o = config.optimizer;
+  if (o.type != OptimizerType::kSGD || o.momentum <= 0.0)
+    return ConfigError(
+        "gradient_compression.momentum_correction moves SGD's momentum to each rank before "
+        "compression (Deep Gradient Compression); it needs optimizer \"SGD\" with momentum > 0. "
+        "Set the optimizer to SGD with momentum, or remove momentum_correction (Adam keeps its "
+        "own moments: use warmup_steps, or OneBitAdam, which compresses Adam's momentum)");
+  if (o.nesterov)
+    return NotSupported(
+        "gradient_compression.momentum_correction with SGD's nesterov: true is not supported "
+        "yet; set nesterov to false");
+  if (config.gradient_clipping > 0.0)
+    return NotSupported(
+        "gradient_clipping with gradient_compression.momentum_correction is not supported yet: "
+        "the reduced values are the ranks' velocities, not the gradient, and Deep Gradient "
+        "Compression's local clipping (each rank's gradient before its velocity) needs the whole "
+        "local gradient before the first bucket leaves. Set gradient_clipping to 0, or remove "
+        "momentum_correction");
+  const bool once_per_step = config.zero.stage == 2 && config.pp_size > 1;
+  if (config.zero.stage >= 2 && config.gradient_accumulation_steps > 1 && !once_per_step)
+    return NotSupported(
+        "gradient_compression.momentum_correction at zero_optimization.stage " +
+        std::to_string(config.zero.stage) + " with gradient_accumulation_steps " +
+        std::to_string(config.gradient_accumulation_steps) +
+        " is not supported yet: ZeRO 2/3 reduce every micro-batch, and the velocity must "
+        "advance once per step. Use gradient_accumulation_steps 1 (a larger micro-batch), or "
+        "stage 0 or 1");
+  return Status::Ok();
+}
+
 // Lamb's trust ratio needs each tensor's norms before any weight moves: two
 // passes over the optimizer state, which the NVMe tier streams once a step;
 // and its kernels run on the host.
@@ -235,7 +268,7 @@ Status CheckOneBitAdamSupported(const Config &config) {
                         std::to_string(config.zero.stage) +
                         ": it exchanges every rank's whole momentum or gradient, which ZeRO shards "
                         "(DeepSpeed refuses the pair too). Use stage 0, or Adam / AdamW with "
-                        "ZeRO and gradient_compression at stage 1");
+                        "ZeRO and gradient_compression (any stage)");
   if (config.gradient_compression.enabled)
     return ConfigError(
         "optimizer \"" + name +

@@ -150,7 +150,7 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kTop, "hybrid_engine", kFeature, kFeatureDoc},
     {kTop, "nebula", kFeature, kFeatureDoc},
     {kTop, "gradient_compression", kObject,
-     "top-k / 1-bit / 2-bit gradient compression with error feedback (ZeRO 0 and 1)"},
+     "top-k / 1-bit / 2-bit gradient compression with error feedback (ZeRO 0-3)"},
     {kTop, "communication", kObject, "collective topology and straggler detection"},
 
     // ---- zero_optimization ----
@@ -445,6 +445,11 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kGradCompression, "topk_ratio", "a number in (0, 1]",
      "share of each gradient bucket top-k sends (0.01)"},
     {kGradCompression, "huffman_coding", kBool, "entropy-code top-k's indices (delta + Huffman)"},
+    {kGradCompression, "warmup_steps", "an integer >= 0",
+     "the first steps reduce uncompressed (Deep Gradient Compression's warm-up); default 0"},
+    {kGradCompression, "momentum_correction", kBool,
+     "SGD's momentum accumulated per rank before compression, with momentum factor masking "
+     "(Deep Gradient Compression); default false"},
     {kAio, "block_size", "an integer >= 4096", "bytes per I/O request (1 MiB)"},
     {kAio, "queue_depth", "an integer in [1, 4096]", "requests in flight per file (8)"},
     {kAio, "intra_op_parallelism", "an integer in [1, 1024]",

@@ -68,6 +68,11 @@ Status ReadAll(const ObjectReader &root, const ConfigContext &context, Parsed *p
 Status CheckSupported(const Config &config, const ExtraSettings &extra);
 // dstrain.device "cuda": the layouts a device trains yet.
 Status CheckDeviceSupported(const Config &config);
+
+// gradient_compression's momentum correction: SGD with momentum, and (ZeRO
+// 2/3, whose reductions run per micro-batch) no gradient accumulation.
+// After ResolveBatch.
+Status CheckMomentumCorrection(const Config &config);
 // Phase 3: train_batch_size = micro x accumulation x dp, "auto" resolved.
 Status ResolveBatch(const BatchKeys &written, const ConfigContext &context, Config *config);
 // Phase 4: the resolved config in DeepSpeed's spelling (parsing it again

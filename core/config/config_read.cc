@@ -937,6 +937,9 @@ Status ReadGradientCompression(const ObjectReader &root, GradientCompressionConf
         DST_RETURN_IF_ERROR(
             section.ReadNumber("topk_ratio", &gc->topk_ratio, Range{0, 1, true, false}));
         DST_RETURN_IF_ERROR(section.ReadBool("huffman_coding", &gc->huffman_coding));
+        DST_RETURN_IF_ERROR(section.ReadInt("warmup_steps", &gc->warmup_steps, 0,
+                                            std::numeric_limits<int64_t>::max()));
+        DST_RETURN_IF_ERROR(section.ReadBool("momentum_correction", &gc->momentum_correction));
         if (gc->huffman_coding && gc->algorithm != "topk" && gc->enabled)
           return ConfigError(section.PathOf("huffman_coding") +
                              ": Huffman coding applies to top-k's indices; algorithm \"" +

@@ -35,7 +35,7 @@ BucketReducer::BucketReducer(const ShardLayout &layout, int stage, Communicator 
       staged_.assign(size_t(GradCompressor::kSlots),
                      std::vector<uint8_t>(size_t(std::min(bucket_elements, layout_.padded)) *
                                           ElementBytes(storage_)));
-    return;
+    if (codec->warmup_steps == 0) return;  // never reduced plainly
   }
   if (storage_ != wire_type_ && comm_->size() > 1)
     for (FlatBuffer &w : wire_)
@@ -61,7 +61,7 @@ Status BucketReducer::Launch(size_t b) {
   const GradBucket &bucket = buckets_[b];
   const int64_t n = bucket.end - bucket.begin;
   void *data = static_cast<uint8_t *>(grads_) + size_t(bucket.begin) * ElementBytes(storage_);
-  if (compressor_) {
+  if (compressor_ && compressed_) {
     if (pending_.size() >= size_t(GradCompressor::kSlots)) DST_RETURN_IF_ERROR(WaitOldest());
     const int slot = next_wire_;
     next_wire_ = (next_wire_ + 1) % GradCompressor::kSlots;
@@ -72,13 +72,25 @@ Status BucketReducer::Launch(size_t b) {
     }
     Result<std::unique_ptr<Work>> work = compressor_->Launch(slot, src, bucket.begin, n);
     if (!work.ok()) return work.status();
-    pending_.push_back({std::move(work).value(), b, slot});
+    pending_.push_back({std::move(work).value(), b, slot, true});
     return Status::Ok();
+  }
+  if (compressor_ && compressor_->codec().momentum_correction) {
+    // The warm-up: momentum correction's velocity reduced plainly (staged_
+    // is free: no compressed bucket is in flight in a warm-up step).
+    if (!staged_.empty()) {
+      std::vector<uint8_t> &host = staged_[0];
+      ops_.Download(host.data(), data, size_t(n) * ElementBytes(storage_));
+      compressor_->VelocityInPlace(host.data(), bucket.begin, n);
+      ops_.Upload(data, host.data(), size_t(n) * ElementBytes(storage_));
+    } else {
+      compressor_->VelocityInPlace(data, bucket.begin, n);
+    }
   }
   if (storage_ == wire_type_) {
     pending_.push_back({bucket.root < 0 ? AllReduceSum(*comm_, storage_, data, n)
                                         : ReduceSum(*comm_, storage_, data, n, bucket.root),
-                        b, -1});
+                        b, -1, false});
     return Status::Ok();
   }
   // Converted for the wire (16-bit storage widened to fp32, or fp32
@@ -93,7 +105,7 @@ Status BucketReducer::Launch(size_t b) {
     ops_.Widen(storage_, data, static_cast<float *>(wire), n);
   pending_.push_back({bucket.root < 0 ? AllReduceSum(*comm_, wire_type_, wire, n)
                                       : ReduceSum(*comm_, wire_type_, wire, n, bucket.root),
-                      b, w});
+                      b, w, false});
   return Status::Ok();
 }
 
@@ -112,13 +124,13 @@ Status BucketReducer::Unwire(const Pending &p) {
   const GradBucket &bucket = buckets_[p.bucket];
   void *data = static_cast<uint8_t *>(grads_) + size_t(bucket.begin) * ElementBytes(storage_);
   const int64_t n = bucket.end - bucket.begin;
-  if (compressor_ && !staged_.empty()) {  // the sum on the host, then up
+  if (p.compressed && !staged_.empty()) {  // the sum on the host, then up
     std::vector<uint8_t> &host = staged_[size_t(p.wire)];
     DST_RETURN_IF_ERROR(compressor_->Complete(p.wire, host.data(), n));
     ops_.Upload(data, host.data(), size_t(n) * ElementBytes(storage_));
     return Status::Ok();
   }
-  if (compressor_) return compressor_->Complete(p.wire, data, n);
+  if (p.compressed) return compressor_->Complete(p.wire, data, n);
   if (storage_ == StorageType::kFp32)
     ops_.Widen(wire_type_, wire_[p.wire].at(0), static_cast<float *>(data), n);
   else

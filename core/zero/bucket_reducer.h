@@ -57,6 +57,9 @@ class BucketReducer {
   // This step's gradients stay on their rank (1-bit Adam after its warm-up
   // exchanges the momentum instead): nothing launches until it is cleared.
   void SetLocal(bool local) { local_ = local; }
+  // This step's buckets go compressed (with a codec; false: gradient
+  // compression's warm-up, the plain reduction).
+  void SetCompressed(bool compressed) { compressed_ = compressed; }
   // Called with each bucket's flat range [begin, begin + count) once this
   // rank holds its reduced sum (an all-reduced bucket, or one it owns):
   // ZeRO-Offload on a device copies it down then, during the backward.
@@ -68,6 +71,7 @@ class BucketReducer {
     std::unique_ptr<Work> work;
     size_t bucket;
     int wire;  // wire buffer (or compression slot) index, or -1
+    bool compressed;
   };
   Status Launch(size_t bucket);
   // Waits for the oldest reduction; rounds a widened bucket back.
@@ -78,6 +82,7 @@ class BucketReducer {
 
   ShardLayout layout_;
   bool local_ = false;
+  bool compressed_ = true;
   Communicator *comm_;
   void *grads_;
   StorageType storage_, wire_type_;

@@ -67,9 +67,9 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   params_on_host_ =
       !placement_.on_host() && stage_ >= 3 && config.zero.offload_param_device != "none";
   mirror_ = (make_store != nullptr || ParamsOffloaded() || host_state_) && !Wide();
-  optimizer_ =
-      std::make_unique<Optimizer>(config.optimizer, state_range_.size, tracker, Wide() || mirror_,
-                                  make_store, host_state_ ? StepPlacement{} : placement_);
+  optimizer_ = std::make_unique<Optimizer>(SteppedOptimizer(config), state_range_.size, tracker,
+                                           Wide() || mirror_, make_store,
+                                           host_state_ ? StepPlacement{} : placement_);
   if (optimizer_->two_pass()) SetTensorParts();
   ParamStore<float> &store = model->params();
   const uint64_t seed = model->spec().seed;
@@ -128,7 +128,8 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
     }
   }
 
-  const CodecOptions codec = CodecOptionsOf(config.gradient_compression);
+  const CodecOptions codec = CodecOptionsOf(config.gradient_compression, config.optimizer);
+  compression_warmup_ = config.gradient_compression.warmup_steps;
   GradPartitionOptions grad_options;
   grad_options.bucket_elements = bucket;
   grad_options.storage = storage_;
@@ -306,6 +307,10 @@ Status DataParallel::ZeroGradients() {
   local_grads_ = onebit_ && !optimizer_->ReducesGradients(next);
   if (onebit_ && optimizer_->RestartsExchangeErrors(next)) onebit_->ResetErrors();
   if (buckets_) buckets_->SetLocal(local_grads_);
+  // gradient_compression's warm-up: the first steps reduce uncompressed.
+  const bool compressed = next > compression_warmup_;
+  if (buckets_) buckets_->SetCompressed(compressed);
+  if (grads_) grads_->SetCompressed(compressed);
   if (grads_) {
     Status zero = grads_->Zero();
     if (st.ok()) st = zero;

@@ -294,6 +294,7 @@ class DataParallel final : public DataParallelism {
   std::unique_ptr<BucketReducer> buckets_;      // stages 0, 1
   std::unique_ptr<OneBitAllReduce> onebit_;     // OneBitAdam / ZeroOneAdam at stage 0, dp > 1
   bool local_grads_ = false;                    // this step's gradients are not reduced
+  int64_t compression_warmup_ = 0;              // gradient_compression's uncompressed steps
   std::unique_ptr<GradientPartition> grads_;    // stages 2, 3; 16 bits: also 0, 1 (local)
   std::unique_ptr<ParameterPartition> params_;  // stage 3; 16 bits: also 0-2 (local)
   std::unique_ptr<Fp32Params> fp32_;  // 16 bits with override_modules: tensors kept in fp32

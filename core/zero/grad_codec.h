@@ -31,6 +31,11 @@ struct CodecOptions {
   CodecKind kind = CodecKind::kTopK;
   double topk_ratio = 0.01;  // (0, 1]
   bool huffman = false;      // top-k only
+  int64_t warmup_steps = 0;  // optimizer steps reduced uncompressed first
+  // Momentum correction: the value encoded is the rank's velocity
+  // u = momentum u + (1 - dampening) g (plus the residual).
+  bool momentum_correction = false;
+  double momentum = 0.0, dampening = 0.0;
 };
 
 inline constexpr int64_t kCodecChunk = 2048;

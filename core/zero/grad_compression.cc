@@ -8,21 +8,41 @@
 
 namespace dst {
 
-CodecOptions CodecOptionsOf(const GradientCompressionConfig &config) {
+CodecOptions CodecOptionsOf(const GradientCompressionConfig &config,
+                            const OptimizerConfig &optimizer) {
   CodecOptions o;
   o.kind = config.algorithm == "1bit"   ? CodecKind::kOneBit
            : config.algorithm == "2bit" ? CodecKind::kTwoBit
                                         : CodecKind::kTopK;
   o.topk_ratio = config.topk_ratio;
   o.huffman = config.huffman_coding && o.kind == CodecKind::kTopK;
+  o.warmup_steps = config.warmup_steps;
+  o.momentum_correction = config.momentum_correction;
+  o.momentum = optimizer.momentum;
+  o.dampening = optimizer.dampening;
   return o;
+}
+
+void NextVelocity(const CodecOptions &codec, const float *u, const float *g, float *next,
+                  int64_t n) {
+  const float momentum = float(codec.momentum), keep = float(1.0 - codec.dampening);
+  for (int64_t i = 0; i < n; ++i) next[i] = momentum * u[i] + keep * g[i];
+}
+
+void KeepVelocity(const CodecOptions &codec, const float *next, const float *decoded, float *u,
+                  int64_t n) {
+  if (codec.kind != CodecKind::kTopK) {
+    std::memcpy(u, next, size_t(n) * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) u[i] = decoded[i] != 0.0f ? 0.0f : next[i];
 }
 
 CompressionMemory CompressionMemoryOf(const CodecOptions &codec, int64_t padded,
                                       int64_t bucket_elements, int64_t world) {
   const int64_t bucket = std::min(bucket_elements, padded);
   CompressionMemory m;
-  m.residual_bytes = 4 * padded;
+  m.residual_bytes = 4 * padded * (codec.momentum_correction ? 2 : 1);  // + the velocity
   m.communication_bytes =
       3 * 4 * bucket + GradCompressor::kSlots * world * MaxPayloadBytes(codec, bucket);
   return m;
@@ -34,6 +54,10 @@ GradCompressor::GradCompressor(const CodecOptions &codec, Communicator *comm, St
   const int64_t bucket = std::min(bucket_elements, padded);
   max_payload_ = MaxPayloadBytes(codec_, bucket);
   residual_ = Buffer<float>(tracker, MemoryCategory::kOptimizerState, size_t(padded));
+  if (codec_.momentum_correction) {
+    velocity_ = Buffer<float>(tracker, MemoryCategory::kOptimizerState, size_t(padded));
+    next_ = Buffer<float>(tracker, MemoryCategory::kCommunication, size_t(bucket));
+  }
   value_ = Buffer<float>(tracker, MemoryCategory::kCommunication, size_t(bucket));
   decoded_ = Buffer<float>(tracker, MemoryCategory::kCommunication, size_t(bucket));
   order_ = Buffer<uint32_t>(tracker, MemoryCategory::kCommunication, size_t(bucket));
@@ -50,6 +74,11 @@ Result<std::unique_ptr<Work>> GradCompressor::Launch(int slot, const void *data,
     std::memcpy(value, data, size_t(n) * 4);
   else
     Widen(storage_, data, value, n);
+  float *velocity = velocity_.data() ? velocity_.data() + begin : nullptr;
+  if (velocity) {  // momentum correction: the velocity is what travels
+    NextVelocity(codec_, velocity, value, next_.data(), n);
+    std::memcpy(value, next_.data(), size_t(n) * sizeof(float));
+  }
   bool finite = true;
   for (int64_t i = 0; i < n; ++i) {
     value[i] += residual[i];
@@ -62,8 +91,10 @@ Result<std::unique_ptr<Work>> GradCompressor::Launch(int slot, const void *data,
   uint8_t *gather = gather_[slot].data();
   uint8_t *mine = gather + (fixed >= 0 ? rank * fixed : 0);
   const int64_t bytes = EncodeGradient(codec_, value, n, mine, decoded_.data(), order_.data());
-  if (finite)
+  if (finite) {
     for (int64_t i = 0; i < n; ++i) residual[i] = value[i] - decoded_[size_t(i)];
+    if (velocity) KeepVelocity(codec_, next_.data(), decoded_.data(), velocity, n);
+  }
   int64_t stride = fixed;
   if (fixed < 0) {
     // The sizes travel as the bits of 32-bit words (the gather copies them).
@@ -85,6 +116,23 @@ Result<std::unique_ptr<Work>> GradCompressor::Launch(int slot, const void *data,
   totals_.payload_bytes += bytes;
   totals_.gathered_bytes += world * stride;
   return comm_->AllGather(reinterpret_cast<float *>(gather), stride / 4);
+}
+
+void GradCompressor::VelocityInPlace(void *data, int64_t begin, int64_t n) {
+  if (!velocity_.data()) return;
+  float *value = value_.data();
+  if (storage_ == StorageType::kFp32)
+    std::memcpy(value, data, size_t(n) * 4);
+  else
+    Widen(storage_, data, value, n);
+  float *velocity = velocity_.data() + begin;
+  NextVelocity(codec_, velocity, value, next_.data(), n);
+  if (std::all_of(next_.data(), next_.data() + n, [](float x) { return std::isfinite(x); }))
+    std::memcpy(velocity, next_.data(), size_t(n) * 4);
+  if (storage_ == StorageType::kFp32)
+    std::memcpy(data, next_.data(), size_t(n) * 4);
+  else
+    Narrow(storage_, next_.data(), data, n);
 }
 
 Status GradCompressor::Complete(int slot, void *data, int64_t n) {

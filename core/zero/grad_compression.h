@@ -25,8 +25,20 @@
 
 namespace dst {
 
-// The codec a config's gradient_compression section asks for.
-CodecOptions CodecOptionsOf(const GradientCompressionConfig &config);
+// The codec a config's gradient_compression section asks for (momentum
+// correction takes SGD's momentum and dampening from the optimizer).
+CodecOptions CodecOptionsOf(const GradientCompressionConfig &config,
+                            const OptimizerConfig &optimizer);
+
+// Deep Gradient Compression's momentum correction over one range:
+// next[i] = momentum u[i] + (1 - dampening) g[i].
+void NextVelocity(const CodecOptions &codec, const float *u, const float *g, float *next,
+                  int64_t n);
+// Once the range was encoded (and its values were finite): u = next, but
+// zero where top-k sent the entry (decoded nonzero; momentum factor masking:
+// the velocity that went out is not applied again).
+void KeepVelocity(const CodecOptions &codec, const float *next, const float *decoded, float *u,
+                  int64_t n);
 
 // Bytes of every buffer a GradCompressor of these sizes holds (residual:
 // optimizer state; scratch and gather buffers: communication), for the
@@ -58,6 +70,10 @@ class GradCompressor {
   Result<std::unique_ptr<Work>> Launch(int slot, const void *data, int64_t begin, int64_t n);
   // After slot's all-gather: data[0, n) = the sum of every rank's decoding.
   Status Complete(int slot, void *data, int64_t n);
+  // A step reduced plainly (the warm-up) under momentum correction: data[0,
+  // n) (storage type, offset `begin`) becomes this rank's next velocity,
+  // which is kept (unmasked) when finite. Nothing without momentum correction.
+  void VelocityInPlace(void *data, int64_t begin, int64_t n);
 
   const CodecOptions &codec() const { return codec_; }
   const CompressionTotals &totals() const { return totals_; }
@@ -68,6 +84,8 @@ class GradCompressor {
   StorageType storage_;
   CompressionTotals totals_;
   Buffer<float> residual_;                   // [padded] kOptimizerState
+  Buffer<float> velocity_;                   // [padded] kOptimizerState (momentum correction)
+  Buffer<float> next_;                       // [bucket] the bucket's next velocity
   Buffer<float> value_;                      // [bucket] kCommunication scratch: value, then a sum
   Buffer<float> decoded_;                    // [bucket]
   Buffer<uint32_t> order_;                   // [bucket] top-k's selection

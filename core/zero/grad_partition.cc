@@ -147,11 +147,12 @@ void GradientPartition::Launch(const Segment &segment, float *base, int buffer,
     for (int64_t x = begin; x < end; x += bucket) {
       const int64_t count = std::min(bucket, end - x);
       const int64_t at = segment.staged + (x - segment.begin);
-      if (sparse_) {
+      if (sparse_ && compressed_) {
         pending_.push_back({sparse_->Launch(base + at, x, count, owner), base + at, x, count,
                             buffer, owner == comm_->rank(), final_pass_});
         continue;
       }
+      if (sparse_) sparse_->VelocityInPlace(base + at, x, count);  // the warm-up
       void *data = wide_wire ? static_cast<void *>(base + at) : wire_[buffer].at(wire_offset + at);
       pending_.push_back({ReduceSum(*comm_, options_.wire, data, count, owner), data, x, count,
                           buffer, owner == comm_->rank(), final_pass_});

@@ -93,6 +93,9 @@ class GradientPartition {
   void SetOnFinal(OnFinal on_final) { on_final_ = std::move(on_final); }
   // Waits for every reduction in flight and adds the owned pieces to the shard.
   Status Drain();
+  // This step's pieces go compressed (with a codec; false: gradient
+  // compression's warm-up, the plain reduction in fp32).
+  void SetCompressed(bool compressed) { compressed_ = compressed; }
   // gradient_compression's sparse reduce-scatter (more than one rank), else null.
   const SparseReduceScatter *compressor() const { return sparse_.get(); }
 
@@ -139,6 +142,7 @@ class GradientPartition {
   int current_ = 0;  // staging buffer of the layer in backward
   std::vector<Pending> pending_;
   std::unique_ptr<SparseReduceScatter> sparse_;
+  bool compressed_ = true;
 };
 
 }  // namespace dst

@@ -46,15 +46,18 @@ int64_t CompressionResidualBytes(const GradientCompressionConfig &compression,
                                  int64_t num_parameters, int64_t dp_size, int stage) {
   if (!compression.enabled || dp_size <= 1) return 0;
   const ShardLayout flat(num_parameters, dp_size);
-  return stage <= 1 ? 4 * flat.padded : SparseReduceScatter::ResidualBytes(flat);
+  const CodecOptions codec = CodecOptionsOf(compression, OptimizerConfig{});
+  if (stage <= 1) return CompressionMemoryOf(codec, flat.padded, 1, dp_size).residual_bytes;
+  return SparseReduceScatter::StateBytes(codec, flat);
 }
 
 ModelStateBytes EstimateRankModelState(int64_t num_parameters, const Config &config,
                                        int64_t stage3_persistent_elements,
                                        int64_t largest_swapped_share, int64_t fp32_elements) {
   const DType precision = config.precision();
-  ModelStateBytes b = EstimateModelState(num_parameters, config.dp_size, config.zero.stage,
-                                         config.optimizer, stage3_persistent_elements, precision);
+  ModelStateBytes b =
+      EstimateModelState(num_parameters, config.dp_size, config.zero.stage,
+                         SteppedOptimizer(config), stage3_persistent_elements, precision);
   if (precision != DType::kFloat32) {
     b.parameters += 4 * fp32_elements;
     b.gradients += 4 * fp32_elements;
@@ -84,7 +87,7 @@ ModelStateBytes EstimateRankModelState(int64_t num_parameters, const Config &con
     b.gradients += (precision == DType::kFloat32 ? 4 : 2) * elements;
   if (host_state && precision == DType::kFloat32 && !swap_params) b.optimizer_state += 4 * elements;
   if (config.zero.offload_optimizer_device != "nvme") return b;
-  const int64_t tensors = OptimizerStateBytesPerParameter(config.optimizer, precision) / 4 +
+  const int64_t tensors = OptimizerStateBytesPerParameter(SteppedOptimizer(config), precision) / 4 +
                           (precision == DType::kFloat32 ? 1 : 0);  // fp32: the weights' mirror
   b.optimizer_state = NvmeOffloadBufferBytes(config.zero, elements, tensors) + residual;
   return b;

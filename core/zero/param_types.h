@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/common/status.h"
-#include "core/model/model_spec.h"
 #include "core/layers/params.h"
+#include "core/model/model_spec.h"
 
 namespace dst {
 

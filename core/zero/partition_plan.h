@@ -19,8 +19,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/model/model.h"
 #include "core/layers/params.h"
+#include "core/model/model.h"
 
 namespace dst {
 

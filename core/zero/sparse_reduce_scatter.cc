@@ -98,8 +98,12 @@ SparseReduceScatter::SparseReduceScatter(const CodecOptions &codec, Communicator
       tracker_(tracker),
       mine_(layout.Shard(comm->rank())) {
   const size_t piece = size_t(std::max<int64_t>(1, max_piece));
-  residual_ =
-      Buffer<float>(tracker, MemoryCategory::kOptimizerState, size_t(ResidualBytes(layout) / 4));
+  residual_ = Buffer<float>(tracker, MemoryCategory::kOptimizerState,
+                            size_t(layout.padded - layout.shard_size()));
+  if (codec_.momentum_correction) {
+    velocity_ = Buffer<float>(tracker, MemoryCategory::kOptimizerState, size_t(layout.padded));
+    next_ = Buffer<float>(tracker, MemoryCategory::kCommunication, piece);
+  }
   value_ = Buffer<float>(tracker, MemoryCategory::kCommunication, piece);
   decoded_ = Buffer<float>(tracker, MemoryCategory::kCommunication, piece);
   sum_ = Buffer<float>(tracker, MemoryCategory::kCommunication, piece);
@@ -111,6 +115,14 @@ float *SparseReduceScatter::ResidualOf(int64_t begin) {
   return residual_.data() + (begin < mine_.offset ? begin : begin - mine_.size);
 }
 
+void SparseReduceScatter::VelocityInPlace(float *data, int64_t begin, int64_t count) {
+  if (!velocity_.data()) return;
+  float *velocity = velocity_.data() + begin;
+  NextVelocity(codec_, velocity, data, data, count);
+  if (std::all_of(data, data + count, [](float x) { return std::isfinite(x); }))
+    std::memcpy(velocity, data, size_t(count) * sizeof(float));
+}
+
 std::unique_ptr<Work> SparseReduceScatter::Launch(float *data, int64_t begin, int64_t count,
                                                   int64_t owner) {
   const uint32_t sequence = sequence_++;
@@ -120,7 +132,17 @@ std::unique_ptr<Work> SparseReduceScatter::Launch(float *data, int64_t begin, in
         " elements is larger than the " + std::to_string(value_.size()) + " planned for"));
   const int64_t fixed = FixedPayloadBytes(codec_, count);
   const int64_t world = comm_->size(), rank = comm_->rank();
+  float *velocity = velocity_.data() ? velocity_.data() + begin : nullptr;
+  if (velocity) {  // momentum correction: data becomes the next velocity
+    NextVelocity(codec_, velocity, data, next_.data(), count);
+    std::memcpy(data, next_.data(), size_t(count) * sizeof(float));
+  }
   if (owner == rank) {
+    // The owner's own velocity is applied whole, as if every entry were
+    // sent: top-k's masking zeroes it (1-bit/2-bit keep it); a non-finite
+    // piece (a skipped step) leaves it as it was.
+    if (velocity && std::all_of(data, data + count, [](float x) { return std::isfinite(x); }))
+      KeepVelocity(codec_, data, data, velocity, count);
     auto work = std::make_unique<OwnerWork>();
     work->reducer = this;
     work->data = data;
@@ -154,8 +176,10 @@ std::unique_ptr<Work> SparseReduceScatter::Launch(float *data, int64_t begin, in
                                   size_t(MaxPayloadBytes(codec_, count)));
   const int64_t bytes =
       EncodeGradient(codec_, value, count, work->payload.data(), decoded_.data(), order_.data());
-  if (finite)
+  if (finite) {
     for (int64_t i = 0; i < count; ++i) residual[i] = value[i] - decoded_[size_t(i)];
+    if (velocity) KeepVelocity(codec_, next_.data(), decoded_.data(), velocity, count);
+  }
   if (fixed < 0) {
     work->size_word = uint32_t(bytes);
     work->sends.push_back(comm_->Send(&work->size_word, 4, owner, SizeTag(sequence)));

@@ -14,6 +14,9 @@
 // which every rank launches them (the same on all ranks: the same layers'
 // pieces in the same order), each on tags of its own.
 //
+// With momentum correction (Deep Gradient Compression) each rank encodes its
+// velocity instead of its gradient, and the owner adds its own velocity.
+//
 // The residual covers the ranges this rank sends (the buffer minus its own
 // shard), fp32, persists across steps and micro-batches (optimizer-state
 // memory) and is not checkpointed; a piece with a non-finite value (an fp16
@@ -44,12 +47,20 @@ class SparseReduceScatter {
   // must stay valid until then; Waits run on one thread.
   std::unique_ptr<Work> Launch(float *data, int64_t begin, int64_t count, int64_t owner);
 
+  // A piece reduced plainly (the warm-up) under momentum correction: data[0,
+  // count) becomes this rank's next velocity of [begin, begin + count), kept
+  // when finite. Nothing without momentum correction.
+  void VelocityInPlace(float *data, int64_t begin, int64_t count);
+
   const CodecOptions &codec() const { return codec_; }
   const CompressionTotals &totals() const { return totals_; }
 
-  // Bytes of the residual for a layout (the memory estimate's optimizer state).
-  static int64_t ResidualBytes(const ShardLayout &layout) {
-    return 4 * (layout.padded - layout.shard_size());
+  // Bytes of the residual (and, with momentum correction, the velocity:
+  // the whole buffer, this rank's shard included) for a layout: the memory
+  // estimate's optimizer state.
+  static int64_t StateBytes(const CodecOptions &codec, const ShardLayout &layout) {
+    return 4 * (layout.padded - layout.shard_size()) +
+           (codec.momentum_correction ? 4 * layout.padded : 0);
   }
 
  private:
@@ -67,6 +78,8 @@ class SparseReduceScatter {
   uint32_t sequence_ = 0;
   CompressionTotals totals_;
   Buffer<float> residual_;  // [padded - shard] kOptimizerState
+  Buffer<float> velocity_;  // [padded] kOptimizerState (momentum correction)
+  Buffer<float> next_;      // [max_piece] a piece's next velocity
   Buffer<float> value_;     // [max_piece] kCommunication scratch
   Buffer<float> decoded_;   // [max_piece]
   Buffer<float> sum_;       // [max_piece]

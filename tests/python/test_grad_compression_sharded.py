@@ -114,3 +114,94 @@ def test_bf16_shards_receive_compressed_fp32_sums(tmp_path, tool, stage):
     assert gc[0]["losses"][-1] < gc[0]["losses"][0]
     assert dp_tests.relative_gap(gc[0]["losses"], plain[0]["losses"]) < 0.1
     assert gc[0]["metrics"]["compression"]["payload_ratio"] < 0.066
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_warm_up_steps_reduce_uncompressed(tmp_path, tool, stage):
+    """Deep Gradient Compression's warm-up: the first warmup_steps steps are
+    the plain run's bit for bit; compression (and its counters) starts after."""
+    warm = 3
+    plain, _, _ = run(tmp_path, tool, stage, "plain")
+    gc, _, _ = run(tmp_path, tool, stage, "gc",
+                   {"algorithm": "topk", "topk_ratio": 0.01, "warmup_steps": warm})
+    cold, _, _ = run(tmp_path, tool, stage, "cold", {"algorithm": "topk", "topk_ratio": 0.01})
+    for g, p in zip(gc, plain):
+        # The loss of step warm + 1 is computed from weights that only dense steps moved.
+        assert g["losses"][:warm + 1] == p["losses"][:warm + 1]
+        assert g["losses"][warm + 1:] != p["losses"][warm + 1:]
+    assert gc[0]["param_norms"] == gc[1]["param_norms"]
+    # The compressed passes: the steps after the warm-up and --inspect's pass.
+    compressed = STEPS - warm + 1
+    for g, c in zip(gc, cold):
+        assert g["metrics"]["compression"]["buckets"] * (STEPS + 1) == \
+            c["metrics"]["compression"]["buckets"] * compressed
+
+
+def run_sgd(tmp_path, tool, stage, name, compression=None, momentum=0.9, accum=1, dp=2):
+    cfg, model = dp_tests.write_job(tmp_path, stage, 2, accum, dp, name, overlap=True,
+                                    bucket=3_000)
+    config = json.loads(cfg.read_text())
+    config["optimizer"] = {"type": "SGD", "params": {"lr": 0.05, "momentum": momentum}}
+    config["gradient_clipping"] = 0.0  # momentum correction reduces velocities
+    if compression is not None:
+        config["gradient_compression"] = compression
+    cfg.write_text(json.dumps(config))
+    runs = dp_tests.run_ranks(tool, cfg, model, dp, steps=STEPS, args=("--inspect", "1"))
+    return runs, cfg, model
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_momentum_correction_moves_sgds_momentum_to_the_ranks(tmp_path, build_dir, tool, stage):
+    """Deep Gradient Compression's momentum correction. Reduced plainly (the
+    warm-up), each rank's velocity u = 0.9 u + g summed is momentum SGD on the
+    summed gradient (the optimizer steps without momentum). With top-k of
+    everything, momentum factor masking zeroes each velocity once it is sent:
+    momentum-free SGD bit for bit. Compressed, the state is the residual and
+    the velocity instead of the optimizer's momentum buffer, in the estimate too."""
+    momentum_sgd, _, _ = run_sgd(tmp_path, tool, stage, "momentum")
+    plain_sgd, _, _ = run_sgd(tmp_path, tool, stage, "plain", momentum=0.0)
+    warm, _, _ = run_sgd(tmp_path, tool, stage, "warm",
+                         {"algorithm": "2bit", "momentum_correction": True,
+                          "warmup_steps": STEPS + 1})
+    assert dp_tests.relative_gap(warm[0]["losses"], momentum_sgd[0]["losses"]) < 1e-5
+    assert warm[0]["losses"] != plain_sgd[0]["losses"]
+    masked, _, _ = run_sgd(tmp_path, tool, stage, "masked",
+                           {"algorithm": "topk", "topk_ratio": 1.0, "momentum_correction": True})
+    for m, p in zip(masked, plain_sgd):
+        assert m["losses"] == p["losses"]
+        assert m["param_norms"] == p["param_norms"]
+    dgc, cfg, model = run_sgd(tmp_path, tool, stage, "dgc",
+                              {"algorithm": "topk", "topk_ratio": 0.01,
+                               "momentum_correction": True})
+    assert dgc[0]["param_norms"] == dgc[1]["param_norms"]
+    assert dgc[0]["losses"][-1] < dgc[0]["losses"][0]
+    psi = dgc[0]["metrics"]["num_parameters"]
+    padded = -(-psi // 2) * 2
+    shard = padded if stage == 0 else padded // 2  # the momentum buffer it replaces
+    residual = padded if stage <= 1 else padded // 2
+    state = dgc[0]["metrics"]["memory"]["optimizer_state"]["bytes"]
+    momentum_state = momentum_sgd[0]["metrics"]["memory"]["optimizer_state"]["bytes"]
+    assert state == momentum_state - 4 * shard + 4 * residual + 4 * padded
+    estimate = dp_tests.estimate_memory(build_dir, cfg, model, 2)[stage]
+    assert estimate["optimizer_state_bytes"] == state
+
+
+def test_momentum_correction_refusals(tmp_path, tool):
+    cases = [({"type": "AdamW", "params": {"lr": 1e-3}}, 0, 1, "needs optimizer \"SGD\""),
+             ({"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9, "nesterov": True}}, 0, 1,
+              "nesterov"),
+             ({"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}}, 2, 2,
+              "gradient_accumulation_steps 2"),
+             ({"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}}, 0, 1,
+              "gradient_clipping")]
+    for optimizer, stage, accum, words in cases:
+        cfg, model = dp_tests.write_job(tmp_path, stage, 2, accum, 2, "refused")
+        config = json.loads(cfg.read_text())
+        config["optimizer"] = optimizer
+        config["gradient_compression"] = {"momentum_correction": True}
+        if words != "gradient_clipping":
+            config["gradient_clipping"] = 0.0
+        cfg.write_text(json.dumps(config))
+        outcomes = dp_tests.start_ranks(tool, cfg, model, 2, steps=1)
+        for code, _, err in outcomes:
+            assert code != 0 and "momentum_correction" in err and words in err, err

@@ -924,6 +924,13 @@ TEST(ConfigErrors, ArticlesCommunicationSectionsAreReadOrRefusedByName) {
   const Result<Config> sharded = Parse(R"({"train_batch_size": 2, "zero_optimization": {"stage": 3},
     "gradient_compression": {"algorithm": "topk", "huffman_coding": true}})");
   ASSERT_TRUE(sharded.ok()) << sharded.status().message();
+  EXPECT_EQ(sharded->gradient_compression.warmup_steps, 0);
+  EXPECT_EQ(Parse(R"({"train_batch_size": 1, "gradient_compression": {"warmup_steps": 30}})")
+                ->gradient_compression.warmup_steps,
+            30);
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "gradient_compression": {
+                                  "warmup_steps": -1}})"),
+                        Code::kConfig, {"gradient_compression.warmup_steps"}));
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "zero_optimization": {"stage": 2},
     "gradient_compression": {"algorithm": "1bit"}, "dstrain": {"device": "cuda"}})"),
                         Code::kNotSupported, {"stage 2", "not supported yet", "stage 0 or 1"}));
