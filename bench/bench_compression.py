@@ -104,7 +104,7 @@ def last_sample(log_dir):
 
 
 def run(build, tmp, name, extra, args):
-    log_dir = tmp / re.sub(r"[^a-z0-9]+", "_", name)
+    log_dir = tmp / re.sub(r"[^a-z0-9]+", "_", name.lower())
     cfg = tmp / f"{log_dir.name}.json"
     cfg.write_text(json.dumps(config(args.steps, args.stage, extra, log_dir)))
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")

@@ -185,7 +185,7 @@ extern "C" dst_status_t dst_estimate_memory_json(const dst_engine_options_t *opt
     const bool compressed_on_device =
         config.value().gradient_compression.enabled && config.value().runtime.device == "cuda";
     b.optimizer_state +=
-        dst::CompressionResidualBytes(config.value().gradient_compression, psi, dp, stage);
+        dst::CompressionStateBytes(config.value().gradient_compression, psi, dp, stage);
     // The 1-bit optimizers (stage 0 only): the worker and server error
     // feedback of each tensor (1-bit LAMB: of all of them as one).
     const dst::OptimizerType type = config.value().optimizer.type;

@@ -234,6 +234,11 @@ Status ReadOneBitAdamParams(const ObjectReader &params, OptimizerConfig *optimiz
 }
 
 Status ReadSgdParams(const ObjectReader &params, OptimizerConfig *optimizer) {
+  // torch.optim.SGD has no default learning rate: a config without one is a mistake.
+  if (!params.Has("lr"))
+    return ConfigError(params.PathOf("lr") +
+                       " is missing: SGD has no default learning rate (torch.optim.SGD requires "
+                       "one); set optimizer.params.lr");
   DST_RETURN_IF_ERROR(params.ReadNumber("lr", &optimizer->lr, AtLeast(0), kDefaultOptimizer.lr));
   DST_RETURN_IF_ERROR(params.ReadNumber("momentum", &optimizer->momentum, AtLeast(0)));
   DST_RETURN_IF_ERROR(params.ReadNumber("dampening", &optimizer->dampening, AtLeast(0)));

@@ -184,6 +184,8 @@ nlohmann::json Telemetry::CompressionJson() const {
   j["algorithm"] = gc.algorithm;
   j["topk_ratio"] = gc.topk_ratio;
   j["huffman_coding"] = gc.huffman_coding;
+  j["warmup_steps"] = gc.warmup_steps;
+  j["momentum_correction"] = gc.momentum_correction;
   AddTotals(ctx_.compression ? *ctx_.compression : CompressionTotals{}, &j);
   return j;
 }

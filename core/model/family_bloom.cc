@@ -78,7 +78,7 @@ Status ParseBloomSpec(const Json &root, ModelSpec *spec) {
   lm.tie_embeddings = true;
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "vocab_size", 2, kMax, &lm.vocab, false));
   DST_RETURN_IF_ERROR(ReadAliased(root, {"hidden_size", "n_embed"}, 1, 1 << 17, &lm.d_model, true));
-  DST_RETURN_IF_ERROR(ReadAliased(root, {"n_layer", "num_hidden_layers"}, 0, 4096, &lm.n_layer, true));
+  DST_RETURN_IF_ERROR(ReadAliased(root, {"n_layer", "num_hidden_layers"}, 1, 4096, &lm.n_layer, true));
   DST_RETURN_IF_ERROR(ReadAliased(root, {"n_head", "num_attention_heads"}, 1, 4096, &lm.n_head, true));
   DST_RETURN_IF_ERROR(ReadAliased(root, {"seq_length", "n_ctx"}, 1, 1 << 20, &lm.n_ctx, false));
   if (lm.d_model % lm.n_head != 0)

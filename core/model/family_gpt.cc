@@ -43,7 +43,7 @@ Status ParseGpt2Config(const Json &root, ModelSpec *spec) {
     return ConfigError("model spec: $.n_ctx " + Shorten(root.at("n_ctx")) +
                        " differs from $.n_positions " + std::to_string(d.n_ctx) +
                        " (GPT2Config reads n_positions): make them equal or drop n_ctx");
-  DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_layer", 0, 4096, &d.n_layer, true));
+  DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_layer", 1, 4096, &d.n_layer, true));
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_head", 1, 4096, &d.n_head, true));
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_embd", 1, 1 << 16, &d.d_model, true));
   if (d.d_model % d.n_head != 0)
@@ -105,7 +105,7 @@ Status ParseGptSpec(const Json &root, ModelSpec *spec) {
   const bool ctx_alias = root.contains("block_size");
   DST_RETURN_IF_ERROR(
       ReadInt(root, "$", ctx_alias ? "block_size" : "n_ctx", 1, 1 << 16, &d.n_ctx, true));
-  DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_layer", 0, 4096, &d.n_layer, true));
+  DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_layer", 1, 4096, &d.n_layer, true));
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_head", 1, 4096, &d.n_head, true));
   const bool dm_alias = root.contains("n_embd");
   DST_RETURN_IF_ERROR(

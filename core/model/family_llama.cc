@@ -111,7 +111,7 @@ Status ParseLlamaSpec(const Json &root, ModelSpec *spec) {
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "vocab_size", 2, kMax, &lm.vocab, true));
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "hidden_size", 1, 1 << 17, &lm.d_model, true));
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "intermediate_size", 1, 1 << 20, &lm.ffn, true));
-  DST_RETURN_IF_ERROR(ReadInt(root, "$", "num_hidden_layers", 0, 4096, &lm.n_layer, true));
+  DST_RETURN_IF_ERROR(ReadInt(root, "$", "num_hidden_layers", 1, 4096, &lm.n_layer, true));
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "num_attention_heads", 1, 4096, &lm.n_head, true));
   lm.n_kv_head = lm.n_head;
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "num_key_value_heads", 1, 4096, &lm.n_kv_head, false));

@@ -42,8 +42,8 @@ int64_t NvmeOffloadBufferBytes(const ZeroConfig &zero, int64_t elements, int64_t
   return std::clamp<int64_t>(zero.offload_optimizer_buffer_count, 1, pieces) * slot;
 }
 
-int64_t CompressionResidualBytes(const GradientCompressionConfig &compression,
-                                 int64_t num_parameters, int64_t dp_size, int stage) {
+int64_t CompressionStateBytes(const GradientCompressionConfig &compression, int64_t num_parameters,
+                              int64_t dp_size, int stage) {
   if (!compression.enabled || dp_size <= 1) return 0;
   const ShardLayout flat(num_parameters, dp_size);
   const CodecOptions codec = CodecOptionsOf(compression, OptimizerConfig{});
@@ -73,8 +73,8 @@ ModelStateBytes EstimateRankModelState(int64_t num_parameters, const Config &con
                       swapped * width;
     if (precision == DType::kFloat32) b.optimizer_state += 4 * elements;  // master weights
   }
-  const int64_t residual = CompressionResidualBytes(config.gradient_compression, num_parameters,
-                                                    config.dp_size, config.zero.stage);
+  const int64_t residual = CompressionStateBytes(config.gradient_compression, num_parameters,
+                                                 config.dp_size, config.zero.stage);
   b.optimizer_state += residual;
   // ZeRO-Offload on a device (data_parallel.cc): the reduced gradients of
   // this rank's state range come down into a host copy during the backward

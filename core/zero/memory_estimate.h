@@ -47,8 +47,8 @@ int64_t NvmeOffloadBufferBytes(const ZeroConfig &zero, int64_t elements, int64_t
 // state): the whole buffer at ZeRO 0/1 (every bucket is encoded), the ranges
 // a rank sends at ZeRO 2/3 (all but its own shard); with momentum correction
 // also the rank's velocity (the whole buffer); none on one rank.
-int64_t CompressionResidualBytes(const GradientCompressionConfig &compression,
-                                 int64_t num_parameters, int64_t dp_size, int stage);
+int64_t CompressionStateBytes(const GradientCompressionConfig &compression, int64_t num_parameters,
+                              int64_t dp_size, int stage);
 
 // EstimateModelState with the optimizer tier where the config puts it: on
 // NVMe its resident bytes are the piece buffers (category "offload").

@@ -326,8 +326,8 @@ TEST(ConfigOptimizer, TypeIsCaseInsensitive) {
                                                           {"Sgd", OptimizerType::kSGD},
                                                           {"AdamW", OptimizerType::kAdamW}};
   for (const auto &[name, type] : cases) {
-    const std::string json =
-        std::string(R"({"train_batch_size": 1, "optimizer": {"type": ")") + name + "\"}}";
+    const std::string json = std::string(R"({"train_batch_size": 1, "optimizer": {"type": ")") +
+                             name + R"(", "params": {"lr": 0.1}}})";
     Result<Config> result = Parse(json);
     ASSERT_PARSED(result);
     EXPECT_EQ(result->optimizer.type, type) << name;
@@ -960,6 +960,14 @@ TEST(ConfigErrors, CommunicationDataType) {
   EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 1, "fp16": {"enabled": true},
                                   "communication_data_type": "bf16"})"),
                         Code::kNotSupported, {"\"bf16\" while training in fp16"}));
+}
+
+TEST(ConfigErrors, SgdNeedsALearningRate) {
+  // torch.optim.SGD requires lr; a silent default would train at a rate nobody chose.
+  for (const char *text : {R"({"train_batch_size": 1, "optimizer": {"type": "SGD"}})",
+                           R"({"train_batch_size": 1, "optimizer": {"type": "SGD",
+                               "params": {"momentum": 0.9}}})"})
+    EXPECT_TRUE(FailsWith(Parse(text), Code::kConfig, {"optimizer.params.lr", "SGD"})) << text;
 }
 
 TEST(ConfigErrors, NesterovNeedsMomentum) {

@@ -30,6 +30,19 @@ TEST(ModelSpecErrors, TwoSpellingsOfOneKeyAreAnError) {
           .ok());
 }
 
+TEST(ModelSpecErrors, AModelWithoutLayersIsRefusedByName) {
+  for (const char *text :
+       {R"({"type":"gpt","vocab_size":64,"n_ctx":8,"n_layer":0,"n_head":2,"d_model":16})",
+        R"({"model_type":"llama","vocab_size":64,"hidden_size":16,"intermediate_size":32,
+            "num_hidden_layers":0,"num_attention_heads":2,"max_position_embeddings":8})",
+        R"({"model_type":"bloom","vocab_size":64,"hidden_size":16,"n_layer":0,"n_head":2})"}) {
+    const std::string e = Error(text);
+    EXPECT_TRUE(e.find("n_layer") != std::string::npos ||
+                e.find("num_hidden_layers") != std::string::npos)
+        << e;
+  }
+}
+
 TEST(ModelSpecErrors, AnUnknownLayerTypeSaysSoEvenWithOtherKeys) {
   const std::string e =
       Error(R"({"type":"sequential","input_dim":4,"layers":[{"type":"conv2d","out_features":3}]})");
