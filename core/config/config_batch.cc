@@ -70,8 +70,8 @@ Status ResolveBatch(const BatchKeys &written, const ConfigContext &context, Conf
   const auto micro_text = [](int64_t micro) {
     return "train_micro_batch_size_per_gpu " + std::to_string(micro);
   };
-  const auto accum_text = [](int64_t accum) {
-    return "gradient_accumulation_steps " + std::to_string(accum);
+  const auto accum_text = [&written](int64_t accum) {
+    return written.accumulation_key + " " + std::to_string(accum);
   };
   const std::optional<int64_t> &tbs = written.train_batch_size;
   const std::optional<int64_t> &micro = written.micro_batch;

@@ -53,6 +53,8 @@ struct BatchKeys {
   std::optional<int64_t> train_batch_size;
   std::optional<int64_t> micro_batch;
   std::optional<int64_t> accumulation;
+  // The key the user wrote the accumulation as (errors name it).
+  std::string accumulation_key = "gradient_accumulation_steps";
 };
 
 struct Parsed {

@@ -781,6 +781,7 @@ Status MergePipelineMicroBatches(const Config &config, BatchKeys *batch) {
                        "; a pipeline runs one micro-batch per accumulation step, so set them "
                        "equal or drop one");
   }
+  if (!batch->accumulation) batch->accumulation_key = "pipeline_parallel.micro_batches";
   batch->accumulation = config.pipeline_micro_batches;
   return Status::Ok();
 }

@@ -809,6 +809,19 @@ TEST(ConfigTensorParallel, BothSpellingsSplitTheWorld) {
   EXPECT_TRUE(sp->sequence_parallel);
 }
 
+TEST(ConfigPipeline, TheMicroBatchesKeyIsNamedWhereItWasWritten) {
+  // micro_batches stands for the accumulation: an error names it, not a key never written.
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 8,
+      "pipeline_parallel": {"pp_size": 2, "micro_batches": 3}})",
+                              2),
+                        Code::kConfig, {"pipeline_parallel.micro_batches 3"}));
+  const Result<Config> r = Parse(R"({"train_batch_size": 8,
+      "pipeline_parallel": {"pp_size": 2, "micro_batches": 3}})",
+                                 2);
+  EXPECT_EQ(r.status().message().find("gradient_accumulation_steps"), std::string::npos)
+      << r.status().message();
+}
+
 TEST(ConfigPipeline, BothSpellingsAndTheDivisibilityRule) {
   Result<Config> tutorial = Parse(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
       "pipeline_parallel": {"enabled": true, "pp_size": 2, "micro_batches": 4}})",
