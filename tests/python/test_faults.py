@@ -91,6 +91,19 @@ def test_killed_rank_is_named_by_every_survivor(tmp_path, tool):
     kill_rank_1_and_check_survivors(tool, cfg, model, 3, ("allreduce", "reduce", "allgather"))
 
 
+@pytest.mark.parametrize("stage", [2, 3])
+def test_killed_rank_in_the_sparse_reduce_scatter_is_named(tmp_path, tool, stage):
+    """gradient_compression at ZeRO 2/3 sends each piece to its owner alone
+    (Huffman: a size word, then the payload): a lost peer's missing sends end
+    every survivor's receive with a named error within the timeout."""
+    cfg, model = job_files(tmp_path, 3)
+    config = json.loads(cfg.read_text())
+    config["zero_optimization"] = {"stage": stage}
+    config["gradient_compression"] = {"algorithm": "topk", "huffman_coding": True}
+    cfg.write_text(json.dumps(config))
+    kill_rank_1_and_check_survivors(tool, cfg, model, 3, ("recv", "send", "allgather"))
+
+
 @pytest.mark.parametrize("world,layout", [
     (3, {}), (2, {"tensor_parallel": {"tp_size": 2}}),
     (2, {"pipeline_parallel": {"pp_size": 2}, "pipeline": {"schedule": "zb-h1"},

@@ -17,6 +17,7 @@ import json
 import pytest
 
 import test_data_parallel as dp_tests
+from test_grad_compression import CASES  # the codecs ZeRO 0/1 are checked with
 from test_data_parallel import tool  # noqa: F401  (the fixture; build_dir is conftest's)
 
 STEPS = 8
@@ -56,10 +57,6 @@ def test_four_ranks_and_accumulation_sum_every_peer(tmp_path, tool, stage, accum
     assert dp_tests.relative_gap(full[0]["losses"], plain[0]["losses"]) < 1e-5
     for f in full:
         assert f["param_norms"] == full[0]["param_norms"]
-
-
-CASES = [("topk", 0.01, False), ("topk", 0.01, True), ("1bit", None, False),
-         ("2bit", None, False)]
 
 
 @pytest.mark.parametrize("stage", [2, 3])
