@@ -173,7 +173,9 @@ int TrainCommand::Run() {
                                  ? StartingPoint(engine.get())
                                  : LoadCheckpoint(engine.get(), options.load_dir, options.load_tag);
   if (resume.step >= options.steps) {
-    Warn("the checkpoint is already at step " + std::to_string(resume.step) + ", --steps is " +
+    const std::string from = options.load_dir.empty() ? "the NVMe swap files (dstrain.resume_from_swap) are"
+                                                      : "the checkpoint is";
+    Warn(from + " already at step " + std::to_string(resume.step) + ", --steps is " +
          std::to_string(options.steps) + ": nothing to train (raise --steps to continue)");
   }
   const uint64_t data_seed = ChooseDataSeed(options.seed, config.data_seed, resume);

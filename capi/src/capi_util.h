@@ -17,6 +17,10 @@ dst_status_t Fail(dst_status_t status, const std::string &message);
 // Maps a Status onto the C status; records the message when not ok.
 dst_status_t FromStatus(const Status &status);
 
+// "<function>: out of memory: <what was asked for>; <the fix>" — the detail
+// when `error` is an AllocationError, the fix always.
+std::string OutOfMemoryMessage(const char *function, const std::bad_alloc &error);
+
 // Clears the last error (successful calls leave it untouched, like errno).
 inline dst_status_t Ok() {
   return DST_OK;
@@ -28,8 +32,8 @@ inline dst_status_t Ok() {
 #define DST_CAPI_BEGIN try {
 #define DST_CAPI_END                                                                            \
   }                                                                                             \
-  catch (const std::bad_alloc &) {                                                              \
-    return ::dst::capi::Fail(DST_ERR_OUT_OF_MEMORY, std::string(__func__) + ": out of memory"); \
+  catch (const std::bad_alloc &e) {                                                             \
+    return ::dst::capi::Fail(DST_ERR_OUT_OF_MEMORY, ::dst::capi::OutOfMemoryMessage(__func__, e)); \
   }                                                                                             \
   catch (const std::exception &e) {                                                             \
     return ::dst::capi::Fail(DST_ERR_INTERNAL,                                                  \

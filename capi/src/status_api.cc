@@ -2,6 +2,7 @@
 #include <string>
 
 #include "capi/src/capi_util.h"
+#include "core/runtime/memory.h"
 
 namespace {
 thread_local std::string g_last_error;
@@ -12,6 +13,15 @@ namespace dst::capi {
 dst_status_t Fail(dst_status_t status, const std::string &message) {
   g_last_error = message;
   return status;
+}
+
+std::string OutOfMemoryMessage(const char *function, const std::bad_alloc &error) {
+  std::string message = std::string(function) + ": out of memory";
+  if (const auto *detail = dynamic_cast<const AllocationError *>(&error))
+    message += ": " + std::string(detail->what());
+  return message +
+         ". `dstrain estimate` gives this layout's bytes per rank; ZeRO stage 3, CPU/NVMe "
+         "offload, activation checkpointing, a smaller micro-batch or more ranks lower them";
 }
 
 // FromStatus converts a Code to a dst_status_t by value: every code must equal

@@ -151,7 +151,8 @@ Status TcpStore::Handshake(Clock::time_point deadline, bool *transport_failed) {
   hello.rank = rank_;
   hello.world_size = world_size_;
   auto reply = Call(hello, deadline, "joining the rendezvous store " + Where());
-  *transport_failed = !reply.ok();
+  // Bytes that are not this protocol will not improve by connecting again.
+  *transport_failed = !reply.ok() && !malformed_reply_;
   if (!reply.ok()) return reply.status();
   if (reply->kind == ReplyKind::kError) {
     // The server's text leads: it says what is wrong ("job token mismatch").
@@ -188,11 +189,13 @@ Result<Reply> TcpStore::Call(const Request &request, Clock::time_point deadline,
     std::vector<uint8_t> payload;
     if (sent.ok()) sent = tcp_store::ReceiveFrame(socket_.get(), deadline, payload);
     if (!sent.ok()) {  // later calls fail at once, naming this one
+      malformed_reply_ = sent.error == TransferError::kMalformed;
       broken_ = TransportFailure(sent) + " (while " + doing + ")";
       return CommFailure(doing + ": " + broken_);
     }
     Result<Reply> reply = tcp_store::DecodeReply(payload);
     if (!reply.ok()) {
+      malformed_reply_ = true;
       broken_ = reply.status().message() + " from " + endpoint_;
       return CommFailure(doing + ": " + broken_);
     }
@@ -212,6 +215,7 @@ std::string TcpStore::TransportFailure(const tcp_store::TransferStatus &status) 
       return "no reply from the rendezvous store at " + endpoint_ +
              " in time: rank 0's process is stalled or the network is down";
     case TransferError::kSystem:
+    case TransferError::kMalformed:
     case TransferError::kNone:
       break;
   }

@@ -39,7 +39,8 @@ class TcpStore final : public Store {
  private:
   TcpStore(const TcpStoreOptions &options, int port);
 
-  // *transport_failed: no reply came (the connection closed or timed out).
+  // *transport_failed: no reply came (the connection closed or timed out);
+  // false for a malformed reply.
   Status Handshake(tcp_store::Clock::time_point deadline, bool *transport_failed);
   // One request and its reply; `doing` prefixes errors. The threads sharing
   // the connection take turns in arrival order (a waiter's slices cannot
@@ -72,6 +73,7 @@ class TcpStore final : public Store {
   };
   Turns turns_;
   std::string broken_;  // non-empty: why the connection is unusable
+  bool malformed_reply_ = false;  // broken_ by bytes that are not this protocol
 
   std::string host_;
   int port_ = 0;

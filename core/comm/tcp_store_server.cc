@@ -195,17 +195,16 @@ void StoreServer::Loop::ReadFrom(Connection &c) {
 
 void StoreServer::Loop::ParseFrames(Connection &c) {
   size_t pos = 0;
-  while (!c.closing && !c.dead && c.in.size() - pos >= 4) {
+  while (!c.closing && !c.dead && c.in.size() - pos >= kFrameHeaderBytes) {
     const std::span<const uint8_t> rest(c.in.data() + pos, c.in.size() - pos);
-    const uint32_t size = FrameLength(rest);
-    if (size > kMaxFrameBytes) {
-      Fail(c, "a message of " + std::to_string(size) + " bytes exceeds the store's limit of " +
-                  std::to_string(kMaxFrameBytes) + " bytes");
+    const Result<uint32_t> size = FrameLength(rest, "the peer");
+    if (!size.ok()) {
+      Fail(c, size.status().message());
       break;
     }
-    if (rest.size() - 4 < size) break;
-    Handle(c, rest.subspan(4, size));
-    pos += 4 + size;
+    if (rest.size() - kFrameHeaderBytes < size.value()) break;
+    Handle(c, rest.subspan(kFrameHeaderBytes, size.value()));
+    pos += kFrameHeaderBytes + size.value();
   }
   c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(pos));
 }

@@ -285,17 +285,13 @@ TransferStatus SendAll(int fd, std::span<const uint8_t> bytes, Clock::time_point
 }
 
 TransferStatus ReceiveFrame(int fd, Clock::time_point deadline, std::vector<uint8_t> &payload) {
-  uint8_t header[4];
+  uint8_t header[kFrameHeaderBytes];
   TransferStatus status = ReceiveExactly(fd, header, sizeof(header), deadline);
   if (!status.ok()) return status;
-  const uint32_t size = FrameLength(header);
-  if (size > kMaxFrameBytes) {
-    return {TransferError::kSystem, "the peer announced a message of " + std::to_string(size) +
-                                        " bytes (limit " + std::to_string(kMaxFrameBytes) +
-                                        "); it is not a dstrain store or the stream is corrupt"};
-  }
-  payload.resize(size);
-  return ReceiveExactly(fd, payload.data(), size, deadline);
+  const Result<uint32_t> size = FrameLength(header, "the peer");
+  if (!size.ok()) return {TransferError::kMalformed, size.status().message()};
+  payload.resize(size.value());
+  return ReceiveExactly(fd, payload.data(), size.value(), deadline);
 }
 
 }  // namespace dst::tcp_store

@@ -68,11 +68,12 @@ Result<UniqueFd> ConnectWithRetry(const std::string &host, int port,
 
 // Why a transfer stopped: the messages differ (a closed peer is usually a
 // dead rank 0; a timeout is usually a slow or missing rank).
-enum class TransferError { kNone, kTimeout, kClosed, kSystem };
+// kMalformed: the peer sent bytes that are not a frame of this protocol.
+enum class TransferError { kNone, kTimeout, kClosed, kSystem, kMalformed };
 
 struct TransferStatus {
   TransferError error = TransferError::kNone;
-  std::string detail;  // strerror text for kSystem
+  std::string detail;  // strerror text for kSystem, what was wrong for kMalformed
   bool ok() const { return error == TransferError::kNone; }
 };
 

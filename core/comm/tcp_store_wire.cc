@@ -236,15 +236,39 @@ Result<Reply> DecodeReply(std::span<const uint8_t> payload) {
   return reply;
 }
 
+namespace {
+
+void AppendU32(uint32_t value, std::vector<uint8_t> &out) {
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(value >> shift));
+}
+
+uint32_t ReadU32(std::span<const uint8_t> bytes) {
+  uint32_t value = 0;
+  for (size_t i = 0; i < 4 && i < bytes.size(); ++i) value = (value << 8) | bytes[i];
+  return value;
+}
+
+}  // namespace
+
 void AppendFrame(std::span<const uint8_t> payload, std::vector<uint8_t> &out) {
-  const auto size = static_cast<uint32_t>(payload.size());
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(size >> shift));
+  AppendU32(kFrameMagic, out);
+  AppendU32(static_cast<uint32_t>(payload.size()), out);
   out.insert(out.end(), payload.begin(), payload.end());
 }
 
-uint32_t FrameLength(std::span<const uint8_t> header) {
-  uint32_t size = 0;
-  for (size_t i = 0; i < 4 && i < header.size(); ++i) size = (size << 8) | header[i];
+Result<uint32_t> FrameLength(std::span<const uint8_t> header, std::string_view peer) {
+  if (header.size() < kFrameHeaderBytes || ReadU32(header) != kFrameMagic) {
+    return CommFailure("malformed store message: " + std::string(peer) +
+                       " sent bytes that are not a dstrain store frame (it is not a dstrain "
+                       "store or rank, is another dstrain version, or the stream is corrupt)");
+  }
+  const uint32_t size = ReadU32(header.subspan(4));
+  if (size > kMaxFrameBytes) {
+    return CommFailure("malformed store message: " + std::string(peer) +
+                       " announced a message of " + std::to_string(size) +
+                       " bytes, over the store's limit of " + std::to_string(kMaxFrameBytes) +
+                       " bytes");
+  }
   return size;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,14 @@ namespace dst::tcp_store {
 // "dst1": the first field of the handshake. A peer that is not a dstrain
 // store (or is another protocol version) fails the handshake by name.
 inline constexpr uint32_t kMagic = 0x64737431;
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
+
+// Every frame starts with these 4 bytes ("DSTF"), then the payload's length
+// (4 bytes, big-endian): bytes from something that is not a dstrain store
+// (or a corrupt stream) are named at once instead of being read as a length
+// and waited on until the timeout.
+inline constexpr uint32_t kFrameMagic = 0x44535446;
+inline constexpr size_t kFrameHeaderBytes = 8;
 
 // Rendezvous traffic is addresses, ids and config text (bytes to kilobytes);
 // a length near these limits is corruption or a foreign client.
@@ -64,10 +72,13 @@ Result<Request> DecodeRequest(std::span<const uint8_t> payload);
 std::vector<uint8_t> EncodeReply(const Reply &reply);
 Result<Reply> DecodeReply(std::span<const uint8_t> payload);
 
-// Appends the 4-byte length prefix and the payload to `out`.
+// Appends the frame header (magic, length) and the payload to `out`.
 void AppendFrame(std::span<const uint8_t> payload, std::vector<uint8_t> &out);
-// The length announced by a frame header (the first 4 bytes of `header`).
-uint32_t FrameLength(std::span<const uint8_t> header);
+// The payload length announced by a frame header (the first
+// kFrameHeaderBytes of `header`); a kComm error when the header does not
+// start with kFrameMagic or announces more than kMaxFrameBytes. `peer` names
+// the other side in the message ("the peer", "the rendezvous store").
+Result<uint32_t> FrameLength(std::span<const uint8_t> header, std::string_view peer);
 
 // A kComm status (status.h has no helper for it).
 inline Status CommFailure(std::string message) {

@@ -315,7 +315,15 @@ Result<std::unique_ptr<SwapFile>> SwapFile::Open(const std::string &path, int64_
   DST_RETURN_IF_ERROR(file->io_->Wait(t.value()));
   std::array<int64_t, 9> fields{};
   std::memcpy(fields.data(), header.data(), sizeof fields);
-  if (fields != HeaderFields(g))
+  const std::array<int64_t, 9> expected = HeaderFields(g);
+  // Magic and format version first: a file that is not a swap file (or whose
+  // header was overwritten) must not be described as "another layout".
+  if (fields[0] != expected[0] || fields[1] != expected[1])
+    return IoError("the NVMe swap file " + path +
+                   " has a corrupt header or is not a dstrain swap file (its first bytes are "
+                   "not a swap header of this version); delete it and resume from a "
+                   "checkpoint instead");
+  if (fields != expected)
     return IoError("the NVMe swap file " + path + " was written for another layout (" +
                    std::to_string(fields[2]) + " elements in pieces of " +
                    std::to_string(fields[3]) + ", " + std::to_string(fields[5]) +

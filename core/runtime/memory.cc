@@ -1,5 +1,9 @@
 #include "core/runtime/memory.h"
 
+#include <cstdio>
+#include <fstream>
+#include <optional>
+
 namespace dst {
 
 std::string_view MemoryCategoryName(MemoryCategory category) {
@@ -18,6 +22,53 @@ std::string_view MemoryCategoryName(MemoryCategory category) {
       return "offload";
   }
   return "unknown";
+}
+
+std::string FormatBytes(double bytes) {
+  static constexpr const char *kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 5) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  char text[48];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", bytes, kUnits[unit]);
+  return text;
+}
+
+namespace {
+
+// A field of /proc/meminfo in bytes ("MemAvailable"), nullopt when unread.
+std::optional<int64_t> MeminfoBytes(std::string_view field) {
+  std::ifstream in("/proc/meminfo");
+  std::string name;
+  int64_t kilobytes = 0;
+  std::string unit;
+  while (in >> name >> kilobytes) {
+    std::getline(in, unit);
+    if (name.size() == field.size() + 1 && name.compare(0, field.size(), field) == 0)
+      return kilobytes * 1024;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void ThrowAllocationError(size_t bytes, MemoryCategory category, const MemoryTracker *tracker,
+                          std::string_view device) {
+  std::string message = "cannot allocate " + FormatBytes(double(bytes)) + " for " +
+                        std::string(MemoryCategoryName(category)) + " in " +
+                        (device.empty() ? std::string("host memory") : std::string(device));
+  if (tracker != nullptr) {
+    message += " (this rank holds " + FormatBytes(double(tracker->TotalCurrent())) + " already";
+    message += device.empty() ? ")" : ", " + FormatBytes(double(tracker->DeviceCurrent())) +
+                                          " of it on the device)";
+  }
+  if (device.empty()) {
+    if (const std::optional<int64_t> available = MeminfoBytes("MemAvailable"))
+      message += "; the host has " + FormatBytes(double(*available)) + " available";
+  }
+  throw AllocationError(message);
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -26,6 +27,28 @@ inline constexpr int kNumMemoryCategories = 6;
 
 // "parameters", "gradients", "optimizer_state", "activations", "communication", "offload".
 std::string_view MemoryCategoryName(MemoryCategory category);
+
+class MemoryTracker;
+
+// A failed allocation that says what was asked for, for what, where, what
+// this tracker already held and what the host had available. A bad_alloc,
+// so code that catches those still does; what() is the whole sentence.
+class AllocationError : public std::bad_alloc {
+ public:
+  explicit AllocationError(std::string message) : message_(std::move(message)) {}
+  const char *what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
+
+// Throws AllocationError for `bytes` of `category` in host memory (or in
+// `device`, a MemoryResource name, when not empty).
+[[noreturn]] void ThrowAllocationError(size_t bytes, MemoryCategory category,
+                                       const MemoryTracker *tracker, std::string_view device);
+
+// "1.50 GiB", "312.0 MiB", "512 B".
+std::string FormatBytes(double bytes);
 
 class MemoryTracker {
  public:
@@ -107,9 +130,11 @@ class Buffer {
     if (count_ == 0) return;
     if (resource_) {
       data_ = static_cast<T *>(resource_->Allocate(bytes()));
-      if (data_ == nullptr) throw std::bad_alloc();
+      if (data_ == nullptr) ThrowAllocationError(bytes(), category_, tracker_, resource_->name());
     } else {
-      data_ = static_cast<T *>(::operator new[](bytes(), std::align_val_t(kAlignment)));
+      data_ = static_cast<T *>(
+          ::operator new[](bytes(), std::align_val_t(kAlignment), std::nothrow));
+      if (data_ == nullptr) ThrowAllocationError(bytes(), category_, tracker_, {});
       std::memset(static_cast<void *>(data_), 0, bytes());
     }
     if (tracker_) tracker_->Add(category_, static_cast<int64_t>(bytes()), resource_ != nullptr);

@@ -317,3 +317,20 @@ def test_seq_len_longer_than_the_context_exits_2(dstrain, job):
 def test_usage_errors_exit_2(dstrain, args):
     result = run(dstrain, *args)
     assert result.returncode == 2, (args, result.stdout, result.stderr)
+
+
+def test_a_model_too_large_for_the_host_names_the_bytes_and_the_fix(dstrain, tmp_path):
+    with open("/proc/sys/vm/overcommit_memory") as f:
+        if f.read().strip() == "1":  # every allocation succeeds; the test would page 146 GiB in
+            pytest.skip("vm.overcommit_memory = 1: an impossible allocation is not refused")
+    model = tmp_path / "huge.json"
+    # ~39 G parameters: 146 GiB of fp32 weights, more than any CI host has.
+    model.write_text(json.dumps({"type": "gpt", "vocab_size": 50304, "block_size": 1024,
+                                 "n_embd": 8192, "n_layer": 48, "n_head": 64}))
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps(tiny_config()))
+    result = run(dstrain, "train", "--config", config, "--model", model, "--steps", 10)
+    assert result.returncode != 0
+    assert "out of memory: cannot allocate 145.59 GiB for parameters in host memory" in \
+        result.stderr, result.stderr
+    assert "available" in result.stderr and "dstrain estimate" in result.stderr, result.stderr

@@ -68,3 +68,23 @@ def test_resume_from_swap_needs_the_optimizer_on_nvme(tmp_path, tool):
     cfg.write_text(json.dumps(config))
     code, _, err = dp_tests.start_ranks(tool, cfg, model, 1, steps=1)[0]
     assert code != 0 and "dstrain.resume_from_swap needs the optimizer's NVMe tier" in err, err
+
+
+def test_a_resumed_run_already_past_steps_names_the_swap_files_not_a_checkpoint(tmp_path, tool):
+    import os
+    import pathlib
+    import subprocess
+    cfg, model = resumable_job(tmp_path, 1, "fp32")
+    kill_mid_step(tool, cfg, model)
+    dstrain = pathlib.Path(os.environ["DSTRAIN_BUILD_DIR"]) / "dstrain"
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    run = subprocess.run(
+        [str(dstrain), "launch", "--nproc-per-node", "2", "--master-port",
+         str(dp_tests.free_port()), "--", str(dstrain), "train", "--config", str(cfg),
+         "--model", str(model), "--steps", "2"],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "the NVMe swap files (dstrain.resume_from_swap) are already at step" in run.stderr, \
+        run.stderr
+    assert "--steps is 2: nothing to train" in run.stderr
+    assert "checkpoint" not in run.stderr, run.stderr

@@ -25,6 +25,25 @@ TEST(Memory, BuffersChargeAndReleaseTheirCategory) {
   EXPECT_EQ(tracker.TotalPeak(), 4040);
 }
 
+TEST(Memory, AFailedAllocationSaysHowMuchForWhatAndWhatWasAvailable) {
+  MemoryTracker tracker;
+  Buffer<float> held(&tracker, MemoryCategory::kParameters, 1024);
+  try {
+    Buffer<float> huge(&tracker, MemoryCategory::kOptimizerState, size_t(1) << 46);  // 256 TiB
+    FAIL() << "a 256 TiB allocation succeeded";
+  } catch (const AllocationError &e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("cannot allocate 256.00 TiB for optimizer_state in host memory"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("this rank holds 4.00 KiB already"), std::string::npos) << message;
+    EXPECT_NE(message.find("the host has "), std::string::npos) << message;
+  }
+  EXPECT_EQ(tracker.TotalCurrent(), 4096);  // nothing charged for the failed one
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(1.5 * (1 << 30)), "1.50 GiB");
+}
+
 TEST(Memory, ModelStateIsSixteenBytesPerParameterWithAdamW) {
   Result<ModelSpec> spec = ParseModelSpec(
       R"({"type":"gpt","vocab_size":256,"n_ctx":16,"n_layer":2,"n_head":2,"d_model":32})");

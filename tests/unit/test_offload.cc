@@ -337,6 +337,32 @@ TEST(NvmeStateStore, ASwapFileOfAnotherLayoutIsRefusedByName) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(NvmeStateStore, ASwapFileWithARandomHeaderIsNamedCorruptNotAnotherLayout) {
+  const std::string dir = TempDir("randomheader");
+  {
+    Result<std::unique_ptr<SwapFile>> made =
+        SwapFile::Create(dir + "/s.swap", 10000, 3000, 3, AioConfig{}, "auto");
+    ASSERT_TRUE(made.ok());
+  }
+  {  // the first 4 KiB overwritten with random bytes
+    std::mt19937_64 rng(7);
+    std::vector<uint64_t> noise(512);
+    for (uint64_t &v : noise) v = rng();
+    std::FILE *f = std::fopen((dir + "/s.swap").c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(noise.data(), 8, noise.size(), f), noise.size());
+    std::fclose(f);
+  }
+  Result<std::unique_ptr<SwapFile>> reopened =
+      SwapFile::Open(dir + "/s.swap", 10000, 3000, 3, AioConfig{}, "auto");
+  ASSERT_FALSE(reopened.ok());
+  const std::string message = reopened.status().message();
+  EXPECT_NE(message.find("has a corrupt header or is not a dstrain swap file"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("another layout"), std::string::npos) << message;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(NvmeStateStore, ACleanShutdownRemovesTheSwapFile) {
   std::string path;
   {

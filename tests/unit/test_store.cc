@@ -390,8 +390,8 @@ TEST(TcpStore, AbsurdFrameLengthIsRejectedAndTheServerSurvives) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(static_cast<uint16_t>(server->port()));
   ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)), 0);
-  const uint8_t huge[4] = {0xff, 0xff, 0xff, 0xf0};
-  ASSERT_EQ(send(fd, huge, sizeof(huge), MSG_NOSIGNAL), 4);
+  const uint8_t huge[8] = {'D', 'S', 'T', 'F', 0xff, 0xff, 0xff, 0xf0};
+  ASSERT_EQ(send(fd, huge, sizeof(huge), MSG_NOSIGNAL), 8);
   timeval tv{3, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   std::vector<uint8_t> received;
@@ -401,15 +401,78 @@ TEST(TcpStore, AbsurdFrameLengthIsRejectedAndTheServerSurvives) {
     received.insert(received.end(), chunk, chunk + n);
   close(fd);
   EXPECT_EQ(n, 0) << "the server should close the connection";
-  ASSERT_GE(received.size(), 5u);
-  auto reply = tcp_store::DecodeReply(std::span<const uint8_t>(received).subspan(4));
+  ASSERT_GE(received.size(), tcp_store::kFrameHeaderBytes + 1);
+  auto reply = tcp_store::DecodeReply(
+      std::span<const uint8_t>(received).subspan(tcp_store::kFrameHeaderBytes));
   ASSERT_TRUE(reply.ok()) << reply.status().message();
   EXPECT_EQ(reply->kind, tcp_store::ReplyKind::kError);
-  EXPECT_THAT(reply->message, HasSubstr("exceeds the store's limit"));
+  EXPECT_THAT(reply->message, HasSubstr("over the store's limit"));
 
   auto client = ConnectTcpStore(Options(server->port(), 1, 2));
   ASSERT_TRUE(client.ok()) << client.status().message();
   EXPECT_TRUE(client.value()->Set("still", Bytes("serving")).ok());
+}
+
+// A listener that answers every connection with `reply` and keeps it open.
+class FakeStore {
+ public:
+  explicit FakeStore(std::vector<uint8_t> reply) : reply_(std::move(reply)) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr *>(&addr), sizeof(addr));
+    socklen_t length = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr *>(&addr), &length);
+    port_ = ntohs(addr.sin_port);
+    listen(fd_, 4);
+    thread_ = std::thread([this] {
+      const int peer = accept(fd_, nullptr, nullptr);
+      if (peer < 0) return;
+      send(peer, reply_.data(), reply_.size(), MSG_NOSIGNAL);
+      uint8_t sink[256];
+      while (recv(peer, sink, sizeof(sink), 0) > 0) {
+      }
+      close(peer);
+    });
+  }
+  ~FakeStore() {
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  std::vector<uint8_t> reply_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(TcpStore, AStoreAnsweringRandomBytesIsNamedMalformedAtOnce) {
+  // Random bytes whose first four read as a small length: before frames
+  // carried a magic, the client waited for the rest until its timeout and
+  // blamed a stalled rank 0.
+  std::vector<uint8_t> noise = {0x00, 0x00, 0x01, 0x00};
+  uint32_t state = 12345;
+  for (int i = 0; i < 60; ++i) {
+    state = state * 1664525u + 1013904223u;
+    noise.push_back(static_cast<uint8_t>(state >> 24));
+  }
+  for (const std::vector<uint8_t> &reply : {noise, std::vector<uint8_t>(64, 0)}) {
+    FakeStore fake(reply);
+    TcpStoreOptions o = Options(fake.port(), 1, 2);
+    o.timeout = milliseconds(4000);
+    const auto start = Clock::now();
+    auto store = ConnectTcpStore(o);
+    ASSERT_FALSE(store.ok());
+    EXPECT_LT(SecondsSince(start), 2.0);
+    EXPECT_EQ(store.status().code(), Code::kComm);
+    EXPECT_THAT(store.status().message(), HasSubstr("malformed store message"));
+    EXPECT_THAT(store.status().message(), HasSubstr("not a dstrain store"));
+    EXPECT_THAT(store.status().message(), testing::Not(HasSubstr("stalled")));
+  }
 }
 
 TEST(TcpStore, ConnectsByHostNameAndIpv6) {
