@@ -1,6 +1,7 @@
 #include "metrics/http_server.h"
 
 #include "metrics/dashboard_assets.h"
+#include "metrics/http_front.h"
 
 #include <arpa/inet.h>
 #include <civetweb.h>
@@ -18,6 +19,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -120,37 +122,6 @@ std::string ListenHost(std::string host) {
   return {};
 }
 
-// CivetWeb says only "Failed to setup server ports"; binding the same address
-// ourselves tells why (EADDRINUSE, EADDRNOTAVAIL, EACCES, ...). 0 when a bind
-// now succeeds. `host` is as ListenHost returns it.
-int BindError(const std::string &host, int port) {
-  sockaddr_storage storage{};
-  socklen_t length = 0;
-  int family = AF_INET;
-  if (!host.empty() && host.front() == '[') {
-    auto *a6 = reinterpret_cast<sockaddr_in6 *>(&storage);
-    family = a6->sin6_family = AF_INET6;
-    a6->sin6_port = htons(static_cast<uint16_t>(port));
-    if (inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6->sin6_addr) != 1) {
-      return EINVAL;
-    }
-    length = sizeof(sockaddr_in6);
-  } else {
-    auto *a4 = reinterpret_cast<sockaddr_in *>(&storage);
-    a4->sin_family = AF_INET;
-    a4->sin_port = htons(static_cast<uint16_t>(port));
-    if (inet_pton(AF_INET, host.c_str(), &a4->sin_addr) != 1) return EINVAL;
-    length = sizeof(sockaddr_in);
-  }
-  const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errno;
-  const int on = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));  // as CivetWeb does
-  const int error = bind(fd, reinterpret_cast<sockaddr *>(&storage), length) == 0 ? 0 : errno;
-  close(fd);
-  return error;
-}
-
 std::string ErrorBody(int status, std::string_view message) {
   return nlohmann::json{{"error", message}, {"status", status}}.dump(
       -1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -178,6 +149,17 @@ void Send(mg_connection *conn, bool head_only, const HttpResponse &r,
 }
 
 }  // namespace
+
+std::string NewPeerSecret() {
+  std::random_device device;
+  std::string secret;
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < 8; ++i) {
+    const unsigned word = device();
+    for (int shift = 0; shift < 32; shift += 4) secret += kHex[(word >> shift) & 15];
+  }
+  return secret;
+}
 
 bool IsSafeRequestPath(std::string_view path) {
   if (path.empty() || path.front() != '/') return false;
@@ -248,12 +230,15 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions &o
   InitCivetWebOnce();
   DST_RETURN_IF_ERROR(CheckHttpServerCanRun());
 
-  std::unique_ptr<HttpServer> server(new HttpServer(std::move(handler), options.token));
+  std::unique_ptr<HttpServer> server(
+      new HttpServer(std::move(handler), options.token, NewPeerSecret()));
   const std::string threads = std::to_string(std::max(1, options.num_threads));
   const std::string timeout = std::to_string(std::max(1, options.request_timeout_ms));
-  // No document_root: nothing is served from the file system.
+  // CivetWeb listens on loopback only and gets whole requests from the front
+  // (http_front.h), which owns the public address. No document_root: nothing
+  // is served from the file system.
   const char *civet_options[] = {"listening_ports",
-                                 address.c_str(),
+                                 "127.0.0.1:0",
                                  "num_threads",
                                  threads.c_str(),
                                  "request_timeout_ms",
@@ -276,12 +261,30 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions &o
   error.text_buffer_size = sizeof(error_text);
   server->ctx_ = mg_start2(&init, &error);
   if (server->ctx_ == nullptr) {
-    std::string message = "the metrics HTTP server cannot listen on " + address + ": " +
-                          (error_text[0] ? error_text : "unknown CivetWeb error");
-    const int bind_error = BindError(host, options.port);
-    if (bind_error != 0) {
-      message += " (" + std::error_code(bind_error, std::generic_category()).message() + ")";
-    }
+    return IoError("the metrics HTTP server cannot start CivetWeb on 127.0.0.1: " +
+                   std::string(error_text[0] ? error_text : "unknown CivetWeb error"));
+  }
+  // Every path goes to one handler ("/" is a prefix of every URI).
+  mg_set_request_handler(server->ctx_, "/", &HttpServer::HandleRequest, server.get());
+  mg_server_port ports[4] = {};
+  const int n = mg_get_server_ports(server->ctx_, 4, ports);
+  if (n < 1 || ports[0].port <= 0) {
+    return InternalError("the metrics HTTP server started CivetWeb but it reports no port");
+  }
+  server->backend_port_ = ports[0].port;
+
+  HttpFrontOptions front;
+  front.host = host;
+  front.port = options.port;
+  front.backend_port = server->backend_port_;
+  front.peer_secret = server->peer_secret_;
+  front.header_timeout = std::chrono::milliseconds(std::max(1, options.header_timeout_ms));
+  front.max_pending = std::max(1, options.max_pending);
+  front.max_pending_per_client = std::max(1, options.max_pending_per_client);
+  int bind_error = 0;
+  Result<std::unique_ptr<HttpFront>> started = HttpFront::Start(front, &bind_error);
+  if (!started.ok()) {
+    std::string message = started.status().message();
     if (bind_error == EADDRINUSE) {
       message += "; the port is taken (another job, rank or program on this host): set " +
                  options.port_setting +
@@ -292,39 +295,23 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions &o
     }
     return IoError(message);
   }
-  // Every path goes to one handler ("/" is a prefix of every URI).
-  mg_set_request_handler(server->ctx_, "/", &HttpServer::HandleRequest, server.get());
-
-  mg_server_port ports[4] = {};
-  const int n = mg_get_server_ports(server->ctx_, 4, ports);
-  if (n < 1 || ports[0].port <= 0) {
-    return InternalError("the metrics HTTP server started on " + address +
-                         " but reports no listening port");
-  }
-  server->port_ = ports[0].port;
+  server->front_ = std::move(started).value();
+  server->port_ = server->front_->port();
   server->address_ = host + ":" + std::to_string(server->port_);
   return server;
 }
 
 namespace {
 
-// One throwaway connection to our own listening port over loopback.
-void WakeListener(int port, bool ipv6) {
-  const int fd = ::socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+// One throwaway connection to CivetWeb's loopback port.
+void WakeListener(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
-  if (ipv6) {
-    sockaddr_in6 addr{};
-    addr.sin6_family = AF_INET6;
-    addr.sin6_port = htons(static_cast<uint16_t>(port));
-    addr.sin6_addr = in6addr_loopback;
-    (void)::connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr);
-  } else {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    (void)::connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr);
-  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  (void)::connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr);
   ::close(fd);
 }
 
@@ -334,15 +321,15 @@ void WakeListener(int port, bool ipv6) {
 // every 2 s; connecting to our own port wakes it at once, so an engine with
 // HTTP on does not take 2 s to close.
 HttpServer::~HttpServer() {
+  front_.reset();  // no new requests
   if (ctx_ == nullptr) return;
   std::atomic<bool> stopped{false};
   std::thread stopper([&] {
     mg_stop(ctx_);
     stopped = true;
   });
-  const bool ipv6 = !address_.empty() && address_[0] == '[';
   while (!stopped) {
-    WakeListener(port_, ipv6);
+    if (backend_port_ > 0) WakeListener(backend_port_);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   stopper.join();
@@ -434,6 +421,14 @@ void HttpServer::Handle(mg_connection *conn) {
   const mg_request_info *info = mg_get_request_info(conn);
   Incoming in;
   in.client = info->remote_addr;
+  // Behind the front every request comes from loopback; the front names the
+  // real client, with a secret only it and this server know.
+  if (const char *peer = mg_get_header(conn, kPeerHeader)) {
+    const std::string_view value(peer);
+    if (value.size() > peer_secret_.size() + 1 && value.starts_with(peer_secret_) &&
+        value[peer_secret_.size()] == ' ')
+      in.client = std::string(value.substr(peer_secret_.size() + 1));
+  }
   in.method = info->request_method ? info->request_method : "";
   if (info->local_uri_raw) in.path = info->local_uri_raw;
   if (info->query_string) in.query = info->query_string;

@@ -8,8 +8,10 @@
 //     system (no document_root);
 //   - every answer carries X-Content-Type-Options: nosniff and a
 //     Cache-Control header; HEAD gets the headers without the body.
-// Listens on host:port (port 0: any free port, see port()); keep-alive off and
-// few worker threads, since clients are a scraper and a dashboard.
+// The public host:port (port 0: any free port, see port()) belongs to the
+// front (http_front.h), which relays only whole requests to CivetWeb on
+// loopback: clients that never finish their headers hold no worker. Keep-alive
+// off and few worker threads, since clients are a scraper and a dashboard.
 // CivetWeb's threads have a small fixed stack (100 KiB in Debian's build, minus
 // the process's thread-local storage), so each answer is computed on a short-
 // lived thread of ours and CivetWeb's thread only does the socket I/O; Start
@@ -25,6 +27,7 @@
 #include <string_view>
 
 #include "core/common/status.h"
+#include "metrics/http_front.h"
 
 struct mg_context;
 struct mg_connection;
@@ -58,6 +61,12 @@ struct HttpServerOptions {
   // timeout that frees a worker an idle (or hostile) connection holds.
   int num_threads = 24;
   int request_timeout_ms = 1500;
+  // The front (http_front.h) holds connections that are still sending their
+  // request headers, without a worker: at most this long each, this many in
+  // all and from one client address (the oldest is closed first).
+  int header_timeout_ms = 10000;
+  int max_pending = 512;
+  int max_pending_per_client = 128;
   // Names the setting to change when the port is taken (for the message).
   std::string port_setting = "dstrain.monitor.http.port";
 };
@@ -78,8 +87,8 @@ class HttpServer {
   const std::string &address() const { return address_; }
 
  private:
-  HttpServer(HttpHandler handler, std::string token)
-      : handler_(std::move(handler)), token_(std::move(token)) {}
+  HttpServer(HttpHandler handler, std::string token, std::string peer_secret)
+      : handler_(std::move(handler)), token_(std::move(token)), peer_secret_(std::move(peer_secret)) {}
   struct Incoming;
   struct Answer;
   static int HandleRequest(mg_connection *conn, void *self);
@@ -103,10 +112,16 @@ class HttpServer {
   std::string token_;
   mutable std::mutex failures_mu_;
   mutable std::map<std::string, Failures> failures_;  // by client address
-  mg_context *ctx_ = nullptr;                         // owned; mg_stop in the destructor
+  std::string peer_secret_;  // the front's proof in kPeerHeader
+  mg_context *ctx_ = nullptr;  // owned; mg_stop in the destructor
+  int backend_port_ = 0;       // CivetWeb's, on loopback
+  std::unique_ptr<HttpFront> front_;
   int port_ = 0;
   std::string address_;
 };
+
+// 32 random hex digits: what the front proves itself with to the server.
+std::string NewPeerSecret();
 
 // Ok when CivetWeb's threads get enough stack in this process to serve a
 // request (Start checks it): they have a fixed 100 KiB stack in Debian's build,
