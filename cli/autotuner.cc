@@ -226,8 +226,9 @@ std::vector<Trial> BuildSpace(const Json &base, const TuningSettings &settings, 
   const std::vector<bool> recompute =
       settings.fast ? std::vector<bool>{false} : std::vector<bool>{false, true};
   for (int stage : Stages(base))
-    for (const auto &[tp, pp] : Layouts(settings.fast, world))
+    for (const auto &tp_pp : Layouts(settings.fast, world))
       for (bool ckpt : recompute) {
+        const int64_t tp = tp_pp.first, pp = tp_pp.second;
         // dp: world / (tp x pp), the configured tp x pp when it is kept.
         TrialPoint probe{stage, settings.min_micro_batch, 1, tp, pp, ckpt};
         const Estimate layout = estimate(TrialConfig(base, probe, 0));

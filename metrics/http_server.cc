@@ -44,7 +44,23 @@ void InitCivetWebOnce() {
 // neighbouring thread and the process dies at the first request. So Start
 // measures what such a thread really gets and refuses below kMinHeadroom.
 constexpr size_t kCivetWebStackSize = 102400;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DSTRAIN_SANITIZED_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define DSTRAIN_SANITIZED_BUILD 1
+#endif
+#endif
+#ifdef DSTRAIN_SANITIZED_BUILD
+// A sanitizer's interceptors and its larger frames overflow 100 KiB on
+// CivetWeb's request path (seen: glibc's printf_positional under
+// AddressSanitizer); such a build refuses the server by name instead.
+constexpr size_t kMinHeadroom = 1024 * 1024;
+constexpr bool kSanitized = true;
+#else
 constexpr size_t kMinHeadroom = 32 * 1024;
+constexpr bool kSanitized = false;
+#endif
 
 void *MeasureHeadroom(void *out) {
   pthread_attr_t attr;
@@ -201,6 +217,12 @@ bool BearerTokenMatches(std::string_view authorization, std::string_view token) 
 Status CheckHttpServerCanRun() {
   const size_t headroom = CivetWebThreadHeadroom();
   if (headroom >= kMinHeadroom) return Status::Ok();
+  if (kSanitized)
+    return StateError(
+        "the metrics HTTP server cannot run in a sanitizer build: CivetWeb's worker threads have "
+        "a fixed 100 KiB stack (Debian's libcivetweb build), which the sanitizer's frames "
+        "overflow; set dstrain.monitor.http.enabled to false (the registry and "
+        "dstrain.monitor.log still work)");
   return StateError(
       "the metrics HTTP server cannot run in this process: CivetWeb's worker threads have a "
       "fixed 100 KiB stack (Debian's libcivetweb build), and this process's thread-local "

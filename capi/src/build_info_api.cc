@@ -1,6 +1,9 @@
 // dst_build_info_json: what this libdstrain was built with and what it sees.
 #include <cblas.h>
 #include <omp.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include <cstdlib>
 #include <string>
@@ -38,12 +41,20 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
+#if defined(__x86_64__) || defined(__i386__)
+// CPUID leaf 1, ECX bit 29 (clang before 16 has no "f16c" for __builtin_cpu_supports).
+bool CpuHasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+#endif
+
 json CpuFeatures() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   return {{"avx2", __builtin_cpu_supports("avx2") != 0},
           {"fma", __builtin_cpu_supports("fma") != 0},
-          {"f16c", __builtin_cpu_supports("f16c") != 0},
+          {"f16c", CpuHasF16c()},
           {"avx512f", __builtin_cpu_supports("avx512f") != 0}};
 #else
   return json::object();

@@ -75,7 +75,8 @@ Status MatchTensors(const SafetensorsFile &file, const std::vector<ParamDecl> &d
                              " (F32): the checkpoint was saved from a different model spec");
   }
   if (file.tensors.size() != decls.size())
-    for (const auto &[name, tensor] : file.tensors) {
+    for (const auto &entry : file.tensors) {
+      const std::string &name = entry.first;
       const bool known = std::any_of(decls.begin(), decls.end(),
                                      [&](const ParamDecl &d) { return d.name == name; });
       if (!known)

@@ -130,14 +130,16 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
                                                          {groups_.tp.get(), CommGroup::kTp},
                                                          {groups_.pp.get(), CommGroup::kPp},
                                                          {groups_.pp_p2p.get(), CommGroup::kPp}};
-  for (const auto &[group, kind] : hooked)
-    group->SetCompletionHook([this, kind](const CommRecord &r) {
+  for (const auto &hook : hooked) {
+    const CommGroup kind = hook.second;
+    hook.first->SetCompletionHook([this, kind](const CommRecord &r) {
       comm_stats_.Record(kind, r);
       DST_LOG(kDebug, "comm",
               std::string(CommOpName(r.op)) + " " + metrics::kCommGroupNames[size_t(kind)] + " " +
                   std::to_string(r.bytes) + " bytes " + std::to_string(r.seconds * 1e3) + " ms");
       profiler_->OnCollective(kind, r);
     });
+  }
   ActivationLimits limits = ActivationLimitsFor(config_, spec, MaxThreads());
   if (device_ && spec.IsLanguageModel())  // a fused attention saves no probabilities
     limits.attention_probabilities = device_->kernels().KeepsAttentionProbabilities(

@@ -34,8 +34,10 @@ struct State {
     }
     // Edge values: a zero gradient, a huge and a tiny one, a NaN and an inf.
     grad[0] = 0.0f;
-    grad[1] = 3e30f;
-    grad[2] = 1e-30f;
+    if (n > 2) {
+      grad[1] = 3e30f;
+      grad[2] = 1e-30f;
+    }
     if (n > 40) {
       grad[37] = std::numeric_limits<float>::quiet_NaN();
       param[38] = std::numeric_limits<float>::infinity();

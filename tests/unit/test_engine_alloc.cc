@@ -30,6 +30,15 @@ void operator delete(void *p) noexcept {
 void operator delete(void *p, size_t) noexcept {
   std::free(p);
 }
+// The nothrow forms too: the library's own would otherwise pair with the
+// delete above (AddressSanitizer's nothrow new does not call this file's new).
+void *operator new(size_t size, const std::nothrow_t &) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(size ? size : 1);
+}
+void operator delete(void *p, const std::nothrow_t &) noexcept {
+  std::free(p);
+}
 
 namespace dst {
 namespace {

@@ -156,6 +156,8 @@ std::unique_ptr<Monitor> Start(const MonitorOptions &options) {
 
 TEST(MetricsHttpEnvironment, CivetWebThreadsHaveEnoughStack) {
   const Status can_run = CheckHttpServerCanRun();
+  if (can_run.message().find("sanitizer build") != std::string::npos)
+    GTEST_SKIP() << can_run.message();
   EXPECT_TRUE(can_run.ok()) << can_run.message();
 }
 
