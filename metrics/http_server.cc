@@ -69,8 +69,10 @@ void *MeasureHeadroom(void *out) {
     void *low = nullptr;
     size_t size = 0;
     if (pthread_attr_getstack(&attr, &low, &size) == 0) {
-      char here = 0;
-      headroom = static_cast<size_t>(&here - static_cast<char *>(low));
+      // The frame address, not a local's: under AddressSanitizer's
+      // use-after-return detection locals live in a fake stack on the heap.
+      const char *here = static_cast<const char *>(__builtin_frame_address(0));
+      headroom = static_cast<size_t>(here - static_cast<char *>(low));
     }
     pthread_attr_destroy(&attr);
   }

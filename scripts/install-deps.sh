@@ -27,6 +27,7 @@ PACKAGES=(
   libcivetweb-dev          # the metrics HTTP server (/metrics, /api/v1, dashboard)
   prometheus               # promtool check metrics; the real-scrape test
   chromium                 # the headless browser test of the dashboard
+  clang libclang-rt-14-dev libomp-dev  # libFuzzer (scripts/fuzz.sh), the clang sanitizer build
 )
 
 # The dashboard is built from npm packages (uPlot, playwright-core): the

@@ -2,7 +2,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_set>
+#include <utility>
 
 #include "capi/src/capi_util.h"
 #include "capi/src/versioned_struct.h"
@@ -10,21 +13,14 @@
 #include "core/runtime/threads.h"
 
 struct dst_engine {
-  // A handle is checked on entry, as sqlite checks its connections: a live
-  // engine carries kLiveMagic; destroy writes kDeadMagic before freeing it,
-  // so a call on a destroyed handle is caught while its memory has not been
-  // reused (the header says the rest is undefined). Not the first field:
-  // the allocator keeps its free-list links in a freed block's first bytes.
-  static constexpr uint64_t kLiveMagic = 0x6473747261696e21;  // "dstrain!"
-  static constexpr uint64_t kDeadMagic = 0x646561646561640a;
   std::unique_ptr<dst::Engine> engine;
   // OpenMP's thread count is per calling thread: it is set again before every
   // call that computes, so an engine works from any thread and next to other
   // engines with other thread counts.
   int threads = 1;
-  std::atomic<uint64_t> magic{kLiveMagic};
   // Calls on one engine must not overlap: the second is refused, not run.
-  mutable std::atomic<bool> busy{false};
+  // Changed only under the live-handle lock (LiveHandles).
+  mutable bool busy = false;
   std::string metrics_json;  // returned by dst_engine_metrics_json
   std::string memory_json;   // returned by dst_engine_memory_status
   std::string monitor_url;   // returned by dst_engine_monitor_url
@@ -33,23 +29,39 @@ struct dst_engine {
 
 namespace {
 
+// The engines dst_engine_create made and destroy/abort have not freed. A
+// handle is looked up here before it is touched, as sqlite's API armour
+// checks its connections: a destroyed handle (or a pointer that never was
+// one) is refused without reading the memory it points at. Leaked on
+// purpose: calls may come from other threads while the process exits.
+struct LiveHandles {
+  std::mutex mu;
+  std::unordered_set<const dst_engine_t *> live;
+};
+LiveHandles &Handles() {
+  static LiveHandles *handles = new LiveHandles;
+  return *handles;
+}
+
 // Entry into a call on one engine: the handle is live and no other call on
 // it is running (another thread's call is refused with DST_ERR_STATE, so
 // no update is silently lost); released when the call returns.
 class EngineCall {
  public:
   EngineCall(const dst_engine_t *engine, const char *call) : engine_(engine) {
+    LiveHandles &handles = Handles();
+    std::lock_guard<std::mutex> lock(handles.mu);
     if (engine == nullptr) {
       status_ = dst::capi::Fail(DST_ERR_INVALID_ARGUMENT, std::string(call) +
                                                               ": argument 'engine' is NULL; pass "
                                                               "a handle from dst_engine_create");
-    } else if (engine->magic.load() != dst_engine::kLiveMagic) {
+    } else if (handles.live.count(engine) == 0) {
       status_ = dst::capi::Fail(DST_ERR_INVALID_ARGUMENT,
                                 std::string(call) +
                                     ": the engine handle is not a live engine (used after "
                                     "dst_engine_destroy or dst_engine_abort, or not from "
                                     "dst_engine_create)");
-    } else if (engine->busy.exchange(true)) {
+    } else if (std::exchange(engine->busy, true)) {
       status_ = dst::capi::Fail(DST_ERR_STATE,
                                 std::string(call) +
                                     ": another call on this engine is still running on another "
@@ -60,7 +72,9 @@ class EngineCall {
     }
   }
   ~EngineCall() {
-    if (entered_) engine_->busy.store(false);
+    if (!entered_) return;
+    std::lock_guard<std::mutex> lock(Handles().mu);
+    engine_->busy = false;
   }
   EngineCall(const EngineCall &) = delete;
   EngineCall &operator=(const EngineCall &) = delete;
@@ -79,12 +93,15 @@ class EngineCall {
   if (!engine_call_guard.ok()) return engine_call_guard.status()
 
 // Destroy and abort: a handle already destroyed is left alone (a second
-// destroy is a no-op where the memory still reads as destroyed); one that is
-// running a call on another thread is not torn down under it.
-bool ReleasableHandle(dst_engine_t *engine) {
-  if (engine == nullptr) return false;
-  if (engine->magic.load() != dst_engine::kLiveMagic) return false;
-  return !engine->busy.load();
+// destroy is a no-op); one that is running a call on another thread is not
+// torn down under it. True: the handle is no longer live and is the
+// caller's to free.
+bool TakeHandle(dst_engine_t *engine) {
+  LiveHandles &handles = Handles();
+  std::lock_guard<std::mutex> lock(handles.mu);
+  if (engine == nullptr || handles.live.count(engine) == 0 || engine->busy) return false;
+  handles.live.erase(engine);
+  return true;
 }
 
 using dst::capi::Fail;
@@ -153,23 +170,26 @@ dst_status_t dst_engine_create(dst_engine_t **out, const dst_engine_options_t *o
   handle->engine = std::move(engine).value();
   handle->threads = dst::ResolveNumThreads(handle->engine->config().runtime.num_threads);
   handle->monitor_url = handle->engine->MonitorUrl();
+  {
+    LiveHandles &handles = Handles();
+    std::lock_guard<std::mutex> lock(handles.mu);
+    handles.live.insert(handle.get());
+  }
   *out = handle.release();
   return DST_OK;
   DST_CAPI_END
 }
 
 void dst_engine_destroy(dst_engine_t *engine) {
-  if (!ReleasableHandle(engine)) return;
+  if (!TakeHandle(engine)) return;
   engine->engine.reset();
-  engine->magic.store(dst_engine::kDeadMagic);
   delete engine;
 }
 
 void dst_engine_abort(dst_engine_t *engine) {
-  if (!ReleasableHandle(engine)) return;
+  if (!TakeHandle(engine)) return;
   engine->engine->Abort();
   engine->engine.reset();
-  engine->magic.store(dst_engine::kDeadMagic);
   delete engine;
 }
 

@@ -35,12 +35,13 @@
  * share the cores. An engine notices the misuse it can: a call made while
  * another call on the same engine is running on another thread is refused
  * with DST_ERR_STATE (nothing is run, nothing is lost), and a call on a
- * handle already passed to dst_engine_destroy / dst_engine_abort returns
- * DST_ERR_INVALID_ARGUMENT while its memory has not been reused; a second
- * destroy of such a handle, or a destroy while another thread's call is
- * running, does nothing. Beyond that (a handle whose memory was reused, a
- * pointer that never was a handle, overlapping calls on a dst_dataset_t)
- * the behaviour is undefined.
+ * handle already passed to dst_engine_destroy / dst_engine_abort, or on a
+ * pointer that never was an engine, returns DST_ERR_INVALID_ARGUMENT (the
+ * library keeps the set of live engines and never reads through a pointer
+ * outside it); a second destroy of such a handle, or a destroy while another
+ * thread's call is running, does nothing. Beyond that (a destroyed handle
+ * whose address a later dst_engine_create returned again: it is that new
+ * engine; overlapping calls on a dst_dataset_t) the behaviour is undefined.
  *
  * Multi-process jobs: dst_engine_create, dst_engine_train_batch,
  * dst_engine_eval_batch, dst_engine_forward_backward, dst_engine_save_checkpoint
