@@ -63,6 +63,7 @@ NpyArray ReadNpy(const std::string &path) {
   std::sregex_iterator it(dims.begin(), dims.end(), number), end;
   int64_t count = 1;
   for (; it != end; ++it) {
+    if (it->str().size() > 13) Bad(path, "a huge shape");  // > 2^40 (stoll would throw past 2^63)
     a.shape.push_back(std::stoll(it->str()));
     if (a.shape.back() > (int64_t(1) << 40) / std::max<int64_t>(count, 1))
       Bad(path, "a huge shape");
@@ -87,7 +88,7 @@ void FillArray(NpyArray *a, const std::vector<char> &raw, bool is_float, size_t 
   const size_t count = raw.size() / width;
   if (is_float) {
     a->f32.resize(count);
-    std::memcpy(a->f32.data(), raw.data(), raw.size());
+    if (count > 0) std::memcpy(a->f32.data(), raw.data(), count * 4);
     return;
   }
   a->ints.resize(count);

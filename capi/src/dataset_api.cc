@@ -1,4 +1,5 @@
 // dst_dataset_*: the C ABI over dst::TextDataset.
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -12,17 +13,27 @@ struct dst_dataset {
 
 namespace {
 
-bool IsKnownSplit(dst_split_t split) {
+// The split as the caller passed it. A C caller may pass any int; reading it
+// as the enum (whose values are 0 and 1) would be undefined in C++, so its
+// bytes are read as an int.
+int SplitValue(const dst_split_t &split) {
+  static_assert(sizeof(dst_split_t) == sizeof(int));
+  int value = 0;
+  std::memcpy(&value, &split, sizeof value);
+  return value;
+}
+
+bool IsKnownSplit(int split) {
   return split == DST_SPLIT_TRAIN || split == DST_SPLIT_VAL;
 }
 
-dst_status_t UnknownSplit(const char *function, dst_split_t split) {
+dst_status_t UnknownSplit(const char *function, int split) {
   return dst::capi::Fail(DST_ERR_INVALID_ARGUMENT, std::string(function) + ": unknown split " +
-                                                       std::to_string(static_cast<int>(split)) +
+                                                       std::to_string(split) +
                                                        "; use DST_SPLIT_TRAIN or DST_SPLIT_VAL");
 }
 
-dst::Split ToSplit(dst_split_t split) {
+dst::Split ToSplit(int split) {
   return split == DST_SPLIT_VAL ? dst::Split::kVal : dst::Split::kTrain;
 }
 
@@ -93,8 +104,9 @@ dst_status_t dst_dataset_num_tokens(const dst_dataset_t *dataset, dst_split_t sp
   DST_CAPI_BEGIN
   DST_CAPI_REQUIRE_NONNULL(dataset);
   DST_CAPI_REQUIRE_NONNULL(out_tokens);
-  if (!IsKnownSplit(split)) return UnknownSplit(__func__, split);
-  *out_tokens = dataset->text.num_tokens(ToSplit(split));
+  const int which = SplitValue(split);
+  if (!IsKnownSplit(which)) return UnknownSplit(__func__, which);
+  *out_tokens = dataset->text.num_tokens(ToSplit(which));
   return DST_OK;
   DST_CAPI_END
 }
@@ -115,11 +127,12 @@ dst_status_t dst_dataset_batch(const dst_dataset_t *dataset, dst_split_t split,
   DST_CAPI_REQUIRE_NONNULL(dataset);
   DST_CAPI_REQUIRE_NONNULL(tokens);
   DST_CAPI_REQUIRE_NONNULL(targets);
-  if (!IsKnownSplit(split)) return UnknownSplit(__func__, split);
+  const int which = SplitValue(split);
+  if (!IsKnownSplit(which)) return UnknownSplit(__func__, which);
   if (dst_status_t status = CheckBatchCount(n_samples, seq_len, count); status != DST_OK) {
     return status;
   }
-  const dst::BatchRequest request{ToSplit(split), batch_index, first_sample, n_samples, seq_len};
+  const dst::BatchRequest request{ToSplit(which), batch_index, first_sample, n_samples, seq_len};
   const dst::BatchBuffers buffers{{tokens, count}, {targets, count}};
   dst::Status status = dataset->text.Batch(request, buffers);
   return dst::capi::FromStatus(status.context("dst_dataset_batch"));
@@ -131,9 +144,10 @@ dst_status_t dst_dataset_read(const dst_dataset_t *dataset, dst_split_t split, s
   DST_CAPI_BEGIN
   DST_CAPI_REQUIRE_NONNULL(dataset);
   if (count > 0) DST_CAPI_REQUIRE_NONNULL(tokens);
-  if (!IsKnownSplit(split)) return UnknownSplit(__func__, split);
+  const int which = SplitValue(split);
+  if (!IsKnownSplit(which)) return UnknownSplit(__func__, which);
   return dst::capi::FromStatus(
-      dataset->text.Read(ToSplit(split), offset, std::span<int32_t>(tokens, count))
+      dataset->text.Read(ToSplit(which), offset, std::span<int32_t>(tokens, count))
           .context("dst_dataset_read"));
   DST_CAPI_END
 }

@@ -1,4 +1,5 @@
 // Status strings, last error and version: the parts of the C ABI that take no handle.
+#include <cstring>
 #include <string>
 
 #include "capi/src/capi_util.h"
@@ -54,7 +55,12 @@ dst_status_t FromStatus(const Status &status) {
 extern "C" {
 
 const char *dst_status_string(dst_status_t status) {
-  switch (status) {
+  // A C caller may pass any int: its bytes are read as one (reading a value
+  // outside the enum's as the enum would be undefined in C++).
+  static_assert(sizeof(dst_status_t) == sizeof(int));
+  int value = 0;
+  std::memcpy(&value, &status, sizeof value);
+  switch (value) {
     case DST_OK:
       return "ok";
     case DST_ERR_INVALID_ARGUMENT:

@@ -44,7 +44,8 @@ DST_HOST_DEVICE inline float FastExp(float x) {
   p = p * r + kExpP2;
   p = p * r + kExpP1;
   p = p * r + kExpP0;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  // NaN stays NaN through p; the exponent must not come from converting it.
+  const int32_t bits = (static_cast<int32_t>(n == n ? n : 0.0f) + 127) << 23;
   return p * __builtin_bit_cast(float, bits);  // std::bit_cast, also in nvcc's C++17
 }
 DST_HOST_DEVICE inline double FastExp(double x) {

@@ -159,7 +159,7 @@ Result<ModelSpec> ParseModelSpec(std::string_view json_text) {
   Json root;
   try {
     root = Json::parse(json_text);
-  } catch (const Json::parse_error &e) {
+  } catch (const Json::exception &e) {  // parse_error, and out_of_range for a number like 1e999
     return ConfigError(std::string("model spec: malformed JSON: ") + e.what());
   }
   if (!root.is_object()) return Expected("$", "a JSON object", root);

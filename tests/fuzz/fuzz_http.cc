@@ -7,12 +7,15 @@
 // own rules: the path check and the bearer-token comparison.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -93,16 +96,38 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(FrontPort()));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0) std::abort();
+  // Closed with a reset, not FIN: hundreds of thousands of connections a
+  // minute would otherwise fill the ephemeral ports with TIME_WAIT.
+  const linger reset{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+  if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0) {
+    // libFuzzer's timer (SIGALRM) may interrupt it; the connection goes on.
+    pollfd p{fd, POLLOUT, 0};
+    int error = errno;
+    socklen_t length = sizeof error;
+    if (error == EINTR && poll(&p, 1, 5000) == 1)
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+    if (error != 0 && error != EINTR) {
+      errno = error;
+      std::perror("fuzz_http: connecting to the front");
+      std::abort();
+    }
+  }
   for (size_t sent = 0; sent < size;) {
     const ssize_t n = send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the front may close early (431)
     sent += size_t(n);
   }
   shutdown(fd, SHUT_WR);
   std::string answer;
   char buffer[4096];
-  for (ssize_t n; (n = recv(fd, buffer, sizeof buffer, 0)) > 0;) answer.append(buffer, size_t(n));
+  for (;;) {
+    const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    answer.append(buffer, size_t(n));
+  }
   close(fd);
   if (!answer.empty() && answer.rfind("HTTP/1.1 ", 0) != 0) std::abort();
   return 0;

@@ -30,6 +30,14 @@ TEST(ModelSpecErrors, TwoSpellingsOfOneKeyAreAnError) {
           .ok());
 }
 
+// Found by fuzzing: a number beyond double's range made the JSON parser
+// throw out_of_range, which escaped as std::terminate.
+TEST(ModelSpecErrors, ANumberBeyondDoubleRangeIsMalformedJsonNotACrash) {
+  const std::string e = Error(R"({"type":"gpt","vocab_size":64,"n_ctx":1e999,"n_layer":1})");
+  EXPECT_NE(e.find("model spec: malformed JSON"), std::string::npos) << e;
+  EXPECT_NE(e.find("number overflow"), std::string::npos) << e;
+}
+
 TEST(ModelSpecErrors, AModelWithoutLayersIsRefusedByName) {
   for (const char *text :
        {R"({"type":"gpt","vocab_size":64,"n_ctx":8,"n_layer":0,"n_head":2,"d_model":16})",
