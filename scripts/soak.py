@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Soak tests: what a long-lived process or job holds must stay flat.
 
   scripts/soak.py cycles [--cycles 1000]

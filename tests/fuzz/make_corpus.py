@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Writes the fuzz targets' seed corpus (tests/fuzz/corpus/<target>/) from the
 project's example configs and model specs and from small files in each
 format the readers take. Run again after a format changes; the files are
