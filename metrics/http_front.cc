@@ -54,8 +54,7 @@ std::string ErrnoText(int err) {
 std::string PeerAddress(const sockaddr_storage &addr) {
   char text[INET6_ADDRSTRLEN] = "";
   if (addr.ss_family == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6 &>(addr).sin6_addr, text,
-              sizeof text);
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6 &>(addr).sin6_addr, text, sizeof text);
   } else {
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in &>(addr).sin_addr, text, sizeof text);
   }
@@ -424,16 +423,13 @@ Result<std::unique_ptr<HttpFront>> HttpFront::Start(const HttpFrontOptions &opti
     ::setsockopt(loop->listener.get(), IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
   if (::bind(loop->listener.get(), reinterpret_cast<sockaddr *>(&storage), length) != 0) {
     *bind_error = errno;
-    return IoError("the metrics HTTP server cannot listen on " + address + ": " +
-                   ErrnoText(errno));
+    return IoError("the metrics HTTP server cannot listen on " + address + ": " + ErrnoText(errno));
   }
   if (::listen(loop->listener.get(), 1024) != 0)
-    return IoError("the metrics HTTP server cannot listen on " + address + ": " +
-                   ErrnoText(errno));
+    return IoError("the metrics HTTP server cannot listen on " + address + ": " + ErrnoText(errno));
   sockaddr_storage bound{};
   socklen_t bound_length = sizeof bound;
-  if (::getsockname(loop->listener.get(), reinterpret_cast<sockaddr *>(&bound), &bound_length) !=
-      0)
+  if (::getsockname(loop->listener.get(), reinterpret_cast<sockaddr *>(&bound), &bound_length) != 0)
     return IoError("the metrics HTTP server cannot read its port: " + ErrnoText(errno));
   loop->port = ntohs(family == AF_INET6 ? reinterpret_cast<sockaddr_in6 &>(bound).sin6_port
                                         : reinterpret_cast<sockaddr_in &>(bound).sin_port);

@@ -18,8 +18,8 @@
 namespace dst::metrics {
 
 struct HttpFrontOptions {
-  std::string host;  // "127.0.0.1", "[::1]", "0.0.0.0": as ListenHost gives it
-  int port = 0;      // 0 = any free port
+  std::string host;      // "127.0.0.1", "[::1]", "0.0.0.0": as ListenHost gives it
+  int port = 0;          // 0 = any free port
   int backend_port = 0;  // CivetWeb's, on 127.0.0.1
   // Sent to the backend in kPeerHeader with the client's address, so that
   // CivetWeb's handler can tell the real client from the front.
@@ -42,8 +42,7 @@ class HttpFront {
   // Binds and listens on host:port and starts the thread. Errors name the
   // address and the reason; *bind_error is the errno of a failed bind (0
   // otherwise), for the caller's advice (a port in use, ...).
-  static Result<std::unique_ptr<HttpFront>> Start(const HttpFrontOptions &options,
-                                                  int *bind_error);
+  static Result<std::unique_ptr<HttpFront>> Start(const HttpFrontOptions &options, int *bind_error);
   // Stops the thread and closes every connection.
   ~HttpFront();
   HttpFront(const HttpFront &) = delete;

@@ -30,10 +30,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (const char *tag : {"", "global_step2"}) {
     dst::Result<dst::LoadedCheckpoint> meta = dst::ReadCheckpointMeta(dir, tag);
     if (!meta.ok()) continue;
-    const nlohmann::json *files = meta.value().meta.contains("files") ? &meta.value().meta["files"]
-                                                                      : nullptr;
+    const nlohmann::json *files =
+        meta.value().meta.contains("files") ? &meta.value().meta["files"] : nullptr;
     if (files == nullptr || !files->is_object()) continue;
-    for (const auto &item : files->items()) (void)dst::LoadCheckpointFile(&meta.value(), item.key());
+    for (const auto &item : files->items())
+      (void)dst::LoadCheckpointFile(&meta.value(), item.key());
   }
   return 0;
 }

@@ -35,7 +35,8 @@ int64_t StatusField(const std::string &field) {
   std::ifstream in("/proc/self/status");
   const std::string prefix = field + ":";
   for (std::string line; std::getline(in, line);)
-    if (line.compare(0, prefix.size(), prefix) == 0) return std::atoll(line.c_str() + prefix.size());
+    if (line.compare(0, prefix.size(), prefix) == 0)
+      return std::atoll(line.c_str() + prefix.size());
   return -1;
 }
 
@@ -97,12 +98,12 @@ int main(int argc, char **argv) {
         !Check(dst_engine_save_checkpoint(engine, ckpt.c_str(), "soak", nullptr), "saving"))
       return 1;
     dst_engine_destroy(engine);
-    std::printf("{\"cycle\": %d, \"loss\": %.4f, \"fds\": %lld, \"threads\": %lld, "
-                "\"rss_bytes\": %lld}\n",
-                cycle, loss,
-                static_cast<long long>(OpenDescriptors()),
-                static_cast<long long>(StatusField("Threads")),
-                static_cast<long long>(StatusField("VmRSS") * 1024));
+    std::printf(
+        "{\"cycle\": %d, \"loss\": %.4f, \"fds\": %lld, \"threads\": %lld, "
+        "\"rss_bytes\": %lld}\n",
+        cycle, loss, static_cast<long long>(OpenDescriptors()),
+        static_cast<long long>(StatusField("Threads")),
+        static_cast<long long>(StatusField("VmRSS") * 1024));
     std::fflush(stdout);
   }
   return 0;
