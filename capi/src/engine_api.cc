@@ -1,11 +1,15 @@
 // dst_engine_*: the C ABI over dst::Engine.
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "capi/src/capi_util.h"
 #include "capi/src/versioned_struct.h"
@@ -21,6 +25,12 @@ struct dst_engine {
   // Calls on one engine must not overlap: the second is refused, not run.
   // Changed only under the live-handle lock (LiveHandles).
   mutable bool busy = false;
+  // dst_engine_abort was called: every later call is refused with
+  // DST_ERR_ABORTED until the handle is freed. Under the live-handle lock.
+  mutable bool aborting = false;
+  // The thread running the current call (when busy): an abort from that
+  // same thread cannot wait for the call to return.
+  mutable std::thread::id caller;
   std::string metrics_json;  // returned by dst_engine_metrics_json
   std::string memory_json;   // returned by dst_engine_memory_status
   std::string monitor_url;   // returned by dst_engine_monitor_url
@@ -36,7 +46,10 @@ namespace {
 // purpose: calls may come from other threads while the process exits.
 struct LiveHandles {
   std::mutex mu;
+  std::condition_variable idle;  // a call on some engine returned
   std::unordered_set<const dst_engine_t *> live;
+  // Aborted handles, kept so that their addresses never come back (dst_engine_abort).
+  std::unordered_map<const dst_engine_t *, std::unique_ptr<dst_engine_t>> dead;
 };
 LiveHandles &Handles() {
   static LiveHandles *handles = new LiveHandles;
@@ -55,6 +68,12 @@ class EngineCall {
       status_ = dst::capi::Fail(DST_ERR_INVALID_ARGUMENT, std::string(call) +
                                                               ": argument 'engine' is NULL; pass "
                                                               "a handle from dst_engine_create");
+    } else if (handles.dead.count(engine) != 0 || (handles.live.count(engine) != 0 &&
+                                                   engine->aborting)) {
+      status_ = dst::capi::Fail(DST_ERR_ABORTED,
+                                std::string(call) +
+                                    ": the engine was aborted (dst_engine_abort); the handle can "
+                                    "only be destroyed now");
     } else if (handles.live.count(engine) == 0) {
       status_ = dst::capi::Fail(DST_ERR_INVALID_ARGUMENT,
                                 std::string(call) +
@@ -68,13 +87,18 @@ class EngineCall {
                                     "thread; calls on one dst_engine_t must not overlap (serialize "
                                     "them, or give each thread its own engine)");
     } else {
+      engine->caller = std::this_thread::get_id();
       entered_ = true;
     }
   }
   ~EngineCall() {
     if (!entered_) return;
-    std::lock_guard<std::mutex> lock(Handles().mu);
-    engine_->busy = false;
+    LiveHandles &handles = Handles();
+    {
+      std::lock_guard<std::mutex> lock(handles.mu);
+      engine_->busy = false;
+    }
+    handles.idle.notify_all();
   }
   EngineCall(const EngineCall &) = delete;
   EngineCall &operator=(const EngineCall &) = delete;
@@ -106,6 +130,32 @@ bool TakeHandle(dst_engine_t *engine) {
 
 using dst::capi::Fail;
 using dst::capi::FromStatus;
+
+// A call that failed after dst_engine_abort was asked for failed because of
+// it (a wait cut short, a connection the abort closed): DST_ERR_ABORTED.
+dst_status_t EngineStatus(const dst_engine_t *engine, const dst::Status &status) {
+  if (!status.ok() && status.code() != dst::Code::kAborted && engine->engine->abort_requested())
+    return Fail(DST_ERR_ABORTED, "aborted (dst_engine_abort) while running: " + status.message());
+  return FromStatus(status);
+}
+
+// dst_engine_abort's first half: marks the engine aborting and, when a call
+// on it runs on another thread, raises its abort signal and waits until
+// that call has returned. False: nothing to do (not live, or already being
+// aborted by another thread), or the running call is on this very thread
+// (a signal handler that interrupted it): the signal is raised, the call
+// returns DST_ERR_ABORTED, and the handle stays for dst_engine_destroy.
+bool StopRunningCall(dst_engine_t *engine) {
+  LiveHandles &handles = Handles();
+  std::unique_lock<std::mutex> lock(handles.mu);
+  if (engine == nullptr || handles.live.count(engine) == 0 || engine->aborting) return false;
+  engine->aborting = true;
+  if (!engine->busy) return true;
+  engine->engine->RequestAbort();
+  if (engine->caller == std::this_thread::get_id()) return false;
+  handles.idle.wait(lock, [&] { return !engine->busy; });
+  return true;
+}
 using dst::capi::ReadStruct;
 using dst::capi::WriteStruct;
 
@@ -182,15 +232,28 @@ dst_status_t dst_engine_create(dst_engine_t **out, const dst_engine_options_t *o
 
 void dst_engine_destroy(dst_engine_t *engine) {
   if (!TakeHandle(engine)) return;
+  // After an abort (one that could not wait for its call), no handshake.
+  if (engine->engine->abort_requested()) engine->engine->Abort();
   engine->engine.reset();
   delete engine;
 }
 
 void dst_engine_abort(dst_engine_t *engine) {
+  if (!StopRunningCall(engine)) return;
   if (!TakeHandle(engine)) return;
   engine->engine->Abort();
   engine->engine.reset();
-  delete engine;
+  // The handle's few bytes are kept, not freed: an aborted handle may still
+  // be held by another thread or an SDK object that will destroy it, and
+  // its address must not come back from a later dst_engine_create (that
+  // destroy would then free someone else's engine).
+  std::string().swap(engine->metrics_json);
+  std::string().swap(engine->memory_json);
+  std::string().swap(engine->monitor_url);
+  std::string().swap(engine->client_state);
+  LiveHandles &handles = Handles();
+  std::lock_guard<std::mutex> lock(handles.mu);
+  handles.dead.emplace(engine, std::unique_ptr<dst_engine_t>(engine));
 }
 
 dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *info) {
@@ -229,7 +292,7 @@ dst_status_t dst_engine_get_info(const dst_engine_t *engine, dst_engine_info_t *
   dst::BatchView view;                                                              \
   if (dst_status_t s = ToBatchView(batch, call_name, &view); s != DST_OK) return s; \
   dst::SetNumThreads(engine->threads);                                              \
-  return FromStatus(engine->engine->method(view, out_loss));                        \
+  return EngineStatus(engine, engine->engine->method(view, out_loss));                        \
   DST_CAPI_END
 
 dst_status_t dst_engine_train_batch(dst_engine_t *engine, const dst_batch_t *batch,
@@ -306,7 +369,7 @@ dst_status_t dst_engine_get_param(const dst_engine_t *engine, const char *name, 
   DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(name);
   DST_CAPI_REQUIRE_NONNULL(data);
-  return FromStatus(engine->engine->GetParam(name, data, count));
+  return EngineStatus(engine, engine->engine->GetParam(name, data, count));
   DST_CAPI_END
 }
 
@@ -316,7 +379,7 @@ dst_status_t dst_engine_set_param(dst_engine_t *engine, const char *name, const 
   DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(name);
   DST_CAPI_REQUIRE_NONNULL(data);
-  return FromStatus(engine->engine->SetParam(name, data, count));
+  return EngineStatus(engine, engine->engine->SetParam(name, data, count));
   DST_CAPI_END
 }
 
@@ -326,7 +389,7 @@ dst_status_t dst_engine_get_grad(const dst_engine_t *engine, const char *name, f
   DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(name);
   DST_CAPI_REQUIRE_NONNULL(data);
-  return FromStatus(engine->engine->GetGrad(name, data, count));
+  return EngineStatus(engine, engine->engine->GetGrad(name, data, count));
   DST_CAPI_END
 }
 
@@ -337,7 +400,7 @@ dst_status_t dst_engine_save_checkpoint(dst_engine_t *engine, const char *dir, c
   DST_CAPI_REQUIRE_NONNULL(dir);
   const std::string resolved_tag =
       tag ? std::string(tag) : "global_step" + std::to_string(engine->engine->steps());
-  return FromStatus(engine->engine->SaveCheckpoint(dir, resolved_tag, OrEmpty(client_state_json)));
+  return EngineStatus(engine, engine->engine->SaveCheckpoint(dir, resolved_tag, OrEmpty(client_state_json)));
   DST_CAPI_END
 }
 
@@ -348,7 +411,7 @@ dst_status_t dst_engine_load_checkpoint(dst_engine_t *engine, const char *dir, c
   DST_CAPI_REQUIRE_NONNULL(dir);
   std::string client;
   dst::Status st = engine->engine->LoadCheckpoint(dir, OrEmpty(tag), &client);
-  if (!st.ok()) return FromStatus(st);
+  if (!st.ok()) return EngineStatus(engine, st);
   engine->client_state = std::move(client);
   if (out_client_state) *out_client_state = engine->client_state.c_str();
   return DST_OK;
@@ -360,7 +423,7 @@ dst_status_t dst_engine_load_weights(dst_engine_t *engine, const char *dir, cons
   DST_ENGINE_ENTER(engine);
   DST_CAPI_REQUIRE_NONNULL(dir);
   dst::SetNumThreads(engine->threads);
-  return FromStatus(engine->engine->LoadWeights(dir, OrEmpty(tag)));
+  return EngineStatus(engine, engine->engine->LoadWeights(dir, OrEmpty(tag)));
   DST_CAPI_END
 }
 

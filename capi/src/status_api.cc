@@ -43,6 +43,7 @@ DST_SAME_STATUS(kOutOfMemory, DST_ERR_OUT_OF_MEMORY);
 DST_SAME_STATUS(kComm, DST_ERR_COMM);
 DST_SAME_STATUS(kNumeric, DST_ERR_NUMERIC);
 DST_SAME_STATUS(kInternal, DST_ERR_INTERNAL);
+DST_SAME_STATUS(kAborted, DST_ERR_ABORTED);
 #undef DST_SAME_STATUS
 
 dst_status_t FromStatus(const Status &status) {
@@ -83,6 +84,8 @@ const char *dst_status_string(dst_status_t status) {
       return "numerical error";
     case DST_ERR_INTERNAL:
       return "internal error";
+    case DST_ERR_ABORTED:
+      return "aborted";
   }
   return "unknown status";
 }

@@ -96,8 +96,11 @@ class StallChecker {
  public:
   virtual ~StallChecker() = default;
   // Called every ~100 ms while a caller waits for a task the worker runs;
-  // returns why the wait must end now ("" to go on waiting).
-  virtual std::string WhileWaiting(CommOp op, int64_t bytes) = 0;
+  // returns why the wait must end now (ok to go on waiting).
+  virtual Status WhileWaiting(CommOp op, int64_t bytes) = 0;
+  // Whether this rank was aborted: an operation that failed after it (its
+  // connections were closed under it) reports the abort, not the failure.
+  virtual bool AbortRaised() const = 0;
 };
 
 class TaskWork final : public Work {
@@ -110,12 +113,16 @@ class TaskWork final : public Work {
     while (!task_->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return task_->done; })) {
       if (!checker_) continue;
       lock.unlock();
-      const std::string stalled = checker_->WhileWaiting(task_->op, task_->bytes);
+      Status stalled = checker_->WhileWaiting(task_->op, task_->bytes);
       lock.lock();
-      // A stalled peer: the wait ends now; the worker stays in Gloo's read
-      // until its own timeout and then finds the communicator broken.
-      if (!stalled.empty() && !task_->done) return Status(Code::kComm, stalled);
+      // A stalled peer or an abort: the wait ends now; the worker stays in
+      // Gloo's read until its own timeout (or the abort closes the group's
+      // connections) and then finds the communicator broken.
+      if (!stalled.ok() && !task_->done) return stalled;
     }
+    if (!task_->status.ok() && checker_ && checker_->AbortRaised())
+      return AbortedError(std::string(CommOpName(task_->op)) + " of " +
+                          std::to_string(task_->bytes) + " bytes");
     return task_->status;
   }
   bool Test() override {
@@ -163,10 +170,13 @@ class P2pWork final : public Work {
         !state_->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return state_->done; })) {
       if (!checker_) continue;
       lock.unlock();
-      const std::string stalled = checker_->WhileWaiting(state_->record.op, state_->record.bytes);
+      Status stalled = checker_->WhileWaiting(state_->record.op, state_->record.bytes);
       lock.lock();
-      if (!stalled.empty() && !state_->done) return Status(Code::kComm, stalled);
+      if (!stalled.ok() && !state_->done) return stalled;
     }
+    if (!state_->status.ok() && checker_ && checker_->AbortRaised())
+      return AbortedError(std::string(CommOpName(state_->record.op)) + " of " +
+                          std::to_string(state_->record.bytes) + " bytes");
     return state_->status;
   }
   bool Test() override {
@@ -283,20 +293,43 @@ class GlooGroup final : public Communicator, public StallChecker {
           store, std::move(peers), std::max(std::chrono::milliseconds(1500), options.timeout / 2));
   }
 
-  // A peer that stopped beating ends the wait at once with its name; the
-  // communicator is broken from then on (later operations fail at once).
-  std::string WhileWaiting(CommOp op, int64_t bytes) override {
+  // An abort on this rank ends the wait; so does a peer that stopped
+  // beating or aborted, with its name. The communicator is broken from then
+  // on (later operations fail at once).
+  Status WhileWaiting(CommOp op, int64_t bytes) override {
+    const std::string what = std::string(CommOpName(op)) + " of " + std::to_string(bytes) +
+                             " bytes on group '" + options_.name + "' (rank " +
+                             std::to_string(rank()) + " of " + std::to_string(size()) + ")";
+    if (Aborted()) return AbortedError(what);
     std::lock_guard<std::mutex> lock(watch_mu_);
-    if (!watch_) return "";
+    if (!watch_) return Status::Ok();
     if (stall_.empty()) {
       std::string stalled = watch_->Check();
-      if (stalled.empty()) return "";
+      if (stalled.empty()) return Status::Ok();
       std::lock_guard<std::mutex> reason(mu_);
       stall_ = std::move(stalled);
     }
-    return std::string(CommOpName(op)) + " of " + std::to_string(bytes) + " bytes on group '" +
-           options_.name + "' (rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
-           ") failed: " + stall_ + "; every rank stops";
+    return Status(Code::kComm, what + " failed: " + stall_ + "; every rank stops");
+  }
+
+  bool Aborted() const { return Raised(options_.abort.get()); }
+  bool AbortRaised() const override { return Aborted(); }
+
+  // After an abort: drops the connections to every peer, so that a worker
+  // or a p2p waiter blocked in Gloo on a peer that will never answer fails
+  // now instead of at the group's timeout.
+  void CloseConnections() {
+    try {
+      context_->closeConnections();
+    } catch (const std::exception &) {  // already closed or broken: nothing left to drop
+    }
+  }
+
+  // Whether the worker finished its last task within `timeout` (it is not
+  // inside Gloo any more and can be joined).
+  bool WorkerLeftGloo(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return !running_; });
   }
 
   // Ends the worker's loop once its queue is empty.
@@ -322,9 +355,16 @@ class GlooGroup final : public Communicator, public StallChecker {
         if (queue_.empty()) return;
         task = queue_.front();
         queue_.pop_front();
+        running_ = true;
       }
       task->started = Clock::now();
-      Finish(*task, Execute(*task));
+      Status status = Execute(*task);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        running_ = false;
+      }
+      cv_.notify_all();
+      Finish(*task, std::move(status));
     }
   }
 
@@ -424,8 +464,11 @@ class GlooGroup final : public Communicator, public StallChecker {
       return std::make_unique<DoneWork>(
           InvalidArgument(what + ": the peer must be another rank of the group"));
     Store *store = store_;
-    auto describe = [what, store](const std::string &cause) {
-      const std::string lost = DescribeLostRanks(*store, std::chrono::seconds(3));
+    const int64_t global_peer =
+        options_.global_ranks.empty() ? -1 : options_.global_ranks[size_t(peer)];
+    auto describe = [what, store, global_peer](const std::string &cause) {
+      std::string lost = global_peer < 0 ? "" : DescribeAbortedRank(*store, global_peer);
+      if (lost.empty()) lost = DescribeLostRanks(*store, std::chrono::seconds(3));
       return what + " failed: " + cause + ". " +
              (lost.empty() ? "The peer rank has died or stalled" : lost) +
              "; every rank stops within dstrain.comm_timeout_seconds";
@@ -512,6 +555,7 @@ class GlooGroup final : public Communicator, public StallChecker {
   // the first error, so no rank waits on a mesh that is already broken.
   Status Execute(Task &task) {
     if (!broken_.ok()) return broken_;
+    if (Aborted()) return broken_ = AbortedError("group '" + options_.name + "'");
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!stall_.empty())
@@ -522,6 +566,7 @@ class GlooGroup final : public Communicator, public StallChecker {
       task.run();
       return Status::Ok();
     } catch (const std::exception &e) {
+      if (Aborted()) return broken_ = AbortedError("group '" + options_.name + "'");
       std::string stalled;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -535,7 +580,12 @@ class GlooGroup final : public Communicator, public StallChecker {
                                           "; every rank stops");
         return broken_;
       }
-      std::string lost = DescribeLostRanks(*store_, std::chrono::seconds(1));
+      std::string lost;
+      if (watch_) {
+        std::lock_guard<std::mutex> watching(watch_mu_);
+        lost = watch_->Aborted();
+      }
+      if (lost.empty()) lost = DescribeLostRanks(*store_, std::chrono::seconds(1));
       if (lost.empty() && watch_) {
         std::lock_guard<std::mutex> watching(watch_mu_);
         lost = watch_->Behind(options_.global_ranks[size_t(options_.rank)]);
@@ -576,6 +626,7 @@ class GlooGroup final : public Communicator, public StallChecker {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Task>> queue_;
   bool stopping_ = false;
+  bool running_ = false;  // the worker is inside a task (under mu_)
   uint32_t next_tag_ = 1;
   CompletionHook hook_;
   Status broken_;  // touched only by the worker thread
@@ -594,6 +645,13 @@ class GlooCommunicator final : public Communicator {
       : group_(std::move(group)), worker_([g = group_] { g->RunWorker(); }) {}
   ~GlooCommunicator() override {
     group_->Stop();
+    if (group_->Aborted()) {
+      group_->CloseConnections();
+      if (!group_->WorkerLeftGloo(std::chrono::milliseconds(1000))) {
+        worker_.detach();
+        return;
+      }
+    }
     if (group_->Stalled())
       worker_.detach();
     else

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/common/abort_signal.h"
 #include "core/comm/store.h"
 
 namespace dst {
@@ -31,6 +32,10 @@ struct GlooOptions {
   // communication.topology "ring": sums (all-reduce, reduce) run Gloo's ring
   // algorithm instead of halving-doubling (the default, "tree").
   bool ring_sums = false;
+  // Raised by dst_engine_abort: a wait in an operation of the group returns
+  // kAborted within 100 ms, and the group's connections close when it goes
+  // (null: never raised).
+  std::shared_ptr<const AbortSignal> abort;
 };
 
 // Connects the full mesh of the group. Errors name the group and the cause.

@@ -5,8 +5,8 @@
 
 namespace dst {
 
-Heartbeat::Heartbeat(Store *store, int64_t rank)
-    : store_(store), rank_(rank), thread_([this] { Run(); }) {}
+Heartbeat::Heartbeat(Store *store, int64_t rank, std::shared_ptr<const AbortSignal> abort)
+    : store_(store), rank_(rank), abort_(std::move(abort)), thread_([this] { Run(); }) {}
 
 Heartbeat::~Heartbeat() {
   {
@@ -19,11 +19,31 @@ Heartbeat::~Heartbeat() {
 
 void Heartbeat::Run() {
   const std::string key = kBeatKey + std::to_string(rank_);
+  // The wait between beats is cut into slices so that an abort is told to
+  // the peers within one slice (raising the signal cannot notify a
+  // condition variable: it may come from a thread that must not block).
+  constexpr std::chrono::milliseconds kSlice(100);
   for (int64_t beats = 1;; ++beats) {
-    const std::string text = std::to_string(beats) + " " + std::to_string(progress_.load());
+    const bool aborted = Raised(abort_.get());
+    const std::string text = std::to_string(beats) + " " + std::to_string(progress_.load()) +
+                             (aborted ? " aborted" : "");
     (void)store_->Set(key, std::vector<uint8_t>(text.begin(), text.end()));
     std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_for(lock, kBeatInterval, [&] { return stopping_; })) return;
+    bool stop = false;
+    for (auto waited = std::chrono::milliseconds(0); waited < kBeatInterval; waited += kSlice) {
+      stop = cv_.wait_for(lock, kSlice, [&] { return stopping_; });
+      if (stop || (!aborted && Raised(abort_.get()))) break;
+    }
+    // Stopping: an abort raised since the last beat is still told.
+    if (stop && (aborted || !Raised(abort_.get()))) return;
+    if (stop) {
+      lock.unlock();
+      const std::string last = std::to_string(beats + 1) + " " +
+                               std::to_string(progress_.load()) + " aborted";
+      (void)store_->SetWithin(key, std::vector<uint8_t>(last.begin(), last.end()),
+                              std::chrono::milliseconds(500));
+      return;
+    }
   }
 }
 
@@ -33,8 +53,25 @@ Beat ReadBeat(Store &store, int64_t rank) {
       store.Get(kBeatKey + std::to_string(rank), std::chrono::milliseconds(1));
   if (!value.ok()) return beat;
   std::istringstream in(std::string(value->begin(), value->end()));
-  in >> beat.beats >> beat.progress;
+  std::string mark;
+  in >> beat.beats >> beat.progress >> mark;
+  beat.aborted = mark == "aborted";
   return beat;
+}
+
+std::string DescribeAbortedRank(Store &store, int64_t rank) {
+  if (!ReadBeat(store, rank).aborted) return "";
+  return "rank " + std::to_string(rank) +
+         " aborted: its program called dst_engine_abort (Engine.abort), so it will not take part "
+         "any more (see that rank's output for why)";
+}
+
+std::string StallWatch::Aborted() {
+  for (int64_t peer : peers_) {
+    std::string aborted = DescribeAbortedRank(*store_, peer);
+    if (!aborted.empty()) return aborted;
+  }
+  return "";
 }
 
 std::string StallWatch::Check() {
@@ -46,6 +83,7 @@ std::string StallWatch::Check() {
   for (size_t i = 0; i < peers_.size(); ++i) {
     const Beat beat = ReadBeat(*store_, peers_[i]);
     if (beat.beats < 0) continue;  // not beating yet (or the store is gone): no verdict
+    if (beat.aborted) return DescribeAbortedRank(*store_, peers_[i]);
     Seen &seen = seen_[i];
     if (beat.beats != seen.beat.beats) {
       seen = Seen{beat, now};

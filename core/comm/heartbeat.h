@@ -11,11 +11,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "core/comm/store.h"
+#include "core/common/abort_signal.h"
 
 namespace dst {
 
@@ -24,8 +27,10 @@ inline constexpr std::chrono::milliseconds kBeatInterval(400);
 
 class Heartbeat {
  public:
-  // Starts beating for `rank` (the store must outlive this object).
-  Heartbeat(Store *store, int64_t rank);
+  // Starts beating for `rank` (the store must outlive this object). Once
+  // `abort` is raised, the next beat (within 100 ms) and every later one
+  // says so, and the peers waiting on this rank name the abort.
+  Heartbeat(Store *store, int64_t rank, std::shared_ptr<const AbortSignal> abort = nullptr);
   ~Heartbeat();
   Heartbeat(const Heartbeat &) = delete;
   Heartbeat &operator=(const Heartbeat &) = delete;
@@ -36,6 +41,7 @@ class Heartbeat {
   void Run();
   Store *store_;
   int64_t rank_;
+  std::shared_ptr<const AbortSignal> abort_;
   std::atomic<int64_t> progress_{0};
   std::mutex mu_;
   std::condition_variable cv_;
@@ -45,9 +51,13 @@ class Heartbeat {
 
 struct Beat {
   int64_t beats = -1, progress = -1;  // -1: none published yet
+  bool aborted = false;               // the rank's engine was aborted
 };
 // The last beat `rank` published (-1s when none or unreadable).
 Beat ReadBeat(Store &store, int64_t rank);
+// "rank N aborted ..." when `rank`'s last beat says its engine was aborted;
+// "" otherwise.
+std::string DescribeAbortedRank(Store &store, int64_t rank);
 
 // Watches the peers of a group while this rank waits in one of its
 // operations: a peer whose beats stop for `stall_after` is stalled.
@@ -58,6 +68,9 @@ class StallWatch {
   // Reads every peer's beat (at most once per beat interval); returns a
   // description of the first stalled peer, or "" when none is.
   std::string Check();
+  // The first peer whose engine was aborted, described ("" when none); reads
+  // every peer's beat now.
+  std::string Aborted();
   // After an operation timed out with every peer beating: the peers whose
   // progress is behind `self`'s (alive, but elsewhere — in user code between
   // train_batch calls), described; "" when none is.

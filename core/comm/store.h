@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/abort_signal.h"
 #include "core/common/status.h"
 
 namespace dst {
@@ -35,6 +36,13 @@ class Store {
   // Atomic counter (the value is stored as decimal text, so Get returns
   // "3"); a missing key counts from 0. Returns the new value.
   virtual Result<int64_t> Add(const std::string &key, int64_t delta) = 0;
+  // Set within `timeout` (not the store's), even after the abort signal was
+  // raised: an aborted rank's last words (its heartbeat says "aborted").
+  virtual Status SetWithin(const std::string &key, const std::vector<uint8_t> &value,
+                           std::chrono::milliseconds timeout) {
+    (void)timeout;
+    return Set(key, value);
+  }
   // Drops the connection now, without saying this rank finished: later calls
   // fail at once and the server counts the rank as lost. For an engine torn
   // down after a failure (dst_engine_abort), which must wait for no one.
@@ -48,6 +56,10 @@ struct TcpStoreOptions {
   int64_t rank = 0, world_size = 1;
   std::string job_token;                      // DSTRAIN_JOB_TOKEN; must match the server's
   std::chrono::milliseconds timeout{300000};  // connect + every op
+  // Raised by dst_engine_abort: a blocking Get or Wait returns kAborted
+  // after its current 250 ms slice, and a call on a server that stopped
+  // answering gives up 400 ms after the signal (null: never raised).
+  std::shared_ptr<const AbortSignal> abort;
 };
 
 // Rank 0 starts the server (a background thread owned by the returned object)

@@ -83,6 +83,7 @@ TcpStore::TcpStore(const TcpStoreOptions &options, int port)
     : host_(options.host),
       port_(port),
       endpoint_(tcp_store::Endpoint(options.host, port)),
+      abort_(options.abort),
       rank_(options.rank),
       world_size_(options.world_size),
       job_token_(options.job_token),
@@ -177,7 +178,7 @@ void TcpStore::Turns::unlock() {
 }
 
 Result<Reply> TcpStore::Call(const Request &request, Clock::time_point deadline,
-                             const std::string &doing) {
+                             const std::string &doing, bool abortable) {
   try {
     const Clock::time_point queued = Clock::now();
     std::lock_guard<Turns> lock(turns_);
@@ -185,9 +186,14 @@ Result<Reply> TcpStore::Call(const Request &request, Clock::time_point deadline,
     if (!broken_.empty()) return CommFailure(doing + ": " + broken_);
     std::vector<uint8_t> frame;
     tcp_store::AppendFrame(tcp_store::EncodeRequest(request), frame);
-    tcp_store::TransferStatus sent = tcp_store::SendAll(socket_.get(), frame, deadline);
+    const AbortSignal *abort = abortable ? abort_.get() : nullptr;
+    tcp_store::TransferStatus sent = tcp_store::SendAll(socket_.get(), frame, deadline, abort);
     std::vector<uint8_t> payload;
-    if (sent.ok()) sent = tcp_store::ReceiveFrame(socket_.get(), deadline, payload);
+    if (sent.ok()) sent = tcp_store::ReceiveFrame(socket_.get(), deadline, payload, abort);
+    if (!sent.ok() && Raised(abort)) {  // cut short: the stream is out of step now
+      broken_ = "this rank's engine was aborted";
+      return AbortedError(doing);
+    }
     if (!sent.ok()) {  // later calls fail at once, naming this one
       malformed_reply_ = sent.error == TransferError::kMalformed;
       broken_ = TransportFailure(sent) + " (while " + doing + ")";
@@ -268,6 +274,7 @@ Result<std::vector<uint8_t>> TcpStore::Get(const std::string &key,
   const std::string doing = "getting key '" + key + "' " + Where();
   const auto deadline = Clock::now() + timeout;
   for (;;) {
+    if (Raised(abort_.get())) return AbortedError(doing);
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     const auto slice = std::max(std::chrono::milliseconds(0), std::min(left, kWaitSlice));
@@ -293,6 +300,7 @@ Status TcpStore::Wait(const std::vector<std::string> &keys, std::chrono::millise
   const std::string doing = "waiting for keys " + QuoteKeys(keys) + " " + Where();
   const auto deadline = Clock::now() + timeout;
   for (;;) {
+    if (Raised(abort_.get())) return AbortedError(doing);
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     const auto slice = std::max(std::chrono::milliseconds(0), std::min(left, kWaitSlice));
@@ -306,6 +314,23 @@ Status TcpStore::Wait(const std::vector<std::string> &keys, std::chrono::millise
     if (reply->kind != ReplyKind::kTimeout) return Unexpected(reply.value(), doing);
     if (Clock::now() >= deadline) return TimedOut(reply->keys, timeout);
   }
+}
+
+// The last beat of an aborted rank: not cut short by the abort, and bounded
+// by `timeout` rather than the store's (a stalled rank 0 must not hold the
+// abort up).
+Status TcpStore::SetWithin(const std::string &key, const std::vector<uint8_t> &value,
+                           std::chrono::milliseconds timeout) {
+  DST_RETURN_IF_ERROR(CheckKey(key));
+  Request request;
+  request.op = Op::kSet;
+  request.keys = {key};
+  request.value = value;
+  const std::string doing = "setting key '" + key + "' " + Where();
+  auto reply = Call(request, tcp_store::DeadlineAfter(timeout), doing, /*abortable=*/false);
+  if (!reply.ok()) return reply.status();
+  if (reply->kind != ReplyKind::kOk) return Unexpected(reply.value(), doing);
+  return Status::Ok();
 }
 
 Result<int64_t> TcpStore::Add(const std::string &key, int64_t delta) {

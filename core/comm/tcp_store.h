@@ -31,6 +31,8 @@ class TcpStore final : public Store {
                                    std::chrono::milliseconds timeout) override;
   Status Wait(const std::vector<std::string> &keys, std::chrono::milliseconds timeout) override;
   Result<int64_t> Add(const std::string &key, int64_t delta) override;
+  Status SetWithin(const std::string &key, const std::vector<uint8_t> &value,
+                   std::chrono::milliseconds timeout) override;
   void Abort() override;
 
   // The server's port: the bound one when the options asked for port 0.
@@ -48,8 +50,10 @@ class TcpStore final : public Store {
   // `deadline`: it bounds the server's reply, not this rank's own queue. A
   // transport failure leaves the stream out of step with the server, so it
   // marks the store broken and every later call fails with the same reason.
+  // Unless `abortable` is false, the abort signal ends the wait (kAborted).
   Result<tcp_store::Reply> Call(const tcp_store::Request &request,
-                                tcp_store::Clock::time_point deadline, const std::string &doing);
+                                tcp_store::Clock::time_point deadline, const std::string &doing,
+                                bool abortable = true);
   std::string TransportFailure(const tcp_store::TransferStatus &status) const;
   // Reply kinds other than the expected one: the server's own error text, or
   // a protocol error.
@@ -78,6 +82,7 @@ class TcpStore final : public Store {
   std::string host_;
   int port_ = 0;
   std::string endpoint_;  // host:port, for messages
+  std::shared_ptr<const AbortSignal> abort_;
   int64_t rank_ = 0;
   int64_t world_size_ = 1;
   std::string job_token_;

@@ -33,15 +33,30 @@ struct AddrInfoList {
   }
 };
 
+// How long a transfer may still take once the abort signal is raised: a
+// healthy server's reply (at most a 250 ms wait slice) still arrives, so the
+// stream stays in step for the aborted rank's last beat; a stalled one does
+// not hold the abort up.
+constexpr std::chrono::milliseconds kAfterAbort(400);
+
 // Waits for `events` on fd until the deadline. Returns the revents, 0 on
-// timeout, -1 with errno on failure.
-int PollOne(int fd, short events, Clock::time_point deadline) {
+// timeout, -1 with errno on failure. With `abort` (may be null), the wait is
+// cut into 100 ms slices to look at it, and once it is raised the deadline
+// comes at most kAfterAbort later.
+int PollOne(int fd, short events, Clock::time_point deadline, const AbortSignal *abort = nullptr) {
+  bool shortened = false;
   for (;;) {
+    if (!shortened && Raised(abort)) {
+      deadline = std::min(deadline, Clock::now() + kAfterAbort);
+      shortened = true;
+    }
+    const Clock::time_point until =
+        abort ? std::min(deadline, Clock::now() + std::chrono::milliseconds(100)) : deadline;
     pollfd p{fd, events, 0};
-    const int n = poll(&p, 1, PollTimeoutMs(deadline));
+    const int n = poll(&p, 1, PollTimeoutMs(until));
     if (n > 0) return p.revents;
-    if (n == 0) return 0;
-    if (errno != EINTR) return -1;
+    if (n == 0 && until >= deadline) return 0;
+    if (n < 0 && errno != EINTR) return -1;
   }
 }
 
@@ -110,7 +125,8 @@ int ConnectOnce(const addrinfo &ai, Clock::time_point deadline, UniqueFd *out) {
 }
 
 // Reads exactly `size` bytes into `out` before the deadline.
-TransferStatus ReceiveExactly(int fd, uint8_t *out, size_t size, Clock::time_point deadline) {
+TransferStatus ReceiveExactly(int fd, uint8_t *out, size_t size, Clock::time_point deadline,
+                              const AbortSignal *abort) {
   size_t done = 0;
   while (done < size) {
     const ssize_t n = recv(fd, out + done, size - done, 0);
@@ -124,7 +140,7 @@ TransferStatus ReceiveExactly(int fd, uint8_t *out, size_t size, Clock::time_poi
       if (errno == ECONNRESET) return {TransferError::kClosed, ""};
       return {TransferError::kSystem, "recv: " + ErrnoText(errno)};
     }
-    const int revents = PollOne(fd, POLLIN, deadline);
+    const int revents = PollOne(fd, POLLIN, deadline, abort);
     if (revents == 0) return {TransferError::kTimeout, ""};
     if (revents < 0) return {TransferError::kSystem, "poll: " + ErrnoText(errno)};
     // POLLHUP/POLLERR: the next recv reports what happened.
@@ -264,7 +280,8 @@ Result<UniqueFd> ConnectWithRetry(const std::string &host, int port,
                      "firewall blocks the port");
 }
 
-TransferStatus SendAll(int fd, std::span<const uint8_t> bytes, Clock::time_point deadline) {
+TransferStatus SendAll(int fd, std::span<const uint8_t> bytes, Clock::time_point deadline,
+                       const AbortSignal *abort) {
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
@@ -277,21 +294,22 @@ TransferStatus SendAll(int fd, std::span<const uint8_t> bytes, Clock::time_point
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
       return {TransferError::kSystem, "send: " + ErrnoText(errno)};
     }
-    const int revents = PollOne(fd, POLLOUT, deadline);
+    const int revents = PollOne(fd, POLLOUT, deadline, abort);
     if (revents == 0) return {TransferError::kTimeout, ""};
     if (revents < 0) return {TransferError::kSystem, "poll: " + ErrnoText(errno)};
   }
   return {};
 }
 
-TransferStatus ReceiveFrame(int fd, Clock::time_point deadline, std::vector<uint8_t> &payload) {
+TransferStatus ReceiveFrame(int fd, Clock::time_point deadline, std::vector<uint8_t> &payload,
+                            const AbortSignal *abort) {
   uint8_t header[kFrameHeaderBytes];
-  TransferStatus status = ReceiveExactly(fd, header, sizeof(header), deadline);
+  TransferStatus status = ReceiveExactly(fd, header, sizeof(header), deadline, abort);
   if (!status.ok()) return status;
   const Result<uint32_t> size = FrameLength(header, "the peer");
   if (!size.ok()) return {TransferError::kMalformed, size.status().message()};
   payload.resize(size.value());
-  return ReceiveExactly(fd, payload.data(), size.value(), deadline);
+  return ReceiveExactly(fd, payload.data(), size.value(), deadline, abort);
 }
 
 }  // namespace dst::tcp_store

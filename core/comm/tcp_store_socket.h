@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/abort_signal.h"
 #include "core/common/status.h"
 
 namespace dst::tcp_store {
@@ -77,10 +78,14 @@ struct TransferStatus {
   bool ok() const { return error == TransferError::kNone; }
 };
 
-// Sends all of `bytes` on a non-blocking socket before the deadline.
-TransferStatus SendAll(int fd, std::span<const uint8_t> bytes, Clock::time_point deadline);
-// Receives one frame's payload (see tcp_store_wire.h) before the deadline;
-// a length over kMaxFrameBytes is a kSystem error.
-TransferStatus ReceiveFrame(int fd, Clock::time_point deadline, std::vector<uint8_t> &payload);
+// Sends all of `bytes` on a non-blocking socket before the deadline; once
+// `abort` (may be null) is raised, the deadline comes at most 400 ms later.
+TransferStatus SendAll(int fd, std::span<const uint8_t> bytes, Clock::time_point deadline,
+                       const AbortSignal *abort = nullptr);
+// Receives one frame's payload (see tcp_store_wire.h) before the deadline
+// (shortened by the abort as SendAll's); a length over kMaxFrameBytes is a
+// kSystem error.
+TransferStatus ReceiveFrame(int fd, Clock::time_point deadline, std::vector<uint8_t> &payload,
+                            const AbortSignal *abort = nullptr);
 
 }  // namespace dst::tcp_store

@@ -22,6 +22,7 @@ enum class Code {
   kComm = 8,
   kNumeric = 9,
   kInternal = 10,
+  kAborted = 11,  // the engine was aborted (AbortSignal) while this call ran
 };
 
 class [[nodiscard]] Status {

@@ -116,6 +116,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
                std::unique_ptr<TrainingDevice> device)
     : config_(std::move(config)),
       env_(std::move(job.env)),
+      abort_(std::move(job.abort)),
       store_(std::move(job.store)),
       heartbeat_(std::move(job.heartbeat)),
       groups_(std::move(job.groups)),
@@ -176,6 +177,7 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
           io_faults.ok() ? std::move(io_faults).value() : std::vector<InjectedIoFault>{}),
       ParamSwapOptionsFor(config_, env_.rank), placement);
   executor_ = std::make_unique<Executor>(config_, model_.get(), dp_.get(), &scaler_, &progress_);
+  executor_->SetAbortSignal(abort_.get());
   if (device_) executor_->StageBatchesIn(placement.memory, &memory_);
   whole_decls_ = DeclareParameters(spec);
   holder_.assign(whole_decls_.size(), 0);
@@ -338,6 +340,7 @@ Engine::~Engine() {
 // drops the connections; the store connection closes without the "finished"
 // round trip (the server, on rank 0, stops in the destructor).
 void Engine::Abort() {
+  abort_->Raise();  // the groups close their connections as they go
   failed_ = true;
   aborted_ = true;
   telemetry_->StopMonitor();
@@ -348,7 +351,12 @@ void Engine::Abort() {
   groups_.pp.reset();
   groups_.tp.reset();
   groups_.dp.reset();
-  heartbeat_.reset();
+  heartbeat_.reset();  // its last beat says "aborted"
+  // Rank 0 hosts the store: it stays up briefly so that the peers whose
+  // operations just failed on the closed connections can read why (the
+  // aborted beat) instead of finding the store gone.
+  if (store_ && env_.rank == 0 && env_.world_size > 1)
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
   if (store_) store_->Abort();
 }
 

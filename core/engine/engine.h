@@ -66,6 +66,14 @@ class Engine {
   // engine waits for no peer. The engine is unusable afterwards; only
   // destruction is left.
   void Abort();
+  // From any thread, while a call runs on another: a call waiting on a peer
+  // (a collective, a pipeline exchange, the rendezvous store) returns
+  // kAborted within a second, one that computes returns at its next
+  // instruction, and the peers waiting on this rank are told (its heartbeat
+  // says "aborted"). Only Abort() and destruction are left afterwards. One
+  // atomic store: no lock, no allocation.
+  void RequestAbort() noexcept { abort_->Raise(); }
+  bool abort_requested() const noexcept { return abort_->raised(); }
 
   Status TrainBatch(const BatchView &batch, float *loss);
   Status EvalBatch(const BatchView &batch, float *loss);
@@ -145,6 +153,7 @@ class Engine {
 
   Config config_;
   LaunchEnv env_;
+  std::shared_ptr<AbortSignal> abort_;      // RequestAbort; shared with the store and the groups
   CommStats comm_stats_;                    // fed by every group's completion hook
   std::unique_ptr<Store> store_;            // rendezvous (multi-rank jobs)
   std::unique_ptr<Heartbeat> heartbeat_;    // this rank's liveness (multi-rank jobs)

@@ -195,6 +195,7 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &h
   auto receives = [this](int64_t chunk) { return link_ && !link_->is_first(chunk); };
   auto sends = [this](int64_t chunk) { return link_ && !link_->is_last(chunk); };
   for (const Instruction &ins : program) {
+    if (Raised(abort_)) return AbortedError(at_step("training"));
     const auto t0 = Clock::now();
     if (timeline) {  // the previous action ends where this one starts
       if (!rec.timeline.empty())

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/common/abort_signal.h"
 #include "core/common/status.h"
 #include "core/config/config.h"
 #include "core/engine/batch.h"
@@ -96,6 +97,10 @@ class Executor {
   }
   // Records the timeline of the next runs without a pipeline too (tracing).
   void SetRecordTimeline(bool on) { record_timeline_ = on; }
+  // dst_engine_abort: once raised, a run stops before its next instruction
+  // with kAborted (a step that computes without waiting on anyone ends
+  // there too). Outlives the executor.
+  void SetAbortSignal(const AbortSignal *signal) { abort_ = signal; }
 
   // Runs `program` (prepared by PrepareProgram for this batch's micro-batches
   // and the model's activation slots) over `batch`, already validated.
@@ -137,6 +142,7 @@ class Executor {
   std::vector<int64_t> inject_overflow_at_;
   std::unique_ptr<DeviceBatch> device_batch_;  // null: the layers read the caller's batch
   bool record_timeline_ = false;
+  const AbortSignal *abort_ = nullptr;
 };
 
 }  // namespace dst

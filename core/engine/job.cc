@@ -13,8 +13,10 @@ std::chrono::milliseconds CommTimeoutOf(const Config &config) {
   return std::chrono::milliseconds(int64_t(config.runtime.comm_timeout_seconds * 1000.0));
 }
 
-Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::string &agreement) {
+Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::string &agreement,
+                    std::shared_ptr<AbortSignal> abort) {
   Job job;
+  job.abort = abort;
   job.env = env;
   SetLogRank(env.rank);
   const Topology topology(config.pp_size, config.dp_size, config.tp_size);
@@ -27,6 +29,7 @@ Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::strin
   GlooOptions common;
   common.timeout = CommTimeoutOf(config);
   common.ring_sums = config.communication.topology == "ring";
+  common.abort = abort;
   if (env.world_size > 1) {
     TcpStoreOptions store_options;
     store_options.host = env.master_addr;
@@ -36,6 +39,7 @@ Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::strin
     store_options.world_size = env.world_size;
     store_options.job_token = env.job_token;
     store_options.timeout = CommTimeoutOf(config);
+    store_options.abort = abort;
     DST_LOG(kDebug, "rendezvous",
             (env.rank == 0 ? "hosting" : "joining") + std::string(" the store at ") +
                 env.master_addr + ":" + std::to_string(env.master_port) + " for " +
@@ -47,7 +51,7 @@ Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::strin
     DST_RETURN_IF_ERROR(
         CheckSameConfig(*job.store, env.rank, env.world_size, agreement, CommTimeoutOf(config)));
     DST_LOG(kDebug, "rendezvous", "every rank runs the same config and model");
-    job.heartbeat = std::make_unique<Heartbeat>(job.store.get(), env.rank);
+    job.heartbeat = std::make_unique<Heartbeat>(job.store.get(), env.rank, abort);
     const char *bind = std::getenv("DSTRAIN_BIND_ADDR");
     common.bind_host = bind ? bind : "";
     common.master_addr = env.master_addr;

@@ -26,6 +26,7 @@ struct Job {
   std::unique_ptr<Heartbeat> heartbeat;  // this rank's liveness, with the store
   ProcessGroups groups;                  // dp, tp, pp from the (pp, dp, tp) grid of the config
   GlooOptions common;                    // bind address and timeout the groups connected with
+  std::shared_ptr<AbortSignal> abort;    // raised by dst_engine_abort; never null
 };
 
 // dstrain.comm_timeout_seconds as a duration.
@@ -33,7 +34,9 @@ std::chrono::milliseconds CommTimeoutOf(const Config &config);
 
 // Connects to the job `env` describes; `agreement` is the text every rank
 // must have parsed identically (the resolved config and the model spec).
-Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::string &agreement);
+// `abort` reaches the store, the heartbeat and every group.
+Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::string &agreement,
+                    std::shared_ptr<AbortSignal> abort = std::make_shared<AbortSignal>());
 
 // DSTRAIN_INJECT_GRAD_OVERFLOW="R:S[,R:S...]": the steps at which `rank`'s
 // gradients are made infinite, as an fp16 overflow would (tests).

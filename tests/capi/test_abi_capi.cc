@@ -8,9 +8,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "abi_v1/old_client.h"
@@ -286,6 +290,56 @@ TEST(Abort, AfterAFailedStepAndBeforeAnyStep) {
   e = CreateEngine(config, kTinyGpt);
   ASSERT_NE(e, nullptr);
   dst_engine_abort(e);
+}
+
+// The watchdog pattern: another thread aborts while this one trains. The
+// running call (or the next one, when the abort lands between two) returns
+// DST_ERR_ABORTED; dst_engine_abort returns only after it has; the handle
+// then answers every call with DST_ERR_ABORTED and destroying it does nothing.
+TEST(Abort, FromAnotherThreadStopsTheRunningCall) {
+  dst_engine_t *e = CreateEngine(AdamWConfig(2, 8), kTinyGpt);  // 8 micro-batches a step
+  ASSERT_NE(e, nullptr);
+  TokenBatch b(16, 16, 1);
+  std::atomic<bool> started{false}, abort_returned{false};
+  std::chrono::steady_clock::time_point aborted_at;
+  std::thread watchdog([&] {
+    while (!started.load()) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    aborted_at = std::chrono::steady_clock::now();
+    dst_engine_abort(e);
+    abort_returned = true;
+  });
+  dst_status_t st = DST_OK;
+  int steps = 0;
+  for (; steps < 100000 && st == DST_OK; ++steps) {
+    started = true;
+    st = dst_engine_train_batch(e, &b.batch, nullptr);
+  }
+  const auto returned_at = std::chrono::steady_clock::now();
+  watchdog.join();
+  EXPECT_EQ(st, DST_ERR_ABORTED) << dst_last_error();
+  EXPECT_NE(std::string(dst_last_error()).find("dst_engine_abort"), std::string::npos)
+      << dst_last_error();
+  EXPECT_TRUE(abort_returned.load());
+  EXPECT_LT(std::chrono::duration<double>(returned_at - aborted_at).count(), 1.0);
+  int64_t count = 0;
+  EXPECT_EQ(dst_engine_step_count(e, &count), DST_ERR_ABORTED);
+  dst_engine_destroy(e);  // a dead handle: nothing happens
+  dst_engine_abort(e);
+  EXPECT_EQ(dst_engine_train_batch(e, &b.batch, nullptr), DST_ERR_ABORTED);
+}
+
+// An aborted handle's address never comes back from dst_engine_create, so a
+// thread or an SDK object still holding it cannot reach a new engine.
+TEST(Abort, AnAbortedHandleIsNeverHandedOutAgain) {
+  std::set<dst_engine_t *> aborted;
+  for (int i = 0; i < 8; ++i) {
+    dst_engine_t *e = CreateEngine(AdamWConfig(2, 1), kTinyGpt);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(aborted.count(e), 0u) << "create returned an aborted handle's address";
+    dst_engine_abort(e);
+    aborted.insert(e);
+  }
 }
 
 }  // namespace

@@ -126,8 +126,10 @@ TEST(ProcessGroups, AGridThatIsNotTheWorldIsRefused) {
 
 // Two ranks connected as one Gloo group.
 std::unique_ptr<Communicator> Connect(Store &store, int64_t rank,
-                                      std::chrono::milliseconds timeout = kTimeout) {
+                                      std::chrono::milliseconds timeout = kTimeout,
+                                      std::shared_ptr<const AbortSignal> abort = nullptr) {
   GlooOptions o = Common(timeout);
+  o.abort = std::move(abort);
   o.name = "pp";
   o.rank = rank;
   o.size = 2;
@@ -214,6 +216,47 @@ TEST(PointToPoint, ADeadPeerDuringRecvIsNamed) {
   EXPECT_LT(seconds, 3.0 + 3.5) << message;  // the timeout plus the lost-rank lookup
   EXPECT_NE(message.find("recv of 64 bytes from rank 1 (tag 9)"), std::string::npos) << message;
   EXPECT_NE(message.find("rank 1"), std::string::npos) << message;
+}
+
+// Rank 1 stops taking part (it never calls the all-reduce or the send);
+// rank 0's all-reduce and receive each end within a second of its abort
+// signal (kAborted, naming the operation), and destroying the group then
+// does not wait for the group's timeout (the connections are closed).
+TEST(Abort, AnAllReduceAndARecvOnAPeerThatStoppedEndWithinASecond) {
+  const std::chrono::milliseconds timeout(60000);
+  for (bool p2p : {false, true}) {
+    auto signal = std::make_shared<AbortSignal>();
+    double waited = 0, closed = 0;
+    Status status;
+    RunRanks(2, [&](int64_t rank, Store &store) {
+      std::unique_ptr<Communicator> comm = Connect(store, rank, timeout, signal);
+      ASSERT_TRUE(comm);
+      std::vector<float> buf(1024, 1.0f);
+      if (rank == 1) {  // alive and connected, but never calls
+        ASSERT_TRUE(store.Get("done", kTimeout).ok());
+        return;
+      }
+      std::thread raiser([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        signal->Raise();
+      });
+      const auto start = Clock::now();
+      status = p2p ? comm->Recv(buf.data(), 4096, 1, 7)->Wait()
+                   : comm->AllReduceSum(buf.data(), 1024)->Wait();
+      waited = std::chrono::duration<double>(Clock::now() - start).count();
+      raiser.join();
+      const auto closing = Clock::now();
+      comm.reset();
+      closed = std::chrono::duration<double>(Clock::now() - closing).count();
+      ASSERT_TRUE(store.Set("done", {1}).ok());
+    });
+    EXPECT_EQ(status.code(), Code::kAborted) << status.message();
+    EXPECT_NE(status.message().find(p2p ? "recv of 4096 bytes" : "allreduce of 4096 bytes"),
+              std::string::npos)
+        << status.message();
+    EXPECT_LT(waited, 0.3 + 1.0) << status.message();
+    EXPECT_LT(closed, 2.0);
+  }
 }
 
 }  // namespace

@@ -670,5 +670,60 @@ TEST(StallWatch, ASilentPeerWhoseConnectionClosedDiedFirst) {
   EXPECT_THAT(verdict, testing::Not(HasSubstr("stalled")));
 }
 
+// dst_engine_abort's signal ends a blocking Get or Wait within one slice
+// (250 ms), with kAborted naming the key, long before the timeout.
+TEST(TcpStore, AnAbortEndsABlockingGetOrWaitWithinASlice) {
+  auto server = StartServer(2);
+  ASSERT_NE(server, nullptr);
+  auto signal = std::make_shared<AbortSignal>();
+  TcpStoreOptions o = Options(server->port(), 1, 2);
+  o.timeout = milliseconds(60000);
+  o.abort = signal;
+  auto client = ConnectTcpStore(o);
+  ASSERT_TRUE(client.ok()) << client.status().message();
+  for (bool wait : {false, true}) {
+    std::thread raiser([&] {
+      std::this_thread::sleep_for(milliseconds(300));
+      signal->Raise();
+    });
+    const auto start = Clock::now();
+    const Status st = wait ? client.value()->Wait({"never"}, milliseconds(60000))
+                           : client.value()->Get("never", milliseconds(60000)).status();
+    const double seconds = SecondsSince(start);
+    raiser.join();
+    EXPECT_EQ(st.code(), Code::kAborted) << st.message();
+    EXPECT_THAT(st.message(), HasSubstr("'never'"));
+    EXPECT_THAT(st.message(), HasSubstr("dst_engine_abort"));
+    EXPECT_LT(seconds, 0.3 + 0.6) << st.message();
+  }
+  // Single round trips still work after the abort (the heartbeat's last beat).
+  EXPECT_TRUE(client.value()->Set("after", Bytes("1")).ok());
+}
+
+// A heartbeat whose abort signal is raised says so within a slice, and a
+// peer's stall watch then names the abort (not a stall).
+TEST(StallWatch, AnAbortedPeerIsNamedAsAborted) {
+  auto server = StartServer(2);
+  ASSERT_NE(server, nullptr);
+  auto peer = ConnectTcpStore(Options(server->port(), 1, 2));
+  ASSERT_TRUE(peer.ok()) << peer.status().message();
+  auto signal = std::make_shared<AbortSignal>();
+  Heartbeat heartbeat(peer.value().get(), 1, signal);
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(DescribeAbortedRank(*server, 1), "");
+  signal->Raise();
+  const auto start = Clock::now();
+  StallWatch watch(server.get(), {1}, milliseconds(60000));
+  std::string verdict;
+  while (verdict.empty() && SecondsSince(start) < 3.0) {
+    verdict = watch.Aborted();
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_LT(SecondsSince(start), 0.5) << verdict;
+  EXPECT_THAT(verdict, HasSubstr("rank 1 aborted"));
+  std::this_thread::sleep_for(kBeatInterval);
+  EXPECT_THAT(watch.Check(), HasSubstr("rank 1 aborted"));
+}
+
 }  // namespace
 }  // namespace dst

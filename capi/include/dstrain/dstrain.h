@@ -29,14 +29,16 @@
  *     caller's struct is left as it was.
  *
  * Thread safety: functions that take no handle are safe from any thread. Calls
- * on one dst_engine_t or dst_dataset_t must not run concurrently (this includes
- * dst_engine_abort); different handles may be used from different threads,
+ * on one dst_engine_t or dst_dataset_t must not run concurrently, except
+ * dst_engine_abort, which may be called from another thread to stop a running
+ * call (see there); different handles may be used from different threads,
  * but the BLAS thread pool is process-wide, so two engines training at once
  * share the cores. An engine notices the misuse it can: a call made while
  * another call on the same engine is running on another thread is refused
  * with DST_ERR_STATE (nothing is run, nothing is lost), and a call on a
- * handle already passed to dst_engine_destroy / dst_engine_abort, or on a
- * pointer that never was an engine, returns DST_ERR_INVALID_ARGUMENT (the
+ * handle already passed to dst_engine_destroy, or on a pointer that never
+ * was an engine, returns DST_ERR_INVALID_ARGUMENT (DST_ERR_ABORTED after
+ * dst_engine_abort) (the
  * library keeps the set of live engines and never reads through a pointer
  * outside it); a second destroy of such a handle, or a destroy while another
  * thread's call is running, does nothing. Beyond that (a destroyed handle
@@ -104,7 +106,8 @@ typedef enum dst_status {
   DST_ERR_OUT_OF_MEMORY = 7,    /* an allocation failed */
   DST_ERR_COMM = 8,             /* a collective failed or timed out */
   DST_ERR_NUMERIC = 9,          /* non-finite loss or gradients */
-  DST_ERR_INTERNAL = 10         /* a bug in dstrain: please report it */
+  DST_ERR_INTERNAL = 10,        /* a bug in dstrain: please report it */
+  DST_ERR_ABORTED = 11          /* dst_engine_abort was called while the call ran */
 } dst_status_t;
 
 /* Static, never NULL: "ok", "invalid argument", ... */
@@ -178,9 +181,33 @@ DST_API void dst_engine_destroy(dst_engine_t *engine);
  * word from its launcher) and must not block on it. The connections to the
  * other ranks are closed at once, without the closing handshake, without rank
  * 0's wait for the others, and on rank 0 the rendezvous store stops, so the
- * other ranks' pending calls fail at once. The handle is freed: do not use it
- * afterwards. NULL is a no-op. Not to be called while another call on the same
- * engine is running (it is not a way to interrupt one). */
+ * other ranks' pending calls fail at once. The engine is freed; the handle is
+ * dead: a later call with it returns DST_ERR_ABORTED and a later
+ * dst_engine_destroy of it does nothing (its address is never handed out
+ * again, so a thread or an SDK object still holding it cannot reach another
+ * engine). NULL is a no-op.
+ *
+ * From any thread, also while another thread's call on the engine runs (as
+ * ncclCommAbort gets a thread out of a collective that will never
+ * complete): that call returns DST_ERR_ABORTED within about a second when
+ * it waits on another rank (a collective, a pipeline exchange, a gather, the
+ * rendezvous store), or at its next instruction when it computes; calls
+ * made afterwards return DST_ERR_ABORTED; dst_engine_abort returns once the
+ * running call has returned and the engine is freed. The other ranks waiting
+ * on this one fail within about a second with DST_ERR_COMM naming it
+ * ("rank N aborted"). A read or write of the NVMe offload files already
+ * submitted to the kernel is finished first (it cannot be cancelled). A
+ * call on another rank blocked in a single store write to a stalled rank 0
+ * returns at its timeout.
+ *
+ * Not async-signal-safe (it takes a lock and frees memory): a signal handler
+ * must not call it. The pattern for SIGINT/SIGTERM is a watchdog thread: the
+ * handler only posts a semaphore (sem_post is async-signal-safe) or writes
+ * to a pipe, and the thread waiting on it calls dst_engine_abort (see
+ * examples/c/abort_on_signal.c). Should it be called on the thread that is
+ * inside the call anyway, it cannot wait for that call: it only asks the
+ * call to stop (DST_ERR_ABORTED) and leaves the handle to
+ * dst_engine_destroy, which then closes without any handshake. */
 DST_API void dst_engine_abort(dst_engine_t *engine);
 
 typedef enum dst_model_type { DST_MODEL_GPT = 1, DST_MODEL_SEQUENTIAL = 2 } dst_model_type_t;

@@ -28,17 +28,19 @@ std::string NcclText(ncclResult_t r) {
   return ncclGetErrorString(r);
 }
 
-// Waits for an event with a deadline; aborts the communicator on timeout so
-// that every later call fails instead of hanging.
+// Waits for an event with a deadline; aborts the communicator on timeout,
+// or when this rank's engine is aborted, so that every later call fails
+// instead of hanging.
 class NcclWork final : public Work {
  public:
   NcclWork(cudaEvent_t event, ncclComm_t comm, std::chrono::milliseconds timeout, std::string what,
-           Status enqueue_status)
+           Status enqueue_status, std::shared_ptr<const AbortSignal> abort)
       : event_(event),
         comm_(comm),
         timeout_(timeout),
         what_(std::move(what)),
-        status_(std::move(enqueue_status)) {}
+        status_(std::move(enqueue_status)),
+        abort_(std::move(abort)) {}
   ~NcclWork() override {
     (void)Wait();
     if (event_) cudaEventDestroy(event_);
@@ -72,6 +74,11 @@ class NcclWork final : public Work {
         ncclCommAbort(comm_);
         break;
       }
+      if (Raised(abort_.get())) {
+        status_ = AbortedError(what_);
+        ncclCommAbort(comm_);
+        break;
+      }
       if (Clock::now() > deadline) {
         status_ = Status(Code::kComm, what_ + " timed out after " +
                                           std::to_string(timeout_.count() / 1000) +
@@ -91,6 +98,7 @@ class NcclWork final : public Work {
   std::chrono::milliseconds timeout_;
   std::string what_;
   Status status_;
+  std::shared_ptr<const AbortSignal> abort_;
   bool done_ = false;
 };
 
@@ -230,7 +238,8 @@ class NcclCommunicator final : public Communicator {
     if (e != cudaSuccess)
       return std::make_unique<DoneWork>(Status(Code::kComm, what + ": " + CudaText(e)));
     if (hook_) hook_(CommRecord{op, bytes, 0.0});  // GPU timing comes with the metrics issue
-    return std::make_unique<NcclWork>(event, comm_, options_.timeout, what, Status::Ok());
+    return std::make_unique<NcclWork>(event, comm_, options_.timeout, what, Status::Ok(),
+                                      options_.abort);
   }
 
   NcclOptions options_;

@@ -31,7 +31,8 @@ typedef enum dst_status {
   DST_ERR_OUT_OF_MEMORY = 7,
   DST_ERR_COMM = 8,
   DST_ERR_NUMERIC = 9,
-  DST_ERR_INTERNAL = 10
+  DST_ERR_INTERNAL = 10,
+  DST_ERR_ABORTED = 11
 } dst_status_t;
 
 const char *dst_status_string(dst_status_t status);

@@ -212,6 +212,9 @@ class Engine:
 
     def __init__(self, config: JsonSource, model: JsonSource, total_steps: int = 0) -> None:
         self._lock = threading.Lock()
+        # Taken by close and abort around freeing the handle; abort does not
+        # take _lock, which the call it interrupts holds.
+        self._handle_lock = threading.Lock()
         self._handle: Any = None
         self._params: Optional[List[ParamInfo]] = None
         self._shapes: Dict[str, Tuple[int, ...]] = {}
@@ -229,7 +232,7 @@ class Engine:
         lock = getattr(self, "_lock", None)
         if lock is None:  # __init__ failed before anything was allocated
             return
-        with lock:
+        with lock, self._handle_lock:
             handle, self._handle = self._handle, None
             if handle is not None:
                 ffi.release(handle)  # runs dst_engine_destroy now, exactly once
@@ -240,15 +243,31 @@ class Engine:
         seen a peer fail. :meth:`close` says goodbye to the other ranks and
         may wait for them (up to ``comm_timeout_seconds``); this closes the
         connections at once. Idempotent, and a no-op after :meth:`close`;
-        later calls raise :class:`StateError`."""
-        lock = getattr(self, "_lock", None)
-        if lock is None:  # __init__ failed before anything was allocated
+        later calls raise :class:`StateError`.
+
+        Callable from any thread while another thread's call runs (that
+        call raises :class:`AbortedError` within about a second, even when
+        it waits on a peer that will never answer); returns once that call
+        has returned. A Python signal handler runs on the main thread only
+        between bytecodes, so to stop training on SIGINT/SIGTERM, train in
+        a worker thread and let the handler call this::
+
+            worker = threading.Thread(target=train, args=(engine,))
+            worker.start()
+            signal.signal(signal.SIGTERM, lambda *_: engine.abort())
+            while worker.is_alive():
+                worker.join(0.2)  # the handler runs between these waits
+        """
+        handle_lock = getattr(self, "_handle_lock", None)
+        if handle_lock is None:  # __init__ failed before anything was allocated
             return
-        with lock:
-            handle, self._handle = self._handle, None
+        with handle_lock:
+            handle = self._handle
             if handle is not None:
-                ffi.gc(handle, None)  # detach dst_engine_destroy: abort frees the handle
+                # The library keeps an aborted handle's address dead, so the
+                # destroy that runs when the cdata is collected does nothing.
                 lib.dst_engine_abort(handle)
+                self._handle = None
 
     @property
     def closed(self) -> bool:

@@ -24,6 +24,7 @@ __all__ = [
     "CommError",
     "NumericError",
     "InternalError",
+    "AbortedError",
     "LibraryVersionError",
     "error_for_status",
 ]
@@ -43,6 +44,7 @@ class Status(enum.IntEnum):
     COMM = 8  #: a collective failed or timed out
     NUMERIC = 9  #: non-finite loss or gradients
     INTERNAL = 10  #: a bug in dstrain: please report it
+    ABORTED = 11  #: Engine.abort() was called while the call ran
 
 
 class DstrainError(Exception):
@@ -128,6 +130,13 @@ class InternalError(DstrainError):
     status = Status.INTERNAL
 
 
+class AbortedError(DstrainError):
+    """:meth:`Engine.abort` was called (from another thread or a signal
+    handler) while this call ran; the engine is gone."""
+
+    status = Status.ABORTED
+
+
 class LibraryVersionError(ImportError):
     """The loaded libdstrain does not implement the ABI this package expects."""
 
@@ -143,6 +152,7 @@ _CLASSES: Dict[int, Type[DstrainError]] = {
     int(Status.COMM): CommError,
     int(Status.NUMERIC): NumericError,
     int(Status.INTERNAL): InternalError,
+    int(Status.ABORTED): AbortedError,
 }
 
 

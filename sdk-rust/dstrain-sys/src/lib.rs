@@ -77,6 +77,8 @@ pub const DST_ERR_COMM: dst_status_t = 8;
 pub const DST_ERR_NUMERIC: dst_status_t = 9;
 /// A bug in dstrain.
 pub const DST_ERR_INTERNAL: dst_status_t = 10;
+/// `dst_engine_abort` was called while the call ran.
+pub const DST_ERR_ABORTED: dst_status_t = 11;
 
 // ---------------------------------------------------------------------------
 // Engine

@@ -87,6 +87,7 @@ fn rust_layout() -> BTreeMap<String, String> {
         DST_ERR_COMM,
         DST_ERR_NUMERIC,
         DST_ERR_INTERNAL,
+        DST_ERR_ABORTED,
         DST_VERSION_MAJOR,
         DST_VERSION_MINOR,
         DST_VERSION_PATCH,

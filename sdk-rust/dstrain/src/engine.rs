@@ -3,6 +3,7 @@ use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
 use std::path::{Path, PathBuf};
 use std::ptr::{self, NonNull};
+use std::sync::{Arc, Mutex};
 
 use dstrain_sys as sys;
 
@@ -115,7 +116,10 @@ impl EngineBuilder {
             check(unsafe { sys::dst_engine_create(&mut raw, options) })
         })??;
         match NonNull::new(raw) {
-            Some(raw) => Ok(Engine { raw }),
+            Some(raw) => Ok(Engine {
+                raw,
+                lifetime: Arc::new(Lifetime { freed: Mutex::new(false) }),
+            }),
             None => Err(Error::new(
                 Status::Internal,
                 "dst_engine_create returned DST_OK but no engine",
@@ -285,6 +289,14 @@ pub struct ParamInfo {
 #[derive(Debug)]
 pub struct Engine {
     raw: NonNull<sys::dst_engine_t>,
+    lifetime: Arc<Lifetime>,
+}
+
+/// Whether the handle was freed (destroyed or aborted), shared by an [`Engine`] and its
+/// [`AbortHandle`]s so that exactly one of them frees it and none reaches it afterwards.
+#[derive(Debug)]
+struct Lifetime {
+    freed: Mutex<bool>,
 }
 
 // SAFETY: the header allows a handle to be used from any thread as long as calls on it do
@@ -294,8 +306,58 @@ unsafe impl Send for Engine {}
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        // SAFETY: `raw` came from dst_engine_create and is destroyed exactly once.
-        unsafe { sys::dst_engine_destroy(self.raw.as_ptr()) }
+        let mut freed = self.lifetime.freed.lock().unwrap_or_else(|e| e.into_inner());
+        if !*freed {
+            // SAFETY: `raw` came from dst_engine_create and is freed exactly once (`freed`).
+            unsafe { sys::dst_engine_destroy(self.raw.as_ptr()) }
+            *freed = true;
+        }
+    }
+}
+
+/// Aborts an [`Engine`] from another thread (`dst_engine_abort`), for a watchdog or a
+/// signal-handling thread: a call the engine's thread is running returns
+/// [`Status::Aborted`] within about a second, even when it waits on a peer that will never
+/// answer, and the engine is freed. Every later call on the engine returns an error; dropping
+/// it does nothing more. Cheap to clone; `Send` and `Sync`.
+///
+/// ```no_run
+/// # fn demo(mut engine: dstrain::Engine, batch: dstrain::TokenBatch) {
+/// let abort = engine.abort_handle();
+/// std::thread::spawn(move || {
+///     // ... wait for a signal, a deadline or a word from the launcher ...
+///     abort.abort();
+/// });
+/// match engine.train_batch(&batch) {
+///     Err(e) if e.status() == dstrain::Status::Aborted => eprintln!("stopped: {e}"),
+///     other => { other.unwrap(); }
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct AbortHandle {
+    raw: NonNull<sys::dst_engine_t>,
+    lifetime: Arc<Lifetime>,
+}
+
+// SAFETY: dst_engine_abort may be called from any thread, also while another thread's call
+// on the same handle runs; `lifetime` makes sure it is never called after the handle was freed.
+unsafe impl Send for AbortHandle {}
+// SAFETY: as above; abort takes `&self` and serialises on `lifetime`.
+unsafe impl Sync for AbortHandle {}
+
+impl AbortHandle {
+    /// Aborts the engine (see [`AbortHandle`]); returns once its running call, if any, has
+    /// returned. A no-op once the engine was dropped or aborted.
+    pub fn abort(&self) {
+        let mut freed = self.lifetime.freed.lock().unwrap_or_else(|e| e.into_inner());
+        if !*freed {
+            // SAFETY: `raw` is live (not freed, checked under the lock the Engine's Drop
+            // takes); the library allows this call while another thread's call runs, and keeps
+            // the aborted handle's address dead, so the Engine's later calls only get errors.
+            unsafe { sys::dst_engine_abort(self.raw.as_ptr()) }
+            *freed = true;
+        }
     }
 }
 
@@ -305,10 +367,12 @@ impl Engine {
     /// to the other ranks of a multi-process job and may wait for them (up to
     /// `comm_timeout_seconds`); this closes the connections at once.
     pub fn abort(self) {
-        let this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `raw` came from dst_engine_create; ManuallyDrop keeps Drop from freeing it
-        // a second time, and `self` is consumed, so the handle cannot be used afterwards.
-        unsafe { sys::dst_engine_abort(this.raw.as_ptr()) }
+        AbortHandle { raw: self.raw, lifetime: Arc::clone(&self.lifetime) }.abort();
+    }
+
+    /// A handle that aborts this engine from another thread (see [`AbortHandle`]).
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle { raw: self.raw, lifetime: Arc::clone(&self.lifetime) }
     }
 
     /// A builder for an engine (config, model, planned step count).

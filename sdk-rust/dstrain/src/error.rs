@@ -34,6 +34,9 @@ pub enum Status {
     Numeric,
     /// `DST_ERR_INTERNAL`: a bug in dstrain.
     Internal,
+    /// `DST_ERR_ABORTED`: `dst_engine_abort` was called while the call ran; the engine
+    /// can only be dropped now.
+    Aborted,
     /// A code this crate does not know (from a newer library).
     Unknown(u32),
 }
@@ -53,6 +56,7 @@ impl Status {
             sys::DST_ERR_COMM => Status::Comm,
             sys::DST_ERR_NUMERIC => Status::Numeric,
             sys::DST_ERR_INTERNAL => Status::Internal,
+            sys::DST_ERR_ABORTED => Status::Aborted,
             other => Status::Unknown(other),
         }
     }
@@ -71,6 +75,7 @@ impl Status {
             Status::Comm => sys::DST_ERR_COMM,
             Status::Numeric => sys::DST_ERR_NUMERIC,
             Status::Internal => sys::DST_ERR_INTERNAL,
+            Status::Aborted => sys::DST_ERR_ABORTED,
             Status::Unknown(code) => code,
         }
     }

@@ -42,7 +42,7 @@ mod util;
 
 pub use batch::{Batch, TokenBatch};
 pub use dataset::{Dataset, Split};
-pub use engine::{Engine, EngineBuilder, Info, LossType, ModelType, ParamInfo, Source};
+pub use engine::{AbortHandle, Engine, EngineBuilder, Info, LossType, ModelType, ParamInfo, Source};
 pub use error::{Error, Result, Status};
 pub use generator::{Generated, Generator, GeneratorOptions, Sampling};
 pub use tokenizer::Tokenizer;

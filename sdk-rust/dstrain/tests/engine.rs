@@ -515,3 +515,35 @@ fn abort_frees_a_training_engine() {
     engine.abort(); // consumes the engine: it cannot be used or dropped afterwards
     tiny_engine(2, 1).abort(); // before any step
 }
+
+#[test]
+fn an_abort_handle_stops_the_running_call_from_another_thread() {
+    let mut engine = tiny_engine(2, 8);
+    let abort = engine.abort_handle();
+    let (tokens, targets) = pattern_batch(16, 16, 1);
+    let started = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&started);
+    let watchdog = std::thread::spawn(move || {
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        abort.abort();
+        abort.abort(); // a second abort does nothing
+    });
+    let mut outcome = Ok(0.0);
+    for _ in 0..100_000 {
+        started.store(true, std::sync::atomic::Ordering::SeqCst);
+        outcome = engine.train_batch_tokens(&tokens, &targets, 16, 16);
+        if outcome.is_err() {
+            break;
+        }
+    }
+    watchdog.join().unwrap();
+    let err = outcome.unwrap_err();
+    assert_eq!(err.status(), Status::Aborted, "{}", err);
+    assert!(err.message().contains("dst_engine_abort"), "{}", err);
+    // Every later call is refused by name; dropping the engine frees nothing twice.
+    assert_eq!(engine.step_count().unwrap_err().status(), Status::Aborted);
+    drop(engine);
+}

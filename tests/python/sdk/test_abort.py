@@ -121,3 +121,42 @@ def test_abort_frees_and_is_idempotent(dst):
     assert closed.closed
     with dst.Engine(config=tiny_config(), model=TINY_GPT) as engine:
         engine.abort()  # leaving the block after an abort frees nothing twice
+
+
+def test_abort_from_another_thread_stops_the_running_call(dst):
+    """Engine.abort() does not wait for the lock the running call holds: the
+    training thread's call raises AbortedError, abort returns after it."""
+    import threading
+
+    config = tiny_config(train_batch_size=16, train_micro_batch_size_per_gpu=2,
+                         gradient_accumulation_steps=8)
+    engine = dst.Engine(config=config, model=TINY_GPT)
+    tokens = np.arange(256, dtype=np.int32).reshape(16, 16) % 256
+    outcome = {}
+    started = threading.Event()
+
+    def train():
+        try:
+            for _ in range(100000):
+                started.set()
+                engine.train_batch(tokens, (tokens + 1) % 256)
+        except dst.DstrainError as e:
+            outcome["error"] = e
+            outcome["at"] = time.monotonic()
+
+    worker = threading.Thread(target=train)
+    worker.start()
+    started.wait(30)
+    time.sleep(0.2)
+    asked = time.monotonic()
+    engine.abort()
+    returned = time.monotonic()
+    worker.join(30)
+    assert isinstance(outcome.get("error"), (dst.AbortedError, dst.StateError)), outcome
+    if isinstance(outcome["error"], dst.AbortedError):  # else the abort landed between calls
+        assert outcome["at"] <= returned + 0.05
+        assert "dst_engine_abort" in str(outcome["error"])
+    assert returned - asked < 1.0
+    assert engine.closed
+    with pytest.raises(dst.StateError):
+        engine.step
