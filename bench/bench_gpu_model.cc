@@ -36,9 +36,9 @@
 
 #include "core/model/model.h"
 #include "core/model/model_spec.h"
-#include "core/runtime/cuda_devices.h"
-#include "core/runtime/cuda_kernels.h"
-#include "core/runtime/cuda_runtime.h"
+#include "core/device/cuda_devices.h"
+#include "core/device/cuda_kernels.h"
+#include "core/device/cuda_seam.h"
 
 namespace {
 

@@ -127,7 +127,9 @@ std::vector<ReportSection> BuildSections(const json &info) {
       {"dstrain",
        {{"version", Text(info, "version")},
         {"build type", Text(info, "build_type")},
-        {"compiler", Text(info, "compiler")}}},
+        {"compiler", Text(info, "compiler")},
+        {"test hooks", Flag(info, "test_hooks") ? "compiled in (DSTRAIN_TEST_HOOKS: a test build)"
+                                                 : "none"}}},
       {"CPU",
        {{"cores", Text(cpu, "cores")},
         {"features", CpuFeatures(Child(cpu, "features"))},

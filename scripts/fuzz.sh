@@ -35,7 +35,7 @@ build=${DSTRAIN_FUZZ_BUILD:-build-fuzz}
 jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 echo "== fuzz: building ${targets[*]} in $build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-  -DCMAKE_CXX_COMPILER=clang++ -DDSTRAIN_FUZZ=ON >/dev/null
+  -DCMAKE_CXX_COMPILER=clang++ -DDSTRAIN_FUZZ=ON -DDSTRAIN_TEST_HOOKS=ON >/dev/null
 cmake --build "$build" -j "$jobs" --target "${targets[@]}" >/dev/null
 
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1

@@ -54,7 +54,8 @@ case "$kind" in
 esac
 
 echo "== $kind: configuring and building $build"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${configure[@]}" >/dev/null
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSTRAIN_TEST_HOOKS=ON \
+  "${configure[@]}" >/dev/null
 cmake --build "$build" -j "$jobs" "${targets[@]}" >/dev/null
 
 # Reports go to files (one per process) so that a report of a rank that
@@ -111,6 +112,7 @@ python_tests=(
   "test_offload.py"
   "test_faults.py"
   "sdk/test_abort.py"
+  "test_abort_unblocks.py"
   "sdk/test_engine_cycles.py"
 )
 if [ $quick -eq 1 ]; then
@@ -121,6 +123,7 @@ if [ $quick -eq 1 ]; then
     "test_offload.py -k reproduces_the_resident_run"
     "test_faults.py -k killed"
     "sdk/test_abort.py"
+    "test_abort_unblocks.py"
   )
 fi
 fi

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-bash scripts/build.sh
+DSTRAIN_TEST_HOOKS=ON bash scripts/build.sh  # the tests drive the stand-in device and fault injection
 # The cores, counted before OMP_NUM_THREADS=1 is exported: GNU nproc honours
 # OMP_NUM_THREADS, and would make ctest run one test at a time.
 jobs=$(nproc)

@@ -12,14 +12,15 @@
 #include <nlohmann/json.hpp>
 
 #include "capi/src/capi_util.h"
+#include "core/common/test_hooks.h"
 #include "core/data/text_dataset.h"
 #include "core/kernels/cpu/cpu_adam.h"
 #include "core/kernels/cpu/cpu_isa.h"
 #include "core/kernels/cpu/gemm.h"
 #include "core/kernels/cpu/vector_math.h"
 #include "core/offload/async_file.h"
-#include "core/runtime/cuda_devices.h"
-#include "core/runtime/cuda_kernels.h"
+#include "core/device/cuda_devices.h"
+#include "core/device/cuda_kernels.h"
 
 #ifndef DSTRAIN_BUILD_TYPE
 #define DSTRAIN_BUILD_TYPE "unknown"
@@ -156,7 +157,9 @@ std::string BuildInfoJson() {
                      {"openmp", OpenMpInfo()},
                      {"cuda", CudaInfo()},
                      {"offload", OffloadInfo()},
-                     {"default_corpus", DefaultCorpusInfo()}};
+                     {"default_corpus", DefaultCorpusInfo()},
+                     // DSTRAIN_TEST_HOOKS: whether test and fault-injection hooks are compiled in.
+                     {"test_hooks", DSTRAIN_TEST_HOOKS != 0}};
   return info.dump(2);
 }
 

@@ -38,6 +38,7 @@ std::chrono::milliseconds CommTimeoutOf(const Config &config);
 Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::string &agreement,
                     std::shared_ptr<AbortSignal> abort = std::make_shared<AbortSignal>());
 
+// Test hooks, read only in a build with DSTRAIN_TEST_HOOKS (empty otherwise).
 // DSTRAIN_INJECT_GRAD_OVERFLOW="R:S[,R:S...]": the steps at which `rank`'s
 // gradients are made infinite, as an fp16 overflow would (tests).
 Result<std::vector<int64_t>> ParseOverflowInjection(int64_t rank);

@@ -8,7 +8,7 @@
 #include "core/kernels/cpu/gemm.h"
 #include "core/model/model.h"
 #include "core/model/tp_plan.h"
-#include "core/runtime/cuda_kernel_table.h"
+#include "core/kernels/cuda/cuda_kernel_table.h"
 #include "core/zero/memory_estimate.h"
 #include "core/zero/onebit_allreduce.h"
 #include "core/zero/param_partition.h"

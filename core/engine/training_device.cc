@@ -7,9 +7,12 @@
 #include "core/comm/nccl_communicator.h"
 #include "core/comm/routed_communicator.h"
 #include "core/kernels/cpu/gemm.h"
-#include "core/runtime/cuda_kernels.h"
-#include "core/runtime/cuda_runtime.h"
-#include "core/runtime/guarded_device.h"
+#include "core/device/cuda_kernels.h"
+#include "core/device/cuda_seam.h"
+#include "core/common/test_hooks.h"
+#if DSTRAIN_TEST_HOOKS
+#include "core/device/guarded_device.h"
+#endif
 
 namespace dst {
 
@@ -87,6 +90,7 @@ class CudaTrainingDevice final : public TrainingDevice {
   std::unique_ptr<CudaKernels> kernels_;
 };
 
+#if DSTRAIN_TEST_HOOKS
 class GuardedTrainingDevice final : public TrainingDevice {
  public:
   // The stand-in's stream: its next kernel or copy waits for the collective.
@@ -129,6 +133,7 @@ class GuardedTrainingDevice final : public TrainingDevice {
   guarded::Kernels kernels_;
   guarded::StepKernels step_;
 };
+#endif  // DSTRAIN_TEST_HOOKS
 
 }  // namespace
 
@@ -150,12 +155,14 @@ Status TrainingDevice::AdoptGroups(ProcessGroups *groups, Store *store, int64_t 
 }
 
 Result<std::unique_ptr<TrainingDevice>> TrainingDevice::Open(int64_t local_rank) {
+#if DSTRAIN_TEST_HOOKS
   const char *standin = std::getenv("DSTRAIN_TEST_DEVICE");
   if (standin != nullptr && std::string_view(standin) == "guarded")
     return std::unique_ptr<TrainingDevice>(new GuardedTrainingDevice());
   if (standin != nullptr && *standin != '\0')
     return InvalidArgument("DSTRAIN_TEST_DEVICE=\"" + std::string(standin) +
                            "\": the only stand-in device is \"guarded\" (or unset it)");
+#endif
   return CudaTrainingDevice::Open(local_rank);
 }
 

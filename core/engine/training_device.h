@@ -8,7 +8,7 @@
 //     than one rank gains an NCCL twin for its collectives over device
 //     memory (ordered after the stream's work), Gloo keeping the host ones;
 //   - the guarded stand-in (DSTRAIN_TEST_DEVICE=guarded,
-//     core/runtime/guarded_device.h): host memory closed to the host outside
+//     core/device/guarded_device.h): host memory closed to the host outside
 //     the CPU backend's kernels and the collectives, so the device path's
 //     host code is checked on any machine, at any data-parallel size.
 #pragma once

@@ -6,11 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DST_HOST_DEVICE __host__ __device__
-#else
-#define DST_HOST_DEVICE
-#endif
+#include "core/common/host_device.h"
 
 namespace dst::math {
 

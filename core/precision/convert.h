@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "core/kernels/elementwise_math.h"  // DST_HOST_DEVICE
+#include "core/common/host_device.h"
 
 namespace dst {
 

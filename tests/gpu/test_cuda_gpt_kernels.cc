@@ -19,7 +19,7 @@
 #include "core/kernels/cpu/gemm.h"
 #include "core/kernels/cpu/loss.h"
 #include "core/precision/convert.h"
-#include "core/runtime/cuda_kernel_table.h"
+#include "core/kernels/cuda/cuda_kernel_table.h"
 #include "core/zero/storage.h"
 #include "tests/gpu/gpu_test_support.h"
 

@@ -1,4 +1,4 @@
-// The CUDA kernel backend (core/runtime/cuda_kernels.h) against the CPU one:
+// The CUDA kernel backend (core/device/cuda_kernels.h) against the CPU one:
 // the tiny GPT and sequential chains (tests/common/layer_chain.h) run with
 // every tensor in device memory through CudaKernels, and on the host through
 // the CPU backend; the losses and every gradient must agree (fp32 within
@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "core/kernels/cpu/cpu_kernels.h"
-#include "core/runtime/cuda_kernels.h"
-#include "core/runtime/cuda_runtime.h"
+#include "core/device/cuda_kernels.h"
+#include "core/device/cuda_seam.h"
 #include "tests/common/layer_chain.h"
 
 namespace dst {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/caching_allocator.h"
-#include "core/runtime/cuda_runtime.h"
+#include "core/device/caching_allocator.h"
+#include "core/device/cuda_seam.h"
 
 namespace dst {
 namespace {

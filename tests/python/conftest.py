@@ -20,6 +20,32 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 
+def build_has_test_hooks() -> bool:
+    """Whether $DSTRAIN_BUILD_DIR was configured with DSTRAIN_TEST_HOOKS (the
+    stand-in device and the fault injections are compiled in). True when it
+    cannot tell: the build-directory fixtures report that themselves."""
+    value = os.environ.get("DSTRAIN_BUILD_DIR")
+    cache = pathlib.Path(value) / "CMakeCache.txt" if value else None
+    if cache is None or not cache.exists():
+        return True
+    for line in cache.read_text(errors="replace").splitlines():
+        if line.startswith("DSTRAIN_TEST_HOOKS:"):
+            return line.split("=", 1)[1].strip().upper() in ("ON", "1", "TRUE", "YES")
+    return False
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "test_hooks: needs a build with -DDSTRAIN_TEST_HOOKS=ON (stand-in device, "
+        "fault injection)")
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("test_hooks") and not build_has_test_hooks():
+        pytest.skip("needs the test hooks, which this build leaves out: configure it with "
+                    "-DDSTRAIN_TEST_HOOKS=ON (scripts/test.sh does)")
+
+
 @pytest.fixture(scope="session")
 def build_dir():
     """The CMake build directory from $DSTRAIN_BUILD_DIR; skips when unset."""

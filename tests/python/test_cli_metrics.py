@@ -8,6 +8,8 @@ import subprocess
 import time
 import urllib.request
 
+import pytest
+
 TINY_MODEL = {"type": "gpt", "vocab_size": 256, "n_ctx": 16, "n_layer": 1, "n_head": 2,
               "d_model": 32, "seed": 7}
 
@@ -51,6 +53,7 @@ def test_metrics_port_flag_serves_metrics_and_dashboard(build_dir, tmp_path):
         proc.wait(timeout=30)
 
 
+@pytest.mark.test_hooks
 def test_fp16_progress_lines_show_the_loss_scale(build_dir, tmp_path):
     model = tmp_path / "model.json"
     model.write_text(json.dumps(TINY_MODEL))

@@ -164,7 +164,7 @@ def test_dashboard_against_the_mock_server(browser_ready, tmp_path):
 
 # On the CPU the rank table's "device mem" column shows a dash; on a device
 # (the guarded stand-in of `dstrain.device "cuda"`) the bytes that live there.
-@pytest.mark.parametrize("device", ["cpu", "standin"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("standin", marks=pytest.mark.test_hooks)])
 def test_dashboard_served_by_a_real_training_run(browser_ready, build_dir, tmp_path, device):
     binary = build_dir / "dstrain"
     if not (binary.is_file() and os.access(binary, os.X_OK)):

@@ -17,6 +17,9 @@ import test_cli as cli_tests
 from test_cli import dstrain, job  # noqa: F401  (fixtures)
 import test_data_parallel as dp_tests
 
+# Every test here drives a test hook (DSTRAIN_TEST_DEVICE or DSTRAIN_INJECT_*).
+pytestmark = pytest.mark.test_hooks
+
 
 def run(binary, *args, standin=True):
     env = dict(os.environ)

@@ -17,6 +17,9 @@ from test_cli import dstrain, job  # noqa: F401  (fixtures)
 import test_data_parallel as dp_tests
 from test_device_standin import run, write_config
 
+# Every test here drives a test hook (DSTRAIN_TEST_DEVICE or DSTRAIN_INJECT_*).
+pytestmark = pytest.mark.test_hooks
+
 BACKWARD = "Backward"  # every backward kernel's name has it (LinearBackward, ...)
 
 

@@ -61,6 +61,7 @@ def test_estimate_counts_one_bit_adams_error_feedback(tmp_path, cli, world, opti
 # ZeRO-Offload on a device (the guarded stand-in): the host copy of the
 # reduced gradients, fp32's master weights beside the state on the host, the
 # NVMe buffers (counted as offload) — the layout's model state to the byte.
+@pytest.mark.test_hooks
 @pytest.mark.parametrize("stage,world,precision,optimizer,params", [
     (2, 1, None, "cpu", None), (1, 2, "bf16", "cpu", None), (1, 1, None, "cpu", None),
     (3, 1, None, "cpu", "cpu"), (2, 1, None, "nvme", None)])

@@ -104,6 +104,7 @@ def test_killed_rank_in_the_sparse_reduce_scatter_is_named(tmp_path, tool, stage
     kill_rank_1_and_check_survivors(tool, cfg, model, 3, ("recv", "send", "allgather"))
 
 
+@pytest.mark.test_hooks
 @pytest.mark.parametrize("world,layout", [
     (3, {}), (2, {"tensor_parallel": {"tp_size": 2}}),
     (2, {"pipeline_parallel": {"pp_size": 2}, "pipeline": {"schedule": "zb-h1"},

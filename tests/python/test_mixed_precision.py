@@ -110,6 +110,7 @@ def test_model_state_memory_is_2_2_12_bytes_per_parameter(tmp_path, build_dir, t
         assert abs(total - formula) / formula < 0.01
 
 
+@pytest.mark.test_hooks
 def test_an_overflow_on_one_rank_skips_that_step_on_every_rank(tmp_path, tool):
     """Rank 1's gradients overflow in step 3 (DSTRAIN_INJECT_GRAD_OVERFLOW):
     both ranks skip exactly that step, the scale halves (hysteresis 1), the
@@ -135,6 +136,7 @@ def test_an_overflow_on_one_rank_skips_that_step_on_every_rank(tmp_path, tool):
     assert relative_gap(hit[0]["losses"], single["losses"]) < TOLERANCE["fp16"]
 
 
+@pytest.mark.test_hooks
 def test_overflow_at_the_minimum_scale_is_a_clear_error(tmp_path, tool):
     extra = {"hysteresis": 1, "initial_scale_power": 0, "min_loss_scale": 1}
     cfg, model = precision_job(tmp_path, "fp16", 0, 1, "floor", fp16_extra=extra)
@@ -144,6 +146,7 @@ def test_overflow_at_the_minimum_scale_is_a_clear_error(tmp_path, tool):
     assert "minimum loss scale" in err and "min_loss_scale" in err, err
 
 
+@pytest.mark.test_hooks
 def test_a_malformed_injection_variable_is_refused(tmp_path, tool):
     cfg, model = precision_job(tmp_path, "fp16", 0, 1, "bad")
     (code, _, err), = start_ranks(tool, cfg, model, 1, steps=1,

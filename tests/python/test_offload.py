@@ -153,6 +153,7 @@ def resident_losses(tool, tmp_path, precision="fp32", stage=1):
     return dp_tests.run_ranks(tool, cfg, model, 1, steps=5)[0]["losses"]
 
 
+@pytest.mark.test_hooks
 @pytest.mark.parametrize("kind,errno_text,precision,stage", [
     ("write-error", "Input/output error (errno 5)", "fp32", 1),
     ("read-error", "Input/output error (errno 5)", "bf16", 2),
@@ -172,6 +173,7 @@ def test_an_io_fault_is_a_named_error_and_the_step_changes_nothing(tmp_path, too
         tool, tmp_path, precision, stage)
 
 
+@pytest.mark.test_hooks
 def test_a_short_write_is_continued(tmp_path, tool):
     code, out, err = run_with_fault(tool, tmp_path, "write-short-once")
     assert code == 0 and "failed" not in err, err

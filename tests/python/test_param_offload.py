@@ -220,6 +220,7 @@ def test_a_run_killed_mid_step_resumes_from_its_last_checkpoint(tmp_path, tool):
         assert r["losses"] == full[0]["losses"][4:]
 
 
+@pytest.mark.test_hooks
 @pytest.mark.parametrize("precision,kind", [("fp32", "write-error"), ("bf16", "read-error")])
 def test_a_failed_step_leaves_the_swapped_parameters_as_before(tmp_path, tool, precision, kind):
     """An I/O error in the optimizer tier mid-step (injected at step 3, piece

@@ -6,8 +6,13 @@ nobody is named; a malformed injection is an error that shows the form."""
 import json
 import socket
 
+import pytest
+
 import test_data_parallel as dp_tests
 from test_data_parallel import tool  # noqa: F401  (fixture)
+
+# Every test here drives a test hook (DSTRAIN_TEST_DEVICE or DSTRAIN_INJECT_*).
+pytestmark = pytest.mark.test_hooks
 
 STEPS = 6
 WINDOW = 3  # the median of 3 steps: one step preempted by the OS is not a straggler

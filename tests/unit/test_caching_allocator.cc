@@ -7,7 +7,7 @@
 #include <map>
 #include <vector>
 
-#include "core/runtime/caching_allocator.h"
+#include "core/device/caching_allocator.h"
 
 namespace dst {
 namespace {

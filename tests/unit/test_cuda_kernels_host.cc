@@ -1,4 +1,4 @@
-// The CUDA kernel backend's host half (core/runtime/cuda_kernels.cc) over a
+// The CUDA kernel backend's host half (core/device/cuda_kernels.cc) over a
 // recording kernel table, on any machine: which table entries each
 // Kernels<float> and StepKernels call turns into (the optimizer's constants
 // as CPU-Adam computes them), with which sizes, pitches and codes; the
@@ -12,7 +12,7 @@
 #include "core/kernels/cpu/cpu_adam.h"
 #include "core/model/model.h"
 #include "core/model/model_spec.h"
-#include "core/runtime/cuda_kernels.h"
+#include "core/device/cuda_kernels.h"
 #include "tests/common/one_rank.h"
 
 namespace dst {

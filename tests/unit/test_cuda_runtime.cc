@@ -1,15 +1,15 @@
-// The device seam's CUDA runtime (core/runtime/cuda_runtime.h) on any machine:
+// The device seam's CUDA runtime (core/device/cuda_seam.h) on any machine:
 // it loads exactly when the device query sees a device, and otherwise says
 // why (no plugin in the build, no driver, no device) instead of failing later.
 // Its device work is tested in tests/gpu/test_cuda_runtime.cc.
-#include "core/runtime/cuda_runtime.h"
+#include "core/device/cuda_seam.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "core/runtime/cuda_devices.h"
-#include "core/runtime/cuda_kernels.h"
+#include "core/device/cuda_devices.h"
+#include "core/device/cuda_kernels.h"
 
 namespace dst {
 namespace {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/test_hooks.h"
 #include "core/offload/async_file.h"
 #include "core/offload/nvme_state_store.h"
 #include "core/offload/slot_checksum.h"
@@ -375,6 +376,12 @@ TEST(NvmeStateStore, ACleanShutdownRemovesTheSwapFile) {
 }
 
 TEST(NvmeStateStore, FaultInjectionParses) {
+#if !DSTRAIN_TEST_HOOKS
+  ::setenv("DSTRAIN_INJECT_IO_FAULT", "0:3:2:write-short", 1);  // not read in such a build
+  EXPECT_TRUE(ParseIoFaultInjection(0).value().empty());
+  ::unsetenv("DSTRAIN_INJECT_IO_FAULT");
+  GTEST_SKIP() << "a build without DSTRAIN_TEST_HOOKS reads no injection";
+#endif
   ::setenv("DSTRAIN_INJECT_IO_FAULT", "0:3:2:write-short,1:4:0:read-error", 1);
   Result<std::vector<InjectedIoFault>> faults = ParseIoFaultInjection(1);
   ASSERT_TRUE(faults.ok());

@@ -18,7 +18,7 @@
 #include "core/comm/routed_communicator.h"
 #include "core/config/config.h"
 #include "core/engine/training_device.h"
-#include "core/runtime/guarded_device.h"
+#include "core/device/guarded_device.h"
 #include "tests/common/guarded_memory.h"
 #include "tests/common/one_rank.h"
 

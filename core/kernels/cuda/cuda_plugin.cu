@@ -1,5 +1,5 @@
 // libdstrain_cuda.so: the CUDA backend's plugin, opened with dlopen on use
-// (core/runtime/cuda_devices.cc) so that libdstrain.so loads on a machine
+// (core/device/cuda_devices.cc) so that libdstrain.so loads on a machine
 // without CUDA. This file reports the devices this process sees (dstrain
 // report) and holds the element-wise kernels, written over
 // the DST_HOST_DEVICE formulas the CPU kernels use (elementwise_math.h), so

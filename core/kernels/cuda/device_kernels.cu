@@ -1,4 +1,4 @@
-// The CUDA kernel backend's device side (core/runtime/cuda_kernel_table.h):
+// The CUDA kernel backend's device side (core/kernels/cuda/cuda_kernel_table.h):
 // every kernel a layer runs, on device pointers, queued on the context's
 // stream. The training kernels of cuda_plugin.cu and gpt_kernels.cu are
 // launched as they are (kernels.cuh); what the layers need beyond them — the
@@ -25,7 +25,7 @@
 #include "core/kernels/cuda/cublaslt.cuh"
 #include "core/kernels/cuda/kernels.cuh"
 #include "core/precision/convert.h"
-#include "core/runtime/cuda_kernel_table.h"
+#include "core/kernels/cuda/cuda_kernel_table.h"
 
 namespace dst::cuda {
 namespace {
@@ -803,7 +803,7 @@ int FillColumns(void *ctx, float *x, long rows, long width, long begin, float va
 }  // namespace
 }  // namespace dst::cuda
 
-// Fills the kernel backend's table (core/runtime/cuda_kernels.cc loads it).
+// Fills the kernel backend's table (core/device/cuda_kernels.cc loads it).
 extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_kernels(
     DstCudaKernelTable *t) {
   namespace k = dst::cuda;

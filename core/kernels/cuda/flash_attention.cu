@@ -30,7 +30,7 @@
 
 #include "core/kernels/cuda/plugin_support.cuh"
 #include "core/kernels/elementwise_math.h"
-#include "core/runtime/cuda_kernel_table.h"
+#include "core/kernels/cuda/cuda_kernel_table.h"
 
 namespace dst::cuda {
 

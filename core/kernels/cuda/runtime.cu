@@ -1,12 +1,12 @@
-// The CUDA runtime calls of the device seam (core/runtime/cuda_runtime.h),
-// exported as one table (core/runtime/cuda_runtime_table.h) so that
+// The CUDA runtime calls of the device seam (core/device/cuda_seam.h),
+// exported as one table (core/kernels/cuda/cuda_runtime_table.h) so that
 // libdstrain.so reaches device memory, streams and events without linking
 // CUDA. Each function sets its device first where it takes one.
 #include <cuda_runtime.h>
 
 #include <cstring>
 
-#include "core/runtime/cuda_runtime_table.h"
+#include "core/kernels/cuda/cuda_runtime_table.h"
 
 static_assert(DST_CUDA_SUCCESS == cudaSuccess);
 static_assert(DST_CUDA_OUT_OF_MEMORY == cudaErrorMemoryAllocation);

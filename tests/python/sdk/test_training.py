@@ -280,6 +280,7 @@ def test_calls_from_threads_are_serialised(dst, data):
         assert not errors and engine.step == 40
 
 
+@pytest.mark.test_hooks
 def test_loss_scale_and_skipped_steps(dst, data, monkeypatch):
     """fp16: the scale starts at 2^initial_scale_power and halves on an
     overflow (hysteresis 1), which skips that step; fp32 reports 1 and 0."""

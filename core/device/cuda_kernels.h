@@ -20,8 +20,8 @@
 #include "core/common/status.h"
 #include "core/kernels/kernels.h"
 #include "core/kernels/step_kernels.h"
-#include "core/runtime/cuda_kernel_table.h"
-#include "core/runtime/cuda_runtime.h"
+#include "core/kernels/cuda/cuda_kernel_table.h"
+#include "core/device/cuda_seam.h"
 
 namespace dst {
 

@@ -1,4 +1,4 @@
-#include "core/runtime/guarded_device.h"
+#include "core/device/guarded_device.h"
 
 #include <execinfo.h>
 #include <signal.h>

@@ -1,9 +1,9 @@
-#include "core/runtime/cuda_devices.h"
+#include "core/device/cuda_devices.h"
 
 #include <cstddef>
 #include <vector>
 
-#include "core/runtime/cuda_runtime.h"
+#include "core/device/cuda_seam.h"
 
 namespace dst {
 

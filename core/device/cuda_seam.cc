@@ -1,4 +1,4 @@
-#include "core/runtime/cuda_runtime.h"
+#include "core/device/cuda_seam.h"
 
 #include <utility>
 

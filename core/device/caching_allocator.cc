@@ -1,4 +1,4 @@
-#include "core/runtime/caching_allocator.h"
+#include "core/device/caching_allocator.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "core/runtime/cuda_kernels.h"
+#include "core/device/cuda_kernels.h"
 
 #include <cstddef>
 #include <cstring>

@@ -1,7 +1,7 @@
 /* The CUDA kernel backend's calls, as the CUDA plugin (libdstrain_cuda.so,
  * core/kernels/cuda/device_kernels.cu) exports them: a table of plain C
  * function pointers filled by dst_cuda_plugin_kernels(), behind
- * core/runtime/cuda_kernels.h's Kernels<float>. Every pointer is device
+ * core/device/cuda_kernels.h's Kernels<float>. Every pointer is device
  * memory of the context's device; every kernel is queued on the context's
  * stream (the host does not wait) except where a result comes back to the
  * host (the losses), which waits for the stream. Each call returns 0 or an

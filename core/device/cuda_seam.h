@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "core/common/status.h"
-#include "core/runtime/caching_allocator.h"
-#include "core/runtime/cuda_runtime_table.h"
+#include "core/device/caching_allocator.h"
+#include "core/kernels/cuda/cuda_runtime_table.h"
 #include "core/runtime/memory.h"
 
 namespace dst {

@@ -27,7 +27,7 @@
 #include "core/comm/communicator.h"
 #include "core/kernels/cpu/cpu_kernels.h"
 #include "core/kernels/cpu/cpu_step_kernels.h"
-#include "core/runtime/caching_allocator.h"
+#include "core/device/caching_allocator.h"
 #include "core/runtime/memory.h"
 
 namespace dst::guarded {
