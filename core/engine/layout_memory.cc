@@ -1,6 +1,5 @@
 #include "core/engine/layout_memory.h"
 
-#include "core/zero/param_types.h"
 
 #include <algorithm>
 #include <optional>
@@ -10,9 +9,9 @@
 #include "core/model/tp_plan.h"
 #include "core/kernels/cuda/cuda_kernel_table.h"
 #include "core/zero/memory_estimate.h"
-#include "core/zero/onebit_allreduce.h"
 #include "core/zero/param_partition.h"
 #include "core/zero/partition_plan.h"
+#include "core/zero/partition_policy.h"
 
 namespace dst {
 
@@ -67,31 +66,18 @@ Result<std::vector<RankMemory>> LayoutMemory(const ModelSpec &spec, const Config
     const std::vector<ParamDecl> decls = DeclarePartParameters(spec, chunks, config.tp_size, &uses);
     RankMemory m;
     for (const ParamDecl &d : decls) m.parameters += d.numel;
-    const int64_t threshold = config.zero.stage3_param_persistence_threshold;
-    const std::vector<bool> whole = WholeByParamType(
-        spec, decls, config.zero.zero_allowed_param_types, config.zero.zero_force_param_types);
-    const std::vector<bool> fp32 = Fp32ByParamType(spec, decls, config.fp32_modules());
-    int64_t fp32_elements = 0;
-    for (size_t k = 0; k < decls.size(); ++k) fp32_elements += fp32[k] ? decls[k].numel : 0;
-    const int64_t persistent =
-        config.zero.stage == 3 ? PersistentElements(decls, threshold, whole, fp32) : 0;
+    const PartitionPolicy policy = PartitionPolicyFor(spec, decls, config);
+    const int64_t persistent = config.zero.stage == 3 ? policy.stage3_persistent_elements : 0;
     int64_t share = 0;  // offload_param nvme: the largest share a swap window holds
     if (config.zero.stage == 3 && config.zero.offload_param_device == "nvme")
-      share = LargestSwappedShare(BuildPartitionPlan(decls, uses, threshold, whole, fp32),
+      share = LargestSwappedShare(BuildPartitionPlan(decls, uses, policy.persistence_threshold,
+                                                     policy.whole_by_type, policy.fp32),
                                   ShardLayout(m.parameters, config.dp_size),
                                   config.zero.offload_param_max_in_cpu);
     m.model_state_bytes =
-        EstimateRankModelState(m.parameters, config, persistent, share, fp32_elements).total();
-    // OneBitAdam: the worker and server error feedback of each tensor, padded.
-    const OptimizerType type = config.optimizer.type;
-    if ((type == OptimizerType::kOneBitAdam || type == OptimizerType::kZeroOneAdam ||
-         type == OptimizerType::kOneBitLamb) &&
-        config.dp_size > 1) {
-      std::vector<int64_t> numels;
-      for (const ParamDecl &d : decls) numels.push_back(d.numel);
-      if (type == OptimizerType::kOneBitLamb) numels = {m.parameters};  // exchanged as one
-      m.model_state_bytes += OneBitAllReduce::MemoryOf(numels, config.dp_size).residual_bytes;
-    }
+        EstimateRankModelState(m.parameters, config, persistent, share, policy.fp32_elements)
+            .total();
+    m.model_state_bytes += OneBitResidualBytes(config, decls);
     // ZeRO 2 with a pipeline: the step's gradients accumulate in a step-wide
     // fp32 buffer (freed once reduced), on top of the model state at rest.
     if (config.zero.stage == 2 && plan) m.step_gradient_bytes = m.parameters * 4;

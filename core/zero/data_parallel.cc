@@ -1,6 +1,6 @@
 #include "core/zero/data_parallel.h"
 
-#include "core/zero/param_types.h"
+#include "core/zero/partition_policy.h"
 
 #include <algorithm>
 #include <cmath>
@@ -77,16 +77,11 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
 
   // Stage 3 keeps small tensors whole; 16 bits stage every tensor (no
   // persistence: nothing is partitioned) to widen it; fp32 below 3 stages none.
-  const int64_t persistence =
-      stage_ >= 3 ? config.zero.stage3_param_persistence_threshold : (Wide() ? 0 : -1);
-  plan_ = BuildPartitionPlan(
-      store.decls(), model->layer_params(), persistence,
-      stage_ >= 3
-          ? WholeByParamType(model->spec(), store.decls(), config.zero.zero_allowed_param_types,
-                             config.zero.zero_force_param_types)
-          : std::vector<bool>{},
-      Wide() ? Fp32ByParamType(model->spec(), store.decls(), config.fp32_modules())
-             : std::vector<bool>{});
+  const PartitionPolicy policy = PartitionPolicyFor(model->spec(), store.decls(), config);
+  const int64_t persistence = stage_ >= 3 ? policy.persistence_threshold : (Wide() ? 0 : -1);
+  plan_ = BuildPartitionPlan(store.decls(), model->layer_params(), persistence,
+                             stage_ >= 3 ? policy.whole_by_type : std::vector<bool>{},
+                             Wide() ? policy.fp32 : std::vector<bool>{});
   if (!plan_.fp32.slots.empty())
     fp32_ = std::make_unique<Fp32Params>(&plan_, &store, tracker, seed, placement_);
   if (Wide() && stage_ < 3) local_ = MakeSoloCommunicator("local");
