@@ -247,6 +247,11 @@ Status TcpStore::TimedOut(const std::vector<std::string> &missing,
 }
 
 Status TcpStore::Set(const std::string &key, const std::vector<uint8_t> &value) {
+  return SetBefore(key, value, tcp_store::DeadlineAfter(timeout_), /*abortable=*/true);
+}
+
+Status TcpStore::SetBefore(const std::string &key, const std::vector<uint8_t> &value,
+                           Clock::time_point deadline, bool abortable) {
   DST_RETURN_IF_ERROR(CheckKey(key));
   if (value.size() > tcp_store::kMaxFrameBytes - tcp_store::kMaxKeyBytes - 16) {
     return InvalidArgument("rendezvous store: value of " + std::to_string(value.size()) +
@@ -257,7 +262,7 @@ Status TcpStore::Set(const std::string &key, const std::vector<uint8_t> &value) 
   request.keys = {key};
   request.value = value;
   const std::string doing = "setting key '" + key + "' " + Where();
-  auto reply = Call(request, tcp_store::DeadlineAfter(timeout_), doing);
+  auto reply = Call(request, deadline, doing, abortable);
   if (!reply.ok()) return reply.status();
   if (reply->kind != ReplyKind::kOk) return Unexpected(reply.value(), doing);
   return Status::Ok();
@@ -321,16 +326,7 @@ Status TcpStore::Wait(const std::vector<std::string> &keys, std::chrono::millise
 // abort up).
 Status TcpStore::SetWithin(const std::string &key, const std::vector<uint8_t> &value,
                            std::chrono::milliseconds timeout) {
-  DST_RETURN_IF_ERROR(CheckKey(key));
-  Request request;
-  request.op = Op::kSet;
-  request.keys = {key};
-  request.value = value;
-  const std::string doing = "setting key '" + key + "' " + Where();
-  auto reply = Call(request, tcp_store::DeadlineAfter(timeout), doing, /*abortable=*/false);
-  if (!reply.ok()) return reply.status();
-  if (reply->kind != ReplyKind::kOk) return Unexpected(reply.value(), doing);
-  return Status::Ok();
+  return SetBefore(key, value, tcp_store::DeadlineAfter(timeout), /*abortable=*/false);
 }
 
 Result<int64_t> TcpStore::Add(const std::string &key, int64_t delta) {

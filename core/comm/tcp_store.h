@@ -59,6 +59,9 @@ class TcpStore final : public Store {
   // a protocol error.
   Status Unexpected(const tcp_store::Reply &reply, const std::string &doing) const;
   Status TimedOut(const std::vector<std::string> &missing, std::chrono::milliseconds timeout) const;
+  // Set and SetWithin: one kSet round trip before `deadline`.
+  Status SetBefore(const std::string &key, const std::vector<uint8_t> &value,
+                   tcp_store::Clock::time_point deadline, bool abortable);
   std::string Where() const;
 
   // Declared before the socket so the client connection closes first.
