@@ -77,7 +77,18 @@ NpyArray ReadNpy(const std::string &path) {
     width = descr == "<i4" ? 4 : 8;
   else
     Bad(path, "dtype '" + descr + "'");
-  std::vector<char> raw(size_t(count) * width);
+  // The shape is checked against the bytes the file holds before anything is
+  // allocated: a corrupt header must not ask for more memory than the file has.
+  const std::streamoff data_start = in.tellg();
+  in.seekg(0, std::ios::end);
+  const std::streamoff file_end = in.tellg();
+  in.seekg(data_start);
+  const uint64_t want = uint64_t(count) * width;
+  const uint64_t have = file_end > data_start ? uint64_t(file_end - data_start) : 0;
+  if (!in || want > have)
+    Bad(path, "fewer bytes than its shape says (" + std::to_string(want) + " bytes for the shape, " +
+                  std::to_string(have) + " in the file)");
+  std::vector<char> raw(want);
   in.read(raw.data(), std::streamsize(raw.size()));
   if (!in) Bad(path, "fewer bytes than its shape says");
   FillArray(&a, raw, width == 4 && descr != "<i4", width);
