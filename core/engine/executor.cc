@@ -77,15 +77,18 @@ Status Executor::SumTrustOverTp(std::vector<double> *sums) const {
   return Status::Ok();
 }
 
-Result<double> Executor::GlobalGradNorm() {
-  if (!link_ && !tp_) return dp_->GradNorm();
-  Result<double> squared = dp_->GradSquaredNorm(norm_excluded_);
-  if (!squared.ok()) return squared.status();
-  if (tp_) squared = SumOverGroup(*tp_, squared.value());
-  if (!squared.ok() || !link_) return squared.ok() ? std::sqrt(squared.value()) : squared;
-  Result<double> total = link_->SumOverStages(squared.value());
-  if (!total.ok()) return total.status();
-  return std::sqrt(total.value());
+Result<double> Executor::ClipGradients() {
+  const double max_norm = config_.gradient_clipping;
+  if (!link_ && !tp_) return dp_->ClipGradients(max_norm);
+  const NormReducer over_groups = [this](double squared) -> Result<double> {
+    if (tp_) {
+      Result<double> summed = SumOverGroup(*tp_, squared);
+      if (!summed.ok() || !link_) return summed;
+      squared = summed.value();
+    }
+    return link_->SumOverStages(squared);
+  };
+  return dp_->ClipGradients(max_norm, norm_excluded_, over_groups);
 }
 
 Result<double> Executor::JobLoss(double loss_sum) {
@@ -96,7 +99,7 @@ Result<double> Executor::JobLoss(double loss_sum) {
 
 Status Executor::Clip(double loss_sum, StepRecord *rec) {
   const int64_t step = progress_->steps;
-  Result<double> norm = GlobalGradNorm();
+  Result<double> norm = ClipGradients();
   if (!norm.ok()) return norm.status();
   rec->grad_norm = norm.value();
   Result<double> global_loss = JobLoss(loss_sum);
@@ -115,10 +118,6 @@ Status Executor::Clip(double loss_sum, StepRecord *rec) {
                       ", gradient norm " + std::to_string(rec->grad_norm) +
                       "); the step was skipped and the weights are unchanged. Lower the "
                       "learning rate or set gradient_clipping");
-  }
-  if (config_.gradient_clipping > 0) {
-    const double coef = config_.gradient_clipping / (rec->grad_norm + 1e-6);
-    if (coef < 1.0) dp_->ScaleGradients(float(coef));
   }
   return Status::Ok();
 }

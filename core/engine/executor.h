@@ -117,9 +117,10 @@ class Executor {
                 std::chrono::steady_clock::time_point start, StepRecord *rec);
   // kClipGradients: the global norm; an fp16 overflow marks the step skipped.
   Status Clip(double loss_sum, StepRecord *rec);
-  // The global gradient norm: over the data-parallel group, and with a
-  // pipeline over every stage (a tied weight counted once).
-  Result<double> GlobalGradNorm();
+  // The global gradient norm (over the data-parallel group, the
+  // tensor-parallel group and a pipeline's stages, a tied weight counted
+  // once), the gradients clipped to gradient_clipping where it is finite.
+  Result<double> ClipGradients();
   // A per-rank loss sum as the job's: averaged over the data-parallel group,
   // and with a pipeline taken from the last stage to every stage.
   Result<double> JobLoss(double loss_sum);

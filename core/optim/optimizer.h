@@ -30,6 +30,14 @@ struct OptimizerStateBuffer {
 
 // Makes the store for the state tensors `names` of `numel` elements (e.g. on
 // NVMe); the optimizer calls it once. Unset: in memory.
+// Lamb's per-tensor sums ([2 x tensors]: w^2, u^2), added over this group's
+// shards, passed on before the weights move: it adds the parts other groups
+// hold (a tensor-parallel slice's).
+using TrustReducer = std::function<Status(std::vector<double> *sums)>;
+// A gradient norm's square over this group, with the other groups' shares
+// added (a pipeline's stages, a tensor-parallel group).
+using NormReducer = std::function<Result<double>(double squared)>;
+
 using StateStoreMaker = std::function<std::unique_ptr<StateStore>(
     std::vector<std::string> names, int64_t numel, MemoryTracker *tracker)>;
 

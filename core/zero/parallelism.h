@@ -57,22 +57,20 @@ class DataParallelism : public LayerHooks {
   // the reduction's result is then multiplied by 1 / (dp size x this).
   virtual double GradPreScale() const { return 1.0; }
 
-  // Lamb's per-tensor sums ([2 x parameters]: w^2, u^2), added over this
-  // group's shards, are passed to `reducer` before the weights move: it adds
-  // the parts other groups hold (a tensor-parallel slice's).
-  using TrustReducer = std::function<Status(std::vector<double> *sums)>;
+  // Lamb's per-tensor sums are passed to `reducer` before the weights move
+  // (TrustReducer, optimizer.h).
   void SetTrustReducer(TrustReducer reducer) { trust_reducer_ = std::move(reducer); }
 
   // Launches what is left of the reduction and waits for it.
   virtual Status FinishReduction() = 0;
-  // Global L2 norm of the averaged (unscaled) gradients; not finite when a
-  // gradient overflowed on any rank.
-  virtual Result<double> GradNorm() = 0;
-  // The squared norm of the same, summed over the group, leaving out the
-  // tensors `excluded`: a pipeline stage's or a tensor-parallel rank's share
-  // of the global norm (a tied weight's second copy, and the tensors every tp
-  // rank holds whole, left out where another rank counts them).
-  virtual Result<double> GradSquaredNorm(const std::vector<int> &excluded) = 0;
+  // The global L2 norm of the averaged (unscaled) gradients, not finite when
+  // a gradient overflowed on any rank: this group's shards summed, leaving
+  // out the tensors `excluded` (a tied weight's second copy, the tensors
+  // every tp rank holds whole, where another rank counts them), plus
+  // `over_groups`' share. When it is finite and max_norm > 0, the gradients
+  // the step uses are clipped by max_norm / (norm + 1e-6) in the same call.
+  virtual Result<double> ClipGradients(double max_norm, const std::vector<int> &excluded = {},
+                                       const NormReducer &over_groups = nullptr) = 0;
 
   // After FinishReduction, tensor `id`'s gradient as the group stores it
   // (widened to fp32; under 16 bits still scaled by the loss scale and the
@@ -82,8 +80,6 @@ class DataParallelism : public LayerHooks {
   // `out` / `in` [numel] are in the memory the model's buffers live in.
   virtual Status ReadStoredGradient(int id, float *out) = 0;
   virtual Status AddStoredGradient(int id, const float *in) = 0;
-  // Multiplies the gradients the step will use by k (clipping).
-  virtual void ScaleGradients(float k) = 0;
   // Optimizer update of this rank's part, then the parameters every rank needs.
   virtual Status Step(double lr) = 0;
   // After a forward_backward without a step: makes full gradients readable.

@@ -357,10 +357,7 @@ RankResult TrainRank(int stage, int64_t accum, bool overlap, Communicator *comm)
     }
     EXPECT_TRUE(zero.FinishReduction().ok());
     if (!optimizer_step) return;
-    Result<double> norm = zero.GradNorm();
-    EXPECT_TRUE(norm.ok());
-    const double coef = 0.05 / (norm.value() + 1e-6);
-    if (coef < 1.0) zero.ScaleGradients(float(coef));
+    EXPECT_TRUE(zero.ClipGradients(0.05).ok());
     EXPECT_TRUE(zero.Step(1e-2).ok());
     result.losses.push_back(float(zero.Average(loss / double(accum)).value()));
   };
