@@ -37,6 +37,7 @@ def bf16_storage_only(tmp_path_factory, tool):
     return r["losses"]
 
 
+@pytest.mark.native_bf16
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 @pytest.mark.parametrize("dp", [1, 2])
 def test_bf16_compute_tracks_the_fp32_run(tmp_path, tool, fp32_reference, bf16_storage_only,
@@ -50,6 +51,7 @@ def test_bf16_compute_tracks_the_fp32_run(tmp_path, tool, fp32_reference, bf16_s
         assert r["losses"] != bf16_storage_only  # the GEMMs really multiplied in bf16
 
 
+@pytest.mark.native_bf16
 @pytest.mark.parametrize("granularity", ["selective", "full"])
 def test_bf16_compute_recomputation_gives_the_stored_runs_bits(tmp_path, tool, granularity):
     """Under bf16 compute, recomputing gives the stored run's losses bit for bit:
@@ -71,6 +73,7 @@ def test_bf16_compute_recomputation_gives_the_stored_runs_bits(tmp_path, tool, g
     assert kept <= stored["metrics"]["memory"]["activations"]["bytes"], kept
 
 
+@pytest.mark.native_bf16
 def test_fp32_and_fp16_training_never_compute_in_bf16(tmp_path, tool, fp32_reference):
     for precision in ("fp32", "fp16"):
         cfg, model = precision_job(tmp_path, precision, 0, 1, precision)

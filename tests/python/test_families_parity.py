@@ -241,6 +241,7 @@ BF16_NORM_GRAD_FLOOR = 6e-2
 BF16_TRAIN_RTOL = 1e-2
 
 
+@pytest.mark.bf16_compute  # autocast multiplies in bf16: so must the engine
 @pytest.mark.parametrize("name", ["llama_gqa", "bloom_6_heads"])
 def test_bf16_tracks_torch_autocast(name, parity_tool, tmp_path_factory):
     run = engine_run_of(name, parity_tool, tmp_path_factory, "bf16")

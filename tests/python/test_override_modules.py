@@ -58,14 +58,20 @@ def test_every_type_listed_trains_as_the_fp32_run(tmp_path, tool, precision, sta
     listed = run(tmp_path, tool, precision, stage, dp, "listed", ALL)
     for a, b in zip(listed, fp32):
         assert a["metrics"]["precision"] == precision and a["metrics"]["skipped_steps"] == 0
-        assert a["losses"] == b["losses"]
-        for kind in ("param_norms", "grad_norms"):
-            if stage <= 1:
+        if stage <= 1:
+            assert a["losses"] == b["losses"]
+            for kind in ("param_norms", "grad_norms"):
                 assert a[kind] == b[kind], kind
-            else:
-                assert dp_tests.relative_gap(a[kind], b[kind]) <= 1e-5, kind
+            continue
+        # Stages 2, 3 sum the gradients' squares per shard (fp32 run) or per
+        # whole fp32 tensor (listed): the norm, and so the clipping, may part
+        # in the last bits (with AVX2's reduction order they do).
+        assert dp_tests.relative_gap(a["losses"], b["losses"]) <= 1e-6
+        for kind in ("param_norms", "grad_norms"):
+            assert dp_tests.relative_gap(a[kind], b[kind]) <= 1e-5, kind
 
 
+@pytest.mark.native_bf16
 def test_listed_types_multiply_in_fp32_under_bf16_compute(tmp_path, tool):
     """With bf16 GEMMs forced on (DSTRAIN_BF16_COMPUTE=on, issue 17), the
     listed types' GEMMs still multiply in fp32: every type listed is the

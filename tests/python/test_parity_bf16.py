@@ -39,7 +39,7 @@ TRAIN_RTOL = 1e-2
 _RUNS = {}
 
 
-@pytest.fixture(params=["on", "off"])
+@pytest.fixture(params=[pytest.param("on", marks=pytest.mark.native_bf16), "off"])
 def bf16_run(request, parity_tool, tmp_path_factory, monkeypatch):
     compute = request.param
     if compute not in _RUNS:
