@@ -121,6 +121,21 @@ std::string GemmRow(const json &gemm) {
   return row;
 }
 
+// The library loaded and the plugins beside it (found, or why not).
+std::vector<std::pair<std::string, std::string>> FileRows(const json &files) {
+  std::vector<std::pair<std::string, std::string>> rows = {{"library", Text(files, "library")}};
+  if (!files.contains("plugins")) return rows;
+  for (const json &p : files["plugins"]) {
+    const std::string path = p.value("path", "");
+    std::string row = !path.empty() ? path + " [FOUND]"
+                      : p.value("built", false)
+                          ? p.value("file", "") + " [NOT FOUND] (not beside the library: reinstall)"
+                          : std::string("not built (") + p.value("file", "") + ")";
+    rows.push_back({p.value("name", "") + " plugin", row});
+  }
+  return rows;
+}
+
 std::vector<ReportSection> BuildSections(const json &info) {
   const json &cpu = Child(info, "cpu"), &blas = Child(info, "blas"), &cuda = Child(info, "cuda");
   return {
@@ -157,6 +172,7 @@ std::vector<ReportSection> BuildSections(const json &info) {
        {{"NVMe I/O engine", IoEngine(Child(info, "offload"))},
         {"CPU-Adam path", Text(Child(info, "offload"), "cpu_adam")}}},
       {"data", {{"default corpus", Corpus(Child(info, "default_corpus"))}}},
+      {"files", FileRows(Child(info, "files"))},
   };
 }
 

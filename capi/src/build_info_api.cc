@@ -19,6 +19,7 @@
 #include "core/kernels/cpu/gemm.h"
 #include "core/kernels/cpu/vector_math.h"
 #include "core/offload/async_file.h"
+#include "core/runtime/plugin.h"
 #include "core/device/cuda_devices.h"
 #include "core/device/cuda_kernels.h"
 
@@ -147,6 +148,14 @@ json OffloadInfo() {
           {"cpu_adam", dst::cpu::SimdPathName(dst::cpu::BestSimdPath())}};
 }
 
+// Where this library is and where it finds its plugins (none opened).
+json FilesInfo() {
+  json plugins = json::array();
+  for (const dst::PluginLocation &p : dst::LocatePlugins())
+    plugins.push_back({{"name", p.name}, {"file", p.file_name}, {"path", p.path}, {"built", p.built}});
+  return {{"library", dst::ThisModulePath()}, {"plugins", plugins}};
+}
+
 std::string BuildInfoJson() {
   const json info = {{"version", dst_version()},
                      {"compiler", DSTRAIN_CXX_COMPILER},
@@ -158,6 +167,7 @@ std::string BuildInfoJson() {
                      {"cuda", CudaInfo()},
                      {"offload", OffloadInfo()},
                      {"default_corpus", DefaultCorpusInfo()},
+                     {"files", FilesInfo()},
                      // DSTRAIN_TEST_HOOKS: whether test and fault-injection hooks are compiled in.
                      {"test_hooks", DSTRAIN_TEST_HOOKS != 0}};
   return info.dump(2);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace dst {
 
@@ -21,8 +22,24 @@ struct OpenedPlugin {
 };
 
 // Looks in $env_var, next to the module holding this code (libdstrain.so or a
-// test executable) and its parent directory, then the build path; the first
+// test executable), in its dstrain/ subdirectory (where an install puts the
+// plugins: lib/dstrain/), in its parent directory, then the build path; the first
 // that opens and exports the entry point wins (its handle stays open).
 OpenedPlugin OpenPlugin(const PluginSpec &spec);
+
+// The file OpenPlugin(spec) would try first: the first candidate that
+// exists, without opening it; empty when none does.
+std::string LocatePlugin(const PluginSpec &spec);
+
+// The file holding this code: libdstrain.so (or a program it is linked into).
+std::string ThisModulePath();
+
+// Where libdstrain's plugins are found ("sentencepiece", "nccl", "cuda"),
+// without opening them: what `dstrain report` shows an installed tree's user.
+struct PluginLocation {
+  std::string name, file_name, path;  // path empty: not found
+  bool built = false;                 // this build compiles the plugin
+};
+std::vector<PluginLocation> LocatePlugins();
 
 }  // namespace dst

@@ -155,6 +155,41 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
+def _installed_library() -> Optional[str]:
+    """The libdstrain this wheel belongs with, found when it is built:
+    the install tree it came from (``cmake --install`` puts this source at
+    ``PREFIX/share/dstrain/sdk-python``, the library at ``PREFIX/lib``), else
+    the one pkg-config knows. None: the package looks for it at import."""
+    prefix = os.path.dirname(os.path.dirname(os.path.dirname(ROOT)))
+    if os.path.basename(os.path.dirname(ROOT)) == "dstrain":
+        candidate = os.path.join(prefix, "lib", "libdstrain.so.0")
+        if os.path.exists(candidate):
+            return os.path.realpath(candidate)
+    try:
+        import subprocess
+
+        libdir = subprocess.run(
+            ["pkg-config", "--variable=libdir", "dstrain"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    candidate = os.path.join(libdir, "libdstrain.so.0")
+    return os.path.realpath(candidate) if libdir and os.path.exists(candidate) else None
+
+
+def _installed_module() -> Tuple[str, bytes]:
+    """dstrain/_installed.py: where _lib looks after the environment variables."""
+    library = _installed_library()
+    text = (
+        '"""Written when this wheel was built (build_backend/dstrain_build.py)."""\n\n'
+        "from typing import Optional\n\n"
+        "#: The libdstrain.so this package was installed against, or None.\n"
+        f"LIBRARY: Optional[str] = {library!r}\n"
+    )
+    return f"{PACKAGE}/_installed.py", text.encode("utf-8")
+
+
 # ------------------------------------------------------------------ PEP 517
 
 
@@ -189,7 +224,9 @@ def build_wheel(
     config_settings: Optional[Dict[str, Any]] = None,
     metadata_directory: Optional[str] = None,
 ) -> str:
-    return _write_wheel(wheel_directory, [(n, _read(p)) for n, p in _package_files()])
+    installed = _installed_module()  # replaces the source tree's (LIBRARY = None)
+    files = [(n, _read(p)) for n, p in _package_files() if n != installed[0]] + [installed]
+    return _write_wheel(wheel_directory, files)
 
 
 def build_editable(

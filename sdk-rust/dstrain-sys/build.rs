@@ -1,10 +1,11 @@
 //! Links libdstrain and records what the C compiler makes of dstrain.h.
 //!
 //! * `DSTRAIN_LIB_DIR`: directory holding `libdstrain.so` (default: `../../build` relative to
-//!   this crate, the repository's CMake build directory). Linked with an rpath to it, and
+//!   this crate, the repository's CMake build directory, when it holds the library; else an
+//!   installed dstrain's `libdir` from `pkg-config dstrain`). Linked with an rpath to it, and
 //!   passed on to dependent build scripts as `DEP_DSTRAIN_LIB_DIR`.
 //! * `DSTRAIN_INCLUDE_DIR`: directory holding `dstrain/dstrain.h` (default:
-//!   `../../capi/include`).
+//!   `../../capi/include`, or the installed dstrain's `includedir`).
 //! * `CC`: the C compiler for the layout probe (default `cc`).
 //!
 //! The layout probe (`layout_probe.c`) is compiled and run here; its output becomes
@@ -27,11 +28,22 @@ fn main() {
     println!("cargo:rerun-if-env-changed=DSTRAIN_INCLUDE_DIR");
     println!("cargo:rerun-if-env-changed=CC");
 
-    let lib_dir = dir_from_env("DSTRAIN_LIB_DIR", &manifest_dir.join("../../build"));
-    let include_dir = dir_from_env(
-        "DSTRAIN_INCLUDE_DIR",
-        &manifest_dir.join("../../capi/include"),
-    );
+    // Without DSTRAIN_LIB_DIR: the repository's build when there is one, else
+    // an installed dstrain through pkg-config (its libdir and includedir).
+    let repo_build = manifest_dir.join("../../build");
+    let installed = if env::var_os("DSTRAIN_LIB_DIR").map_or(true, |v| v.is_empty())
+        && !repo_build.join("libdstrain.so").exists()
+    {
+        pkg_config_dirs()
+    } else {
+        None
+    };
+    let (default_lib, default_include) = match &installed {
+        Some((lib, include)) => (lib.clone(), include.clone()),
+        None => (repo_build, manifest_dir.join("../../capi/include")),
+    };
+    let lib_dir = dir_from_env("DSTRAIN_LIB_DIR", &default_lib);
+    let include_dir = dir_from_env("DSTRAIN_INCLUDE_DIR", &default_include);
     let header = include_dir.join("dstrain").join("dstrain.h");
     println!("cargo:rerun-if-changed={}", header.display());
 
@@ -60,6 +72,24 @@ fn main() {
     if let Err(e) = fs::write(out_dir.join("c_layout.rs"), generated) {
         println!("cargo:warning=cannot write c_layout.rs: {}", e);
     }
+}
+
+/// An installed dstrain's (libdir, includedir) from `pkg-config`, if it knows one.
+fn pkg_config_dirs() -> Option<(PathBuf, PathBuf)> {
+    println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
+    let variable = |name: &str| -> Option<PathBuf> {
+        let out = Command::new("pkg-config")
+            .arg(format!("--variable={}", name))
+            .arg("dstrain")
+            .output()
+            .ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        let dir = text.trim();
+        (out.status.success() && !dir.is_empty()).then(|| PathBuf::from(dir))
+    };
+    let lib = variable("libdir")?;
+    let include = variable("includedir")?;
+    lib.join("libdstrain.so").exists().then(|| (lib, include))
 }
 
 /// `$NAME` as a directory (made absolute when it exists), else `default`.

@@ -82,10 +82,10 @@ extern "C" {
 #endif
 
 #define DST_VERSION_MAJOR 0
-#define DST_VERSION_MINOR 1
+#define DST_VERSION_MINOR 2
 #define DST_VERSION_PATCH 0
 #define DST_VERSION_NUMBER (DST_VERSION_MAJOR * 10000 + DST_VERSION_MINOR * 100 + DST_VERSION_PATCH)
-#define DST_VERSION_STRING "0.1.0"
+#define DST_VERSION_STRING "0.2.0"
 
 /* The largest struct_size a versioned struct may have (see the top of this
  * file): a larger value is taken for an uninitialised struct_size. */
@@ -117,7 +117,7 @@ DST_API const char *dst_status_string(dst_status_t status);
  * until the next failing call on the same thread. */
 DST_API const char *dst_last_error(void);
 
-/* Run-time version: "0.1.0" and DST_VERSION_NUMBER of the loaded library. */
+/* Run-time version: "0.2.0" and DST_VERSION_NUMBER of the loaded library. */
 DST_API const char *dst_version(void);
 DST_API int dst_version_number(void);
 

@@ -92,7 +92,7 @@ __all__ = [
 
 
 def version() -> str:
-    """The loaded library's version string, e.g. ``"0.1.0"``."""
+    """The loaded library's version string, e.g. ``"0.2.0"``."""
     return _lib.string(_lib.lib.dst_version())
 
 

@@ -10,10 +10,10 @@ with it.
 
 #: The ABI this package was written against (DST_VERSION_* of dstrain.h).
 #: The import-time check requires the loaded library to have the same major
-#: version and, while the major version is 0, the same minor version; from 1.0
-#: on, a library with a newer minor version (the ABI only grows) is accepted.
+#: version and at least this minor version: the ABI only grows within a major
+#: version (docs/abi.md).
 DST_VERSION_MAJOR = 0
-DST_VERSION_MINOR = 1
+DST_VERSION_MINOR = 2
 DST_VERSION_PATCH = 0
 
 CDEF = r"""

@@ -5,8 +5,12 @@ Lookup order:
 1. ``$DSTRAIN_LIBRARY``: a path to ``libdstrain.so``. When set, it is the only
    candidate (a file you name explicitly is never silently replaced).
 2. ``$DSTRAIN_BUILD_DIR/libdstrain.so``: a CMake build directory.
-3. ``libdstrain.so.0`` through the dynamic loader (``LD_LIBRARY_PATH``,
-   ``ldconfig`` cache, ``/usr/lib``...), i.e. an installed library.
+3. The library the wheel was built against (``dstrain._installed``, written
+   by the build backend): the install tree ``pip install
+   PREFIX/share/dstrain/sdk-python`` came from, else what pkg-config knew.
+   An install under any prefix is found without environment variables.
+4. ``libdstrain.so.0`` through the dynamic loader (``LD_LIBRARY_PATH``,
+   ``ldconfig`` cache, ``/usr/lib``...), e.g. the Debian package's.
 
 Failure raises :class:`ImportError` listing every candidate tried and why it
 failed. After loading, ``dst_version_number()`` is compared with the ABI
@@ -20,7 +24,7 @@ from typing import Any, List, Optional, Tuple
 
 from cffi import FFI
 
-from . import _cdef
+from . import _cdef, _installed
 from .errors import LibraryVersionError, error_for_status
 
 __all__ = ["ffi", "lib", "library_path", "check", "string", "pointer", "encode", "find_library"]
@@ -41,6 +45,10 @@ def _candidates() -> List[Tuple[str, str, bool]]:
     if build_dir:
         path = os.path.join(build_dir, "libdstrain.so")
         found.append((f"DSTRAIN_BUILD_DIR: {path}", path, False))
+    installed = _installed.LIBRARY  # set in a built wheel
+    if installed:
+        description = f"the library this package was installed against: {installed}"
+        found.append((description, installed, False))
     found.append((f"the system loader: {SONAME}", SONAME, False))
     return found
 
@@ -95,13 +103,11 @@ def check_version(number: int, where: str) -> None:
     (major*10000 + minor*100 + patch) implements the ABI of this package."""
     major, minor, patch = number // 10000, (number // 100) % 100, number % 100
     want_major, want_minor = _cdef.DST_VERSION_MAJOR, _cdef.DST_VERSION_MINOR
-    ok = major == want_major and (minor == want_minor if major == 0 else minor >= want_minor)
+    # The ABI only grows within a major version (docs/abi.md): a library of
+    # this package's minor version or a later one serves it.
+    ok = major == want_major and minor >= want_minor
     if not ok:
-        expected = (
-            f"{want_major}.{want_minor}.x"
-            if want_major == 0
-            else f"{want_major}.x with x >= {want_minor}"
-        )
+        expected = f"{want_major}.x with x >= {want_minor}"
         raise LibraryVersionError(
             f"dstrain: the library {where} is version {major}.{minor}.{patch} "
             f"(dst_version_number() = {number}), but this dstrain Python package "

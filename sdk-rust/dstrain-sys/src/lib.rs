@@ -37,14 +37,14 @@ use std::os::raw::{c_char, c_double, c_int, c_uint};
 /// Major version of the header these declarations mirror (`DST_VERSION_MAJOR`).
 pub const DST_VERSION_MAJOR: c_int = 0;
 /// Minor version of the header these declarations mirror (`DST_VERSION_MINOR`).
-pub const DST_VERSION_MINOR: c_int = 1;
+pub const DST_VERSION_MINOR: c_int = 2;
 /// Patch version of the header these declarations mirror (`DST_VERSION_PATCH`).
 pub const DST_VERSION_PATCH: c_int = 0;
 /// `DST_VERSION_MAJOR * 10000 + DST_VERSION_MINOR * 100 + DST_VERSION_PATCH`.
 pub const DST_VERSION_NUMBER: c_int =
     DST_VERSION_MAJOR * 10000 + DST_VERSION_MINOR * 100 + DST_VERSION_PATCH;
 /// The header's version string (`DST_VERSION_STRING`), without the NUL terminator.
-pub const DST_VERSION_STRING: &str = "0.1.0";
+pub const DST_VERSION_STRING: &str = "0.2.0";
 /// `DST_STRUCT_SIZE_MAX`: the largest `struct_size` a versioned struct may have. The library
 /// accepts any `struct_size` from the struct's `DST_*_V1_SIZE` up to this (see the header).
 pub const DST_STRUCT_SIZE_MAX: usize = 65536;

@@ -50,7 +50,7 @@ pub use tokenizer::Tokenizer;
 /// The raw FFI declarations this crate is built on.
 pub use dstrain_sys as sys;
 
-/// The loaded library's version string, e.g. `"0.1.0"` (`dst_version`).
+/// The loaded library's version string, e.g. `"0.2.0"` (`dst_version`).
 pub fn version() -> String {
     // SAFETY: dst_version takes no arguments and returns a static string.
     unsafe { error::string_from_ptr(sys::dst_version()) }

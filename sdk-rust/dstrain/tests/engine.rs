@@ -481,7 +481,7 @@ fn status_codes_round_trip() {
     assert_eq!(Status::Config.to_string(), Status::Config.description());
     assert_eq!(dstrain::version(), dstrain::sys::DST_VERSION_STRING);
     assert!(dstrain::check_version().is_ok());
-    assert!(dstrain::build_info_json().unwrap().contains("0.1.0"));
+    assert!(dstrain::build_info_json().unwrap().contains("0.2.0"));
 }
 
 #[test]
