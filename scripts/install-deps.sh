@@ -19,6 +19,7 @@ PACKAGES=(
   fio                      # bench/bench_offload.py: the drive's own figures beside ours
   python3 python3-torch python3-numpy python3-pytest python3-cffi  # PyTorch oracle, tests
   python3-pip mypy python3-typeshed  # Python SDK: offline install test, strict typing (cffi stubs)
+  python3-venv             # the install test: the SDK in a fresh venv against an installed tree
   fortunes                 # the default training corpus (/usr/share/games/fortunes)
   iproute2 procps          # two-host test (ip netns), fault tests (pgrep)
   openmpi-bin              # a real mpirun launches a job in the tests
