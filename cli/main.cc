@@ -1,4 +1,5 @@
 // dstrain: the command-line front end of libdstrain (C ABI only).
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -35,6 +36,64 @@ int ExitForParseError(const CLI::App &app, const CLI::ParseError &error) {
 // CLI11's usage errors in the same form as the command's own errors.
 std::string UsageFailureMessage(const CLI::App *, const CLI::Error &error) {
   return std::string("dstrain: error: ") + error.what() + "\n(see dstrain --help)\n";
+}
+
+// Edit distance between two option names: insertions, deletions,
+// substitutions and adjacent transpositions ("stpes" is one from "steps").
+size_t Distance(const std::string &a, const std::string &b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// "--steps=3" -> "steps".
+std::string OptionName(const std::string &arg) {
+  const size_t equals = arg.find('=');
+  return arg.substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
+}
+
+// "stpes" -> "--steps": the command's long option nearest to an unknown one
+// (at most one edit per three characters), or "" when none is that close.
+std::string NearestOption(const CLI::App &command, const std::string &name) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(1, name.size() / 3) + 1;
+  for (const CLI::Option *option : command.get_options())
+    for (const std::string &known : option->get_lnames()) {
+      const size_t d = Distance(name, known);
+      if (d < best_distance) best_distance = d, best = "--" + known;
+    }
+  return best;
+}
+
+// An unexpected argument: CLI11's message, and the nearest option of the
+// command for each unknown --option.
+int ExitForUnknownOptions(const CLI::App &app, const CLI::ParseError &error, int argc,
+                          char **argv) {
+  std::string message = std::string("dstrain: error: ") + error.what();
+  const CLI::App *command = nullptr;
+  for (const CLI::App *sub : app.get_subcommands({}))
+    if (argc > 1 && sub->get_name() == argv[1]) command = sub;
+  if (command != nullptr)
+    for (int i = 2; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == "--") break;
+      if (arg.rfind("--", 0) != 0 || arg.size() < 3) continue;
+      const std::string name = OptionName(arg);
+      if (command->get_option_no_throw("--" + name) != nullptr) continue;
+      if (const std::string nearest = NearestOption(*command, name); !nearest.empty())
+        message += "\n--" + name + ": did you mean " + nearest + "?";
+    }
+  std::fprintf(stderr, "%s\n(see dstrain %s --help)\n", message.c_str(),
+               command != nullptr ? command->get_name().c_str() : "");
+  return dstrain_cli::kExitUsage;
 }
 
 void PrintError(const std::string &message) {
@@ -79,6 +138,8 @@ int main(int argc, char **argv) {
   }
   try {
     app.parse(parsed, argv);
+  } catch (const CLI::ExtrasError &error) {
+    return ExitForUnknownOptions(app, error, parsed, argv);
   } catch (const CLI::ParseError &error) {
     return ExitForParseError(app, error);
   }

@@ -319,6 +319,25 @@ def test_usage_errors_exit_2(dstrain, args):
     assert result.returncode == 2, (args, result.stdout, result.stderr)
 
 
+@pytest.mark.parametrize("command,typed,meant", [
+    ("train", "--stpes", "--steps"),              # a transposition
+    ("train", "--sav-interval=2", "--save-interval"),
+    ("estimate", "--modle", "--model"),
+    ("launch", "--nproc-per-nod", "--nproc-per-node"),
+])
+def test_an_unknown_option_names_the_nearest(dstrain, command, typed, meant):
+    result = run(dstrain, command, typed, *(["--", "true"] if command == "launch" else []))
+    assert result.returncode == 2, result.stderr
+    assert f"{typed.split('=')[0]}: did you mean {meant}?" in result.stderr, result.stderr
+    assert f"(see dstrain {command} --help)" in result.stderr
+
+
+def test_an_unknown_option_far_from_any_gets_no_guess(dstrain):
+    result = run(dstrain, "train", "--bogusxyz")
+    assert result.returncode == 2 and "--bogusxyz" in result.stderr
+    assert "did you mean" not in result.stderr
+
+
 def test_a_model_too_large_for_the_host_names_the_bytes_and_the_fix(dstrain, tmp_path):
     with open("/proc/sys/vm/overcommit_memory") as f:
         if f.read().strip() == "1":  # every allocation succeeds; the test would page 146 GiB in
