@@ -39,7 +39,9 @@ Failures: when a rank exits non-zero or is killed, the launcher prints
 --kill-timeout seconds) and exits with that rank's status (128+N for signal N).
 SIGTERM and SIGHUP are forwarded to the ranks (SIGKILL after --kill-timeout);
 Ctrl-C reaches the ranks directly; a third Ctrl-C kills them. The ranks' output is
-not prefixed: they write to the launcher's stdout and stderr.)";
+not prefixed: they write to the launcher's stdout and stderr.
+Example:
+  dstrain launch --nproc-per-node 4 -- dstrain train --config ds_config.json)";
 
 // The job token: inherited, so that every node's launcher (and any outer
 // tool) agrees on it, else fresh random bytes for a single-node job.

@@ -96,6 +96,45 @@ int ExitForUnknownOptions(const CLI::App &app, const CLI::ParseError &error, int
   return dstrain_cli::kExitUsage;
 }
 
+// Each command's --help ends with an example (launch's footer has its own).
+void AddExamples(CLI::App &app) {
+  struct Example {
+    std::vector<std::string> path;
+    const char *text;
+  };
+  const Example examples[] = {
+      {{"train"},
+       "Examples:\n"
+       "  dstrain train --config ds_config.json --data my.txt --steps 1000 --save ckpt\n"
+       "  dstrain train --config ds_config.json --load ckpt --steps 2000   # resume\n"
+       "  dstrain launch --nproc-per-node 2 -- dstrain train --config ds_config.json"},
+      {{"estimate"},
+       "Examples:\n"
+       "  dstrain estimate --config ds_config.json --model model.json --world-size 8\n"
+       "  dstrain estimate --model ./hf-model-dir --world-size 8 --memory-per-rank 16GiB"},
+      {{"generate"},
+       "Example:\n  dstrain generate --load ckpt --prompt \"Once upon a time\" --temperature 0.8"},
+      {{"eval"}, "Example:\n  dstrain eval --load ckpt --data held_out.txt"},
+      {{"tokenize"},
+       "Example:\n  dstrain tokenize --tokenizer tokenizer.json --out train.bin --val-out val.bin "
+       "corpus/*.txt"},
+      {{"ckpt", "inspect"}, "Example:\n  dstrain ckpt inspect ckpt --tag global_step200"},
+      {{"ckpt", "export"},
+       "Example:\n  dstrain ckpt export ckpt --format hf --dtype bf16 --out ./hf-model-dir"},
+      {{"io-probe"}, "Example:\n  dstrain io-probe /local_nvme   # before offload_optimizer: nvme"},
+      {{"comm-bench"},
+       "Example:\n  dstrain launch --nproc-per-node 2 -- dstrain comm-bench --ops allreduce"},
+      {{"autotune"},
+       "Example:\n  dstrain autotune --config ds_config.json --world-size 2 --data my.txt"},
+      {{"report"}, "Example:\n  dstrain report --json > report.json   # attach it to a bug report"},
+  };
+  for (const Example &e : examples) {
+    CLI::App *command = &app;
+    for (const std::string &name : e.path) command = command->get_subcommand(name);
+    command->footer(e.text);
+  }
+}
+
 void PrintError(const std::string &message) {
   std::fflush(stdout);
   std::fprintf(stderr, "dstrain: error: %s\n", message.c_str());
@@ -120,6 +159,7 @@ int main(int argc, char **argv) {
   dstrain_cli::EvalCommand eval(app);
   dstrain_cli::TokenizeCommand tokenize(app);
   dstrain_cli::AutotuneCommand autotune(app);
+  AddExamples(app);
 
   // The launched program's arguments are not the launcher's to parse.
   int parsed = argc;

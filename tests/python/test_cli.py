@@ -332,6 +332,36 @@ def test_an_unknown_option_names_the_nearest(dstrain, command, typed, meant):
     assert f"(see dstrain {command} --help)" in result.stderr
 
 
+COMMANDS = [["train"], ["estimate"], ["generate"], ["eval"], ["tokenize"], ["ckpt", "inspect"],
+            ["ckpt", "export"], ["io-probe"], ["comm-bench"], ["autotune"], ["report"],
+            ["launch"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_commands_help_ends_with_an_example_of_its_own_options(dstrain, command):
+    """Each example line runs a dstrain command whose options that command has."""
+    help_text = run(dstrain, *command, "--help").stdout
+    assert "Example" in help_text, help_text
+    examples = help_text.split("Example", 1)[1].splitlines()[1:]
+    helps = {}
+    for line in examples:
+        words = line.split("#")[0].split()
+        while "dstrain" in words:  # dstrain launch ... -- dstrain train ...: each invocation
+            words = words[words.index("dstrain") + 1:]
+            sub = words[:2] if words[:1] == ["ckpt"] else words[:1]
+            rest = words[len(sub):]
+            own = rest[:rest.index("dstrain")] if "dstrain" in rest else rest
+            options = [w.split("=")[0] for w in own if w.startswith("--") and w != "--"]
+            key = " ".join(sub)
+            if key not in helps:
+                # the options' part, not the example itself
+                helps[key] = run(dstrain, *sub, "--help").stdout.split("\nExample")[0]
+            for option in options:
+                assert re.search(rf"(^|[ ,]){re.escape(option)}\b", helps[key], re.M), \
+                    (line, option)
+            words = rest
+
+
 def test_an_unknown_option_far_from_any_gets_no_guess(dstrain):
     result = run(dstrain, "train", "--bogusxyz")
     assert result.returncode == 2 and "--bogusxyz" in result.stderr
