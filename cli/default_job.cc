@@ -17,16 +17,21 @@ const char *DefaultModelJson() {
 // The global batch is 64 samples whatever the number of ranks: DeepSpeed's
 // rules derive gradient_accumulation_steps = 64 / (32 x data-parallel size),
 // so `dstrain launch --nproc-per-node 2 -- dstrain train` trains the same model.
-// The warm-up is 30 steps, or a tenth of a shorter run (any --steps works).
+// The warm-up is 100 steps, or a third of a shorter run (any --steps works).
+// Chosen against a loss spike: with lr 3e-3, betas (0.9, 0.99) and 30 warm-up
+// steps the loss jumped 3.8 -> 7.3 -> 3.6 at step 16 (PyTorch with the same
+// weights and batches did too); lr 4e-3, betas (0.9, 0.95) and 100 warm-up
+// steps train smoothly (no step rises by more than 0.13) and reach a lower
+// validation loss in 300 steps (2.16 against 2.21).
 std::string DefaultConfigJson(int64_t steps) {
-  const int64_t warmup = steps >= 300 || steps <= 0 ? 30 : steps / 10;
+  const int64_t warmup = steps >= 300 || steps <= 0 ? 100 : steps / 3;
   // (built by concatenation: GCC 12 warns falsely on std::string::replace here)
   return std::string(R"json({
   "train_batch_size": 64,
   "train_micro_batch_size_per_gpu": 32,
   "optimizer": {
     "type": "AdamW",
-    "params": {"lr": 3e-3, "betas": [0.9, 0.99], "eps": 1e-8, "weight_decay": 0.1}
+    "params": {"lr": 4e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}
   },
   "scheduler": {
     "type": "WarmupCosineLR",

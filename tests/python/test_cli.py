@@ -176,7 +176,7 @@ def test_tiny_job_trains_and_prints_a_summary(dstrain, job):
 
 @pytest.mark.parametrize("steps", [1, 10])
 def test_the_built_in_job_accepts_any_step_count(dstrain, steps):
-    """The default job's warm-up (30 steps) shrinks to a tenth of a shorter
+    """The default job's warm-up (100 steps) shrinks to a third of a shorter
     run: `bash scripts/setup.sh --steps 10` works."""
     result = run(dstrain, "train", "--steps", str(steps), "--quiet", "--eval-batches", "1")
     assert result.returncode == 0, result.stderr
