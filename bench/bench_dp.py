@@ -18,7 +18,6 @@ Usage: python3 bench/bench_dp.py [--build-dir build] [--steps 4] [--warmup 1]
 """
 import argparse
 import json
-import os
 import pathlib
 import secrets
 import socket
@@ -30,6 +29,7 @@ import time
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 import bench_gpt  # noqa: E402  (shares MODEL, MICRO_BATCH, ADAMW)
+import peer_env  # noqa: E402
 
 WORLD = 2
 
@@ -41,8 +41,8 @@ def free_port():
 
 
 def rank_env(rank, world, port, token):
-    env = dict(os.environ)
-    env.update({"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "RANK": str(rank),
+    env = peer_env.peer_env(1)  # OpenBLAS's tuning variables removed
+    env.update({"RANK": str(rank),
                 "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                 "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(port), "DSTRAIN_JOB_TOKEN": token})
@@ -152,13 +152,6 @@ def ddp_worker(args):
     dist.destroy_process_group()
 
 
-def openblas_is_generic(build):
-    """Whether the system OpenBLAS runs its generic kernels here (sgemm_peak says)."""
-    out = subprocess.run([str(build / "bench" / "sgemm_peak"), "--quick", "--json"],
-                         capture_output=True, text=True, check=True).stdout
-    return last_json(out).get("openblas_generic", False)
-
-
 def torch_ddp(args, extra_env=None):
     outs = run_ranks([sys.executable, __file__, "--ddp-worker", "--steps", str(args.steps),
                       "--warmup", str(args.warmup)], extra_env=extra_env)
@@ -210,19 +203,21 @@ def main():
               f"micro-batch {bench_gpt.MICRO_BATCH} per rank ==")
         results = {f"dstrain ZeRO-{s} {p}": dstrain_dp(build, tmp, s, args, p)
                    for p in args.precisions.split(",") for s in (0, 1, 2, 3)}
-        ddp = torch_ddp(args)
-        print(f"  {'PyTorch DDP (gloo) fp32':<27} {ddp:10.1f} tok/s")
-        # Where the system OpenBLAS runs generic kernels, DDP once more at its best
-        # (OPENBLAS_CORETYPE set), and the ratios against that.
-        tuned = bench_gpt.tuned_openblas_core() if openblas_is_generic(build) else None
-        if tuned:
-            ddp = torch_ddp(args, {"OPENBLAS_CORETYPE": tuned})
-            print(f"  {'PyTorch DDP* (' + tuned + ')':<27} {ddp:10.1f} tok/s   "
-                  f"(OPENBLAS_CORETYPE={tuned}; the ratios below are against this one)")
+        # DDP as installed and with the best OpenBLAS core type: the ratios are
+        # against the faster (bench/peer_env.py).
+        ddp = 0.0
+        for label, core in peer_env.peer_variants():
+            tps = torch_ddp(args, {"OPENBLAS_CORETYPE": core} if core else None)
+            print(f"  {'PyTorch DDP (gloo) fp32':<27} {tps:10.1f} tok/s   ({label})")
+            ddp = max(ddp, tps)
+        print(f"  the ratios below are against the faster DDP, {ddp:.1f} tok/s")
         for name, (tps, hidden, comm) in results.items():
             print(f"  {name:<27} {tps:10.1f} tok/s   ratio to DDP {tps / ddp:5.2f}   "
                   f"communication {comm:6.2f} s, {100 * hidden:5.1f}% hidden behind backward")
         memory_table(build, tmp)
+    print()
+    for line in peer_env.machine_lines(build):
+        print(line)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+import peer_env
+
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
 
@@ -39,22 +41,7 @@ CONFIG = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 512,
 
 
 def thread_env(threads, core=None):
-    env = dict(os.environ)
-    for key in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-        env.pop(key, None)
-    if core:
-        env["OPENBLAS_CORETYPE"] = core
-    for key in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "DSTRAIN_NUM_THREADS",
-                "MKL_NUM_THREADS"):
-        env[key] = str(threads)
-    return env
-
-
-def tuned_openblas_core():
-    flags = pathlib.Path("/proc/cpuinfo").read_text()
-    if "avx512f" in flags:
-        return "SkylakeX"
-    return "Haswell" if "avx2" in flags else None
+    return peer_env.peer_env(threads, core)
 
 
 def prompt_tokens(n):
@@ -227,7 +214,7 @@ def main():
     if args.worker == "torch":
         return torch_run(args)
 
-    tuned = tuned_openblas_core()
+    tuned = peer_env.best_core()
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = pathlib.Path(tmp) / "llama"
         make_model(model_dir)
@@ -268,6 +255,8 @@ def main():
                   f"{'':>16}{same}/{args.new}", flush=True)
         if tuned:
             print(f"torch*: the same PyTorch with OPENBLAS_CORETYPE={tuned}")
+        for line in peer_env.machine_lines(args.build_dir):
+            print(line)
 
 
 if __name__ == "__main__":

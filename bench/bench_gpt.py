@@ -12,9 +12,10 @@ OpenBLAS, and the bf16 GEMM peak where the CPU has AVX512-BF16 (bench/sgemm_peak
 bf16.enabled vs PyTorch's bf16 autocast) dstrain tokens/s (bench/bench_gpt_dstrain,
 C ABI) and PyTorch tokens/s (tests/python/torch_gpt.py), interleaved --repeats
 times, each in its own process with OPENBLAS_NUM_THREADS and OMP_NUM_THREADS
-pinned. Where the system OpenBLAS runs generic kernels (a CPU newer than it
-knows), PyTorch runs a second time with OPENBLAS_CORETYPE set (column torch*),
-so the peer is measured at its best too.
+pinned. PyTorch runs with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE removed from its
+environment (column torch) and again with the best OpenBLAS core type for this
+CPU (column torch*); the ratio is against the faster (bench/peer_env.py), and
+the table ends with the CPU line and both GEMM peaks.
 
     python3 bench/bench_gpt.py --build-dir build [--family gpt|llama|bloom] [--quick]
                                [--steps S] [--threads 1,2] [--precision fp32,bf16] [--repeats R]
@@ -29,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import peer_env
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -68,14 +71,6 @@ def ds_config(threads, precision="fp32"):
     return config
 
 
-def tuned_openblas_core():
-    """The OpenBLAS core type that fits this CPU's flags."""
-    flags = pathlib.Path("/proc/cpuinfo").read_text()
-    if "avx512f" in flags:
-        return "SkylakeX"
-    return "Haswell" if "avx2" in flags else None
-
-
 def dims(model):
     """(context, width, vocab, heads, kv heads, head size, MLP GEMM columns, layers)."""
     if model["type"] == "gpt":
@@ -105,12 +100,8 @@ def train_flops_per_step(model=MODEL, batch=MICRO_BATCH):
 
 
 def thread_env(threads):
-    env = dict(os.environ)
-    env["OPENBLAS_NUM_THREADS"] = str(threads)
-    env["OMP_NUM_THREADS"] = str(threads)
-    env["DSTRAIN_NUM_THREADS"] = str(threads)
-    env["MKL_NUM_THREADS"] = str(threads)
-    return env
+    """Threads pinned, OpenBLAS's tuning variables removed (bench/peer_env.py)."""
+    return peer_env.peer_env(threads)
 
 
 def last_json_line(text, what):
@@ -283,9 +274,9 @@ def main():
             if args.quick:
                 sgemm_cmd.append("--quick")
             sgemm = last_json_line(run(sgemm_cmd, n, "sgemm_peak", timeout), "sgemm_peak")
-            # PyTorch's BLAS is the system OpenBLAS; where it runs its generic
-            # kernels (a CPU newer than itself), the tuned peer sets the core type.
-            tuned = tuned_openblas_core() if sgemm.get("openblas_generic") else None
+            # PyTorch's BLAS is the system OpenBLAS: it runs as installed and
+            # with the best core type for this CPU, and is compared at its faster.
+            tuned = peer_env.best_core()
             for precision in precisions:
                 config_path = pathlib.Path(tmp) / f"ds_config_t{n}_{precision}.json"
                 config_path.write_text(json.dumps(ds_config(n, precision)))
@@ -327,19 +318,18 @@ def main():
 
     print()
     head = (
-        f"{'threads':>7} {'prec':>5} {'dstrain tok/s':>20} {'torch tok/s':>20} {'dst/torch':>10} "
-        f"{'torch* tok/s':>20} {'dst/torch*':>10} {'dst/peak':>9}"
+        f"{'threads':>7} {'prec':>5} {'dstrain tok/s':>20} {'torch tok/s':>20} "
+        f"{'torch* tok/s':>20} {'dst/best torch':>14} {'dst/peak':>9}"
     )
     print(head)
     print("-" * len(head))
     for r in rows:
         dst, tor, tun = tps(r["dst"]), tps(r["torch"]), tps(r["tuned"])
         dst_gflops = flops * statistics.median(dst) / tokens_per_step / 1e9
-        tuned_cols = (f"{spread(tun):>20} {statistics.median(dst) / statistics.median(tun):>10.2f}"
-                      if tun else f"{'-':>20} {'-':>10}")
+        best = max(statistics.median(tor), statistics.median(tun) if tun else 0.0)
         print(
             f"{r['threads']:>7} {r['precision']:>5} {spread(dst):>20} {spread(tor):>20} "
-            f"{statistics.median(dst) / statistics.median(tor):>10.2f} {tuned_cols} "
+            f"{spread(tun) if tun else '-':>20} {statistics.median(dst) / best:>14.2f} "
             f"{dst_gflops / r['peak']:>9.3f}"
         )
     print()
@@ -353,8 +343,10 @@ def main():
             f"{t['first_loss']:.4f}/{t['last_loss']:.4f} (same model, different init)"
         )
     if any(r["tuned"] for r in rows):
-        print("torch*: the same PyTorch with OPENBLAS_CORETYPE="
-              f"{rows[0]['tuned_core']} (its OpenBLAS runs generic SSE3 kernels on this CPU otherwise)")
+        print(f"torch*: the same PyTorch with OPENBLAS_CORETYPE={rows[0]['tuned_core']}; "
+              "dst/best torch is against the faster of torch and torch*")
+    for line in peer_env.machine_lines(build):
+        print(line)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ PACKAGES=(
   liburing-dev             # io_uring: the NVMe offload tier's I/O
   libsentencepiece-dev     # SentencePiece tokenizers (tokenizer.model)
   libicu-dev               # Unicode regular expressions of the byte-level BPE tokenizers
-  sentencepiece python3-sentencepiece  # spm_train (the README's road), the tokenizer oracle
+  sentencepiece python3-sentencepiece  # spm_train (the documented road), the tokenizer oracle
   fio                      # bench/bench_offload.py: the drive's own figures beside ours
   python3 python3-torch python3-numpy python3-pytest python3-cffi  # PyTorch oracle, tests
   python3-pip mypy python3-typeshed  # Python SDK: offline install test, strict typing (cffi stubs)
@@ -29,6 +29,7 @@ PACKAGES=(
   prometheus               # promtool check metrics; the real-scrape test
   chromium                 # the headless browser test of the dashboard
   clang libclang-rt-14-dev libomp-dev  # libFuzzer (scripts/fuzz.sh), the clang sanitizer build
+  mkdocs mkdocs-material   # the documentation site (mkdocs build --strict in the tests)
 )
 
 # The dashboard is built from npm packages (uPlot, playwright-core): the

@@ -79,7 +79,7 @@ Result<Job> JoinJob(const LaunchEnv &env, const Config &config, const std::strin
   return job;
 }
 
-// Fault injection for tests of the overflow path (documented in the README):
+// Fault injection for tests of the overflow path (documented in docs/concepts/precision.md):
 // DSTRAIN_INJECT_GRAD_OVERFLOW="R:S[,R:S...]" makes rank R's gradients
 // infinite in step S (counted from 0), as an fp16 overflow would.
 Result<std::vector<int64_t>> ParseOverflowInjection(int64_t rank) {

@@ -2,7 +2,7 @@
 // / zero_force_param_types, the articles' keys): which layer type each tensor
 // belongs to, and which tensors stay whole on every rank because of it.
 //
-// The map of our tensors onto the type names (documented in the README):
+// The map of our tensors onto the type names (documented in docs/configuration.md):
 //   Embedding  GPT wte, wpe
 //   LayerNorm  GPT ln_1, ln_2, ln_f; sequential layernorm
 //   Attention  GPT attn.c_attn, attn.c_proj  (CrossAttention: none here)

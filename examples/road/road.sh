@@ -2,7 +2,7 @@
 # The whole road on one machine, no network: a text corpus, a SentencePiece
 # tokenizer trained on it, the corpus tokenized, a LLaMA-style model trained,
 # text generated, the model evaluated and exported for Hugging Face (and read
-# back from there). README.md shows these commands.
+# back from there). docs/models.md shows these commands.
 #   bash examples/road/road.sh [WORK_DIR]     (STEPS=N for a shorter run)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

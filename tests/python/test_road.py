@@ -1,4 +1,4 @@
-"""The README's road, run as written (examples/road/road.sh, 30 steps): a
+"""The documented road (docs/models.md), run as written (examples/road/road.sh, 30 steps): a
 corpus, a SentencePiece tokenizer from spm_train, `dstrain tokenize`, a
 LLaMA-style model trained on the tokens, text generated from the checkpoint
 and from its Hugging Face export (the same text: same weights, same seed),

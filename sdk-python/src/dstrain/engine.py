@@ -677,7 +677,7 @@ class Engine:
 
     def metrics(self) -> Dict[str, Any]:
         """A snapshot: step, loss, lr, grad_norm, tokens/s, FLOPs, seconds per
-        phase, bytes per memory category (see the README's Metrics)."""
+        phase, bytes per memory category (see docs/reference/metrics.md)."""
         out = ffi.new("const char **")
         with self._lock:
             check(lib.dst_engine_metrics_json(self._h(), out))
