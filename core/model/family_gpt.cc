@@ -87,24 +87,27 @@ Status ParseGpt2Config(const Json &root, ModelSpec *spec) {
 
 Status ParseGptSpec(const Json &root, ModelSpec *spec) {
   if (!root.contains("type")) return ParseGpt2Config(root, spec);  // "model_type": "gpt2"
-  DST_RETURN_IF_ERROR(
-      CheckKeys(root, "the gpt spec",
-                {"type", "vocab_size", "n_ctx", "block_size", "n_layer", "n_head", "d_model",
-                 "n_embd", "seed", "dropout", "bias", "tie_word_embeddings",
-                 "make_vocab_size_divisible_by"}));
+  DST_RETURN_IF_ERROR(CheckKeys(root, "the gpt spec",
+                                {"type", "vocab_size", "n_ctx", "block_size", "n_positions",
+                                 "n_layer", "n_head", "d_model", "n_embd", "seed", "dropout",
+                                 "bias", "tie_word_embeddings", "make_vocab_size_divisible_by"}));
   TransformerSpec &d = spec->lm;
   const int64_t kMax = int64_t(1) << 24;
   // Two spellings of one key: which one would win is a guess, so neither does.
-  for (const auto &[a, b] :
-       {std::pair<const char *, const char *>{"n_ctx", "block_size"}, {"d_model", "n_embd"}})
+  // The context has three: nanoGPT's block_size and GPT2Config's n_positions.
+  for (const auto &[a, b] : {std::pair<const char *, const char *>{"n_ctx", "block_size"},
+                             {"n_ctx", "n_positions"},
+                             {"block_size", "n_positions"},
+                             {"d_model", "n_embd"}})
     if (root.contains(a) && root.contains(b))
       return ConfigError(std::string("model spec: both $.") + a + " (" + Shorten(root.at(a)) +
                          ") and $." + b + " (" + Shorten(root.at(b)) +
                          ") are given; they are two names of one setting: keep one");
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "vocab_size", 2, kMax, &d.vocab, false));
-  const bool ctx_alias = root.contains("block_size");
-  DST_RETURN_IF_ERROR(
-      ReadInt(root, "$", ctx_alias ? "block_size" : "n_ctx", 1, 1 << 16, &d.n_ctx, true));
+  const char *ctx_key = root.contains("block_size")    ? "block_size"
+                        : root.contains("n_positions") ? "n_positions"
+                                                       : "n_ctx";
+  DST_RETURN_IF_ERROR(ReadInt(root, "$", ctx_key, 1, 1 << 16, &d.n_ctx, true));
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_layer", 1, 4096, &d.n_layer, true));
   DST_RETURN_IF_ERROR(ReadInt(root, "$", "n_head", 1, 4096, &d.n_head, true));
   const bool dm_alias = root.contains("n_embd");

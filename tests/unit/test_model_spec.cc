@@ -23,11 +23,22 @@ TEST(ModelSpecErrors, TwoSpellingsOfOneKeyAreAnError) {
   const std::string dims = Error(
       R"({"type":"gpt","vocab_size":64,"n_ctx":8,"n_layer":1,"n_head":2,"d_model":16,"n_embd":32})");
   EXPECT_NE(dims.find("both $.d_model (16) and $.n_embd (32)"), std::string::npos) << dims;
+  const std::string ctx = Error(
+      R"({"type":"gpt","vocab_size":64,"n_ctx":8,"n_positions":16,"n_layer":1,"n_head":2,"d_model":16})");
+  EXPECT_NE(ctx.find("both $.n_ctx (8) and $.n_positions (16)"), std::string::npos) << ctx;
   // One spelling alone is fine either way.
   EXPECT_TRUE(
       ParseModelSpec(
           R"({"type":"gpt","vocab_size":64,"block_size":8,"n_layer":1,"n_head":2,"n_embd":16})")
           .ok());
+}
+
+// GPT2Config's name for the context, as people paste it from a config.json.
+TEST(ModelSpec, AGptSpecTakesHuggingFacesNPositions) {
+  Result<ModelSpec> spec = ParseModelSpec(
+      R"({"type":"gpt","vocab_size":64,"n_positions":24,"n_layer":1,"n_head":2,"n_embd":16})");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->lm.n_ctx, 24);
 }
 
 // Found by fuzzing: a number beyond double's range made the JSON parser
