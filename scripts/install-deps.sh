@@ -21,7 +21,7 @@ PACKAGES=(
   python3-pip mypy python3-typeshed  # Python SDK: offline install test, strict typing (cffi stubs)
   python3-venv             # the install test: the SDK in a fresh venv against an installed tree
   fortunes                 # the default training corpus (/usr/share/games/fortunes)
-  iproute2 procps          # two-host test (ip netns), fault tests (pgrep)
+  iproute2                 # two-host test (ip netns)
   openmpi-bin              # a real mpirun launches a job in the tests
   slurmd slurmctld slurm-client munge  # a one-node Slurm cluster runs srun in the tests
   prometheus-cpp-dev       # per-rank metrics registry and text exposition

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+import proc_tree
 import test_data_parallel as dp_tests
 
 COMM_TIMEOUT = 15  # seconds; the test allows a little more for process teardown
@@ -137,11 +138,10 @@ def test_launcher_reports_the_rank_that_died_first(tmp_path, tool, cli):
          "--progress", "1"], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_for_progress(launcher)
-        children = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True,
-                                  text=True).stdout.split()
+        children = proc_tree.children(launcher.pid)
         assert len(children) == 2, children
         # The ranks were spawned in order: the second child is rank 1.
-        os.kill(int(sorted(children, key=int)[1]), signal.SIGKILL)
+        os.kill(children[1], signal.SIGKILL)
         _, err = launcher.communicate(timeout=COMM_TIMEOUT + 40)
         assert launcher.returncode != 0
         assert "rank 1" in err and "failed first" in err and "signal 9" in err, err

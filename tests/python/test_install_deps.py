@@ -22,7 +22,7 @@ INSTALL_DEPS = REPO / "scripts" / "install-deps.sh"
 # Tools the tests and scripts run (a test that needs one skips without it,
 # which is exactly how a missing package would go unnoticed).
 TOOLS = ["cmake", "ctest", "cc", "c++", "pkg-config", "python3", "mypy", "pip3", "promtool",
-         "prometheus", "chromium", "ip", "pgrep", "mpirun", "srun", "node", "npm", "cargo"]
+         "prometheus", "chromium", "ip", "mpirun", "srun", "node", "npm", "cargo"]
 # Installed elsewhere on purpose (install-deps.sh adds Debian's only when absent).
 MAY_COME_FROM_ELSEWHERE = {"node", "npm", "cargo"}
 # mypy --strict needs these stubs (test_typing.py): module -> the stub's file.

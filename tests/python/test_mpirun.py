@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import proc_tree
 import test_data_parallel as dp_tests
 import test_faults as faults
 
@@ -54,8 +55,7 @@ def test_a_rank_killed_under_mpirun_is_named_and_the_job_ends(tmp_path, build_di
                            stderr=subprocess.PIPE)
     try:
         faults.wait_for_progress(job, steps=3)
-        ranks = subprocess.run(["pgrep", "-P", str(job.pid), "dst_dp_tool"],
-                               capture_output=True, text=True).stdout.split()
+        ranks = proc_tree.children(job.pid, "dst_dp_tool")
         assert len(ranks) == 2, f"expected two ranks under mpirun, found {ranks}"
         # Which one is rank 1: Open MPI exports its rank to each child.
         victim = None

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import proc_tree
 import test_data_parallel as dp_tests
 import test_faults as faults
 
@@ -115,8 +116,7 @@ def test_a_rank_killed_under_srun_is_named_and_the_job_ends(tmp_path, build_dir,
     try:
         faults.wait_for_progress(job, steps=3)
         victim = None
-        for pid in subprocess.run(["pgrep", "-f", str(cfg)], capture_output=True,
-                                  text=True).stdout.split():
+        for pid in proc_tree.with_argument(str(cfg)):
             environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
             if b"SLURM_PROCID=1" in environ:
                 victim = int(pid)

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import proc_tree
 import test_data_parallel as dp_tests
 import test_faults as faults
 
@@ -89,10 +90,9 @@ def test_the_launcher_names_the_stopped_rank_as_the_cause(tmp_path, build_dir):
     victim = None
     try:
         faults.wait_for_progress(launcher)
-        children = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True,
-                                  text=True).stdout.split()
+        children = proc_tree.children(launcher.pid)
         assert len(children) == 2, children
-        victim = int(sorted(children, key=int)[1])  # spawned in order: rank 1
+        victim = children[1]  # spawned in order: rank 1
         os.kill(victim, signal.SIGSTOP)
         _, err = launcher.communicate(timeout=TIMEOUT + 60)
         assert launcher.returncode != 0
