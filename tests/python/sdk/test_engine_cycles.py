@@ -69,4 +69,7 @@ def test_five_create_destroy_cycles_release_everything(subprocess_env, sdk_build
             assert c["fds"] == first["fds"], r["cycles"]
             assert c["threads"] == first["threads"], r["cycles"]
         # Allocator caches settle after the first layouts; no growth per cycle after that.
-        assert r["cycles"][-1]["rss_kib"] - r["cycles"][1]["rss_kib"] <= 8 * 1024, r["cycles"]
+        # Not under AddressSanitizer (scripts/test-sanitizers.sh): its quarantine keeps
+        # freed memory on purpose (6 MB a cycle here); descriptors and threads still count.
+        if "ASAN_OPTIONS" not in os.environ:
+            assert r["cycles"][-1]["rss_kib"] - r["cycles"][1]["rss_kib"] <= 8 * 1024, r["cycles"]
