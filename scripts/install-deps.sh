@@ -29,7 +29,8 @@ PACKAGES=(
   prometheus               # promtool check metrics; the real-scrape test
   chromium                 # the headless browser test of the dashboard
   clang libclang-rt-14-dev libomp-dev  # libFuzzer (scripts/fuzz.sh), the clang sanitizer build
-  mkdocs mkdocs-material   # the documentation site (mkdocs build --strict in the tests)
+  mkdocs mkdocs-material python3-yaml  # the documentation site (mkdocs build --strict in the tests)
+  curl                     # the docs' scrape example (docs/howto/grafana.md), run by test_docs
 )
 
 # The dashboard is built from npm packages (uPlot, playwright-core): the
