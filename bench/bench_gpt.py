@@ -308,7 +308,7 @@ def main():
                                  sgemm["peak_gflops"],
                                  peak_kind="bf16" if precision == "bf16" and bf16_peak else "fp32",
                                  openblas_peak=sgemm.get("openblas_peak_gflops", 0.0),
-                                 tuned_core=tuned, **runs))
+                                 tuned_core=tuned, sgemm=sgemm, **runs))
 
     def tps(results):
         return [r["tokens_per_s"] for r in results]
@@ -345,7 +345,7 @@ def main():
     if any(r["tuned"] for r in rows):
         print(f"torch*: the same PyTorch with OPENBLAS_CORETYPE={rows[0]['tuned_core']}; "
               "dst/best torch is against the faster of torch and torch*")
-    for line in peer_env.machine_lines(build):
+    for line in peer_env.machine_lines(build, rows[0]["threads"], rows[0]["sgemm"]):
         print(line)
 
 

@@ -60,9 +60,10 @@ def cpu_model():
     return "unknown CPU"
 
 
-def machine_lines(build, threads=1):
+def machine_lines(build, threads=1, peak=None):
     """What the figures were measured on: the CPU (dstrain report) and the fp32
-    GEMM peaks of oneDNN and of the system OpenBLAS (bench/sgemm_peak)."""
+    GEMM peaks of oneDNN and of the system OpenBLAS (bench/sgemm_peak's JSON,
+    measured here unless the caller has it as `peak`)."""
     build = pathlib.Path(build)
     lines = []
     try:
@@ -76,10 +77,11 @@ def machine_lines(build, threads=1):
         lines.append(f"CPU: {cpu_model()} (dstrain report failed: {error})")
     env = peer_env(threads)
     try:
-        out = subprocess.run([str(build / "bench" / "sgemm_peak"), "--quick", "--json",
-                              "--threads", str(threads)], capture_output=True, text=True,
-                             timeout=600, env=env).stdout
-        peak = json.loads(out.strip().splitlines()[-1])
+        if peak is None:
+            out = subprocess.run([str(build / "bench" / "sgemm_peak"), "--quick", "--json",
+                                  "--threads", str(threads)], capture_output=True, text=True,
+                                 timeout=600, env=env).stdout
+            peak = json.loads(out.strip().splitlines()[-1])
         lines.append(f"fp32 GEMM peak on {threads} thread(s): {peak['backend']} "
                      f"{peak['peak_gflops']:.1f} GFLOP/s, OpenBLAS {peak['openblas_peak_gflops']:.1f}"
                      + (" (generic kernels)" if peak.get("openblas_generic") else "")
