@@ -76,6 +76,7 @@ Estimate EstimateTrial(const Json &config, const AutotuneOptions &o) {
   const Json out = Json::parse(json);
   e.bytes = out["per_rank"]["total_bytes"].get<int64_t>();
   e.dp = out["dp_size"].get<int64_t>();
+  e.parameters_per_rank = out["parameters_per_rank"].get<int64_t>();
   return e;
 }
 
@@ -253,6 +254,76 @@ std::vector<std::string> ProgramFor(const AutotuneOptions &o, const TuningSettin
   return argv;
 }
 
+// Runs the tuner's choices among trials[first..] one after another, each a
+// `dstrain launch` of the program with the trial's ds_config.
+struct TrialRunner {
+  const AutotuneOptions &o;
+  const TuningSettings &settings;
+  const Json &base;
+  const std::string &self;
+  const fs::path &exps;
+  TuningSignals &signals;
+  int64_t number = 0;   // trials started, over both phases
+  int interrupted = 0;  // the signal that ended the tuning
+
+  void Run(std::vector<Trial> *trials, size_t first, std::optional<double> to_beat) {
+    Tuner tuner(settings, trials, first, to_beat);
+    for (int next = tuner.Next(); next >= 0 && !interrupted; next = tuner.Next())
+      RunOne(trials, next);
+  }
+
+  void RunOne(std::vector<Trial> *trials, int next) {
+    Trial &t = (*trials)[size_t(next)];
+    ++number;
+    std::error_code ec;
+    const fs::path dir = exps / t.point.Name();
+    fs::create_directories(dir, ec);
+    const fs::path metric_path = dir / "metric.json";
+    t.ran = true;
+    std::optional<Json> earlier = settings.overwrite ? std::nullopt : ReadMetric(metric_path);
+    std::printf("trial %lld: %s ...", static_cast<long long>(number), t.point.Name().c_str());
+    std::fflush(stdout);
+    Json metric;
+    if (earlier) {
+      metric = *earlier;
+      t.reused = true;
+    } else {
+      fs::remove(metric_path, ec);
+      Json config = TrialConfig(base, t.point, t.dp);
+      config["autotuning"]["enabled"] = true;
+      config["autotuning"]["metric_path"] = metric_path.string();
+      const fs::path config_path = dir / "ds_config.json";
+      WriteFile(config_path, config.dump(2) + "\n");
+      std::vector<std::string> argv = {self,
+                                       "launch",
+                                       "--nproc-per-node",
+                                       std::to_string(o.world_size),
+                                       "--master-port",
+                                       std::to_string(o.master_port + number % 1000),
+                                       "--"};
+      const std::vector<std::string> program = ProgramFor(o, settings, self, config_path.string(),
+                                                          config, settings.end_profile_step + 1);
+      argv.insert(argv.end(), program.begin(), program.end());
+      WriteFile(dir / "cmd.txt", Quoted(argv) + "\n");
+      const TrialRun run = RunTrial(argv, dir, metric_path, o.trial_timeout, signals);
+      interrupted = run.signal;
+      if (!run.measured) {
+        t.failure = run.failure;
+        std::printf(" failed: %s (logs in %s)\n", run.failure.c_str(), dir.c_str());
+        return;
+      }
+      metric = run.metric;
+    }
+    t.throughput = metric.value("throughput", 0.0);
+    t.latency_ms = metric.value("latency", 0.0);
+    t.flops = metric.value("FLOPS_per_gpu", 0.0);
+    const int best = BestTrial(*trials, settings.metric);
+    std::printf(" %.2f samples/s, %.2f ms/step%s%s\n", t.throughput, t.latency_ms,
+                best == next ? "  (best so far)" : "", t.reused ? "  (earlier result)" : "");
+    std::fflush(stdout);
+  }
+};
+
 }  // namespace
 
 std::string ConfigArgument(const std::vector<std::string> &program) {
@@ -302,7 +373,7 @@ AutotuneResult Autotune(const AutotuneOptions &o) {
   // The config as written, checked by the library once: a mistyped key is
   // named now rather than in every trial.
   {
-    Json check = base;
+    Json check = WithoutKnobLists(base);
     if (check.contains("zero_optimization") && check["zero_optimization"].is_object() &&
         check["zero_optimization"].contains("stage") &&
         !check["zero_optimization"]["stage"].is_number_integer())
@@ -325,8 +396,9 @@ AutotuneResult Autotune(const AutotuneOptions &o) {
   }
   std::printf("autotuning %s: metric %s, tuner %s, %s, %lld rank%s, budget %.1f MiB per rank\n",
               o.config_path.c_str(), settings.metric.c_str(), settings.tuner_type.c_str(),
-              settings.fast ? "fast (ZeRO stage x micro-batch)"
-                            : "full (ZeRO stage x micro-batch x dp/tp/pp x recomputation)",
+              settings.fast
+                  ? "fast (ZeRO stage x micro-batch)"
+                  : "full (ZeRO stage x micro-batch x dp/tp/pp x recomputation, then ZeRO knobs)",
               static_cast<long long>(o.world_size), o.world_size == 1 ? "" : "s",
               double(budget) / (1024.0 * 1024.0));
   std::fflush(stdout);
@@ -350,58 +422,34 @@ AutotuneResult Autotune(const AutotuneOptions &o) {
 
   const std::string self = SelfPath();
   TuningSignals signals;
-  Tuner tuner(settings, &trials);
-  int64_t number = 0;
-  int interrupted = 0;
-  for (int next = tuner.Next(); next >= 0 && !interrupted; next = tuner.Next()) {
-    Trial &t = trials[size_t(next)];
-    ++number;
-    const fs::path dir = exps / t.point.Name();
-    fs::create_directories(dir, ec);
-    const fs::path metric_path = dir / "metric.json";
-    t.ran = true;
-    std::optional<Json> earlier = settings.overwrite ? std::nullopt : ReadMetric(metric_path);
-    std::printf("trial %lld: %s ...", static_cast<long long>(number), t.point.Name().c_str());
-    std::fflush(stdout);
-    Json metric;
-    if (earlier) {
-      metric = *earlier;
-      t.reused = true;
-    } else {
-      fs::remove(metric_path, ec);
-      Json config = TrialConfig(base, t.point, t.dp);
-      config["autotuning"]["enabled"] = true;
-      config["autotuning"]["metric_path"] = metric_path.string();
-      const fs::path config_path = dir / "ds_config.json";
-      WriteFile(config_path, config.dump(2) + "\n");
-      std::vector<std::string> argv = {self,
-                                       "launch",
-                                       "--nproc-per-node",
-                                       std::to_string(o.world_size),
-                                       "--master-port",
-                                       std::to_string(o.master_port + number % 1000),
-                                       "--"};
-      const std::vector<std::string> program = ProgramFor(o, settings, self, config_path.string(),
-                                                          config, settings.end_profile_step + 1);
-      argv.insert(argv.end(), program.begin(), program.end());
-      WriteFile(dir / "cmd.txt", Quoted(argv) + "\n");
-      const TrialRun run = RunTrial(argv, dir, metric_path, o.trial_timeout, signals);
-      interrupted = run.signal;
-      if (!run.measured) {
-        t.failure = run.failure;
-        std::printf(" failed: %s (logs in %s)\n", run.failure.c_str(), dir.c_str());
-        continue;
-      }
-      metric = run.metric;
+  TrialRunner runner{o, settings, base, self, exps, signals};
+  runner.Run(&trials, 0, std::nullopt);
+
+  // The second phase: the ZeRO knobs at the best point of the first.
+  if (const int first_best = BestTrial(trials, settings.metric);
+      first_best >= 0 && !runner.interrupted) {
+    const Trial best = trials[size_t(first_best)];
+    std::vector<std::string> notes;
+    const std::vector<Knob> knobs = KnobSpace(
+        base, settings, best,
+        EstimateTrial(TrialConfig(base, best.point, best.dp), o).parameters_per_rank, &notes);
+    for (const std::string &note : notes) std::printf("ZeRO knobs: %s\n", note.c_str());
+    if (!knobs.empty()) {
+      const size_t first = trials.size();
+      for (Trial &t : BuildKnobSpace(base, best, knobs, budget,
+                                     [&](const Json &c) { return EstimateTrial(c, o); }))
+        trials.push_back(std::move(t));
+      std::string names;
+      for (const Knob &k : knobs)
+        names +=
+            (names.empty() ? "" : " x ") + k.key + " (" + std::to_string(k.values.size()) + ")";
+      std::printf("ZeRO knobs at %s: %s = %zu points\n", best.point.Name().c_str(), names.c_str(),
+                  trials.size() - first);
+      std::fflush(stdout);
+      runner.Run(&trials, first, best.Score(settings.metric));
     }
-    t.throughput = metric.value("throughput", 0.0);
-    t.latency_ms = metric.value("latency", 0.0);
-    t.flops = metric.value("FLOPS_per_gpu", 0.0);
-    const int best = BestTrial(trials, settings.metric);
-    std::printf(" %.2f samples/s, %.2f ms/step%s%s\n", t.throughput, t.latency_ms,
-                best == next ? "  (best so far)" : "", t.reused ? "  (earlier result)" : "");
-    std::fflush(stdout);
   }
+  const int interrupted = runner.interrupted;
 
   const std::string table = ResultsTable(trials, settings.metric);
   WriteFile(results / "summary.txt", table);

@@ -99,16 +99,71 @@ std::string Mib(int64_t bytes) {
   return text;
 }
 
-// Model-based tuner's features of a point.
+// Model-based tuner's features of a point (the knobs' in key order: a
+// phase's points all set the same ones).
 std::vector<double> Features(const TrialPoint &p) {
-  return {1.0,
-          std::log2(double(p.micro_batch)),
-          p.stage == 1 ? 1.0 : 0.0,
-          p.stage == 2 ? 1.0 : 0.0,
-          p.stage == 3 ? 1.0 : 0.0,
-          std::log2(double(std::max<int64_t>(1, p.tp))),
-          std::log2(double(std::max<int64_t>(1, p.pp))),
-          p.recompute ? 1.0 : 0.0};
+  std::vector<double> f = {1.0,
+                           std::log2(double(p.micro_batch)),
+                           p.stage == 1 ? 1.0 : 0.0,
+                           p.stage == 2 ? 1.0 : 0.0,
+                           p.stage == 3 ? 1.0 : 0.0,
+                           std::log2(double(std::max<int64_t>(1, p.tp))),
+                           std::log2(double(std::max<int64_t>(1, p.pp))),
+                           p.recompute ? 1.0 : 0.0};
+  for (const auto &[key, value] : p.knobs.items())
+    f.push_back(value.is_boolean() ? (value.get<bool>() ? 1.0 : 0.0)
+                                   : std::log2(std::max(1.0, value.get<double>())));
+  return f;
+}
+
+// The ZeRO knobs that change what dstrain does, each with the stages it acts
+// at, DeepSpeed's default values to try, and whether it is a size compared
+// with the gradient (all values at or over a rank's gradient elements act
+// alike: one bucket) and whether it acts only across data-parallel ranks.
+struct KnobRule {
+  const char *key;
+  const char *abbreviation;  // in trial names
+  int first_stage;
+  std::vector<Json> defaults;
+  bool size = false, communication = false;
+};
+const std::vector<KnobRule> &KnobRules() {
+  static const std::vector<KnobRule> rules = {
+      {"overlap_comm", "oc", 0, {true, false}, false, true},
+      {"reduce_bucket_size", "rbs", 0, {5e7, 5e8, 1e9}, true, true},
+      {"stage3_prefetch_bucket_size", "pbs", 3, {0, 5e7, 5e8}, true, false},
+      {"stage3_param_persistence_threshold", "ppt", 3, {1e4, 1e5, 1e6}},
+      {"sub_group_size", "sgs", 0, {}},  // the user's lists only (offload's pieces)
+  };
+  return rules;
+}
+const KnobRule *FindRule(const std::string &key) {
+  for (const KnobRule &r : KnobRules())
+    if (key == r.key) return &r;
+  return nullptr;
+}
+// DeepSpeed's tuning keys that dstrain accepts but that change nothing here
+// (one contiguous gradient buffer and all-gathers are what it always does).
+bool IsInertKnob(const std::string &key) {
+  for (const char *k :
+       {"allgather_bucket_size", "contiguous_gradients", "reduce_scatter", "allgather_partitions",
+        "round_robin_gradients", "stage3_max_live_parameters", "stage3_max_reuse_distance"})
+    if (key == k) return true;
+  return false;
+}
+
+// 5e7 -> "5e7", 1000 -> "1000", true -> "1".
+std::string Short(const Json &v) {
+  if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
+  const double d = v.get<double>();
+  if (d == 0) return "0";
+  const int exponent = int(std::floor(std::log10(std::fabs(d))));
+  const double mantissa = d / std::pow(10.0, exponent);
+  if (exponent >= 4 && std::fabs(mantissa - std::round(mantissa)) < 1e-9)
+    return std::to_string(std::llround(mantissa)) + "e" + std::to_string(exponent);
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", d);
+  return text;
 }
 
 // Ridge regression: w = (X'X + lambda I)^-1 X'y by Gaussian elimination.
@@ -181,6 +236,10 @@ std::string TrialPoint::Name() const {
                      std::to_string(accumulation);
   if (tp > 0) name += "_tp" + std::to_string(tp) + "_pp" + std::to_string(pp);
   if (recompute) name += "_ckpt";
+  for (const auto &[key, value] : knobs.items()) {
+    const KnobRule *rule = FindRule(key);
+    name += std::string("_") + (rule ? rule->abbreviation : key.c_str()) + Short(value);
+  }
   return name;
 }
 
@@ -189,6 +248,17 @@ double Trial::Score(const std::string &metric) const {
   if (metric == "latency") return -latency_ms;
   if (metric == "flops") return flops;
   return throughput;
+}
+
+Json WithoutKnobLists(Json config) {
+  const auto zero = config.find("zero_optimization");
+  if (zero == config.end() || !zero->is_object()) return config;
+  for (auto it = zero->begin(); it != zero->end();)
+    if (it->is_array() && (FindRule(it.key()) || IsInertKnob(it.key())))
+      it = zero->erase(it);
+    else
+      ++it;
+  return config;
 }
 
 Json TrialConfig(const Json &base, const TrialPoint &point, int64_t dp) {
@@ -201,7 +271,10 @@ Json TrialConfig(const Json &base, const TrialPoint &point, int64_t dp) {
     c.erase("train_batch_size");  // the layout decides dp: derived from the other two
   if (!c.contains("zero_optimization") || !c["zero_optimization"].is_object())
     c["zero_optimization"] = Json::object();
-  c["zero_optimization"]["stage"] = point.stage;
+  c = WithoutKnobLists(c);
+  Json &zero = c["zero_optimization"];
+  zero["stage"] = point.stage;
+  for (const auto &[key, value] : point.knobs.items()) zero[key] = value;
   if (point.tp > 0) {
     Json tp = Json::object();
     if (c.contains("tensor_parallel") && c["tensor_parallel"].contains("sequence_parallel"))
@@ -292,9 +365,92 @@ std::vector<Trial> BuildSpace(const Json &base, const TuningSettings &settings, 
   return space;
 }
 
-Tuner::Tuner(const TuningSettings &settings, std::vector<Trial> *trials)
-    : settings_(settings), trials_(trials) {
-  for (size_t i = 0; i < trials->size(); ++i)
+std::vector<Knob> KnobSpace(const Json &base, const TuningSettings &settings, const Trial &best,
+                            int64_t gradient_elements, std::vector<std::string> *notes) {
+  const Json none = Json::object();
+  const auto zero_it = base.find("zero_optimization");
+  const Json &zero = zero_it != base.end() && zero_it->is_object() ? *zero_it : none;
+  std::vector<Knob> space;
+  for (const auto &[key, value] : zero.items()) {
+    if (!value.is_array() || key == "stage") continue;
+    if (IsInertKnob(key)) {
+      notes->push_back(key + ": accepted by dstrain but changes nothing it does; not tuned");
+    } else if (FindRule(key)) {
+      if (value.empty()) throw CliError(kExitUsage, "zero_optimization." + key + ": an empty list");
+      space.push_back({key, std::vector<Json>(value.begin(), value.end())});
+    }
+  }
+  if (space.empty() && !settings.fast)
+    for (const KnobRule &r : KnobRules())
+      if (!r.defaults.empty()) space.push_back({r.key, r.defaults});
+
+  // Keep what acts at this point, each distinct behaviour once.
+  std::vector<Knob> kept;
+  for (Knob &knob : space) {
+    const KnobRule &rule = *FindRule(knob.key);
+    if (best.point.stage < rule.first_stage) {
+      notes->push_back(knob.key + ": acts at ZeRO " + std::to_string(rule.first_stage) +
+                       " only; the best point is at stage " + std::to_string(best.point.stage));
+      continue;
+    }
+    if (rule.communication && best.dp <= 1) {
+      notes->push_back(knob.key + ": acts across data-parallel ranks; the best point has one");
+      continue;
+    }
+    std::vector<Json> values;
+    bool whole_seen = false;
+    for (const Json &v : knob.values) {
+      if (rule.size && v.is_number() && v.get<double>() >= double(gradient_elements)) {
+        if (whole_seen) {
+          notes->push_back(knob.key + " " + Short(v) + ": holds a rank's " +
+                           std::to_string(gradient_elements) +
+                           " gradient elements at once, as a smaller value tried does; skipped");
+          continue;
+        }
+        whole_seen = true;
+      }
+      if (std::find(values.begin(), values.end(), v) == values.end()) values.push_back(v);
+    }
+    if (values.size() > 1) kept.push_back({knob.key, values});
+  }
+  return kept;
+}
+
+std::vector<Trial> BuildKnobSpace(const Json &base, const Trial &best,
+                                  const std::vector<Knob> &knobs, int64_t budget,
+                                  const EstimateFn &estimate) {
+  std::vector<Trial> space;
+  if (knobs.empty()) return space;
+  std::vector<size_t> at(knobs.size(), 0);  // an odometer over the values
+  for (;;) {
+    Trial t = best;
+    t.ran = false;
+    t.reused = false;
+    t.failure.clear();
+    t.throughput = t.latency_ms = t.flops = 0;
+    for (size_t k = 0; k < knobs.size(); ++k) t.point.knobs[knobs[k].key] = knobs[k].values[at[k]];
+    const Estimate e = estimate(TrialConfig(base, t.point, t.dp));
+    t.estimated_bytes = e.error.empty() ? e.bytes : -1;
+    if (!e.error.empty())
+      t.pruned = e.error;
+    else if (e.bytes > budget)
+      t.pruned = "needs " + Mib(e.bytes) + " per rank, over the budget of " + Mib(budget);
+    space.push_back(t);
+    size_t k = knobs.size();
+    while (k > 0 && ++at[k - 1] == knobs[k - 1].values.size()) at[--k] = 0;
+    if (k == 0) break;
+  }
+  return space;
+}
+
+Tuner::Tuner(const TuningSettings &settings, std::vector<Trial> *trials, size_t first,
+             std::optional<double> to_beat)
+    : settings_(settings), trials_(trials), first_(first) {
+  if (to_beat) {
+    have_best_ = true;
+    best_ = *to_beat;
+  }
+  for (size_t i = first; i < trials->size(); ++i)
     if ((*trials)[i].pruned.empty()) order_.push_back(int(i));
   if (settings.tuner_type != "gridsearch") {
     std::mt19937 rng(20240229);
@@ -330,7 +486,8 @@ int Tuner::Next() {
 int Tuner::NextModelBased(const std::vector<int> &open) {
   std::vector<std::vector<double>> x;
   std::vector<double> y;
-  for (const Trial &t : *trials_) {
+  for (size_t i = first_; i < trials_->size(); ++i) {
+    const Trial &t = (*trials_)[i];
     const double score = t.Score(settings_.metric);
     if (score == kNotMeasured) continue;
     x.push_back(Features(t.point));
@@ -365,9 +522,11 @@ int BestTrial(const std::vector<Trial> &trials, const std::string &metric) {
 std::string ResultsTable(const std::vector<Trial> &trials, const std::string &metric) {
   const int best = BestTrial(trials, metric);
   std::string out;
-  char line[512];
-  std::snprintf(line, sizeof line, "%-28s %5s %5s %4s %3s %3s %3s %4s %13s %14s %11s %14s  %s\n",
-                "trial", "stage", "mbs", "gas", "dp", "tp", "pp", "ckpt", "est. memory",
+  char line[1024];
+  int width = 28;
+  for (const Trial &t : trials) width = std::max(width, int(t.point.Name().size()));
+  std::snprintf(line, sizeof line, "%-*s %5s %5s %4s %3s %3s %3s %4s %13s %14s %11s %14s  %s\n",
+                width, "trial", "stage", "mbs", "gas", "dp", "tp", "pp", "ckpt", "est. memory",
                 "samples/s", "ms/step", "FLOP/s/rank", "");
   out += line;
   for (size_t i = 0; i < trials.size(); ++i) {
@@ -390,7 +549,7 @@ std::string ResultsTable(const std::vector<Trial> &trials, const std::string &me
       std::snprintf(flops, sizeof flops, "%.3g", t.flops);
     }
     std::snprintf(line, sizeof line,
-                  "%-28s %5d %5lld %4lld %3lld %3s %3s %4s %13s %14s %11s %14s  %s\n",
+                  "%-*s %5d %5lld %4lld %3lld %3s %3s %4s %13s %14s %11s %14s  %s\n", width,
                   p.Name().c_str(), p.stage, static_cast<long long>(p.micro_batch),
                   static_cast<long long>(p.accumulation), static_cast<long long>(t.dp),
                   p.tp > 0 ? std::to_string(p.tp).c_str() : "cfg",
@@ -413,6 +572,7 @@ Json ResultsJson(const std::vector<Trial> &trials, const std::string &metric) {
               {"recompute", t.point.recompute},
               {"estimated_bytes_per_rank", t.estimated_bytes},
               {"ran", t.ran}};
+    if (!t.point.knobs.empty()) j["zero_optimization"] = t.point.knobs;
     if (t.point.tp > 0) {
       j["tp"] = t.point.tp;
       j["pp"] = t.point.pp;

@@ -1,6 +1,7 @@
 // The search of `dstrain autotune`: DeepSpeed's autotuning keys, the space of
 // trial configurations (ZeRO stage x micro-batch, and with "fast": false the
-// dp x tp x pp layouts and activation recomputation), pruning by
+// dp x tp x pp layouts and activation recomputation; then the best point's
+// ZeRO knobs: bucket sizes, overlap, stage 3's prefetch and persistence), pruning by
 // `dstrain estimate`'s exact memory, the order the tuners run trials in
 // (gridsearch, random, model_based), and the results table. Running a trial
 // is the command's business (autotune_command.cc); this file only decides.
@@ -42,7 +43,11 @@ struct TrialPoint {
   int64_t micro_batch = 1, accumulation = 1;
   int64_t tp = 1, pp = 1;
   bool recompute = false;
-  std::string Name() const;  // "z2_mbs4_gas1" (+ "_tp2_pp1", "_ckpt")
+  // zero_optimization keys the trial sets (the knob phase), e.g.
+  // {"overlap_comm": false, "reduce_bucket_size": 5e7}; empty: the defaults.
+  nlohmann::json knobs = nlohmann::json::object();
+  // "z2_mbs4_gas1" (+ "_tp2_pp1", "_ckpt", "_oc0_rbs5e7")
+  std::string Name() const;
 };
 
 // A point with what became of it.
@@ -64,9 +69,14 @@ struct Trial {
 struct Estimate {
   int64_t bytes = 0;
   int64_t dp = 1;
+  int64_t parameters_per_rank = 0;  // the gradient elements a rank reduces
   std::string error;
 };
 using EstimateFn = std::function<Estimate(const nlohmann::json &config)>;
+
+// `config` with its tuning lists in zero_optimization removed (a list is a
+// space to tune: the dstrain default stands for it until a trial sets it).
+nlohmann::json WithoutKnobLists(nlohmann::json config);
 
 // The trial's ds_config: the user's with the point's keys set (dp 0: without
 // train_batch_size, which the layout then derives).
@@ -77,18 +87,44 @@ nlohmann::json TrialConfig(const nlohmann::json &base, const TrialPoint &point, 
 std::vector<Trial> BuildSpace(const nlohmann::json &base, const TuningSettings &settings,
                               int64_t world, int64_t budget, const EstimateFn &estimate);
 
+// One ZeRO knob of the second phase and the values it takes.
+struct Knob {
+  std::string key;  // in zero_optimization
+  std::vector<nlohmann::json> values;
+};
+
+// The knobs to tune at the best point of the first phase: the
+// zero_optimization keys the config gives as lists (DeepSpeed's user-defined
+// tuning space), else with "fast": false DeepSpeed's default space for the
+// stage, restricted to the knobs that change what dstrain does; values that
+// act alike for this model are tried once. Empty: no second phase. `notes`
+// says what was dropped and why.
+std::vector<Knob> KnobSpace(const nlohmann::json &base, const TuningSettings &settings,
+                            const Trial &best, int64_t gradient_elements,
+                            std::vector<std::string> *notes);
+
+// Every combination of `knobs` at the point of `best`, estimated and pruned as
+// BuildSpace's points are.
+std::vector<Trial> BuildKnobSpace(const nlohmann::json &base, const Trial &best,
+                                  const std::vector<Knob> &knobs, int64_t budget,
+                                  const EstimateFn &estimate);
+
 // Chooses the next candidate to run (an index into `trials`), or -1 when the
 // tuner is done (no candidate left, tuner_num_trials run, or
 // tuner_early_stopping trials without a better one).
 class Tuner {
  public:
-  Tuner(const TuningSettings &settings, std::vector<Trial> *trials);
+  // Tunes trials[first..]; `to_beat` is the best score before them (the
+  // first phase's), which early stopping counts from.
+  Tuner(const TuningSettings &settings, std::vector<Trial> *trials, size_t first = 0,
+        std::optional<double> to_beat = std::nullopt);
   int Next();
 
  private:
   int NextModelBased(const std::vector<int> &open);
   const TuningSettings &settings_;
   std::vector<Trial> *trials_;
+  size_t first_ = 0;
   std::vector<int> order_;  // gridsearch / random
   int64_t run_ = 0, since_best_ = 0;
   bool have_best_ = false;

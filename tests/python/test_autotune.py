@@ -34,6 +34,11 @@ if "FAIL_STAGE_2" in args and stage == 2 and tuning.get("metric_path"):
     sys.exit(3)
 if tuning.get("metric_path"):
     throughput = mbs * [1.0, 1.3, 0.9, 0.7][stage] * math.exp(-((mbs - 5) ** 2) / 18.0)
+    zero = config["zero_optimization"]
+    assert not any(isinstance(v, list) for v in zero.values()), zero
+    throughput *= {1000: 0.9, 4000: 1.2}.get(zero.get("reduce_bucket_size"), 1.0)
+    throughput *= 1.1 if zero.get("overlap_comm") is False else 1.0
+    throughput *= 1.05 if zero.get("stage3_param_persistence_threshold") == 1e5 else 1.0
     pathlib.Path(tuning["metric_path"]).write_text(json.dumps(
         {"throughput": throughput, "latency": 1000.0 / throughput, "FLOPS_per_gpu": throughput}))
 else:
@@ -72,10 +77,10 @@ def write_config(tmp_path, autotuning, **top):
     return path
 
 
-def tune_program(dstrain, tmp_path, autotuning, extra=(), **kw):
+def tune_program(dstrain, tmp_path, autotuning, extra=(), top=None, **kw):
     program = tmp_path / "program.py"
     program.write_text(PROGRAM)
-    config = write_config(tmp_path, autotuning)
+    config = write_config(tmp_path, autotuning, **(top or {}))
     cmd = [dstrain, "autotune", "--config", config, "--model", MODEL, *kw.get("options", [])]
     cmd += ["--", sys.executable, program, "--deepspeed_config", config, *extra]
     return run(cmd, tmp_path, check=kw.get("check", True))
@@ -125,6 +130,48 @@ def test_early_stopping_and_the_trial_cap(dstrain, tmp_path):
     tune_program(dstrain, tmp_path, {**SPACE, "tuner_early_stopping": 2})
     ran = [t["name"] for t in results(tmp_path)["trials"] if t["ran"]]
     assert ran == [f"z0_mbs{m}_gas1" for m in range(1, 9)]
+
+
+def test_zero_knobs_listed_in_the_config_are_tuned_at_the_best_point(dstrain, tmp_path):
+    # DeepSpeed's user-defined space: lists in zero_optimization. gpt_tiny has
+    # 118,528 parameters: 1e9 and 2e9 both reduce it in one bucket (2e9 is
+    # not tried); contiguous_gradients changes nothing in dstrain.
+    zero = {"stage": 2, "reduce_bucket_size": [1000, 4000, 16000, 1e9, 2e9],
+            "overlap_comm": [True, False], "contiguous_gradients": [True, False]}
+    proc = tune_program(dstrain, tmp_path, {**SPACE, "tuner_early_stopping": 100},
+                        top={"zero_optimization": zero}, options=["--world-size", "2"])
+    got = results(tmp_path)
+    first = [t for t in got["trials"] if "zero_optimization" not in t]
+    knobs = [t for t in got["trials"] if "zero_optimization" in t]
+    assert [t["name"] for t in first] == [f"z2_mbs{m}_gas1" for m in range(1, 9)]
+    assert len(knobs) == 8 and all(t["ran"] for t in knobs)  # 4 bucket sizes x 2
+    assert all(t["name"].startswith("z2_mbs6_gas1_oc") for t in knobs)
+    assert got["best"] == "z2_mbs6_gas1_oc0_rbs4000"
+    optimal = json.loads((tmp_path / "autotuning_results" / "ds_config_optimal.json").read_text())
+    assert optimal["zero_optimization"] == {"stage": 2, "overlap_comm": False,
+                                            "reduce_bucket_size": 4000}
+    assert "contiguous_gradients: accepted by dstrain but changes nothing" in proc.stdout
+    assert "reduce_bucket_size 2e9: holds a rank's 118528 gradient elements" in proc.stdout
+    assert "overlap_comm (2) x reduce_bucket_size (4) = 8 points" in proc.stdout
+
+
+def test_the_full_tuner_tries_the_stage_default_knobs_that_act(dstrain, tmp_path):
+    # "fast": false without lists: DeepSpeed's default space for the best
+    # stage, less what cannot act (one rank: no reduction to tune).
+    proc = tune_program(
+        dstrain, tmp_path,
+        {"fast": False, "max_train_micro_batch_size_per_gpu": 6, "num_tuning_micro_batch_sizes": 2,
+         "tuner_early_stopping": 100},
+        top={"zero_optimization": {"stage": 3}})
+    got = results(tmp_path)
+    knobs = [t for t in got["trials"] if "zero_optimization" in t]
+    assert {tuple(sorted(t["zero_optimization"])) for t in knobs} == {
+        ("stage3_param_persistence_threshold", "stage3_prefetch_bucket_size")}
+    assert sorted((t["zero_optimization"]["stage3_prefetch_bucket_size"],
+                   t["zero_optimization"]["stage3_param_persistence_threshold"]) for t in knobs) == [
+        (0, 1e4), (0, 1e5), (0, 1e6), (5e7, 1e4), (5e7, 1e5), (5e7, 1e6)]
+    assert "_ppt1e5_" in got["best"]
+    assert "overlap_comm: acts across data-parallel ranks; the best point has one" in proc.stdout
 
 
 def test_a_failing_trial_is_reported_and_skipped(dstrain, tmp_path):
@@ -178,13 +225,19 @@ def test_dstrain_train_trials_measure_and_the_best_config_trains(dstrain, tmp_pa
         tmp_path,
         {"start_profile_step": 1, "end_profile_step": 2,
          "max_train_micro_batch_size_per_gpu": 4, "num_tuning_micro_batch_sizes": 2},
-        zero_optimization={"stage": [1, 3]},
+        zero_optimization={"stage": [1, 3], "reduce_bucket_size": [20000, 1e9]},
     )
     proc = run([dstrain, "autotune", "--config", config, "--model", MODEL, "--world-size", "2"],
                tmp_path)
     got = results(tmp_path)
-    assert [t["name"] for t in got["trials"]] == [
-        "z1_mbs1_gas1", "z1_mbs4_gas1", "z3_mbs1_gas1", "z3_mbs4_gas1"]
+    names = [t["name"] for t in got["trials"]]
+    assert names[:4] == ["z1_mbs1_gas1", "z1_mbs4_gas1", "z3_mbs1_gas1", "z3_mbs4_gas1"]
+    # then the bucket sizes at the best of those, each trial's config carrying its own
+    best = max(got["trials"][:4], key=lambda t: t["throughput"])["name"]
+    assert names[4:] == [best + "_rbs2e4", best + "_rbs1e9"]
+    for name, size in zip(names[4:], [20000, 1e9]):
+        trial = json.loads((tmp_path / "autotuning_exps" / name / "ds_config.json").read_text())
+        assert trial["zero_optimization"]["reduce_bucket_size"] == size
     for t in got["trials"]:
         assert t["ran"] and "failure" not in t, t
         metric = json.loads((tmp_path / "autotuning_exps" / t["name"] / "metric.json").read_text())
