@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "default_job.h"
 #include "dstrain/dstrain.h"
 #include "format.h"
+#include "trial_nodes.h"
 
 namespace dstrain_cli {
 
@@ -152,58 +154,85 @@ std::optional<Json> ReadMetric(const fs::path &path) {
   return std::nullopt;
 }
 
-TrialRun RunTrial(const std::vector<std::string> &argv, const fs::path &dir,
+// Starts one node's launcher as a process group of its own, its output to
+// the trial's logs (stdout.log / stderr.log for node 0, .nodeN.log for others).
+pid_t StartNode(const std::vector<std::string> &argv, const fs::path &dir, size_t node,
+                TuningSignals &signals) {
+  const std::string suffix = node == 0 ? ".log" : ".node" + std::to_string(node) + ".log";
+  const pid_t pid = fork();
+  if (pid != 0) {
+    if (pid > 0) setpgid(pid, pid);
+    return pid;
+  }
+  setpgid(0, 0);
+  sigprocmask(SIG_SETMASK, &signals.original(), nullptr);
+  const int out = open((dir / ("stdout" + suffix)).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int err = open((dir / ("stderr" + suffix)).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (out >= 0) dup2(out, STDOUT_FILENO);
+  if (err >= 0) dup2(err, STDERR_FILENO);
+  std::vector<char *> args;
+  for (const std::string &a : argv) args.push_back(const_cast<char *>(a.c_str()));
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::fprintf(stderr, "cannot execute %s: %s\n", args[0], std::strerror(errno));
+  _exit(127);
+}
+
+// Runs a trial's launchers (node 0's first) until rank 0's metric appears,
+// node 0's launcher exits, the timeout passes or a signal ends the tuning;
+// then stops every launcher still running.
+TrialRun RunTrial(const std::vector<NodeCommand> &nodes, const fs::path &dir,
                   const fs::path &metric_path, int64_t timeout, TuningSignals &signals) {
   TrialRun run;
-  const pid_t pid = fork();
-  if (pid < 0) {
-    run.failure = std::string("cannot start the trial: ") + std::strerror(errno);
-    return run;
+  std::vector<pid_t> pids;
+  auto stop_all = [&] {
+    for (pid_t pid : pids)
+      if (pid > 0) StopGroup(pid);
+  };
+  for (size_t node = 0; node < nodes.size(); ++node) {
+    const pid_t pid = StartNode(nodes[node].argv, dir, node, signals);
+    if (pid < 0) {
+      run.failure = "cannot start the trial on " + nodes[node].host + ": " + std::strerror(errno);
+      stop_all();
+      return run;
+    }
+    pids.push_back(pid);
   }
-  if (pid == 0) {
-    setpgid(0, 0);
-    sigprocmask(SIG_SETMASK, &signals.original(), nullptr);
-    const int out = open((dir / "stdout.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err = open((dir / "stderr.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out >= 0) dup2(out, STDOUT_FILENO);
-    if (err >= 0) dup2(err, STDERR_FILENO);
-    std::vector<char *> args;
-    for (const std::string &a : argv) args.push_back(const_cast<char *>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    std::fprintf(stderr, "cannot execute %s: %s\n", args[0], std::strerror(errno));
-    _exit(127);
-  }
-  setpgid(pid, pid);
   const auto deadline = Clock::now() + std::chrono::seconds(timeout);
   for (;;) {
     if (auto metric = ReadMetric(metric_path)) {
       run.measured = true;
       run.metric = *metric;
-      StopGroup(pid);  // the profiled steps are done: the rest of the run is not needed
+      stop_all();  // the profiled steps are done: the rest of the run is not needed
       return run;
     }
+    for (size_t node = 1; node < pids.size(); ++node)  // reap; node 0's exit decides
+      if (pids[node] > 0 && waitpid(pids[node], nullptr, WNOHANG) == pids[node]) pids[node] = 0;
     int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) {
+    if (waitpid(pids[0], &status, WNOHANG) == pids[0]) {
+      pids[0] = 0;
       if (auto metric = ReadMetric(metric_path)) {
         run.measured = true;
         run.metric = *metric;
+        stop_all();
         return run;
       }
       const std::string last = LastLine(dir / "stderr.log");
       run.failure = (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
                                        : "killed by signal " + std::to_string(WTERMSIG(status))) +
                     (last.empty() ? "" : ": " + last);
+      if (nodes.size() > 1) run.failure += " (other nodes: stderr.node*.log)";
+      stop_all();
       return run;
     }
     if (Clock::now() > deadline) {
-      StopGroup(pid);
+      stop_all();
       run.failure = "no metric after " + std::to_string(timeout) +
                     " s (stopped; raise --trial-timeout for slower trials)";
       return run;
     }
     if (const int s = signals.Poll(200)) {
-      StopGroup(pid);
+      stop_all();
       run.signal = s;
       run.failure = "interrupted";
       return run;
@@ -222,21 +251,6 @@ std::vector<std::pair<std::string, std::string>> MappedValues(const TuningSettin
     out.push_back({argument, v.is_string() ? v.get<std::string>() : v.dump()});
   }
   return out;
-}
-
-std::string Quoted(const std::vector<std::string> &argv) {
-  std::string line;
-  for (const std::string &a : argv) {
-    if (!line.empty()) line += ' ';
-    if (a.find_first_of(" \t\"'$\\") == std::string::npos && !a.empty()) {
-      line += a;
-    } else {
-      line += '\'';
-      for (char c : a) line += c == '\'' ? std::string("'\\''") : std::string(1, c);
-      line += '\'';
-    }
-  }
-  return line;
 }
 
 // The command a trial (or the final run) executes, with `config` as its ds_config.
@@ -262,6 +276,8 @@ struct TrialRunner {
   const Json &base;
   const std::string &self;
   const fs::path &exps;
+  const TrialNodes &nodes;
+  const std::string &token;
   TuningSignals &signals;
   int64_t number = 0;   // trials started, over both phases
   int interrupted = 0;  // the signal that ended the tuning
@@ -294,18 +310,14 @@ struct TrialRunner {
       config["autotuning"]["metric_path"] = metric_path.string();
       const fs::path config_path = dir / "ds_config.json";
       WriteFile(config_path, config.dump(2) + "\n");
-      std::vector<std::string> argv = {self,
-                                       "launch",
-                                       "--nproc-per-node",
-                                       std::to_string(o.world_size),
-                                       "--master-port",
-                                       std::to_string(o.master_port + number % 1000),
-                                       "--"};
       const std::vector<std::string> program = ProgramFor(o, settings, self, config_path.string(),
                                                           config, settings.end_profile_step + 1);
-      argv.insert(argv.end(), program.begin(), program.end());
-      WriteFile(dir / "cmd.txt", Quoted(argv) + "\n");
-      const TrialRun run = RunTrial(argv, dir, metric_path, o.trial_timeout, signals);
+      const std::vector<NodeCommand> commands =
+          TrialCommands(nodes, self, o.master_port + number % 1000, token, program);
+      std::string lines;
+      for (const NodeCommand &c : commands) lines += ShellQuoted(c.argv) + "\n";
+      WriteFile(dir / "cmd.txt", lines);
+      const TrialRun run = RunTrial(commands, dir, metric_path, o.trial_timeout, signals);
       interrupted = run.signal;
       if (!run.measured) {
         t.failure = run.failure;
@@ -366,8 +378,50 @@ std::vector<std::string> WithTrialArguments(
   return program;
 }
 
-AutotuneResult Autotune(const AutotuneOptions &o) {
-  if (o.world_size < 1) UsageError("--world-size must be at least 1");
+namespace {
+
+// The trial nodes: the hostfile's, or this one with --world-size ranks.
+TrialNodes NodesOf(const AutotuneOptions &o) {
+  TrialNodes nodes;
+  if (o.hostfile.empty()) {
+    nodes.hosts = {"localhost"};
+    nodes.slots = std::max<int64_t>(1, o.world_size);
+    nodes.master_addr = "127.0.0.1";
+  } else {
+    nodes = ReadHostfile(o.hostfile);
+    if (o.world_size > 0 && o.world_size != nodes.world())
+      UsageError("--world-size " + std::to_string(o.world_size) + " but the hostfile lists " +
+                 std::to_string(nodes.world()) + " ranks (" + std::to_string(nodes.hosts.size()) +
+                 " hosts x " + std::to_string(nodes.slots) + " slots); drop --world-size");
+  }
+  if (!o.master_addr.empty()) nodes.master_addr = o.master_addr;
+  if (!o.remote.empty()) nodes.remote = o.remote;
+  return nodes;
+}
+
+// The job token every node's launcher presents to the rendezvous store.
+std::string JobToken() {
+  if (const char *t = std::getenv("DSTRAIN_JOB_TOKEN"); t && *t) return t;
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  unsigned char bytes[16] = {};
+  random.read(reinterpret_cast<char *>(bytes), sizeof bytes);
+  std::string token;
+  char hex[3];
+  for (unsigned char b : bytes) {
+    std::snprintf(hex, sizeof hex, "%02x", b);
+    token += hex;
+  }
+  return token;
+}
+
+}  // namespace
+
+AutotuneResult Autotune(const AutotuneOptions &given) {
+  const TrialNodes nodes = NodesOf(given);
+  AutotuneOptions o = given;
+  o.world_size = nodes.world();
+  const std::string token = JobToken();
+  setenv("DSTRAIN_JOB_TOKEN", token.c_str(), 1);  // node 0's launcher inherits it
   const Json base = ReadConfig(o.config_path);
   const TuningSettings settings = ReadTuningSettings(base);
   // The config as written, checked by the library once: a mistyped key is
@@ -391,16 +445,18 @@ AutotuneResult Autotune(const AutotuneOptions &o) {
   if (!o.memory_per_rank.empty()) {
     budget = ParseBytes(o.memory_per_rank, "--memory-per-rank");
   } else {
-    budget = AvailableMemory() / o.world_size;
+    budget = AvailableMemory() / nodes.slots;
     if (budget <= 0) UsageError("cannot read the available memory: give --memory-per-rank");
   }
-  std::printf("autotuning %s: metric %s, tuner %s, %s, %lld rank%s, budget %.1f MiB per rank\n",
-              o.config_path.c_str(), settings.metric.c_str(), settings.tuner_type.c_str(),
-              settings.fast
-                  ? "fast (ZeRO stage x micro-batch)"
-                  : "full (ZeRO stage x micro-batch x dp/tp/pp x recomputation, then ZeRO knobs)",
-              static_cast<long long>(o.world_size), o.world_size == 1 ? "" : "s",
-              double(budget) / (1024.0 * 1024.0));
+  std::printf(
+      "autotuning %s: metric %s, tuner %s, %s, %lld rank%s%s, budget %.1f MiB per rank\n",
+      o.config_path.c_str(), settings.metric.c_str(), settings.tuner_type.c_str(),
+      settings.fast ? "fast (ZeRO stage x micro-batch)"
+                    : "full (ZeRO stage x micro-batch x dp/tp/pp x recomputation, then ZeRO knobs)",
+      static_cast<long long>(o.world_size), o.world_size == 1 ? "" : "s",
+      nodes.hosts.size() > 1 ? (" on " + std::to_string(nodes.hosts.size()) + " hosts").c_str()
+                             : "",
+      double(budget) / (1024.0 * 1024.0));
   std::fflush(stdout);
 
   std::vector<Trial> trials = BuildSpace(base, settings, o.world_size, budget,
@@ -422,7 +478,7 @@ AutotuneResult Autotune(const AutotuneOptions &o) {
 
   const std::string self = SelfPath();
   TuningSignals signals;
-  TrialRunner runner{o, settings, base, self, exps, signals};
+  TrialRunner runner{o, settings, base, self, exps, nodes, token, signals};
   runner.Run(&trials, 0, std::nullopt);
 
   // The second phase: the ZeRO knobs at the best point of the first.
@@ -469,18 +525,18 @@ AutotuneResult Autotune(const AutotuneOptions &o) {
   if (optimal.contains("autotuning")) optimal["autotuning"].erase("metric_path");
   const fs::path optimal_path = results / "ds_config_optimal.json";
   WriteFile(optimal_path, optimal.dump(2) + "\n");
-  std::vector<std::string> run = {self, "launch", "--nproc-per-node", std::to_string(o.world_size),
-                                  "--"};
   const std::vector<std::string> program =
       ProgramFor(o, settings, self, optimal_path.string(), optimal, 0);
-  run.insert(run.end(), program.begin(), program.end());
-  WriteFile(results / "cmd_optimal.txt", Quoted(run) + "\n");
+  std::string run;  // one launcher a node
+  for (const NodeCommand &c : TrialCommands(nodes, self, o.master_port, token, program))
+    run += (run.empty() ? "" : "\n") + ShellQuoted(c.argv);
+  WriteFile(results / "cmd_optimal.txt", run + "\n");
   std::printf("\nbest: %s (%s %.4g); its ds_config: %s\nrun it: %s\n", winner.point.Name().c_str(),
               settings.metric.c_str(),
               settings.metric == "latency" ? winner.latency_ms
               : settings.metric == "flops" ? winner.flops
                                            : winner.throughput,
-              optimal_path.c_str(), Quoted(run).c_str());
+              optimal_path.c_str(), run.c_str());
   return {optimal_path.string(), program};
 }
 
@@ -496,8 +552,17 @@ AutotuneCommand::AutotuneCommand(CLI::App &parent) {
   app_->add_option("--model", options_.model_path,
                    "model spec JSON or Hugging Face directory (default: the built-in GPT)");
   app_->add_option("--data", options_.data_path, "text file the trials train on");
-  app_->add_option("--world-size", options_.world_size, "ranks per trial (this node)")
+  app_->add_option("--world-size", options_.world_size, "ranks per trial on this node (1)")
       ->check(CLI::PositiveNumber);
+  app_->add_option("--hostfile", options_.hostfile,
+                   "DeepSpeed hostfile (\"HOST slots=N\" lines): trials span every host, "
+                   "started from here (the first host) through --remote; the dstrain "
+                   "executable, config and exps_dir at the same paths on every host");
+  app_->add_option("--master-addr", options_.master_addr,
+                   "the first host's address as the others reach it (default: its hostfile name)");
+  app_->add_option("--remote", options_.remote,
+                   "command prefix that runs a launcher on another host, {host} replaced "
+                   "(default: \"ssh -o BatchMode=yes {host}\")");
   app_->add_option("--memory-per-rank", options_.memory_per_rank,
                    "budget a trial must fit in (e.g. 16GiB; default: available memory / ranks)");
   app_->add_option("--trial-timeout", options_.trial_timeout,

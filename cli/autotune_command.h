@@ -19,13 +19,16 @@ struct AutotuneOptions {
   std::string config_path;
   std::string model_path;       // `dstrain train`'s --model ("" = built-in)
   std::string data_path;        // `dstrain train`'s --data ("" = default corpus)
-  int64_t world_size = 1;       // ranks of each trial (one node)
+  int64_t world_size = 0;       // ranks of each trial on one node (0: 1, or the hostfile's)
   std::string memory_per_rank;  // budget; "" = available memory / world size
   int64_t master_port = 29600;  // trial k uses master_port + k
   int64_t trial_timeout = 600;  // seconds before a trial without a metric is stopped
   // The program each trial runs (its ds_config argument is replaced); empty:
   // `dstrain train`.
   std::vector<std::string> program;
+  std::string hostfile;     // DeepSpeed's "HOST slots=N" lines: trials span the hosts
+  std::string master_addr;  // the first host's address ("" = its hostfile name)
+  std::string remote;       // runs a launcher on another host ("" = ssh -o BatchMode=yes {host})
 };
 
 // What tuning found: the best ds_config (written to results_dir) and the

@@ -183,8 +183,10 @@ int LaunchCommand::Tune() {
   if (options_.nnodes > 1)
     throw CliError(kExitUsage,
                    "--autotuning with --nnodes " + std::to_string(options_.nnodes) +
-                       " is not supported yet: tune on one node (the best micro-batch and ZeRO "
-                       "stage carry over), then launch the nodes with the best ds_config");
+                       ": a launcher starts one node's ranks; tune across nodes from the first "
+                       "one with `dstrain autotune --hostfile FILE --config ds.json -- PROGRAM "
+                       "ARGS` (each trial spans every host), then launch the nodes with "
+                       "results_dir/cmd_optimal.txt");
   AutotuneOptions tune;
   tune.config_path = ConfigArgument(options_.program);
   if (tune.config_path.empty())

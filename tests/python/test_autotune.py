@@ -304,3 +304,69 @@ def test_the_autotuning_section_is_checked_and_train_runs_it_as_written(dstrain,
     run([dstrain, "train", "--config", good, "--model", MODEL, "--steps", "2", "--quiet"],
         tmp_path)
     assert not (tmp_path / "autotuning_results").exists()
+
+
+# A stand-in for ssh: runs the command line it is given here (the host is
+# recorded), as `ssh HOST 'COMMAND'` runs it on HOST.
+FAKE_SSH = 'echo "$1" >> "$(dirname "$0")/hosts.log"; shift; exec sh -c "$*"\n'
+
+
+def hostfile_options(tmp_path, text="node0 slots=1  # the tuner's host\nnode1 slots=1\n"):
+    (tmp_path / "fake_ssh").write_text(FAKE_SSH)
+    (tmp_path / "hosts").write_text(text)
+    return ["--hostfile", tmp_path / "hosts", "--master-addr", "127.0.0.1",
+            "--remote", f"sh {tmp_path / 'fake_ssh'} {{host}}"]
+
+
+def test_trials_span_the_hosts_of_a_hostfile(dstrain, tmp_path):
+    proc = tune_program(dstrain, tmp_path, {**SPACE, "max_train_micro_batch_size_per_gpu": 3,
+                                            "tuner_early_stopping": 100},
+                        top={"zero_optimization": {"stage": 1}},
+                        options=hostfile_options(tmp_path))
+    assert "2 ranks on 2 hosts" in proc.stdout
+    got = results(tmp_path)
+    assert [t["name"] for t in got["trials"]] == [f"z1_mbs{m}_gas1" for m in (1, 2, 3)]
+    assert all(t["ran"] and t["dp"] == 2 for t in got["trials"])
+    assert (tmp_path / "hosts.log").read_text().split() == ["node1"] * 3
+    local, remote = (tmp_path / "autotuning_exps" / "z1_mbs1_gas1" / "cmd.txt").read_text() \
+        .splitlines()
+    for line, rank in ((local, 0), (remote, 1)):
+        assert f"--nnodes 2 --node-rank {rank} --master-addr 127.0.0.1" in line
+    assert "DSTRAIN_JOB_TOKEN=" in remote and "DSTRAIN_JOB_TOKEN" not in local
+    assert len((tmp_path / "autotuning_results" / "cmd_optimal.txt").read_text().splitlines()) == 2
+
+
+def test_dstrain_train_trials_rendezvous_across_the_hosts(dstrain, tmp_path):
+    # Two launchers (node 0 here, node 1 through the remote command) make
+    # one 2-rank job of each trial.
+    config = write_config(
+        tmp_path,
+        {"start_profile_step": 1, "end_profile_step": 2,
+         "max_train_micro_batch_size_per_gpu": 2, "num_tuning_micro_batch_sizes": 2},
+        zero_optimization={"stage": 2},
+    )
+    run([dstrain, "autotune", "--config", config, "--model", MODEL,
+         *hostfile_options(tmp_path)], tmp_path)
+    got = results(tmp_path)
+    assert [t["name"] for t in got["trials"]] == ["z2_mbs1_gas1", "z2_mbs2_gas1"]
+    for t in got["trials"]:
+        assert t["ran"] and "failure" not in t and t["dp"] == 2, t
+        metric = json.loads((tmp_path / "autotuning_exps" / t["name"] / "metric.json").read_text())
+        batch = t["train_micro_batch_size_per_gpu"] * 2  # both hosts' ranks took part
+        assert metric["throughput"] == pytest.approx(batch / (metric["latency"] / 1000), rel=1e-6)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("a slots=1\nb slots=2\n", "b has 2 slots, the hosts before it 1"),
+    ("a slots=1\na slots=1\n", "host a is listed twice"),
+    ("a slots=two\n", 'expected "HOST slots=N"'),
+    ("# nobody\n", "lists no host"),
+])
+def test_a_bad_hostfile_is_named(dstrain, tmp_path, text, message):
+    config = write_config(tmp_path, {})
+    proc = run([dstrain, "autotune", "--config", config, "--model", MODEL,
+                *hostfile_options(tmp_path, text)], tmp_path, check=False)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    proc = run([dstrain, "autotune", "--config", config, "--model", MODEL, "--world-size", "3",
+                *hostfile_options(tmp_path)], tmp_path, check=False)
+    assert proc.returncode == 2 and "--world-size 3 but the hostfile lists 2 ranks" in proc.stderr
