@@ -256,13 +256,6 @@ Status CheckOneBitAdamSupported(const Config &config) {
   const std::string name = type == OptimizerType::kOneBitAdam    ? "OneBitAdam"
                            : type == OptimizerType::kZeroOneAdam ? "ZeroOneAdam"
                                                                  : "OneBitLamb";
-  // Its per-tensor coefficients are checkpointed once per job (rank 0's): a
-  // pipeline stage's or a tensor-parallel slice's would be lost.
-  if (type == OptimizerType::kOneBitLamb && (config.tp_size > 1 || config.pp_size > 1))
-    return NotSupported(
-        "optimizer \"OneBitLamb\" with tensor or pipeline parallelism is not "
-        "supported yet (its per-tensor coefficients are kept for the data-"
-        "parallel group only); use tp and pp 1, or Lamb / OneBitAdam");
   if (config.zero.stage > 0)
     return NotSupported("optimizer \"" + name + "\" with zero_optimization.stage " +
                         std::to_string(config.zero.stage) +

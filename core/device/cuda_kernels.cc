@@ -390,9 +390,13 @@ void CudaKernels::OneBitLambMomentum(const LambRange &, const LambHyper &, float
   Unsupported("1-bit LAMB's exchange", "use Lamb with offload_optimizer cpu");
 }
 
-void CudaKernels::OneBitLambApply(const LambRange &, const LambHyper &,
-                                  const cpu::OneBitLambBounds &, const float *, float *,
-                                  cpu::OneBitLambTensor *) const {
+cpu::OneBitLambPartial CudaKernels::OneBitLambStats(const LambRange &, const LambHyper &,
+                                                    const float *, float *, float) const {
+  Unsupported("1-bit LAMB's exchange", "use Lamb with offload_optimizer cpu");
+  return {};
+}
+
+void CudaKernels::OneBitLambFinish(const LambRange &, const LambHyper &, float) const {
   Unsupported("1-bit LAMB's exchange", "use Lamb with offload_optimizer cpu");
 }
 

@@ -152,9 +152,10 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
   void LambApply(const LambRange &r, const LambHyper &h, float trust) const override;
   void OneBitLambMomentum(const LambRange &r, const LambHyper &h, float scaling,
                           float *m_last) const override;
-  void OneBitLambApply(const LambRange &r, const LambHyper &h, const cpu::OneBitLambBounds &bounds,
-                       const float *m_last, float *v_fresh,
-                       cpu::OneBitLambTensor *t) const override;
+  cpu::OneBitLambPartial OneBitLambStats(const LambRange &r, const LambHyper &h,
+                                         const float *m_last, float *v_fresh,
+                                         float scaling) const override;
+  void OneBitLambFinish(const LambRange &r, const LambHyper &h, float scale) const override;
   void SgdUpdate(const float *grad, int64_t n, const SgdHyper &h, float *param,
                  float *momentum) const override;
   void AddRange(const float *add, int64_t n, float *acc) const override { AddInPlace(add, n, acc); }

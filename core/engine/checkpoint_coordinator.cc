@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/checkpoint.h"
@@ -121,8 +122,7 @@ Json CheckpointCoordinator::CheckpointMeta(const Json &client) const {
       {"optimizer",
        {{"type", view_.dp->optimizer().Name()},
         {"steps_taken", view_.dp->optimizer().steps_taken()},
-        {"states", states},
-        {"per_tensor", view_.dp->optimizer().PerTensorScalars()}}},
+        {"states", states}}},
       {"lr_scheduler",
        {{"iteration", view_.progress->lr_iteration()}, {"next_lr", view_.next_lr()}}},
       {"loss_scaler", view_.scaler->enabled() ? view_.scaler->ToJson() : Json()},
@@ -235,6 +235,15 @@ Status CheckpointCoordinator::WriteOwnCheckpointFiles(const std::string &dir,
     Json list = Json::array();
     for (const FlatRange &r : pieces) list.push_back({r.begin, r.end});
     entry["pieces"] = list;
+  }
+  // 1-bit LAMB's values of each tensor this rank holds, by name: a whole
+  // tensor's (every slice and data-parallel rank keeps the same), so that a
+  // load in another pipeline or tensor-parallel layout picks its own.
+  if (const std::vector<float> values = optimizer.PerTensorScalars(); !values.empty()) {
+    Json per_tensor = Json::object();
+    for (size_t t = 0; t < decls.size(); ++t)
+      per_tensor[decls[t].name] = {values[3 * t], values[3 * t + 1], values[3 * t + 2]};
+    entry["per_tensor"] = per_tensor;
   }
   shards->push_back(entry);
   return Status::Ok();
@@ -416,6 +425,32 @@ struct CheckpointCoordinator::PreparedLoad {
   explicit PreparedLoad(const LossScaler &current) : scaler(current) {}
 };
 
+// 1-bit LAMB's per-tensor values for this rank's tensors, by name from the
+// shards (a checkpoint of an older layout: one flat list, rank 0's).
+Status CheckpointCoordinator::ReadPerTensorScalars(const Json &meta, const std::string &where,
+                                                   PreparedLoad *out) const {
+  if (view_.dp->optimizer().PerTensorScalars().empty()) return Status::Ok();
+  std::map<std::string, std::vector<float>> by_name;
+  for (const Json &s : meta.at("shards"))
+    if (s.contains("per_tensor"))
+      for (const auto &[name, values] : s.at("per_tensor").items())
+        by_name.emplace(name, values.get<std::vector<float>>());
+  if (by_name.empty()) {
+    const Json &optimizer = meta.at("optimizer");
+    if (optimizer.contains("per_tensor"))
+      out->per_tensor = optimizer.at("per_tensor").get<std::vector<float>>();
+    return Status::Ok();
+  }
+  for (const ParamDecl &d : *view_.decls) {
+    auto it = by_name.find(d.name);
+    if (it == by_name.end() || it->second.size() != 3)
+      return CheckpointError(where + "/meta.json holds no 1-bit LAMB values for tensor \"" +
+                             d.name + "\": the checkpoint is incomplete");
+    out->per_tensor.insert(out->per_tensor.end(), it->second.begin(), it->second.end());
+  }
+  return Status::Ok();
+}
+
 Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::string &tag,
                                           PreparedLoad *out) {
   Result<LoadedCheckpoint> loaded = ReadCheckpointMeta(dir, tag);
@@ -457,8 +492,7 @@ Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::str
                              "optimizer settings");
     out->step = ckpt.meta.at("step").get<int64_t>();
     out->optimizer_steps = optimizer.at("steps_taken").get<int64_t>();
-    if (optimizer.contains("per_tensor"))
-      out->per_tensor = optimizer.at("per_tensor").get<std::vector<float>>();
+    DST_RETURN_IF_ERROR(ReadPerTensorScalars(ckpt.meta, where, out));
     if (out->step < 0 || out->optimizer_steps < 0)
       return CheckpointError(where + "/meta.json has no valid step count");
     out->client_state = ckpt.meta.value("client_state", Json());

@@ -90,6 +90,8 @@ class CheckpointCoordinator {
   Status CollectAndCommit(const std::string &dir, const std::string &tag, nlohmann::json meta,
                           const std::string &what);
   Status PrepareLoad(const std::string &dir, const std::string &tag, PreparedLoad *out);
+  Status ReadPerTensorScalars(const nlohmann::json &meta, const std::string &where,
+                              PreparedLoad *out) const;
 
   TrainingStateView view_;
   FlatMap map_;      // this rank's flat buffer -> the checkpoint's flat state

@@ -59,21 +59,45 @@ void Executor::UpdateNormExclusions() {
   std::sort(norm_excluded_.begin(), norm_excluded_.end());
   norm_excluded_.erase(std::unique(norm_excluded_.begin(), norm_excluded_.end()),
                        norm_excluded_.end());
+  UpdateTensorReducers();
 }
 
 void Executor::SetTensorParallel(Communicator *tp, std::vector<int> replicated) {
   tp_ = tp, tp_replicated_ = std::move(replicated);
   UpdateNormExclusions();
-  if (tp_ && tp_->size() > 1 && dp_->optimizer().two_pass())
-    dp_->SetTrustReducer([this](std::vector<double> *sums) { return SumTrustOverTp(sums); });
 }
 
-Status Executor::SumTrustOverTp(std::vector<double> *sums) const {
-  std::vector<float> wire(sums->begin(), sums->end());
-  if (tp_->rank() != 0)
-    for (int id : tp_replicated_) wire[size_t(2 * id)] = wire[size_t(2 * id + 1)] = 0;
+// Lamb's and 1-bit LAMB's per-tensor values over the tensor-parallel slices
+// and the pipeline's stages (TensorReducers, optimizer.h).
+void Executor::UpdateTensorReducers() {
+  TensorReducers r;
+  if (tp_ && tp_->size() > 1) {
+    r.sum_over_slices = [this](std::vector<double> *v, int k) { return SumOverSlices(v, k); };
+    r.max_over_slices = [this](std::vector<double> *v) { return MaxOverSlices(v); };
+  }
+  if (link_) r.sum_over_stages = [this](double value) { return link_->SumOverStages(value); };
+  if (tied_ && tied_->excluded_from_norm() >= 0)
+    r.counted_elsewhere = {tied_->excluded_from_norm()};
+  dp_->SetTensorReducers(std::move(r));
+}
+
+Status Executor::SumOverSlices(std::vector<double> *values, int per_tensor) const {
+  std::vector<float> wire(values->begin(), values->end());
+  if (tp_->rank() != 0)  // every tp rank holds these whole: the first counts them
+    for (int id : tp_replicated_)
+      std::fill_n(wire.begin() + ptrdiff_t(id) * per_tensor, per_tensor, 0.0f);
   DST_RETURN_IF_ERROR(tp_->AllReduceSum(wire.data(), int64_t(wire.size()))->Wait());
-  std::copy(wire.begin(), wire.end(), sums->begin());
+  std::copy(wire.begin(), wire.end(), values->begin());
+  return Status::Ok();
+}
+
+Status Executor::MaxOverSlices(std::vector<double> *values) const {
+  const size_t n = values->size();
+  std::vector<float> all(n * size_t(tp_->size()));
+  std::copy(values->begin(), values->end(), all.begin() + ptrdiff_t(n * size_t(tp_->rank())));
+  DST_RETURN_IF_ERROR(tp_->AllGather(all.data(), int64_t(n))->Wait());
+  for (size_t r = 0; r < size_t(tp_->size()); ++r)
+    for (size_t i = 0; i < n; ++i) (*values)[i] = std::max((*values)[i], double(all[r * n + i]));
   return Status::Ok();
 }
 

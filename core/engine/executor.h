@@ -136,7 +136,9 @@ class Executor {
   StageLink *link_ = nullptr;
   TiedWeights *tied_ = nullptr;
   // Lamb: each tensor's sums over its tp slices (a whole tensor's once).
-  Status SumTrustOverTp(std::vector<double> *sums) const;
+  void UpdateTensorReducers();
+  Status SumOverSlices(std::vector<double> *values, int per_tensor) const;
+  Status MaxOverSlices(std::vector<double> *values) const;
   Communicator *tp_ = nullptr;      // tensor parallelism (null at tp 1)
   std::vector<int> tp_replicated_;  // tensors whole on every tp rank
   std::vector<int> norm_excluded_;  // left out of this rank's share of the norm

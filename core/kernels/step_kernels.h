@@ -71,9 +71,10 @@ class StepKernels {
   // 1-bit LAMB after its warm-up, one whole tensor a call (cpu_lamb.h).
   virtual void OneBitLambMomentum(const LambRange &r, const LambHyper &h, float scaling,
                                   float *m_last) const = 0;
-  virtual void OneBitLambApply(const LambRange &r, const LambHyper &h,
-                               const cpu::OneBitLambBounds &bounds, const float *m_last,
-                               float *v_fresh, cpu::OneBitLambTensor *t) const = 0;
+  virtual cpu::OneBitLambPartial OneBitLambStats(const LambRange &r, const LambHyper &h,
+                                                 const float *m_last, float *v_fresh,
+                                                 float scaling) const = 0;
+  virtual void OneBitLambFinish(const LambRange &r, const LambHyper &h, float scale) const = 0;
   // One SGD update of param [n] (momentum [n], or null without momentum).
   virtual void SgdUpdate(const float *grad, int64_t n, const SgdHyper &h, float *param,
                          float *momentum) const = 0;

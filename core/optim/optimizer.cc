@@ -81,6 +81,8 @@ void Optimizer::SetTensorParts(std::vector<TensorPart> parts, int tensors) {
   trust_sums_.assign(size_t(2 * tensors), 0.0);
   trust_.assign(size_t(tensors), 1.0f);
   onebit_lamb_.assign(size_t(tensors), {});
+  partials_.assign(size_t(tensors), {});
+  scales_.assign(size_t(tensors), 0.0f);
 }
 
 std::vector<float> Optimizer::PerTensorScalars() const {
@@ -103,28 +105,62 @@ Status Optimizer::SetPerTensorScalars(const std::vector<float> &values) {
 
 // 1-bit LAMB's first compressed step: each tensor's momentum scaled towards
 // the tensors' mean RMS, so that one 1-bit exchange of all of them loses
-// little on the small ones.
-void Optimizer::FreezeScalings() {
+// little on the small ones. A tensor's RMS is over its slices, the mean over
+// the model's tensors (each counted once).
+Status Optimizer::FreezeScalingsIfDue(const TensorReducers &reducers) {
+  if (config_.type != OptimizerType::kOneBitLamb || steps_ != config_.freeze_step + 1)
+    return Status::Ok();
   const float *m = state_->Resident(first_state_tensor());
-  if (m == nullptr) return;  // a store elsewhere: refused by the config gate
-  std::vector<double> rms(onebit_lamb_.size(), 0.0);
-  std::vector<int64_t> counts(onebit_lamb_.size(), 0);
+  if (m == nullptr) return Status::Ok();  // a store elsewhere: refused by the config gate
+  const size_t tensors = onebit_lamb_.size();
+  std::vector<double> sums(2 * tensors, 0.0);  // sum m^2, elements
   for (const TensorPart &p : parts_) {
     for (int64_t i = p.begin; i < p.begin + p.count; ++i)
-      rms[size_t(p.tensor)] += double(m[i]) * m[i];
-    counts[size_t(p.tensor)] += p.count;
+      sums[2 * size_t(p.tensor)] += double(m[i]) * m[i];
+    sums[2 * size_t(p.tensor) + 1] += double(p.count);
   }
-  double united = 0;
-  int64_t tensors = 0;
-  for (size_t t = 0; t < rms.size(); ++t) {
-    if (counts[t] == 0) continue;
-    rms[t] = std::sqrt(rms[t] / double(counts[t]));
+  if (reducers.sum_over_slices) DST_RETURN_IF_ERROR(reducers.sum_over_slices(&sums, 2));
+  std::vector<double> rms(tensors, 0.0);
+  double united = 0, counted = 0;
+  for (size_t t = 0; t < tensors; ++t) {
+    if (sums[2 * t + 1] == 0) continue;
+    rms[t] = std::sqrt(sums[2 * t] / sums[2 * t + 1]);
+    const auto &elsewhere = reducers.counted_elsewhere;
+    if (std::find(elsewhere.begin(), elsewhere.end(), int(t)) != elsewhere.end()) continue;
     united += rms[t];
-    ++tensors;
+    counted += 1;
   }
-  united /= double(std::max<int64_t>(tensors, 1));
-  for (size_t t = 0; t < rms.size(); ++t)
+  if (reducers.sum_over_stages) {
+    Result<double> all = reducers.sum_over_stages(united);
+    if (!all.ok()) return all.status();
+    Result<double> count = reducers.sum_over_stages(counted);
+    if (!count.ok()) return count.status();
+    united = all.value(), counted = count.value();
+  }
+  united /= std::max(counted, 1.0);
+  for (size_t t = 0; t < tensors; ++t)
     onebit_lamb_[t].scaling = rms[t] > 0 ? float(united / rms[t]) : 1.0f;
+  return Status::Ok();
+}
+
+Status Optimizer::BeginFinishPass(const TensorReducers &reducers) {
+  const size_t tensors = partials_.size();
+  std::vector<double> sums(2 * tensors), maxima(tensors);
+  for (size_t t = 0; t < tensors; ++t) {
+    sums[2 * t] = partials_[t].prelim2;
+    sums[2 * t + 1] = partials_[t].update2;
+    maxima[t] = partials_[t].ratio_max;
+  }
+  if (reducers.sum_over_slices) DST_RETURN_IF_ERROR(reducers.sum_over_slices(&sums, 2));
+  if (reducers.max_over_slices) DST_RETURN_IF_ERROR(reducers.max_over_slices(&maxima));
+  const LambHyper h = LambHyperNow(lr_);
+  const cpu::OneBitLambBounds bounds{config_.factor_max, config_.factor_min,
+                                     config_.factor_threshold};
+  for (size_t t = 0; t < tensors; ++t)
+    scales_[t] = cpu::OneBitLambScale({maxima[t], sums[2 * t], sums[2 * t + 1]}, h, bounds,
+                                      &onebit_lamb_[t]);
+  factor_pass_ = false;
+  return Status::Ok();
 }
 
 void Optimizer::BeginStep() {
@@ -138,13 +174,17 @@ void Optimizer::BeginStep() {
     kind_ = policy_.Next();
     policy_.Advance();
   }
-  if (config_.type == OptimizerType::kOneBitLamb && steps_ == config_.freeze_step + 1)
-    FreezeScalings();
+  factor_pass_ = false;
   std::fill(trust_sums_.begin(), trust_sums_.end(), 0.0);
 }
 
 void Optimizer::BeginApplyPass() {
   applying_ = true;
+  if (onebit_lamb_compressing()) {
+    factor_pass_ = true;
+    std::fill(partials_.begin(), partials_.end(), cpu::OneBitLambPartial{});
+    return;
+  }
   if (exchange() != Exchange::kTrustSums) return;
   const LambHyper h = LambHyperNow(0);
   for (size_t t = 0; t < trust_.size(); ++t)
@@ -217,12 +257,17 @@ void Optimizer::LambUpdate(const StatePiece &piece, float *w, const float *grads
     r.half_out = fusion.half_out ? fusion.half_out + o : nullptr;
     r.half = fusion.half;
     const size_t t = size_t(p->tensor);
-    if (config_.type == OptimizerType::kOneBitLamb && steps_ > config_.freeze_step) {
+    if (onebit_lamb_compressing()) {
       float *m_last = m_last_.data() + a;
-      if (applying_) {
-        const cpu::OneBitLambBounds bounds{config_.factor_max, config_.factor_min,
-                                           config_.factor_threshold};
-        step.OneBitLambApply(r, h, bounds, m_last, s[2] + o, &onebit_lamb_[t]);
+      if (factor_pass_) {
+        const cpu::OneBitLambPartial part =
+            step.OneBitLambStats(r, h, m_last, s[2] + o, onebit_lamb_[t].scaling);
+        cpu::OneBitLambPartial &whole = partials_[t];
+        whole.ratio_max = std::max(whole.ratio_max, part.ratio_max);
+        whole.prelim2 += part.prelim2;
+        whole.update2 += part.update2;
+      } else if (applying_) {
+        step.OneBitLambFinish(r, h, scales_[t]);
       } else {
         step.OneBitLambMomentum(r, h, onebit_lamb_[t].scaling, m_last);
       }
@@ -249,9 +294,14 @@ void Optimizer::Step(float *params, const float *grads, double lr) {
   BeginStep();
   StatePiece piece;
   (void)AcquireState(0, numel_, &piece);  // resident: the whole range, cannot fail
+  (void)FreezeScalingsIfDue({});  // no reducers: nothing to fail
   Update(piece, params, grads, lr);
   if (two_pass()) {  // the range holds its tensors whole
     BeginApplyPass();
+    if (factor_pass()) {
+      Update(piece, params, grads, lr);
+      (void)BeginFinishPass({});
+    }
     Update(piece, params, grads, lr);
   }
   (void)ReleaseState(piece);

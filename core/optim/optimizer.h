@@ -30,10 +30,20 @@ struct OptimizerStateBuffer {
 
 // Makes the store for the state tensors `names` of `numel` elements (e.g. on
 // NVMe); the optimizer calls it once. Unset: in memory.
-// Lamb's per-tensor sums ([2 x tensors]: w^2, u^2), added over this group's
-// shards, passed on before the weights move: it adds the parts other groups
-// hold (a tensor-parallel slice's).
-using TrustReducer = std::function<Status(std::vector<double> *sums)>;
+// How Lamb's and 1-bit LAMB's per-tensor values reach the ranks that hold
+// the rest of the model, so that each tensor is moved as a whole and the
+// model's mean is the whole model's: `sum_over_slices` adds the values of
+// the parts other tensor-parallel ranks hold ([k x tensors], k a tensor; a
+// tensor every rank holds whole counted once), `max_over_slices` takes their
+// maximum ([tensors]), `sum_over_stages` adds a value over the pipeline's
+// stages, and `counted_elsewhere` are tensors another stage counts (a tied
+// weight's second copy). An unset member: nothing to reduce there.
+struct TensorReducers {
+  std::function<Status(std::vector<double> *values, int per_tensor)> sum_over_slices;
+  std::function<Status(std::vector<double> *values)> max_over_slices;
+  std::function<Result<double>(double value)> sum_over_stages;
+  std::vector<int> counted_elsewhere;
+};
 // A gradient norm's square over this group, with the other groups' shares
 // added (a pipeline's stages, a tensor-parallel group).
 using NormReducer = std::function<Result<double>(double squared)>;
@@ -116,6 +126,16 @@ class Optimizer {
   // last factor), flat, for checkpoints (empty for the others).
   std::vector<float> PerTensorScalars() const;
   Status SetPerTensorScalars(const std::vector<float> &values);
+  // OneBitLamb's first compressed step (the one begun): each tensor's
+  // momentum scaled towards the model's mean RMS (reduced by `reducers`).
+  // Call after BeginStep, before the first pass.
+  Status FreezeScalingsIfDue(const TensorReducers &reducers);
+  // OneBitLamb past its freeze: after BeginApplyPass a pass over the pieces
+  // gathers each tensor's factor inputs (factor_pass() is true), then
+  // BeginFinishPass combines them over `reducers` and the pass after it
+  // moves the weights.
+  bool factor_pass() const { return factor_pass_; }
+  Status BeginFinishPass(const TensorReducers &reducers);
   // Lamb: the tensor parts of the range (one tensor until set).
   void SetTensorParts(std::vector<TensorPart> parts, int tensors);
   std::vector<double> &trust_sums() { return trust_sums_; }  // [2 x tensors]: w^2, u^2
@@ -155,8 +175,13 @@ class Optimizer {
   void OneBitAdamUpdate(const AdamRange &range, const AdamHyper &h);
   void ZeroOneAdamUpdate(const StatePiece &piece, const AdamRange &range, const AdamHyper &h);
   // OneBitLamb.
-  void FreezeScalings();
+  bool onebit_lamb_compressing() const {
+    return config_.type == OptimizerType::kOneBitLamb && steps_ > config_.freeze_step;
+  }
   std::vector<cpu::OneBitLambTensor> onebit_lamb_;  // per tensor
+  std::vector<cpu::OneBitLambPartial> partials_;    // per tensor, the factor pass's
+  std::vector<float> scales_;                       // per tensor, the finish pass's
+  bool factor_pass_ = false;
   Buffer<float> m_last_;                            // [numel] the momentum before the step
   // ZeroOneAdam.
   ZeroOnePolicy policy_;

@@ -135,7 +135,7 @@ class DataParallel final : public DataParallelism {
   Status AddStoredGradient(int id, const float *in) override { return sync_->AddStored(id, in); }
   // Optimizer update of this rank's state range, then the parameters every
   // rank needs: all-gathered (stages 1, 2) or refreshed persistent tensors (3).
-  Status Step(double lr) override { return optimizer_->Step(lr, trust_reducer_); }
+  Status Step(double lr) override { return optimizer_->Step(lr, reducers_); }
   // After a forward_backward without a step: the full averaged gradient
   // readable (stage 1: all-gathered in place; 2, 3: into a temporary
   // full-size buffer charged to gradients, freed when the next step begins).

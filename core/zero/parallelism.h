@@ -57,9 +57,9 @@ class DataParallelism : public LayerHooks {
   // the reduction's result is then multiplied by 1 / (dp size x this).
   virtual double GradPreScale() const { return 1.0; }
 
-  // Lamb's per-tensor sums are passed to `reducer` before the weights move
-  // (TrustReducer, optimizer.h).
-  void SetTrustReducer(TrustReducer reducer) { trust_reducer_ = std::move(reducer); }
+  // Lamb's and 1-bit LAMB's per-tensor values pass through `reducers` before
+  // the weights move (TensorReducers, optimizer.h).
+  void SetTensorReducers(TensorReducers reducers) { reducers_ = std::move(reducers); }
 
   // Launches what is left of the reduction and waits for it.
   virtual Status FinishReduction() = 0;
@@ -107,7 +107,7 @@ class DataParallelism : public LayerHooks {
   virtual Status ParamsChanged() = 0;
 
  protected:
-  TrustReducer trust_reducer_;
+  TensorReducers reducers_;
 };
 
 // Mean of a per-rank scalar over `group` (the value itself on one rank).

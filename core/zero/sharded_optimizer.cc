@@ -318,12 +318,14 @@ Status ShardedOptimizer::ShareParams() {
   return params_ ? params_->ShardChanged() : Status::Ok();
 }
 
-Status ShardedOptimizer::Step(double lr, const TrustReducer &trust_reducer) {
+Status ShardedOptimizer::Step(double lr, const TensorReducers &reducers) {
   if (params_) DST_RETURN_IF_ERROR(params_->Drain());
   optimizer_->BeginStep();
   int64_t touched = 0;
+  if (Status frozen = optimizer_->FreezeScalingsIfDue(reducers); !frozen.ok())
+    return RollBack(touched, std::move(frozen));
   const auto update = [&](const StatePiece &piece) { return UpdatePiece(piece, lr); };
-  Status st = optimizer_->two_pass() ? TwoPassStep(lr, trust_reducer, &touched)
+  Status st = optimizer_->two_pass() ? TwoPassStep(lr, reducers, &touched)
                                      : UpdatePieces(&touched, update);
   clip_coef_ = 1;
   if (!st.ok()) return RollBack(touched, std::move(st));
@@ -343,7 +345,7 @@ void ShardedOptimizer::SetTensorParts() {
 // Lamb: the moments pass (the gradients' whole path, the weights as they
 // were), each tensor's sums added over the shards (stages 1-3) and the
 // reducer's group, then the apply pass from the state alone.
-Status ShardedOptimizer::TwoPassStep(double lr, const TrustReducer &trust_reducer,
+Status ShardedOptimizer::TwoPassStep(double lr, const TensorReducers &reducers,
                                      int64_t *touched) {
   int64_t moments = 0;  // the first pass moves no weight
   DST_RETURN_IF_ERROR(
@@ -359,9 +361,15 @@ Status ShardedOptimizer::TwoPassStep(double lr, const TrustReducer &trust_reduce
       DST_RETURN_IF_ERROR(shards_.dp->AllReduceSum(wire.data(), int64_t(wire.size()))->Wait());
       std::copy(wire.begin(), wire.end(), sums.begin());
     }
-    if (trust_reducer) DST_RETURN_IF_ERROR(trust_reducer(&sums));
+    if (reducers.sum_over_slices) DST_RETURN_IF_ERROR(reducers.sum_over_slices(&sums, 2));
   }
   optimizer_->BeginApplyPass();
+  if (optimizer_->factor_pass()) {  // 1-bit LAMB: each tensor's factor inputs first
+    int64_t read = 0;
+    DST_RETURN_IF_ERROR(
+        UpdatePieces(&read, [&](const StatePiece &piece) { return FactorPiece(piece, lr); }));
+    DST_RETURN_IF_ERROR(optimizer_->BeginFinishPass(reducers));
+  }
   return UpdatePieces(touched, [&](const StatePiece &piece) { return ApplyPiece(piece, lr); });
 }
 
@@ -371,6 +379,13 @@ Status ShardedOptimizer::ExchangeMomentum() {
   const float *exp_avg = optimizer_->state().Resident(optimizer_->first_state_tensor());
   if (exp_avg == nullptr) return InternalError("1-bit Adam's momentum is not in host memory");
   return onebit_->Run(const_cast<float *>(exp_avg));
+}
+
+// 1-bit LAMB's factor pass reads the weights the apply pass will move.
+Status ShardedOptimizer::FactorPiece(const StatePiece &piece, double lr) {
+  const bool in_place = !shards_.wide() && !mirror_ && !host_state_;
+  optimizer_->Update(piece, in_place ? StateParams() + piece.begin : nullptr, nullptr, lr);
+  return step().TakeError();
 }
 
 Status ShardedOptimizer::ApplyPiece(const StatePiece &piece, double lr) {

@@ -79,8 +79,9 @@ class ShardedOptimizer final : public GradObserver {
                                const NormReducer &over_groups = nullptr);
   // The update of this rank's state range, then the parameters every rank
   // needs. On failure nothing changed (or the error says to load a checkpoint).
-  // `trust_reducer` (Lamb): adds the other groups' parts of each tensor's sums.
-  Status Step(double lr, const TrustReducer &trust_reducer = nullptr);
+  // `reducers` (Lamb, 1-bit LAMB): the other groups' parts of each tensor's
+  // values and the other stages' tensors (TensorReducers, optimizer.h).
+  Status Step(double lr, const TensorReducers &reducers = {});
 
   // The master weights hold the parameters checkpoints see (16 bits, or fp32
   // with the parameters offloaded).
@@ -124,8 +125,9 @@ class ShardedOptimizer final : public GradObserver {
   Status ForEachStatePiece(bool modified, const std::function<Status(const StatePiece &)> &fn);
   Status UpdatePieces(int64_t *touched, const std::function<Status(const StatePiece &)> &update);
   void SetTensorParts();
-  Status TwoPassStep(double lr, const TrustReducer &trust_reducer, int64_t *touched);
+  Status TwoPassStep(double lr, const TensorReducers &reducers, int64_t *touched);
   Status ExchangeMomentum();
+  Status FactorPiece(const StatePiece &piece, double lr);
   Status ApplyPiece(const StatePiece &piece, double lr);
   Status UpdatePiece(const StatePiece &piece, double lr);
   Status UpdateHostPiece(const StatePiece &piece, double lr);

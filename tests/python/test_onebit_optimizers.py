@@ -502,6 +502,3 @@ def test_refusals_name_deepspeeds_reason(build_dir):
     assert "stage 2" in zero and "DeepSpeed refuses" in zero, zero
     both = refusal(sdk, gradient_compression={"enabled": True})
     assert "gradient_compression" in both, both
-    lamb1 = {"type": "OneBitLamb", "params": {"freeze_step": 10}}
-    tp = refusal(sdk, optimizer=lamb1, tensor_parallel={"tp_size": 2})
-    assert "\"OneBitLamb\" with tensor or pipeline parallelism" in tp, tp

@@ -295,14 +295,14 @@ void OneBitLambMomentum(const LambRange &r, const LambHyper &h, float scaling, f
   }
 }
 
-void OneBitLambApply(const LambRange &r, const LambHyper &h, const OneBitLambBounds &bounds,
-                     const float *m_last, float *v_fresh, OneBitLambTensor *t) {
+OneBitLambPartial OneBitLambStats(const LambRange &r, const LambHyper &h, const float *m_last,
+                                  float *v_fresh, float scaling) {
   const LambConstants k = LambConstantsFor(h, 1.0f);
   float ratio_max = 0;  // max denom / fresh denom
   double prelim2 = 0, update2 = 0;
   for (int64_t i = 0; i < r.n; ++i) {
     float &m = r.exp_avg[i];
-    m = m / t->scaling;
+    m = m / scaling;
     const float g = (m - m_last[i] * k.b1) / k.omb1;
     v_fresh[i] = k.b2 * v_fresh[i] + k.omb2 * (g * g);
     const float denom = std::sqrt(r.exp_avg_sq[i]) + k.eps;
@@ -312,16 +312,25 @@ void OneBitLambApply(const LambRange &r, const LambHyper &h, const OneBitLambBou
     prelim2 += double(prelim) * double(prelim);
     update2 += double(update) * double(update);
   }
-  double factor = ratio_max;
-  if (k.weight_decay > 0 && update2 > 0) {
-    const double share = std::min(1.0, std::sqrt(prelim2) / std::sqrt(update2));
+  return {ratio_max, prelim2, update2};
+}
+
+float OneBitLambScale(const OneBitLambPartial &whole, const LambHyper &h,
+                      const OneBitLambBounds &bounds, OneBitLambTensor *t) {
+  double factor = whole.ratio_max;
+  if (h.weight_decay > 0 && whole.update2 > 0) {
+    const double share = std::min(1.0, std::sqrt(whole.prelim2) / std::sqrt(whole.update2));
     factor = factor * share + (1.0 - share);
   }
   factor = std::clamp(factor, bounds.factor_min, bounds.factor_max);
   const double last = t->last_factor;
   factor = std::clamp(factor, last * (1.0 - bounds.threshold), last * (1.0 + bounds.threshold));
   t->last_factor = float(factor);
-  const float scale = float(h.lr) * (t->coeff_freeze * float(factor));
+  return float(h.lr) * (t->coeff_freeze * float(factor));
+}
+
+void OneBitLambFinish(const LambRange &r, const LambHyper &h, float scale) {
+  const LambConstants k = LambConstantsFor(h, 1.0f);
   for (int64_t i = 0; i < r.n; ++i) {
     const float denom = std::sqrt(r.exp_avg_sq[i]) + k.eps;
     const float update = r.exp_avg[i] / denom + k.weight_decay * r.param[i];

@@ -70,12 +70,23 @@ struct OneBitLambBounds {
 };
 // m_last = m; m = (b1 m + (1 - b1) g grad_mul) x scaling; the weights' copy written.
 void OneBitLambMomentum(const LambRange &r, const LambHyper &h, float scaling, float *m_last);
-// After the momenta's exchange: m /= scaling; the gradient it implies,
-// (m - b1 m_last) / (1 - b1), into the fresh variance v_fresh; the factor
-// max(denom / fresh denom) (moved towards 1 by the decay's share of the
-// update), clamped to the bounds and to last_factor x (1 +- threshold);
-// w -= lr x coeff_freeze x factor x (m / denom + wd w).
-void OneBitLambApply(const LambRange &r, const LambHyper &h, const OneBitLambBounds &bounds,
-                     const float *m_last, float *v_fresh, OneBitLambTensor *t);
+// After the momenta's exchange, in three steps so that a tensor split over
+// ranks (tensor-parallel slices) is scaled as a whole:
+//   OneBitLambStats over each part: m /= scaling; the gradient it implies,
+//     (m - b1 m_last) / (1 - b1), into the fresh variance v_fresh; the part's
+//     max(denom / fresh denom) and squared norms of m / denom and of the update;
+//   OneBitLambScale from the whole tensor's (max of the maxima, sums of the
+//     sums): the factor, moved towards 1 by the decay's share of the update,
+//     clamped to the bounds and to last_factor x (1 +- threshold) (kept as
+//     the new last_factor); returns lr x coeff_freeze x factor;
+//   OneBitLambFinish over each part: w -= scale x (m / denom + wd w).
+struct OneBitLambPartial {
+  double ratio_max = 0, prelim2 = 0, update2 = 0;
+};
+OneBitLambPartial OneBitLambStats(const LambRange &r, const LambHyper &h, const float *m_last,
+                                  float *v_fresh, float scaling);
+float OneBitLambScale(const OneBitLambPartial &whole, const LambHyper &h,
+                      const OneBitLambBounds &bounds, OneBitLambTensor *t);
+void OneBitLambFinish(const LambRange &r, const LambHyper &h, float scale);
 
 }  // namespace dst::cpu

@@ -91,10 +91,14 @@ class CpuStepKernels final : public StepKernels {
     Scope s("OneBitLambMomentum");
     cpu::OneBitLambMomentum(r, h, scaling, m_last);
   }
-  void OneBitLambApply(const LambRange &r, const LambHyper &h, const OneBitLambBounds &bounds,
-                       const float *m_last, float *v_fresh, OneBitLambTensor *t) const override {
-    Scope s("OneBitLambApply");
-    cpu::OneBitLambApply(r, h, bounds, m_last, v_fresh, t);
+  OneBitLambPartial OneBitLambStats(const LambRange &r, const LambHyper &h, const float *m_last,
+                                    float *v_fresh, float scaling) const override {
+    Scope s("OneBitLambStats");
+    return cpu::OneBitLambStats(r, h, m_last, v_fresh, scaling);
+  }
+  void OneBitLambFinish(const LambRange &r, const LambHyper &h, float scale) const override {
+    Scope s("OneBitLambFinish");
+    cpu::OneBitLambFinish(r, h, scale);
   }
   void LambApply(const LambRange &r, const LambHyper &h, float trust) const override {
     Scope s("LambApply");
