@@ -294,7 +294,7 @@ void Optimizer::Step(float *params, const float *grads, double lr) {
   BeginStep();
   StatePiece piece;
   (void)AcquireState(0, numel_, &piece);  // resident: the whole range, cannot fail
-  (void)FreezeScalingsIfDue({});  // no reducers: nothing to fail
+  (void)FreezeScalingsIfDue({});          // no reducers: nothing to fail
   Update(piece, params, grads, lr);
   if (two_pass()) {  // the range holds its tensors whole
     BeginApplyPass();

@@ -325,8 +325,8 @@ Status ShardedOptimizer::Step(double lr, const TensorReducers &reducers) {
   if (Status frozen = optimizer_->FreezeScalingsIfDue(reducers); !frozen.ok())
     return RollBack(touched, std::move(frozen));
   const auto update = [&](const StatePiece &piece) { return UpdatePiece(piece, lr); };
-  Status st = optimizer_->two_pass() ? TwoPassStep(lr, reducers, &touched)
-                                     : UpdatePieces(&touched, update);
+  Status st =
+      optimizer_->two_pass() ? TwoPassStep(lr, reducers, &touched) : UpdatePieces(&touched, update);
   clip_coef_ = 1;
   if (!st.ok()) return RollBack(touched, std::move(st));
   return ShareParams();
@@ -345,8 +345,7 @@ void ShardedOptimizer::SetTensorParts() {
 // Lamb: the moments pass (the gradients' whole path, the weights as they
 // were), each tensor's sums added over the shards (stages 1-3) and the
 // reducer's group, then the apply pass from the state alone.
-Status ShardedOptimizer::TwoPassStep(double lr, const TensorReducers &reducers,
-                                     int64_t *touched) {
+Status ShardedOptimizer::TwoPassStep(double lr, const TensorReducers &reducers, int64_t *touched) {
   int64_t moments = 0;  // the first pass moves no weight
   DST_RETURN_IF_ERROR(
       UpdatePieces(&moments, [&](const StatePiece &piece) { return UpdatePiece(piece, lr); }));
