@@ -253,6 +253,18 @@ def test_dstrain_train_trials_measure_and_the_best_config_trains(dstrain, tmp_pa
         tmp_path)
 
 
+def test_the_zero_knobs_example_tunes_its_lists(dstrain, tmp_path):
+    example = MODEL.parent / "autotuning_zero_knobs.json"
+    proc = run([dstrain, "autotune", "--config", example, "--model", MODEL, "--world-size", "2"],
+               tmp_path)
+    got = results(tmp_path)
+    assert all(t["ran"] and "failure" not in t for t in got["trials"]), got["trials"]
+    knobs = [t["zero_optimization"] for t in got["trials"] if "zero_optimization" in t]
+    assert sorted((k["overlap_comm"], k["reduce_bucket_size"]) for k in knobs) == [
+        (False, 20000), (False, 5e8), (True, 20000), (True, 5e8)]
+    assert "overlap_comm (2) x reduce_bucket_size (2) = 4 points" in proc.stdout
+
+
 def test_launch_autotuning_run_launches_the_program_with_the_best_config(dstrain, tmp_path):
     program = tmp_path / "program.py"
     program.write_text(PROGRAM)
