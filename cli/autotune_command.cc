@@ -206,8 +206,23 @@ TrialRun RunTrial(const std::vector<NodeCommand> &nodes, const fs::path &dir,
       stop_all();  // the profiled steps are done: the rest of the run is not needed
       return run;
     }
-    for (size_t node = 1; node < pids.size(); ++node)  // reap; node 0's exit decides
-      if (pids[node] > 0 && waitpid(pids[node], nullptr, WNOHANG) == pids[node]) pids[node] = 0;
+    // Another host's launcher that fails (an unreachable host, a missing
+    // executable) fails the trial at once: node 0's ranks would wait for its
+    // ranks until the timeout.
+    for (size_t node = 1; node < pids.size(); ++node) {
+      int status = 0;
+      if (pids[node] <= 0 || waitpid(pids[node], &status, WNOHANG) != pids[node]) continue;
+      pids[node] = 0;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+      const std::string last = LastLine(dir / ("stderr.node" + std::to_string(node) + ".log"));
+      run.failure =
+          "the launcher on " + nodes[node].host + " " +
+          (WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                             : "was killed by signal " + std::to_string(WTERMSIG(status))) +
+          (last.empty() ? "" : ": " + last);
+      stop_all();
+      return run;
+    }
     int status = 0;
     if (waitpid(pids[0], &status, WNOHANG) == pids[0]) {
       pids[0] = 0;

@@ -382,3 +382,19 @@ def test_a_bad_hostfile_is_named(dstrain, tmp_path, text, message):
     proc = run([dstrain, "autotune", "--config", config, "--model", MODEL, "--world-size", "3",
                 *hostfile_options(tmp_path)], tmp_path, check=False)
     assert proc.returncode == 2 and "--world-size 3 but the hostfile lists 2 ranks" in proc.stderr
+
+
+def test_a_host_that_cannot_be_reached_fails_the_trial_at_once(dstrain, tmp_path):
+    # The stand-in ssh refuses host "down" as ssh does; node 0's ranks would
+    # otherwise wait for the missing ranks until the timeout.
+    options = hostfile_options(tmp_path, "node0 slots=1\ndown slots=1\n")
+    (tmp_path / "fake_ssh").write_text(
+        'if [ "$1" = down ]; then echo "ssh: connect to host down port 22: Connection refused"'
+        ' >&2; exit 255; fi\n' + FAKE_SSH)
+    config = write_config(tmp_path, {"max_train_micro_batch_size_per_gpu": 1},
+                          zero_optimization={"stage": 0})
+    proc = run([dstrain, "autotune", "--config", config, "--model", MODEL, *options], tmp_path,
+               check=False)
+    assert proc.returncode == 1 and "no trial was measured" in proc.stderr, proc.stderr
+    assert ("failed: the launcher on down exited with status 255: ssh: connect to host down "
+            "port 22: Connection refused") in proc.stdout, proc.stdout
