@@ -29,6 +29,9 @@ config = json.loads(pathlib.Path(args[args.index("--deepspeed_config") + 1]).rea
 stage = config["zero_optimization"]["stage"]
 mbs = config["train_micro_batch_size_per_gpu"]
 tuning = config.get("autotuning", {})
+if "RECORD_ARGS" in args:  # every rank, on every host, notes the arguments it got
+    with open(pathlib.Path(tuning.get("metric_path", ".")).parent / "args.log", "a") as log:
+        log.write(json.dumps(args) + "\n")
 if "FAIL_STAGE_2" in args and stage == 2 and tuning.get("metric_path"):
     print("boom: stage 2 is broken here", file=sys.stderr)
     sys.exit(3)
@@ -334,8 +337,14 @@ def test_trials_span_the_hosts_of_a_hostfile(dstrain, tmp_path):
     proc = tune_program(dstrain, tmp_path, {**SPACE, "max_train_micro_batch_size_per_gpu": 3,
                                             "tuner_early_stopping": 100},
                         top={"zero_optimization": {"stage": 1}},
-                        options=hostfile_options(tmp_path))
+                        options=hostfile_options(tmp_path),
+                        extra=["RECORD_ARGS", "it's $HOME and \"x\" `y` \\z", "", "--a=[1,2]"])
     assert "2 ranks on 2 hosts" in proc.stdout
+    # The remote command line carries every argument byte for byte.
+    logged = (tmp_path / "autotuning_exps" / "z1_mbs1_gas1" / "args.log").read_text().splitlines()
+    assert len(logged) == 2 and logged[0] == logged[1], logged
+    assert json.loads(logged[0])[-4:] == ["RECORD_ARGS", "it's $HOME and \"x\" `y` \\z", "",
+                                          "--a=[1,2]"]
     got = results(tmp_path)
     assert [t["name"] for t in got["trials"]] == [f"z1_mbs{m}_gas1" for m in (1, 2, 3)]
     assert all(t["ran"] and t["dp"] == 2 for t in got["trials"])
