@@ -67,7 +67,7 @@ supp="$ROOT/tests/sanitizers"
 export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:abort_on_error=1:allocator_may_return_null=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:suppressions=$supp/asan.supp"
 export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
-export TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=0:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
+export TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=0:second_deadlock_stack=1:allocator_may_return_null=1:suppressions=$supp/tsan.supp"
 # One OpenMP thread: GNU libgomp is not instrumented, so ThreadSanitizer
 # cannot see its barriers; our own threads (communication, prefetch, monitor,
 # offload I/O) are what it checks.

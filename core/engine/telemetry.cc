@@ -136,12 +136,13 @@ void Telemetry::FillLive(metrics::StepSample *s) const {
   s->device_memory = {ctx_.memory->DeviceCurrent(), ctx_.memory->DevicePeak()};
   s->process_rss_bytes = ProcessRssBytes();
   // Both tiers' I/O (optimizer and parameters).
-  for (const IoCounters *io : {ctx_.nvme ? &ctx_.nvme->io_counters() : nullptr,
-                               ParamSwapOf(ctx_) ? &ParamSwapOf(ctx_)->io_counters() : nullptr}) {
-    if (!io) continue;
-    s->offload_read_bytes_total += io->read_bytes;
-    s->offload_write_bytes_total += io->write_bytes;
-    s->offload_io_wait_seconds_total += io->wait_seconds;
+  std::vector<IoCounters> tiers;
+  if (ctx_.nvme) tiers.push_back(ctx_.nvme->io_counters());
+  if (ParamSwapOf(ctx_)) tiers.push_back(ParamSwapOf(ctx_)->io_counters());
+  for (const IoCounters &io : tiers) {
+    s->offload_read_bytes_total += io.read_bytes;
+    s->offload_write_bytes_total += io.write_bytes;
+    s->offload_io_wait_seconds_total += io.wait_seconds;
   }
   if (ctx_.compression) {
     s->compression_payload_bytes_total = ctx_.compression->payload_bytes;
@@ -225,7 +226,7 @@ nlohmann::json Telemetry::OffloadJson() const {
   nlohmann::json optimizer = {{"device", device}, {"moved", moved}};
   if (ctx_.nvme) {
     const NvmeStateStore &nvme = *ctx_.nvme;
-    const IoCounters &io = nvme.io_counters();
+    const IoCounters io = nvme.io_counters();
     const SwapGeometry &g = nvme.geometry();
     optimizer.update({{"path", nvme.file().path()},
                       {"io_engine", nvme.file().io().engine()},
@@ -261,7 +262,7 @@ nlohmann::json Telemetry::ParamOffloadJson() const {
   param["resident_elements"] = ctx_.params->resident_elements();
   param["swapped_elements"] = swap ? ctx_.params->swapped_elements() : 0;
   if (!swap) return param;
-  const IoCounters &io = swap->io_counters();
+  const IoCounters io = swap->io_counters();
   param.update({{"path", swap->file().path()},
                 {"io_engine", swap->file().io().engine()},
                 {"direct_io", swap->file().direct()},

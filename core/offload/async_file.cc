@@ -17,6 +17,16 @@
 
 namespace dst {
 
+IoCounters AsyncFile::counters() const {
+  IoCounters c;
+  c.read_bytes = counters_.read_bytes.load(std::memory_order_relaxed);
+  c.write_bytes = counters_.write_bytes.load(std::memory_order_relaxed);
+  c.requests = counters_.requests.load(std::memory_order_relaxed);
+  c.short_transfers = counters_.short_transfers.load(std::memory_order_relaxed);
+  c.wait_seconds = counters_.wait_seconds.load(std::memory_order_relaxed);
+  return c;
+}
+
 std::string IoFailure(IoOp op, size_t bytes, int64_t offset, const std::string &path, int err) {
   std::string what = std::string(op == IoOp::kRead ? "read" : "write") + " of " +
                      std::to_string(bytes) + " bytes at offset " + std::to_string(offset) + " of " +

@@ -8,6 +8,7 @@
 // and errno. DeepSpeed's aio handle does neither (issues #5700, #7549).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -37,6 +38,7 @@ struct IoRequest {
   IoFault fault = IoFault::kNone;
 };
 
+// A snapshot of a file's I/O so far.
 struct IoCounters {
   int64_t read_bytes = 0, write_bytes = 0;
   int64_t requests = 0;
@@ -61,13 +63,19 @@ class AsyncFile {
   virtual Status WaitAll() = 0;
   // fdatasync: what was written is on the device.
   Status Sync();
-  const IoCounters &counters() const { return counters_; }
+  // Read while the completion thread (io_uring) adds to them: a snapshot.
+  IoCounters counters() const;
 
  protected:
   AsyncFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
   std::string path_;
   int fd_;
-  IoCounters counters_;
+  // Updated by the completion thread and the caller, read by the metrics.
+  struct LiveCounters {
+    std::atomic<int64_t> read_bytes{0}, write_bytes{0}, requests{0}, short_transfers{0};
+    std::atomic<double> wait_seconds{0};
+  };
+  LiveCounters counters_;
 };
 
 // "auto" (io_uring, else pread/pwrite), "io_uring" or "pread". `fd` stays

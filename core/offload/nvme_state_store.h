@@ -73,7 +73,7 @@ class NvmeStateStore final : public StateStore {
 
   const SwapFile &file() const { return *file_; }
   const SwapGeometry &geometry() const { return file_->geometry(); }
-  const IoCounters &io_counters() const { return file_->io().counters(); }
+  IoCounters io_counters() const { return file_->io().counters(); }
   int64_t buffers() const { return int64_t(buffers_.size()); }
   int64_t committed_step() const { return file_->committed().step; }
   // The aio settings in use, and whether Open measured them.

@@ -68,7 +68,7 @@ class ParamSwap {
   int64_t windows() const { return int64_t(windows_.size()); }
   int64_t buffer_bytes() const;  // every buffer this object holds
   const SwapFile &file() const { return *file_; }
-  const IoCounters &io_counters() const { return file_->io().counters(); }
+  IoCounters io_counters() const { return file_->io().counters(); }
   int64_t committed_step() const { return file_->committed().step; }
 
   // Starts reading bytes [begin, end) for `key` unless a window holds or
