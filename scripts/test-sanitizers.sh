@@ -105,18 +105,20 @@ done
 
 if [ $native -eq 1 ]; then python_tests=(); else
 echo "== $kind: multi-rank Python tests"
+# The files --quick samples last: a pass cut short still adds what --quick
+# does not run.
 python_tests=(
+  "test_param_offload.py"
+  "test_swap_resume.py"
+  "test_stalls.py"
+  "sdk/test_engine_cycles.py"
+  "test_faults.py"
+  "sdk/test_abort.py"
+  "test_abort_unblocks.py"
+  "test_offload.py"
   "test_data_parallel.py"
   "test_pipeline_gpt.py"
   "test_tensor_parallel.py"
-  "test_offload.py"
-  "test_param_offload.py"
-  "test_swap_resume.py"
-  "test_faults.py"
-  "test_stalls.py"
-  "sdk/test_abort.py"
-  "test_abort_unblocks.py"
-  "sdk/test_engine_cycles.py"
 )
 if [ $quick -eq 1 ]; then
   python_tests=(
