@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,16 +31,28 @@ void Say(const char *text) {
   (void)!write(2, text, std::strlen(text));
 }
 
+// "0x..." of an address, without the formatting functions a signal handler
+// may not call.
+void SayAddress(const void *address) {
+  char text[2 + 2 * sizeof(uintptr_t) + 1];
+  const uintptr_t value = reinterpret_cast<uintptr_t>(address);
+  size_t at = 0;
+  text[at++] = '0';
+  text[at++] = 'x';
+  for (int shift = int(8 * sizeof(uintptr_t)) - 4; shift >= 0; shift -= 4)
+    text[at++] = "0123456789abcdef"[(value >> shift) & 0xf];
+  text[at] = '\0';
+  Say(text);
+}
+
 // A touch of the region outside a kernel: named (address, last kernel, the
-// stack), then the default action (the process dies of the SIGSEGV).
+// stack), then the default action (the process dies of the SIGSEGV). Only
+// async-signal-safe calls (backtrace's unwinder is loaded beforehand).
 void OnFault(int signal, siginfo_t *info, void *) {
   if (g_region != nullptr && g_region->Holds(info->si_addr)) {
-    char line[160];
-    std::snprintf(line, sizeof line,
-                  "dstrain: DSTRAIN_TEST_DEVICE=guarded: host code touched device memory at %p "
-                  "outside a kernel (the last kernel or copy: ",
-                  info->si_addr);
-    Say(line);
+    Say("dstrain: DSTRAIN_TEST_DEVICE=guarded: host code touched device memory at ");
+    SayAddress(info->si_addr);
+    Say(" outside a kernel (the last kernel or copy: ");
     Say(g_region->last());
     Say(")\n");
     void *frames[32];
@@ -63,6 +76,10 @@ Region::Region() : reserved_(ReserveBytes()) {
     const char *rank = std::getenv("RANK");
     trace_ = std::fopen((std::string(trace) + "." + (rank ? rank : "0")).c_str(), "w");
   }
+  // backtrace() loads libgcc's unwinder on first use (dlopen, malloc): not
+  // in the signal handler.
+  void *warm[1];
+  (void)backtrace(warm, 1);
   struct sigaction action {};
   action.sa_sigaction = OnFault;
   action.sa_flags = SA_SIGINFO;
