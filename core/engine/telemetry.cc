@@ -136,14 +136,13 @@ void Telemetry::FillLive(metrics::StepSample *s) const {
   s->device_memory = {ctx_.memory->DeviceCurrent(), ctx_.memory->DevicePeak()};
   s->process_rss_bytes = ProcessRssBytes();
   // Both tiers' I/O (optimizer and parameters).
-  std::vector<IoCounters> tiers;
-  if (ctx_.nvme) tiers.push_back(ctx_.nvme->io_counters());
-  if (ParamSwapOf(ctx_)) tiers.push_back(ParamSwapOf(ctx_)->io_counters());
-  for (const IoCounters &io : tiers) {
+  const auto add_io = [s](const IoCounters &io) {
     s->offload_read_bytes_total += io.read_bytes;
     s->offload_write_bytes_total += io.write_bytes;
     s->offload_io_wait_seconds_total += io.wait_seconds;
-  }
+  };
+  if (ctx_.nvme) add_io(ctx_.nvme->io_counters());
+  if (const auto *swap = ParamSwapOf(ctx_)) add_io(swap->io_counters());
   if (ctx_.compression) {
     s->compression_payload_bytes_total = ctx_.compression->payload_bytes;
     s->compression_dense_bytes_total = ctx_.compression->dense_bytes;
