@@ -56,6 +56,15 @@ def settings(steps):
             "lr": 3e-3, "betas": [0.9, 0.99], "eps": 1e-8, "weight_decay": 0.1,
             "freeze_step": warm}}}, "none"),
         ("bf16 reduction", {"compress_communication": True}, "none"),
+        ("update 1bit", {"gradient_compression": {"algorithm": "1bit", "target": "update"}},
+         "none"),
+        ("update 1bit chunk 256", {"gradient_compression": {
+            "algorithm": "1bit", "target": "update", "chunk_size": 256}}, "none"),
+        ("update 1bit chunk 64", {"gradient_compression": {
+            "algorithm": "1bit", "target": "update", "chunk_size": 64}}, "none"),
+        ("update topk 1%", {"gradient_compression": {**topk, "target": "update"}}, "none"),
+        ("update topk 1% + huffman", {"gradient_compression": {
+            **topk, "target": "update", "huffman_coding": True}}, "none"),
         ("SGD momentum", dict(SGD), "SGD momentum"),
         ("SGD topk 1%", {**SGD, "gradient_compression": topk}, "SGD momentum"),
         ("SGD DGC topk 1%", {**SGD, "gradient_compression": {**topk, **dgc}}, "SGD momentum"),

@@ -68,6 +68,7 @@ Result<Config> ParseChecked(std::string_view json_text, const ConfigContext &con
   DST_RETURN_IF_ERROR(ResolveBatch(parsed.batch, context, &parsed.config));
   DST_RETURN_IF_ERROR(config_phases::CheckDeviceSupported(parsed.config));
   DST_RETURN_IF_ERROR(config_phases::CheckMomentumCorrection(parsed.config));
+  DST_RETURN_IF_ERROR(config_phases::CheckUpdateCompression(parsed.config));
   parsed.config.resolved_json = ResolvedJson(parsed.config);
   return std::move(parsed.config);
 }

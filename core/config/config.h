@@ -225,6 +225,14 @@ struct GradientCompressionConfig {
   // without momentum. With top-k, momentum factor masking zeroes the
   // velocity of the entries sent.
   bool momentum_correction = false;
+  // 1bit / 2bit: elements per fp32 scale (the payload carries one per chunk).
+  int64_t chunk_size = 2048;
+  // What travels compressed: "gradient" (the reduction) or "update" — at
+  // ZeRO 0 each rank steps its own optimizer on its own gradients and the
+  // step's change to the weights is what is compressed, with error feedback
+  // (Efficient-Adam, Chen et al. 2022); Adam's moments then see only their
+  // rank's data, but no coordinate's step is delayed or flattened by them.
+  std::string target = "gradient";
 };
 
 // flops_profiler (DeepSpeed's keys): at `profile_step` (DeepSpeed's

@@ -227,6 +227,28 @@ Status CheckMomentumCorrection(const Config &config) {
   return Status::Ok();
 }
 
+// "target": "update" keeps every rank's whole optimizer on its own
+// gradients: ZeRO 0 only (which offloads nothing), on the host.
+Status CheckUpdateCompression(const Config &config) {
+  const GradientCompressionConfig &gc = config.gradient_compression;
+  if (!gc.enabled || gc.target != "update") return Status::Ok();
+  const std::string what = "gradient_compression.target \"update\"";
+  if (config.zero.stage != 0)
+    return NotSupported(what + " at zero_optimization.stage " + std::to_string(config.zero.stage) +
+                        " is not supported: every rank steps its own optimizer on its own "
+                        "gradients and so keeps the whole optimizer state, which ZeRO shards. Use "
+                        "stage 0, or target \"gradient\" (any stage)");
+  if (gc.momentum_correction)
+    return ConfigError(what +
+                       " with momentum_correction: the update already carries each "
+                       "rank's own momentum. Remove momentum_correction");
+  if (config.runtime.device == "cuda")
+    return NotSupported(what +
+                        " on dstrain.device \"cuda\" is not supported yet: the update "
+                        "is encoded on the host. Use target \"gradient\" on the device");
+  return Status::Ok();
+}
+
 // Lamb's trust ratio needs each tensor's norms before any weight moves: two
 // passes over the optimizer state, which the NVMe tier streams once a step;
 // and its kernels run on the host.

@@ -450,6 +450,12 @@ constexpr auto kKeys = std::to_array<ConfigKeyInfo>({
     {kGradCompression, "momentum_correction", kBool,
      "SGD's momentum accumulated per rank before compression, with momentum factor masking "
      "(Deep Gradient Compression); default false"},
+    {kGradCompression, "chunk_size", "an integer in [1, 2^30]",
+     "1bit / 2bit: elements per scale (2048); smaller chunks follow the values closer at 4 "
+     "bytes a chunk"},
+    {kGradCompression, "target", "\"gradient\" or \"update\"",
+     "what travels compressed: the gradient reduction, or (ZeRO 0) each rank's own optimizer "
+     "step (Efficient-Adam); default \"gradient\""},
     {kAio, "block_size", "an integer >= 4096", "bytes per I/O request (1 MiB)"},
     {kAio, "queue_depth", "an integer in [1, 4096]", "requests in flight per file (8)"},
     {kAio, "intra_op_parallelism", "an integer in [1, 1024]",

@@ -75,6 +75,8 @@ Status CheckDeviceSupported(const Config &config);
 // 2/3, whose reductions run per micro-batch) no gradient accumulation.
 // After ResolveBatch.
 Status CheckMomentumCorrection(const Config &config);
+// gradient_compression.target "update": ZeRO 0, on the host.
+Status CheckUpdateCompression(const Config &config);
 // Phase 3: train_batch_size = micro x accumulation x dp, "auto" resolved.
 Status ResolveBatch(const BatchKeys &written, const ConfigContext &context, Config *config);
 // Phase 4: the resolved config in DeepSpeed's spelling (parsing it again

@@ -931,7 +931,8 @@ Status ReadAio(const ObjectReader &root, AioConfig *aio) {
   });
 }
 
-// gradient_compression {enabled, algorithm, topk_ratio, huffman_coding}: on
+// gradient_compression {enabled, algorithm, topk_ratio, huffman_coding,
+// warmup_steps, momentum_correction, chunk_size, target}: on
 // when the section is present, unless "enabled": false.
 Status ReadGradientCompression(const ObjectReader &root, GradientCompressionConfig *gc) {
   gc->enabled = root.Has("gradient_compression");
@@ -946,6 +947,8 @@ Status ReadGradientCompression(const ObjectReader &root, GradientCompressionConf
         DST_RETURN_IF_ERROR(section.ReadInt("warmup_steps", &gc->warmup_steps, 0,
                                             std::numeric_limits<int64_t>::max()));
         DST_RETURN_IF_ERROR(section.ReadBool("momentum_correction", &gc->momentum_correction));
+        DST_RETURN_IF_ERROR(section.ReadInt("chunk_size", &gc->chunk_size, 1, int64_t(1) << 30));
+        DST_RETURN_IF_ERROR(section.ReadChoice("target", {"gradient", "update"}, &gc->target));
         if (gc->huffman_coding && gc->algorithm != "topk" && gc->enabled)
           return ConfigError(section.PathOf("huffman_coding") +
                              ": Huffman coding applies to top-k's indices; algorithm \"" +

@@ -186,6 +186,8 @@ nlohmann::json Telemetry::CompressionJson() const {
   j["huffman_coding"] = gc.huffman_coding;
   j["warmup_steps"] = gc.warmup_steps;
   j["momentum_correction"] = gc.momentum_correction;
+  j["chunk_size"] = gc.chunk_size;
+  j["target"] = gc.target;
   AddTotals(ctx_.compression ? *ctx_.compression : CompressionTotals{}, &j);
   return j;
 }

@@ -60,7 +60,10 @@ DataParallel::DataParallel(const Config &config, Model<float> *model, Communicat
   // A pipeline stage's micro-batches run a layer's backward at times spread
   // over the step: ZeRO 2 accumulates them locally and reduces once.
   sync.once_per_step = s.stage == 2 && config.pp_size > 1;
-  sync.compression = config.gradient_compression.enabled;
+  // target "update": the gradients reduce plainly in the warm-up and stay
+  // local after it; the optimizer's update is what is compressed.
+  sync.compression =
+      config.gradient_compression.enabled && config.gradient_compression.target == "gradient";
   sync.codec = CodecOptionsOf(config.gradient_compression, config.optimizer);
   sync.compression_warmup = config.gradient_compression.warmup_steps;
   sync_ = MakeGradientSync(&shards_, sync);

@@ -94,8 +94,12 @@ class DataParallel final : public DataParallelism {
   // OneBitAdam's / ZeroOneAdam's compressed exchange (dp > 1), else null.
   const OneBitAllReduce *momentum_exchange() const { return optimizer_->momentum_exchange(); }
   // What gradient_compression sent so far (dp > 1: ZeRO 0/1's compressed
-  // all-gathers, ZeRO 2/3's sparse reduce-scatter), else null.
-  const CompressionTotals *compression_totals() const { return sync_->compression_totals(); }
+  // all-gathers, ZeRO 2/3's sparse reduce-scatter, or the updates'
+  // all-gathers with target "update"), else null.
+  const CompressionTotals *compression_totals() const {
+    if (const UpdateExchange *u = optimizer_->update_exchange()) return &u->totals();
+    return sync_->compression_totals();
+  }
 
   const ShardLayout &layout() const { return shards_.layout; }
   ShardInfo my_shard() const { return shards_.my_shard(); }

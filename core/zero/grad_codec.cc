@@ -17,8 +17,8 @@ namespace {
 int64_t RoundUp4(int64_t bytes) {
   return (bytes + 3) / 4 * 4;
 }
-int64_t Chunks(int64_t n) {
-  return (n + kCodecChunk - 1) / kCodecChunk;
+int64_t Chunks(int64_t n, int64_t chunk) {
+  return (n + chunk - 1) / chunk;
 }
 
 Status Corrupt(const char *codec, const std::string &what) {
@@ -297,15 +297,16 @@ uint32_t TwoBitCode(float v, float s) {
   return uint32_t(std::clamp(t, 0.0f, 3.0f));
 }
 
-int64_t EncodeQuantized(CodecKind kind, const float *value, int64_t n, uint8_t *payload,
-                        float *decoded) {
+int64_t EncodeQuantized(const CodecOptions &options, const float *value, int64_t n,
+                        uint8_t *payload, float *decoded) {
+  const CodecKind kind = options.kind;
   const int bits = BitsPerValue(kind);
-  const int64_t chunks = Chunks(n);
+  const int64_t chunks = Chunks(n, options.chunk);
   const int64_t bytes = 4 * chunks + RoundUp4((n * bits + 7) / 8);
   std::memset(payload, 0, size_t(bytes));
   uint8_t *packed = payload + 4 * chunks;
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * kCodecChunk, end = std::min(n, begin + kCodecChunk);
+    const int64_t begin = c * options.chunk, end = std::min(n, begin + options.chunk);
     double total = 0;
     float largest = 0;
     for (int64_t i = begin; i < end; ++i) {
@@ -330,10 +331,11 @@ int64_t EncodeQuantized(CodecKind kind, const float *value, int64_t n, uint8_t *
   return bytes;
 }
 
-Status DecodeAddQuantized(CodecKind kind, const uint8_t *payload, int64_t bytes, int64_t n,
-                          float *sum) {
+Status DecodeAddQuantized(const CodecOptions &options, const uint8_t *payload, int64_t bytes,
+                          int64_t n, float *sum) {
+  const CodecKind kind = options.kind;
   const int bits = BitsPerValue(kind);
-  const int64_t chunks = Chunks(n);
+  const int64_t chunks = Chunks(n, options.chunk);
   if (bytes != 4 * chunks + RoundUp4((n * bits + 7) / 8))
     return Corrupt(CodecName(kind), "size differs");
   const uint8_t *packed = payload + 4 * chunks;
@@ -341,7 +343,7 @@ Status DecodeAddQuantized(CodecKind kind, const uint8_t *payload, int64_t bytes,
   for (int64_t c = 0; c < chunks; ++c) {
     float scale;
     std::memcpy(&scale, payload + 4 * c, 4);
-    const int64_t begin = c * kCodecChunk, end = std::min(n, begin + kCodecChunk);
+    const int64_t begin = c * options.chunk, end = std::min(n, begin + options.chunk);
     for (int64_t i = begin; i < end; ++i) {
       const uint32_t q = (packed[(i * bits) / 8] >> ((i * bits) % 8)) & mask;
       sum[i] += kind == CodecKind::kOneBit ? (q ? -scale : scale) : TwoBitLevel(q, scale);
@@ -371,7 +373,7 @@ int64_t TopKCount(double ratio, int64_t n) {
 int64_t FixedPayloadBytes(const CodecOptions &options, int64_t n) {
   if (options.kind == CodecKind::kTopK)
     return options.huffman ? -1 : 8 * TopKCount(options.topk_ratio, n);
-  return 4 * Chunks(n) + RoundUp4((n * BitsPerValue(options.kind) + 7) / 8);
+  return 4 * Chunks(n, options.chunk) + RoundUp4((n * BitsPerValue(options.kind) + 7) / 8);
 }
 
 int64_t MaxPayloadBytes(const CodecOptions &options, int64_t n) {
@@ -384,13 +386,13 @@ int64_t EncodeGradient(const CodecOptions &options, const float *value, int64_t 
                        float *decoded, uint32_t *order) {
   if (options.kind == CodecKind::kTopK)
     return EncodeTopK(options, value, n, payload, decoded, order);
-  return EncodeQuantized(options.kind, value, n, payload, decoded);
+  return EncodeQuantized(options, value, n, payload, decoded);
 }
 
 Status DecodeAddGradient(const CodecOptions &options, const uint8_t *payload, int64_t bytes,
                          int64_t n, float *sum) {
   if (options.kind == CodecKind::kTopK) return DecodeAddTopK(options, payload, bytes, n, sum);
-  return DecodeAddQuantized(options.kind, payload, bytes, n, sum);
+  return DecodeAddQuantized(options, payload, bytes, n, sum);
 }
 
 }  // namespace dst

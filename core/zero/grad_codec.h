@@ -9,7 +9,7 @@
 //           a canonical Huffman code built per payload (its 33 code lengths
 //           travel in the header), followed by the delta's bits below its
 //           leading one.
-//   1-bit   per chunk of kCodecChunk elements: the mean magnitude as the
+//   1-bit   per chunk of `chunk` elements: the mean magnitude as the
 //           scale, one sign bit per element (decoded as +-scale).
 //   2-bit   per chunk: the largest magnitude s, and per element the nearest
 //           of the four levels -s, -s/3, s/3, s.
@@ -36,9 +36,10 @@ struct CodecOptions {
   // u = momentum u + (1 - dampening) g (plus the residual).
   bool momentum_correction = false;
   double momentum = 0.0, dampening = 0.0;
+  int64_t chunk = 2048;  // 1-bit, 2-bit: elements per scale
 };
 
-inline constexpr int64_t kCodecChunk = 2048;
+inline constexpr int64_t kCodecChunk = 2048;  // the default chunk
 
 // "topk", "1bit", "2bit".
 const char *CodecName(CodecKind kind);

@@ -20,6 +20,7 @@ CodecOptions CodecOptionsOf(const GradientCompressionConfig &config,
   o.momentum_correction = config.momentum_correction;
   o.momentum = optimizer.momentum;
   o.dampening = optimizer.dampening;
+  o.chunk = config.chunk_size;
   return o;
 }
 

@@ -5,6 +5,7 @@
 #include "core/offload/param_swap.h"
 #include "core/zero/shard_layout.h"
 #include "core/zero/sparse_reduce_scatter.h"
+#include "core/zero/update_exchange.h"
 
 namespace dst {
 
@@ -47,6 +48,7 @@ int64_t CompressionStateBytes(const GradientCompressionConfig &compression, int6
   if (!compression.enabled || dp_size <= 1) return 0;
   const ShardLayout flat(num_parameters, dp_size);
   const CodecOptions codec = CodecOptionsOf(compression, OptimizerConfig{});
+  if (compression.target == "update") return UpdateExchange::StateBytes(num_parameters);
   if (stage <= 1) return CompressionMemoryOf(codec, flat.padded, 1, dp_size).residual_bytes;
   return SparseReduceScatter::StateBytes(codec, flat);
 }

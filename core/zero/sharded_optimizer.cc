@@ -109,6 +109,11 @@ ShardedOptimizer::ShardedOptimizer(const Config &config, const ZeroShards *shard
     if (type == OptimizerType::kOneBitLamb) spans = {OneSpan(spans)};
     onebit_ = std::make_unique<OneBitAllReduce>(shards_.dp, std::move(spans), shards_.tracker);
   }
+  const GradientCompressionConfig &gc = config.gradient_compression;
+  if (gc.enabled && gc.target == "update" && stage == 0 && shards_.dp->size() > 1)
+    updates_ = std::make_unique<UpdateExchange>(
+        CodecOptionsOf(gc, config.optimizer), shards_.dp, range().size,
+        std::max<int64_t>(1, config.zero.reduce_bucket_size), tracker);
 }
 
 void ShardedOptimizer::Attach(GradientSync *grads) {
@@ -126,7 +131,8 @@ bool ShardedOptimizer::BeginGradients() {
   grads_on_host_ = !host_grads_.empty();
   host_scalings_.clear();
   const int64_t next = optimizer_->steps_taken() + 1;
-  local_grads_ = onebit_ && !optimizer_->ReducesGradients(next);
+  local_grads_ =
+      (onebit_ && !optimizer_->ReducesGradients(next)) || (updates_ && updates_->Compresses(next));
   if (onebit_ && optimizer_->RestartsExchangeErrors(next)) onebit_->ResetErrors();
   return local_grads_;
 }
@@ -324,12 +330,36 @@ Status ShardedOptimizer::Step(double lr, const TensorReducers &reducers) {
   int64_t touched = 0;
   if (Status frozen = optimizer_->FreezeScalingsIfDue(reducers); !frozen.ok())
     return RollBack(touched, std::move(frozen));
+  const bool exchange = updates_ && local_grads_;
+  float *weights = exchange ? SteppedWeights() : nullptr;
+  if (exchange && weights == nullptr)
+    return RollBack(touched, InternalError("the compressed update needs the weights in memory"));
+  if (exchange) updates_->Begin(weights);
   const auto update = [&](const StatePiece &piece) { return UpdatePiece(piece, lr); };
   Status st =
       optimizer_->two_pass() ? TwoPassStep(lr, reducers, &touched) : UpdatePieces(&touched, update);
   clip_coef_ = 1;
   if (!st.ok()) return RollBack(touched, std::move(st));
+  if (exchange) return ExchangeUpdate(weights);
   return ShareParams();
+}
+
+float *ShardedOptimizer::SteppedWeights() {
+  if (!optimizer_->master_weights()) return StateParams();
+  return const_cast<float *>(optimizer_->state().Resident(0));
+}
+
+// This rank's step (from its own gradients) replaced by every rank's
+// compressed mean (or, should the exchange fail, undone); 16-bit parameters
+// rounded again from the masters either way.
+Status ShardedOptimizer::ExchangeUpdate(float *weights) {
+  Status st = updates_->Finish(weights);
+  Status shared = optimizer_->master_weights() ? ParamsFromMasters() : ShareParams();
+  if (!st.ok())
+    return st.context("optimizer step " + std::to_string(optimizer_->steps_taken()) +
+                      ": the compressed update was not exchanged; the weights are as before "
+                      "the step but the optimizer's moments moved on: load the last checkpoint");
+  return shared;
 }
 
 void ShardedOptimizer::SetTensorParts() {

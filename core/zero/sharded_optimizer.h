@@ -30,6 +30,7 @@
 #include "core/zero/grad_sync.h"
 #include "core/zero/host_staging.h"
 #include "core/zero/onebit_allreduce.h"
+#include "core/zero/update_exchange.h"
 #include "core/zero/zero_shards.h"
 
 namespace dst {
@@ -51,6 +52,8 @@ class ShardedOptimizer final : public GradObserver {
   const Optimizer &optimizer() const { return *optimizer_; }
   // OneBitAdam's / ZeroOneAdam's compressed exchange (dp > 1, stage 0), else null.
   const OneBitAllReduce *momentum_exchange() const { return onebit_.get(); }
+  // gradient_compression's update exchange (target "update", dp > 1), else null.
+  const UpdateExchange *update_exchange() const { return updates_.get(); }
   // The parameters the step writes: stage 3's partition (gathered by
   // ParamGathering), or under 16 bits the working copies; else null.
   ParameterPartition *param_partition() const { return params_.get(); }
@@ -63,7 +66,7 @@ class ShardedOptimizer final : public GradObserver {
 
   // A step's gradients begin: the clipping coefficient and the host copies
   // reset. Returns whether they stay local to each rank (1-bit Adam's
-  // compressed steps: not reduced).
+  // compressed steps, a compressed update's steps: not reduced).
   bool BeginGradients();
   void SetLossScale(double scale) { loss_scale_ = scale; }
   // From the stored gradient sum to the average the step uses: 1 under fp32
@@ -127,6 +130,9 @@ class ShardedOptimizer final : public GradObserver {
   void SetTensorParts();
   Status TwoPassStep(double lr, const TensorReducers &reducers, int64_t *touched);
   Status ExchangeMomentum();
+  // The fp32 weights the step moves: the parameters, or the master weights.
+  float *SteppedWeights();
+  Status ExchangeUpdate(float *weights);
   Status FactorPiece(const StatePiece &piece, double lr);
   Status ApplyPiece(const StatePiece &piece, double lr);
   Status UpdatePiece(const StatePiece &piece, double lr);
@@ -150,6 +156,7 @@ class ShardedOptimizer final : public GradObserver {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<ParameterPartition> params_;  // stage 3; 16 bits: also 0-2 (a group of one)
   std::unique_ptr<OneBitAllReduce> onebit_;     // OneBitAdam / ZeroOneAdam at stage 0, dp > 1
+  std::unique_ptr<UpdateExchange> updates_;     // gradient_compression.target "update"
   bool local_grads_ = false;                    // this step's gradients are not reduced
   // host_state_: the update's transfer buffers, two each way (page-locked
   // with offload_optimizer.pin_memory).

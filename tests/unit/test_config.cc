@@ -895,6 +895,38 @@ TEST(ConfigPipeline, ActivationCheckpointingTurnsRecomputationOn) {
   EXPECT_NE(selective->resolved_json.find("selective (every transformer block"), std::string::npos);
 }
 
+// target "update": every rank keeps its whole optimizer, so ZeRO 0 only;
+// the refusals name the key and the way out.
+TEST(ConfigErrors, CompressedUpdatesNeedStageZeroAndTheOptimizerInMemory) {
+  const Result<Config> update = Parse(R"({"train_batch_size": 2, "gradient_compression": {
+                                  "algorithm": "1bit", "target": "update", "chunk_size": 256}})");
+  ASSERT_TRUE(update.ok()) << update.status().message();
+  EXPECT_EQ(update->gradient_compression.target, "update");
+  EXPECT_EQ(update->gradient_compression.chunk_size, 256);
+  const Result<Config> plain =
+      Parse(R"({"train_batch_size": 2, "gradient_compression": {"algorithm": "1bit"}})");
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->gradient_compression.target, "gradient");
+  EXPECT_EQ(plain->gradient_compression.chunk_size, 2048);
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "zero_optimization": {"stage": 1},
+                                  "gradient_compression": {"target": "update"}})"),
+                        Code::kNotSupported,
+                        {"target \"update\" at zero_optimization.stage 1", "Use stage 0"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2,
+                                  "optimizer": {"type": "SGD", "params": {"lr": 0.1,
+                                                                         "momentum": 0.9}},
+                                  "gradient_clipping": 0,
+                                  "gradient_compression": {"target": "update",
+                                                           "momentum_correction": true}})"),
+                        Code::kConfig, {"momentum_correction", "Remove momentum_correction"}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "gradient_compression": {
+                                  "target": "weights"}})"),
+                        Code::kConfig, {"gradient_compression.target", "\"update\""}));
+  EXPECT_TRUE(FailsWith(Parse(R"({"train_batch_size": 2, "gradient_compression": {
+                                  "chunk_size": 0}})"),
+                        Code::kConfig, {"gradient_compression.chunk_size"}));
+}
+
 // The articles' communication settings are recognised and refused by name
 // with what to use meanwhile, never "unknown key".
 TEST(ConfigErrors, ArticlesCommunicationSectionsAreReadOrRefusedByName) {

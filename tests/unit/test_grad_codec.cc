@@ -118,6 +118,30 @@ TEST(GradCodec, OneBitSendsSignsAtTheChunksMeanMagnitude) {
   ExpectReceiversDecodeTheSame(o, e);
 }
 
+TEST(GradCodec, ChunkSizeSetsHowManyValuesShareAScale) {
+  const std::vector<float> v = Random(1000, 5);
+  CodecOptions o;
+  o.kind = CodecKind::kOneBit;
+  o.chunk = 64;
+  const Encoded e = Encode(o, v);
+  // 16 scales (the last chunk 40 values), then 1000 sign bits in 4-byte words.
+  EXPECT_EQ(int64_t(e.payload.size()), 4 * 16 + 128);
+  EXPECT_EQ(FixedPayloadBytes(o, 1000), int64_t(e.payload.size()));
+  for (int64_t c = 0; c < 16; ++c) {
+    const int64_t begin = 64 * c, end = std::min<int64_t>(1000, begin + 64);
+    double mean = 0;
+    for (int64_t i = begin; i < end; ++i) mean += std::fabs(v[size_t(i)]);
+    mean /= double(end - begin);
+    for (int64_t i = begin; i < end; ++i)
+      EXPECT_FLOAT_EQ(std::fabs(e.decoded[size_t(i)]), float(mean)) << i;
+  }
+  ExpectReceiversDecodeTheSame(o, e);
+  o.kind = CodecKind::kTwoBit;  // 2-bit: the largest magnitude per chunk
+  const Encoded two = Encode(o, v);
+  EXPECT_EQ(int64_t(two.payload.size()), 4 * 16 + 252);
+  ExpectReceiversDecodeTheSame(o, two);
+}
+
 TEST(GradCodec, TwoBitRoundsToTheNearestOfFourLevels) {
   CodecOptions o;
   o.kind = CodecKind::kTwoBit;
