@@ -329,9 +329,7 @@ struct TrialRunner {
                                                           config, settings.end_profile_step + 1);
       const std::vector<NodeCommand> commands =
           TrialCommands(nodes, self, o.master_port + number % 1000, token, program);
-      std::string lines;
-      for (const NodeCommand &c : commands) lines += ShellQuoted(c.argv) + "\n";
-      WriteFile(dir / "cmd.txt", lines);
+      WriteFile(dir / "cmd.txt", CommandLines(nodes, self, o.master_port + number % 1000, program));
       const TrialRun run = RunTrial(commands, dir, metric_path, o.trial_timeout, signals);
       interrupted = run.signal;
       if (!run.measured) {
@@ -542,16 +540,15 @@ AutotuneResult Autotune(const AutotuneOptions &given) {
   WriteFile(optimal_path, optimal.dump(2) + "\n");
   const std::vector<std::string> program =
       ProgramFor(o, settings, self, optimal_path.string(), optimal, 0);
-  std::string run;  // one launcher a node
-  for (const NodeCommand &c : TrialCommands(nodes, self, o.master_port, token, program))
-    run += (run.empty() ? "" : "\n") + ShellQuoted(c.argv);
-  WriteFile(results / "cmd_optimal.txt", run + "\n");
-  std::printf("\nbest: %s (%s %.4g); its ds_config: %s\nrun it: %s\n", winner.point.Name().c_str(),
+  const std::string run = CommandLines(nodes, self, o.master_port, program);  // a line a node
+  WriteFile(results / "cmd_optimal.txt", run);
+  const std::string how = nodes.hosts.size() > 1 ? "run it (a launcher a node):\n" : "run it: ";
+  std::printf("\nbest: %s (%s %.4g); its ds_config: %s\n%s%s", winner.point.Name().c_str(),
               settings.metric.c_str(),
               settings.metric == "latency" ? winner.latency_ms
               : settings.metric == "flops" ? winner.flops
                                            : winner.throughput,
-              optimal_path.c_str(), run.c_str());
+              optimal_path.c_str(), how.c_str(), run.c_str());
   return {optimal_path.string(), program};
 }
 

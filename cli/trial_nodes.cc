@@ -96,4 +96,24 @@ std::vector<NodeCommand> TrialCommands(const TrialNodes &nodes, const std::strin
   return commands;
 }
 
+std::string CommandLines(const TrialNodes &nodes, const std::string &self, int64_t master_port,
+                         const std::vector<std::string> &program) {
+  // The marker is plain shell-safe text, so it lands inside the single
+  // quotes of the remote command word; it becomes a break out of them into
+  // a double-quoted expansion on the reader's side.
+  const std::string marker = "@DSTRAIN_JOB_TOKEN@";
+  std::string text;
+  if (nodes.hosts.size() > 1)
+    text =
+        "# export DSTRAIN_JOB_TOKEN=$(openssl rand -hex 16) first: every node's launcher "
+        "takes it from this shell\n";
+  for (const NodeCommand &c : TrialCommands(nodes, self, master_port, marker, program)) {
+    std::string line = ShellQuoted(c.argv);
+    for (size_t at; (at = line.find(marker)) != std::string::npos;)
+      line.replace(at, marker.size(), "'\"$DSTRAIN_JOB_TOKEN\"'");
+    text += line + "\n";
+  }
+  return text;
+}
+
 }  // namespace dstrain_cli

@@ -40,4 +40,11 @@ std::vector<NodeCommand> TrialCommands(const TrialNodes &nodes, const std::strin
 // argv as one line a POSIX shell reads back as the same words.
 std::string ShellQuoted(const std::vector<std::string> &argv);
 
+// The commands of TrialCommands as shell lines to keep in a file: the job
+// token is never written; the other nodes' lines pass on the reader's
+// $DSTRAIN_JOB_TOKEN, and with more than one node a comment first says to
+// export one (node 0's launcher reads it from its environment).
+std::string CommandLines(const TrialNodes &nodes, const std::string &self, int64_t master_port,
+                         const std::vector<std::string> &program);
+
 }  // namespace dstrain_cli

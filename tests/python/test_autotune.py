@@ -9,6 +9,7 @@ trains. Needs $DSTRAIN_BUILD_DIR; every subprocess has a timeout."""
 
 import json
 import math
+import os
 import pathlib
 import subprocess
 import sys
@@ -349,12 +350,21 @@ def test_trials_span_the_hosts_of_a_hostfile(dstrain, tmp_path):
     assert [t["name"] for t in got["trials"]] == [f"z1_mbs{m}_gas1" for m in (1, 2, 3)]
     assert all(t["ran"] and t["dp"] == 2 for t in got["trials"])
     assert (tmp_path / "hosts.log").read_text().split() == ["node1"] * 3
-    local, remote = (tmp_path / "autotuning_exps" / "z1_mbs1_gas1" / "cmd.txt").read_text() \
-        .splitlines()
+    comment, local, remote = (tmp_path / "autotuning_exps" / "z1_mbs1_gas1" / "cmd.txt") \
+        .read_text().splitlines()
+    assert comment.startswith("# export DSTRAIN_JOB_TOKEN=")
     for line, rank in ((local, 0), (remote, 1)):
         assert f"--nnodes 2 --node-rank {rank} --master-addr 127.0.0.1" in line
-    assert "DSTRAIN_JOB_TOKEN=" in remote and "DSTRAIN_JOB_TOKEN" not in local
-    assert len((tmp_path / "autotuning_results" / "cmd_optimal.txt").read_text().splitlines()) == 2
+    assert "DSTRAIN_JOB_TOKEN" not in local
+    optimal = (tmp_path / "autotuning_results" / "cmd_optimal.txt").read_text().splitlines()
+    assert len(optimal) == 3 and optimal[0] == comment
+    # No token is written: the remote line passes on the reader's own, and a
+    # shell reads it back as the ssh words with that token in the command.
+    for line in (remote, optimal[2]):
+        words = subprocess.run(["bash", "-c", f"set -- {line}; printf '%s\\n' \"$@\""],
+                               env={"DSTRAIN_JOB_TOKEN": "cafe01", "PATH": os.environ["PATH"]},
+                               capture_output=True, text=True, check=True).stdout.splitlines()
+        assert words[-1].startswith("env DSTRAIN_JOB_TOKEN=cafe01 "), words
 
 
 def test_dstrain_train_trials_rendezvous_across_the_hosts(dstrain, tmp_path):
