@@ -1,7 +1,8 @@
 """Pipeline parallelism under fp16 and bf16, and activation recomputation.
 
-Mixed precision: pp 2 x ZeRO {0, 1, 2, 3} x dp {1, 2} x {1F1B, interleaved}
-against the single-rank run in the same precision, within the documented
+Mixed precision: pp 2 with ZeRO {0, 1, 2, 3}, dp {1, 2}, {1F1B, interleaved}
+and {fp16, bf16} (every pair of values in some case) against the single-rank
+run in the same precision, within the documented
 16-bit tolerance (the stages exchange 16-bit-rounded activations and
 gradients exactly as the single rank rounds them at layer boundaries; the tied
 wte's two gradient copies are each rounded before their sum, so it may differ
@@ -18,12 +19,22 @@ import pipeline_support as ps
 from test_pipeline_gpt import check_layout
 
 
-@pytest.mark.parametrize("dp", [1, 2])
-@pytest.mark.parametrize("stage", [0, 1, 2, 3])
-@pytest.mark.parametrize("schedule,virtual", [("1f1b", 1), ("interleaved", 2)])
-@pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_mixed_precision_layout_tracks_single_rank(tmp_path, build_dir, precision, schedule,
-                                                   virtual, stage, dp):
+# Every pair of (ZeRO stage, dp, schedule, precision) values appears in some
+# case (each stage with both dp, both schedules and both precisions; every
+# schedule with every precision and dp), plus the two hardest corners at dp 2.
+MIXED_PRECISION_CASES = [
+    (0, 1, "1f1b", "fp16"), (0, 2, "interleaved", "bf16"),
+    (1, 1, "1f1b", "bf16"), (1, 2, "interleaved", "fp16"),
+    (2, 1, "interleaved", "fp16"), (2, 2, "1f1b", "bf16"),
+    (3, 1, "interleaved", "bf16"), (3, 2, "1f1b", "fp16"),
+    (2, 2, "interleaved", "fp16"), (3, 2, "interleaved", "bf16"),
+]
+
+
+@pytest.mark.parametrize("stage,dp,schedule,precision", MIXED_PRECISION_CASES)
+def test_mixed_precision_layout_tracks_single_rank(tmp_path, build_dir, stage, dp, schedule,
+                                                   precision):
+    virtual = 2 if schedule == "interleaved" else 1
     check_layout(tmp_path, build_dir, ps.GPT, 2, dp, schedule, virtual, stage,
                  precision=precision)
 
