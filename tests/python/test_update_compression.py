@@ -25,7 +25,7 @@ BUCKET = 20_000
 SGD = {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}}
 
 
-def run(tmp_path, tool, name, compression=None, optimizer=None, clipping=None, bf16=False,
+def run(tmp_path, tool, name, compression=None, optimizer=None, clipping=None, half=None,
         dp=2, grid=None):
     """grid: {"pipeline": ..., "tensor_parallel": ...} of a 2 x dp job."""
     cfg, model = dp_tests.write_job(tmp_path, 0, 2, 1, dp, name, overlap=True, bucket=BUCKET)
@@ -37,8 +37,8 @@ def run(tmp_path, tool, name, compression=None, optimizer=None, clipping=None, b
         config["optimizer"] = optimizer
     if clipping is not None:
         config["gradient_clipping"] = clipping
-    if bf16:
-        config["bf16"] = {"enabled": True}
+    if half:  # "bf16", or "fp16" with dynamic loss scaling
+        config[half] = {"enabled": True}
     cfg.write_text(json.dumps(config))
     world = dp * (2 if grid else 1)
     return dp_tests.run_ranks(tool, cfg, model, world, steps=STEPS, args=("--inspect", "1")), \
@@ -125,10 +125,11 @@ def test_compressed_updates_send_the_codec_bytes_and_keep_ranks_equal(
         runs[0]["metrics"]["memory"]["optimizer_state"]["bytes"]
 
 
-def test_bf16_exchanges_its_master_weights_update(tmp_path, tool):
-    plain, _, _ = run(tmp_path, tool, "plain", bf16=True)
+@pytest.mark.parametrize("half", ["bf16", "fp16"])
+def test_16_bit_training_exchanges_its_master_weights_update(tmp_path, tool, half):
+    plain, _, _ = run(tmp_path, tool, "plain", half=half)
     update, _, _ = run(tmp_path, tool, "update", {"algorithm": "1bit", "target": "update"},
-                       bf16=True)
+                       half=half)
     assert update[0]["param_norms"] == update[1]["param_norms"]
     assert update[0]["losses"][-1] < update[0]["losses"][0]
     assert dp_tests.relative_gap(update[0]["losses"], plain[0]["losses"]) < 0.1
