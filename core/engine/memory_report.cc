@@ -134,15 +134,18 @@ Result<std::string> MemoryReportJson(const std::string &config_text, const std::
     const bool onebit = type == OptimizerType::kOneBitAdam || type == OptimizerType::kZeroOneAdam ||
                         type == OptimizerType::kOneBitLamb;
     b.optimizer_state += OneBitResidualBytes(config, decls);
-    stages.push_back(
-        {{"stage", stage},
-         {"parameters_bytes", b.parameters},
-         {"gradients_bytes", b.gradients},
-         {"optimizer_state_bytes", b.optimizer_state},
-         {"total_bytes", b.total()},
-         {"persistent_parameters", stage_persistent},
-         {"fp32_parameters", fp32_elements},
-         {"supported", (!compressed_on_device || stage <= 1) && (!onebit || stage == 0)}});
+    // gradient_compression's update exchange keeps the whole state: stage 0 only.
+    const bool updates =
+        config.gradient_compression.enabled && config.gradient_compression.target == "update";
+    stages.push_back({{"stage", stage},
+                      {"parameters_bytes", b.parameters},
+                      {"gradients_bytes", b.gradients},
+                      {"optimizer_state_bytes", b.optimizer_state},
+                      {"total_bytes", b.total()},
+                      {"persistent_parameters", stage_persistent},
+                      {"fp32_parameters", fp32_elements},
+                      {"supported", (!compressed_on_device || stage <= 1) &&
+                                        (!onebit || stage == 0) && (!updates || stage == 0)}});
   }
   nlohmann::ordered_json out = {
       {"num_parameters", CountParameters(spec)},

@@ -120,9 +120,11 @@ def test_compressed_updates_send_the_codec_bytes_and_keep_ranks_equal(
         # The start copy and the residual, each over the whole model.
         plain_state = p["metrics"]["memory"]["optimizer_state"]["bytes"]
         assert r["metrics"]["memory"]["optimizer_state"]["bytes"] == plain_state + 8 * psi
-    estimate = dp_tests.estimate_memory(build_dir, cfg, model, 2)[0]
-    assert estimate["optimizer_state_bytes"] == \
+    stages = dp_tests.estimate_memory(build_dir, cfg, model, 2)
+    assert stages[0]["optimizer_state_bytes"] == \
         runs[0]["metrics"]["memory"]["optimizer_state"]["bytes"]
+    # Every rank keeps the whole optimizer: the sharded stages are not offered.
+    assert [s["supported"] for s in stages] == [True, False, False, False]
 
 
 @pytest.mark.parametrize("half", ["bf16", "fp16"])
