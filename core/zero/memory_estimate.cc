@@ -47,8 +47,8 @@ int64_t CompressionStateBytes(const GradientCompressionConfig &compression, int6
                               int64_t dp_size, int stage) {
   if (!compression.enabled || dp_size <= 1) return 0;
   const ShardLayout flat(num_parameters, dp_size);
-  const CodecOptions codec = CodecOptionsOf(compression, OptimizerConfig{});
   if (compression.target == "update") return UpdateExchange::StateBytes(num_parameters);
+  const CodecOptions codec = CodecOptionsOf(compression, OptimizerConfig{});
   if (stage <= 1) return CompressionMemoryOf(codec, flat.padded, 1, dp_size).residual_bytes;
   return SparseReduceScatter::StateBytes(codec, flat);
 }
