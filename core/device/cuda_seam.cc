@@ -206,6 +206,21 @@ void CudaDeviceMemory::Zero(void *dst, size_t bytes) {
   if (Keep(stream_.FillAsync(dst, 0, bytes))) Keep(stream_.Synchronize());
 }
 
+const CudaStream *CudaDeviceMemory::CopyStreamAfterCompute() {
+  if (!copy_stream_) {
+    Result<CudaStream> copies = CudaStream::Create(stream_.runtime(), stream_.device());
+    if (!Keep(copies.status())) return nullptr;
+    Result<CudaEvent> point = CudaEvent::Create(stream_.runtime(), stream_.device());
+    if (!Keep(point.status())) return nullptr;
+    copy_stream_.emplace(std::move(copies).value());
+    compute_point_.emplace(std::move(point).value());
+  }
+  // A wait captures the event as recorded now: one event serves every copy.
+  if (!Keep(compute_point_->Record(stream_)) || !Keep(copy_stream_->Wait(*compute_point_)))
+    return nullptr;
+  return &*copy_stream_;
+}
+
 uint64_t CudaDeviceMemory::Mark() {
   while (copy_events_.size() < kCopyMarks) {
     Result<CudaEvent> event = CudaEvent::Create(stream_.runtime(), stream_.device());
@@ -213,20 +228,28 @@ uint64_t CudaDeviceMemory::Mark() {
     copy_events_.push_back(std::move(event).value());
   }
   const uint64_t mark = ++copy_marks_;
-  return Keep(copy_events_[mark % kCopyMarks].Record(stream_)) ? mark : 0;
+  return Keep(copy_events_[mark % kCopyMarks].Record(*copy_stream_)) ? mark : 0;
 }
 
 uint64_t CudaDeviceMemory::DownloadAsync(void *host, const void *src, size_t bytes) {
-  return Keep(stream_.CopyAsync(host, src, bytes, DST_CUDA_DEVICE_TO_HOST)) ? Mark() : 0;
+  const CudaStream *copies = CopyStreamAfterCompute();
+  return copies && Keep(copies->CopyAsync(host, src, bytes, DST_CUDA_DEVICE_TO_HOST)) ? Mark() : 0;
 }
 
 uint64_t CudaDeviceMemory::UploadAsync(void *dst, const void *host, size_t bytes) {
-  return Keep(stream_.CopyAsync(dst, host, bytes, DST_CUDA_HOST_TO_DEVICE)) ? Mark() : 0;
+  const CudaStream *copies = CopyStreamAfterCompute();
+  return copies && Keep(copies->CopyAsync(dst, host, bytes, DST_CUDA_HOST_TO_DEVICE)) ? Mark() : 0;
 }
 
 void CudaDeviceMemory::WaitCopy(uint64_t mark) {
   if (mark == 0 || copy_events_.empty()) return;  // done on return, or never queued
   if (Keep(stream_.BeforeHostWait())) Keep(copy_events_[mark % kCopyMarks].Synchronize());
+}
+
+void CudaDeviceMemory::OrderAfterCopies() {
+  if (copy_marks_ == ordered_marks_ || copy_events_.empty()) return;  // nothing new to wait for
+  ordered_marks_ = copy_marks_;
+  Keep(stream_.Wait(copy_events_[copy_marks_ % kCopyMarks]));
 }
 
 void *CudaDeviceMemory::AllocateHost(size_t bytes) {

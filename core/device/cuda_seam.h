@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -166,7 +167,10 @@ class CudaMemoryResource final : public DeviceMemoryResource {
 // freed buffer's block is reused, so a step that frees and allocates again
 // allocates nothing from the device), zeroed, copied to and from the host
 // and zeroed on `stream` (which must outlive it; every block is used on it),
-// each call complete on return. The first failure is kept (status());
+// each call complete on return. The asynchronous copies run on a copy
+// stream of their own (made on first use), each after an event of `stream`:
+// a gradient's copy to the host does not hold back the kernels queued after
+// it (ZeRO-Offload's backward). The first failure is kept (status());
 // Allocate returns null on one. The buffers charge their own categories.
 class CudaDeviceMemory final : public MemoryResource {
  public:
@@ -177,12 +181,15 @@ class CudaDeviceMemory final : public MemoryResource {
   void Upload(void *dst, const void *src, size_t bytes) override;
   void Download(void *dst, const void *src, size_t bytes) override;
   void Zero(void *dst, size_t bytes) override;
-  // Copies on the stream, each followed by an event (a ring of kCopyMarks):
-  // WaitCopy synchronizes the mark's event (or a later copy's, which
-  // completes after it), after the stream's BeforeHostWait.
+  // Copies on the copy stream after the work queued on `stream` so far, each
+  // followed by an event (a ring of kCopyMarks): WaitCopy synchronizes the
+  // mark's event (or a later copy's, which completes after it), after the
+  // stream's BeforeHostWait; OrderAfterCopies makes `stream` wait for the
+  // last one.
   uint64_t DownloadAsync(void *host, const void *src, size_t bytes) override;
   uint64_t UploadAsync(void *dst, const void *host, size_t bytes) override;
   void WaitCopy(uint64_t mark) override;
+  void OrderAfterCopies() override;
   // Page-locked host memory (PinnedHostBuffer); null (the failure kept in
   // status()) when the OS refuses it.
   void *AllocateHost(size_t bytes) override;
@@ -195,14 +202,18 @@ class CudaDeviceMemory final : public MemoryResource {
  private:
   static constexpr uint64_t kCopyMarks = 4;
   bool Keep(Status st);  // true when st is OK
-  uint64_t Mark();       // records the next copy mark's event on the stream (0: failed)
+  // The copy stream, its next work ordered after `stream`'s so far (null: failed).
+  const CudaStream *CopyStreamAfterCompute();
+  uint64_t Mark();  // records the next copy mark's event on the copy stream (0: failed)
   const CudaStream &stream_;
   std::string name_;
   Status status_;
   CudaMemoryResource segments_;
   CachingAllocator cache_;
   std::vector<CudaEvent> copy_events_;  // [kCopyMarks], made on first use
-  uint64_t copy_marks_ = 0;
+  uint64_t copy_marks_ = 0, ordered_marks_ = 0;
+  std::optional<CudaStream> copy_stream_;   // made on the first asynchronous copy
+  std::optional<CudaEvent> compute_point_;  // where on `stream` the next copy starts
   std::unordered_map<void *, PinnedHostBuffer> pinned_;
 };
 

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -130,8 +131,20 @@ void Region::Trace(const char *kind, const char *what, uint64_t id) {
 void Region::WaitBeforeNextKernel(Work *work) {
   Trace("stream-wait");
   std::lock_guard<std::mutex> lock(mutex_);
-  stream_.push_back({.wait = work});
+  stream_.push_back({.wait = work, .seq = ++ops_queued_});
   any_stream_op_ = true;
+}
+
+void Region::WaitForCopies() {
+  uint64_t mark = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (copies_queued_ <= std::max(copies_done_, copies_ordered_)) return;  // none left to order
+    mark = copies_ordered_ = copies_queued_;
+    stream_.push_back({.copies = mark, .seq = ++ops_queued_});
+    any_stream_op_ = true;
+  }
+  Trace("stream-copy-wait", "", mark);
 }
 
 void Region::SetBeforeHostWait(std::function<Status()> hook) {
@@ -168,36 +181,50 @@ uint64_t Region::QueueCopy(void *dst, const void *src, size_t bytes) {
   uint64_t mark = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stream_.push_back({.dst = dst, .src = src, .bytes = bytes, .mark = ++copies_queued_});
-    any_stream_op_ = true;
-    mark = copies_queued_;
+    mark = ++copies_queued_;
+    copies_.push_back({.dst = dst, .src = src, .bytes = bytes, .mark = mark, .after = ops_queued_});
   }
   Trace("copy-queued", "", mark);
   return mark;
 }
 
-void Region::RunStreamWaits(uint64_t mark) {
+void Region::RunStream(uint64_t upto) {
   if (!any_stream_op_) return;
   for (;;) {
     StreamOp op;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (stream_.empty() || copies_done_ >= mark) {
+      if (stream_.empty() || stream_.front().seq > upto) {
         any_stream_op_ = !stream_.empty();
         return;
       }
       op = stream_.front();
       stream_.pop_front();
     }
-    if (op.mark == 0) {  // a wait (null: its Work ended first)
-      in_stream_ = true;
-      if (op.wait != nullptr) (void)op.wait->Wait();  // it keeps its status for the Drain
-      in_stream_ = false;
+    if (op.copies > 0) {
+      RunCopies(op.copies);
       continue;
     }
+    in_stream_ = true;
+    if (op.wait != nullptr) (void)op.wait->Wait();  // it keeps its status for the Drain
+    in_stream_ = false;
+  }
+}
+
+void Region::RunCopies(uint64_t mark) {
+  for (;;) {
+    CopyOp op;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (copies_.empty() || copies_done_ >= mark) return;
+      op = copies_.front();
+      copies_.pop_front();
+    }
+    RunStream(op.after);  // the compute stream's work it was queued behind
     Enter("an asynchronous copy");
     std::memcpy(op.dst, op.src, op.bytes);
     Leave();
+    Trace("copy-run", "", op.mark);
     std::lock_guard<std::mutex> lock(mutex_);
     copies_done_ = op.mark;
   }
@@ -337,7 +364,7 @@ std::unique_ptr<Work> HandedHostMemory(const char *op, const void *data) {
 template <typename Launch>
 std::unique_ptr<Work> Opened(const char *op, const void *data, Launch launch) {
   if (data != nullptr && !Region::Get().Holds(data)) return HandedHostMemory(op, data);
-  Region::Get().RunStreamWaits();  // ordered after the stream's work, as NCCL's are
+  Region::Get().RunStream();  // ordered after the compute stream's work, as NCCL's are
   Region::Get().Enter(op);
   Region::Get().Trace("collective", op);
   return std::make_unique<OpenWork>(launch(), op);

@@ -50,16 +50,23 @@ class Region {
   // The last thing that opened the region (the fault message names it).
   const char *last() const { return last_; }
 
-  // The stand-in's stream: operations queued in order and run before the
-  // next kernel, copy or collective (RunStreamWaits, from Scope), as a GPU's
-  // stream would run them before later work.
+  // The stand-in's two streams, as a GPU's compute and copy streams.
+  // The compute stream: operations queued in order and run before the next
+  // kernel, synchronous copy or collective (RunStream, from Scope):
   //  - a wait for a collective (a WorkOrder's stream wait, `work` its
   //    completion event); Forget drops a Work that ends before that;
-  //  - an asynchronous copy (Memory::DownloadAsync / UploadAsync), which
-  //    touches its host buffer only then or at WaitCopy(its mark): a host
-  //    read of a download's buffer before WaitCopy sees stale bytes, a
-  //    write into an upload's buffer is what gets uploaded — wrong bits.
+  //  - a wait for the copies queued so far (WaitForCopies: the device
+  //    memory's OrderAfterCopies).
+  // The copy stream: asynchronous copies (Memory::DownloadAsync /
+  // UploadAsync), each after the compute stream's work queued before it,
+  // run as late as a GPU may run them: only when the host waits for one
+  // (WaitCopy, RunCopies) or the compute stream does (WaitForCopies). So a
+  // host read of a download's buffer before WaitCopy sees stale bytes, a
+  // write into an upload's buffer is what gets uploaded, and a kernel that
+  // writes a download's source before either wait changes what arrives —
+  // wrong bits, as on a GPU whose copy engine ran late.
   void WaitBeforeNextKernel(Work *work);
+  void WaitForCopies();
   // The stand-in's host waits (a kernel returning a value: a loss, a norm)
   // run `hook` first — the device's WorkOrder drain, as CUDA's backend does —
   // and keep its first failure for TakeError (null: none).
@@ -68,17 +75,22 @@ class Region {
   Status TakeError();
   void Forget(Work *work);
   uint64_t QueueCopy(void *dst, const void *src, size_t bytes);
-  // Runs the queued operations in order: all of them, or those up to the
-  // copy `mark` names.
-  void RunStreamWaits(uint64_t mark = UINT64_MAX);
+  // Runs the compute stream's queued operations in order: all of them, or
+  // those numbered up to `upto`.
+  void RunStream(uint64_t upto = UINT64_MAX);
+  // Runs the copy stream up to the copy `mark` names (each copy first runs
+  // the compute stream's work queued before it).
+  void RunCopies(uint64_t mark);
 
-  // The step's stream as a recorded program: with DSTRAIN_TEST_DEVICE_TRACE
+  // The step's streams as a recorded program: with DSTRAIN_TEST_DEVICE_TRACE
   // set, each kernel or copy ("kernel NAME"), collective ("collective OP"),
-  // stream wait for one ("stream-wait"), queued asynchronous copy
-  // ("copy-queued MARK") and wait for it ("copy-wait MARK"), host wait for
-  // the stream ("host-drain") and host wait for a collective ("host-wait
-  // OP") is a line of $DSTRAIN_TEST_DEVICE_TRACE.<RANK>, in order; tests
-  // read what blocked the host and what overlapped.
+  // compute-stream wait for one ("stream-wait") or for the copies
+  // ("stream-copy-wait MARK"), queued asynchronous copy ("copy-queued
+  // MARK"), that copy running ("copy-run MARK"), host wait for it
+  // ("copy-wait MARK"), host wait for the compute stream ("host-drain") and
+  // host wait for a collective ("host-wait OP") is a line of
+  // $DSTRAIN_TEST_DEVICE_TRACE.<RANK>, in order; tests read what blocked the
+  // host and what overlapped.
   void Trace(const char *kind, const char *what = "", uint64_t id = 0);
   // True while the stream runs its queued operations (a wait there is the
   // stream's, not the host's).
@@ -93,26 +105,33 @@ class Region {
   size_t reserved_ = 0, used_ = 0, protected_ = 0;
   int open_ = 0;
   const char *last_ = "(none)";
-  struct StreamOp {
-    Work *wait = nullptr;  // a collective to wait for (mark 0), or
-    void *dst = nullptr;   // a copy (mark > 0)
+  struct StreamOp {        // on the compute stream:
+    Work *wait = nullptr;  // a collective to wait for, or
+    uint64_t copies = 0;   // the copies up to this mark (> 0)
+    uint64_t seq = 0;      // its number on the stream
+  };
+  struct CopyOp {  // on the copy stream
+    void *dst = nullptr;
     const void *src = nullptr;
     size_t bytes = 0;
     uint64_t mark = 0;
+    uint64_t after = 0;  // the compute stream's operations up to this number first
   };
   std::deque<StreamOp> stream_;
+  std::deque<CopyOp> copies_;
+  uint64_t ops_queued_ = 0;
   std::function<Status()> before_host_wait_;
   Status error_;
   std::atomic<bool> any_stream_op_{false};
   std::atomic<bool> in_stream_{false};
   std::FILE *trace_ = nullptr;
-  uint64_t copies_queued_ = 0, copies_done_ = 0;
+  uint64_t copies_queued_ = 0, copies_done_ = 0, copies_ordered_ = 0;
 };
 
 // The region open for a scope: the backends' per-kernel Scope.
 struct Scope {
   explicit Scope(const char *kernel) {
-    Region::Get().RunStreamWaits();
+    Region::Get().RunStream();
     Region::Get().Enter(kernel);
     Region::Get().Trace("kernel", kernel);
   }
@@ -146,13 +165,14 @@ class Memory final : public MemoryResource {
   void Upload(void *dst, const void *src, size_t bytes) override;
   void Download(void *dst, const void *src, size_t bytes) override;
   void Zero(void *dst, size_t bytes) override;
-  // Queued on the stand-in's stream (Region::QueueCopy).
+  // Queued on the stand-in's copy stream (Region::QueueCopy).
   uint64_t DownloadAsync(void *host, const void *src, size_t bytes) override;
   uint64_t UploadAsync(void *dst, const void *host, size_t bytes) override;
   void WaitCopy(uint64_t mark) override {
     Region::Get().Trace("copy-wait", "", mark);
-    Region::Get().RunStreamWaits(mark);
+    Region::Get().RunCopies(mark);
   }
+  void OrderAfterCopies() override { Region::Get().WaitForCopies(); }
   // DSTRAIN_TEST_DEVICE_CHUNK_BYTES when set (tests that need many chunks
   // from a tiny model), else the default.
   size_t chunk_bytes() const override;

@@ -92,10 +92,12 @@ class MemoryResource {
   virtual void Download(void *dst, const void *src, size_t bytes) = 0;
   virtual void Zero(void *dst, size_t bytes) = 0;
 
-  // The same copies queued behind the resource's earlier work, the host
+  // The same copies queued on the resource's copy stream, behind the work
+  // queued before them and overlapping the work queued after them, the host
   // going on: it must not read a download's `host` buffer, nor write an
-  // upload's, until WaitCopy(the mark returned). By default each completes
-  // on return (mark 0).
+  // upload's, until WaitCopy(the mark returned); and work queued later must
+  // not write a download's source, nor read an upload's destination, until
+  // WaitCopy or OrderAfterCopies. By default each completes on return (mark 0).
   virtual uint64_t DownloadAsync(void *host, const void *src, size_t bytes) {
     Download(host, src, bytes);
     return 0;
@@ -106,6 +108,9 @@ class MemoryResource {
   }
   // Returns once the copy `mark` names (and every one queued before it) is done.
   virtual void WaitCopy(uint64_t mark) { (void)mark; }
+  // Work queued from now on (kernels, copies, collectives) waits for the
+  // asynchronous copies queued so far; the host does not.
+  virtual void OrderAfterCopies() {}
   // Host memory (64-byte aligned) the asynchronous copies run from and to at
   // full speed — page-locked on a GPU; null when none can be had. Given back
   // with FreeHost. By default ordinary host memory.

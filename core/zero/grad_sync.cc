@@ -18,6 +18,7 @@ const std::vector<GradBucket> &GradientSync::buckets() const {
 }
 
 Status GradientSync::Zero(int64_t step, bool local) {
+  if (observer_) observer_->BeforeGradsWrite();
   local_ = local;
   gathered_ = false;
   // gradient_compression's warm-up: the first steps reduce uncompressed.
@@ -44,6 +45,7 @@ Status GradientSync::Finish() {
   const StepKernels &step = shards_.placement.step();
   if (local_) {  // each rank's own gradients: only the predivision undone (fp32)
     if (shards_.wide() || pre_scale == 1.0) return Status::Ok();
+    if (observer_) observer_->BeforeGradsWrite();
     step.ScaleRange(float(1.0 / pre_scale), range.size, static_cast<float *>(StateGrads()));
     return step.TakeError();
   }
@@ -53,6 +55,7 @@ Status GradientSync::Finish() {
   const int64_t ranks = shards_.dp->size();
   if (pre_scale == 1.0 && ranks == 1) return Status::Ok();
   const float k = pre_scale == 1.0 ? 1.0f / float(ranks) : float(1.0 / (double(ranks) * pre_scale));
+  if (observer_) observer_->BeforeGradsWrite();
   step.ScaleRange(k, range.size, static_cast<float *>(StateGrads()));
   if (observer_) observer_->GradsScaled(k);
   return step.TakeError();
@@ -84,7 +87,7 @@ Status GradientSync::AddStored(int id, const float *in) {
   }
   const ShardInfo part = shards_.StatePartOf(id);
   uint8_t *grads = static_cast<uint8_t *>(StateGrads());
-  if (observer_) observer_->GradsChanged();
+  if (observer_) observer_->GradsChanged(), observer_->BeforeGradsWrite();
   const size_t at =
       size_t(part.offset - shards_.state_range.offset) * ElementBytes(shards_.storage);
   ops_.AddInto(shards_.storage, in + (part.offset - d.offset), grads + at, part.size);

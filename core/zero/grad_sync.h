@@ -45,6 +45,9 @@ class GradObserver {
   virtual void GradsScaled(float k) = 0;
   // They were written otherwise (a tied weight's sum): copies are stale.
   virtual void GradsChanged() = 0;
+  // They are about to be written in place (zeroed, scaled, added to): the
+  // device work queued next must not overtake a copy still reading them.
+  virtual void BeforeGradsWrite() = 0;
 };
 
 struct GradSyncOptions {

@@ -178,6 +178,7 @@ Result<double> ShardedOptimizer::ClipGradients(double max_norm, const std::vecto
     clip_coef_ *= double(k);
     return norm;
   }
+  BeforeGradsWrite();
   step().ScaleRange(k, range().size, static_cast<float *>(grads_->StateGrads()));
   if (grads_on_host_) host_scalings_.push_back(k);
   return norm;
@@ -674,6 +675,12 @@ Status ShardedOptimizer::ParamsFromMasters() {
 float *ShardedOptimizer::StateParams() {
   if (params_) return params_->shard_f32();  // stage 3: the shard is the state range
   return shards_.model->params().values() + range().offset;
+}
+
+// The backward's copies down read the device's gradients on the copy
+// stream: an in-place write queued after them waits for them there.
+void ShardedOptimizer::BeforeGradsWrite() {
+  if (!host_grads_.empty()) shards_.placement.memory->OrderAfterCopies();
 }
 
 void ShardedOptimizer::GradsFinal(int64_t begin, int64_t count) {

@@ -100,6 +100,7 @@ class ShardedOptimizer final : public GradObserver {
   void GradsFinal(int64_t begin, int64_t count) override;
   void GradsScaled(float k) override;
   void GradsChanged() override { grads_on_host_ = false; }
+  void BeforeGradsWrite() override;
 
  private:
   const StepKernels &step() const { return shards_.placement.step(); }

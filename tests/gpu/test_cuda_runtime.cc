@@ -104,6 +104,35 @@ TEST(CudaRuntimeOnDevice, AnEventOrdersTwoStreams) {
   resource.Free(buffer.value());
 }
 
+// CudaDeviceMemory's asynchronous copies run on a copy stream of their own,
+// after the compute stream's work queued before them (the last fill is what
+// arrives); OrderAfterCopies holds the compute stream's next work behind
+// them (a fill queued after it does not reach the copy).
+TEST(CudaRuntimeOnDevice, AsynchronousCopiesRunOnACopyStreamInOrder) {
+  DST_CUDA_RUNTIME_OR_SKIP(runtime);
+  Result<CudaStream> compute = CudaStream::Create(runtime, 0);
+  ASSERT_TRUE(compute.ok());
+  CudaDeviceMemory memory(compute.value());
+  const size_t bytes = size_t(64) << 20;
+  void *x = memory.Allocate(bytes);
+  void *host = memory.AllocateHost(bytes);
+  ASSERT_TRUE(x != nullptr && host != nullptr) << memory.status().message();
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(compute.value().FillAsync(x, 1, bytes).ok());
+  ASSERT_TRUE(compute.value().FillAsync(x, 7, bytes).ok());
+  const uint64_t first = memory.DownloadAsync(host, x, bytes);
+  memory.OrderAfterCopies();
+  ASSERT_TRUE(compute.value().FillAsync(x, 9, bytes).ok());
+  memory.WaitCopy(first);
+  ASSERT_TRUE(memory.status().ok()) << memory.status().message();
+  const auto *got = static_cast<const uint8_t *>(host);
+  for (size_t i = 0; i < bytes; i += 65521) ASSERT_EQ(got[i], 7) << i;
+  ASSERT_TRUE(compute.value().Synchronize().ok());
+  memory.Download(host, x, 4096);
+  EXPECT_EQ(got[0], 9);
+  memory.FreeHost(host);
+  memory.Free(x);
+}
+
 // Page-locked host memory to the device and back through async copies on a
 // stream; a moved-from buffer owns nothing.
 TEST(CudaRuntimeOnDevice, PinnedHostMemoryRoundTripsThroughTheDevice) {

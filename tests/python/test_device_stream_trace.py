@@ -6,7 +6,8 @@ the pipeline's exchanges and the tensor-parallel collectives are waited for
 by the compute stream, never by the host, between two backward kernels (a
 micro-batch's forward reads its loss, which is a host wait of its own); ZeRO-Offload's gradients are queued for the host as the
 backward's reductions complete, before the step's first host wait after it
-(the gradient norm), and the step waits for them before its update."""
+(the gradient norm), on a copy stream of their own (no backward kernel
+waits for them), and the step waits for them before its update."""
 import json
 import os
 
@@ -100,4 +101,8 @@ def test_offloaded_gradients_are_queued_during_the_backward(
         assert max(queued) < norm < wait, (rank, queued, norm, wait)
         # The step waits for the last of them.
         assert trace[wait] == "copy-wait " + trace[max(queued)].split()[1], (rank, trace[wait])
+        # They run on the copy stream: no backward kernel queued after one
+        # waits for it (on one stream, each would run before the next kernel).
+        ran = [i for i, line in enumerate(trace) if line.startswith("copy-run")]
+        assert ran and min(ran) > last, (rank, [trace[i] for i in ran if i <= last])
         assert waits_inside_backward_passes(trace, first, last) == [], rank

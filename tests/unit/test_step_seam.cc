@@ -421,6 +421,33 @@ TEST(GuardedDevice, ACopyOfTheWrongKindIsNamed) {
                "0x[0-9a-f]+ for its host side");
 }
 
+// Asynchronous copies run on a copy stream of their own, as late as a GPU's
+// copy engine may run them: a kernel queued after a download that writes
+// its source changes what arrives, unless the compute stream was ordered
+// after the copy (OrderAfterCopies) — the hazard the engine's ZeRO-Offload
+// copies must guard against, made visible.
+TEST(GuardedDevice, CopiesRunOnAStreamOfTheirOwn) {
+  guarded::Memory memory;
+  guarded::StepKernels step;
+  float *x = static_cast<float *>(memory.Allocate(4 * sizeof(float)));
+  const float ones[4] = {1, 1, 1, 1};
+  memory.Upload(x, ones, sizeof ones);
+  float unordered[4] = {}, ordered[4] = {};
+  const uint64_t late = memory.DownloadAsync(unordered, x, sizeof unordered);
+  step.ScaleRange(2.0f, 4, x);  // overtakes the copy: nothing orders it after
+  memory.WaitCopy(late);
+  EXPECT_EQ(unordered[0], 2.0f);
+  const uint64_t first = memory.DownloadAsync(ordered, x, sizeof ordered);
+  memory.OrderAfterCopies();
+  step.ScaleRange(2.0f, 4, x);  // waits for the copy on the device
+  memory.WaitCopy(first);
+  EXPECT_EQ(ordered[0], 2.0f);
+  float now[4] = {};
+  memory.Download(now, x, sizeof now);
+  EXPECT_EQ(now[0], 4.0f);
+  memory.Free(x);
+}
+
 // The stand-in's memory goes through the caching allocator a GPU's does: a
 // freed buffer's block comes back (zeroed) instead of new region pages.
 TEST(GuardedDevice, FreedBlocksAreReusedAndZeroed) {
