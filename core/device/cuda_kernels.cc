@@ -110,6 +110,21 @@ void CudaKernels::Unsupported(const char *what, const char *instead) const {
 #define DST_TABLE_HAS(entry) \
   (Has(offsetof(DstCudaKernelTable, entry) + sizeof(t_.entry)) && t_.entry != nullptr)
 
+void CudaKernels::SoftmaxCrossEntropyForwardInto(float *logits, const int32_t *targets,
+                                                 int64_t rows, int64_t V, double *loss_sum) const {
+  if (!DST_TABLE_HAS(cross_entropy_forward_into)) return NotBuilt("SoftmaxCrossEntropyForwardInto");
+  Check(t_.cross_entropy_forward_into(ctx_, logits, targets, rows, V, loss_sum),
+        "SoftmaxCrossEntropyForwardInto");
+}
+
+void CudaKernels::NormalizeAndNllInto(float *logits, int64_t rows, int64_t V, const float *sums,
+                                      const float *target_exp, const int32_t *targets,
+                                      double *loss_sum) const {
+  if (!DST_TABLE_HAS(normalize_and_nll_into)) return NotBuilt("NormalizeAndNllInto");
+  Check(t_.normalize_and_nll_into(ctx_, logits, rows, V, sums, target_exp, targets, loss_sum),
+        "NormalizeAndNllInto");
+}
+
 void CudaKernels::FillColumns(float *x, int64_t rows, int64_t width, int64_t begin,
                               float value) const {
   if (!DST_TABLE_HAS(fill_columns)) return NotBuilt("FillColumns");

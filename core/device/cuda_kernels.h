@@ -132,6 +132,11 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
   double NormalizeAndNll(float *logits, int64_t rows, int64_t V, const float *sums,
                          const float *target_exp, const int32_t *targets,
                          int64_t *counted) const override;
+  void SoftmaxCrossEntropyForwardInto(float *logits, const int32_t *targets, int64_t rows,
+                                      int64_t V, double *loss_sum) const override;
+  void NormalizeAndNllInto(float *logits, int64_t rows, int64_t V, const float *sums,
+                           const float *target_exp, const int32_t *targets,
+                           double *loss_sum) const override;
   double MseForward(const float *pred, const float *labels, int64_t n) const override;
   void MseBackward(const float *pred, const float *labels, int64_t n, float grad_scale,
                    float *dpred, int64_t mean_over) const override;

@@ -46,6 +46,17 @@ MicroBatch<float> Executor::MicroBatchAt(const BatchView &b, int64_t index) cons
   return mb;
 }
 
+// The targets of micro-batch `index` that are not ignored, counted on the
+// host (a deferred loss needs the count without reading the device).
+int64_t Executor::CountedTargets(const BatchView &host, int64_t index) const {
+  const ModelSpec &spec = model_->spec();
+  const int64_t B = config_.train_micro_batch_size_per_gpu;
+  const int64_t per_sample = spec.IsLanguageModel() ? int64_t(host.seq_len) : 1;
+  if (!host.targets) return 0;
+  const int32_t *t = host.targets + index * B * per_sample;
+  return std::count_if(t, t + B * per_sample, [](int32_t v) { return v != kIgnoredTarget; });
+}
+
 // Each tensor once in the norm: the tied wte's second copy and, on all tp
 // ranks but the first, the tensors every tp rank holds whole (a tied copy is
 // one of those too: listed once). Built when the parallel layout is set, so
@@ -211,6 +222,19 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &h
   auto at_step = [step](const char *what) {
     return std::string(what) + " at step " + std::to_string(step);
   };
+  // The loss layer adds the micro-batches' losses on the device; the host
+  // reads their sum once, where the step first needs it.
+  const bool deferred = model_->defers_loss();
+  if (deferred) model_->ZeroLossSum();
+  bool loss_read = !deferred;
+  auto read_loss = [&]() -> Status {
+    if (loss_read) return Status::Ok();
+    loss_read = true;
+    Result<double> sum = model_->ReadLossSum();
+    if (!sum.ok()) return Status(sum.status()).context(at_step("reading the loss"));
+    loss_sum = sum.value();
+    return Status::Ok();
+  };
   if (link_)
     DST_RETURN_IF_ERROR(link_->BeginStep(
         micro_batches, model_->BoundaryRows(MicroBatchAt(batch, 0).rows()), training));
@@ -235,6 +259,10 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &h
       case Op::kForward: {
         MicroBatch<float> mb = MicroBatchAt(batch, ins.micro_batch);
         mb.backward_follows = training;  // an eval program keeps nothing for a backward
+        if (deferred) {
+          mb.loss_sum = model_->loss_sum();
+          mb.counted = CountedTargets(host_batch, ins.micro_batch);
+        }
         const LayerRange range = model_->chunk(size_t(ins.chunk));
         const float *input =
             receives(ins.chunk) ? link_->activation_input(ins.chunk, ins.micro_batch) : nullptr;
@@ -246,7 +274,7 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &h
                                  model_->BoundaryRows(mb.rows()));
           if (!st.ok()) return st.context(at_step("forward"));
         }
-        if (range.end == model_->all_layers().end && model_->has_loss())
+        if (range.end == model_->all_layers().end && model_->has_loss() && !deferred)
           loss_sum += model_->Loss(ins.slot);
         if (link_ && !training) link_->Release(ins.chunk, ins.micro_batch);
         rec.phases.forward += SecondsSince(t0);
@@ -320,6 +348,7 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &h
         break;
       }
       case Op::kClipGradients: {
+        DST_RETURN_IF_ERROR(read_loss());
         DST_RETURN_IF_ERROR(Clip(loss_sum, &rec));
         rec.phases.step += SecondsSince(t0);
         break;
@@ -339,6 +368,7 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &h
       case Op::kRecordStep: {
         if (link_) DST_RETURN_IF_ERROR(link_->FinishSends());
         if (timeline) rec.timeline.back().end = SecondsSince(step_start);
+        DST_RETURN_IF_ERROR(read_loss());
         DST_RETURN_IF_ERROR(Finish(batch, loss_sum, step_start, &rec));
         *record = rec;
         if (observer_) DST_RETURN_IF_ERROR(observer_(rec));
@@ -348,6 +378,7 @@ Status Executor::Run(const std::vector<Instruction> &program, const BatchView &h
   }
   if (program.empty() || program.back().op != Op::kRecordStep) {
     if (link_) DST_RETURN_IF_ERROR(link_->FinishSends());
+    DST_RETURN_IF_ERROR(read_loss());
     DST_RETURN_IF_ERROR(Finish(batch, loss_sum, step_start, &rec));
     *record = rec;
   }

@@ -112,6 +112,7 @@ class Executor {
  private:
   void UpdateNormExclusions();
   MicroBatch<float> MicroBatchAt(const BatchView &batch, int64_t index) const;
+  int64_t CountedTargets(const BatchView &host, int64_t index) const;
   // The step's mean loss over the group, its duration and its job-wide samples.
   Status Finish(const BatchView &batch, double loss_sum,
                 std::chrono::steady_clock::time_point start, StepRecord *rec);

@@ -21,6 +21,9 @@
 
 namespace dst {
 
+// The target value the losses ignore (every backend's).
+inline constexpr int32_t kIgnoredTarget = -1;
+
 // Causal multi-head self-attention over B sequences of T tokens: H query
 // heads of hs values, C = H x hs. Each row of the qkv tensor the attention
 // reads holds the query, key and value heads in one of two layouts:
@@ -341,6 +344,15 @@ class Kernels {
   virtual double NormalizeAndNll(T *logits, int64_t rows, int64_t V, const T *sums,
                                  const T *target_exp, const int32_t *targets,
                                  int64_t *counted) const = 0;
+  // The two forwards above with the host not waiting: the mean goes into
+  // *loss_sum (one double in the backend's memory, added to) instead of
+  // coming back, so a step's losses are read once (the engine's training
+  // and evaluation programs); the caller counts the targets itself.
+  virtual void SoftmaxCrossEntropyForwardInto(T *logits, const int32_t *targets, int64_t rows,
+                                              int64_t V, double *loss_sum) const = 0;
+  virtual void NormalizeAndNllInto(T *logits, int64_t rows, int64_t V, const T *sums,
+                                   const T *target_exp, const int32_t *targets,
+                                   double *loss_sum) const = 0;
   // Mean squared error of pred, labels [n].
   virtual double MseForward(const T *pred, const T *labels, int64_t n) const = 0;
   // dpred [n] = 2 (pred - labels) grad_scale / mean_over (n when 0).

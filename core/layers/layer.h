@@ -59,6 +59,12 @@ struct MicroBatch {
   // when targets are given.
   T *logits = nullptr;
   bool last_logits_only = false;
+  // Set (with `counted`, the targets not ignored, counted on the host): a
+  // loss layer that DefersLoss adds its mean loss into *loss_sum (one double
+  // where the kernels run) instead of reading it back, so the host does not
+  // wait for each micro-batch's forward (Model::TakeLossSum reads the sum).
+  double *loss_sum = nullptr;
+  int64_t counted = 0;
   int64_t rows() const { return B * seq; }
   // What the GEMMs of a layer's part of type `m` multiply in.
   ComputeType ComputeOf(ModuleType m) const {
@@ -209,6 +215,8 @@ class Layer {
     (void)in, (void)act, (void)deferred, (void)mb;
   }
   virtual bool IsLoss() const { return false; }
+  // A loss layer that honours MicroBatch::loss_sum.
+  virtual bool DefersLoss() const { return false; }
   // Selective recomputation: rebuilds the tensors declared `recomputable` in
   // `act` from its other saved tensors (and `in`), exactly as Forward wrote
   // them; called before Backward / BackwardInput when they were not kept

@@ -134,10 +134,16 @@ void LmHead<T>::Forward(const T *in, LayerActivations<T> &a, const MicroBatch<T>
   }
   if (padded)
     pass.k().FillColumns(a[kProbs], N, vocab_, valid_, -std::numeric_limits<T>::infinity());
-  if (tp_.size == 1)
+  if (mb.loss_sum) {  // added to the step's sum on the device: nothing to read back
+    a.loss = std::numeric_limits<double>::quiet_NaN();
+    a.counted = mb.counted;
+  }
+  if (tp_.size == 1 && mb.loss_sum)
+    pass.k().SoftmaxCrossEntropyForwardInto(a[kProbs], mb.targets, N, vocab_, mb.loss_sum);
+  else if (tp_.size == 1)
     a.loss = pass.k().SoftmaxCrossEntropyForward(a[kProbs], mb.targets, N, vocab_, &a.counted);
-  else if (!Check(VocabParallelCrossEntropy(pass.k(), tp_, a[kProbs], mb.targets, N, vocab_,
-                                            first_, mb.scratch, &a.loss, &a.counted)))
+  else if (!Check(VocabParallelCrossEntropy(pass.k(), tp_, a[kProbs], mb.targets, N, vocab_, first_,
+                                            mb.scratch, &a.loss, &a.counted, mb.loss_sum)))
     return;
   // Exactly 0 (the exponential's floor leaves ~1e-38): no gradient reaches the padding.
   if (padded) pass.k().FillColumns(a[kProbs], N, vocab_, valid_, T(0));

@@ -56,6 +56,7 @@ class LmHead final : public Layer<T> {
   void BackwardWeight(const T *in, const LayerActivations<T> &act,
                       const LayerActivations<T> &deferred, const MicroBatch<T> &mb) override;
   bool IsLoss() const override { return true; }
+  bool DefersLoss() const override { return true; }
   ModuleSet Modules() const override { return {NormModule(), OutputModule()}; }
   double ForwardFlops(int64_t B, int64_t seq) const override;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "core/layers/tp_linear.h"
 #include "core/model/family.h"
@@ -355,6 +356,28 @@ Model<T>::Model(const ModelSpec &spec, const ActivationLimits &limits, MemoryTra
   grad_a_ = Buffer<T>(tracker, act, limits.max_rows() * needs.max_width, memory);
   grad_b_ = Buffer<T>(tracker, act, limits.max_rows() * needs.max_width, memory);
   scratch_ = Buffer<T>(tracker, act, needs.max_scratch, memory);
+  // One double next to the kernels (not charged: below any block the
+  // estimate counts).
+  if (defers_loss()) loss_sum_ = Buffer<double>(nullptr, act, 1, memory);
+}
+
+template <typename T>
+void Model<T>::ZeroLossSum() {
+  if (!loss_sum_.data()) return;
+  static_assert(sizeof(double) % sizeof(T) == 0);
+  kernels_->Zero(int64_t(sizeof(double) / sizeof(T)), reinterpret_cast<T *>(loss_sum_.data()));
+}
+
+template <typename T>
+Result<double> Model<T>::ReadLossSum() {
+  if (!loss_sum_.data()) return 0.0;
+  double sum = 0;
+  if (MemoryResource *memory = loss_sum_.resource())
+    memory->Download(&sum, loss_sum_.data(), sizeof sum);  // the step's one wait for its losses
+  else
+    sum = loss_sum_[0];
+  DST_RETURN_IF_ERROR(kernels_->TakeError());
+  return sum;
 }
 
 // The output buffer belongs to the activation store (const only to its readers).
@@ -446,7 +469,11 @@ Status Model<T>::ForwardLayer(size_t i, int64_t slot, const T *in, MicroBatch<T>
                               LayerHooks *hooks, LayerPass pass) {
   LayerActivations<T> &act = activations_.at(slot, i);
   if (kv_cache_) mb.kv = kv_cache_->layer(i);
+  // A recomputed loss layer must not add its loss to the step's sum again.
+  double *const loss_sum =
+      std::exchange(mb.loss_sum, pass == LayerPass::kRecompute ? nullptr : mb.loss_sum);
   Timed(timer_, pass, i, mb.rows(), [&] { layers_[i]->Forward(in, act, mb); });
+  mb.loss_sum = loss_sum;
   DST_RETURN_IF_ERROR(TakeErrors(i));
   const bool rounded = activations_.AfterForward(slot, i, *kernels_, mb.backward_follows);
   if (!rounded && layers_[i]->OutWidth() > 0 && !fp32_layers_[i])

@@ -175,8 +175,18 @@ class Model {
   Status BackwardInput(int64_t slot, LayerRange range, T *dout, T *din, MicroBatch<T> &mb,
                        LayerHooks *hooks);
   Status BackwardWeight(int64_t slot, LayerRange range, MicroBatch<T> &mb, LayerHooks *hooks);
-  // The loss the slot's last forward through the loss layer computed.
+  // The loss the slot's last forward through the loss layer computed (NaN
+  // when it went into the loss sum: MicroBatch::loss_sum).
   double Loss(int64_t slot) const { return activations_.at(slot, layers_.size() - 1).loss; }
+  // The loss layer adds each micro-batch's mean loss into one double where
+  // the kernels run (loss_sum(), for MicroBatch::loss_sum) when it
+  // DefersLoss: the engine's programs zero it as a step begins and read it
+  // once (a host wait on a device) as it ends, instead of after every
+  // micro-batch's forward.
+  bool defers_loss() const { return has_loss() && layers_.back()->DefersLoss(); }
+  double *loss_sum() { return loss_sum_.data(); }  // null unless defers_loss()
+  void ZeroLossSum();
+  Result<double> ReadLossSum();
 
   // Every layer, slot 0: returns the micro-batch's mean loss.
   Result<double> Forward(MicroBatch<T> &mb, LayerHooks *hooks = nullptr);
@@ -289,6 +299,7 @@ class Model {
   std::vector<const T *> range_input_;  // [slot] the external input of the slot's forward
   Buffer<T> grad_a_, grad_b_;           // [max_rows, max width] ping-pong input/output gradients
   Buffer<T> scratch_;                   // [max over layers of ScratchSize]
+  Buffer<double> loss_sum_;             // [1] defers_loss(): the step's summed losses
 };
 
 }  // namespace dst

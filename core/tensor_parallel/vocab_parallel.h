@@ -18,11 +18,14 @@ namespace dst {
 // probabilities of those columns. targets: [rows] in [0, tp x V) or -1
 // (ignored). scratch: at least (tp + 2) x rows elements. *loss: the mean
 // negative log-likelihood over counted rows (the same on every rank);
-// *counted: the rows not ignored.
+// *counted: the rows not ignored. With `loss_sum` (one double where the
+// kernels run) the mean is added there instead and *loss, *counted are left
+// alone (MicroBatch::loss_sum).
 // The three passes run as kernels of `k` (kernels.h).
 template <typename T>
 Status VocabParallelCrossEntropy(const Kernels<T> &k, const TensorParallelGroup &tp, T *logits,
                                  const int32_t *targets, int64_t rows, int64_t V, int64_t first,
-                                 T *scratch, double *loss, int64_t *counted);
+                                 T *scratch, double *loss, int64_t *counted,
+                                 double *loss_sum = nullptr);
 
 }  // namespace dst

@@ -252,6 +252,38 @@ TEST(CudaKernelBackend, The16BitStashMatchesTheCpuBitForBit) {
   }
 }
 
+// The deferred loss forwards add the returning forwards' means into one
+// device double, two micro-batches' worth (an ignored target included); no
+// host wait until the sum is read.
+TEST(CudaKernelBackend, DeferredLossesAddTheMeansOnTheDevice) {
+  DST_DEVICE_OR_SKIP(d);
+  const int64_t rows = 300, V = 1000;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(size_t(rows * V));
+  for (float &v : logits) v = normal(rng);
+  std::vector<int32_t> targets(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) targets[size_t(r)] = int32_t(rng() % uint32_t(V));
+  targets[7] = kIgnoredTarget;
+  DeviceMemory device(*d.runtime, *d.stream, 16 << 20);
+  const int32_t *dt = device.TakeCopy(targets);
+  double *sum = device.Take<double>(1);
+  device.Zero(sum, sizeof(double));
+  double want = 0;
+  for (int pass = 0; pass < 2; ++pass) {  // the returning forward, then the deferred one
+    float *a = device.TakeCopy(logits), *b = device.TakeCopy(logits);
+    int64_t counted = 0;
+    want += d.kernels->SoftmaxCrossEntropyForward(a, dt, rows, V, &counted);
+    EXPECT_EQ(counted, rows - 1);
+    d.kernels->SoftmaxCrossEntropyForwardInto(b, dt, rows, V, sum);
+  }
+  double got = 0;
+  device.Download(&got, sum, sizeof got);
+  ASSERT_TRUE(d.kernels->TakeError().ok());
+  ASSERT_TRUE(device.status().ok()) << device.status().message();
+  EXPECT_NEAR(got, want, 1e-9 * std::fabs(want));
+}
+
 // A failed call is kept and named (the first one), then cleared.
 TEST(CudaKernelBackend, AFailedCallIsNamedOnce) {
   DST_DEVICE_OR_SKIP(d);

@@ -7,7 +7,8 @@ by the compute stream, never by the host, between two backward kernels (a
 micro-batch's forward reads its loss, which is a host wait of its own); ZeRO-Offload's gradients are queued for the host as the
 backward's reductions complete, before the step's first host wait after it
 (the gradient norm), on a copy stream of their own (no backward kernel
-waits for them), and the step waits for them before its update."""
+waits for them), and the step waits for them before its update; and the
+micro-batches' losses are summed on the device and read once a step."""
 import json
 import os
 
@@ -85,6 +86,31 @@ def test_the_host_never_waits_for_a_collective_during_the_backward(
         assert collectives, f"rank {rank}: no collective during the backward"
         assert any(line == "stream-wait " for line in trace[first:last + 1]), rank
         assert waits_inside_backward_passes(trace, first, last) == [], rank
+
+
+LOSS_KERNELS = ("kernel SoftmaxCrossEntropyForwardInto", "kernel NormalizeAndNllInto")
+
+
+@pytest.mark.parametrize("ranks,layout,stage", [
+    (2, {}, 2),
+    (2, {"tensor_parallel": {"tp_size": 2}}, 0),
+    (2, {"pipeline_parallel": {"pp_size": 2}, "train_batch_size": 16}, 0),
+], ids=["dp2-zero2", "tp2", "pp2-1f1b"])
+def test_the_loss_is_read_once_per_step(
+        dstrain, job, tmp_path, monkeypatch, ranks, layout, stage):  # noqa: F811
+    """Each micro-batch's loss goes into the step's sum on the device: from the
+    step's first forward kernel to its last backward kernel the rank that
+    computes the loss never waits on the host (no read-back per micro-batch)."""
+    traces = traced_run(dstrain, job, tmp_path, monkeypatch, ranks, layout, stage)
+    loss_ranks = [ranks - 1] if "pipeline_parallel" in layout else range(ranks)
+    for rank in loss_ranks:
+        trace = traces[rank]
+        first, last = first_backward_window(trace)
+        start = next(i for i, line in enumerate(trace)
+                     if line.startswith("kernel ") and "Forward" in line)
+        losses = [i for i in range(start, last + 1) if trace[i] in LOSS_KERNELS]
+        assert len(losses) >= 2, (rank, "expected several micro-batches' losses in the step")
+        assert host_waits(trace, start, last) == [], rank
 
 
 def test_offloaded_gradients_are_queued_during_the_backward(

@@ -42,6 +42,7 @@ Status ScopeError() {
   if constexpr (requires { Scope::TakeError(); }) return Scope::TakeError();
   return Status::Ok();
 }
+static_assert(cpu::kIgnoreIndex == kIgnoredTarget);
 inline constexpr double kNoValue = std::numeric_limits<double>::quiet_NaN();
 
 template <typename T, typename Scope = NoScope>
@@ -325,6 +326,12 @@ class CpuKernels final : public Kernels<T> {
     if (!HostWaitReady<Scope>()) return *counted = 0, kNoValue;
     return double(cpu::SoftmaxCrossEntropyForward(logits, targets, rows, V, counted));
   }
+  void SoftmaxCrossEntropyForwardInto(T *logits, const int32_t *targets, int64_t rows, int64_t V,
+                                      double *loss_sum) const override {
+    Scope s("SoftmaxCrossEntropyForwardInto");
+    int64_t counted = 0;
+    *loss_sum += double(cpu::SoftmaxCrossEntropyForward(logits, targets, rows, V, &counted));
+  }
   void SoftmaxCrossEntropyBackward(const T *probs, const int32_t *targets, int64_t rows, int64_t V,
                                    int64_t counted, T grad_scale, T *dlogits,
                                    int64_t first) const override {
@@ -358,6 +365,30 @@ class CpuKernels final : public Kernels<T> {
                          const int32_t *targets, int64_t *counted) const override {
     Scope s("NormalizeAndNll");
     if (!HostWaitReady<Scope>()) return *counted = 0, kNoValue;
+    return NormalizedNll(logits, rows, V, sums, target_exp, targets, counted);
+  }
+  void NormalizeAndNllInto(T *logits, int64_t rows, int64_t V, const T *sums, const T *target_exp,
+                           const int32_t *targets, double *loss_sum) const override {
+    Scope s("NormalizeAndNllInto");
+    int64_t counted = 0;
+    *loss_sum += NormalizedNll(logits, rows, V, sums, target_exp, targets, &counted);
+  }
+  double MseForward(const T *pred, const T *labels, int64_t n) const override {
+    Scope s("MseForward");
+    if (!HostWaitReady<Scope>()) return kNoValue;
+    return double(cpu::MseForward(pred, labels, n));
+  }
+  void MseBackward(const T *pred, const T *labels, int64_t n, T grad_scale, T *dpred,
+                   int64_t mean_over) const override {
+    Scope s("MseBackward");
+    cpu::MseBackward(pred, labels, n, grad_scale, dpred, mean_over);
+  }
+
+ private:
+  // logits /= sums row-wise; the mean of -log(target_exp / sums) over the
+  // counted targets.
+  static double NormalizedNll(T *logits, int64_t rows, int64_t V, const T *sums,
+                              const T *target_exp, const int32_t *targets, int64_t *counted) {
     double nll = 0;
     int64_t n = 0;
     for (int64_t r = 0; r < rows; ++r) {
@@ -371,16 +402,6 @@ class CpuKernels final : public Kernels<T> {
     }
     *counted = n;
     return n > 0 ? nll / double(n) : 0.0;
-  }
-  double MseForward(const T *pred, const T *labels, int64_t n) const override {
-    Scope s("MseForward");
-    if (!HostWaitReady<Scope>()) return kNoValue;
-    return double(cpu::MseForward(pred, labels, n));
-  }
-  void MseBackward(const T *pred, const T *labels, int64_t n, T grad_scale, T *dpred,
-                   int64_t mean_over) const override {
-    Scope s("MseBackward");
-    cpu::MseBackward(pred, labels, n, grad_scale, dpred, mean_over);
   }
 };
 

@@ -4,7 +4,7 @@
  * core/device/cuda_kernels.h's Kernels<float>. Every pointer is device
  * memory of the context's device; every kernel is queued on the context's
  * stream (the host does not wait) except where a result comes back to the
- * host (the losses), which waits for the stream. Each call returns 0 or an
+ * host (the losses' plain forwards), which waits for the stream. Each call returns 0 or an
  * error code that error_string names (CUDA's cudaError_t values, and
  * DST_CUDA_BLAS_ERROR + a cuBLAS status). The table grows at the end only.
  *
@@ -171,6 +171,12 @@ typedef struct DstCudaKernelTable {
                                    float *att, float *y);
   int (*attention_backward_general)(void *ctx, const float *dy, const float *qkv,
                                     const float *att, const DstCudaAttentionShape *s, float *dqkv);
+  /* The two loss forwards with the host not waiting: the mean over the
+   * counted rows added to *loss_sum (one double of device memory). */
+  int (*cross_entropy_forward_into)(void *ctx, float *logits, const int32_t *targets, long rows,
+                                    long V, double *loss_sum);
+  int (*normalize_and_nll_into)(void *ctx, float *logits, long rows, long V, const float *sums,
+                                const float *target_exp, const int32_t *targets, double *loss_sum);
 } DstCudaKernelTable;
 
 /* Whether the attention entries take the fused kernel (online softmax, no

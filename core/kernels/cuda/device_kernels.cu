@@ -165,6 +165,17 @@ __device__ void StoreBlockSum(double sum, double *partial) {
   }
   if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
 }
+// *loss_sum += the mean of the row terms nll [rows] over counted [rows] (0
+// when none counts): one block of 256 threads in a fixed order, the same
+// bits run to run.
+__global__ void AddMeanOfRowTermsKernel(const float *terms, long rows, double *loss_sum) {
+  double nll = 0, n = 0;
+  for (long r = threadIdx.x; r < rows; r += blockDim.x) nll += terms[r], n += terms[rows + r];
+  __shared__ double total[2];
+  StoreBlockSum(nll, total);
+  StoreBlockSum(n, total + 1);
+  if (threadIdx.x == 0 && total[1] > 0) *loss_sum += total[0] / total[1];
+}
 // partial[block] = sum of (pred - labels)^2 in double over the block's elements.
 __global__ void SquaredErrorKernel(const float *pred, const float *labels, long n,
                                    double *partial) {
@@ -663,6 +674,28 @@ int CrossEntropyForward(void *ctx, float *logits, const int32_t *targets, long r
   return SumRowTerms(c, terms, rows, loss, counted);
 }
 
+// The row terms `launch` wrote into the context's array, their mean added
+// to *loss_sum on the device.
+template <typename Launch>
+int AddRowTermsMean(Context &c, long rows, double *loss_sum, Launch launch) {
+  if (rows == 0) return 0;
+  float *terms = nullptr;
+  if (cudaError_t e = TakeArray(c, kRowTerms, size_t(2 * rows), &terms)) return e;
+  launch(terms);
+  if (int e = Launched()) return e;
+  AddMeanOfRowTermsKernel<<<1, 256, 0, c.stream>>>(terms, rows, loss_sum);
+  return Launched();
+}
+
+int CrossEntropyForwardInto(void *ctx, float *logits, const int32_t *targets, long rows, long V,
+                            double *loss_sum) {
+  DST_ENTER(ctx);
+  return AddRowTermsMean(c, rows, loss_sum, [&](float *terms) {
+    CrossEntropyForwardKernel<<<unsigned(rows), 256, 0, c.stream>>>(logits, targets, V, logits,
+                                                                    terms, terms + rows);
+  });
+}
+
 int CrossEntropyBackward(void *ctx, const float *probs, const int32_t *targets, long rows, long V,
                          long counted, float grad_scale, float *dlogits, long first) {
   DST_ENTER(ctx);
@@ -699,6 +732,15 @@ int NormalizeAndNll(void *ctx, float *logits, long rows, long V, const float *su
                                                               terms, terms + rows);
   if (int e = Launched()) return e;
   return SumRowTerms(c, terms, rows, loss, counted);
+}
+
+int NormalizeAndNllInto(void *ctx, float *logits, long rows, long V, const float *sums,
+                        const float *target_exp, const int32_t *targets, double *loss_sum) {
+  DST_ENTER(ctx);
+  return AddRowTermsMean(c, rows, loss_sum, [&](float *terms) {
+    NormalizeAndNllKernel<<<unsigned(rows), 256, 0, c.stream>>>(logits, V, sums, target_exp,
+                                                                targets, terms, terms + rows);
+  });
 }
 
 // The per-block partial sums `launch` wrote into `partial` [blocks], summed
@@ -859,5 +901,7 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_kernels(
   t->silu_mul_backward = k::SiluMulBackward;
   t->attention_forward_general = k::AttentionForwardGeneral;
   t->attention_backward_general = k::AttentionBackwardGeneral;
+  t->cross_entropy_forward_into = k::CrossEntropyForwardInto;
+  t->normalize_and_nll_into = k::NormalizeAndNllInto;
   return 0;
 }
