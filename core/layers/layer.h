@@ -62,7 +62,7 @@ struct MicroBatch {
   // Set (with `counted`, the targets not ignored, counted on the host): a
   // loss layer that DefersLoss adds its mean loss into *loss_sum (one double
   // where the kernels run) instead of reading it back, so the host does not
-  // wait for each micro-batch's forward (Model::TakeLossSum reads the sum).
+  // wait for each micro-batch's forward (Model::ReadLossSum reads the sum).
   double *loss_sum = nullptr;
   int64_t counted = 0;
   int64_t rows() const { return B * seq; }
