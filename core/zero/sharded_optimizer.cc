@@ -121,9 +121,11 @@ void ShardedOptimizer::Attach(GradientSync *grads) {
   if (!host_grads_.empty()) grads->SetObserver(this);
 }
 
-// Waits for the gathers in flight before the buffers they use go away.
+// Waits for the gathers in flight before the buffers they use go away, and
+// for the backward's copies down (a skipped step never waited for them).
 ShardedOptimizer::~ShardedOptimizer() {
   params_.reset();
+  if (!host_grads_.empty()) shards_.placement.memory->WaitCopy(grads_down_);
 }
 
 bool ShardedOptimizer::BeginGradients() {
