@@ -25,6 +25,15 @@ pytestmark = pytest.mark.test_hooks
 BACKWARD = "Backward"  # every backward kernel's name has it (LinearBackward, ...)
 
 
+# Two ranks as data parallelism at ZeRO 2, tensor parallelism, a 1F1B pipeline.
+LAYOUTS = [
+    (2, {}, 2),
+    (2, {"tensor_parallel": {"tp_size": 2}}, 0),
+    (2, {"pipeline_parallel": {"pp_size": 2}, "train_batch_size": 16}, 0),
+]
+LAYOUT_IDS = ["dp2-zero2", "tp2", "pp2-1f1b"]
+
+
 def traced_run(dstrain, job, tmp_path, monkeypatch, ranks, layout, stage=0):  # noqa: F811
     config = json.loads(write_config(tmp_path, "dev.json", "cuda", stage, 4).read_text())
     config.update(layout)
@@ -72,11 +81,7 @@ def waits_inside_backward_passes(trace, first, last):
     return found
 
 
-@pytest.mark.parametrize("ranks,layout,stage", [
-    (2, {}, 2),
-    (2, {"tensor_parallel": {"tp_size": 2}}, 0),
-    (2, {"pipeline_parallel": {"pp_size": 2}, "train_batch_size": 16}, 0),
-], ids=["dp2-zero2", "tp2", "pp2-1f1b"])
+@pytest.mark.parametrize("ranks,layout,stage", LAYOUTS, ids=LAYOUT_IDS)
 def test_the_host_never_waits_for_a_collective_during_the_backward(
         dstrain, job, tmp_path, monkeypatch, ranks, layout, stage):  # noqa: F811
     traces = traced_run(dstrain, job, tmp_path, monkeypatch, ranks, layout, stage)
@@ -91,11 +96,7 @@ def test_the_host_never_waits_for_a_collective_during_the_backward(
 LOSS_KERNELS = ("kernel SoftmaxCrossEntropyForwardInto", "kernel NormalizeAndNllInto")
 
 
-@pytest.mark.parametrize("ranks,layout,stage", [
-    (2, {}, 2),
-    (2, {"tensor_parallel": {"tp_size": 2}}, 0),
-    (2, {"pipeline_parallel": {"pp_size": 2}, "train_batch_size": 16}, 0),
-], ids=["dp2-zero2", "tp2", "pp2-1f1b"])
+@pytest.mark.parametrize("ranks,layout,stage", LAYOUTS, ids=LAYOUT_IDS)
 def test_the_loss_is_read_once_per_step(
         dstrain, job, tmp_path, monkeypatch, ranks, layout, stage):  # noqa: F811
     """Each micro-batch's loss goes into the step's sum on the device: from the
