@@ -6,7 +6,8 @@ Model (--family): GPT 6 layers, 6 heads, d_model 384, n_ctx 256, vocab 256,
 micro-batch 8, AdamW; llama: the same width with 2 key/value heads,
 RMSNorm, rotary embeddings and a SwiGLU MLP of 1024 features (LLaMA's 8/3
 d_model), the head untied; bloom: the same width with ALiBi and the
-embedding LayerNorm. PyTorch runs tests/python/torch_gpt.py or
+embedding LayerNorm (--layers and --width change the depth and the width:
+heads of 64). PyTorch runs tests/python/torch_gpt.py or
 torch_families.py (Hugging Face's formulas). For each thread count: the fp32 GEMM peak of dstrain's GEMM backend and of
 OpenBLAS, and the bf16 GEMM peak where the CPU has AVX512-BF16 (bench/sgemm_peak); then per precision (fp32; bf16 = dstrain
 bf16.enabled vs PyTorch's bf16 autocast) dstrain tokens/s (bench/bench_gpt_dstrain,
@@ -56,6 +57,18 @@ FAMILIES = {
 }
 MICRO_BATCH = 8
 ADAMW = {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}
+
+
+def with_width(family, width):
+    """The family's width keys for d_model `width`: heads of 64; LLaMA's
+    key/value heads a third of the heads and its MLP 8/3 of the width."""
+    heads = width // 64
+    if family == "gpt":
+        return {"d_model": width, "n_head": heads}
+    if family == "llama":
+        return {"hidden_size": width, "num_attention_heads": heads,
+                "num_key_value_heads": heads // 3, "intermediate_size": 8 * width // 3}
+    return {"hidden_size": width, "n_head": heads}
 
 
 def ds_config(threads, precision="fp32"):
@@ -231,6 +244,9 @@ def main():
                     help="the decoder family (default gpt)")
     ap.add_argument("--layers", type=int, default=6,
                     help="transformer blocks (default 6; 24 = the deep shape)")
+    ap.add_argument("--width", type=int, default=384,
+                    help="d_model, a multiple of 192 (default 384); heads of 64, LLaMA's key/value "
+                    "heads a third of them and its MLP 8/3 of the width")
     ap.add_argument("--repeats", type=int, default=1,
                     help="interleaved dstrain/torch runs per row; median [min-max] (default 1)")
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
@@ -244,6 +260,10 @@ def main():
     MODEL = dict(FAMILIES[args.family])
     MODEL[{"gpt": "n_layer", "llama": "num_hidden_layers", "bloom": "n_layer"}[args.family]] = \
         args.layers
+    if args.width % 192 or args.width <= 0:
+        sys.exit(f"bench_gpt.py: --width {args.width}: use a positive multiple of 192 (heads of "
+                 "64, LLaMA's key/value heads a third of them)")
+    MODEL.update(with_width(args.family, args.width))
     if args.torch_worker:
         args.threads = int(args.threads)
         torch_worker(args)
@@ -288,7 +308,7 @@ def main():
                 torch_cmd = [
                     sys.executable, __file__, "--torch-worker", "--threads", str(n),
                     "--precision", precision, "--layers", str(args.layers),
-                    "--family", args.family,
+                    "--family", args.family, "--width", str(args.width),
                     "--warmup", str(args.warmup), "--steps", str(args.steps),
                 ]  # fmt: skip
                 runs = {"dst": [], "torch": [], "tuned": []}
