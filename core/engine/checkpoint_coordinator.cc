@@ -3,6 +3,9 @@
 //   zero_rank_<r>.safetensors  the flat pieces [begin, end) of the optimizer state
 //                              (and, at ZeRO-3 across ranks, of the weights) that
 //                              rank r held; at stage 0 rank 0 writes the whole state
+//   own_state_rank_<r>.safetensors  rank r's own state (core/zero/own_state.h:
+//                              compression residuals, 1-bit errors), by name;
+//                              restored only by a load in the same layout
 //   meta.json                  config, topology, step, optimizer, LR schedule, RNG,
 //                              client state, "shards", every file's checksum
 // Any layout (dp, tp, pp, ZeRO stage, precision) loads any checkpoint of the
@@ -136,7 +139,39 @@ Json CheckpointCoordinator::CheckpointMeta(const Json &client) const {
                       {"tp_size", view_.config->tp_size},
                       {"pp_size", view_.pp_size},
                       {"zero_stage", view_.dp->stage()}};
+  if (!view_.dp->OwnStateBuffers().empty()) meta["own_state_layout"] = OwnStateLayout();
   return meta;
+}
+
+Json CheckpointCoordinator::OwnStateLayout() const {
+  const Json config = Json::parse(view_.config->resolved_json);
+  return {{"world_size", view_.env.world_size},
+          {"dp_size", view_.config->dp_size},
+          {"tp_size", view_.config->tp_size},
+          {"pp_size", view_.pp_size},
+          {"zero_stage", view_.dp->stage()},
+          {"precision", DTypeName(view_.config->precision())},
+          {"optimizer", view_.dp->optimizer().Name()},
+          {"gradient_compression", config.value("gradient_compression", Json())}};
+}
+
+Status CheckpointCoordinator::WriteOwnStateFile(const std::string &dir, const std::string &tag,
+                                                std::vector<WrittenFile> *written,
+                                                Json *own_states) {
+  const OwnState own = view_.dp->OwnStateBuffers();
+  if (own.empty()) return Status::Ok();
+  const std::string name = "own_state_rank_" + std::to_string(view_.env.rank) + ".safetensors";
+  CheckpointFile file{name, {}, {}};
+  Json tensors = Json::object();
+  for (const OwnStateBuffer &b : own) {
+    file.tensors.push_back({b.name, TensorDType::kF32, {b.numel}, b.data});
+    tensors[b.name] = b.numel;
+  }
+  Result<WrittenFile> w = WriteStagedFile(dir, tag, file);
+  if (!w.ok()) return w.status();
+  written->push_back(w.value());
+  own_states->push_back({{"rank", view_.env.rank}, {"file", name}, {"tensors", tensors}});
+  return Status::Ok();
 }
 
 // This rank's files in the staging directory: the shard file with the state
@@ -353,8 +388,9 @@ Status CheckpointCoordinator::Save(const std::string &dir, const std::string &ta
 
   // 2. Every rank writes (and fsyncs) its own files.
   std::vector<WrittenFile> written;
-  Json shards = Json::array();
+  Json shards = Json::array(), own_states = Json::array();
   Status own = WriteOwnCheckpointFiles(dir, tag, &written, &shards);
+  if (own.ok()) own = WriteOwnStateFile(dir, tag, &written, &own_states);
   Json meta = CheckpointMeta(client);
   if (!multi) {
     if (!own.ok()) {
@@ -364,12 +400,14 @@ Status CheckpointCoordinator::Save(const std::string &dir, const std::string &ta
     // The weights are in the store (NVMe), not in memory: consolidated.
     DST_RETURN_IF_ERROR(AddConsolidatedWeights(dir, tag, shards, &written));
     meta["shards"] = shards;
+    if (!own_states.empty()) meta["own_states"] = own_states;
     return CommitStaging(dir, tag, written, meta);
   }
   Json files = Json::array();
   for (const WrittenFile &f : written) files.push_back(WrittenFileJson(f));
-  DST_RETURN_IF_ERROR(PostReport(*view_.store, CheckpointKeyPrefix("written"),
-                                 {view_.env.rank, own, {{"files", files}, {"shards", shards}}}));
+  DST_RETURN_IF_ERROR(PostReport(
+      *view_.store, CheckpointKeyPrefix("written"),
+      {view_.env.rank, own, {{"files", files}, {"shards", shards}, {"own_states", own_states}}}));
 
   // 3. Rank 0 collects every rank's files, consolidates ZeRO-3 weights, and
   //    commits; the others learn the outcome.
@@ -399,13 +437,15 @@ Status CheckpointCoordinator::CollectAndCommit(const std::string &dir, const std
     return st.context("save_checkpoint (the previous checkpoint is unchanged)");
   }
   std::vector<WrittenFile> files;
-  Json shards = Json::array();
+  Json shards = Json::array(), own_states = Json::array();
   for (const RankReport &r : reports.value()) {
     for (const Json &f : r.payload.at("files")) files.push_back(WrittenFileFrom(f));
     for (const Json &s : r.payload.at("shards")) shards.push_back(s);
+    for (const Json &s : r.payload.value("own_states", Json::array())) own_states.push_back(s);
   }
   DST_RETURN_IF_ERROR(AddConsolidatedWeights(dir, tag, shards, &files));
   meta["shards"] = shards;
+  if (!own_states.empty()) meta["own_states"] = own_states;
   return CommitStaging(dir, tag, files, std::move(meta));
 }
 
@@ -422,6 +462,10 @@ struct CheckpointCoordinator::PreparedLoad {
   std::vector<float> per_tensor;  // the optimizer's per-tensor values (1-bit LAMB)
   LossScaler scaler;              // this config's scaler with the saved state (fp16)
   Json client_state;
+  // This rank's own state as saved, in OwnStateBuffers' order; empty: it
+  // starts afresh (own_note: why, when the rank has any).
+  std::vector<std::vector<float>> own;
+  std::string own_note;
   explicit PreparedLoad(const LossScaler &current) : scaler(current) {}
 };
 
@@ -574,9 +618,53 @@ Status CheckpointCoordinator::PrepareLoad(const std::string &dir, const std::str
                                          out->states[k].data() + (seg.local.begin - want.begin))
                                 .context(where));
     }
+    DST_RETURN_IF_ERROR(PrepareOwnState(&ckpt, out));
   } catch (const Json::exception &e) {
     return CheckpointError(where + "/meta.json is missing fields or has wrong types (" + e.what() +
                            ")");
+  }
+  return Status::Ok();
+}
+
+Status CheckpointCoordinator::PrepareOwnState(LoadedCheckpoint *ckpt, PreparedLoad *out) const {
+  const OwnState mine = view_.dp->OwnStateBuffers();
+  if (mine.empty()) return Status::Ok();
+  const Json &meta = ckpt->meta;
+  if (!meta.contains("own_states")) {
+    out->own_note = "the checkpoint holds no per-rank state";
+    return Status::Ok();
+  }
+  if (meta.value("own_state_layout", Json()) != OwnStateLayout()) {
+    out->own_note =
+        "the checkpoint was saved in another layout or with other compression "
+        "settings";
+    return Status::Ok();
+  }
+  const Json *entry = nullptr;
+  for (const Json &e : meta.at("own_states"))
+    if (e.at("rank").get<int64_t>() == view_.env.rank) entry = &e;
+  const std::string where = ckpt->path + "/meta.json";
+  if (entry == nullptr)
+    return CheckpointError(where + " lists no own state of rank " + std::to_string(view_.env.rank) +
+                           " although it was saved in this layout: the checkpoint is incomplete");
+  Json expected = Json::object();
+  for (const OwnStateBuffer &b : mine) expected[b.name] = b.numel;
+  if (entry->at("tensors") != expected) {
+    out->own_note = "its per-rank state has other buffers (" + entry->at("tensors").dump() +
+                    ") than this run's (" + expected.dump() + ")";
+    return Status::Ok();
+  }
+  const std::string file = entry->at("file").get<std::string>();
+  DST_RETURN_IF_ERROR(LoadCheckpointFile(ckpt, file));
+  const SafetensorsFile &saved = ckpt->files.at(file);
+  for (const OwnStateBuffer &b : mine) {
+    auto t = saved.tensors.find(b.name);
+    if (t == saved.tensors.end() || t->second.dtype != TensorDType::kF32 ||
+        t->second.numel() != b.numel)
+      return CheckpointError(ckpt->path + "/" + file + " has no F32 \"" + b.name + "\" of " +
+                             std::to_string(b.numel) +
+                             " elements, which meta.json lists: the checkpoint is inconsistent");
+    out->own.emplace_back(t->second.f32(), t->second.f32() + b.numel);
   }
   return Status::Ok();
 }
@@ -628,6 +716,18 @@ Status CheckpointCoordinator::Load(const std::string &dir, const std::string &ta
   if (!view_.dp->optimizer().PerTensorScalars().empty())
     DST_RETURN_IF_ERROR(view_.dp->optimizer().SetPerTensorScalars(prepared.per_tensor));
   DST_RETURN_IF_ERROR(view_.dp->ParamsChanged());
+  if (prepared.own.empty()) {
+    view_.dp->ResetOwnState();
+    if (!prepared.own_note.empty())
+      DST_LOG(kInfo, "checkpoint",
+              "load: this rank's own state (compression residuals, 1-bit errors, update "
+              "compression's moments) starts afresh: " +
+                  prepared.own_note);
+  } else {
+    const OwnState own = view_.dp->OwnStateBuffers();
+    for (size_t i = 0; i < own.size(); ++i)
+      std::memcpy(own[i].data, prepared.own[i].data(), size_t(own[i].numel) * sizeof(float));
+  }
   if (client_state_json) *client_state_json = prepared.client_state.dump();
   return Status::Ok();
 }

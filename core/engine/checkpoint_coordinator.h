@@ -82,6 +82,17 @@ class CheckpointCoordinator {
   nlohmann::json CheckpointMeta(const nlohmann::json &client) const;
   Status WriteOwnCheckpointFiles(const std::string &dir, const std::string &tag,
                                  std::vector<WrittenFile> *written, nlohmann::json *shards);
+  // This rank's own state (DataParallelism::OwnStateBuffers), when it has
+  // any: own_state_rank_<r>.safetensors, and its entry for meta.json's
+  // "own_states".
+  Status WriteOwnStateFile(const std::string &dir, const std::string &tag,
+                           std::vector<WrittenFile> *written, nlohmann::json *own_states);
+  // What must be equal for a rank's own state to mean the same after a load:
+  // the topology, the precision, the optimizer type and gradient_compression.
+  nlohmann::json OwnStateLayout() const;
+  // Reads this rank's own state when the checkpoint was saved in this layout
+  // (else the load starts it afresh, and `own_note` says why).
+  Status PrepareOwnState(LoadedCheckpoint *ckpt, PreparedLoad *out) const;
   Result<WrittenFile> ConsolidateWeights(const std::string &dir, const std::string &tag,
                                          const nlohmann::json &shards);
   // Unless HoldsEveryWeight: ConsolidateWeights into `files` (aborting the staging on failure).

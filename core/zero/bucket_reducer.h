@@ -47,6 +47,7 @@ class BucketReducer {
   const std::vector<GradBucket> &buckets() const { return buckets_; }
   // Null without compression.
   const GradCompressor *compressor() const { return compressor_.get(); }
+  GradCompressor *compressor() { return compressor_.get(); }
   // A step begins: nothing in flight, no bucket launched.
   Status Reset();
   // Backward has finished every gradient at offsets >= boundary: launches

@@ -119,6 +119,16 @@ Result<std::unique_ptr<Work>> GradCompressor::Launch(int slot, const void *data,
   return comm_->AllGather(reinterpret_cast<float *>(gather), stride / 4);
 }
 
+void GradCompressor::AppendOwnState(const std::string &prefix, OwnState *out) {
+  AppendOwnBuffer(prefix + "residual", residual_, out);
+  AppendOwnBuffer(prefix + "velocity", velocity_, out);
+}
+
+void GradCompressor::ResetOwnState() {
+  ZeroOwnBuffer(residual_);
+  ZeroOwnBuffer(velocity_);
+}
+
 void GradCompressor::VelocityInPlace(void *data, int64_t begin, int64_t n) {
   if (!velocity_.data()) return;
   float *value = value_.data();

@@ -10,17 +10,19 @@
 // The residual is per rank and persists across steps (optimizer-state
 // memory, fp32, the whole padded buffer); a step with a non-finite bucket
 // (an fp16 overflow, skipped by the loss scaler) leaves that bucket's
-// residual unchanged. Residuals are not checkpointed: a resumed run starts
-// them at zero.
+// residual unchanged. It is the rank's own state (own_state.h): checkpoints
+// keep it for a load into the same layout.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "core/comm/communicator.h"
 #include "core/config/config.h"
 #include "core/runtime/memory.h"
 #include "core/zero/grad_codec.h"
+#include "core/zero/own_state.h"
 #include "core/zero/storage.h"
 
 namespace dst {
@@ -77,6 +79,10 @@ class GradCompressor {
 
   const CodecOptions &codec() const { return codec_; }
   const CompressionTotals &totals() const { return totals_; }
+  // The residual (and the velocity) as this rank's own state, names prefixed
+  // with `prefix`; ResetOwnState zeroes them.
+  void AppendOwnState(const std::string &prefix, OwnState *out);
+  void ResetOwnState();
 
  private:
   CodecOptions codec_;

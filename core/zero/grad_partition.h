@@ -98,6 +98,7 @@ class GradientPartition {
   void SetCompressed(bool compressed) { compressed_ = compressed; }
   // gradient_compression's sparse reduce-scatter (more than one rank), else null.
   const SparseReduceScatter *compressor() const { return sparse_.get(); }
+  SparseReduceScatter *compressor() { return sparse_.get(); }
 
  private:
   struct Pending {

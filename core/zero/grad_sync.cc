@@ -170,6 +170,12 @@ class BucketedSync final : public GradientSync {
   const CompressionTotals *compression_totals() const override {
     return buckets_->compressor() ? &buckets_->compressor()->totals() : nullptr;
   }
+  void AppendOwnState(OwnState *out) override {
+    if (GradCompressor *c = buckets_->compressor()) c->AppendOwnState("grad_compression.", out);
+  }
+  void ResetOwnState() override {
+    if (GradCompressor *c = buckets_->compressor()) c->ResetOwnState();
+  }
   const std::vector<GradBucket> &buckets() const override { return buckets_->buckets(); }
 
  private:
@@ -236,6 +242,12 @@ class PartitionedSync final : public GradientSync {
   }
   const CompressionTotals *compression_totals() const override {
     return grads_->compressor() ? &grads_->compressor()->totals() : nullptr;
+  }
+  void AppendOwnState(OwnState *out) override {
+    if (SparseReduceScatter *c = grads_->compressor()) c->AppendOwnState(out);
+  }
+  void ResetOwnState() override {
+    if (SparseReduceScatter *c = grads_->compressor()) c->ResetOwnState();
   }
 
  private:

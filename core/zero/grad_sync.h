@@ -29,6 +29,7 @@
 #include "core/zero/bucket_reducer.h"
 #include "core/zero/grad_codec.h"
 #include "core/zero/grad_partition.h"
+#include "core/zero/own_state.h"
 #include "core/zero/zero_shards.h"
 
 namespace dst {
@@ -92,6 +93,10 @@ class GradientSync : public LayerHooks {
   Status ReadGrad(int id, double factor, float *out) const;
 
   virtual const CompressionTotals *compression_totals() const = 0;
+  // gradient_compression's residuals and velocities: this rank's own state
+  // (own_state.h); ResetOwnState zeroes them.
+  virtual void AppendOwnState(OwnState *out) = 0;
+  virtual void ResetOwnState() = 0;
   virtual const std::vector<GradBucket> &buckets() const;
 
  protected:

@@ -100,8 +100,13 @@ CompressionMemory OneBitAllReduce::MemoryOf(const std::vector<int64_t> &numels, 
 }
 
 void OneBitAllReduce::ResetErrors() {
-  std::fill_n(worker_error_.data(), worker_error_.size(), 0.0f);
-  std::fill_n(server_error_.data(), server_error_.size(), 0.0f);
+  ZeroOwnBuffer(worker_error_);
+  ZeroOwnBuffer(server_error_);
+}
+
+void OneBitAllReduce::AppendOwnState(OwnState *out) {
+  AppendOwnBuffer("onebit.worker_error", worker_error_, out);
+  AppendOwnBuffer("onebit.server_error", server_error_, out);
 }
 
 void OneBitAllReduce::Compress(const float *data) {

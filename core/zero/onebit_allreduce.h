@@ -12,8 +12,9 @@
 //             s = ||y|| / sqrt(chunk); server_error = y - s sign(y)
 //   all-gather the servers' bits and scales: x = s_j sign over chunk j.
 // Every rank ends with the same values. The errors persist across calls
-// (optimizer-state memory); they are not checkpointed (DeepSpeed resets
-// them on load too).
+// (optimizer-state memory) and are this rank's own state (own_state.h): a
+// checkpoint keeps them for a load into the same layout, where DeepSpeed
+// resets them on every load.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +38,11 @@ class OneBitAllReduce {
 
   // data[span] of every tensor: this rank's values in, the compressed mean out.
   Status Run(float *data);
-  // The error feedback forgotten (a checkpoint was loaded).
+  // The error feedback forgotten (a checkpoint of another layout was loaded,
+  // or 0/1 Adam's freeze).
   void ResetErrors();
+  // The worker and server errors as this rank's own state.
+  void AppendOwnState(OwnState *out);
 
   // Bytes this rank sent against the fp32 values an all-reduce carries.
   const CompressionTotals &totals() const { return totals_; }

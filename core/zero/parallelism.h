@@ -14,6 +14,7 @@
 #include "core/common/status.h"
 #include "core/model/model.h"
 #include "core/optim/optimizer.h"
+#include "core/zero/own_state.h"
 #include "core/zero/shard_layout.h"
 
 namespace dst {
@@ -105,6 +106,11 @@ class DataParallelism : public LayerHooks {
   // The weights were written through FullParams/LocalParams (a checkpoint
   // load): every derived copy is refreshed.
   virtual Status ParamsChanged() = 0;
+  // This rank's own state (own_state.h: compression residuals, 1-bit
+  // errors, update compression's moments), what a checkpoint saves per rank;
+  // ResetOwnState starts it afresh, as a load from another layout does.
+  virtual OwnState OwnStateBuffers() { return {}; }
+  virtual void ResetOwnState() {}
 
  protected:
   TensorReducers reducers_;

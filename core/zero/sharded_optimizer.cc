@@ -198,8 +198,20 @@ Status ShardedOptimizer::WriteMasters(int id, const float *in) {
                                    in + (part.offset - shards_.decl(id).offset));
 }
 
+void ShardedOptimizer::AppendOwnState(OwnState *out) {
+  if (onebit_) onebit_->AppendOwnState(out);
+  if (!updates_) return;
+  updates_->AppendOwnState(out);
+  for (const OptimizerStateBuffer &b : optimizer_->StateBuffers())
+    out->push_back({"update_compression." + b.name, b.data, b.size});
+}
+
+void ShardedOptimizer::ResetOwnState() {
+  if (onebit_) onebit_->ResetErrors();
+  if (updates_) updates_->ResetOwnState();
+}
+
 Status ShardedOptimizer::WeightsLoaded() {
-  if (onebit_) onebit_->ResetErrors();  // the error feedback starts afresh
   if (MastersAreParams()) return ParamsFromMasters();
   if (mirror_)  // the parameters were loaded: their mirror follows
     DST_RETURN_IF_ERROR(ForEachStatePiece(/*modified=*/true, [&](const StatePiece &piece) {

@@ -54,6 +54,12 @@ class ShardedOptimizer final : public GradObserver {
   const OneBitAllReduce *momentum_exchange() const { return onebit_.get(); }
   // gradient_compression's update exchange (target "update", dp > 1), else null.
   const UpdateExchange *update_exchange() const { return updates_.get(); }
+  // The 1-bit errors and the update exchange's residual and moments (each
+  // rank steps its own optimizer there) as this rank's own state;
+  // ResetOwnState zeroes the errors and the residual (the moments are the
+  // checkpoint's flat state).
+  void AppendOwnState(OwnState *out);
+  void ResetOwnState();
   // The parameters the step writes: stage 3's partition (gathered by
   // ParamGathering), or under 16 bits the working copies; else null.
   ParameterPartition *param_partition() const { return params_.get(); }

@@ -115,6 +115,16 @@ float *SparseReduceScatter::ResidualOf(int64_t begin) {
   return residual_.data() + (begin < mine_.offset ? begin : begin - mine_.size);
 }
 
+void SparseReduceScatter::AppendOwnState(OwnState *out) {
+  AppendOwnBuffer("grad_compression.residual", residual_, out);
+  AppendOwnBuffer("grad_compression.velocity", velocity_, out);
+}
+
+void SparseReduceScatter::ResetOwnState() {
+  ZeroOwnBuffer(residual_);
+  ZeroOwnBuffer(velocity_);
+}
+
 void SparseReduceScatter::VelocityInPlace(float *data, int64_t begin, int64_t count) {
   if (!velocity_.data()) return;
   float *velocity = velocity_.data() + begin;

@@ -19,8 +19,8 @@
 //
 // The residual covers the ranges this rank sends (the buffer minus its own
 // shard), fp32, persists across steps and micro-batches (optimizer-state
-// memory) and is not checkpointed; a piece with a non-finite value (an fp16
-// overflow) leaves its residual unchanged.
+// memory) and is this rank's own state (own_state.h); a piece with a
+// non-finite value (an fp16 overflow) leaves its residual unchanged.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +54,9 @@ class SparseReduceScatter {
 
   const CodecOptions &codec() const { return codec_; }
   const CompressionTotals &totals() const { return totals_; }
+  // The residual (and the velocity) as this rank's own state; ResetOwnState zeroes them.
+  void AppendOwnState(OwnState *out);
+  void ResetOwnState();
 
   // Bytes of the residual (and, with momentum correction, the velocity:
   // the whole buffer, this rank's shard included) for a layout: the memory

@@ -44,6 +44,10 @@ class UpdateExchange {
   Status Finish(float *weights);
 
   const CompressionTotals &totals() const { return compressor_.totals(); }
+  // The residual as this rank's own state (the start copy lives within a
+  // step only); ResetOwnState zeroes it.
+  void AppendOwnState(OwnState *out) { compressor_.AppendOwnState("update_compression.", out); }
+  void ResetOwnState() { compressor_.ResetOwnState(); }
   // The optimizer-state bytes for `numel` weights (the memory estimate).
   static int64_t StateBytes(int64_t numel) { return 2 * 4 * numel; }
 

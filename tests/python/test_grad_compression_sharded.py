@@ -183,6 +183,33 @@ def test_momentum_correction_moves_sgds_momentum_to_the_ranks(tmp_path, build_di
     assert estimate["optimizer_state_bytes"] == state
 
 
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_a_resumed_run_keeps_each_ranks_residual_and_velocity(tmp_path, tool, stage):
+    """A checkpoint holds each rank's residual and velocity (its own state
+    file): resumed in the same layout, top-k 1% with momentum correction
+    continues bit for bit."""
+    cfg, model = dp_tests.write_job(tmp_path, stage, 2, 1, 2, "dgc", overlap=True, bucket=3_000)
+    config = json.loads(cfg.read_text())
+    config["optimizer"] = {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9}}
+    config["gradient_clipping"] = 0.0
+    config["gradient_compression"] = {"algorithm": "topk", "topk_ratio": 0.01,
+                                      "momentum_correction": True}
+    cfg.write_text(json.dumps(config))
+    ckpt = tmp_path / "ckpt"
+    full = dp_tests.run_ranks(tool, cfg, model, 2, steps=STEPS,
+                              args=["--ckpt", str(ckpt), "--save-at", "4", "--inspect", "1"])
+    meta = json.loads((ckpt / (ckpt / "latest").read_text().strip() / "meta.json").read_text())
+    assert sorted(e["rank"] for e in meta["own_states"]) == [0, 1]
+    for e in meta["own_states"]:
+        assert set(e["tensors"]) == {"grad_compression.residual", "grad_compression.velocity"}
+    resumed = dp_tests.run_ranks(tool, cfg, model, 2, steps=STEPS,
+                                 args=["--ckpt", str(ckpt), "--resume", "--inspect", "1"])
+    for r, f in zip(resumed, full):
+        assert r["load"]["status"] == "ok", r["load"]
+        assert r["losses"] == f["losses"][4:]
+        assert r["param_norms"] == f["param_norms"]
+
+
 def test_momentum_correction_refusals(tmp_path, tool):
     cases = [({"type": "AdamW", "params": {"lr": 1e-3}}, 0, 1, "needs optimizer \"SGD\""),
              ({"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9, "nesterov": True}}, 0, 1,

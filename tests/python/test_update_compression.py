@@ -138,25 +138,72 @@ def test_16_bit_training_exchanges_its_master_weights_update(tmp_path, tool, hal
     assert update[0]["metrics"]["compression"]["payload_ratio"] < 0.034
 
 
-def test_a_resumed_run_gives_every_rank_rank_zeros_moments(tmp_path, tool):
-    """Stage 0 checkpoints hold rank 0's state: the resumed ranks start from
-    the same moments (and zero residuals), stay identical and continue close
-    to the uninterrupted run."""
-    compression = {"algorithm": "1bit", "target": "update"}
-    cfg, model = dp_tests.write_job(tmp_path, 0, 2, 1, 2, "resume", bucket=BUCKET)
+def compressed_job(tmp_path, name, compression):
+    cfg, model = dp_tests.write_job(tmp_path, 0, 2, 1, 2, name, bucket=BUCKET)
     config = json.loads(cfg.read_text())
     config["gradient_compression"] = compression
     cfg.write_text(json.dumps(config))
+    return cfg, model
+
+
+def test_a_resumed_run_continues_bit_for_bit(tmp_path, tool):
+    """Each rank's own moments and residual are in the checkpoint (its own
+    state file): resumed in the same layout, the run continues exactly as the
+    uninterrupted one."""
+    cfg, model = compressed_job(tmp_path, "resume", {"algorithm": "1bit", "target": "update"})
+    ckpt = tmp_path / "ckpt"
+    full = dp_tests.run_ranks(tool, cfg, model, 2, args=["--ckpt", str(ckpt), "--save-at", "4",
+                                                         "--inspect", "1"], steps=STEPS)
+    assert all(r["save"]["status"] == "ok" for r in full)
+    meta = json.loads((ckpt / (ckpt / "latest").read_text().strip() / "meta.json").read_text())
+    assert [e["file"] for e in meta["own_states"]] == \
+        ["own_state_rank_0.safetensors", "own_state_rank_1.safetensors"]
+    assert set(meta["own_states"][1]["tensors"]) == {
+        "update_compression.residual", "update_compression.exp_avg",
+        "update_compression.exp_avg_sq"}
+    resumed = dp_tests.run_ranks(tool, cfg, model, 2, args=["--ckpt", str(ckpt), "--resume",
+                                                            "--inspect", "1"], steps=STEPS)
+    for r, f in zip(resumed, full):
+        assert r["load"]["status"] == "ok", r["load"]
+        assert r["losses"] == f["losses"][4:]
+        assert r["param_norms"] == f["param_norms"]
+
+
+def test_a_flipped_byte_in_a_ranks_own_state_is_named_and_changes_nothing(tmp_path, tool):
+    cfg, model = compressed_job(tmp_path, "flip", {"algorithm": "1bit", "target": "update"})
+    ckpt = tmp_path / "ckpt"
+    dp_tests.run_ranks(tool, cfg, model, 2, args=["--ckpt", str(ckpt), "--save-at", "4"],
+                       steps=STEPS)
+    victim = ckpt / (ckpt / "latest").read_text().strip() / "own_state_rank_1.safetensors"
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    victim.write_bytes(bytes(data))
+    resumed = dp_tests.run_ranks(tool, cfg, model, 2, args=["--ckpt", str(ckpt), "--resume"],
+                                 steps=STEPS)
+    for r in resumed:  # every rank refuses: nothing was loaded, training starts from step 0
+        assert r["load"]["status"] != "ok"
+        assert "own_state_rank_1.safetensors" in r["load"]["error"], r["load"]
+        assert len(r["losses"]) == STEPS
+
+
+def test_another_codec_resumes_from_rank_zeros_moments(tmp_path, tool):
+    """Loaded with other compression settings, the saved residuals and own
+    moments no longer mean the same: every rank starts from rank 0's moments
+    and a zero residual, the ranks stay identical and the run continues close
+    to the uninterrupted one."""
+    cfg, model = compressed_job(tmp_path, "saved", {"algorithm": "1bit", "target": "update"})
     ckpt = tmp_path / "ckpt"
     full = dp_tests.run_ranks(tool, cfg, model, 2, args=["--ckpt", str(ckpt), "--save-at", "4"],
                               steps=STEPS)
-    assert all(r["save"]["status"] == "ok" for r in full)
-    resumed = dp_tests.run_ranks(tool, cfg, model, 2, args=["--ckpt", str(ckpt), "--resume",
-                                                            "--inspect", "1"], steps=STEPS)
+    cfg2, _ = compressed_job(tmp_path, "loaded", {"algorithm": "1bit", "target": "update",
+                                                  "chunk_size": 256})
+    resumed = dp_tests.run_ranks(tool, cfg2, model, 2, args=["--ckpt", str(ckpt), "--resume",
+                                                             "--inspect", "1"], steps=STEPS)
     for r in resumed:
         assert r["load"]["status"] == "ok", r["load"]
         assert len(r["losses"]) == STEPS - 4
     assert resumed[0]["param_norms"] == resumed[1]["param_norms"]
+    assert resumed[0]["losses"] != full[0]["losses"][4:]
     assert dp_tests.relative_gap(resumed[0]["losses"], full[0]["losses"][4:]) < 0.02
 
 

@@ -1,0 +1,34 @@
+// A rank's own state: buffers that persist across steps, that no other rank
+// holds and that no other layout could rebuild from a checkpoint's flat
+// state — error-feedback residuals of compressed communication, 1-bit
+// Adam's worker and server errors, and under update compression the rank's
+// own optimizer moments. Checkpoints save each rank's under its name; a load
+// into the same layout restores them bit for bit, any other load starts them
+// afresh (zero; update compression's moments as the flat state has them).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/runtime/memory.h"
+
+namespace dst {
+
+struct OwnStateBuffer {
+  std::string name;  // "grad_compression.residual", "onebit.worker_error", ...
+  float *data;       // host memory, [numel]
+  int64_t numel;
+};
+using OwnState = std::vector<OwnStateBuffer>;
+
+// `buffer` as `name` in `out`, unless it holds nothing (a feature not in use).
+inline void AppendOwnBuffer(std::string name, Buffer<float> &buffer, OwnState *out) {
+  if (buffer.size() > 0) out->push_back({std::move(name), buffer.data(), int64_t(buffer.size())});
+}
+inline void ZeroOwnBuffer(Buffer<float> &buffer) {
+  std::fill_n(buffer.data(), buffer.size(), 0.0f);
+}
+
+}  // namespace dst
