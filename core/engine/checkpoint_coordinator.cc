@@ -162,15 +162,18 @@ Status CheckpointCoordinator::WriteOwnStateFile(const std::string &dir, const st
   if (own.empty()) return Status::Ok();
   const std::string name = "own_state_rank_" + std::to_string(view_.env.rank) + ".safetensors";
   CheckpointFile file{name, {}, {}};
-  Json tensors = Json::object();
-  for (const OwnStateBuffer &b : own) {
+  Json tensors = Json::object(), scalars = Json::object();
+  for (const OwnStateBuffer &b : own.buffers) {
+    if (!b.save) continue;
     file.tensors.push_back({b.name, TensorDType::kF32, {b.numel}, b.data});
     tensors[b.name] = b.numel;
   }
+  for (const OwnScalar &s : own.scalars) scalars[s.name] = *s.value;  // round-trips exactly
   Result<WrittenFile> w = WriteStagedFile(dir, tag, file);
   if (!w.ok()) return w.status();
   written->push_back(w.value());
-  own_states->push_back({{"rank", view_.env.rank}, {"file", name}, {"tensors", tensors}});
+  own_states->push_back(
+      {{"rank", view_.env.rank}, {"file", name}, {"tensors", tensors}, {"scalars", scalars}});
   return Status::Ok();
 }
 
@@ -462,9 +465,12 @@ struct CheckpointCoordinator::PreparedLoad {
   std::vector<float> per_tensor;  // the optimizer's per-tensor values (1-bit LAMB)
   LossScaler scaler;              // this config's scaler with the saved state (fp16)
   Json client_state;
-  // This rank's own state as saved, in OwnStateBuffers' order; empty: it
+  // This rank's own state as saved, in OwnStateBuffers' order (an optional
+  // buffer the checkpoint does not have: empty), when own_restore; else it
   // starts afresh (own_note: why, when the rank has any).
+  bool own_restore = false;
   std::vector<std::vector<float>> own;
+  std::vector<double> own_scalars;
   std::string own_note;
   explicit PreparedLoad(const LossScaler &current) : scaler(current) {}
 };
@@ -647,25 +653,48 @@ Status CheckpointCoordinator::PrepareOwnState(LoadedCheckpoint *ckpt, PreparedLo
   if (entry == nullptr)
     return CheckpointError(where + " lists no own state of rank " + std::to_string(view_.env.rank) +
                            " although it was saved in this layout: the checkpoint is incomplete");
+  // The same buffers (optional ones may be absent) and scalars, else afresh.
+  const Json &tensors = entry->at("tensors");
+  const Json scalars = entry->value("scalars", Json::object());
   Json expected = Json::object();
-  for (const OwnStateBuffer &b : mine) expected[b.name] = b.numel;
-  if (entry->at("tensors") != expected) {
-    out->own_note = "its per-rank state has other buffers (" + entry->at("tensors").dump() +
+  size_t matched = 0;
+  bool same = scalars.size() == mine.scalars.size();
+  for (const OwnStateBuffer &b : mine.buffers) {
+    expected[b.name] = b.numel;
+    if (tensors.contains(b.name)) {
+      ++matched;
+      same = same && tensors.at(b.name) == b.numel;
+    } else {
+      same = same && b.optional;
+    }
+  }
+  for (const OwnScalar &s : mine.scalars) same = same && scalars.contains(s.name);
+  if (!same || matched != tensors.size()) {
+    out->own_note = "its per-rank state has other buffers (" + tensors.dump() +
                     ") than this run's (" + expected.dump() + ")";
     return Status::Ok();
   }
   const std::string file = entry->at("file").get<std::string>();
   DST_RETURN_IF_ERROR(LoadCheckpointFile(ckpt, file));
   const SafetensorsFile &saved = ckpt->files.at(file);
-  for (const OwnStateBuffer &b : mine) {
+  for (const OwnStateBuffer &b : mine.buffers) {
+    out->own.emplace_back();
+    if (!tensors.contains(b.name)) continue;  // optional, not saved then
     auto t = saved.tensors.find(b.name);
     if (t == saved.tensors.end() || t->second.dtype != TensorDType::kF32 ||
         t->second.numel() != b.numel)
       return CheckpointError(ckpt->path + "/" + file + " has no F32 \"" + b.name + "\" of " +
                              std::to_string(b.numel) +
                              " elements, which meta.json lists: the checkpoint is inconsistent");
-    out->own.emplace_back(t->second.f32(), t->second.f32() + b.numel);
+    out->own.back().assign(t->second.f32(), t->second.f32() + b.numel);
   }
+  for (const OwnScalar &s : mine.scalars) {
+    if (!scalars.at(s.name).is_number())
+      return CheckpointError(where + ": own state \"" + s.name + "\" of rank " +
+                             std::to_string(view_.env.rank) + " is not a number");
+    out->own_scalars.push_back(scalars.at(s.name).get<double>());
+  }
+  out->own_restore = true;
   return Status::Ok();
 }
 
@@ -715,19 +744,24 @@ Status CheckpointCoordinator::Load(const std::string &dir, const std::string &ta
   view_.dp->optimizer().set_steps_taken(prepared.optimizer_steps);
   if (!view_.dp->optimizer().PerTensorScalars().empty())
     DST_RETURN_IF_ERROR(view_.dp->optimizer().SetPerTensorScalars(prepared.per_tensor));
-  DST_RETURN_IF_ERROR(view_.dp->ParamsChanged());
-  if (prepared.own.empty()) {
+  // A rank's own state (its weights too, between 0/1 Adam's synchronisations)
+  // before the weights' derived copies are refreshed.
+  if (!prepared.own_restore) {
     view_.dp->ResetOwnState();
     if (!prepared.own_note.empty())
       DST_LOG(kInfo, "checkpoint",
               "load: this rank's own state (compression residuals, 1-bit errors, update "
-              "compression's moments) starts afresh: " +
+              "compression's moments, 0/1 Adam's local steps) starts afresh: " +
                   prepared.own_note);
   } else {
     const OwnState own = view_.dp->OwnStateBuffers();
-    for (size_t i = 0; i < own.size(); ++i)
-      std::memcpy(own[i].data, prepared.own[i].data(), size_t(own[i].numel) * sizeof(float));
+    for (size_t i = 0; i < own.buffers.size(); ++i)
+      if (!prepared.own[i].empty())
+        std::memcpy(own.buffers[i].data, prepared.own[i].data(),
+                    size_t(own.buffers[i].numel) * sizeof(float));
+    for (size_t i = 0; i < own.scalars.size(); ++i) *own.scalars[i].value = prepared.own_scalars[i];
   }
+  DST_RETURN_IF_ERROR(view_.dp->ParamsChanged());
   if (client_state_json) *client_state_json = prepared.client_state.dump();
   return Status::Ok();
 }

@@ -70,6 +70,12 @@ void Optimizer::set_steps_taken(int64_t steps) {
   steps_ = steps;
   if (config_.type != OptimizerType::kZeroOneAdam) return;
   policy_.Reset(steps);
+  kind_ = ZeroOneStep::kVariance;
+  if (steps > 0) {  // BeginStep reads the last step's kind
+    ZeroOnePolicy last(config_);
+    last.Reset(steps - 1);
+    kind_ = last.Next();
+  }
   std::fill_n(accumulator_.data(), accumulator_.size(), 0.0f);
   lrs_ = 0;
 }

@@ -144,8 +144,19 @@ class Optimizer {
   float trust_ratio(int t) const { return trust_[size_t(t)]; }
 
   int64_t steps_taken() const { return steps_; }
-  // A resume: 0/1 Adam's schedule rebuilt, its accumulator restarted.
+  // A resume: 0/1 Adam's schedule rebuilt (the kind of the last step taken
+  // too), its accumulator restarted.
   void set_steps_taken(int64_t steps);
+  // 0/1 Adam: whether the last step was past the variance freeze, which
+  // leaves each rank's weights its own (a local step parts them; a
+  // synchronisation joins them up to each rank's rounding); the learning
+  // rates summed since the last synchronisation (kept with the accumulator
+  // in a rank's own state).
+  bool ranks_parted() const {
+    return config_.type == OptimizerType::kZeroOneAdam && steps_ > 0 &&
+           (kind_ == ZeroOneStep::kLocal || kind_ == ZeroOneStep::kSync);
+  }
+  double *lr_sum() { return &lrs_; }
   const OptimizerConfig &config() const { return config_; }
   bool master_weights() const { return master_; }
   // The store: tensor 0 is "master" when master_weights(), then the

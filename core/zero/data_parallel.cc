@@ -187,6 +187,20 @@ float *DataParallel::LocalParams(ShardInfo *range) {
   return shards_.model->params().values();
 }
 
+OwnState DataParallel::OwnStateBuffers() {
+  OwnState out;
+  sync_->AppendOwnState(&out);
+  optimizer_->AppendOwnState(&out);
+  // 0/1 Adam's local steps part the ranks' weights until the next synchronisation.
+  if (optimizer().config().type == OptimizerType::kZeroOneAdam && shards_.dp->size() > 1) {
+    ShardInfo held;
+    if (float *params = LocalParams(&held))
+      out.buffers.push_back({"zero_one.params", params, held.size, /*optional=*/true,
+                             /*save=*/optimizer().ranks_parted()});
+  }
+  return out;
+}
+
 Status DataParallel::ParamsChanged() {
   if (!shards_.placement.on_host() && host_params_.size() > 0) {  // a load wrote the host copy
     const ShardInfo held = HeldParams();

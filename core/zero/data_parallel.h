@@ -162,12 +162,7 @@ class DataParallel final : public DataParallelism {
   float *LocalParams(ShardInfo *range) override;
   ShardInfo StateRange() const override { return shards_.state_range; }
   Status ParamsChanged() override;
-  OwnState OwnStateBuffers() override {
-    OwnState out;
-    sync_->AppendOwnState(&out);
-    optimizer_->AppendOwnState(&out);
-    return out;
-  }
+  OwnState OwnStateBuffers() override;
   void ResetOwnState() override {
     sync_->ResetOwnState();
     optimizer_->ResetOwnState();

@@ -20,12 +20,28 @@ struct OwnStateBuffer {
   std::string name;  // "grad_compression.residual", "onebit.worker_error", ...
   float *data;       // host memory, [numel]
   int64_t numel;
+  // An optional buffer is this rank's own only at times (0/1 Adam's weights
+  // between two synchronisations): saved while `save` is true, restored when
+  // a checkpoint has it; otherwise the flat state's copy is every rank's.
+  bool optional = false;
+  bool save = true;
 };
-using OwnState = std::vector<OwnStateBuffer>;
+// A number the rank keeps with its buffers (0/1 Adam's learning rates summed
+// since the last synchronisation).
+struct OwnScalar {
+  std::string name;
+  double *value;
+};
+struct OwnState {
+  std::vector<OwnStateBuffer> buffers;
+  std::vector<OwnScalar> scalars;
+  bool empty() const { return buffers.empty() && scalars.empty(); }
+};
 
 // `buffer` as `name` in `out`, unless it holds nothing (a feature not in use).
 inline void AppendOwnBuffer(std::string name, Buffer<float> &buffer, OwnState *out) {
-  if (buffer.size() > 0) out->push_back({std::move(name), buffer.data(), int64_t(buffer.size())});
+  if (buffer.size() > 0)
+    out->buffers.push_back({std::move(name), buffer.data(), int64_t(buffer.size())});
 }
 inline void ZeroOwnBuffer(Buffer<float> &buffer) {
   std::fill_n(buffer.data(), buffer.size(), 0.0f);

@@ -200,15 +200,29 @@ Status ShardedOptimizer::WriteMasters(int id, const float *in) {
 
 void ShardedOptimizer::AppendOwnState(OwnState *out) {
   if (onebit_) onebit_->AppendOwnState(out);
+  Optimizer &opt = *optimizer_;
+  if (opt.config().type == OptimizerType::kZeroOneAdam && opt.accumulator()) {
+    out->buffers.push_back({"zero_one.accumulator", opt.accumulator(), range().size});
+    out->scalars.push_back({"zero_one.lr_sum", opt.lr_sum()});
+    if (shards_.dp->size() > 1)  // local steps part the ranks' momentum
+      for (const OptimizerStateBuffer &b : opt.StateBuffers())
+        if (b.name == "exp_avg")
+          out->buffers.push_back({"zero_one.exp_avg", b.data, b.size, /*optional=*/true,
+                                  /*save=*/opt.ranks_parted()});
+  }
   if (!updates_) return;
   updates_->AppendOwnState(out);
-  for (const OptimizerStateBuffer &b : optimizer_->StateBuffers())
-    out->push_back({"update_compression." + b.name, b.data, b.size});
+  for (const OptimizerStateBuffer &b : opt.StateBuffers())
+    out->buffers.push_back({"update_compression." + b.name, b.data, b.size});
 }
 
 void ShardedOptimizer::ResetOwnState() {
   if (onebit_) onebit_->ResetErrors();
   if (updates_) updates_->ResetOwnState();
+  if (optimizer_->config().type == OptimizerType::kZeroOneAdam && optimizer_->accumulator()) {
+    std::fill_n(optimizer_->accumulator(), range().size, 0.0f);
+    *optimizer_->lr_sum() = 0;
+  }
 }
 
 Status ShardedOptimizer::WeightsLoaded() {

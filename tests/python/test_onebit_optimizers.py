@@ -483,6 +483,36 @@ def test_fp16_and_a_checkpoint_resume_train(tmp_path, tool, freeze_step):
     assert resumed[1]["losses"] == losses[4:]
 
 
+@pytest.mark.parametrize("save_at", [5, 8, 9])
+def test_zero_one_adam_resumes_bit_for_bit_between_synchronisations(tmp_path, tool, save_at):
+    """0/1 Adam: step 5 exchanges a compressed gradient (before the variance
+    freeze at 6: the ranks identical), step 8 synchronises (the ranks' weights
+    joined up to each one's rounding), 9 is local (each rank's weights,
+    momentum and accumulated steps its own until the next synchronisation).
+    Resumed from a checkpoint at any of them, each rank continues bit for
+    bit: its accumulator and learning-rate sum are in its own state, and past
+    the freeze its weights and momentum too."""
+    cfg, model = dp_tests.write_job(tmp_path, 0, 2, 1, 2, "zero_one")
+    config = json.loads(cfg.read_text())
+    config["optimizer"] = {"type": "ZeroOneAdam", "params": ZERO_ONE}
+    cfg.write_text(json.dumps(config))
+    ckpt = tmp_path / "ckpt"
+    full = dp_tests.run_ranks(tool, cfg, model, 2, steps=ZERO_ONE_STEPS,
+                              args=["--ckpt", str(ckpt), "--save-at", str(save_at),
+                                    "--inspect", "1"])
+    meta = json.loads((ckpt / (ckpt / "latest").read_text().strip() / "meta.json").read_text())
+    for e in meta["own_states"]:
+        parted = {"zero_one.params", "zero_one.exp_avg"} <= set(e["tensors"])
+        assert "zero_one.accumulator" in e["tensors"] and "zero_one.lr_sum" in e["scalars"]
+        assert parted == (save_at > ZERO_ONE["var_freeze_step"]), e
+    resumed = dp_tests.run_ranks(tool, cfg, model, 2, steps=ZERO_ONE_STEPS,
+                                 args=["--ckpt", str(ckpt), "--resume", "--inspect", "1"])
+    for r, f in zip(resumed, full):
+        assert r["load"]["status"] == "ok", r["load"]
+        assert r["losses"] == f["losses"][save_at:]
+        assert r["param_norms"] == f["param_norms"]
+
+
 def refusal(dstrain_sdk, **keys):
     config = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4,
               "optimizer": {"type": "OneBitAdam", "params": {"freeze_step": 10}}}
