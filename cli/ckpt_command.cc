@@ -55,6 +55,18 @@ void PrintInspection(const nlohmann::json &c) {
       std::printf("    rank %-4s [%s, %s)  %s\n", Text(s["rank"]).c_str(), Text(s["begin"]).c_str(),
                   Text(s["end"]).c_str(), Text(s["file"]).c_str());
   }
+  if (c.contains("own_states") && c["own_states"].is_array()) {
+    std::printf("  each rank's own state (restored by a load in this layout)\n");
+    for (const auto &s : c["own_states"]) {
+      if (!s.is_object()) continue;
+      std::string buffers;
+      const nlohmann::json tensors = s.value("tensors", nlohmann::json::object());
+      for (const auto &[name, numel] : tensors.items())
+        buffers += (buffers.empty() ? "" : ", ") + name + " [" + Text(numel) + "]";
+      std::printf("    rank %-4s %s  %s\n", Text(s.value("rank", nlohmann::json())).c_str(),
+                  Text(s.value("file", nlohmann::json())).c_str(), buffers.c_str());
+    }
+  }
   if (c.contains("tensors")) {
     std::printf("  weights (%zu tensors, fp32)\n", c["tensors"].size());
     for (const auto &t : c["tensors"])

@@ -30,6 +30,7 @@ Result<nlohmann::json> InspectCheckpoint(const std::string &dir, const std::stri
        {"format_version", "dstrain_version", "step", "precision", "num_parameters", "topology",
         "optimizer", "lr_scheduler", "loss_scaler", "rng", "client_state", "shards"})
     out[key] = meta.value(key, nlohmann::json());
+  if (meta.contains("own_states")) out["own_states"] = meta.at("own_states");
   bool valid = true;
   uint64_t total_bytes = 0;
   nlohmann::json files = nlohmann::json::array();

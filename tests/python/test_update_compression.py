@@ -14,6 +14,8 @@ counts, and the loss still falls.
 """
 import json
 import math
+import pathlib
+import subprocess
 
 import pytest
 
@@ -167,6 +169,15 @@ def test_a_resumed_run_continues_bit_for_bit(tmp_path, tool):
         assert r["load"]["status"] == "ok", r["load"]
         assert r["losses"] == f["losses"][4:]
         assert r["param_norms"] == f["param_norms"]
+    # `dstrain ckpt inspect` shows them and verifies their files.
+    cli = str(pathlib.Path(tool).parent.parent / "dstrain")
+    shown = subprocess.run([cli, "ckpt", "inspect", str(ckpt)], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "each rank's own state" in shown.stdout
+    assert "own_state_rank_1.safetensors  update_compression.exp_avg [" in shown.stdout
+    raw = json.loads(subprocess.run([cli, "ckpt", "inspect", str(ckpt), "--json"],
+                                    capture_output=True, text=True).stdout)
+    assert raw["own_states"] == meta["own_states"] and raw["valid"]
 
 
 def test_a_flipped_byte_in_a_ranks_own_state_is_named_and_changes_nothing(tmp_path, tool):

@@ -404,6 +404,8 @@ DST_API dst_status_t dst_engine_load_weights(dst_engine_t *engine, const char *d
 /* A JSON description of DIR/TAG: {path, tag, format_version, dstrain_version,
  * step, precision, num_parameters, topology, optimizer, lr_scheduler,
  * loss_scaler, rng, client_state, shards: [{file, rank, begin, end, tensors}],
+ * own_states: [{rank, file, tensors: {name: numel}, scalars}] (where ranks
+ * keep state of their own: compression residuals, 1-bit errors, ...),
  * tensors: [{name, dtype, shape, numel}] (the consolidated weights), files:
  * [{name, bytes, checksum, verified, error}], total_bytes, valid}. Every file
  * is verified against its checksum; a failing file sets "valid": false and
