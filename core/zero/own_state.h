@@ -1,8 +1,8 @@
 // A rank's own state: buffers that persist across steps, that no other rank
 // holds and that no other layout could rebuild from a checkpoint's flat
 // state — error-feedback residuals of compressed communication, 1-bit
-// Adam's worker and server errors, and under update compression the rank's
-// own optimizer moments. Checkpoints save each rank's under its name; a load
+// Adam's worker and server errors, under update compression the rank's own
+// optimizer moments, 0/1 Adam's accumulated local steps. Checkpoints save each rank's under its name; a load
 // into the same layout restores them bit for bit, any other load starts them
 // afresh (zero; update compression's moments as the flat state has them).
 #pragma once
@@ -21,8 +21,9 @@ struct OwnStateBuffer {
   float *data;       // host memory, [numel]
   int64_t numel;
   // An optional buffer is this rank's own only at times (0/1 Adam's weights
-  // between two synchronisations): saved while `save` is true, restored when
-  // a checkpoint has it; otherwise the flat state's copy is every rank's.
+  // and momentum past its variance freeze): saved while `save` is true,
+  // restored when a checkpoint has it; otherwise the flat state's copy is
+  // every rank's.
   bool optional = false;
   bool save = true;
 };
