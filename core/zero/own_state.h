@@ -2,9 +2,9 @@
 // holds and that no other layout could rebuild from a checkpoint's flat
 // state — error-feedback residuals of compressed communication, 1-bit
 // Adam's worker and server errors, under update compression the rank's own
-// optimizer moments, 0/1 Adam's accumulated local steps. Checkpoints save each rank's under its name; a load
-// into the same layout restores them bit for bit, any other load starts them
-// afresh (zero; update compression's moments as the flat state has them).
+// optimizer moments, 0/1 Adam's accumulated local steps. Checkpoints save each rank's under its
+// name; a load into the same layout restores them bit for bit, any other load starts them afresh
+// (zero; update compression's moments as the flat state has them).
 #pragma once
 
 #include <algorithm>
