@@ -15,6 +15,8 @@
 //                    [--skip-save-rank R]  (rank R does not take part in the save)
 //                    [--metrics 0]  (no metrics JSON: the line stays under 4 KiB)
 //                    [--retry-failed N]  (a failed train_batch is retried N times)
+//                    [--load-weights-at K]  (after K steps, dst_engine_load_weights
+//                                            from --ckpt DIR: the weights only)
 #include <dstrain/dstrain.h>
 
 #include <chrono>
@@ -98,7 +100,7 @@ std::string InspectJson(dst_engine_t *engine, const dst_batch_t &batch) {
 
 int main(int argc, char **argv) {
   std::string model, config, data, ckpt;
-  int steps = 20, save_at = -1, skip_save_rank = -1;
+  int steps = 20, save_at = -1, skip_save_rank = -1, load_weights_at = -1;
   int sleep_rank = -1, sleep_at = -1, sleep_seconds = 0;  // --sleep RANK:STEP:SECONDS
   bool progress = false, resume = false, inspect = false;
   // --metrics 0: the line without the metrics JSON, under the 4 KiB a pipe
@@ -133,6 +135,8 @@ int main(int argc, char **argv) {
       steps = std::atoi(argv[i + 1]);
     else if (flag == "--data")
       data = argv[i + 1];
+    else if (flag == "--load-weights-at")
+      load_weights_at = std::atoi(argv[i + 1]);
     else if (flag == "--skip-save-rank")
       skip_save_rank = std::atoi(argv[i + 1]);
     else if (flag == "--retry-failed")
@@ -234,6 +238,9 @@ int main(int argc, char **argv) {
       std::fflush(stderr);
       extra_json += ",\"save\":" + saved;
     }
+    if (step + 1 == load_weights_at)
+      extra_json +=
+          ",\"load_weights\":" + StatusJson(dst_engine_load_weights(engine, ckpt.c_str(), nullptr));
   }
   if (inspect) {
     load_batch(steps);

@@ -394,7 +394,10 @@ DST_API dst_status_t dst_engine_load_checkpoint(dst_engine_t *engine, const char
  * model specs. dst_engine_load_checkpoint refuses a checkpoint saved from a
  * model that computes differently (another n_head, say); this is how to ask
  * for its weights anyway. Every rank must call it; nothing changes unless
- * every rank could read them. */
+ * every rank could read them. The optimizer's moments stay as they were;
+ * each rank's own state (compression residuals, 1-bit errors, 0/1 Adam's
+ * accumulated local steps), which belonged to the weights replaced, starts
+ * afresh. */
 DST_API dst_status_t dst_engine_load_weights(dst_engine_t *engine, const char *dir,
                                              const char *tag);
 
