@@ -191,9 +191,14 @@ void ShardedOptimizer::GradsScaled(float k) {
 }
 
 Status ShardedOptimizer::WriteMasters(int id, const float *in) {
-  if (!optimizer_->master_weights()) return Status::Ok();
   const ShardInfo part = shards_.StatePartOf(id);
   if (part.size == 0) return Status::Ok();
+  // 0/1 Adam's local steps since the last synchronisation were taken from
+  // the weights being replaced: kept, the synchronisation would take each
+  // rank's own back off the new weights and part the ranks for good.
+  if (optimizer_->config().type == OptimizerType::kZeroOneAdam && optimizer_->accumulator())
+    std::fill_n(optimizer_->accumulator() + (part.offset - range().offset), part.size, 0.0f);
+  if (!optimizer_->master_weights()) return Status::Ok();
   return optimizer_->state().Write(0, part.offset - range().offset, part.size,
                                    in + (part.offset - shards_.decl(id).offset));
 }

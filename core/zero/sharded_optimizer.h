@@ -95,7 +95,8 @@ class ShardedOptimizer final : public GradObserver {
   // The master weights hold the parameters checkpoints see (16 bits, or fp32
   // with the parameters offloaded).
   bool MastersAreParams() const { return shards_.wide() || ParamsOffloaded(); }
-  // Tensor `id`'s part of the master weights this rank holds, from `in` [numel].
+  // Tensor `id`'s part of the master weights this rank holds, from `in` [numel]
+  // (and 0/1 Adam's accumulated local steps over it restarted).
   Status WriteMasters(int id, const float *in);
   // A checkpoint load wrote the weights (the masters when MastersAreParams,
   // else the parameters): every derived copy follows.

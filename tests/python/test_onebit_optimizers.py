@@ -518,8 +518,9 @@ def test_zero_one_adam_ranks_agree_after_weights_are_loaded_between_synchronisat
     """Weights loaded (dst_engine_load_weights) after the local step 9, when
     each rank's weights and accumulated steps are its own: the accumulated
     steps belonged to the weights the load replaced, so they start afresh
-    (with the learning-rate sum and the error feedback); the synchronisation
-    at step 12 then joins the ranks up to each one's rounding. Kept, each
+    (with the learning-rate sum and the error feedback; set_param restarts
+    them over its tensor); the synchronisation at step 12 then joins the
+    ranks up to each one's rounding. Kept, each
     rank's synchronisation would take its own accumulated steps back off the
     loaded weights and the ranks would stay apart by them for good."""
     cfg, model = dp_tests.write_job(tmp_path, 0, 2, 1, 2, "zero_one_load")
@@ -528,14 +529,16 @@ def test_zero_one_adam_ranks_agree_after_weights_are_loaded_between_synchronisat
     cfg.write_text(json.dumps(config))
     assert zero_one_kinds(ZERO_ONE, ZERO_ONE_STEPS)[8:] == ["local", "sync", "local", "sync"]
     ckpt = tmp_path / "ckpt"
-    ranks = dp_tests.run_ranks(tool, cfg, model, 2, steps=ZERO_ONE_STEPS,
-                               args=["--ckpt", str(ckpt), "--save-at", "5",
-                                     "--load-weights-at", "9", "--inspect", "1"])
-    for r in ranks:
-        assert r["save"]["status"] == "ok" and r["load_weights"]["status"] == "ok", r
-    norms = [np.array(r["param_norms"]) for r in ranks]
-    assert np.max(np.abs(norms[0] - norms[1]) / norms[1]) < 1e-5, norms
-    assert all(np.isfinite(r["losses"]).all() for r in ranks)
+    for load in (["--ckpt", str(ckpt), "--save-at", "5", "--load-weights-at", "9"],
+                 ["--set-param-at", "9"]):  # one tensor, with set_param
+        ranks = dp_tests.run_ranks(tool, cfg, model, 2, steps=ZERO_ONE_STEPS,
+                                   args=load + ["--inspect", "1"])
+        for r in ranks:
+            assert all(r[key]["status"] == "ok" for key in ("save", "load_weights", "set_param")
+                       if key in r), r
+        norms = [np.array(r["param_norms"]) for r in ranks]
+        assert np.max(np.abs(norms[0] - norms[1]) / norms[1]) < 1e-5, (load, norms)
+        assert all(np.isfinite(r["losses"]).all() for r in ranks)
 
 
 def refusal(dstrain_sdk, **keys):

@@ -17,6 +17,8 @@
 //                    [--retry-failed N]  (a failed train_batch is retried N times)
 //                    [--load-weights-at K]  (after K steps, dst_engine_load_weights
 //                                            from --ckpt DIR: the weights only)
+//                    [--set-param-at K]  (after K steps, dst_engine_set_param of
+//                                         the first tensor: 0.05 sin(0.1 i), every rank)
 #include <dstrain/dstrain.h>
 
 #include <chrono>
@@ -100,7 +102,7 @@ std::string InspectJson(dst_engine_t *engine, const dst_batch_t &batch) {
 
 int main(int argc, char **argv) {
   std::string model, config, data, ckpt;
-  int steps = 20, save_at = -1, skip_save_rank = -1, load_weights_at = -1;
+  int steps = 20, save_at = -1, skip_save_rank = -1, load_weights_at = -1, set_param_at = -1;
   int sleep_rank = -1, sleep_at = -1, sleep_seconds = 0;  // --sleep RANK:STEP:SECONDS
   bool progress = false, resume = false, inspect = false;
   // --metrics 0: the line without the metrics JSON, under the 4 KiB a pipe
@@ -137,6 +139,8 @@ int main(int argc, char **argv) {
       data = argv[i + 1];
     else if (flag == "--load-weights-at")
       load_weights_at = std::atoi(argv[i + 1]);
+    else if (flag == "--set-param-at")
+      set_param_at = std::atoi(argv[i + 1]);
     else if (flag == "--skip-save-rank")
       skip_save_rank = std::atoi(argv[i + 1]);
     else if (flag == "--retry-failed")
@@ -241,6 +245,15 @@ int main(int argc, char **argv) {
     if (step + 1 == load_weights_at)
       extra_json +=
           ",\"load_weights\":" + StatusJson(dst_engine_load_weights(engine, ckpt.c_str(), nullptr));
+    if (step + 1 == set_param_at) {
+      dst_tensor_info_t first;
+      first.struct_size = sizeof first;
+      Check(dst_engine_param_info(engine, 0, &first), "dst_engine_param_info");
+      std::vector<float> values(size_t(first.numel));
+      for (size_t i = 0; i < values.size(); ++i) values[i] = 0.05f * std::sin(0.1f * float(i));
+      extra_json += ",\"set_param\":" + StatusJson(dst_engine_set_param(
+                                            engine, first.name, values.data(), values.size()));
+    }
   }
   if (inspect) {
     load_batch(steps);
