@@ -344,7 +344,9 @@ DST_API dst_status_t dst_engine_param_info(const dst_engine_t *engine, size_t in
  * At ZeRO stage 3 with several ranks a tensor lives in shards: every rank must
  * call get_param for the same tensors in the same order (it gathers them);
  * tensors of at most stage3_param_persistence_threshold elements are read
- * locally. set_param: pass the same data on every rank (each keeps its part).
+ * locally. set_param: pass the same data on every rank (each keeps its part;
+ * ZeroOneAdam's local steps accumulated over the tensor restart, so the ranks
+ * join at the next synchronisation).
  * get_grad: at ZeRO stages 2 and 3 the full gradient exists only after
  * dst_engine_forward_backward (gathered into a temporary, counted as gradient
  * memory, freed when the next step begins); after train_batch it returns
