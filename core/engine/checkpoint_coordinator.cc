@@ -806,10 +806,9 @@ Status CheckpointCoordinator::LoadWeights(const std::string &dir, const std::str
     }
     DST_RETURN_IF_ERROR(view_.dp->WriteParam(int(id), whole).context(what));
   }
-  // A rank's own state was accumulated against the weights just replaced:
-  // 0/1 Adam's synchronisation would take its accumulated local steps back
-  // off the loaded weights (each rank its own, parting the ranks for good),
-  // and the compression residuals and 1-bit errors carry the old gradients'.
+  // WriteParam restarted 0/1 Adam's accumulated steps tensor by tensor; the
+  // rest of a rank's own state (its learning-rate sum, the compression
+  // residuals, the 1-bit errors) belonged to the weights just replaced too.
   // The optimizer's moments stay, as DeepSpeed's load_module_only keeps them.
   view_.dp->ResetOwnState();
   return Status::Ok();
