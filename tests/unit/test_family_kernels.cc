@@ -219,14 +219,18 @@ TEST(FamilyKernels, AttentionWithGroupedHeadsInterleavedLayoutAndAlibiMatchesThe
     int64_t H, kv;
     bool interleaved;
     int64_t alibi;
+    int64_t B = 2, T = 5;
   };
+  // The longer sequences cross causal blocks (kCausalBlock rows), the last one partial.
+  const int64_t long_t = cpu::kCausalBlock + 3;
   for (const Case c : {Case{4, 4, false, 0}, Case{4, 2, false, 0}, Case{4, 1, false, 0},
-                       Case{6, 6, true, 6}, Case{3, 3, false, 3}, Case{4, 2, false, 8}}) {
-    AttentionShape s = Shape(2, 5, c.H, c.kv, 4, c.interleaved, c.alibi);
+                       Case{6, 6, true, 6}, Case{3, 3, false, 3}, Case{4, 2, false, 8},
+                       Case{2, 1, false, 0, 1, long_t}, Case{2, 2, true, 2, 1, long_t}}) {
+    AttentionShape s = Shape(c.B, c.T, c.H, c.kv, 4, c.interleaved, c.alibi);
     if (c.alibi == 8) s.first_head = 4;  // a tensor-parallel rank's heads 4..7 of 8
     const std::vector<double> qkv = Random(s.B * s.T * s.width(), 8);
     EXPECT_LT(MaxAbsDiff(Attend(qkv, s), ReferenceAttention(qkv, s)), 1e-12)
-        << c.H << " " << c.kv << " " << c.interleaved << " " << c.alibi;
+        << c.H << " " << c.kv << " " << c.interleaved << " " << c.alibi << " " << c.T;
     // Its backward (with the group's heads adding into one key/value head)
     // against finite differences of the forward.
     const std::vector<double> dy = Random(s.B * s.T * s.C, 9);

@@ -48,11 +48,6 @@ LayerScratch &Layer() {
   return scratch;
 }
 
-// The end of row r's block.
-int64_t BlockEnd(int64_t r, int64_t T) {
-  return std::min(T, (r / kCausalBlock + 1) * kCausalBlock);
-}
-
 // Row r of a causal [T, T] matrix (probabilities, score gradient) rounded
 // into out: its first r + 1 values, then zeros up to `width` (the masked
 // entries a GEMM reads: the whole row for the forward's product, the row's
@@ -146,11 +141,11 @@ void AttentionBackwardBf16(const float *dy, const float *qkv, const uint16_t *qk
       const uint16_t *p = att16 != nullptr ? att16 + bh * T * T : x.p.data();
       if (att16 == nullptr)
         for (int64_t r = 0; r < T; ++r)
-          RoundCausalRow(a + r * T, r, BlockEnd(r, T), x.p.data() + r * T);
+          RoundCausalRow(a + r * T, r, CausalBlockEnd(r, T), x.p.data() + r * T);
       float *dscore = scratch + int64_t(omp_get_thread_num()) * T * T;
       const GemmOperand pt = Bf16Operand(p, t);
       for (int64_t r0 = 0; r0 < T; r0 += kCausalBlock) {
-        const int64_t r1 = BlockEnd(r0, T);
+        const int64_t r1 = CausalBlockEnd(r0, T);
         // d att [r0, r1) x [0, r1) = g v^T ; dv[r0:r1] (+)= p[r0:T, r0:r1]^T g[r0:T]
         GemmBf16(false, true, int(r1 - r0), int(r1), d, 1.0f, From(gy, r0), head.v, 0.0f,
                  dscore + r0 * T, t);
@@ -165,11 +160,11 @@ void AttentionBackwardBf16(const float *dy, const float *qkv, const uint16_t *qk
           pr = x.row.data();
         }
         CausalSoftmaxBackwardRow(pr, dscore + r * T, r, T);
-        RoundCausalRow(dscore + r * T, r, BlockEnd(r, T), x.ds.data() + r * T);
+        RoundCausalRow(dscore + r * T, r, CausalBlockEnd(r, T), x.ds.data() + r * T);
       }
       const GemmOperand ds = Bf16Operand(x.ds.data(), t);
       for (int64_t r0 = 0; r0 < T; r0 += kCausalBlock) {
-        const int64_t r1 = BlockEnd(r0, T);
+        const int64_t r1 = CausalBlockEnd(r0, T);
         // dq[r0:r1] = scale ds[r0:r1, 0:r1] k[0:r1] ; dk[r0:r1] (+)= scale ds[r0:T, r0:r1]^T q[r0:T]
         GemmBf16(false, false, int(r1 - r0), d, int(r1), scale, From(ds, r0), head.k, 0.0f,
                  dq + r0 * W, w);
