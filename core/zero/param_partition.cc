@@ -263,21 +263,25 @@ void ParameterPartition::SkipWideningBf16GemmWeights() {
 }
 
 void ParameterPartition::WidenStaged(int b, const StagingLayout &layout) {
-  if (!skip_gemm_weights_) {
+  if (!skip_gemm_weights_ && !InPlace()) {
     ops_.Widen(storage(), staging_[b].at(0), working_[b].data(), layout.size);
     return;
   }
-  // Each run of adjacent widened tensors [begin, end) in one call.
+  // Each run of tensors adjacent both in the working copy [begin, end) and
+  // in their source (from) in one call.
+  const size_t bytes = ElementBytes(storage());
   int64_t begin = 0, end = 0;
+  const uint8_t *from = nullptr;
   auto widen = [&] {
-    if (end > begin)
-      ops_.Widen(storage(), staging_[b].at(begin), working_[b].data() + begin, end - begin);
+    if (end > begin) ops_.Widen(storage(), from, working_[b].data() + begin, end - begin);
   };
   for (const TensorSlot &slot : layout.slots) {
     if (LeftNarrow(slot)) continue;
-    if (slot.staged != end) {  // a gap: a tensor left narrow
-      widen();
-      begin = slot.staged;
+    const auto *src = static_cast<const uint8_t *>(Source(b, slot));
+    if (slot.staged != end || from == nullptr || src != from + size_t(end - begin) * bytes) {
+      widen();  // a gap: a tensor left narrow, or a jump in the source
+      begin = end = slot.staged;
+      from = src;
     }
     end = slot.staged + store_->decls()[size_t(slot.id)].numel;
   }
@@ -294,8 +298,9 @@ Status ParameterPartition::Acquire(size_t layer, int64_t next) {
     DST_RETURN_IF_ERROR(WaitStaged(&staged_[buffer]));
     staged_[buffer].layer = int64_t(layer);
     staged_[buffer].widened = false;
-    DST_RETURN_IF_ERROR(Gather(plan_->params[layer], staging_[buffer].at(0), &staged_[buffer].works,
-                               int64_t(layer)));
+    if (!InPlace())
+      DST_RETURN_IF_ERROR(Gather(plan_->params[layer], staging_[buffer].at(0),
+                                 &staged_[buffer].works, int64_t(layer)));
   }
   DST_RETURN_IF_ERROR(Ready(&staged_[buffer], layer));
   if (Wide() && !staged_[buffer].widened) {
@@ -304,11 +309,14 @@ Status ParameterPartition::Acquire(size_t layer, int64_t next) {
   }
   current_ = buffer;
   for (const TensorSlot &slot : plan_->params[layer].slots)
-    store_->SetParamPointer(slot.id, WorkingOf(buffer, slot), Bf16Copy(staging_[buffer], slot));
+    store_->SetParamPointer(slot.id, WorkingOf(buffer, slot),
+                            storage() == StorageType::kBf16
+                                ? static_cast<const uint16_t *>(Source(buffer, slot))
+                                : nullptr);
 
   DST_RETURN_IF_ERROR(ReadAhead(layer, next));
   // Prefetch the next layer into the other buffer (its layer has finished).
-  if (!two || next < 0 || next == int64_t(layer)) return Status::Ok();
+  if (!two || next < 0 || next == int64_t(layer) || InPlace()) return Status::Ok();
   Staged &other = staged_[buffer ^ 1];
   if (other.layer == next || plan_->params[size_t(next)].size > prefetch_elements_)
     return Status::Ok();

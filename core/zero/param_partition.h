@@ -125,6 +125,20 @@ class ParameterPartition {
   };
 
   bool Wide() const { return shard_.type() != StorageType::kFp32; }
+  // Over a group of one, with the whole 16-bit shard in host memory, the
+  // shard holds every layer's parameters in place: a layer's narrow tensors
+  // are read there and the others widened from there, with no gather copy
+  // (the staging buffers stay allocated, as the estimate counts them).
+  bool InPlace() const {
+    return Wide() && comm_->size() == 1 && swap_ == nullptr && !host_shard_ && ops_.on_host() &&
+           shard_.size() == layout_.shard_size();
+  }
+  // Where a tensor of the layer in staging buffer b is read from: the
+  // staging buffer, or (InPlace) the shard.
+  const void *Source(int b, const TensorSlot &slot) const {
+    if (!InPlace()) return staging_[b].at(slot.staged);
+    return shard_.at(store_->decls()[size_t(slot.id)].offset - mine_.offset);
+  }
   // The kernels queued after this call see `layer`'s staged gather: the host
   // waits for it, or on a device the placement's WorkOrder has the compute
   // stream wait (the host goes on; a failure is named at the step's end).
@@ -142,8 +156,8 @@ class ParameterPartition {
   float *WorkingOf(int b, const TensorSlot &slot) {
     return LeftNarrow(slot) ? nullptr : Working(b) + slot.staged;
   }
-  // Widens staging buffer b's copy of `layout` into its working copy, but
-  // for the tensors left narrow.
+  // Widens `layout` (staged in buffer b, or in place) into buffer b's
+  // working copy, but for the tensors left narrow.
   void WidenStaged(int b, const StagingLayout &layout);
   // A tensor's bf16 values in a 16-bit buffer (staging or persistent; what
   // its working copy was widened from), which bf16 GEMMs read directly
