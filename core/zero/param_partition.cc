@@ -33,7 +33,7 @@ ParameterPartition::ParameterPartition(const PartitionPlan *plan, const ShardLay
   const int64_t staging = plan->max_param_staging;
   const int buffers = prefetch_elements_ > 0 ? 2 : 1;
   for (int b = 0; b < buffers; ++b) {
-    staging_[b] = FlatBuffer(tracker, comm_category, storage, staging, memory);
+    if (!InPlace()) staging_[b] = FlatBuffer(tracker, comm_category, storage, staging, memory);
     if (Wide()) working_[b] = Buffer<float>(tracker, comm_category, size_t(staging), memory);
   }
   if (Wide())
@@ -42,7 +42,7 @@ ParameterPartition::ParameterPartition(const PartitionPlan *plan, const ShardLay
   // that a pass cut short by an error reads only memory this object owns.
   for (const StagingLayout &layer : plan->params)
     for (const TensorSlot &slot : layer.slots)
-      store_->SetParamPointer(slot.id, Working(0) + slot.staged, Bf16Copy(staging_[0], slot));
+      store_->SetParamPointer(slot.id, Working(0) + slot.staged, Bf16Of(0, slot));
 
   // Initialisation is a pure function of the element: the shard and the
   // persistent tensors hold what the single-rank run would (rounded to the
@@ -259,7 +259,7 @@ void ParameterPartition::SkipWideningBf16GemmWeights() {
   skip_gemm_weights_ = storage() == StorageType::kBf16;
   for (const StagingLayout &layer : plan_->params)
     for (const TensorSlot &slot : layer.slots)
-      store_->SetParamPointer(slot.id, WorkingOf(0, slot), Bf16Copy(staging_[0], slot));
+      store_->SetParamPointer(slot.id, WorkingOf(0, slot), Bf16Of(0, slot));
 }
 
 void ParameterPartition::WidenStaged(int b, const StagingLayout &layout) {
@@ -309,10 +309,7 @@ Status ParameterPartition::Acquire(size_t layer, int64_t next) {
   }
   current_ = buffer;
   for (const TensorSlot &slot : plan_->params[layer].slots)
-    store_->SetParamPointer(slot.id, WorkingOf(buffer, slot),
-                            storage() == StorageType::kBf16
-                                ? static_cast<const uint16_t *>(Source(buffer, slot))
-                                : nullptr);
+    store_->SetParamPointer(slot.id, WorkingOf(buffer, slot), Bf16Of(buffer, slot));
 
   DST_RETURN_IF_ERROR(ReadAhead(layer, next));
   // Prefetch the next layer into the other buffer (its layer has finished).

@@ -128,7 +128,7 @@ class ParameterPartition {
   // Over a group of one, with the whole 16-bit shard in host memory, the
   // shard holds every layer's parameters in place: a layer's narrow tensors
   // are read there and the others widened from there, with no gather copy
-  // (the staging buffers stay allocated, as the estimate counts them).
+  // and no staging buffers (only the working copies).
   bool InPlace() const {
     return Wide() && comm_->size() == 1 && swap_ == nullptr && !host_shard_ && ops_.on_host() &&
            shard_.size() == layout_.shard_size();
@@ -138,6 +138,12 @@ class ParameterPartition {
   const void *Source(int b, const TensorSlot &slot) const {
     if (!InPlace()) return staging_[b].at(slot.staged);
     return shard_.at(store_->decls()[size_t(slot.id)].offset - mine_.offset);
+  }
+  // The bf16 values a layer's tensor reads in buffer b (ParamStore::param16):
+  // null unless the storage is bf16.
+  const uint16_t *Bf16Of(int b, const TensorSlot &slot) const {
+    if (storage() != StorageType::kBf16) return nullptr;
+    return static_cast<const uint16_t *>(Source(b, slot));
   }
   // The kernels queued after this call see `layer`'s staged gather: the host
   // waits for it, or on a device the placement's WorkOrder has the compute
@@ -201,7 +207,8 @@ class ParameterPartition {
   FlatBuffer shard_;               // [shard_size] kParameters, in shard_ops_'s memory
   FlatBuffer persistent_;          // [persistent.size] kParameters
   Buffer<float> persistent_work_;  // [persistent.size] kCommunication, 16 bits only
-  FlatBuffer staging_[2];          // [max_param_staging] kCommunication (one unless prefetching)
+  FlatBuffer staging_[2];          // [max_param_staging] kCommunication (one unless prefetching;
+                                   // none in place)
   Buffer<float> working_[2];       // [max_param_staging] kCommunication, 16 bits only
   Staged staged_[2];
   int current_ = 0;                 // staging buffer of the layer acquired last
