@@ -100,16 +100,38 @@ def dims(model):
             c // model["n_head"], 2 * 4 * c, model["n_layer"])
 
 
+def attention_flops(model=MODEL, batch=MICRO_BATCH):
+    """Attention's QK^T and AV over the whole T x T (unmasked), forward: 2*B*H*T*T*hs*2 a layer."""
+    t, _, _, h, _, hs, _, layers = dims(model)
+    return layers * 2 * batch * h * t * t * hs * 2
+
+
 def train_flops_per_step(model=MODEL, batch=MICRO_BATCH):
-    """Exact matmul FLOPs of one training step of the implementation: forward
-    linears 2*N*C*(q, k, v + output projection + MLP columns) per layer,
-    attention QK^T and AV in full (unmasked) 2*B*H*T*T*hs*2 per layer, the LM
-    head 2*N*C*V; backward is twice the forward."""
+    """The model's matmul FLOPs of one training step: forward linears
+    2*N*C*(q, k, v + output projection + MLP columns) per layer, attention
+    QK^T and AV in full (unmasked, as PyTorch's eager attention runs them and
+    as Megatron's and PaLM's MFU count them), the LM head 2*N*C*V; backward
+    is twice the forward."""
     t, c, v, h, kv, hs, mlp, layers = dims(model)
     n = batch * t
-    per_layer = 2 * n * c * ((h + 2 * kv) * hs + h * hs + mlp) + 2 * batch * h * t * t * hs * 2
-    forward = layers * per_layer + 2 * n * c * v
-    return 3 * forward
+    linears = layers * 2 * n * c * ((h + 2 * kv) * hs + h * hs + mlp) + 2 * n * c * v
+    return 3 * (linears + attention_flops(model, batch))
+
+
+CAUSAL_BLOCK = 128  # core/kernels/cpu/attention.h kCausalBlock
+
+
+def executed_flops_per_step(precision, model=MODEL, batch=MICRO_BATCH):
+    """What dstrain's CPU attention multiplies of train_flops_per_step: its
+    GEMMs skip the causal mask's blocks above the diagonal (query rows in
+    blocks of CAUSAL_BLOCK reach the key columns up to their block's end):
+    both halves in fp32, the backward in bf16."""
+    t = dims(model)[0]
+    kept = sum((min(t, r0 + CAUSAL_BLOCK) - r0) * min(t, r0 + CAUSAL_BLOCK)
+               for r0 in range(0, t, CAUSAL_BLOCK)) / (t * t)
+    attention = attention_flops(model, batch)
+    blocked = 3 * attention if precision == "fp32" else 2 * attention
+    return train_flops_per_step(model, batch) - (1 - kept) * blocked
 
 
 def thread_env(threads):
@@ -362,6 +384,12 @@ def main():
             f"{d['first_loss']:.4f}/{d['last_loss']:.4f}  torch "
             f"{t['first_loss']:.4f}/{t['last_loss']:.4f} (same model, different init)"
         )
+    executed = {r["precision"]: executed_flops_per_step(r["precision"], MODEL) for r in rows}
+    print("dst/peak counts the model's FLOPs, attention's QK^T and AV over the whole T x T; "
+          "dstrain's attention skips the causal mask's blocks, so it executes "
+          + ", ".join(f"{executed[p] / 1e9:.1f} GFLOP in {p}" for p in executed)
+          + f" of the {flops / 1e9:.1f}: its executed share of the peak is dst/peak x "
+          + ", ".join(f"{executed[p] / flops:.3f} ({p})" for p in executed))
     if any(r["tuned"] for r in rows):
         print(f"torch*: the same PyTorch with OPENBLAS_CORETYPE={rows[0]['tuned_core']}; "
               "dst/best torch is against the faster of torch and torch*")
