@@ -508,7 +508,8 @@ TEST(ZeroThreads, GetGradBeforeForwardBackwardIsAClearError) {
 // With bf16 storage every tensor a layer reads has a bf16 copy beside its
 // fp32 working values (ParamStore::param16: the 16-bit staging it was
 // widened from, which the bf16 GEMMs read), bit for bit those values
-// rounded; with fp32 or fp16 storage there is none. Where the layers read
+// rounded; with fp32 or fp16 storage there is none and the working values
+// are the stored ones. Where the layers read
 // the GEMM weights' copies (Model::Bf16Operands) those weights are not
 // widened: no fp32 pointer, the copy still the tensor's bf16 values. Stages
 // 0 and 3 (the local and the gathering partition).
@@ -544,6 +545,12 @@ TEST(ZeroThreads, Bf16StorageGivesEveryTensorItsBf16Copy) {
           const uint16_t *copy = store.param16(int(k));
           if (std::string(precision) != "bf16") {
             ASSERT_EQ(copy, nullptr) << decls[k].name;
+            // The working values are the stored ones widened (from the
+            // staging, or in place from the shard on one rank).
+            const float *values = store.param(int(k));
+            ASSERT_NE(values, nullptr) << decls[k].name;
+            for (int64_t i = 0; i < decls[k].numel; ++i)
+              ASSERT_EQ(values[i], whole[k][size_t(i)]) << decls[k].name << " " << i;
             continue;
           }
           ASSERT_NE(copy, nullptr) << decls[k].name;
