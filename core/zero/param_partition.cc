@@ -32,6 +32,8 @@ ParameterPartition::ParameterPartition(const PartitionPlan *plan, const ShardLay
   MemoryResource *memory = placement.memory;
   const int64_t staging = plan->max_param_staging;
   const int buffers = prefetch_elements_ > 0 ? 2 : 1;
+  in_place_ = Wide() && comm_->size() == 1 && !host_shard_ && ops_.on_host() &&
+              shard_.size() == layout_.shard_size();
   for (int b = 0; b < buffers; ++b) {
     if (!InPlace()) staging_[b] = FlatBuffer(tracker, comm_category, storage, staging, memory);
     if (Wide()) working_[b] = Buffer<float>(tracker, comm_category, size_t(staging), memory);

@@ -128,11 +128,10 @@ class ParameterPartition {
   // Over a group of one, with the whole 16-bit shard in host memory, the
   // shard holds every layer's parameters in place: a layer's narrow tensors
   // are read there and the others widened from there, with no gather copy
-  // and no staging buffers (only the working copies).
-  bool InPlace() const {
-    return Wide() && comm_->size() == 1 && swap_ == nullptr && !host_shard_ && ops_.on_host() &&
-           shard_.size() == layout_.shard_size();
-  }
+  // and no staging buffers (only the working copies). Fixed at construction:
+  // a whole shard is never swapped (AttachSwap moves only what lies beyond
+  // `resident`).
+  bool InPlace() const { return in_place_; }
   // Where a tensor of the layer in staging buffer b is read from: the
   // staging buffer, or (InPlace) the shard.
   const void *Source(int b, const TensorSlot &slot) const {
@@ -213,6 +212,7 @@ class ParameterPartition {
   Staged staged_[2];
   int current_ = 0;                 // staging buffer of the layer acquired last
   bool skip_gemm_weights_ = false;  // SkipWideningBf16GemmWeights
+  bool in_place_ = false;           // InPlace
   uint64_t seed_;
   std::unique_ptr<ParamSwap> swap_;  // offload_param nvme: the shard beyond shard_
 };
