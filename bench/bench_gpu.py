@@ -20,7 +20,9 @@ Usage: python3 bench/bench_gpu.py [--build-dir build] [--repeats 3]
            (AdamW, the ZeRO stage given; ZeRO-Offload: the optimizer on the
            host, pinned transfers; ZeRO-Infinity: the parameter shard too, at
            ZeRO 3), tokens/s and MFU from its per-step metrics log, warm-up
-           steps dropped
+           steps dropped; beside it PyTorch's whole step, eager (bf16
+           autocast, clipping, fused AdamW), with torch_gpt's unfused
+           attention and with scaled_dot_product_attention
            (--device standin --vocab 256 --layers 1 --ctx 64: on the guarded
            stand-in, a check without a GPU)
 The peer needs a CUDA PyTorch on the machine (python3 on PATH); without one
@@ -96,8 +98,9 @@ def torch_run(args, precision, flops_per_step, peak):
 
 
 def engine_run(args, precision, tmp):
-    """`dstrain train` on the device: the step's tokens/s and MFU (median over
-    the steps after the first two) from the rank's JSON-lines metrics log."""
+    """`dstrain train` on the device: the step's tokens/s and achieved FLOP/s
+    (median over the steps after the first two) from the rank's JSON-lines
+    metrics log."""
     model = dict(GPT2, type="gpt", n_layer=args.layers, n_ctx=args.ctx, vocab_size=args.vocab,
                  seed=1)
     config = {"train_micro_batch_size_per_gpu": args.batch, "gradient_clipping": 1.0,
@@ -130,28 +133,123 @@ def engine_run(args, precision, tmp):
     if not rows:
         sys.exit(f"bench_gpu: no step metrics in {logs[0]}")
     return {"tokens_per_s": statistics.median(r["tokens_per_second"] for r in rows),
-            "mfu": statistics.median(r.get("mfu", 0.0) for r in rows),
-            "step_ms": 1e3 * statistics.median(r["step_seconds"] for r in rows)}
+            "flops_per_s": statistics.median(r["achieved_flops_per_second"] for r in rows),
+            "step_ms": 1e3 * statistics.median(r["step_seconds"] for r in rows),
+            "loss": rows[-1]["loss"]}
+
+
+def torch_train_run(args, precision, attention):
+    """PyTorch's whole training step on cuda:0, eager: forward (bf16 autocast
+    over fp32 weights, PyTorch's mixed precision), loss read back, backward,
+    clipping to 1.0, fused AdamW; `attention` "unfused" is torch_gpt's (the T x T
+    probabilities, as dstrain's unfused kernel), "sdpa" PyTorch's
+    scaled_dot_product_attention (its flash kernel, what nanoGPT uses). None
+    without a CUDA PyTorch."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    if not torch.cuda.is_available() or args.device != "cuda":
+        return None
+    sys.path.insert(0, str(REPO / "tests" / "python"))
+    import torch_gpt
+
+    spec = dict(GPT2, type="gpt", n_layer=args.layers, n_ctx=args.ctx, vocab_size=args.vocab,
+                seed=1)
+    cfg = torch_gpt.GPTConfig.from_spec(spec)
+    model = torch_gpt.gpt2_init_(torch_gpt.GPT(cfg)).cuda()
+    if attention == "sdpa":
+        def sdpa_forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.c_attn(x).split(c, dim=2)
+            q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        for block in model.modules():
+            if isinstance(block, torch_gpt.CausalSelfAttention):
+                block.forward = sdpa_forward.__get__(block)
+    try:
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
+    except (TypeError, RuntimeError):
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randint(0, cfg.vocab_size, (args.batch, args.ctx), generator=gen).cuda()
+    y = torch.randint(0, cfg.vocab_size, (args.batch, args.ctx), generator=gen).cuda()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            _, loss = model(x, y)
+        value = loss.item()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        torch.cuda.synchronize()
+        return value
+
+    for _ in range(2):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        loss = step()
+    step_s = (time.perf_counter() - t0) / args.steps
+    return {"torch": torch.__version__, "step_ms": step_s * 1e3,
+            "tokens_per_s": args.batch * args.ctx / step_s, "loss": loss}
+
+
+def device_peak_tflops(args, precision):
+    """--peak-tflops, else the dense peak of a device known by name (0: unknown)."""
+    if args.peak_tflops:
+        return args.peak_tflops
+    try:
+        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0.0
+    for key, (bf16, fp32) in {"H100": (989.0, 67.0), "H200": (989.0, 67.0),
+                              "A100": (312.0, 19.5)}.items():
+        if key in name:
+            return bf16 if precision != "fp32" else fp32
+    return 0.0
 
 
 def engine_main(args):
     import tempfile
     print(f"GPT-2 shape: {args.layers} layers x d_model {GPT2['d_model']}, context {args.ctx}, "
-          f"micro-batch {args.batch}; the whole training step (AdamW, ZeRO {args.zero}"
+          f"micro-batch {args.batch}; the whole training step (AdamW, clipping, ZeRO {args.zero}"
           f"{', ZeRO-' + ('Infinity' if args.offload == 'infinity' else 'Offload') if args.offload else ''}) on "
           f"{'the guarded stand-in' if args.device == 'standin' else 'cuda:0'}, median of "
-          f"{args.repeats} runs (min-max)")
+          f"{args.repeats} interleaved runs (min-max); MFU = the model's FLOPs (dstrain's count, "
+          "the same for both) over the device's dense peak")
     for precision in args.precisions.split(","):
-        runs = []
+        peak = device_peak_tflops(args, precision)
+        runs, peers = [], {"unfused": [], "sdpa": []}
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory() as tmp:
                 runs.append(engine_run(args, precision, pathlib.Path(tmp)))
+            if not args.offload:
+                for attention, out in peers.items():
+                    peer = torch_train_run(args, precision, attention)
+                    if peer:
+                        out.append(peer)
         tps = median_spread([r["tokens_per_s"] for r in runs])
-        mfu = statistics.median(r["mfu"] for r in runs)
+        flops_per_token = statistics.median(r["flops_per_s"] / r["tokens_per_s"] for r in runs)
+
+        def mfu(tokens_per_s):
+            return 100 * tokens_per_s * flops_per_token / (peak * 1e12) if peak else 0.0
+
         print(f"{precision}: dstrain train {tps[0]:.0f} tok/s ({tps[1]:.0f}-{tps[2]:.0f}), "
-              f"step {statistics.median(r['step_ms'] for r in runs):.1f} ms, MFU {100 * mfu:.1f}% "
-              "(against dstrain.monitor.peak_flops_per_second when set)", flush=True)
-        print(json.dumps({"precision": precision, "engine": runs}), flush=True)
+              f"step {statistics.median(r['step_ms'] for r in runs):.1f} ms, MFU {mfu(tps[0]):.1f}% "
+              f"of {peak:.0f} TFLOP/s", flush=True)
+        for attention, out in peers.items():
+            if out:
+                t = median_spread([r["tokens_per_s"] for r in out])
+                print(f"{precision}: torch {out[0]['torch']} eager ({attention} attention) "
+                      f"{t[0]:.0f} tok/s ({t[1]:.0f}-{t[2]:.0f}), MFU {mfu(t[0]):.1f}%; "
+                      f"dstrain / torch {tps[0] / t[0]:.2f}x", flush=True)
+        print(json.dumps({"precision": precision, "peak_tflops": peak, "engine": runs,
+                          "torch": peers}), flush=True)
 
 
 def median_spread(values):
@@ -175,6 +273,8 @@ def main():
     ap.add_argument("--offload", choices=["optimizer", "infinity"], default=None,
                     help="--engine with the optimizer on the host (ZeRO-Offload), or the "
                          "parameters too (ZeRO-Infinity, ZeRO 3)")
+    ap.add_argument("--peak-tflops", type=float, default=0.0,
+                    help="--engine: the device's dense peak for MFU (default: known by name)")
     ap.add_argument("--vocab", type=int, default=GPT2["vocab_size"],
                     help="vocabulary of --engine (smaller for a quick check on the stand-in)")
     args = ap.parse_args()

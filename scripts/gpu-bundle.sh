@@ -13,8 +13,9 @@
 #
 # Usage: bash scripts/gpu-bundle.sh [BUNDLE_DIR]      (default .gpu)
 #        then, on the GPU machine, from a checkout: bash BUNDLE_DIR/run.sh
-#        (MEMCHECK=0, RACECHECK=0, MBENCH=0, EBENCH=0, OBENCH=0, BENCH=0, KBENCH=0 skip parts;
-#         MBENCH_ARGS / EBENCH_ARGS / BENCH_ARGS / KBENCH_ARGS pass options to the benches)
+#        (PROFILE=1 adds a profile of the GPT-2 step; MEMCHECK=0, RACECHECK=0, TRAIN=0, MBENCH=0, EBENCH=0, OBENCH=0, BENCH=0, KBENCH=0
+#         skip parts; TESTS=0 skips the GPU tests; GTEST_FILTER picks some; TRAIN_ARGS /
+#         MBENCH_ARGS / EBENCH_ARGS / BENCH_ARGS / KBENCH_ARGS pass options to the checks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${DSTRAIN_BUILD_DIR:-build}
@@ -34,6 +35,18 @@ ldd "$BUNDLE"/dstrain_gpu_tests "$BUNDLE"/libdstrain_cuda.so "$BUNDLE"/libdstrai
   grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt|ld-linux-x86-64|libcublasLt|libcublas|libnccl|libcuda)\.so' |
   while read -r lib; do cp -L "$lib" "$BUNDLE/lib/"; done
 tar cJf "$BUNDLE/libs.tar.xz" -C "$BUNDLE/lib" . && rm -rf "$BUNDLE/lib"
+# The training check's corpus (the GPU machine has no fortunes package) and its
+# CPU reference: the same jobs on this machine's CPU engine (a few minutes;
+# TRAIN_REFERENCE=FILE reuses one written before by the same build).
+CORPUS=${DSTRAIN_DEFAULT_CORPUS_DIR:-/usr/share/games/fortunes}
+mkdir -p "$BUNDLE/fortunes"
+find "$CORPUS" -maxdepth 1 -type f ! -name '*.*' -exec cp {} "$BUNDLE/fortunes/" \;
+if [ -n "${TRAIN_REFERENCE:-}" ]; then
+  cp "$TRAIN_REFERENCE" "$BUNDLE/gpu_train_reference.json"
+else
+  DSTRAIN_DEFAULT_CORPUS_DIR="$PWD/$BUNDLE/fortunes" /usr/bin/python3 bench/gpu_train_check.py \
+    --build-dir "$BUILD" --write-reference "$BUNDLE/gpu_train_reference.json" > /dev/null
+fi
 cat > "$BUNDLE/run.sh" <<'EOF'
 #!/usr/bin/env bash
 # Runs the bundled GPU suite (made by scripts/gpu-bundle.sh) from a dstrain checkout.
@@ -46,16 +59,19 @@ LT=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13' 2
 NC=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libnccl.so.2' 2>/dev/null | head -1)")
 echo "cublasLt: $LT nccl: $NC" | tee -a "$OUT/device.txt"
 export DSTRAIN_CUDA_PLUGIN=$G/libdstrain_cuda.so DSTRAIN_NCCL_PLUGIN=$G/libdstrain_nccl.so
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 DSTRAIN_DEFAULT_CORPUS_DIR=$G/fortunes
 (
   export LD_LIBRARY_PATH=$G/lib:$LT:$NC
   ldd ./dstrain_gpu_tests ./libdstrain_cuda.so ./libdstrain_nccl.so ./dstrain | grep "not found" | tee -a "$OUT/device.txt"
   ./dstrain report > "$OUT/report.txt" 2>&1
   echo "dstrain report rc $?" | tee -a "$OUT/device.txt"
   grep -iE -A6 "cuda|gpu|nccl" "$OUT/report.txt" | head -30
-  timeout 300 ./dstrain_gpu_tests --gtest_output="xml:$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
-  echo "gpu tests rc $?" | tee -a "$OUT/device.txt"
-  grep -E "^\[  (FAILED|SKIPPED|PASSED) |Failure|Expected|Which is" "$OUT/gpu_tests.log" | head -60
+  if [ "${TESTS:-1}" = 1 ]; then
+    timeout 300 ./dstrain_gpu_tests --gtest_output="xml:$OUT/gpu_tests.xml" \
+      --gtest_filter="${GTEST_FILTER:-*}" > "$OUT/gpu_tests.log" 2>&1
+    echo "gpu tests rc $?" | tee -a "$OUT/device.txt"
+    grep -E "^\[  (FAILED|SKIPPED|PASSED) |Failure|Expected|Which is|error" "$OUT/gpu_tests.log" | head -80
+  fi
   # The sanitizers skip the GPT-2-shape tests (slow under them) and the two
   # that fail CUDA calls on purpose (compute-sanitizer reports those as errors).
   for tool in memcheck racecheck; do
@@ -64,6 +80,9 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
       timeout 200 compute-sanitizer --tool "$tool" --print-limit 20 ./dstrain_gpu_tests \
         --gtest_filter='Cuda*:-*Gpt2Shapes*:*OutOfMemory*:*FailedCall*' > "$OUT/$tool.log" 2>&1
       echo "$tool rc $?" | tee -a "$OUT/device.txt"
+      # Each report under the test that made it, addresses masked so repeats fold.
+      grep -E "^\[ RUN|Race reported|access at|Invalid|Program hit|^=========     at" "$OUT/$tool.log" |
+        sed -E 's/0x[0-9a-f]+/0x_/g' | uniq -c | grep -B1 -vE "^ +[0-9]+ \[ RUN" | head -60
       tail -3 "$OUT/$tool.log"
     fi
   done
@@ -78,6 +97,14 @@ python3 -c "import torch" 2> /dev/null || PY=/usr/bin/python3
 if [ "${MBENCH:-1}" = 1 ]; then
   (cd "$G/.." && PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$LT:$NC timeout 400 $PY bench/bench_gpu.py \
     --build-dir "$G" ${MBENCH_ARGS:-} 2>&1 | tee "$OUT/bench_gpu.txt")
+fi
+# dstrain train on the device against the CPU run: the built-in job and GPT-2
+# 124M in fp32 and bf16, each step's loss within the stated bounds.
+if [ "${TRAIN:-1}" = 1 ]; then
+  (cd "$G/.." && set -o pipefail && LD_LIBRARY_PATH=$G/lib:$LT:$NC timeout 300 /usr/bin/env python3 bench/gpu_train_check.py \
+    --check "$G/gpu_train_reference.json" --build-dir "$G" ${TRAIN_ARGS:-} 2>&1 |
+    tee "$OUT/gpu_train_check.txt")
+  echo "train check rc $?" | tee -a "$OUT/device.txt"
 fi
 # The whole training step on the device: dstrain train with dstrain.device
 # "cuda" (GPT-2 124M, bf16, ZeRO 1), tokens/s from its metrics log.
@@ -95,6 +122,36 @@ if [ "${OBENCH:-1}" = 1 ]; then
       bench/bench_gpu.py --engine --build-dir "$G" --repeats 1 --steps 3 --precisions bf16 \
       $mode 2>&1 | tee -a "$OUT/bench_gpu_offload.txt")
   done
+fi
+# Where a GPT-2 124M bf16 step's time goes: the engine's own timers (forward,
+# backward, step) from the metrics log, and with Nsight Systems on the machine
+# the kernels' and the CUDA API's time summed by name.
+if [ "${PROFILE:-0}" = 1 ]; then
+  P=$(mktemp -d)
+  printf '%s' '{"type": "gpt", "vocab_size": 50257, "n_ctx": 1024, "n_layer": 12, "n_head": 12,
+    "d_model": 768, "seed": 1}' > "$P/model.json"
+  printf '%s' '{"train_micro_batch_size_per_gpu": 8, "gradient_clipping": 1.0, "bf16": {"enabled": true},
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.1}},
+    "zero_optimization": {"stage": 1}, "dstrain": {"device": "cuda",
+    "monitor": {"log": {"enabled": true, "path": "'"$P"'/log", "format": "jsonl"}}}}' > "$P/ds.json"
+  RUN=(./dstrain train --config "$P/ds.json" --model "$P/model.json" --steps "${PROFILE_STEPS:-6}"
+    --eval-interval 1000000 --eval-batches 1 -q)
+  NSYS=$(command -v nsys || find /usr/local/cuda*/ /opt/nvidia -name nsys -type f 2> /dev/null | head -1)
+  if [ -n "$NSYS" ]; then
+    # The bundled libraries go to dstrain alone: nsys's own importer loads its own.
+    timeout 240 "$NSYS" profile -t cuda,osrt --force-overwrite true -o "$P/prof" \
+      env LD_LIBRARY_PATH="$G/lib:$LT:$NC" "${RUN[@]}" > "$OUT/profile.txt" 2>&1
+    for r in cuda_gpu_kern_sum cuda_api_sum cuda_gpu_mem_time_sum; do
+      timeout 120 "$NSYS" stats --report "$r" --format table "$P/prof.nsys-rep" 2> /dev/null | head -40
+    done | tee -a "$OUT/profile.txt"
+  else
+    echo "no nsys on this machine: the engine's timers only" | tee "$OUT/profile.txt"
+    LD_LIBRARY_PATH="$G/lib:$LT:$NC" timeout 120 "${RUN[@]}" >> "$OUT/profile.txt" 2>&1
+  fi
+  python3 -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]
+print('engine timers (last step, s):', json.dumps(rows[-1].get('timers')), 'step', rows[-1].get('step_seconds'))" \
+    "$(ls "$P"/log/*.jsonl | head -1)" | tee -a "$OUT/profile.txt"
+  rm -rf "$P"
 fi
 # The benches' peer is a CUDA PyTorch: the GPU machine's python3 on PATH, not
 # Debian's /usr/bin/python3 (whose torch is CPU-only) that the CPU benches use.

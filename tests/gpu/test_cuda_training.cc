@@ -55,7 +55,8 @@ void ExpectStepsMatchTheCpu(TrainingDevice &device, const std::string &extra, do
   const StepsOutcome got = TrainThenReadGradients(kGpt, config, placement);
   ASSERT_EQ(want.error, "");
   ASSERT_EQ(got.error, "");
-  ASSERT_TRUE(device.TakeStatus().ok()) << device.TakeStatus().message();
+  const Status st = device.TakeStatus();
+  ASSERT_TRUE(st.ok()) << st.message();
   ExpectClose(got.values, want.values, rel);
 }
 
@@ -101,6 +102,12 @@ TEST(CudaTraining, StepKernelsMatchTheCpu) {
   };
   std::vector<float> a = random(), b = random(), m = random(), v = random();
   for (float &x : v) x = std::fabs(x);
+  // Each section's calls leave the device's status clean (taken once: the
+  // message is the first error's).
+  auto expect_no_error = [&device](const char *section) {
+    const Status st = device.TakeStatus();
+    EXPECT_TRUE(st.ok()) << section << ": " << st.message();
+  };
 
   // Scale, add, norm.
   float *da = arrays.Copy(a), *db = arrays.Copy(b);
@@ -112,6 +119,7 @@ TEST(CudaTraining, StepKernelsMatchTheCpu) {
   ExpectClose(arrays.Back(da, size_t(n)), want, 0.0);
   EXPECT_NEAR(gpu.SumOfSquaresRange(db, n), cpu.SumOfSquaresRange(b.data(), n),
               1e-9 * cpu.SumOfSquaresRange(b.data(), n));
+  expect_no_error("scale, add, norm");
 
   // Adam with the 16-bit copy, SGD with momentum.
   const AdamHyper adam{1e-3, 0.9, 0.999, 1e-8, 0.1, 2, true};
@@ -134,12 +142,14 @@ TEST(CudaTraining, StepKernelsMatchTheCpu) {
   int64_t off = 0;  // a weight within fp32 rounding of a bf16 boundary may round the other way
   for (int64_t i = 0; i < n; ++i) off += got_half[size_t(i)] != half[size_t(i)];
   EXPECT_LE(off, n / 1000);
+  expect_no_error("Adam");
   const SgdHyper sgd{0.05, 0.9, 0.1, 0.01, true, false};
   float *dp = arrays.Copy(a), *dm = arrays.Copy(m);
   gpu.SgdUpdate(db, n, sgd, dp, dm);
   p = a, mm = m;
   cpu.SgdUpdate(b.data(), n, sgd, p.data(), mm.data());
   ExpectClose(arrays.Back(dp, size_t(n)), p, 1e-6);
+  expect_no_error("SGD");
 
   // The 16-bit storage conversions and sums.
   for (Half h : {Half::kBf16, Half::kFp16}) {
@@ -166,8 +176,8 @@ TEST(CudaTraining, StepKernelsMatchTheCpu) {
     ExpectClose(arrays.Back(wide, size_t(n)), wide_cpu, 0.0);
     EXPECT_NEAR(gpu.SumOfSquares16(h, dha, n), cpu.SumOfSquares16(h, ha.data(), n),
                 1e-9 * cpu.SumOfSquares16(h, ha.data(), n));
+    expect_no_error(HalfName(h));
   }
-  EXPECT_TRUE(device.TakeStatus().ok()) << device.TakeStatus().message();
 }
 
 TEST(CudaTraining, SgdStepsMatchTheCpu) {

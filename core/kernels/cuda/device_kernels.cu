@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "core/kernels/cuda/cublaslt.cuh"
+#include "core/kernels/cuda/cuda_kernel_table.h"
 #include "core/kernels/cuda/kernels.cuh"
 #include "core/precision/convert.h"
-#include "core/kernels/cuda/cuda_kernel_table.h"
 
 namespace dst::cuda {
 namespace {
@@ -153,9 +153,10 @@ __global__ void NormalizeAndNllKernel(float *logits, long V, const float *sums,
     counted[r] = counts ? 1.0f : 0.0f;
   }
 }
-// partial[block] = the sum of every thread's `sum` in the block (256
-// threads, a fixed tree): the block reductions below end with it.
-__device__ void StoreBlockSum(double sum, double *partial) {
+// The sum of every thread's `sum` in the block (256 threads, a fixed tree),
+// returned to every thread; the block is past its last read of the tree when
+// this returns, so a second call may reuse it.
+__device__ double BlockSum(double sum) {
   __shared__ double sums[256];
   sums[threadIdx.x] = sum;
   __syncthreads();
@@ -163,7 +164,14 @@ __device__ void StoreBlockSum(double sum, double *partial) {
     if (int(threadIdx.x) < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
     __syncthreads();
   }
-  if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+  const double total = sums[0];
+  __syncthreads();
+  return total;
+}
+// partial[block] = the block's sum of every thread's `sum` (BlockSum's order).
+__device__ void StoreBlockSum(double sum, double *partial) {
+  const double total = BlockSum(sum);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 // *loss_sum += the mean of the row terms nll [rows] over counted [rows] (0
 // when none counts): one block of 256 threads in a fixed order, the same
@@ -171,10 +179,8 @@ __device__ void StoreBlockSum(double sum, double *partial) {
 __global__ void AddMeanOfRowTermsKernel(const float *terms, long rows, double *loss_sum) {
   double nll = 0, n = 0;
   for (long r = threadIdx.x; r < rows; r += blockDim.x) nll += terms[r], n += terms[rows + r];
-  __shared__ double total[2];
-  StoreBlockSum(nll, total);
-  StoreBlockSum(n, total + 1);
-  if (threadIdx.x == 0 && total[1] > 0) *loss_sum += total[0] / total[1];
+  const double nll_sum = BlockSum(nll), counted = BlockSum(n);
+  if (threadIdx.x == 0 && counted > 0) *loss_sum += nll_sum / counted;
 }
 // partial[block] = sum of (pred - labels)^2 in double over the block's elements.
 __global__ void SquaredErrorKernel(const float *pred, const float *labels, long n,
@@ -380,9 +386,13 @@ const char *ErrorString(int code) {
   return cudaGetErrorString(cudaError_t(code));
 }
 
-// Every call starts on the context's device.
+// Every call starts on the context's device with the thread's last error
+// clear: an earlier failed call returned its code to its caller but CUDA keeps
+// it as the last error too, and this call's launch check would take it for
+// its own (a failed Copy made the next ScaleRange "invalid argument").
 #define DST_ENTER(ctx)   \
   Context &c = Ctx(ctx); \
+  cudaGetLastError();    \
   if (cudaError_t e = cudaSetDevice(c.device)) return e;
 
 #define DST_LAUNCH_ELEMENTWISE(kernel, n, ...)                 \
@@ -605,7 +615,7 @@ int Rotary(void *ctx, float *qkv, const DstCudaAttentionShape *shape, const DstC
            int inverse) {
   DST_ENTER(ctx);
   const AttentionDims s = DimsOf(*shape);
-  const math::RopeParams rope{r->theta,           r->scaling,        r->factor,
+  const math::RopeParams rope{r->theta,           r->scaling,          r->factor,
                               r->low_freq_factor, r->high_freq_factor, r->original_max_position};
   DST_LAUNCH_ELEMENTWISE(RotaryKernel, s.B * s.T * (s.H + s.kv()) * (s.hs() / 2), qkv, s, rope,
                          inverse ? -1.0f : 1.0f);

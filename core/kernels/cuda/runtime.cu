@@ -17,73 +17,84 @@ static_assert(DST_CUDA_DEVICE_TO_DEVICE == cudaMemcpyDeviceToDevice);
 
 namespace {
 
+// A failed call's code goes back to the caller; the runtime also keeps it as
+// the thread's last error, which the next kernel launch's check would read as
+// its own (a stream asked of a missing device failed a later ScaleRange with
+// "invalid argument"): clear it here. Sticky errors stay whatever is done.
+int Reported(cudaError_t e) {
+  if (e != cudaSuccess) cudaGetLastError();
+  return e;
+}
+
 int DeviceCount(int *count) {
-  return cudaGetDeviceCount(count);
+  return Reported(cudaGetDeviceCount(count));
 }
 int MemGetInfo(int device, size_t *free_bytes, size_t *total_bytes) {
   cudaError_t e = cudaSetDevice(device);
-  return e != cudaSuccess ? e : cudaMemGetInfo(free_bytes, total_bytes);
+  return Reported(e != cudaSuccess ? e : cudaMemGetInfo(free_bytes, total_bytes));
 }
 int Malloc(int device, size_t bytes, void **ptr) {
   cudaError_t e = cudaSetDevice(device);
   if (e == cudaSuccess) e = cudaMalloc(ptr, bytes);
-  if (e != cudaSuccess) cudaGetLastError();  // an out-of-memory is not sticky: clear it
-  return e;
+  return Reported(e);  // an out-of-memory is not sticky either
 }
 int Free(int device, void *ptr) {
   cudaError_t e = cudaSetDevice(device);
-  return e != cudaSuccess ? e : cudaFree(ptr);
+  return Reported(e != cudaSuccess ? e : cudaFree(ptr));
 }
 int StreamCreate(int device, void **stream) {
   cudaError_t e = cudaSetDevice(device);
-  return e != cudaSuccess ? e
-                          : cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t *>(stream),
-                                                      cudaStreamNonBlocking);
+  return Reported(e != cudaSuccess
+                      ? e
+                      : cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t *>(stream),
+                                                  cudaStreamNonBlocking));
 }
 int StreamDestroy(void *stream) {
-  return cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+  return Reported(cudaStreamDestroy(static_cast<cudaStream_t>(stream)));
 }
 int StreamSynchronize(void *stream) {
-  return cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+  return Reported(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
 int StreamWaitEvent(void *stream, void *event) {
-  return cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0);
+  return Reported(
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
 }
 int EventCreate(int device, void **event) {
   cudaError_t e = cudaSetDevice(device);
-  return e != cudaSuccess ? e
-                          : cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t *>(event),
-                                                     cudaEventDisableTiming);
+  return Reported(e != cudaSuccess
+                      ? e
+                      : cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t *>(event),
+                                                 cudaEventDisableTiming));
 }
 int EventDestroy(void *event) {
-  return cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  return Reported(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
 }
 int EventRecord(void *event, void *stream) {
-  return cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream));
+  return Reported(
+      cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
 }
 int EventQuery(void *event) {
-  return cudaEventQuery(static_cast<cudaEvent_t>(event));
+  return Reported(cudaEventQuery(static_cast<cudaEvent_t>(event)));
 }
 int EventSynchronize(void *event) {
-  return cudaEventSynchronize(static_cast<cudaEvent_t>(event));
+  return Reported(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
 }
 int MemcpyAsync(void *dst, const void *src, size_t bytes, int kind, void *stream) {
-  return cudaMemcpyAsync(dst, src, bytes, static_cast<cudaMemcpyKind>(kind),
-                         static_cast<cudaStream_t>(stream));
+  return Reported(cudaMemcpyAsync(dst, src, bytes, static_cast<cudaMemcpyKind>(kind),
+                                  static_cast<cudaStream_t>(stream)));
 }
 int MemsetAsync(void *dst, int value, size_t bytes, void *stream) {
-  return cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream));
+  return Reported(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)));
 }
 const char *ErrorString(int code) {
   return cudaGetErrorString(static_cast<cudaError_t>(code));
 }
 int HostAlloc(size_t bytes, void **ptr) {
   const cudaError_t e = cudaHostAlloc(ptr, bytes, cudaHostAllocPortable);
-  if (e != cudaSuccess) cudaGetLastError();
-  return e;
+  return Reported(e);
 }
 int HostFree(void *ptr) {
-  return cudaFreeHost(ptr);
+  return Reported(cudaFreeHost(ptr));
 }
 
 }  // namespace
