@@ -1,5 +1,7 @@
 #include "core/device/cuda_kernels.h"
 
+#include <cstdlib>
+
 #include <cstddef>
 #include <cstring>
 #include <limits>
@@ -140,6 +142,32 @@ DstCudaAttentionShape ShapeOf(const AttentionShape &s) {
 }
 
 }  // namespace
+
+bool CudaGemmAttentionFor(const AttentionShape &largest) {
+  const DstCudaAttentionShape shape = ShapeOf(largest);
+  return dst_cuda_gemm_attention_for(&shape) != 0;
+}
+
+bool CudaAttentionKeepsProbabilities(const AttentionShape &s, bool gemm) {
+  const DstCudaAttentionShape shape = ShapeOf(s);
+  return dst_cuda_attention_keeps_probabilities(&shape, gemm ? 1 : 0) != 0;
+}
+
+bool CudaKernels::KeepsAttentionProbabilities(const AttentionShape &s) const {
+  return CudaAttentionKeepsProbabilities(s, gemm_attention_);
+}
+
+void CudaKernels::ChooseAttention(const AttentionShape &largest) const {
+  if (!dst_cuda_attention_choice_valid() && error_.ok())
+    error_ = Status(Code::kInvalidArgument, std::string("DSTRAIN_CUDA_ATTENTION=") +
+                                                std::getenv("DSTRAIN_CUDA_ATTENTION") +
+                                                ": expected auto (the default), fused or gemm");
+  // (A plugin without the entry keeps the fused kernel.)
+  const bool gemm = DST_TABLE_HAS(set_attention_gemm) && CudaGemmAttentionFor(largest);
+  if (DST_TABLE_HAS(set_attention_gemm))
+    Check(t_.set_attention_gemm(ctx_, gemm ? 1 : 0), "set_attention_gemm");
+  gemm_attention_ = gemm;
+}
 
 void CudaKernels::RmsNormForward(const float *x, const float *weight, int64_t rows, int64_t C,
                                  double eps, float *out, uint16_t *, float *rstd) const {

@@ -25,6 +25,16 @@
 
 namespace dst {
 
+// The CUDA plugin's attention rules (cuda_kernel_table.h): whether a model
+// whose largest micro-batch has shape `largest` takes the batched-GEMM path
+// (GPT-2's head layout, the probabilities within their bound,
+// DSTRAIN_CUDA_ATTENTION), and whether the attention then leaves the
+// probabilities in `att` for shape s (the GEMM path, or where the fused
+// kernel does not take the shape; not where the fused kernel runs, whatever
+// the head layout: grouped-query, BLOOM's interleaved, ALiBi).
+bool CudaGemmAttentionFor(const AttentionShape &largest);
+bool CudaAttentionKeepsProbabilities(const AttentionShape &s, bool gemm);
+
 class CudaKernels final : public Kernels<float>, public StepKernels {
  public:
   // The backend on `stream`'s device, queuing on it (the stream must outlive
@@ -46,12 +56,11 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
 
   const char *name() const override { return name_.c_str(); }
   Status TakeError() const override;
-  // False where the plugin's fused attention takes the shape (its rule,
-  // dst_cuda_fused_attention_takes: the head size, whatever the head layout
-  // — GPT's, grouped-query, BLOOM's interleaved, ALiBi).
-  bool KeepsAttentionProbabilities(const AttentionShape &s) const override {
-    return !dst_cuda_fused_attention_takes(long(s.B), long(s.C), long(s.H));
-  }
+  // CudaAttentionKeepsProbabilities(s, the GEMM path chosen).
+  bool KeepsAttentionProbabilities(const AttentionShape &s) const override;
+  // CudaGemmAttentionFor(largest), told to the plugin (set_attention_gemm);
+  // the GEMM path is off until then.
+  void ChooseAttention(const AttentionShape &largest) const override;
   // Run before each kernel that returns a value to the host (a loss, a sum
   // of squares: the host waits for the stream there), as
   // CudaStream::SetBeforeHostWait; a failure is kept as the kernel's error.
@@ -193,6 +202,7 @@ class CudaKernels final : public Kernels<float>, public StepKernels {
   void *ctx_;
   std::string name_;
   mutable Status error_;
+  mutable bool gemm_attention_ = false;  // ChooseAttention's
   std::function<Status()> before_host_wait_;
 };
 

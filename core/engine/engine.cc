@@ -142,10 +142,12 @@ Engine::Engine(Config config, ModelSpec spec, Job job, std::optional<StagePlan> 
     });
   }
   ActivationLimits limits = ActivationLimitsFor(config_, spec, MaxThreads());
-  if (device_ && spec.IsLanguageModel())  // a fused attention saves no probabilities
-    limits.attention_probabilities = device_->kernels().KeepsAttentionProbabilities(
-        {limits.max_B, limits.max_T, spec.lm.n_head * spec.lm.head_size() / config_.tp_size,
-         spec.lm.n_head / config_.tp_size});
+  if (device_ && spec.IsLanguageModel()) {  // a fused attention saves no probabilities
+    const AttentionShape largest = AttentionShapeOf(FamilyOf(spec).block.attention, config_.tp_size,
+                                                    groups_.coord.tp, limits.max_B, limits.max_T);
+    device_->kernels().ChooseAttention(largest);
+    limits.attention_probabilities = device_->kernels().KeepsAttentionProbabilities(largest);
+  }
   const int64_t pp_rank = groups_.coord.pp;
   const ActivationOptions activations =
       ActivationOptionsFor(config_, plan_ ? &*plan_ : nullptr, pp_rank);

@@ -1,13 +1,13 @@
 #include "core/engine/layout_memory.h"
 
-
 #include <algorithm>
 #include <optional>
 
+#include "core/device/cuda_kernels.h"
 #include "core/kernels/cpu/gemm.h"
+#include "core/model/family.h"
 #include "core/model/model.h"
 #include "core/model/tp_plan.h"
-#include "core/kernels/cuda/cuda_kernel_table.h"
 #include "core/zero/memory_estimate.h"
 #include "core/zero/param_partition.h"
 #include "core/zero/partition_plan.h"
@@ -21,11 +21,14 @@ ActivationLimits ActivationLimitsFor(const Config &config, const ModelSpec &spec
   limits.max_T = spec.IsLanguageModel() ? spec.lm.n_ctx : 1;
   limits.max_threads = threads;
   // On a GPU the fused attention saves no probabilities where it takes the
-  // shape (the CUDA plugin's rule; the engine asks its kernels instead).
-  if (config.runtime.device == "cuda" && spec.IsLanguageModel())
+  // shape and the GEMM path is not chosen (the CUDA plugin's rules; the
+  // engine asks its kernels instead).
+  if (config.runtime.device == "cuda" && spec.IsLanguageModel()) {
+    const AttentionShape largest = AttentionShapeOf(FamilyOf(spec).block.attention, config.tp_size,
+                                                    0, limits.max_B, limits.max_T);
     limits.attention_probabilities =
-        !dst_cuda_fused_attention_takes(long(limits.max_B), long(spec.lm.d_model / config.tp_size),
-                                        long(spec.lm.n_head / config.tp_size));
+        CudaAttentionKeepsProbabilities(largest, CudaGemmAttentionFor(largest));
+  }
   return limits;
 }
 

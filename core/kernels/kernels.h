@@ -280,6 +280,12 @@ class Kernels {
   // recomputes instead says no: the layer then saves an empty att and sizes
   // no [threads, T, T] scratch for it.
   virtual bool KeepsAttentionProbabilities(const AttentionShape &) const { return true; }
+  // Picks the attention method for a model whose largest micro-batch has
+  // this shape, before its layers size their saved activations; every later
+  // KeepsAttentionProbabilities answers by that choice (a smaller
+  // micro-batch must not change what the saved activations hold). The CPU's
+  // has one method.
+  virtual void ChooseAttention(const AttentionShape &) const {}
   // dy [B, T, C] -> dqkv [B, T, s.width()]. scratch: [threads, T, T].
   virtual void AttentionBackward(const T *dy, const T *qkv, const T *att, const AttentionShape &s,
                                  T *dqkv, T *scratch, ComputeType compute) const = 0;

@@ -39,14 +39,20 @@ SelfAttention<T>::SelfAttention(const AttentionConfig &config, const AttentionNa
                            registry);
 }
 
+AttentionShape AttentionShapeOf(const AttentionConfig &config, int64_t tp_size, int64_t tp_rank,
+                                int64_t B, int64_t T) {
+  const int64_t heads = config.n_head / tp_size;
+  AttentionShape s{B, T, heads * config.head_dim, heads};
+  s.kv_heads = config.n_kv_head / tp_size;
+  s.interleaved = config.qkv == QkvLayout::kFusedInterleaved;
+  s.alibi_heads = config.alibi ? config.n_head : 0;
+  s.first_head = tp_rank * heads;
+  return s;
+}
+
 template <typename T>
 AttentionShape SelfAttention<T>::Shape(int64_t B, int64_t T_) const {
-  AttentionShape s{B, T_, q_width_, heads_};
-  s.kv_heads = kv_heads_;
-  s.interleaved = config_.qkv == QkvLayout::kFusedInterleaved;
-  s.alibi_heads = config_.alibi ? config_.n_head : 0;
-  s.first_head = tp_.rank * heads_;
-  return s;
+  return AttentionShapeOf(config_, tp_.size, tp_.rank, B, T_);
 }
 
 template <typename T>

@@ -44,6 +44,12 @@ struct AttentionConfig {
   ParamInit out_init = ParamInit::Normal(0.02);  // the output projection's weight
 };
 
+// One tensor-parallel rank's attention over micro-batches of B x T, the
+// shape a backend chooses its attention kernels by (the layer's Shape; the
+// engine sizes the saved probabilities by it before any layer exists).
+AttentionShape AttentionShapeOf(const AttentionConfig &config, int64_t tp_size, int64_t tp_rank,
+                                int64_t B, int64_t T);
+
 // The family's tensor names (without ".weight"/".bias"): `qkv` for a fused
 // projection, q, k, v for separate ones; `out` the output projection.
 struct AttentionNames {

@@ -161,6 +161,22 @@ TEST(CudaKernelBackend, GptLayersMatchTheCpu) {
   ExpectChainMatchesTheCpu(d, TinyGpt, ChainPass::kWhole, ComputeType::kFp32, 1e-4);
 }
 
+// GPT's attention through batched cuBLASLt GEMMs (what the engine chooses
+// for GPT-2's head layout within the probabilities' bound): whole, split
+// halves with recomputation, and bf16 GEMMs around it.
+TEST(CudaKernelBackend, GptLayersThroughTheGemmAttentionMatchTheCpu) {
+  DST_DEVICE_OR_SKIP(d);
+  const AttentionShape tiny_gpt{2, 8, 16, 2};
+  d.kernels->ChooseAttention(tiny_gpt);
+  ASSERT_TRUE(d.kernels->KeepsAttentionProbabilities(tiny_gpt))
+      << "the GEMM path not chosen (DSTRAIN_CUDA_ATTENTION set?)";
+  ExpectChainMatchesTheCpu(d, TinyGpt, ChainPass::kWhole, ComputeType::kFp32, 1e-4);
+  ExpectChainMatchesTheCpu(d, TinyGpt, ChainPass::kZeroBubbleRecompute, ComputeType::kFp32, 1e-4);
+  ExpectChainMatchesTheCpu(d, TinyGpt, ChainPass::kWhole, ComputeType::kBf16, 2e-2);
+  // LLaMA's grouped-query heads still take the fused kernel.
+  ExpectChainMatchesTheCpu(d, TinyLlama, ChainPass::kWhole, ComputeType::kFp32, 1e-4);
+}
+
 TEST(CudaKernelBackend, GptZeroBubbleHalvesAndRecomputationMatchTheCpu) {
   DST_DEVICE_OR_SKIP(d);
   ExpectChainMatchesTheCpu(d, TinyGpt, ChainPass::kZeroBubbleRecompute, ComputeType::kFp32, 1e-4);

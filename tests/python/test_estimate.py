@@ -99,22 +99,48 @@ def test_estimate_reports_an_impossible_layout(tmp_path, cli):
     assert "data-parallel size 4" in out.stderr
 
 
-def test_estimate_on_a_gpu_counts_no_attention_probabilities(tmp_path, cli):
-    """With dstrain.device "cuda" the fused attention saves no B x H x T x T
-    probabilities (nor sizes the backward's [threads, T, T] scratch, which
-    counts where a block's scratch is the model's largest): the estimate drops
-    those bytes, where the head size lets the fused kernel run."""
+def gpu_activation_bytes(tmp_path, cli, spec, micro, env=None):
+    """The first stage's activation bytes of `spec` on "cpu" and "cuda"."""
     model = tmp_path / "model.json"
-    model.write_text(json.dumps(dp_tests.MODEL))  # 2 layers, 2 heads, d_model 32, context 16
+    model.write_text(json.dumps(spec))
     activations = {}
     for device in ("cpu", "cuda"):
         cfg = tmp_path / f"{device}.json"
-        cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2,
+        cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": micro,
                                    "dstrain": {"device": device, "num_threads": 1}}))
-        est = estimate(cli, cfg, model, 1)
-        activations[device] = est["layouts"][0]["stages"][0]["activation_bytes"]
-    B, H, T, layers = 2, dp_tests.MODEL["n_head"], dp_tests.MODEL["n_ctx"], dp_tests.MODEL["n_layer"]
-    probabilities = layers * B * H * T * T * 4
-    scratch = 1 * T * T * 4
-    dropped = activations["cpu"] - activations["cuda"]
-    assert probabilities <= dropped <= probabilities + scratch, activations
+        out = subprocess.run([cli, "estimate", "--config", str(cfg), "--model", str(model),
+                              "--world-size", "1", "--json"], capture_output=True, text=True,
+                             timeout=60, env=dict(os.environ, **(env or {})))
+        assert out.returncode == 0, out.stderr
+        activations[device] = json.loads(out.stdout)["layouts"][0]["stages"][0]["activation_bytes"]
+    return activations
+
+
+def test_estimate_on_a_gpu_counts_attention_probabilities_by_the_chosen_kernel(tmp_path, cli):
+    """With dstrain.device "cuda" the fused attention saves no B x H x T x T
+    probabilities (nor sizes the backward's [threads, T, T] scratch, which
+    counts where a block's scratch is the model's largest): the estimate drops
+    those bytes where the fused kernel runs — BLOOM's layout, GPT's with
+    DSTRAIN_CUDA_ATTENTION=fused, or GPT's whose probabilities would pass
+    1 GiB a layer — and keeps them, as the CPU does, where GPT's layout takes
+    the batched-GEMM attention."""
+    gpt = dict(dp_tests.MODEL)  # 2 layers, 2 heads, d_model 32, context 16
+    B, H, T, layers = 2, gpt["n_head"], gpt["n_ctx"], gpt["n_layer"]
+
+    def dropped(spec, micro=B, env=None):
+        activations = gpu_activation_bytes(tmp_path, cli, spec, micro, env)
+        return activations["cpu"] - activations["cuda"]
+
+    def within(got, probabilities, scratch):
+        return probabilities <= got <= probabilities + scratch
+
+    probabilities, scratch = layers * B * H * T * T * 4, T * T * 4
+    assert dropped(gpt) == 0
+    assert within(dropped(gpt, env={"DSTRAIN_CUDA_ATTENTION": "fused"}), probabilities, scratch)
+    bloom = {"type": "bloom", "vocab_size": 256, "hidden_size": 32, "n_layer": layers,
+             "n_head": H, "seq_length": T, "seed": 15}
+    assert within(dropped(bloom), probabilities, scratch)
+    # 2 heads x 8192^2 x 4 bytes x micro-batch 4 = 2 GiB a layer: the fused kernel.
+    long, Tl = dict(gpt, n_ctx=8192), 8192
+    assert within(dropped(long, micro=4), layers * 4 * H * Tl * Tl * 4, Tl * Tl * 4)
+    assert dropped(long, micro=4, env={"DSTRAIN_CUDA_ATTENTION": "gemm"}) == 0

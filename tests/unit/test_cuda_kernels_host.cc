@@ -175,6 +175,7 @@ DstCudaKernelTable FakeTable() {
   t.normalize_and_nll_into = [](void *, float *, long rows, long V, const float *, const float *,
                                 const int32_t *,
                                 double *) { return Record("normalize_and_nll_into", rows, V); };
+  t.set_attention_gemm = [](void *, int enabled) { return Record("set_attention_gemm", enabled); };
   return t;
 }
 
@@ -326,6 +327,44 @@ TEST_F(CudaKernelsHost, TheFusedAttentionsShapesSaveNoProbabilities) {
   EXPECT_EQ(
       kept.Current(MemoryCategory::kActivations) - fused.Current(MemoryCategory::kActivations),
       probabilities + scratch);
+}
+
+// The batched-GEMM attention: chosen once for the largest micro-batch
+// (GPT-2's head layout, B x H x T x T floats within 1 GiB, or as
+// DSTRAIN_CUDA_ATTENTION says), told to the plugin, and every shape's
+// probabilities then kept (a smaller micro-batch cannot change the choice).
+TEST_F(CudaKernelsHost, TheGemmAttentionIsChosenOnceForTheLargestShape) {
+  const AttentionShape gpt2{8, 1024, 768, 12};
+  AttentionShape bloom = gpt2, gqa = gpt2;
+  bloom.interleaved = true;
+  bloom.alibi_heads = 12;
+  gqa.kv_heads = 4;
+  EXPECT_TRUE(CudaGemmAttentionFor(gpt2));
+  EXPECT_FALSE(CudaGemmAttentionFor({64, 1024, 768, 12}));  // 3 GiB of probabilities a layer
+  EXPECT_FALSE(CudaGemmAttentionFor(bloom));
+  EXPECT_FALSE(CudaGemmAttentionFor(gqa));
+
+  kernels_->ChooseAttention({64, 1024, 768, 12});
+  EXPECT_FALSE(kernels_->KeepsAttentionProbabilities({1, 16, 768, 12}));  // the fused kernel's
+  kernels_->ChooseAttention(gpt2);
+  EXPECT_TRUE(kernels_->KeepsAttentionProbabilities(gpt2));
+  EXPECT_TRUE(kernels_->KeepsAttentionProbabilities({1, 16, 768, 12}));
+  EXPECT_FALSE(kernels_->KeepsAttentionProbabilities(bloom));  // the fused kernel's layouts
+  EXPECT_EQ(g_calls, (std::vector<std::string>{"set_attention_gemm 0", "set_attention_gemm 1"}));
+  EXPECT_TRUE(kernels_->TakeError().ok());
+
+  setenv("DSTRAIN_CUDA_ATTENTION", "fused", 1);
+  EXPECT_FALSE(CudaGemmAttentionFor(gpt2));
+  setenv("DSTRAIN_CUDA_ATTENTION", "gemm", 1);
+  EXPECT_TRUE(CudaGemmAttentionFor({64, 1024, 768, 12}));
+  EXPECT_FALSE(CudaGemmAttentionFor(bloom));
+  setenv("DSTRAIN_CUDA_ATTENTION", "flash", 1);
+  kernels_->ChooseAttention(gpt2);
+  const Status st = kernels_->TakeError();
+  unsetenv("DSTRAIN_CUDA_ATTENTION");
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("DSTRAIN_CUDA_ATTENTION=flash: expected auto"), std::string::npos)
+      << st.message();
 }
 
 TEST_F(CudaKernelsHost, TheStepCallsCrossTheTableWithCpuAdamsConstants) {

@@ -84,12 +84,13 @@ class HeadProduct {
              &plan_);
   }
 
-  // C = alpha op(A) op(B) for every batch row.
-  cublasStatus_t Run(float alpha, void *workspace, size_t workspace_bytes) const {
+  // C = alpha op(A) op(B) for every batch row, queued on `stream`.
+  cublasStatus_t Run(float alpha, void *workspace, size_t workspace_bytes,
+                     cudaStream_t stream) const {
     cublasStatus_t st = plan_.status;
     for (long b = 0; b < s_.B && st == CUBLAS_STATUS_SUCCESS; ++b)
       st = RunPlan(handle_, plan_, Layout(b), alpha, 0.0f, c_ + b * c_per_b_, workspace,
-                   workspace_bytes);
+                   workspace_bytes, stream);
     return st;
   }
 
@@ -115,25 +116,26 @@ class HeadProduct {
 // att [B, H, T, T] (probabilities) and y [B, T, C] from qkv [B, T, 3C].
 cublasStatus_t AttentionGemmForward(cublasLtHandle_t handle, const float *qkv,
                                     const AttentionDims &s, float *att, float *y, void *workspace,
-                                    size_t workspace_bytes) {
+                                    size_t workspace_bytes, cudaStream_t stream) {
   const long T = s.T, C = s.C, hs = s.hs();
   const HeadProduct::Operand q{qkv, 3 * C, hs, T * 3 * C}, k{qkv + C, 3 * C, hs, T * 3 * C},
       v{qkv + 2 * C, 3 * C, hs, T * 3 * C}, p{att, T, T * T, s.H * T * T};
   const HeadProduct scores(handle, s, false, true, T, T, hs, q, k, att, T, T * T, s.H * T * T,
                            workspace_bytes);
   const HeadProduct out(handle, s, false, false, T, hs, T, p, v, y, C, hs, T * C, workspace_bytes);
-  cublasStatus_t st = scores.Run(1.0f / sqrtf(float(hs)), workspace, workspace_bytes);
+  cublasStatus_t st = scores.Run(1.0f / sqrtf(float(hs)), workspace, workspace_bytes, stream);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   const Launch l = WarpPerRowLaunch(s.rows(), 256);
-  CausalSoftmaxRowsKernel<<<l.blocks, l.threads>>>(att, s.rows(), T);
-  return out.Run(1.0f, workspace, workspace_bytes);
+  CausalSoftmaxRowsKernel<<<l.blocks, l.threads, 0, stream>>>(att, s.rows(), T);
+  return out.Run(1.0f, workspace, workspace_bytes, stream);
 }
 
 // dqkv [B, T, 3C] (assigned) from dy [B, T, C], qkv and the forward's att;
 // dscore is scratch [B, H, T, T].
 cublasStatus_t AttentionGemmBackward(cublasLtHandle_t handle, const float *dy, const float *qkv,
                                      const float *att, const AttentionDims &s, float *dscore,
-                                     float *dqkv, void *workspace, size_t workspace_bytes) {
+                                     float *dqkv, void *workspace, size_t workspace_bytes,
+                                     cudaStream_t stream) {
   const long T = s.T, C = s.C, hs = s.hs();
   const float scale = 1.0f / sqrtf(float(hs));
   const HeadProduct::Operand q{qkv, 3 * C, hs, T * 3 * C}, k{qkv + C, 3 * C, hs, T * 3 * C},
@@ -147,13 +149,13 @@ cublasStatus_t AttentionGemmBackward(cublasLtHandle_t handle, const float *dy, c
                        workspace_bytes);
   const HeadProduct dv(handle, s, true, false, T, hs, T, p, g, dqkv + 2 * C, 3 * C, hs, T * 3 * C,
                        workspace_bytes);
-  cublasStatus_t st = dp.Run(1.0f, workspace, workspace_bytes);
+  cublasStatus_t st = dp.Run(1.0f, workspace, workspace_bytes, stream);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   const Launch l = WarpPerRowLaunch(s.rows(), 256);
-  SoftmaxBackwardRowsKernel<<<l.blocks, l.threads>>>(att, dscore, s.rows(), T);
-  st = dq.Run(scale, workspace, workspace_bytes);
-  if (st == CUBLAS_STATUS_SUCCESS) st = dk.Run(scale, workspace, workspace_bytes);
-  if (st == CUBLAS_STATUS_SUCCESS) st = dv.Run(1.0f, workspace, workspace_bytes);
+  SoftmaxBackwardRowsKernel<<<l.blocks, l.threads, 0, stream>>>(att, dscore, s.rows(), T);
+  st = dq.Run(scale, workspace, workspace_bytes, stream);
+  if (st == CUBLAS_STATUS_SUCCESS) st = dk.Run(scale, workspace, workspace_bytes, stream);
+  if (st == CUBLAS_STATUS_SUCCESS) st = dv.Run(1.0f, workspace, workspace_bytes, stream);
   return st;
 }
 
@@ -190,17 +192,17 @@ cudaError_t BenchAttentionGemm(bool backward, const BenchDims &d, int iters, dou
   if (st != cudaSuccess) return st;
   if (ctx.handle == nullptr) return cudaErrorNotSupported;
   if (AttentionGemmForward(ctx.handle, qkv.get(), s, att.get(), y.get(), ctx.workspace.get(),
-                           ctx.workspace_bytes) != CUBLAS_STATUS_SUCCESS)
+                           ctx.workspace_bytes, nullptr) != CUBLAS_STATUS_SUCCESS)
     return cudaErrorUnknown;
   return TimeLaunches(
       iters,
       [&] {
         const cublasStatus_t lt =
-            backward
-                ? AttentionGemmBackward(ctx.handle, dy.get(), qkv.get(), att.get(), s, dscore.get(),
-                                        dqkv.get(), ctx.workspace.get(), ctx.workspace_bytes)
-                : AttentionGemmForward(ctx.handle, qkv.get(), s, att.get(), y.get(),
-                                       ctx.workspace.get(), ctx.workspace_bytes);
+            backward ? AttentionGemmBackward(ctx.handle, dy.get(), qkv.get(), att.get(), s,
+                                             dscore.get(), dqkv.get(), ctx.workspace.get(),
+                                             ctx.workspace_bytes, nullptr)
+                     : AttentionGemmForward(ctx.handle, qkv.get(), s, att.get(), y.get(),
+                                            ctx.workspace.get(), ctx.workspace_bytes, nullptr);
         return lt == CUBLAS_STATUS_SUCCESS ? cudaGetLastError() : cudaErrorUnknown;
       },
       ms);
@@ -228,11 +230,11 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_attention_
   cublasStatus_t lt = ctx.handle != nullptr ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
   if (lt == CUBLAS_STATUS_SUCCESS)
     lt = cuda::AttentionGemmForward(ctx.handle, d_qkv.get(), s, d_att.get(), d_y.get(),
-                                    ctx.workspace.get(), ctx.workspace_bytes);
+                                    ctx.workspace.get(), ctx.workspace_bytes, nullptr);
   if (lt == CUBLAS_STATUS_SUCCESS)
     lt = cuda::AttentionGemmBackward(ctx.handle, d_dy.get(), d_qkv.get(), d_att.get(), s,
                                      d_dscore.get(), d_dqkv.get(), ctx.workspace.get(),
-                                     ctx.workspace_bytes);
+                                     ctx.workspace_bytes, nullptr);
   if (lt != CUBLAS_STATUS_SUCCESS) {
     if (err != nullptr && cap > 0)
       std::snprintf(err, cap, "attention (gemm): %s", cuda::LtError(lt));

@@ -16,6 +16,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -177,6 +179,10 @@ typedef struct DstCudaKernelTable {
                                     long V, double *loss_sum);
   int (*normalize_and_nll_into)(void *ctx, float *logits, long rows, long V, const float *sums,
                                 const float *target_exp, const int32_t *targets, double *loss_sum);
+  /* The attention entries take the batched-GEMM path for GPT-2's head layout
+   * from now on (enabled != 0; dst_cuda_gemm_attention_for), else the fused
+   * kernel where it takes the shape. Off when the context is made. */
+  int (*set_attention_gemm)(void *ctx, int enabled);
 } DstCudaKernelTable;
 
 /* Whether the attention entries take the fused kernel (online softmax, no
@@ -185,6 +191,46 @@ typedef struct DstCudaKernelTable {
  * host side sizes the saved activations by it; the plugin dispatches by it. */
 static inline int dst_cuda_fused_attention_takes(long B, long C, long H) {
   return H > 0 && C % H == 0 && C / H <= 128 && B * H <= 65535;
+}
+
+/* Whether the attention entries should take the batched-GEMM path
+ * (attention_gemm.cu: cuBLASLt products over the heads, the B x H x T x T
+ * probabilities kept in `att` as the CPU keeps them; at GPT-2 124M's shapes
+ * on an H200, 1.17 + 2.22 ms a layer's forward + backward against the fused
+ * kernel's 2.44 + 7.22, which its backward's recomputation adds to) for a
+ * model whose largest micro-batch has shape *s: GPT-2's head layout (a
+ * key/value head per query head, q | k | v blocks, no ALiBi) whose
+ * probabilities take at most DST_CUDA_GEMM_ATTENTION_MAX_BYTES a layer.
+ * DSTRAIN_CUDA_ATTENTION picks: "fused" never, "gemm" whatever the size (the
+ * layout still decides), "auto" or unset by the rule
+ * (dst_cuda_attention_choice_valid names any other value). The host decides
+ * once, for the largest shape, and tells the plugin (set_attention_gemm): a
+ * smaller micro-batch must not change what the saved activations hold. */
+#define DST_CUDA_GEMM_ATTENTION_MAX_BYTES (1LL << 30)
+static inline int dst_cuda_attention_choice_valid(void) {
+  const char *pick = getenv("DSTRAIN_CUDA_ATTENTION");
+  return pick == NULL || strcmp(pick, "auto") == 0 || strcmp(pick, "fused") == 0 ||
+         strcmp(pick, "gemm") == 0;
+}
+static inline int dst_cuda_attention_plain(const DstCudaAttentionShape *s) {
+  return s->H > 0 && s->C % s->H == 0 && (s->kv_heads == 0 || s->kv_heads == s->H) &&
+         !s->interleaved && s->alibi_heads == 0;
+}
+static inline int dst_cuda_gemm_attention_for(const DstCudaAttentionShape *largest) {
+  const char *pick = getenv("DSTRAIN_CUDA_ATTENTION");
+  if (!dst_cuda_attention_plain(largest) || (pick != NULL && strcmp(pick, "fused") == 0)) return 0;
+  if (pick != NULL && strcmp(pick, "gemm") == 0) return 1;
+  return (long long)largest->B * largest->H * largest->T * largest->T * (long long)sizeof(float) <=
+         DST_CUDA_GEMM_ATTENTION_MAX_BYTES;
+}
+
+/* Whether the attention's forward leaves the probabilities in `att` for
+ * shape *s, the GEMM path enabled or not: the host sizes the saved
+ * activations by it, the plugin dispatches by it. */
+static inline int dst_cuda_attention_keeps_probabilities(const DstCudaAttentionShape *s,
+                                                         int gemm_enabled) {
+  return (gemm_enabled && dst_cuda_attention_plain(s)) ||
+         !dst_cuda_fused_attention_takes(s->B, s->C, s->H);
 }
 
 /* Fills *table (table->size set by the caller to sizeof its table); returns 0. */

@@ -265,6 +265,7 @@ struct Context {
   std::map<PlanKey, std::unique_ptr<LtPlan>> plans;
   std::vector<float> host_terms;    // per-row loss terms copied back
   std::vector<double> host_double;  // squared-error partials copied back
+  bool gemm_attention = false;      // set_attention_gemm
 };
 
 Context &Ctx(void *ctx) {
@@ -517,16 +518,37 @@ int LayerNormBackward(void *ctx, const float *dout, const float *x, const float 
   return Launched();
 }
 
-// The fused kernel (online softmax, no T x T matrix: flash_attention.cu)
-// where it takes the shape (any head layout: GPT's, grouped-query, BLOOM's
-// interleaved, ALiBi): `att` is then left alone, and the backward recomputes
-// the forward's y and row log-sum-exps into workspaces (no saved
-// probabilities to read). Else one warp a query row, saving the
-// probabilities in `att` as the CPU layer does.
+// Whether the batched-GEMM path runs: enabled by the host (its choice for
+// the largest shape, which sized `att`) and GPT-2's head layout.
+bool GemmAttentionTakes(const Context &c, const AttentionDims &s) {
+  return c.gemm_attention && s.plain();
+}
+
+int SetAttentionGemm(void *ctx, int enabled) {
+  Ctx(ctx).gemm_attention = enabled != 0;
+  return 0;
+}
+
+// Three ways, in order: batched cuBLASLt GEMMs (attention_gemm.cu) where
+// the host enabled them (set_attention_gemm) and the head layout is GPT-2's,
+// saving the probabilities in `att`; the fused kernel (online
+// softmax, no T x T matrix: flash_attention.cu) where it takes the shape
+// (any head layout: GPT's, grouped-query, BLOOM's interleaved, ALiBi): `att`
+// is then left alone, and the backward recomputes the forward's y and row
+// log-sum-exps into workspaces (no saved probabilities to read); else one
+// warp a query row, saving the probabilities in `att` as the CPU layer does.
 int AttentionForwardDims(void *ctx, const float *qkv, const AttentionDims &s, float *att,
                          float *y) {
   DST_ENTER(ctx);
   if (s.rows() == 0) return 0;
+  if (GemmAttentionTakes(c, s)) {
+    void *workspace = nullptr;
+    if (cudaError_t e = Take(c, kGemm, c.gemm_workspace_bytes, &workspace)) return e;
+    if (int e = Blas(AttentionGemmForward(c.lt, qkv, s, att, y, workspace, c.gemm_workspace_bytes,
+                                          c.stream)))
+      return e;
+    return Launched();
+  }
   if (FlashAttentionTakes(s)) {
     float *lse = nullptr;
     if (cudaError_t e = TakeArray(c, kFlashLse, size_t(s.rows()), &lse)) return e;
@@ -541,6 +563,16 @@ int AttentionBackwardDims(void *ctx, const float *dy, const float *qkv, const fl
                           const AttentionDims &s, float *dqkv) {
   DST_ENTER(ctx);
   if (s.rows() == 0) return 0;
+  if (GemmAttentionTakes(c, s)) {
+    void *workspace = nullptr;
+    float *dscore = nullptr;
+    if (cudaError_t e = Take(c, kGemm, c.gemm_workspace_bytes, &workspace)) return e;
+    if (cudaError_t e = TakeArray(c, kAttentionScores, size_t(s.rows() * s.T), &dscore)) return e;
+    if (int e = Blas(AttentionGemmBackward(c.lt, dy, qkv, att, s, dscore, dqkv, workspace,
+                                           c.gemm_workspace_bytes, c.stream)))
+      return e;
+    return Launched();
+  }
   if (FlashAttentionTakes(s)) {
     float *lse = nullptr, *y = nullptr, *dot = nullptr;
     if (cudaError_t e = TakeArray(c, kFlashLse, size_t(s.rows()), &lse)) return e;
@@ -913,5 +945,6 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_kernels(
   t->attention_backward_general = k::AttentionBackwardGeneral;
   t->cross_entropy_forward_into = k::CrossEntropyForwardInto;
   t->normalize_and_nll_into = k::NormalizeAndNllInto;
+  t->set_attention_gemm = k::SetAttentionGemm;
   return 0;
 }

@@ -4,6 +4,7 @@
 // kernels and copies the results back).
 #pragma once
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -170,5 +171,18 @@ cudaError_t FlashAttentionForward(const float *qkv, const AttentionDims &s, floa
 cudaError_t FlashAttentionBackward(const float *qkv, const float *y, const float *lse,
                                    const float *dy, const AttentionDims &s, float *dqkv, float *D,
                                    cudaStream_t stream = nullptr);
+
+// Causal attention as batched cuBLASLt GEMMs (attention_gemm.cu) on
+// `stream`, GPT-2's head layout only (AttentionDims::plain): att [B, H, T, T]
+// (the probabilities) and y [B, T, C] from qkv [B, T, 3C]; dqkv (assigned)
+// from dy, qkv and att, dscore scratch [B, H, T, T]. Launch errors are left
+// for the caller's cudaGetLastError.
+cublasStatus_t AttentionGemmForward(cublasLtHandle_t handle, const float *qkv,
+                                    const AttentionDims &s, float *att, float *y, void *workspace,
+                                    size_t workspace_bytes, cudaStream_t stream);
+cublasStatus_t AttentionGemmBackward(cublasLtHandle_t handle, const float *dy, const float *qkv,
+                                     const float *att, const AttentionDims &s, float *dscore,
+                                     float *dqkv, void *workspace, size_t workspace_bytes,
+                                     cudaStream_t stream);
 
 }  // namespace dst::cuda
