@@ -110,7 +110,8 @@ fi
 # "cuda" (GPT-2 124M, bf16, ZeRO 1), tokens/s from its metrics log.
 if [ "${EBENCH:-1}" = 1 ]; then
   (cd "$G/.." && PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$G/lib:$LT:$NC timeout 300 $PY bench/bench_gpu.py \
-    --engine --build-dir "$G" --repeats 1 --steps 5 --precisions bf16 ${EBENCH_ARGS:-} 2>&1 |
+    --engine --build-dir "$G" --repeats 1 --steps 5 --precisions bf16 --attention auto,fused \
+    ${EBENCH_ARGS:-} 2>&1 |
     tee "$OUT/bench_gpu_engine.txt")
 fi
 # The same with ZeRO-Offload (ZeRO 2, the optimizer on the host, pinned
@@ -123,9 +124,9 @@ if [ "${OBENCH:-1}" = 1 ]; then
       $mode 2>&1 | tee -a "$OUT/bench_gpu_offload.txt")
   done
 fi
-# Where a GPT-2 124M bf16 step's time goes: the engine's own timers (forward,
-# backward, step) from the metrics log, and with Nsight Systems on the machine
-# the kernels' and the CUDA API's time summed by name.
+# Where a GPT-2 124M bf16 step's time goes: each kernel-table entry's device
+# time (DSTRAIN_CUDA_KERNEL_TIMES), the engine's own timers (forward,
+# backward, step) from the metrics log, and with NSYS=1 Nsight Systems'.
 if [ "${PROFILE:-0}" = 1 ]; then
   P=$(mktemp -d)
   printf '%s' '{"type": "gpt", "vocab_size": 50257, "n_ctx": 1024, "n_layer": 12, "n_head": 12,
@@ -136,17 +137,19 @@ if [ "${PROFILE:-0}" = 1 ]; then
     "monitor": {"log": {"enabled": true, "path": "'"$P"'/log", "format": "jsonl"}}}}' > "$P/ds.json"
   RUN=(./dstrain train --config "$P/ds.json" --model "$P/model.json" --steps "${PROFILE_STEPS:-6}"
     --eval-interval 1000000 --eval-batches 1 -q)
-  NSYS=$(command -v nsys || find /usr/local/cuda*/ /opt/nvidia -name nsys -type f 2> /dev/null | head -1)
-  if [ -n "$NSYS" ]; then
+  # Each kernel-table entry's device time (entry_times.cuh), and with NSYS=1
+  # Nsight Systems' kernel table where its importer works on the machine.
+  DSTRAIN_CUDA_KERNEL_TIMES=1 LD_LIBRARY_PATH="$G/lib:$LT:$NC" timeout 120 "${RUN[@]}" \
+    > "$OUT/profile.txt" 2>&1
+  grep -A40 "device time" "$OUT/profile.txt" | head -45
+  NSYS_BIN=$(command -v nsys || find /usr/local/cuda*/ /opt/nvidia -name nsys -type f 2> /dev/null | head -1)
+  if [ "${NSYS:-0}" = 1 ] && [ -n "$NSYS_BIN" ]; then
     # The bundled libraries go to dstrain alone: nsys's own importer loads its own.
-    timeout 240 "$NSYS" profile -t cuda,osrt --force-overwrite true -o "$P/prof" \
-      env LD_LIBRARY_PATH="$G/lib:$LT:$NC" "${RUN[@]}" > "$OUT/profile.txt" 2>&1
-    for r in cuda_gpu_kern_sum cuda_api_sum cuda_gpu_mem_time_sum; do
-      timeout 120 "$NSYS" stats --report "$r" --format table "$P/prof.nsys-rep" 2> /dev/null | head -40
+    timeout 240 "$NSYS_BIN" profile -t cuda,osrt --force-overwrite true -o "$P/prof" \
+      env LD_LIBRARY_PATH="$G/lib:$LT:$NC" "${RUN[@]}" >> "$OUT/profile.txt" 2>&1
+    for r in cuda_gpu_kern_sum cuda_api_sum; do
+      timeout 120 "$NSYS_BIN" stats --report "$r" --format table "$P/prof.nsys-rep" 2> /dev/null | head -40
     done | tee -a "$OUT/profile.txt"
-  else
-    echo "no nsys on this machine: the engine's timers only" | tee "$OUT/profile.txt"
-    LD_LIBRARY_PATH="$G/lib:$LT:$NC" timeout 120 "${RUN[@]}" >> "$OUT/profile.txt" 2>&1
   fi
   python3 -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]
 print('engine timers (last step, s):', json.dumps(rows[-1].get('timers')), 'step', rows[-1].get('step_seconds'))" \

@@ -24,6 +24,7 @@
 
 #include "core/kernels/cuda/cublaslt.cuh"
 #include "core/kernels/cuda/cuda_kernel_table.h"
+#include "core/kernels/cuda/entry_times.cuh"
 #include "core/kernels/cuda/kernels.cuh"
 #include "core/precision/convert.h"
 
@@ -266,6 +267,7 @@ struct Context {
   std::vector<float> host_terms;    // per-row loss terms copied back
   std::vector<double> host_double;  // squared-error partials copied back
   bool gemm_attention = false;      // set_attention_gemm
+  EntryTimes times;                 // DSTRAIN_CUDA_KERNEL_TIMES
 };
 
 Context &Ctx(void *ctx) {
@@ -374,6 +376,7 @@ int ContextDestroy(void *ctx) {
   Context *c = static_cast<Context *>(ctx);
   cudaError_t e = cudaSetDevice(c->device);
   if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+  if (c->times.on()) c->times.Print();
   for (void *w : c->workspace)
     if (w) cudaFree(w);
   c->plans.clear();
@@ -387,14 +390,16 @@ const char *ErrorString(int code) {
   return cudaGetErrorString(cudaError_t(code));
 }
 
-// Every call starts on the context's device with the thread's last error
+// Every call starts on the context's device (timed with
+// DSTRAIN_CUDA_KERNEL_TIMES: entry_times.cuh) with the thread's last error
 // clear: an earlier failed call returned its code to its caller but CUDA keeps
 // it as the last error too, and this call's launch check would take it for
 // its own (a failed Copy made the next ScaleRange "invalid argument").
-#define DST_ENTER(ctx)   \
-  Context &c = Ctx(ctx); \
-  cudaGetLastError();    \
-  if (cudaError_t e = cudaSetDevice(c.device)) return e;
+#define DST_ENTER(ctx)                                   \
+  Context &c = Ctx(ctx);                                 \
+  cudaGetLastError();                                    \
+  if (cudaError_t e = cudaSetDevice(c.device)) return e; \
+  const EntryScope entry_scope(c.times, __func__, c.stream)
 
 #define DST_LAUNCH_ELEMENTWISE(kernel, n, ...)                 \
   do {                                                         \
