@@ -115,11 +115,12 @@ if [ "${EBENCH:-1}" = 1 ]; then
     tee "$OUT/bench_gpu_engine.txt")
 fi
 # The same with ZeRO-Offload (ZeRO 2, the optimizer on the host, pinned
-# transfers overlapped with CPU-Adam) and ZeRO-Infinity (ZeRO 3, the
-# parameter shard on the host too).
+# transfers overlapped with CPU-Adam on every core, OBENCH_THREADS to
+# change) and ZeRO-Infinity (ZeRO 3, the parameter shard on the host too).
 if [ "${OBENCH:-1}" = 1 ]; then
   for mode in "--zero 2 --offload optimizer" "--zero 3 --offload infinity"; do
-    (cd "$G/.." && PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$G/lib:$LT:$NC timeout 300 $PY \
+    (cd "$G/.." && PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$G/lib:$LT:$NC \
+      OMP_NUM_THREADS=${OBENCH_THREADS:-$(nproc)} timeout 300 $PY \
       bench/bench_gpu.py --engine --build-dir "$G" --repeats 1 --steps 3 --precisions bf16 \
       $mode 2>&1 | tee -a "$OUT/bench_gpu_offload.txt")
   done
@@ -151,7 +152,7 @@ if [ "${PROFILE:-0}" = 1 ]; then
       timeout 120 "$NSYS_BIN" stats --report "$r" --format table "$P/prof.nsys-rep" 2> /dev/null | head -40
     done | tee -a "$OUT/profile.txt"
   fi
-  python3 -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]
+  /usr/bin/env python3 -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]
 print('engine timers (last step, s):', json.dumps(rows[-1].get('timers')), 'step', rows[-1].get('step_seconds'))" \
     "$(ls "$P"/log/*.jsonl | head -1)" | tee -a "$OUT/profile.txt"
   rm -rf "$P"
