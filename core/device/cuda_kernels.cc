@@ -304,21 +304,31 @@ void CudaKernels::LayerNormParamBackward(const float *dout, const float *x, cons
   Check(t_.layernorm_backward(ctx_, dout, x, nullptr, mean, rstd, rows, C, nullptr, dweight, dbias),
         "LayerNormParamBackward");
 }
+// With the compute entries (the GEMM path's bf16 products for a bf16 layer)
+// where the plugin has them; else the general entries for the family layouts
+// and GPT's own for GPT-2's.
 void CudaKernels::AttentionForward(const float *qkv, const AttentionShape &s, float *att, float *y,
-                                   ComputeType) const {
+                                   ComputeType compute) const {
+  const DstCudaAttentionShape shape = ShapeOf(s);
+  if (DST_TABLE_HAS(attention_forward_compute))
+    return Check(t_.attention_forward_compute(ctx_, qkv, &shape, att, y, ComputeCode(compute)),
+                 "AttentionForward");
   if (!s.plain()) {  // grouped-query, interleaved or ALiBi: the general kernels
     if (!DST_TABLE_HAS(attention_forward_general)) return NotBuilt("AttentionForward (general)");
-    const DstCudaAttentionShape shape = ShapeOf(s);
     return Check(t_.attention_forward_general(ctx_, qkv, &shape, att, y), "AttentionForward");
   }
   Check(t_.attention_forward(ctx_, qkv, s.B, s.T, s.C, s.H, att, y), "AttentionForward");
 }
 void CudaKernels::AttentionBackward(const float *dy, const float *qkv, const float *att,
                                     const AttentionShape &s, float *dqkv, float *,
-                                    ComputeType) const {
+                                    ComputeType compute) const {
+  const DstCudaAttentionShape shape = ShapeOf(s);
+  if (DST_TABLE_HAS(attention_backward_compute))
+    return Check(
+        t_.attention_backward_compute(ctx_, dy, qkv, att, &shape, dqkv, ComputeCode(compute)),
+        "AttentionBackward");
   if (!s.plain()) {
     if (!DST_TABLE_HAS(attention_backward_general)) return NotBuilt("AttentionBackward (general)");
-    const DstCudaAttentionShape shape = ShapeOf(s);
     return Check(t_.attention_backward_general(ctx_, dy, qkv, att, &shape, dqkv),
                  "AttentionBackward");
   }

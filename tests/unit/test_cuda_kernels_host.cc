@@ -176,6 +176,14 @@ DstCudaKernelTable FakeTable() {
                                 const int32_t *,
                                 double *) { return Record("normalize_and_nll_into", rows, V); };
   t.set_attention_gemm = [](void *, int enabled) { return Record("set_attention_gemm", enabled); };
+  t.attention_forward_compute = [](void *, const float *, const DstCudaAttentionShape *s, float *,
+                                   float *, int compute) {
+    return Record("attention_forward_compute", s->B, s->T, s->kv_heads, compute);
+  };
+  t.attention_backward_compute = [](void *, const float *, const float *, const float *,
+                                    const DstCudaAttentionShape *s, float *, int compute) {
+    return Record("attention_backward_compute", s->B, s->T, s->kv_heads, compute);
+  };
   return t;
 }
 
@@ -365,6 +373,18 @@ TEST_F(CudaKernelsHost, TheGemmAttentionIsChosenOnceForTheLargestShape) {
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("DSTRAIN_CUDA_ATTENTION=flash: expected auto"), std::string::npos)
       << st.message();
+}
+
+// The attention goes through the compute entries (every head layout), the
+// layer's compute type with it: the GEMM path's bf16 products need it.
+TEST_F(CudaKernelsHost, AttentionCarriesTheLayersComputeType) {
+  AttentionShape gqa{2, 8, 16, 4};
+  gqa.kv_heads = 2;
+  kernels_->AttentionForward(x_, {2, 8, 16, 2}, y_, y_, ComputeType::kBf16);
+  kernels_->AttentionBackward(x_, x_, x_, gqa, y_, nullptr, ComputeType::kFp32);
+  EXPECT_EQ(g_calls, (std::vector<std::string>{"attention_forward_compute 2 8 2 1",
+                                               "attention_backward_compute 2 8 2 0"}));
+  EXPECT_TRUE(kernels_->TakeError().ok());
 }
 
 TEST_F(CudaKernelsHost, TheStepCallsCrossTheTableWithCpuAdamsConstants) {

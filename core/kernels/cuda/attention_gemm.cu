@@ -10,10 +10,12 @@
 // fp32 operands and accumulation (the CPU's tolerance); a plan per product
 // is made once per call and run for every b.
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 
 #include "core/kernels/cuda/cublaslt.cuh"
@@ -24,8 +26,8 @@ namespace dst::cuda {
 namespace {
 
 // P in place of S, one warp a row of [B, H, T, T]: softmax over keys 0..t of
-// the row's query t, zeros after.
-__global__ void CausalSoftmaxRowsKernel(float *att, long rows, long T) {
+// the row's query t, zeros after; p16 (when given) gets P rounded to bf16.
+__global__ void CausalSoftmaxRowsKernel(float *att, long rows, long T, __nv_bfloat16 *p16) {
   const long row = blockIdx.x * long(blockDim.x / kWarp) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= rows) return;
@@ -37,12 +39,17 @@ __global__ void CausalSoftmaxRowsKernel(float *att, long rows, long T) {
   float sum = 0.0f;
   for (long j = lane; j <= t; j += kWarp) sum += expf(a[j] - maxv);
   const float inv = 1.0f / WarpSum(sum);
-  for (long j = lane; j < T; j += kWarp) a[j] = j <= t ? expf(a[j] - maxv) * inv : 0.0f;
+  for (long j = lane; j < T; j += kWarp) {
+    a[j] = j <= t ? expf(a[j] - maxv) * inv : 0.0f;
+    if (p16) p16[row * T + j] = __float2bfloat16(a[j]);
+  }
 }
 
 // dS in place of dP, one warp a row: dS = P (dP - <P, dP>) over keys 0..t,
-// zeros after.
-__global__ void SoftmaxBackwardRowsKernel(const float *att, float *dscore, long rows, long T) {
+// zeros after; with ds16 given, dS goes there rounded to bf16 instead, and
+// p16 gets P rounded to bf16 (the bf16 products' operands).
+__global__ void SoftmaxBackwardRowsKernel(const float *att, float *dscore, long rows, long T,
+                                          __nv_bfloat16 *ds16, __nv_bfloat16 *p16) {
   const long row = blockIdx.x * long(blockDim.x / kWarp) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= rows) return;
@@ -52,22 +59,45 @@ __global__ void SoftmaxBackwardRowsKernel(const float *att, float *dscore, long 
   float dot = 0.0f;
   for (long j = lane; j <= t; j += kWarp) dot += p[j] * d[j];
   dot = WarpSum(dot);
-  for (long j = lane; j < T; j += kWarp) d[j] = j <= t ? p[j] * (d[j] - dot) : 0.0f;
+  for (long j = lane; j < T; j += kWarp) {
+    const float ds = j <= t ? p[j] * (d[j] - dot) : 0.0f;
+    if (ds16) {
+      ds16[row * T + j] = __float2bfloat16(ds);
+      p16[row * T + j] = __float2bfloat16(p[j]);
+    } else {
+      d[j] = ds;
+    }
+  }
+}
+
+__global__ void RoundToBf16Kernel(const float *x, long n, __nv_bfloat16 *y) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
+       i += long(gridDim.x) * blockDim.x)
+    y[i] = __float2bfloat16(x[i]);
+}
+
+// y = x rounded to bf16, n elements, on `stream`.
+void RoundToBf16(const float *x, long n, __nv_bfloat16 *y, cudaStream_t stream) {
+  const Launch l = ElementwiseLaunch(n);
+  RoundToBf16Kernel<<<l.blocks, l.threads, 0, stream>>>(x, n, y);
 }
 
 // One of the attention's products, planned once and run for each batch row.
 class HeadProduct {
  public:
   // Row-major C = op(A) op(B), strided over the H heads; the pointers given
-  // are batch row 0's, `per_b` the elements each moves by from one b to the next.
+  // are batch row 0's, `per_b` the elements each moves by from one b to the
+  // next. The operands are fp32, or bf16 (`bf16`: both; fp32 accumulation
+  // and C either way).
   struct Operand {
-    const float *data;
+    const void *data;
     long ld, head_stride, per_b;
   };
   HeadProduct(cublasLtHandle_t handle, const AttentionDims &s, bool trans_a, bool trans_b, long m,
               long n, long k, Operand a, Operand b, float *c, long ldc, long c_head_stride,
-              long c_per_b, size_t workspace_bytes)
-      : handle_(handle),
+              long c_per_b, size_t workspace_bytes, bool bf16 = false)
+      : element_(bf16 ? 2 : 4),
+        handle_(handle),
         s_(s),
         trans_a_(trans_a),
         trans_b_(trans_b),
@@ -80,8 +110,8 @@ class HeadProduct {
         ldc_(ldc),
         c_head_stride_(c_head_stride),
         c_per_b_(c_per_b) {
-    MakePlan(handle, Layout(0), CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, workspace_bytes,
-             &plan_);
+    MakePlan(handle, Layout(0), bf16 ? CUDA_R_16BF : CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F,
+             workspace_bytes, &plan_, Alignment());
   }
 
   // C = alpha op(A) op(B) for every batch row, queued on `stream`.
@@ -95,12 +125,32 @@ class HeadProduct {
   }
 
  private:
+  // The bytes every matrix the plan runs on starts at a multiple of (up to
+  // cuBLASLt's assumed 256): the pointers, and every step between them (a
+  // head, a batch row, a leading dimension), so that a head's or a batch
+  // row's matrix inside the layer's buffers keeps it.
+  uint32_t Alignment() const {
+    uint32_t alignment = 256;
+    auto keep = [&alignment](uintptr_t bytes) {
+      while (alignment > 1 && bytes % alignment != 0) alignment /= 2;
+    };
+    for (const Operand *o : {&a_, &b_}) {
+      keep(reinterpret_cast<uintptr_t>(o->data));
+      for (long step : {o->ld, o->head_stride, o->per_b}) keep(uintptr_t(step) * element_);
+    }
+    keep(reinterpret_cast<uintptr_t>(c_));
+    for (long step : {ldc_, c_head_stride_, c_per_b_}) keep(uintptr_t(step) * sizeof(float));
+    return alignment;
+  }
+  const void *At(const Operand &o, long b) const {
+    return static_cast<const char *>(o.data) + size_t(b * o.per_b) * element_;
+  }
   ColumnMajorGemm Layout(long b) const {
-    return BatchedFromRowMajor(trans_a_, trans_b_, m_, n_, k_, a_.data + b * a_.per_b, a_.ld,
-                               a_.head_stride, b_.data + b * b_.per_b, b_.ld, b_.head_stride, ldc_,
-                               c_head_stride_, int(s_.H));
+    return BatchedFromRowMajor(trans_a_, trans_b_, m_, n_, k_, At(a_, b), a_.ld, a_.head_stride,
+                               At(b_, b), b_.ld, b_.head_stride, ldc_, c_head_stride_, int(s_.H));
   }
 
+  size_t element_;  // an operand's bytes
   cublasLtHandle_t handle_;
   AttentionDims s_;
   bool trans_a_, trans_b_;
@@ -114,45 +164,76 @@ class HeadProduct {
 }  // namespace
 
 // att [B, H, T, T] (probabilities) and y [B, T, C] from qkv [B, T, 3C].
+// With `bf16` scratch (qkv16 [B, T, 3C] then p16 [B, H, T, T]) the products
+// read bf16 copies of q, k, v and P, as the CPU's bf16 attention does.
 cublasStatus_t AttentionGemmForward(cublasLtHandle_t handle, const float *qkv,
                                     const AttentionDims &s, float *att, float *y, void *workspace,
-                                    size_t workspace_bytes, cudaStream_t stream) {
+                                    size_t workspace_bytes, cudaStream_t stream,
+                                    const AttentionBf16 &bf16) {
   const long T = s.T, C = s.C, hs = s.hs();
-  const HeadProduct::Operand q{qkv, 3 * C, hs, T * 3 * C}, k{qkv + C, 3 * C, hs, T * 3 * C},
-      v{qkv + 2 * C, 3 * C, hs, T * 3 * C}, p{att, T, T * T, s.H * T * T};
+  const bool half = bf16.qkv != nullptr;
+  const void *x = qkv;
+  if (half) {
+    RoundToBf16(qkv, s.B * T * 3 * C, bf16.qkv, stream);
+    x = bf16.qkv;
+  }
+  const size_t e = half ? 2 : 4;
+  auto offset = [&](const void *base, long elements) {
+    return static_cast<const void *>(static_cast<const char *>(base) + size_t(elements) * e);
+  };
+  const HeadProduct::Operand q{x, 3 * C, hs, T * 3 * C}, k{offset(x, C), 3 * C, hs, T * 3 * C},
+      v{offset(x, 2 * C), 3 * C, hs, T * 3 * C},
+      p{half ? static_cast<const void *>(bf16.p) : att, T, T * T, s.H * T * T};
   const HeadProduct scores(handle, s, false, true, T, T, hs, q, k, att, T, T * T, s.H * T * T,
-                           workspace_bytes);
-  const HeadProduct out(handle, s, false, false, T, hs, T, p, v, y, C, hs, T * C, workspace_bytes);
+                           workspace_bytes, half);
+  const HeadProduct out(handle, s, false, false, T, hs, T, p, v, y, C, hs, T * C, workspace_bytes,
+                        half);
   cublasStatus_t st = scores.Run(1.0f / sqrtf(float(hs)), workspace, workspace_bytes, stream);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   const Launch l = WarpPerRowLaunch(s.rows(), 256);
-  CausalSoftmaxRowsKernel<<<l.blocks, l.threads, 0, stream>>>(att, s.rows(), T);
+  CausalSoftmaxRowsKernel<<<l.blocks, l.threads, 0, stream>>>(att, s.rows(), T, bf16.p);
   return out.Run(1.0f, workspace, workspace_bytes, stream);
 }
 
 // dqkv [B, T, 3C] (assigned) from dy [B, T, C], qkv and the forward's att;
-// dscore is scratch [B, H, T, T].
+// dscore is scratch [B, H, T, T]. With `bf16` scratch (qkv16, dy16 [B, T, C],
+// p16, ds16 [B, H, T, T]) the products read bf16 copies of q, k, v, dy, P
+// and the score gradient, as the CPU's bf16 attention does.
 cublasStatus_t AttentionGemmBackward(cublasLtHandle_t handle, const float *dy, const float *qkv,
                                      const float *att, const AttentionDims &s, float *dscore,
                                      float *dqkv, void *workspace, size_t workspace_bytes,
-                                     cudaStream_t stream) {
+                                     cudaStream_t stream, const AttentionBf16 &bf16) {
   const long T = s.T, C = s.C, hs = s.hs();
   const float scale = 1.0f / sqrtf(float(hs));
-  const HeadProduct::Operand q{qkv, 3 * C, hs, T * 3 * C}, k{qkv + C, 3 * C, hs, T * 3 * C},
-      v{qkv + 2 * C, 3 * C, hs, T * 3 * C}, g{dy, C, hs, T * C}, p{att, T, T * T, s.H * T * T},
-      ds{dscore, T, T * T, s.H * T * T};
+  const bool half = bf16.qkv != nullptr;
+  const void *x = qkv, *g16 = dy;
+  if (half) {
+    RoundToBf16(qkv, s.B * T * 3 * C, bf16.qkv, stream);
+    RoundToBf16(dy, s.B * T * C, bf16.dy, stream);
+    x = bf16.qkv;
+    g16 = bf16.dy;
+  }
+  const size_t e = half ? 2 : 4;
+  auto offset = [&](const void *base, long elements) {
+    return static_cast<const void *>(static_cast<const char *>(base) + size_t(elements) * e);
+  };
+  const HeadProduct::Operand q{x, 3 * C, hs, T * 3 * C}, k{offset(x, C), 3 * C, hs, T * 3 * C},
+      v{offset(x, 2 * C), 3 * C, hs, T * 3 * C}, g{g16, C, hs, T * C},
+      p{half ? static_cast<const void *>(bf16.p) : att, T, T * T, s.H * T * T},
+      ds{half ? static_cast<const void *>(bf16.ds) : dscore, T, T * T, s.H * T * T};
   const HeadProduct dp(handle, s, false, true, T, T, hs, g, v, dscore, T, T * T, s.H * T * T,
-                       workspace_bytes);
+                       workspace_bytes, half);
   const HeadProduct dq(handle, s, false, false, T, hs, T, ds, k, dqkv, 3 * C, hs, T * 3 * C,
-                       workspace_bytes);
+                       workspace_bytes, half);
   const HeadProduct dk(handle, s, true, false, T, hs, T, ds, q, dqkv + C, 3 * C, hs, T * 3 * C,
-                       workspace_bytes);
+                       workspace_bytes, half);
   const HeadProduct dv(handle, s, true, false, T, hs, T, p, g, dqkv + 2 * C, 3 * C, hs, T * 3 * C,
-                       workspace_bytes);
+                       workspace_bytes, half);
   cublasStatus_t st = dp.Run(1.0f, workspace, workspace_bytes, stream);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   const Launch l = WarpPerRowLaunch(s.rows(), 256);
-  SoftmaxBackwardRowsKernel<<<l.blocks, l.threads, 0, stream>>>(att, dscore, s.rows(), T);
+  SoftmaxBackwardRowsKernel<<<l.blocks, l.threads, 0, stream>>>(att, dscore, s.rows(), T, bf16.ds,
+                                                                bf16.p);
   st = dq.Run(scale, workspace, workspace_bytes, stream);
   if (st == CUBLAS_STATUS_SUCCESS) st = dk.Run(scale, workspace, workspace_bytes, stream);
   if (st == CUBLAS_STATUS_SUCCESS) st = dv.Run(1.0f, workspace, workspace_bytes, stream);

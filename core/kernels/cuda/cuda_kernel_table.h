@@ -183,6 +183,14 @@ typedef struct DstCudaKernelTable {
    * from now on (enabled != 0; dst_cuda_gemm_attention_for), else the fused
    * kernel where it takes the shape. Off when the context is made. */
   int (*set_attention_gemm)(void *ctx, int enabled);
+  /* The general attention entries with the layer's compute type: with
+   * DST_CUDA_COMPUTE_BF16 the batched-GEMM path's products read bf16 copies
+   * of q, k, v, P and (backward) dy and the score gradient, as the CPU's bf16
+   * attention does; the other paths compute in fp32 either way. */
+  int (*attention_forward_compute)(void *ctx, const float *qkv, const DstCudaAttentionShape *s,
+                                   float *att, float *y, int compute);
+  int (*attention_backward_compute)(void *ctx, const float *dy, const float *qkv, const float *att,
+                                    const DstCudaAttentionShape *s, float *dqkv, int compute);
 } DstCudaKernelTable;
 
 /* Whether the attention entries take the fused kernel (online softmax, no

@@ -542,15 +542,33 @@ int SetAttentionGemm(void *ctx, int enabled) {
 // is then left alone, and the backward recomputes the forward's y and row
 // log-sum-exps into workspaces (no saved probabilities to read); else one
 // warp a query row, saving the probabilities in `att` as the CPU layer does.
-int AttentionForwardDims(void *ctx, const float *qkv, const AttentionDims &s, float *att,
-                         float *y) {
+// The GEMM attention's bf16 scratch for a bf16 layer (qkv and dy copies in
+// kOperandA, P and the score gradient in kOperandB); all null for fp32.
+cudaError_t TakeAttentionBf16(Context &c, const AttentionDims &s, int compute, bool backward,
+                              AttentionBf16 *out) {
+  *out = {};
+  if (compute != DST_CUDA_COMPUTE_BF16) return cudaSuccess;
+  const size_t rows = size_t(s.B * s.T), probabilities = size_t(s.rows() * s.T);
+  __nv_bfloat16 *x = nullptr, *p = nullptr;
+  cudaError_t e = TakeArray(c, kOperandA, rows * size_t(3 * s.C + (backward ? s.C : 0)), &x);
+  if (e == cudaSuccess) e = TakeArray(c, kOperandB, probabilities * (backward ? 2 : 1), &p);
+  if (e != cudaSuccess) return e;
+  *out = {x, backward ? x + rows * size_t(3 * s.C) : nullptr, p,
+          backward ? p + probabilities : nullptr};
+  return cudaSuccess;
+}
+
+int AttentionForwardDims(void *ctx, const float *qkv, const AttentionDims &s, float *att, float *y,
+                         int compute = DST_CUDA_COMPUTE_FP32) {
   DST_ENTER(ctx);
   if (s.rows() == 0) return 0;
   if (GemmAttentionTakes(c, s)) {
     void *workspace = nullptr;
+    AttentionBf16 bf16;
     if (cudaError_t e = Take(c, kGemm, c.gemm_workspace_bytes, &workspace)) return e;
+    if (cudaError_t e = TakeAttentionBf16(c, s, compute, false, &bf16)) return e;
     if (int e = Blas(AttentionGemmForward(c.lt, qkv, s, att, y, workspace, c.gemm_workspace_bytes,
-                                          c.stream)))
+                                          c.stream, bf16)))
       return e;
     return Launched();
   }
@@ -565,16 +583,19 @@ int AttentionForwardDims(void *ctx, const float *qkv, const AttentionDims &s, fl
 }
 
 int AttentionBackwardDims(void *ctx, const float *dy, const float *qkv, const float *att,
-                          const AttentionDims &s, float *dqkv) {
+                          const AttentionDims &s, float *dqkv,
+                          int compute = DST_CUDA_COMPUTE_FP32) {
   DST_ENTER(ctx);
   if (s.rows() == 0) return 0;
   if (GemmAttentionTakes(c, s)) {
     void *workspace = nullptr;
     float *dscore = nullptr;
+    AttentionBf16 bf16;
     if (cudaError_t e = Take(c, kGemm, c.gemm_workspace_bytes, &workspace)) return e;
     if (cudaError_t e = TakeArray(c, kAttentionScores, size_t(s.rows() * s.T), &dscore)) return e;
+    if (cudaError_t e = TakeAttentionBf16(c, s, compute, true, &bf16)) return e;
     if (int e = Blas(AttentionGemmBackward(c.lt, dy, qkv, att, s, dscore, dqkv, workspace,
-                                           c.gemm_workspace_bytes, c.stream)))
+                                           c.gemm_workspace_bytes, c.stream, bf16)))
       return e;
     return Launched();
   }
@@ -608,6 +629,15 @@ int AttentionBackward(void *ctx, const float *dy, const float *qkv, const float 
 
 AttentionDims DimsOf(const DstCudaAttentionShape &s) {
   return {s.B, s.T, s.C, s.H, s.kv_heads, s.interleaved != 0, s.alibi_heads, s.first_head};
+}
+
+int AttentionForwardCompute(void *ctx, const float *qkv, const DstCudaAttentionShape *shape,
+                            float *att, float *y, int compute) {
+  return AttentionForwardDims(ctx, qkv, DimsOf(*shape), att, y, compute);
+}
+int AttentionBackwardCompute(void *ctx, const float *dy, const float *qkv, const float *att,
+                             const DstCudaAttentionShape *shape, float *dqkv, int compute) {
+  return AttentionBackwardDims(ctx, dy, qkv, att, DimsOf(*shape), dqkv, compute);
 }
 
 // Attention in the general shape (grouped-query, interleaved, ALiBi).
@@ -951,5 +981,7 @@ extern "C" __attribute__((visibility("default"))) int dst_cuda_plugin_kernels(
   t->cross_entropy_forward_into = k::CrossEntropyForwardInto;
   t->normalize_and_nll_into = k::NormalizeAndNllInto;
   t->set_attention_gemm = k::SetAttentionGemm;
+  t->attention_forward_compute = k::AttentionForwardCompute;
+  t->attention_backward_compute = k::AttentionBackwardCompute;
   return 0;
 }

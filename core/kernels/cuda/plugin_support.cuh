@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -172,17 +173,25 @@ cudaError_t FlashAttentionBackward(const float *qkv, const float *y, const float
                                    const float *dy, const AttentionDims &s, float *dqkv, float *D,
                                    cudaStream_t stream = nullptr);
 
+// The bf16 scratch of the GEMM attention's bf16 products (all null: fp32
+// products): qkv [B, T, 3C] and dy [B, T, C] rounded, P and the score
+// gradient [B, H, T, T] rounded.
+struct AttentionBf16 {
+  __nv_bfloat16 *qkv = nullptr, *dy = nullptr, *p = nullptr, *ds = nullptr;
+};
+
 // Causal attention as batched cuBLASLt GEMMs (attention_gemm.cu) on
 // `stream`, GPT-2's head layout only (AttentionDims::plain): att [B, H, T, T]
-// (the probabilities) and y [B, T, C] from qkv [B, T, 3C]; dqkv (assigned)
-// from dy, qkv and att, dscore scratch [B, H, T, T]. Launch errors are left
-// for the caller's cudaGetLastError.
+// (the probabilities, fp32) and y [B, T, C] from qkv [B, T, 3C]; dqkv
+// (assigned) from dy, qkv and att, dscore scratch [B, H, T, T]. Launch errors
+// are left for the caller's cudaGetLastError.
 cublasStatus_t AttentionGemmForward(cublasLtHandle_t handle, const float *qkv,
                                     const AttentionDims &s, float *att, float *y, void *workspace,
-                                    size_t workspace_bytes, cudaStream_t stream);
+                                    size_t workspace_bytes, cudaStream_t stream,
+                                    const AttentionBf16 &bf16 = {});
 cublasStatus_t AttentionGemmBackward(cublasLtHandle_t handle, const float *dy, const float *qkv,
                                      const float *att, const AttentionDims &s, float *dscore,
                                      float *dqkv, void *workspace, size_t workspace_bytes,
-                                     cudaStream_t stream);
+                                     cudaStream_t stream, const AttentionBf16 &bf16 = {});
 
 }  // namespace dst::cuda
