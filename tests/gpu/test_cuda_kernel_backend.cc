@@ -177,6 +177,30 @@ TEST(CudaKernelBackend, GptLayersThroughTheGemmAttentionMatchTheCpu) {
   ExpectChainMatchesTheCpu(d, TinyLlama, ChainPass::kWhole, ComputeType::kFp32, 1e-4);
 }
 
+// DSTRAIN_CUDA_KERNEL_TIMES: the entries' device times, printed when the
+// kernels' context closes, each entry with its calls.
+TEST(CudaKernelBackend, KernelTimesNameEachEntryWithItsCalls) {
+  setenv("DSTRAIN_CUDA_KERNEL_TIMES", "1", 1);
+  Device d = OpenDevice();
+  unsetenv("DSTRAIN_CUDA_KERNEL_TIMES");
+  if (d.kernels == nullptr) GTEST_SKIP() << "skipped: " << d.why;
+  DeviceMemory device(*d.runtime, *d.stream, 1 << 20);
+  ASSERT_TRUE(device.status().ok()) << device.status().message();
+  float *x = device.TakeCopy(std::vector<float>(1000, 1.0f));
+  for (int i = 0; i < 3; ++i) d.kernels->Zero(1000, x);
+  d.kernels->Add(x, x, 1000, x);
+  ASSERT_TRUE(d.kernels->TakeError().ok());
+  testing::internal::CaptureStderr();
+  d.kernels.reset();
+  const std::string printed = testing::internal::GetCapturedStderr();
+  EXPECT_NE(printed.find("device time"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("Zero "), std::string::npos) << printed;
+  EXPECT_NE(printed.find("Add "), std::string::npos) << printed;
+  const size_t zero = printed.find("Zero ");
+  ASSERT_NE(zero, std::string::npos);
+  EXPECT_NE(printed.substr(zero, 40).find(" 3 "), std::string::npos) << printed;
+}
+
 TEST(CudaKernelBackend, GptZeroBubbleHalvesAndRecomputationMatchTheCpu) {
   DST_DEVICE_OR_SKIP(d);
   ExpectChainMatchesTheCpu(d, TinyGpt, ChainPass::kZeroBubbleRecompute, ComputeType::kFp32, 1e-4);
