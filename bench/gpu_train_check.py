@@ -20,7 +20,8 @@ a run but stays far below what a wrong kernel gives).
 
 Usage: bench/gpu_train_check.py --write-reference REF.json [--device cpu]
        bench/gpu_train_check.py --check REF.json [--device cuda]
-       [--build-dir build] [--jobs default,gpt2-fp32,gpt2-bf16]
+       [--build-dir build] [--jobs default,gpt2-fp32,gpt2-bf16]   (or tiny: the
+       script's own check, seconds on the stand-in)
 Exit status 1 when a job fails or leaves its bound.
 """
 import argparse
@@ -55,13 +56,19 @@ def gpt2_config(precision):
 
 
 # name -> (model spec or None for the built-in, config, steps, extra train arguments, bound)
+TINY = {"type": "gpt", "vocab_size": 256, "n_ctx": 16, "n_layer": 1, "n_head": 2, "d_model": 32,
+        "seed": 3}
 JOBS = {
     "default": (None, DEFAULT_CONFIG, 300, ["--eval-interval", "100", "--eval-batches", "8"], 2e-2),
     "gpt2-fp32": (GPT2, gpt2_config("fp32"), 8,
                   ["--seq-len", "256", "--eval-interval", "8", "--eval-batches", "2"], 1e-3),
     "gpt2-bf16": (GPT2, gpt2_config("bf16"), 8,
                   ["--seq-len", "256", "--eval-interval", "8", "--eval-batches", "2"], 2e-2),
+    # (seconds anywhere: the script's own test, on the stand-in)
+    "tiny": (TINY, dict(gpt2_config("fp32"), train_micro_batch_size_per_gpu=4), 6,
+             ["--eval-interval", "6", "--eval-batches", "2"], 1e-3),
 }
+DEFAULT_JOBS = "default,gpt2-fp32,gpt2-bf16"
 
 
 def run_job(args, name, tmp):
@@ -122,7 +129,7 @@ def main():
     mode.add_argument("--check", metavar="REF.json")
     ap.add_argument("--build-dir", default=os.environ.get("DSTRAIN_BUILD_DIR", "build"))
     ap.add_argument("--device", choices=["cpu", "cuda", "standin"], default=None)
-    ap.add_argument("--jobs", default=",".join(JOBS))
+    ap.add_argument("--jobs", default=DEFAULT_JOBS, help=f"of {', '.join(JOBS)}")
     ap.add_argument("--timeout", type=int, default=600)
     args = ap.parse_args()
     args.device = args.device or ("cpu" if args.write_reference else "cuda")
