@@ -27,10 +27,16 @@ done
 rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/lib"
 cp "$BUILD/tests/dstrain_gpu_tests" "$BUILD/libdstrain_cuda.so" "$BUILD/libdstrain_nccl.so" \
   "$BUILD/dstrain" "$BUILD/bench/bench_gpu_model" "$BUNDLE/"
+# The tokenizer plugin goes beside libdstrain.so, where dstrain looks for it.
+SP=()
+if [ -f "$BUILD/libdstrain_sentencepiece.so" ]; then
+  cp -L "$BUILD/libdstrain_sentencepiece.so" "$BUNDLE/lib/"
+  SP=("$BUNDLE/lib/libdstrain_sentencepiece.so")
+fi
 # Every library the three load except the C/C++ runtime (the target's own is
 # newer or equal) and what the GPU machine must bring (driver, cuBLASLt, NCCL).
 ldd "$BUNDLE"/dstrain_gpu_tests "$BUNDLE"/libdstrain_cuda.so "$BUNDLE"/libdstrain_nccl.so \
-  "$BUNDLE"/dstrain "$BUNDLE"/bench_gpu_model |
+  "$BUNDLE"/dstrain "$BUNDLE"/bench_gpu_model "${SP[@]}" |
   awk '/=> \//{print $3}' | sort -u |
   grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt|ld-linux-x86-64|libcublasLt|libcublas|libnccl|libcuda)\.so' |
   while read -r lib; do cp -L "$lib" "$BUNDLE/lib/"; done
