@@ -10,10 +10,14 @@ Jobs (the fortunes corpus, byte-level tokens, the same seeds on both sides):
   gpt2-fp32  GPT-2 124M (vocabulary 50257, 12 layers x 768), 4 x 256 tokens a
              step, AdamW 3e-4, clipping 1.0, 8 steps
   gpt2-bf16  the same in bf16 (fp32 master weights)
+  llama-fp32, llama-bf16, bloom-fp32, bloom-bf16
+             a small LLaMA (4 layers x 256, 8 query heads over 2 key/value
+             heads) and BLOOM (4 layers x 256, ALiBi), 8 x 128 tokens a step,
+             AdamW 1e-3, 20 steps: the fused attention and the family kernels
 
 Bounds (the largest relative difference of any step's loss, and of the final
-validation loss): fp32 1e-3 for GPT-2 (8 steps; the device's GEMMs are full
-fp32, no TF32, and only the reduction orders differ), bf16 2e-2 (bf16 GEMMs
+validation loss): fp32 1e-3 for GPT-2 and the families (the device's GEMMs are
+full fp32, no TF32, and only the reduction orders differ), bf16 2e-2 (bf16 GEMMs
 accumulate in another order, and every activation rounds to bf16), the
 default job 2e-2 (300 steps, fp32: an order-of-summation difference grows over
 a run but stays far below what a wrong kernel gives).
@@ -56,6 +60,24 @@ def gpt2_config(precision):
 
 
 # name -> (model spec or None for the built-in, config, steps, extra train arguments, bound)
+# LLaMA with grouped-query heads and BLOOM (ALiBi, interleaved heads): the
+# fused attention and the family kernels in a whole training run.
+LLAMA = {"type": "llama", "vocab_size": 256, "hidden_size": 256, "intermediate_size": 688,
+         "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+         "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "seed": 5}
+BLOOM = {"type": "bloom", "vocab_size": 256, "hidden_size": 256, "n_layer": 4, "n_head": 8,
+         "seq_length": 128, "seed": 6}
+
+
+def family_config(precision):
+    config = {"train_micro_batch_size_per_gpu": 8, "gradient_clipping": 1.0,
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}}}
+    if precision != "fp32":
+        config[precision] = {"enabled": True}
+    return config
+
+
+FAMILY_ARGS = ["--eval-interval", "20", "--eval-batches", "2"]
 TINY = {"type": "gpt", "vocab_size": 256, "n_ctx": 16, "n_layer": 1, "n_head": 2, "d_model": 32,
         "seed": 3}
 JOBS = {
@@ -64,11 +86,15 @@ JOBS = {
                   ["--seq-len", "256", "--eval-interval", "8", "--eval-batches", "2"], 1e-3),
     "gpt2-bf16": (GPT2, gpt2_config("bf16"), 8,
                   ["--seq-len", "256", "--eval-interval", "8", "--eval-batches", "2"], 2e-2),
+    "llama-fp32": (LLAMA, family_config("fp32"), 20, FAMILY_ARGS, 1e-3),
+    "llama-bf16": (LLAMA, family_config("bf16"), 20, FAMILY_ARGS, 2e-2),
+    "bloom-fp32": (BLOOM, family_config("fp32"), 20, FAMILY_ARGS, 1e-3),
+    "bloom-bf16": (BLOOM, family_config("bf16"), 20, FAMILY_ARGS, 2e-2),
     # (seconds anywhere: the script's own test, on the stand-in)
     "tiny": (TINY, dict(gpt2_config("fp32"), train_micro_batch_size_per_gpu=4), 6,
              ["--eval-interval", "6", "--eval-batches", "2"], 1e-3),
 }
-DEFAULT_JOBS = "default,gpt2-fp32,gpt2-bf16"
+DEFAULT_JOBS = "default,gpt2-fp32,gpt2-bf16,llama-fp32,llama-bf16,bloom-fp32,bloom-bf16"
 
 
 def run_job(args, name, tmp):
