@@ -55,6 +55,17 @@ def dstrain_run(args, precision):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def timed_steps(step, steps):
+    """Seconds a call of `step` takes (the mean over `steps` calls after two
+    warm-up calls), and the last call's return value."""
+    for _ in range(2):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        value = step()
+    return (time.perf_counter() - t0) / steps, value
+
+
 def torch_run(args, precision, flops_per_step, peak):
     """The same model in PyTorch on cuda:0; None without a CUDA PyTorch."""
     try:
@@ -85,12 +96,7 @@ def torch_run(args, precision, flops_per_step, peak):
         torch.cuda.synchronize()
         return value
 
-    for _ in range(2):
-        step()
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-        loss = step()
-    step_s = (time.perf_counter() - t0) / args.steps
+    step_s, loss = timed_steps(step, args.steps)
     tflops = flops_per_step / step_s / 1e12
     return {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
             "step_ms": step_s * 1e3, "tokens_per_s": args.batch * args.ctx / step_s,
@@ -188,12 +194,7 @@ def torch_train_run(args, precision, attention):
         torch.cuda.synchronize()
         return value
 
-    for _ in range(2):
-        step()
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-        loss = step()
-    step_s = (time.perf_counter() - t0) / args.steps
+    step_s, loss = timed_steps(step, args.steps)
     return {"torch": torch.__version__, "step_ms": step_s * 1e3,
             "tokens_per_s": args.batch * args.ctx / step_s, "loss": loss}
 

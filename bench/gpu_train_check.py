@@ -51,12 +51,17 @@ DEFAULT_CONFIG = {
     "gradient_clipping": 1.0, "steps_per_print": 10}
 
 
-def gpt2_config(precision):
-    config = {"train_micro_batch_size_per_gpu": 4, "gradient_clipping": 1.0,
-              "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.1}}}
+def adamw_config(precision, micro_batch, lr):
+    """AdamW with weight decay 0.1, clipping 1.0, and `precision` enabled."""
+    config = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_clipping": 1.0,
+              "optimizer": {"type": "AdamW", "params": {"lr": lr, "weight_decay": 0.1}}}
     if precision != "fp32":
         config[precision] = {"enabled": True}
     return config
+
+
+def gpt2_config(precision):
+    return adamw_config(precision, 4, 3e-4)
 
 
 # name -> (model spec or None for the built-in, config, steps, extra train arguments, bound)
@@ -70,11 +75,7 @@ BLOOM = {"type": "bloom", "vocab_size": 256, "hidden_size": 256, "n_layer": 4, "
 
 
 def family_config(precision):
-    config = {"train_micro_batch_size_per_gpu": 8, "gradient_clipping": 1.0,
-              "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}}}
-    if precision != "fp32":
-        config[precision] = {"enabled": True}
-    return config
+    return adamw_config(precision, 8, 1e-3)
 
 
 FAMILY_ARGS = ["--eval-interval", "20", "--eval-batches", "2"]
