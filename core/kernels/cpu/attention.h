@@ -60,7 +60,10 @@ inline float AlibiSlopeOf(const AttentionShape &s, int64_t h) {
 template <typename T>
 inline void AddAlibiRow(T *row, int64_t t, float slope) {
   if (slope == 0.0f) return;
-  for (int64_t j = 0; j <= t; ++j) row[j] += T(slope * float(j));
+  // A 32-bit position: AVX2 converts 32-bit integers to float 8 at a time
+  // but 64-bit ones only one at a time, which left this loop scalar.
+  const int32_t n = int32_t(t + 1);
+  for (int32_t j = 0; j < n; ++j) row[j] += T(slope * float(j));
 }
 
 // The GEMMs skip the masked blocks: query rows in blocks of kCausalBlock
