@@ -32,6 +32,7 @@ SelfAttention<T>::SelfAttention(const AttentionConfig &config, const AttentionNa
                                 registry);
       projections_.emplace_back(Split::kColumn, names.v, C, config.n_kv_head * hs, in, tp,
                                 registry);
+      stacked_ = ParallelLinear<T>::Stacked(projections_[0], qkv_width());
       break;
   }
   out_ = ParallelLinear<T>(Split::kRow, names.out, config.n_head * hs, C,
@@ -69,6 +70,8 @@ void SelfAttention<T>::Forward(const Pass<T> &pass, Operand<T> x, const Attentio
   T *y = s.y.fp32 ? s.y.fp32 : scratch.Take(N * q_width_);
   if (projections_.size() == 1) {
     projections_[0].Forward(pass, x, qkv, N, compute);
+  } else if (Stacked(pass.p, false)) {
+    stacked_.Forward(pass, x, qkv, N, compute);
   } else {  // each projection's output packed into its columns of qkv
     T *part = scratch.Take(N * std::max(q_width_, kv_width_));
     int64_t column = 0;
@@ -116,9 +119,16 @@ void SelfAttention<T>::CoreBackward(const Pass<T> &pass, const T *d_y, const Att
 }
 
 template <typename T>
+bool SelfAttention<T>::Stacked(ParamStore<T> &p, bool grads) const {
+  return projections_.size() == 3 && projections_[1].Follows(p, projections_[0], grads) &&
+         projections_[2].Follows(p, projections_[1], grads);
+}
+
+template <typename T>
 ColumnParts<T> SelfAttention<T>::InputParts(const Pass<T> &pass, const T *dqkv,
                                                         T *unpacked) const {
   if (projections_.size() == 1) return {{&projections_[0], dqkv}};
+  if (Stacked(pass.p, true)) return {{&stacked_, dqkv}};
   const int64_t N = pass.mb.rows(), W = qkv_width();
   ColumnParts<T> parts;
   int64_t column = 0;

@@ -99,7 +99,7 @@ class SelfAttention {
   void CoreBackward(const Pass<T> &pass, const T *d_y, const AttentionSaved<T> &s, T *dqkv,
                     T *att_scratch) const;
   // The projection's linears with their output gradients from dqkv
-  // (separate projections: unpacked into `unpacked` [N, W] first).
+  // (separate projections not Stacked: unpacked into `unpacked` [N, W] first).
   ColumnParts<T> InputParts(const Pass<T> &pass, const T *dqkv, T *unpacked) const;
   // Scratch InputParts needs.
   int64_t UnpackSize(int64_t N) const {
@@ -114,7 +114,11 @@ class SelfAttention {
   TensorParallelGroup tp_;
   int64_t heads_ = 1, kv_heads_ = 1;  // this rank's
   int64_t q_width_ = 0, kv_width_ = 0;
+  // Whether separate q, k, v projections lie back to back in p (with
+  // `grads`, their gradients too): then `stacked_` runs them as one.
+  bool Stacked(ParamStore<T> &p, bool grads) const;
   std::vector<ParallelLinear<T>> projections_;  // one fused, or q, k, v
+  ParallelLinear<T> stacked_;                   // q, k, v read as one (Stacked)
   ParallelLinear<T> out_;
 };
 

@@ -1,5 +1,7 @@
 #include "core/layers/linear.h"
 
+#include <cstdint>
+
 #include "core/tensor_parallel/sequence_parallel.h"
 #include "core/tensor_parallel/tp_comm.h"
 
@@ -53,6 +55,32 @@ void ParallelLinear<T>::WeightBackward(const Pass<T> &pass, const T *dy, Operand
   ParamStore<T> &p = pass.p;
   pass.k().LinearWeightBackwardStashed(dy, x.fp32, x.bf16, rows, in_, out_, p.grad(w_), BiasGrad(p),
                                        compute);
+}
+
+namespace {
+
+// Whether `next` starts where `prev`'s n elements end (both set). As
+// addresses: the two may be separate allocations.
+template <typename P>
+bool Adjacent(const P *prev, int64_t n, const P *next) {
+  return prev != nullptr && next != nullptr &&
+         reinterpret_cast<uintptr_t>(prev) + uintptr_t(n) * sizeof(P) ==
+             reinterpret_cast<uintptr_t>(next);
+}
+
+}  // namespace
+
+template <typename T>
+bool ParallelLinear<T>::Follows(ParamStore<T> &p, const ParallelLinear &prev, bool grads) const {
+  if (!column() || !prev.column() || in_ != prev.in_ || (b_ >= 0) != (prev.b_ >= 0)) return false;
+  const int64_t w = prev.out_ * prev.in_, b = prev.out_;
+  if (!Adjacent(p.param(prev.w_), w, p.param(w_))) return false;
+  const uint16_t *prev16 = p.param16(prev.w_), *next16 = p.param16(w_);
+  if ((prev16 != nullptr || next16 != nullptr) && !Adjacent(prev16, w, next16)) return false;
+  if (b_ >= 0 && !Adjacent(p.param(prev.b_), b, p.param(b_))) return false;
+  if (!grads) return true;
+  if (!Adjacent(p.grad(prev.w_), w, p.grad(w_))) return false;
+  return b_ < 0 || Adjacent(p.grad(prev.b_), b, p.grad(b_));
 }
 
 namespace {

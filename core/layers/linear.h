@@ -71,6 +71,21 @@ class ParallelLinear {
     return l;
   }
 
+  // Column splits that lie back to back read as one: `first` (q_proj) with
+  // `out` this rank's rows of it and of the splits after it (k_proj,
+  // v_proj). One GEMM then writes the packed [q | k | v] rows and one reads
+  // them back, as for a fused projection (a wider GEMM runs nearer the peak
+  // than three narrow ones, and nothing is copied between the packed rows
+  // and the parts). Valid only while each part Follows() the one before.
+  static ParallelLinear Stacked(const ParallelLinear &first, int64_t out) {
+    ParallelLinear l = first;
+    l.out_ = out;
+    return l;
+  }
+  // Whether this split's weight (and its bf16 copy) and bias start in p
+  // where `prev`'s end, and with `grads` their gradients too.
+  bool Follows(ParamStore<T> &p, const ParallelLinear &prev, bool grads) const;
+
   int64_t in() const { return in_; }    // this rank's input features
   int64_t out() const { return out_; }  // this rank's output features
   bool column() const { return split_ == Split::kColumn; }

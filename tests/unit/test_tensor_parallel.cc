@@ -8,6 +8,7 @@
 #include "core/model/model.h"
 #include "core/model/model_spec.h"
 #include "core/model/tp_plan.h"
+#include "core/layers/linear.h"
 #include "core/layers/tp_tensors.h"
 
 namespace dst {
@@ -106,6 +107,50 @@ TEST_P(TensorParallelSlices, SlicesOfEveryRankAreTheGlobalTensors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TensorParallelSlices, ::testing::Values(kMlp, kGpt));
+
+// Separate q, k, v projections run as one GEMM only while every buffer the
+// layers read them from lies back to back (the values, their bf16 copies,
+// the biases and, for the backward, the gradients); with any one apart they
+// run one by one.
+TEST(StackedProjections, FollowOnlyWhereEveryBufferLiesBackToBack) {
+  using Linear = ParallelLinear<float>;
+  const TensorParallelGroup tp;
+  const Linear::Options plain{false, ParamInit::Normal(0.02), ParamInit::Constant(0), 1};
+  ParamRegistry registry;
+  const Linear q(Linear::Split::kColumn, "q", 8, 8, plain, tp, registry);
+  const Linear k(Linear::Split::kColumn, "k", 8, 4, plain, tp, registry);
+  ParamStore<float> store(registry, nullptr);
+  EXPECT_TRUE(k.Follows(store, q, false));
+  EXPECT_TRUE(k.Follows(store, q, true));
+  EXPECT_FALSE(q.Follows(store, k, false));  // the other order
+
+  // A gradient elsewhere: the forward still stacks, the backward does not.
+  std::vector<float> apart(32);
+  float *grad = store.grad(k.weight_id());
+  store.SetGradPointer(k.weight_id(), apart.data());
+  EXPECT_TRUE(k.Follows(store, q, false));
+  EXPECT_FALSE(k.Follows(store, q, true));
+  store.SetGradPointer(k.weight_id(), grad);
+
+  // bf16 copies: one of the two only, back to back, or apart.
+  std::vector<uint16_t> copies(8 * 8 + 4 * 8 + 1);
+  float *q_values = store.param(q.weight_id()), *k_values = store.param(k.weight_id());
+  store.SetParamPointer(q.weight_id(), q_values, copies.data());
+  EXPECT_FALSE(k.Follows(store, q, false));
+  store.SetParamPointer(k.weight_id(), k_values, copies.data() + 8 * 8);
+  EXPECT_TRUE(k.Follows(store, q, true));
+  store.SetParamPointer(k.weight_id(), k_values, copies.data() + 8 * 8 + 1);
+  EXPECT_FALSE(k.Follows(store, q, false));
+
+  // With biases the registry holds q.weight, q.bias, k.weight, k.bias: the
+  // weights are apart.
+  const Linear::Options biased{true, ParamInit::Normal(0.02), ParamInit::Constant(0), 1};
+  ParamRegistry with_bias;
+  const Linear bq(Linear::Split::kColumn, "q", 8, 8, biased, tp, with_bias);
+  const Linear bk(Linear::Split::kColumn, "k", 8, 4, biased, tp, with_bias);
+  ParamStore<float> biased_store(with_bias, nullptr);
+  EXPECT_FALSE(bk.Follows(biased_store, bq, false));
+}
 
 }  // namespace
 }  // namespace dst
