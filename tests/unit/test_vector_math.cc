@@ -11,7 +11,9 @@
 #include <random>
 #include <vector>
 
+#include "core/kernels/cpu/activations.h"
 #include "core/kernels/cpu/vector_math.h"
+#include "core/precision/convert.h"
 
 namespace dst::cpu {
 namespace {
@@ -83,6 +85,38 @@ TEST(VectorMath, Avx512GeluEqualsTheAvx2FormBitForBit) {
 #else
   GTEST_SKIP() << "built without AVX2";
 #endif
+}
+
+// The GELU backward from a bf16 stash reads gelu' from a table of every bf16
+// value: the bits of GeluGradRange on the widened values, for all 65536 of
+// them (NaNs, infinities and subnormals included) and any output gradient,
+// through each of the product's forms (16 and 8 lanes; GeluGradRange's
+// scalar tail, its last n % 8 values, computed as it computes them).
+TEST(VectorMath, GeluGradientFromBf16EqualsGeluGradRangeOnEveryValue) {
+  constexpr size_t kValues = size_t(1) << 16;
+  std::vector<uint16_t> x16(kValues + 13);
+  for (size_t i = 0; i < x16.size(); ++i) x16[i] = uint16_t(i * 40503u);  // every value, shuffled
+  std::vector<float> x(x16.size()), dout = Inputs();
+  dout.resize(x16.size());
+  BFloat16ToFloat(x16.data(), x.data(), int64_t(x.size()));
+  const int64_t n = int64_t(x.size());
+  std::vector<float> expected(x.size()), from_table(x.size());
+  GeluGradRange(dout.data(), x.data(), expected.data(), 0, n);
+  const int64_t lanes = n - n % 8;  // GeluGradRange's vector lanes
+  ASSERT_GT(n, lanes);
+  for (bool wide : {Avx512Elementwise(), false}) {  // 16 lanes where the CPU has them
+    from_table = expected;
+    TableProduct(dout.data(), x16.data(), GeluGradOfBf16(), from_table.data(), lanes, wide);
+    size_t at = 0;
+    EXPECT_TRUE(SameBits(expected, from_table, &at))
+        << (wide ? "16 lanes" : "8 lanes") << ": gelu'(" << x[at] << ") x " << dout[at] << ": "
+        << expected[at] << " vs " << from_table[at];
+  }
+  // In place (dx = dout), as the layers call it.
+  std::vector<float> in_place = dout;
+  GeluGradOf16(in_place.data(), x16.data(), in_place.data(), n);
+  size_t at = 0;
+  EXPECT_TRUE(SameBits(expected, in_place, &at)) << "in place at " << at;
 }
 
 // SwiGLU's activation and its gradients: wide = narrow bit for bit, both the

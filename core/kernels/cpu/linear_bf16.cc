@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/kernels/cpu/activations.h"
 #include "core/kernels/cpu/gemm.h"
 #include "core/kernels/cpu/linear.h"
 #include "core/kernels/cpu/vector_math.h"
@@ -44,12 +45,11 @@ const uint16_t *GeluGradient(const float *dout, const uint16_t *gx16, int64_t ro
   std::vector<uint16_t> &rounded = Rounded();
   rounded.resize(size_t(rows * out));
   uint16_t *dy16 = rounded.data();
+  GeluGradOfBf16();  // made before the threads start
   VisitRowsSummingColumns(rows, out, dbias, [&](int64_t r, float *sums) {
-    thread_local std::vector<float> wide, grad;
-    wide.resize(size_t(out));
+    thread_local std::vector<float> grad;
     grad.resize(size_t(out));
-    BFloat16ToFloat(gx16 + r * out, wide.data(), out);
-    GeluGradRange(dout + r * out, wide.data(), grad.data(), 0, out);
+    GeluGradOf16(dout + r * out, gx16 + r * out, grad.data(), out);
     RoundRowToBf16(grad.data(), dy16 + r * out, out);
     if (sums != nullptr)
       for (int64_t j = 0; j < out; ++j) sums[j] += grad[size_t(j)];

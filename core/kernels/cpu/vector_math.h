@@ -78,6 +78,9 @@ int64_t GeluGradRange16(const float *dout, const float *x, float *dx, int64_t be
 // eight partial sums *acc in its order (so the total is the same bits too).
 int64_t ExpShiftedAndSum16(float *x, int64_t n, float shift, __m256 *acc);
 int64_t SiluMulRange16(const float *gate, const float *up, float *out, int64_t begin, int64_t end);
+// dx[i] = dout[i] * table[index[i]], 16 at a time from 0 (TableProduct).
+int64_t TableProduct16(const float *dout, const uint16_t *index, const float *table, float *dx,
+                       int64_t n);
 int64_t SiluMulGradRange16(const float *dout, const float *gate, const float *up, float *dgate,
                            float *dup, int64_t begin, int64_t end);
 #endif
@@ -151,6 +154,23 @@ inline void GeluGradRange(const float *dout, const float *x, float *dx, int64_t 
   }
 #endif
   for (; i < end; ++i) dx[i] = dout[i] * math::GeluGrad(x[i]);
+}
+// dx[i] = dout[i] * table[index[i]] for i in [0, n) (dx may alias dout): a
+// function of a 16-bit value read from its table of every value.
+inline void TableProduct(const float *dout, const uint16_t *index, const float *table, float *dx,
+                         int64_t n, bool wide = Avx512Elementwise()) {
+  (void)wide;
+  int64_t i = 0;
+#if DST_HAVE_AVX2
+  if (wide) i = TableProduct16(dout, index, table, dx, n);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i at =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(index + i)));
+    const __m256 looked_up = _mm256_i32gather_ps(table, at, 4);
+    _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(dout + i), looked_up));
+  }
+#endif
+  for (; i < n; ++i) dx[i] = dout[i] * table[index[i]];
 }
 inline void GeluGradRange(const double *dout, const double *x, double *dx, int64_t begin,
                           int64_t end) {

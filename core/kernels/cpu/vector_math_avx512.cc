@@ -85,6 +85,18 @@ DST_AVX512 int64_t GeluGradRange16(const float *dout, const float *x, float *dx,
   return i;
 }
 
+DST_AVX512 int64_t TableProduct16(const float *dout, const uint16_t *index, const float *table,
+                                  float *dx, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i at = _mm512_cvtepu16_epi32(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(index + i)));
+    const __m512 looked_up = _mm512_i32gather_ps(at, table, 4);
+    _mm512_storeu_ps(dx + i, _mm512_mul_ps(_mm512_loadu_ps(dout + i), looked_up));
+  }
+  return i;
+}
+
 DST_AVX512 int64_t ExpShiftedAndSum16(float *x, int64_t n, float shift, __m256 *acc) {
   const __m512 s = _mm512_set1_ps(shift);
   __m256 sum = *acc;
