@@ -125,8 +125,7 @@ bool SelfAttention<T>::Stacked(ParamStore<T> &p, bool grads) const {
 }
 
 template <typename T>
-ColumnParts<T> SelfAttention<T>::InputParts(const Pass<T> &pass, const T *dqkv,
-                                                        T *unpacked) const {
+ColumnParts<T> SelfAttention<T>::InputParts(const Pass<T> &pass, const T *dqkv, T *unpacked) const {
   if (projections_.size() == 1) return {{&projections_[0], dqkv}};
   if (Stacked(pass.p, true)) return {{&stacked_, dqkv}};
   const int64_t N = pass.mb.rows(), W = qkv_width();

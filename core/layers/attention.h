@@ -74,8 +74,8 @@ class SelfAttention {
   // This rank's attention over a micro-batch of B x T.
   AttentionShape Shape(int64_t B, int64_t seq) const;
   int64_t qkv_width() const { return q_width_ + 2 * kv_width_; }  // W, this rank's
-  int64_t q_width() const { return q_width_; }                     // H' hs
-  int64_t kv_width() const { return kv_width_; }                   // kv' hs: a position's keys
+  int64_t q_width() const { return q_width_; }                    // H' hs
+  int64_t kv_width() const { return kv_width_; }                  // kv' hs: a position's keys
   int64_t d_model() const { return config_.d_model; }
   const ParallelLinear<T> &output() const { return out_; }
 

@@ -20,9 +20,9 @@ ParallelLinear<T>::ParallelLinear(Split split, const std::string &name, int64_t 
              : TensorSplit{1, tp.size, tp.rank};
   w_ = registry.Add(name + ".weight", {out, in}, options.weight_init, weight_split);
   if (options.bias)
-    b_ = registry.Add(name + ".bias", {out}, options.bias_init,
-                      column ? TensorSplit{0, tp.size, tp.rank, options.groups, options.padded}
-                             : TensorSplit{});
+    b_ = registry.Add(
+        name + ".bias", {out}, options.bias_init,
+        column ? TensorSplit{0, tp.size, tp.rank, options.groups, options.padded} : TensorSplit{});
   // Every GEMM that reads the weight passes its bf16 copy (p.param16).
   registry.MarkBf16GemmWeight(w_);
 }
@@ -122,9 +122,8 @@ Status SumRowParallel(const Pass<T> &pass, const TensorParallelGroup &tp, T *y, 
 
 template <typename T>
 Status ColumnParallelBackward(const Pass<T> &pass, const TensorParallelGroup &tp,
-                              const ColumnParts<T> &parts, const RegionInput<T> &x,
-                              T *dx, T *tmp, bool weights, ComputeType compute, T **dx_rows,
-                              const char *what) {
+                              const ColumnParts<T> &parts, const RegionInput<T> &x, T *dx, T *tmp,
+                              bool weights, ComputeType compute, T **dx_rows, const char *what) {
   const Kernels<T> &k = pass.k();
   const int64_t N = pass.mb.rows(), in = parts.front().linear->in();
   *dx_rows = dx;
@@ -147,8 +146,8 @@ Status ColumnParallelBackward(const Pass<T> &pass, const TensorParallelGroup &tp
     }
   }
   if (tp.splits_rows()) {
-    DST_RETURN_IF_ERROR(TpWait(tp, std::move(sum),
-                               (std::string(what) + " (reduce-scatter)").c_str()));
+    DST_RETURN_IF_ERROR(
+        TpWait(tp, std::move(sum), (std::string(what) + " (reduce-scatter)").c_str()));
     *dx_rows = RowsOf(tp, dx, n, in);
     return Status::Ok();
   }
@@ -157,9 +156,8 @@ Status ColumnParallelBackward(const Pass<T> &pass, const TensorParallelGroup &tp
 
 template <typename T>
 Status ColumnParallelWeightBackward(const Pass<T> &pass, const TensorParallelGroup &tp,
-                                    const ColumnParts<T> &parts,
-                                    const RegionInput<T> &x, ComputeType compute,
-                                    const char *what) {
+                                    const ColumnParts<T> &parts, const RegionInput<T> &x,
+                                    ComputeType compute, const char *what) {
   const int64_t N = pass.mb.rows(), in = parts.front().linear->in();
   Operand<T> input = x.whole;
   if (tp.splits_rows()) {
@@ -167,24 +165,23 @@ Status ColumnParallelWeightBackward(const Pass<T> &pass, const TensorParallelGro
                                   x.gathered, &input, what);
     DST_RETURN_IF_ERROR(Named(st, "input of the weight gradient"));
   }
-  for (const ColumnPart<T> &part : parts) part.linear->WeightBackward(pass, part.dy, input, N, compute);
+  for (const ColumnPart<T> &part : parts)
+    part.linear->WeightBackward(pass, part.dy, input, N, compute);
   return Status::Ok();
 }
 
-#define DST_INSTANTIATE(T)                                                                     \
-  template class ParallelLinear<T>;                                                            \
-  template Status GatherRegionInput<T>(const Pass<T> &, const TensorParallelGroup &,           \
-                                       Operand<T>, int64_t, int64_t, T *, Operand<T> *,        \
-                                       const char *);                                          \
-  template Status SumRowParallel<T>(const Pass<T> &, const TensorParallelGroup &, T *,         \
-                                    int64_t, int64_t, const T *, T **, const char *);          \
-  template Status ColumnParallelBackward<T>(                                                   \
-      const Pass<T> &, const TensorParallelGroup &, const ColumnParts<T> &,        \
-      const RegionInput<T> &, T *, T *, bool, ComputeType, T **, const char *);                \
-  template Status ColumnParallelWeightBackward<T>(const Pass<T> &, const TensorParallelGroup &, \
-                                                  const ColumnParts<T> &,          \
-                                                  const RegionInput<T> &, ComputeType,         \
-                                                  const char *);
+#define DST_INSTANTIATE(T)                                                                        \
+  template class ParallelLinear<T>;                                                               \
+  template Status GatherRegionInput<T>(const Pass<T> &, const TensorParallelGroup &, Operand<T>,  \
+                                       int64_t, int64_t, T *, Operand<T> *, const char *);        \
+  template Status SumRowParallel<T>(const Pass<T> &, const TensorParallelGroup &, T *, int64_t,   \
+                                    int64_t, const T *, T **, const char *);                      \
+  template Status ColumnParallelBackward<T>(const Pass<T> &, const TensorParallelGroup &,         \
+                                            const ColumnParts<T> &, const RegionInput<T> &, T *,  \
+                                            T *, bool, ComputeType, T **, const char *);          \
+  template Status ColumnParallelWeightBackward<T>(const Pass<T> &, const TensorParallelGroup &,   \
+                                                  const ColumnParts<T> &, const RegionInput<T> &, \
+                                                  ComputeType, const char *);
 DST_INSTANTIATE(float)
 DST_INSTANTIATE(double)
 #undef DST_INSTANTIATE

@@ -178,14 +178,13 @@ struct RegionInput {
 // call (bf16 compute rounds dy once for both GEMMs).
 template <typename T>
 Status ColumnParallelBackward(const Pass<T> &pass, const TensorParallelGroup &tp,
-                              const ColumnParts<T> &parts, const RegionInput<T> &x,
-                              T *dx, T *tmp, bool weights, ComputeType compute, T **dx_rows,
-                              const char *what);
+                              const ColumnParts<T> &parts, const RegionInput<T> &x, T *dx, T *tmp,
+                              bool weights, ComputeType compute, T **dx_rows, const char *what);
 
 // The weight gradients of `parts` alone (x gathered again under sequence parallelism).
 template <typename T>
 Status ColumnParallelWeightBackward(const Pass<T> &pass, const TensorParallelGroup &tp,
-                                    const ColumnParts<T> &parts,
-                                    const RegionInput<T> &x, ComputeType compute, const char *what);
+                                    const ColumnParts<T> &parts, const RegionInput<T> &x,
+                                    ComputeType compute, const char *what);
 
 }  // namespace dst

@@ -5,11 +5,11 @@
 
 #include <vector>
 
+#include "core/layers/linear.h"
+#include "core/layers/tp_tensors.h"
 #include "core/model/model.h"
 #include "core/model/model_spec.h"
 #include "core/model/tp_plan.h"
-#include "core/layers/linear.h"
-#include "core/layers/tp_tensors.h"
 
 namespace dst {
 namespace {

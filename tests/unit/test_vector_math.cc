@@ -138,12 +138,14 @@ TEST(VectorMath, Avx512SiluGateEqualsTheAvx2FormBitForBit) {
   SiluMulGradRange(dout.data(), gate.data(), up.data(), dg_narrow.data(), du_narrow.data(), begin,
                    end, false);
   size_t at = 0;
-  EXPECT_TRUE(SameBits(wide, narrow, &at)) << "silu gate at " << at << " (" << gate[at + begin] << ")";
+  EXPECT_TRUE(SameBits(wide, narrow, &at))
+      << "silu gate at " << at << " (" << gate[at + begin] << ")";
   EXPECT_TRUE(SameBits(dg_wide, dg_narrow, &at)) << "d gate at " << at << " (" << gate[at] << ")";
   EXPECT_TRUE(SameBits(du_wide, du_narrow, &at)) << "d up at " << at << " (" << gate[at] << ")";
   for (int64_t i = begin; i < end; i += 997) {
     const float g = gate[size_t(i)], u = up[size_t(i)], d = dout[size_t(i)];
-    if (std::fabs(g) > 80.0f) continue;  // beyond the exp clamp the forms agree, the formula differs
+    if (std::fabs(g) > 80.0f)
+      continue;  // beyond the exp clamp the forms agree, the formula differs
     const float tol = 1e-5f * (1.0f + std::fabs(g)) * (1.0f + std::fabs(u)) * (1.0f + std::fabs(d));
     EXPECT_NEAR(wide[size_t(i - begin)], math::Silu(g) * u, tol) << g;
     EXPECT_NEAR(dg_wide[size_t(i)], d * u * math::SiluGrad(g), tol) << g;

@@ -179,8 +179,8 @@ inline void GeluGradRange(const double *dout, const double *x, double *dx, int64
 
 // out[i - begin] = silu(gate[i]) * up[i] for i in [begin, end) (SwiGLU's
 // activation; out is indexed from begin so that a block may go to a buffer).
-inline void SiluMulRange(const float *gate, const float *up, float *out, int64_t begin,
-                         int64_t end, bool wide = Avx512Elementwise()) {
+inline void SiluMulRange(const float *gate, const float *up, float *out, int64_t begin, int64_t end,
+                         bool wide = Avx512Elementwise()) {
   (void)wide;
   int64_t i = begin;
 #if DST_HAVE_AVX2

@@ -89,8 +89,8 @@ DST_AVX512 int64_t TableProduct16(const float *dout, const uint16_t *index, cons
                                   float *dx, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i at = _mm512_cvtepu16_epi32(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(index + i)));
+    const __m512i at =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(index + i)));
     const __m512 looked_up = _mm512_i32gather_ps(at, table, 4);
     _mm512_storeu_ps(dx + i, _mm512_mul_ps(_mm512_loadu_ps(dout + i), looked_up));
   }
