@@ -108,18 +108,27 @@ TEST_P(TensorParallelSlices, SlicesOfEveryRankAreTheGlobalTensors) {
 
 INSTANTIATE_TEST_SUITE_P(Models, TensorParallelSlices, ::testing::Values(kMlp, kGpt));
 
+// A q [8 -> 8] and a k [8 -> 4] column split declared in that order.
+struct QAndK {
+  using Linear = ParallelLinear<float>;
+  explicit QAndK(bool bias)
+      : q(Linear::Split::kColumn, "q", 8, 8, Options(bias), TensorParallelGroup{}, registry),
+        k(Linear::Split::kColumn, "k", 8, 4, Options(bias), TensorParallelGroup{}, registry) {}
+  static Linear::Options Options(bool bias) {
+    return {bias, ParamInit::Normal(0.02), ParamInit::Constant(0), 1};
+  }
+  ParamRegistry registry;
+  Linear q, k;
+};
+
 // Separate q, k, v projections run as one GEMM only while every buffer the
 // layers read them from lies back to back (the values, their bf16 copies,
 // the biases and, for the backward, the gradients); with any one apart they
 // run one by one.
 TEST(StackedProjections, FollowOnlyWhereEveryBufferLiesBackToBack) {
-  using Linear = ParallelLinear<float>;
-  const TensorParallelGroup tp;
-  const Linear::Options plain{false, ParamInit::Normal(0.02), ParamInit::Constant(0), 1};
-  ParamRegistry registry;
-  const Linear q(Linear::Split::kColumn, "q", 8, 8, plain, tp, registry);
-  const Linear k(Linear::Split::kColumn, "k", 8, 4, plain, tp, registry);
-  ParamStore<float> store(registry, nullptr);
+  const QAndK plain(false);
+  const ParallelLinear<float> &q = plain.q, &k = plain.k;
+  ParamStore<float> store(plain.registry, nullptr);
   EXPECT_TRUE(k.Follows(store, q, false));
   EXPECT_TRUE(k.Follows(store, q, true));
   EXPECT_FALSE(q.Follows(store, k, false));  // the other order
@@ -144,12 +153,9 @@ TEST(StackedProjections, FollowOnlyWhereEveryBufferLiesBackToBack) {
 
   // With biases the registry holds q.weight, q.bias, k.weight, k.bias: the
   // weights are apart.
-  const Linear::Options biased{true, ParamInit::Normal(0.02), ParamInit::Constant(0), 1};
-  ParamRegistry with_bias;
-  const Linear bq(Linear::Split::kColumn, "q", 8, 8, biased, tp, with_bias);
-  const Linear bk(Linear::Split::kColumn, "k", 8, 4, biased, tp, with_bias);
-  ParamStore<float> biased_store(with_bias, nullptr);
-  EXPECT_FALSE(bk.Follows(biased_store, bq, false));
+  const QAndK biased(true);
+  ParamStore<float> biased_store(biased.registry, nullptr);
+  EXPECT_FALSE(biased.k.Follows(biased_store, biased.q, false));
 }
 
 }  // namespace
